@@ -1,0 +1,109 @@
+/* cinfer/types.h: the vocabulary shared by the server API (cinfer.h) and the backend
+ * ABI (backend.h): status objects, data types, tensors.
+ *
+ * Conventions (see docs/design/api.md):
+ *  - A function that can fail returns `cinfer_status *`: NULL means success; otherwise the
+ *    caller owns the status and frees it with cinfer_status_free().
+ *  - Opaque handles come in create/destroy pairs; destroy(NULL) does nothing.
+ *  - Every pointer parameter says who owns it. "Borrowed" means valid only for the call.
+ */
+#ifndef CINFER_TYPES_H
+#define CINFER_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ------------------------------------------------------------------------ */
+
+/* Error codes follow Triton's, and map to HTTP status codes the same way. Append only. */
+typedef enum cinfer_code {
+  CINFER_OK = 0,
+  CINFER_UNKNOWN = 1,          /* 500 */
+  CINFER_INTERNAL = 2,         /* 500 */
+  CINFER_NOT_FOUND = 3,        /* 404 */
+  CINFER_INVALID_ARG = 4,      /* 400 */
+  CINFER_UNAVAILABLE = 5,      /* 503 */
+  CINFER_UNSUPPORTED = 6,      /* 501 */
+  CINFER_ALREADY_EXISTS = 7,   /* 409 */
+  CINFER_CANCELLED = 8,        /* 499-style: the client went away */
+  CINFER_RESOURCE_EXHAUSTED = 9, /* 429 when rate limited, 413 for body limits */
+  CINFER_DEADLINE_EXCEEDED = 10  /* 504 / timeout */
+} cinfer_code;
+
+typedef struct cinfer_status cinfer_status;
+
+/* Creates a status with a printf-style message. Never returns NULL (falls back to a static
+ * out-of-memory status that cinfer_status_free ignores). */
+cinfer_status *cinfer_status_new(cinfer_code code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+cinfer_code cinfer_status_code(const cinfer_status *st);       /* NULL -> CINFER_OK */
+const char *cinfer_status_message(const cinfer_status *st);    /* NULL -> "" ; borrowed */
+const char *cinfer_code_name(cinfer_code code);                /* "INVALID_ARG", ... */
+int cinfer_code_http_status(cinfer_code code);                 /* 400, 404, 500, ... */
+void cinfer_status_free(cinfer_status *st);
+/* Prepends "prefix: " to the message of st (which must be non-NULL) and returns st. */
+cinfer_status *cinfer_status_prefix(cinfer_status *st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- data types -------------------------------------------------------------------- */
+
+/* KServe v2 datatypes. Append only; numbers are part of the ABI. */
+typedef enum cinfer_dtype {
+  CINFER_TYPE_INVALID = 0,
+  CINFER_TYPE_BOOL,
+  CINFER_TYPE_UINT8,
+  CINFER_TYPE_UINT16,
+  CINFER_TYPE_UINT32,
+  CINFER_TYPE_UINT64,
+  CINFER_TYPE_INT8,
+  CINFER_TYPE_INT16,
+  CINFER_TYPE_INT32,
+  CINFER_TYPE_INT64,
+  CINFER_TYPE_FP16,
+  CINFER_TYPE_FP32,
+  CINFER_TYPE_FP64,
+  CINFER_TYPE_BYTES, /* each element: uint32 little-endian length, then that many bytes */
+  CINFER_TYPE_BF16,
+  CINFER_TYPE_COUNT_
+} cinfer_dtype;
+
+/* Size of one element in bytes; 0 for BYTES (variable) and INVALID. */
+size_t cinfer_dtype_size(cinfer_dtype t);
+/* "FP32", "BYTES", ... (KServe names). */
+const char *cinfer_dtype_name(cinfer_dtype t);
+/* Parses a KServe name ("FP32") or a Triton config name ("TYPE_FP32", "TYPE_STRING").
+ * Returns CINFER_TYPE_INVALID when unknown. n is the length of s. */
+cinfer_dtype cinfer_dtype_parse(const char *s, size_t n);
+/* "TYPE_FP32", "TYPE_STRING", ... (Triton config names). */
+const char *cinfer_dtype_config_name(cinfer_dtype t);
+
+/* ---- tensors ----------------------------------------------------------------------- */
+
+#define CINFER_MAX_DIMS 8
+
+/* A tensor view: a name, a type, a shape and bytes. It never owns `data` or `name`; the
+ * object that produced it says how long they live. */
+typedef struct cinfer_tensor {
+  const char *name;
+  cinfer_dtype dtype;
+  int ndim;
+  int64_t shape[CINFER_MAX_DIMS];
+  const void *data;
+  size_t byte_size;
+} cinfer_tensor;
+
+/* Product of the dims, or -1 when a dim is negative or the product overflows int64. */
+int64_t cinfer_shape_elements(const int64_t *shape, int ndim);
+/* Checks that byte_size matches shape x dtype (for BYTES: walks the length prefixes and
+ * checks that exactly `elements` strings fill byte_size). NULL if consistent. */
+cinfer_status *cinfer_tensor_check(const cinfer_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
