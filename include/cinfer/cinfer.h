@@ -1,0 +1,166 @@
+/* cinfer/cinfer.h: the in-process inference server. The CLI and the HTTP frontend are
+ * clients of this API; an embedding application can be one too.
+ *
+ *   server  = a model repository + loaded models + their schedulers and instances
+ *   model   = one loaded version of one model; reference-counted so that an unload or
+ *             reload never frees a model that an admitted request still uses
+ *   request = named input tensors + requested outputs + parameters; reference-counted
+ *   response= what the model produced for a request (0..N per request, the last FINAL)
+ *
+ * Threading: every function is thread-safe. Response callbacks run on an instance worker
+ * thread (or the backend's own thread for decoupled models) and must not block.
+ */
+#ifndef CINFER_CINFER_H
+#define CINFER_CINFER_H
+
+#include "cinfer/backend.h"
+#include "cinfer/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cinfer_server cinfer_server;
+typedef struct cinfer_model cinfer_model;
+typedef struct cinfer_response cinfer_response;
+
+typedef enum cinfer_model_control {
+  CINFER_MODEL_CONTROL_NONE = 0, /* load everything at start, never change */
+  CINFER_MODEL_CONTROL_POLL,     /* load everything, then follow repository changes */
+  CINFER_MODEL_CONTROL_EXPLICIT  /* load only what is asked (startup list, load API) */
+} cinfer_model_control;
+
+typedef struct cinfer_server_options {
+  const char *model_repository;         /* borrowed for the call */
+  cinfer_model_control control_mode;
+  const char *const *startup_models;    /* EXPLICIT mode: names to load; "*" = all */
+  size_t n_startup_models;
+  int repository_poll_secs;             /* POLL mode interval; default 15 */
+  int threads;                          /* whole-process budget; 0 = number of CPUs */
+  int io_threads;                       /* part of the budget kept for the frontend */
+  bool strict_readiness;                /* ready only when every model loaded (Triton) */
+} cinfer_server_options;
+
+/* Creates the server and loads the models the control mode asks for. A model that fails
+ * to load is recorded UNAVAILABLE with its reason; it does not fail the server unless the
+ * repository itself cannot be read. *out is owned by the caller. */
+cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_server **out);
+/* Stops polling, waits for in-flight requests, unloads every model, frees everything. */
+void cinfer_server_destroy(cinfer_server *s);
+bool cinfer_server_is_live(const cinfer_server *s);
+bool cinfer_server_is_ready(const cinfer_server *s);
+/* From now on the server reports not ready and rejects new requests with UNAVAILABLE;
+ * in-flight requests finish. Returns the number of requests still in flight. */
+void cinfer_server_begin_shutdown(cinfer_server *s);
+size_t cinfer_server_inflight(const cinfer_server *s);
+
+/* ---- models ------------------------------------------------------------------------ */
+
+/* Loads (or reloads) every version the model's version_policy selects. config_json, when
+ * non-NULL, replaces config.pbtxt (Triton's load-with-config). The old versions keep
+ * serving until the new ones are ready, then drain and unload. */
+cinfer_status *cinfer_server_load_model(cinfer_server *s, const char *name,
+                                        const char *config_json);
+cinfer_status *cinfer_server_unload_model(cinfer_server *s, const char *name);
+
+typedef struct cinfer_model_index_entry {
+  char *name;
+  int64_t version;     /* -1 when no version could be determined */
+  const char *state;   /* "UNAVAILABLE", "LOADING", "READY", "UNLOADING"; static */
+  char *reason;        /* "" when none */
+} cinfer_model_index_entry;
+
+/* Lists every model in the repository with each known version's state. The array and its
+ * strings are owned by the caller: free with cinfer_model_index_free. */
+cinfer_status *cinfer_server_repository_index(cinfer_server *s, bool ready_only,
+                                              cinfer_model_index_entry **out, size_t *n);
+void cinfer_model_index_free(cinfer_model_index_entry *e, size_t n);
+
+/* Finds a READY model; version 0 = the highest ready version. The caller owns one reference
+ * and releases it with cinfer_model_release. NOT_FOUND names the model/version; UNAVAILABLE
+ * when it exists but is not ready. */
+cinfer_status *cinfer_server_model_acquire(cinfer_server *s, const char *name,
+                                           int64_t version, cinfer_model **out);
+void cinfer_model_release(cinfer_model *m);
+const char *cinfer_model_name(const cinfer_model *m);
+int64_t cinfer_model_version(const cinfer_model *m);
+const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m);
+const char *cinfer_model_platform(const cinfer_model *m);  /* "onnxruntime_onnx", ... */
+bool cinfer_model_is_decoupled(const cinfer_model *m);
+/* Ready versions of a model name, highest first; returns how many were written. */
+size_t cinfer_server_model_versions(cinfer_server *s, const char *name, int64_t *versions,
+                                    size_t cap);
+
+/* ---- requests ---------------------------------------------------------------------- */
+
+/* Called once per response. flags has CINFER_RESPONSE_FINAL on the last one. The callee
+ * owns resp (free with cinfer_response_free, from any thread). */
+typedef void (*cinfer_response_fn)(void *user, cinfer_response *resp, uint32_t flags);
+
+/* Creates a request for model m (the request takes its own reference on m). The caller
+ * owns one reference to the request. */
+cinfer_status *cinfer_request_create(cinfer_model *m, cinfer_request **out);
+void cinfer_request_ref(cinfer_request *r);
+void cinfer_request_release(cinfer_request *r);
+void cinfer_request_set_id(cinfer_request *r, const char *id, size_t len); /* copied */
+/* Adds an input. The name is copied; the data is borrowed until the FINAL response has
+ * been delivered (the frontend keeps the received body alive that long). Checks the name,
+ * datatype and shape against the model config and byte size against shape x dtype. */
+cinfer_status *cinfer_request_add_input(cinfer_request *r, const cinfer_tensor *t);
+/* The same, and on success the request takes `owned` (malloc'd, freed with free() when the
+ * request is destroyed): for data the frontend had to convert. On error the caller keeps
+ * it. */
+cinfer_status *cinfer_request_add_input_owned(cinfer_request *r, const cinfer_tensor *t,
+                                              void *owned);
+/* Restricts the outputs returned (none added = all). Unknown names are an error. */
+cinfer_status *cinfer_request_add_output(cinfer_request *r, const char *name);
+cinfer_status *cinfer_request_set_param_string(cinfer_request *r, const char *key,
+                                               const char *val, size_t len);
+cinfer_status *cinfer_request_set_param_int(cinfer_request *r, const char *key, int64_t v);
+cinfer_status *cinfer_request_set_param_double(cinfer_request *r, const char *key, double v);
+cinfer_status *cinfer_request_set_param_bool(cinfer_request *r, const char *key, bool v);
+void cinfer_request_set_callback(cinfer_request *r, cinfer_response_fn fn, void *user);
+/* Marks the request cancelled (the client went away). Queued requests are dropped without
+ * running; decoupled backends see cinfer_request_is_cancelled(). */
+void cinfer_request_cancel(cinfer_request *r);
+
+/* Submits the request. On success the callback will run exactly once with FINAL (possibly
+ * carrying an error: queue full, timeout, backend failure). On error nothing was
+ * submitted and no callback runs. Either way the caller keeps its own reference. */
+cinfer_status *cinfer_server_infer_async(cinfer_server *s, cinfer_request *r);
+
+/* ---- responses --------------------------------------------------------------------- */
+
+const cinfer_status *cinfer_response_error(const cinfer_response *resp); /* borrowed */
+uint32_t cinfer_response_output_count(const cinfer_response *resp);
+const cinfer_tensor *cinfer_response_output(const cinfer_response *resp, uint32_t i);
+cinfer_request *cinfer_response_request(const cinfer_response *resp); /* borrowed */
+void cinfer_response_free(cinfer_response *resp);
+
+/* ---- statistics and metrics -------------------------------------------------------- */
+
+typedef struct cinfer_duration_stat {
+  uint64_t count;
+  uint64_t ns;
+} cinfer_duration_stat;
+
+typedef struct cinfer_model_stats {
+  char name[128];
+  int64_t version;
+  uint64_t last_inference_ms;   /* unix time of the last inference, ms */
+  uint64_t inference_count;     /* rows inferred (batch dim counted) */
+  uint64_t execution_count;     /* backend executions (batches) */
+  cinfer_duration_stat success, fail, queue, compute_input, compute_infer, compute_output;
+} cinfer_model_stats;
+
+/* Statistics of every loaded version (name NULL) or of one model (version 0 = all its
+ * versions). The array is owned by the caller (free()). */
+cinfer_status *cinfer_server_model_stats(cinfer_server *s, const char *name, int64_t version,
+                                         cinfer_model_stats **out, size_t *n);
+/* Prometheus text exposition of everything the server measures. Caller frees *text. */
+cinfer_status *cinfer_server_metrics_text(cinfer_server *s, char **text, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

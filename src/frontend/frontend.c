@@ -1,0 +1,581 @@
+/* frontend.c: KServe v2 over HTTP/1.1 (see frontend.h).
+ *
+ * Inference path: handler (I/O thread) -> acquire model -> kserve_decode (binary inputs are
+ * views into the received body, which the net layer keeps alive until we answer) ->
+ * cinfer_server_infer_async -> response callback (worker thread) encodes the response and
+ * answers the exchange -> the per-exchange context is freed on the exchange's I/O loop,
+ * after which no cancel notification can arrive for it. */
+#include "frontend/frontend.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "frontend/kserve.h"
+#include "net/http.h"
+#include "repo/config.h"
+
+#ifndef CINFER_VERSION
+#define CINFER_VERSION "0.0.0"
+#endif
+
+struct frontend {
+  cinfer_server *server;
+  http_server *http, *metrics_http;
+  kserve_limits limits;
+};
+
+static const http_header json_hdr[] = {{"Content-Type", 12, "application/json", 16}};
+
+static void respond_json(http_exchange *ex, int status, kbuf *b) {
+  if (b->oom) {
+    kbuf_free(b);
+    static const char oom[] = "{\"error\":\"out of memory\"}";
+    http_respond(ex, 500, json_hdr, 1, oom, sizeof oom - 1);
+    return;
+  }
+  http_respond_owned(ex, status, json_hdr, 1, b->data, b->len, free);
+  b->data = NULL;
+}
+
+static void respond_error(http_exchange *ex, int status, const char *msg) {
+  kbuf b = {0};
+  kserve_encode_error(&b, msg);
+  respond_json(ex, status, &b);
+}
+
+static void respond_status(http_exchange *ex, cinfer_status *st) {
+  respond_error(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
+  cinfer_status_free(st);
+}
+
+/* ---- path handling -------------------------------------------------------------------- */
+
+#define MAX_SEGS 8
+typedef struct path_segs {
+  int n;
+  char seg[MAX_SEGS][256];
+} path_segs;
+
+static int hexval(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Splits "/a/b%20c/d" into decoded segments. False when too many or too long. */
+static bool split_path(const char *p, size_t n, path_segs *out) {
+  out->n = 0;
+  size_t i = 0;
+  while (i < n) {
+    while (i < n && p[i] == '/') i++;
+    if (i == n) break;
+    if (out->n == MAX_SEGS) return false;
+    char *o = out->seg[out->n];
+    size_t k = 0;
+    while (i < n && p[i] != '/') {
+      char c = p[i++];
+      if (c == '%' && i + 1 < n && hexval(p[i]) >= 0 && hexval(p[i + 1]) >= 0) {
+        c = (char)(hexval(p[i]) * 16 + hexval(p[i + 1]));
+        i += 2;
+      }
+      if (k == 255 || c == 0) return false;
+      o[k++] = c;
+    }
+    o[k] = 0;
+    out->n++;
+  }
+  return true;
+}
+
+static bool parse_version(const char *s, int64_t *v) {
+  if (!*s || strlen(s) > 18) return false;
+  int64_t x = 0;
+  for (const char *p = s; *p; p++) {
+    if (*p < '0' || *p > '9') return false;
+    x = x * 10 + (*p - '0');
+  }
+  *v = x;
+  return true;
+}
+
+/* ---- inference ------------------------------------------------------------------------ */
+
+typedef struct infer_ctx {
+  frontend *fe;
+  http_exchange *ex;
+  cinfer_request *req;
+  kserve_request *kreq;
+  cinfer_model *model;
+  uint64_t t0;
+  bool binary[64];
+  bool any_binary;
+  _Atomic bool answered;
+} infer_ctx;
+
+static void ctx_free(void *arg) {
+  infer_ctx *c = arg;
+  cinfer_request_release(c->req);
+  kserve_request_free(c->kreq);
+  cinfer_model_release(c->model);
+  free(c);
+}
+
+static void on_cancel(void *arg) {
+  infer_ctx *c = arg;
+  if (!atomic_load(&c->answered)) cinfer_request_cancel(c->req);
+}
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void log_request(infer_ctx *c, int status, const char *err) {
+  if (log_verbosity() < 1) return;
+  char ver[32], code[8], us[32];
+  snprintf(ver, sizeof ver, "%lld", (long long)cinfer_model_version(c->model));
+  snprintf(code, sizeof code, "%d", status);
+  snprintf(us, sizeof us, "%.1f", (double)(mono_ns() - c->t0) / 1e3);
+  const char *id = kserve_request_id(c->kreq);
+  const char *kv[] = {"request_id", id ? id : "", "model", cinfer_model_name(c->model), "version", ver,
+                      "status", code, "duration_us", us, err ? "error" : NULL, err, NULL};
+  log_event(LOG_VERBOSE, kv, "infer");
+}
+
+static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
+  infer_ctx *c = user;
+  const cinfer_status *err = cinfer_response_error(resp);
+  if (!(flags & CINFER_RESPONSE_FINAL)) { /* decoupled partials are not sent over KServe HTTP */
+    cinfer_response_free(resp);
+    return;
+  }
+  atomic_store(&c->answered, true);
+  if (err) {
+    log_request(c, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
+    respond_error(c->ex, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
+  } else {
+    /* Per-output binary flags follow the response's output order. */
+    uint32_t n = cinfer_response_output_count(resp);
+    bool bin[64] = {0};
+    bool def = kserve_request_binary_default(c->kreq);
+    size_t nreq = kserve_request_output_count(c->kreq);
+    for (uint32_t i = 0; i < n && i < 64; i++) {
+      bin[i] = def;
+      const char *on = cinfer_response_output(resp, i)->name;
+      for (size_t k = 0; k < nreq; k++) {
+        const kserve_output_req *o = kserve_request_output(c->kreq, k);
+        if (!strcmp(o->name, on)) bin[i] = o->binary;
+      }
+    }
+    kbuf b = {0};
+    size_t jlen = 0;
+    const char *id = kserve_request_id(c->kreq);
+    if (!kserve_encode_response(&b, &jlen, cinfer_model_name(c->model),
+                                cinfer_model_version(c->model), id, resp, bin)) {
+      kbuf_free(&b);
+      respond_error(c->ex, 500, "out of memory encoding the response");
+    } else if (jlen < b.len) {
+      char hl[32];
+      int hn = snprintf(hl, sizeof hl, "%zu", jlen);
+      http_header h[2] = {{"Content-Type", 12, "application/octet-stream", 24},
+                          {"Inference-Header-Content-Length", 31, hl, (size_t)hn}};
+      http_respond_owned(c->ex, 200, h, 2, b.data, b.len, free);
+    } else {
+      respond_json(c->ex, 200, &b);
+    }
+    log_request(c, 200, NULL);
+  }
+  net_loop *loop = http_exchange_loop(c->ex);
+  cinfer_response_free(resp);
+  if (!loop_post(loop, ctx_free, c)) ctx_free(c);
+}
+
+static void handle_infer(frontend *fe, http_exchange *ex, const http_request *req,
+                         const char *model, int64_t version) {
+  cinfer_model *m;
+  cinfer_status *st = cinfer_server_model_acquire(fe->server, model, version, &m);
+  if (st) return respond_status(ex, st);
+  int64_t hlen = -1;
+  size_t vl;
+  const char *hv = http_request_header(req, "Inference-Header-Content-Length", &vl);
+  if (hv) {
+    char tmp[24];
+    int64_t v;
+    if (vl == 0 || vl >= sizeof tmp) goto bad_hlen;
+    memcpy(tmp, hv, vl);
+    tmp[vl] = 0;
+    if (!parse_version(tmp, &v)) goto bad_hlen;
+    hlen = v;
+  }
+  infer_ctx *c = calloc(1, sizeof *c);
+  if (!c) {
+    cinfer_model_release(m);
+    return respond_error(ex, 500, "out of memory");
+  }
+  c->fe = fe;
+  c->ex = ex;
+  c->model = m;
+  c->t0 = mono_ns();
+  if ((st = kserve_decode(req->body, req->body_len, hlen, &fe->limits, &c->kreq)) ||
+      (st = cinfer_request_create(m, &c->req)) || (st = kserve_apply(c->kreq, c->req))) {
+    respond_status(ex, st);
+    ctx_free(c);
+    return;
+  }
+  cinfer_request_set_callback(c->req, on_response, c);
+  http_exchange_set_cancel(ex, on_cancel, c);
+  if ((st = cinfer_server_infer_async(fe->server, c->req))) {
+    atomic_store(&c->answered, true);
+    respond_status(ex, st);
+    if (!loop_post(http_exchange_loop(ex), ctx_free, c)) ctx_free(c);
+  }
+  return;
+bad_hlen:
+  cinfer_model_release(m);
+  respond_error(ex, 400, "Inference-Header-Content-Length must be a non-negative integer");
+}
+
+/* ---- metadata, config, stats ---------------------------------------------------------- */
+
+static void put_io(kbuf *b, const model_config_io *io, bool batching) {
+  kbuf_puts(b, "{\"name\":");
+  kbuf_json_string(b, io->name, strlen(io->name));
+  kbuf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", cinfer_dtype_name(io->data_type));
+  int k = 0;
+  if (batching) kbuf_printf(b, "%s-1", k++ ? "," : "");
+  for (int d = 0; d < io->ndims; d++) kbuf_printf(b, "%s%lld", k++ ? "," : "", (long long)io->dims[d]);
+  kbuf_puts(b, "]}");
+}
+
+static void handle_model_metadata(frontend *fe, http_exchange *ex, const char *name, int64_t version) {
+  cinfer_model *m;
+  cinfer_status *st = cinfer_server_model_acquire(fe->server, name, version, &m);
+  if (st) return respond_status(ex, st);
+  const cinfer_model_config *c = cinfer_model_config_of(m);
+  kbuf b = {0};
+  kbuf_puts(&b, "{\"name\":");
+  kbuf_json_string(&b, name, strlen(name));
+  kbuf_puts(&b, ",\"versions\":[");
+  int64_t vs[64];
+  size_t nv = cinfer_server_model_versions(fe->server, name, vs, 64);
+  for (size_t i = 0; i < nv; i++) kbuf_printf(&b, "%s\"%lld\"", i ? "," : "", (long long)vs[i]);
+  kbuf_puts(&b, "],\"platform\":");
+  const char *plat = cinfer_model_platform(m);
+  kbuf_json_string(&b, plat, strlen(plat));
+  kbuf_puts(&b, ",\"inputs\":[");
+  for (size_t i = 0; i < c->n_inputs; i++) {
+    if (i) kbuf_puts(&b, ",");
+    put_io(&b, &c->inputs[i], c->max_batch_size > 0);
+  }
+  kbuf_puts(&b, "],\"outputs\":[");
+  for (size_t i = 0; i < c->n_outputs; i++) {
+    if (i) kbuf_puts(&b, ",");
+    put_io(&b, &c->outputs[i], c->max_batch_size > 0);
+  }
+  kbuf_puts(&b, "]}");
+  cinfer_model_release(m);
+  respond_json(ex, 200, &b);
+}
+
+static void handle_model_config(frontend *fe, http_exchange *ex, const char *name, int64_t version) {
+  cinfer_model *m;
+  cinfer_status *st = cinfer_server_model_acquire(fe->server, name, version, &m);
+  if (st) return respond_status(ex, st);
+  char *json = model_config_to_json(cinfer_model_config_of(m));
+  cinfer_model_release(m);
+  if (!json) return respond_error(ex, 500, "out of memory");
+  http_respond_owned(ex, 200, json_hdr, 1, json, strlen(json), free);
+}
+
+static void put_stat(kbuf *b, const char *k, const cinfer_duration_stat *d, bool comma) {
+  kbuf_printf(b, "%s\"%s\":{\"count\":%llu,\"ns\":%llu}", comma ? "," : "", k,
+              (unsigned long long)d->count, (unsigned long long)d->ns);
+}
+
+static void handle_stats(frontend *fe, http_exchange *ex, const char *name, int64_t version) {
+  cinfer_model_stats *a;
+  size_t n;
+  cinfer_status *st = cinfer_server_model_stats(fe->server, name, version, &a, &n);
+  if (st) return respond_status(ex, st);
+  kbuf b = {0};
+  kbuf_puts(&b, "{\"model_stats\":[");
+  static const cinfer_duration_stat zero;
+  for (size_t i = 0; i < n; i++) {
+    const cinfer_model_stats *s = &a[i];
+    kbuf_puts(&b, i ? ",{\"name\":" : "{\"name\":");
+    kbuf_json_string(&b, s->name, strlen(s->name));
+    kbuf_printf(&b, ",\"version\":\"%lld\",\"last_inference\":%llu,\"inference_count\":%llu,"
+                "\"execution_count\":%llu,\"inference_stats\":{",
+                (long long)s->version, (unsigned long long)s->last_inference_ms,
+                (unsigned long long)s->inference_count, (unsigned long long)s->execution_count);
+    put_stat(&b, "success", &s->success, false);
+    put_stat(&b, "fail", &s->fail, true);
+    put_stat(&b, "queue", &s->queue, true);
+    put_stat(&b, "compute_input", &s->compute_input, true);
+    put_stat(&b, "compute_infer", &s->compute_infer, true);
+    put_stat(&b, "compute_output", &s->compute_output, true);
+    put_stat(&b, "cache_hit", &zero, true);
+    put_stat(&b, "cache_miss", &zero, true);
+    kbuf_puts(&b, "},\"batch_stats\":[]}");
+  }
+  kbuf_puts(&b, "]}");
+  free(a);
+  respond_json(ex, 200, &b);
+}
+
+static void handle_index(frontend *fe, http_exchange *ex, const http_request *req) {
+  bool ready_only = false;
+  if (req->body_len) {
+    cJSON *j = cJSON_ParseWithLength(req->body, req->body_len);
+    if (!j || !cJSON_IsObject(j)) {
+      cJSON_Delete(j);
+      return respond_error(ex, 400, "repository index: body must be a JSON object");
+    }
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "ready");
+    if (r && !cJSON_IsBool(r)) {
+      cJSON_Delete(j);
+      return respond_error(ex, 400, "repository index: 'ready' must be a boolean");
+    }
+    ready_only = cJSON_IsTrue(r);
+    cJSON_Delete(j);
+  }
+  cinfer_model_index_entry *e;
+  size_t n;
+  cinfer_status *st = cinfer_server_repository_index(fe->server, ready_only, &e, &n);
+  if (st) return respond_status(ex, st);
+  kbuf b = {0};
+  kbuf_puts(&b, "[");
+  for (size_t i = 0; i < n; i++) {
+    kbuf_puts(&b, i ? ",{\"name\":" : "{\"name\":");
+    kbuf_json_string(&b, e[i].name, strlen(e[i].name));
+    if (e[i].version >= 0) kbuf_printf(&b, ",\"version\":\"%lld\"", (long long)e[i].version);
+    kbuf_printf(&b, ",\"state\":\"%s\",\"reason\":", e[i].state);
+    kbuf_json_string(&b, e[i].reason, strlen(e[i].reason));
+    kbuf_puts(&b, "}");
+  }
+  kbuf_puts(&b, "]");
+  cinfer_model_index_free(e, n);
+  respond_json(ex, 200, &b);
+}
+
+/* Load/unload run on their own thread: loading can take seconds and must not stall the
+ * I/O thread's other connections. */
+typedef struct ctl_job {
+  frontend *fe;
+  http_exchange *ex;
+  bool load;
+  char name[256];
+  char *config;
+} ctl_job;
+
+static void *ctl_main(void *arg) {
+  ctl_job *j = arg;
+  cinfer_status *st = j->load ? cinfer_server_load_model(j->fe->server, j->name, j->config)
+                              : cinfer_server_unload_model(j->fe->server, j->name);
+  if (st) respond_status(j->ex, st);
+  else http_respond(j->ex, 200, json_hdr, 1, "{}", 2);
+  free(j->config);
+  free(j);
+  return NULL;
+}
+
+static void handle_control(frontend *fe, http_exchange *ex, const http_request *req,
+                           const char *name, bool load) {
+  ctl_job *j = calloc(1, sizeof *j);
+  if (!j) return respond_error(ex, 500, "out of memory");
+  j->fe = fe;
+  j->ex = ex;
+  j->load = load;
+  snprintf(j->name, sizeof j->name, "%s", name);
+  if (req->body_len) {
+    cJSON *b = cJSON_ParseWithLength(req->body, req->body_len);
+    if (!b || !cJSON_IsObject(b)) {
+      cJSON_Delete(b);
+      free(j);
+      return respond_error(ex, 400, "repository load/unload: body must be a JSON object");
+    }
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "parameters");
+    const cJSON *cfg = cJSON_IsObject(p) ? cJSON_GetObjectItemCaseSensitive(p, "config") : NULL;
+    if (cJSON_IsString(cfg)) j->config = strdup(cfg->valuestring);
+    cJSON_Delete(b);
+  }
+  pthread_t t;
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &at, ctl_main, j)) {
+    free(j->config);
+    free(j);
+    respond_error(ex, 503, "cannot start the load thread");
+  }
+  pthread_attr_destroy(&at);
+}
+
+static void handle_metrics(frontend *fe, http_exchange *ex) {
+  char *text;
+  size_t len;
+  cinfer_status *st = cinfer_server_metrics_text(fe->server, &text, &len);
+  if (st) return respond_status(ex, st);
+  static const http_header h[] = {{"Content-Type", 12, "text/plain; version=0.0.4", 25}};
+  http_respond_owned(ex, 200, h, 1, text, len, free);
+}
+
+static void handle_server_metadata(http_exchange *ex) {
+  static const char body[] =
+      "{\"name\":\"cinfer\",\"version\":\"" CINFER_VERSION "\",\"extensions\":["
+      "\"binary_tensor_data\",\"model_configuration\",\"model_repository\",\"parameters\","
+      "\"schedule_policy\",\"statistics\"]}";
+  http_respond(ex, 200, json_hdr, 1, body, sizeof body - 1);
+}
+
+/* ---- routing -------------------------------------------------------------------------- */
+
+static void method_not_allowed(http_exchange *ex, const char *allow) {
+  char msg[128];
+  snprintf(msg, sizeof msg, "method not allowed; use %s", allow);
+  respond_error(ex, 405, msg);
+}
+
+static void route(http_exchange *ex, const http_request *req, void *user) {
+  frontend *fe = user;
+  path_segs p;
+  if (!split_path(req->path, req->path_len, &p)) return respond_error(ex, 400, "malformed request path");
+  bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
+  bool post = req->method_id == HTTP_POST;
+  if (p.n == 1 && !strcmp(p.seg[0], "metrics")) {
+    if (!get) return method_not_allowed(ex, "GET");
+    return handle_metrics(fe, ex);
+  }
+  if (p.n == 0 || strcmp(p.seg[0], "v2")) return respond_error(ex, 404, "not found");
+  if (p.n == 1) {
+    if (!get) return method_not_allowed(ex, "GET");
+    return handle_server_metadata(ex);
+  }
+  if (p.n == 3 && !strcmp(p.seg[1], "health")) {
+    if (!get) return method_not_allowed(ex, "GET");
+    bool ok;
+    if (!strcmp(p.seg[2], "live")) ok = cinfer_server_is_live(fe->server);
+    else if (!strcmp(p.seg[2], "ready")) ok = cinfer_server_is_ready(fe->server);
+    else return respond_error(ex, 404, "not found");
+    return http_respond(ex, ok ? 200 : 503, NULL, 0, NULL, 0);
+  }
+  if (!strcmp(p.seg[1], "repository")) {
+    if (p.n == 3 && !strcmp(p.seg[2], "index")) {
+      if (!post) return method_not_allowed(ex, "POST");
+      return handle_index(fe, ex, req);
+    }
+    if (p.n == 5 && !strcmp(p.seg[2], "models") &&
+        (!strcmp(p.seg[4], "load") || !strcmp(p.seg[4], "unload"))) {
+      if (!post) return method_not_allowed(ex, "POST");
+      return handle_control(fe, ex, req, p.seg[3], !strcmp(p.seg[4], "load"));
+    }
+    return respond_error(ex, 404, "not found");
+  }
+  if (strcmp(p.seg[1], "models")) return respond_error(ex, 404, "not found");
+  if (p.n == 3 && !strcmp(p.seg[2], "stats")) {
+    if (!get) return method_not_allowed(ex, "GET");
+    return handle_stats(fe, ex, NULL, 0);
+  }
+  if (p.n < 3) return respond_error(ex, 404, "not found");
+  const char *name = p.seg[2];
+  int64_t version = 0;
+  int rest = 3;
+  if (p.n >= 5 && !strcmp(p.seg[3], "versions")) {
+    if (!parse_version(p.seg[4], &version) || version <= 0) {
+      char msg[320];
+      snprintf(msg, sizeof msg, "invalid model version '%s'", p.seg[4]);
+      return respond_error(ex, 400, msg);
+    }
+    rest = 5;
+  }
+  const char *action = p.n > rest ? p.seg[rest] : "";
+  if (p.n > rest + 1) return respond_error(ex, 404, "not found");
+  if (!action[0]) {
+    if (!get) return method_not_allowed(ex, "GET");
+    return handle_model_metadata(fe, ex, name, version);
+  }
+  if (!strcmp(action, "ready")) {
+    if (!get) return method_not_allowed(ex, "GET");
+    cinfer_model *m;
+    cinfer_status *st = cinfer_server_model_acquire(fe->server, name, version, &m);
+    if (st && cinfer_status_code(st) == CINFER_NOT_FOUND) return respond_status(ex, st);
+    bool ready = st == NULL;
+    cinfer_status_free(st);
+    if (ready) cinfer_model_release(m);
+    return http_respond(ex, ready ? 200 : 400, NULL, 0, NULL, 0);
+  }
+  if (!strcmp(action, "infer")) {
+    if (!post) return method_not_allowed(ex, "POST");
+    return handle_infer(fe, ex, req, name, version);
+  }
+  if (!strcmp(action, "config")) {
+    if (!get) return method_not_allowed(ex, "GET");
+    return handle_model_config(fe, ex, name, version);
+  }
+  if (!strcmp(action, "stats")) {
+    if (!get) return method_not_allowed(ex, "GET");
+    return handle_stats(fe, ex, name, version);
+  }
+  respond_error(ex, 404, "not found");
+}
+
+static void route_metrics_only(http_exchange *ex, const http_request *req, void *user) {
+  if (req->path_len == 8 && !memcmp(req->path, "/metrics", 8)) {
+    if (req->method_id != HTTP_GET && req->method_id != HTTP_HEAD) return method_not_allowed(ex, "GET");
+    return handle_metrics(user, ex);
+  }
+  respond_error(ex, 404, "not found");
+}
+
+cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend **out) {
+  frontend *fe = calloc(1, sizeof *fe);
+  if (!fe) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  fe->server = s;
+  fe->limits.max_tensor_elements = o->max_tensor_elements > 0 ? o->max_tensor_elements : (1 << 26);
+  fe->limits.max_json_depth = 32;
+  http_server_opts ho = {.host = o->host, .port = o->http_port, .io_threads = o->io_threads,
+                         .max_body_bytes = o->max_body_bytes,
+                         .header_timeout_ms = o->header_timeout_ms,
+                         .body_timeout_ms = o->body_timeout_ms,
+                         .idle_keepalive_ms = o->idle_timeout_ms};
+  cinfer_status *st = http_server_create(&ho, route, fe, &fe->http);
+  if (st) {
+    free(fe);
+    return cinfer_status_prefix(st, "HTTP port %u", o->http_port);
+  }
+  if (o->metrics_port >= 0) {
+    http_server_opts mo = ho;
+    mo.port = (uint16_t)o->metrics_port;
+    mo.io_threads = 1;
+    if ((st = http_server_create(&mo, route_metrics_only, fe, &fe->metrics_http))) {
+      http_server_destroy(fe->http);
+      free(fe);
+      return cinfer_status_prefix(st, "metrics port %d", o->metrics_port);
+    }
+  }
+  *out = fe;
+  return NULL;
+}
+
+uint16_t frontend_http_port(const frontend *f) { return http_server_port(f->http); }
+uint16_t frontend_metrics_port(const frontend *f) {
+  return f->metrics_http ? http_server_port(f->metrics_http) : 0;
+}
+
+void frontend_shutdown(frontend *f, int timeout_ms) {
+  if (f->metrics_http) http_server_stop_accepting(f->metrics_http);
+  http_server_shutdown(f->http, timeout_ms);
+}
+
+void frontend_destroy(frontend *f) {
+  if (!f) return;
+  http_server_destroy(f->http);
+  http_server_destroy(f->metrics_http);
+  free(f);
+}

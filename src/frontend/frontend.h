@@ -1,0 +1,31 @@
+/* frontend.h: the HTTP frontend of `cinfer serve`: KServe v2 (health, metadata, config,
+ * infer with JSON and binary tensors, repository, statistics) and /metrics, on the
+ * src/net HTTP server. It translates HTTP to the in-process API (cinfer.h) and back; it
+ * never knows how a model runs. */
+#ifndef CINFER_FRONTEND_H
+#define CINFER_FRONTEND_H
+
+#include <stdint.h>
+
+#include "cinfer/cinfer.h"
+
+typedef struct frontend frontend;
+
+typedef struct frontend_opts {
+  const char *host;
+  uint16_t http_port;          /* 0 = ephemeral (tests) */
+  int metrics_port;            /* -1 = none (metrics only on the HTTP port) */
+  int io_threads;
+  size_t max_body_bytes;       /* 413 beyond */
+  int64_t max_tensor_elements; /* per input; 400 beyond */
+  int header_timeout_ms, body_timeout_ms, idle_timeout_ms;
+} frontend_opts;
+
+cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend **out);
+uint16_t frontend_http_port(const frontend *f);
+uint16_t frontend_metrics_port(const frontend *f); /* 0 when none */
+/* Stops accepting, lets in-flight exchanges finish (bounded by timeout_ms). */
+void frontend_shutdown(frontend *f, int timeout_ms);
+void frontend_destroy(frontend *f);
+
+#endif

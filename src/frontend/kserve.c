@@ -1,0 +1,525 @@
+/* kserve.c: KServe v2 JSON + binary tensor codec. See kserve.h.
+ *
+ * Invariants: every shape is checked (non-negative dims, element count within limits,
+ * no overflow) before a buffer is sized from it; every binary_data_size is checked against
+ * what remains of the binary section; JSON nesting is bounded before cJSON recurses. */
+#include "frontend/kserve.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/half.h"
+
+struct kserve_request {
+  cJSON *root;
+  const char *id;
+  kserve_input *inputs;
+  size_t n_inputs;
+  kserve_output_req *outputs;
+  size_t n_outputs;
+  bool binary_default;
+  cJSON *params;
+};
+
+#define BAD(...) cinfer_status_new(CINFER_INVALID_ARG, __VA_ARGS__)
+
+/* Rejects nesting deeper than max before cJSON (recursive) sees the text. */
+static cinfer_status *check_depth(const char *s, size_t n, int max) {
+  int depth = 0;
+  bool in_str = false;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (in_str) {
+      if (c == '\\') i++;
+      else if (c == '"') in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max) return BAD("JSON nesting is deeper than %d levels", max);
+    } else if (c == ']' || c == '}') {
+      depth--;
+    }
+  }
+  return NULL;
+}
+
+typedef struct {
+  cinfer_dtype dt;
+  unsigned char *out;
+  size_t pos, cap; /* bytes */
+  int64_t count, want;
+  const char *name;
+} flat_ctx;
+
+static cinfer_status *put_elem(flat_ctx *c, const cJSON *v) {
+  if (c->count >= c->want)
+    return BAD("input '%s': 'data' has more elements than the shape's %lld", c->name,
+               (long long)c->want);
+  c->count++;
+  cinfer_dtype dt = c->dt;
+  if (dt == CINFER_TYPE_BYTES) {
+    if (!cJSON_IsString(v))
+      return BAD("input '%s': BYTES data must be strings", c->name);
+    size_t n = strlen(v->valuestring);
+    if (n > UINT32_MAX) return BAD("input '%s': string element too long", c->name);
+    if (c->cap - c->pos < 4 + n) {
+      size_t ncap = c->cap * 2 + 4 + n;
+      unsigned char *nb = realloc(c->out, ncap);
+      if (!nb) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+      c->out = nb;
+      c->cap = ncap;
+    }
+    uint32_t l = (uint32_t)n;
+    unsigned char *p = c->out + c->pos;
+    p[0] = (unsigned char)l, p[1] = (unsigned char)(l >> 8), p[2] = (unsigned char)(l >> 16),
+    p[3] = (unsigned char)(l >> 24);
+    memcpy(p + 4, v->valuestring, n);
+    c->pos += 4 + n;
+    return NULL;
+  }
+  unsigned char *p = c->out + c->pos;
+  c->pos += cinfer_dtype_size(dt);
+  if (dt == CINFER_TYPE_BOOL) {
+    if (!cJSON_IsBool(v)) return BAD("input '%s': BOOL data must be true or false", c->name);
+    *p = cJSON_IsTrue(v) ? 1 : 0;
+    return NULL;
+  }
+  if (!cJSON_IsNumber(v))
+    return BAD("input '%s': %s data must be numbers", c->name, cinfer_dtype_name(dt));
+  double d = v->valuedouble;
+  switch (dt) {
+    case CINFER_TYPE_FP32: { float f = (float)d; memcpy(p, &f, 4); return NULL; }
+    case CINFER_TYPE_FP64: memcpy(p, &d, 8); return NULL;
+    case CINFER_TYPE_FP16: { uint16_t h = float_to_half((float)d); memcpy(p, &h, 2); return NULL; }
+    case CINFER_TYPE_BF16: { uint16_t h = float_to_bf16((float)d); memcpy(p, &h, 2); return NULL; }
+    default: break;
+  }
+  if (d != floor(d))
+    return BAD("input '%s': %s data must be integers, got %g", c->name, cinfer_dtype_name(dt), d);
+#define INT_CASE(T, ctype, lo, hi)                                                         \
+  case T: {                                                                                \
+    if (d < (double)(lo) || d > (double)(hi))                                              \
+      return BAD("input '%s': value %.17g is out of range for %s", c->name, d,             \
+                 cinfer_dtype_name(dt));                                                   \
+    ctype x = (ctype)d;                                                                    \
+    memcpy(p, &x, sizeof x);                                                               \
+    return NULL;                                                                           \
+  }
+  switch (dt) {
+    INT_CASE(CINFER_TYPE_UINT8, uint8_t, 0, UINT8_MAX)
+    INT_CASE(CINFER_TYPE_UINT16, uint16_t, 0, UINT16_MAX)
+    INT_CASE(CINFER_TYPE_UINT32, uint32_t, 0, UINT32_MAX)
+    INT_CASE(CINFER_TYPE_UINT64, uint64_t, 0, 18446744073709549568.0)
+    INT_CASE(CINFER_TYPE_INT8, int8_t, INT8_MIN, INT8_MAX)
+    INT_CASE(CINFER_TYPE_INT16, int16_t, INT16_MIN, INT16_MAX)
+    INT_CASE(CINFER_TYPE_INT32, int32_t, INT32_MIN, INT32_MAX)
+    INT_CASE(CINFER_TYPE_INT64, int64_t, -9223372036854775808.0, 9223372036854774784.0)
+    default: break;
+  }
+#undef INT_CASE
+  return BAD("input '%s': unsupported datatype", c->name);
+}
+
+static cinfer_status *flatten(flat_ctx *c, const cJSON *v) {
+  if (!cJSON_IsArray(v)) return put_elem(c, v);
+  for (const cJSON *e = v->child; e; e = e->next) {
+    cinfer_status *st = flatten(c, e);
+    if (st) return st;
+  }
+  return NULL;
+}
+
+static cinfer_status *parse_shape(const cJSON *shape, const char *name, cinfer_tensor *t,
+                                  const kserve_limits *lim) {
+  if (!cJSON_IsArray(shape)) return BAD("input '%s': 'shape' must be an array of integers", name);
+  int nd = cJSON_GetArraySize(shape);
+  if (nd > CINFER_MAX_DIMS)
+    return BAD("input '%s': shape has %d dimensions (at most %d)", name, nd, CINFER_MAX_DIMS);
+  int i = 0;
+  for (const cJSON *d = shape->child; d; d = d->next, i++) {
+    if (!cJSON_IsNumber(d) || d->valuedouble != floor(d->valuedouble) || d->valuedouble < 0 ||
+        d->valuedouble > 9.0e15)
+      return BAD("input '%s': shape[%d] must be a non-negative integer", name, i);
+    t->shape[i] = (int64_t)d->valuedouble;
+  }
+  t->ndim = nd;
+  int64_t el = cinfer_shape_elements(t->shape, nd);
+  if (el < 0 || el > lim->max_tensor_elements)
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "input '%s': shape has more than the limit of %lld elements", name,
+                             (long long)lim->max_tensor_elements);
+  return NULL;
+}
+
+void kserve_request_free(kserve_request *k) {
+  if (!k) return;
+  for (size_t i = 0; i < k->n_inputs; i++) free(k->inputs[i].owned);
+  free(k->inputs);
+  free(k->outputs);
+  cJSON_Delete(k->root);
+  free(k);
+}
+
+static bool get_bool_param(const cJSON *params, const char *key, bool *out) {
+  const cJSON *v = params ? cJSON_GetObjectItemCaseSensitive(params, key) : NULL;
+  if (!cJSON_IsBool(v)) return false;
+  *out = cJSON_IsTrue(v);
+  return true;
+}
+
+cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_len,
+                             const kserve_limits *lim, kserve_request **out) {
+  *out = NULL;
+  size_t jlen = body_len;
+  if (header_len >= 0) {
+    if ((uint64_t)header_len > body_len)
+      return BAD("Inference-Header-Content-Length (%lld) is larger than the body (%zu bytes)",
+                 (long long)header_len, body_len);
+    jlen = (size_t)header_len;
+  }
+  if (jlen == 0) return BAD("empty request body: expected a JSON object");
+  cinfer_status *st = check_depth(body, jlen, lim->max_json_depth);
+  if (st) return st;
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(body, jlen, &end, 0);
+  if (!root) {
+    size_t off = end && end >= body ? (size_t)(end - body) : 0;
+    return BAD("malformed JSON in request body near byte %zu", off);
+  }
+  kserve_request *k = calloc(1, sizeof *k);
+  if (!k) {
+    cJSON_Delete(root);
+    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  }
+  k->root = root;
+  const char *bin = body + jlen;
+  size_t bin_left = body_len - jlen;
+
+  if (!cJSON_IsObject(root)) { st = BAD("request body must be a JSON object"); goto fail; }
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+  if (id) {
+    if (!cJSON_IsString(id)) { st = BAD("'id' must be a string"); goto fail; }
+    k->id = id->valuestring;
+  }
+  k->params = cJSON_GetObjectItemCaseSensitive(root, "parameters");
+  if (k->params && !cJSON_IsObject(k->params)) {
+    st = BAD("'parameters' must be an object");
+    goto fail;
+  }
+  get_bool_param(k->params, "binary_data_output", &k->binary_default);
+
+  const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(root, "inputs");
+  if (!cJSON_IsArray(inputs) || !inputs->child) {
+    st = BAD("request must have a non-empty 'inputs' array");
+    goto fail;
+  }
+  int nin = cJSON_GetArraySize(inputs);
+  k->inputs = calloc((size_t)nin, sizeof *k->inputs);
+  if (!k->inputs) { st = cinfer_status_new(CINFER_INTERNAL, "out of memory"); goto fail; }
+  for (const cJSON *in = inputs->child; in; in = in->next) {
+    kserve_input *ki = &k->inputs[k->n_inputs];
+    cinfer_tensor *t = &ki->t;
+    if (!cJSON_IsObject(in)) { st = BAD("inputs[%zu] must be an object", k->n_inputs); goto fail; }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
+    if (!cJSON_IsString(name) || !name->valuestring[0]) {
+      st = BAD("inputs[%zu] needs a non-empty string 'name'", k->n_inputs);
+      goto fail;
+    }
+    t->name = name->valuestring;
+    for (size_t j = 0; j < k->n_inputs; j++)
+      if (!strcmp(k->inputs[j].t.name, t->name)) {
+        st = BAD("input '%s' appears more than once", t->name);
+        goto fail;
+      }
+    k->n_inputs++;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "datatype");
+    if (!cJSON_IsString(dt)) { st = BAD("input '%s' needs a string 'datatype'", t->name); goto fail; }
+    t->dtype = cinfer_dtype_parse(dt->valuestring, strlen(dt->valuestring));
+    if (t->dtype == CINFER_TYPE_INVALID || strncmp(dt->valuestring, "TYPE_", 5) == 0) {
+      st = BAD("input '%s': unknown datatype '%s'", t->name, dt->valuestring);
+      goto fail;
+    }
+    if ((st = parse_shape(cJSON_GetObjectItemCaseSensitive(in, "shape"), t->name, t, lim)))
+      goto fail;
+    int64_t elems = cinfer_shape_elements(t->shape, t->ndim);
+    const cJSON *ip = cJSON_GetObjectItemCaseSensitive(in, "parameters");
+    const cJSON *bds = cJSON_IsObject(ip) ? cJSON_GetObjectItemCaseSensitive(ip, "binary_data_size") : NULL;
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(in, "data");
+    if (bds) {
+      if (!cJSON_IsNumber(bds) || bds->valuedouble < 0 || bds->valuedouble != floor(bds->valuedouble)) {
+        st = BAD("input '%s': binary_data_size must be a non-negative integer", t->name);
+        goto fail;
+      }
+      if (data) { st = BAD("input '%s' has both 'data' and binary_data_size", t->name); goto fail; }
+      if (bds->valuedouble > (double)bin_left) {
+        st = BAD("input '%s': binary_data_size %.0f exceeds the %zu bytes of binary data left",
+                 t->name, bds->valuedouble, bin_left);
+        goto fail;
+      }
+      t->byte_size = (size_t)bds->valuedouble;
+      t->data = bin;
+      bin += t->byte_size;
+      bin_left -= t->byte_size;
+      if ((st = cinfer_tensor_check(t))) goto fail;
+      continue;
+    }
+    if (!data) { st = BAD("input '%s' has neither 'data' nor binary_data_size", t->name); goto fail; }
+    size_t es = cinfer_dtype_size(t->dtype);
+    size_t cap = t->dtype == CINFER_TYPE_BYTES ? 64 + (size_t)elems * 8 : (size_t)elems * es;
+    flat_ctx c = {t->dtype, malloc(cap ? cap : 1), 0, cap, 0, elems, t->name};
+    if (!c.out) { st = cinfer_status_new(CINFER_INTERNAL, "out of memory"); goto fail; }
+    ki->owned = c.out;
+    st = flatten(&c, data);
+    ki->owned = c.out; /* may have moved */
+    if (st) goto fail;
+    if (c.count != elems) {
+      st = BAD("input '%s': 'data' has %lld elements but the shape needs %lld", t->name,
+               (long long)c.count, (long long)elems);
+      goto fail;
+    }
+    t->data = c.out;
+    t->byte_size = c.pos;
+  }
+  if (bin_left) {
+    st = BAD("%zu bytes of binary data follow the last binary input", bin_left);
+    goto fail;
+  }
+
+  const cJSON *outputs = cJSON_GetObjectItemCaseSensitive(root, "outputs");
+  if (outputs) {
+    if (!cJSON_IsArray(outputs)) { st = BAD("'outputs' must be an array"); goto fail; }
+    int nout = cJSON_GetArraySize(outputs);
+    k->outputs = calloc((size_t)nout + 1, sizeof *k->outputs);
+    if (!k->outputs) { st = cinfer_status_new(CINFER_INTERNAL, "out of memory"); goto fail; }
+    for (const cJSON *o = outputs->child; o; o = o->next) {
+      const cJSON *name = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : NULL;
+      if (!cJSON_IsString(name)) {
+        st = BAD("outputs[%zu] needs a string 'name'", k->n_outputs);
+        goto fail;
+      }
+      kserve_output_req *ko = &k->outputs[k->n_outputs++];
+      ko->name = name->valuestring;
+      ko->binary = k->binary_default;
+      const cJSON *op = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+      if (op && !cJSON_IsObject(op)) {
+        st = BAD("output '%s': 'parameters' must be an object", ko->name);
+        goto fail;
+      }
+      get_bool_param(op, "binary_data", &ko->binary);
+      if (op && cJSON_GetObjectItemCaseSensitive(op, "classification")) {
+        st = cinfer_status_new(CINFER_UNSUPPORTED,
+                               "output '%s': the classification extension is not supported",
+                               ko->name);
+        goto fail;
+      }
+    }
+  }
+  *out = k;
+  return NULL;
+fail:
+  kserve_request_free(k);
+  return st;
+}
+
+const char *kserve_request_id(const kserve_request *k) { return k->id; }
+size_t kserve_request_input_count(const kserve_request *k) { return k->n_inputs; }
+kserve_input *kserve_request_input(kserve_request *k, size_t i) { return &k->inputs[i]; }
+size_t kserve_request_output_count(const kserve_request *k) { return k->n_outputs; }
+const kserve_output_req *kserve_request_output(const kserve_request *k, size_t i) {
+  return &k->outputs[i];
+}
+bool kserve_request_binary_default(const kserve_request *k) { return k->binary_default; }
+
+cinfer_status *kserve_apply(kserve_request *k, cinfer_request *r) {
+  cinfer_status *st;
+  if (k->id) cinfer_request_set_id(r, k->id, strlen(k->id));
+  for (size_t i = 0; i < k->n_inputs; i++) {
+    kserve_input *ki = &k->inputs[i];
+    if (ki->owned) {
+      if ((st = cinfer_request_add_input_owned(r, &ki->t, ki->owned))) return st;
+      ki->owned = NULL;
+    } else if ((st = cinfer_request_add_input(r, &ki->t))) {
+      return st;
+    }
+  }
+  for (size_t i = 0; i < k->n_outputs; i++)
+    if ((st = cinfer_request_add_output(r, k->outputs[i].name))) return st;
+  if (k->params) {
+    for (const cJSON *p = k->params->child; p; p = p->next) {
+      const char *key = p->string;
+      if (!strcmp(key, "binary_data_output")) continue;
+      if (cJSON_IsBool(p)) st = cinfer_request_set_param_bool(r, key, cJSON_IsTrue(p));
+      else if (cJSON_IsString(p))
+        st = cinfer_request_set_param_string(r, key, p->valuestring, strlen(p->valuestring));
+      else if (cJSON_IsNumber(p) && p->valuedouble == floor(p->valuedouble) &&
+               fabs(p->valuedouble) < 9.0e15)
+        st = cinfer_request_set_param_int(r, key, (int64_t)p->valuedouble);
+      else if (cJSON_IsNumber(p)) st = cinfer_request_set_param_double(r, key, p->valuedouble);
+      else st = BAD("parameter '%s' must be a string, number or boolean", key);
+      if (st) return st;
+    }
+  }
+  return NULL;
+}
+
+/* ---- encoding ------------------------------------------------------------------------ */
+
+static void kbuf_reserve(kbuf *b, size_t n) {
+  if (b->oom || b->cap - b->len >= n) return;
+  size_t ncap = b->cap ? b->cap : 256;
+  while (ncap - b->len < n) ncap *= 2;
+  char *nd = realloc(b->data, ncap);
+  if (!nd) {
+    b->oom = true;
+    return;
+  }
+  b->data = nd;
+  b->cap = ncap;
+}
+
+void kbuf_put(kbuf *b, const void *p, size_t n) {
+  kbuf_reserve(b, n + 1);
+  if (b->oom) return;
+  memcpy(b->data + b->len, p, n);
+  b->len += n;
+  b->data[b->len] = 0;
+}
+
+void kbuf_puts(kbuf *b, const char *s) { kbuf_put(b, s, strlen(s)); }
+
+void kbuf_printf(kbuf *b, const char *fmt, ...) {
+  for (int tries = 0; tries < 2 && !b->oom; tries++) {
+    kbuf_reserve(b, 64);
+    if (b->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) { b->oom = true; return; }
+    if ((size_t)n < b->cap - b->len) { b->len += (size_t)n; return; }
+    kbuf_reserve(b, (size_t)n + 1);
+  }
+}
+
+void kbuf_json_string(kbuf *b, const char *s, size_t n) {
+  kbuf_reserve(b, n * 6 + 3);
+  if (b->oom) return;
+  char *o = b->data + b->len;
+  *o++ = '"';
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '"' || c == '\\') { *o++ = '\\'; *o++ = (char)c; }
+    else if (c == '\n') { *o++ = '\\'; *o++ = 'n'; }
+    else if (c == '\r') { *o++ = '\\'; *o++ = 'r'; }
+    else if (c == '\t') { *o++ = '\\'; *o++ = 't'; }
+    else if (c < 0x20) o += sprintf(o, "\\u%04x", c);
+    else *o++ = (char)c;
+  }
+  *o++ = '"';
+  *o = 0;
+  b->len = (size_t)(o - b->data);
+}
+
+void kbuf_free(kbuf *b) {
+  free(b->data);
+  memset(b, 0, sizeof *b);
+}
+
+static void put_double(kbuf *b, double d, int prec) {
+  if (isnan(d)) kbuf_puts(b, "NaN");
+  else if (isinf(d)) kbuf_puts(b, d > 0 ? "Infinity" : "-Infinity");
+  else kbuf_printf(b, "%.*g", prec, d);
+}
+
+static void encode_data(kbuf *b, const cinfer_tensor *t) {
+  int64_t n = cinfer_shape_elements(t->shape, t->ndim);
+  const unsigned char *p = t->data;
+  kbuf_put(b, "[", 1);
+  size_t off = 0;
+  for (int64_t i = 0; i < n && !b->oom; i++) {
+    if (i) kbuf_put(b, ",", 1);
+    switch (t->dtype) {
+      case CINFER_TYPE_BOOL: kbuf_puts(b, p[i] ? "true" : "false"); break;
+      case CINFER_TYPE_UINT8: kbuf_printf(b, "%u", p[i]); break;
+      case CINFER_TYPE_INT8: kbuf_printf(b, "%d", (int8_t)p[i]); break;
+#define NUM(T, ctype, fmt, cast)                         \
+  case T: {                                              \
+    ctype v;                                             \
+    memcpy(&v, p + (size_t)i * sizeof v, sizeof v);      \
+    kbuf_printf(b, fmt, (cast)v);                        \
+    break;                                               \
+  }
+      NUM(CINFER_TYPE_UINT16, uint16_t, "%u", unsigned)
+      NUM(CINFER_TYPE_UINT32, uint32_t, "%u", unsigned)
+      NUM(CINFER_TYPE_UINT64, uint64_t, "%llu", unsigned long long)
+      NUM(CINFER_TYPE_INT16, int16_t, "%d", int)
+      NUM(CINFER_TYPE_INT32, int32_t, "%d", int)
+      NUM(CINFER_TYPE_INT64, int64_t, "%lld", long long)
+#undef NUM
+      case CINFER_TYPE_FP32: { float v; memcpy(&v, p + (size_t)i * 4, 4); put_double(b, v, 9); break; }
+      case CINFER_TYPE_FP64: { double v; memcpy(&v, p + (size_t)i * 8, 8); put_double(b, v, 17); break; }
+      case CINFER_TYPE_FP16: { uint16_t v; memcpy(&v, p + (size_t)i * 2, 2); put_double(b, half_to_float(v), 9); break; }
+      case CINFER_TYPE_BF16: { uint16_t v; memcpy(&v, p + (size_t)i * 2, 2); put_double(b, bf16_to_float(v), 9); break; }
+      case CINFER_TYPE_BYTES: {
+        if (t->byte_size - off < 4) { i = n; break; }
+        uint32_t l = (uint32_t)p[off] | (uint32_t)p[off + 1] << 8 | (uint32_t)p[off + 2] << 16 |
+                     (uint32_t)p[off + 3] << 24;
+        off += 4;
+        if (l > t->byte_size - off) l = (uint32_t)(t->byte_size - off);
+        kbuf_json_string(b, (const char *)p + off, l);
+        off += l;
+        break;
+      }
+      default: kbuf_puts(b, "null"); break;
+    }
+  }
+  kbuf_put(b, "]", 1);
+}
+
+bool kserve_encode_response(kbuf *out, size_t *json_len, const char *model, int64_t version,
+                            const char *id, const cinfer_response *resp, const bool *binary) {
+  kbuf_puts(out, "{");
+  if (id && id[0]) {
+    kbuf_puts(out, "\"id\":");
+    kbuf_json_string(out, id, strlen(id));
+    kbuf_puts(out, ",");
+  }
+  kbuf_puts(out, "\"model_name\":");
+  kbuf_json_string(out, model, strlen(model));
+  kbuf_printf(out, ",\"model_version\":\"%lld\",\"outputs\":[", (long long)version);
+  uint32_t n = cinfer_response_output_count(resp);
+  for (uint32_t i = 0; i < n; i++) {
+    const cinfer_tensor *t = cinfer_response_output(resp, i);
+    if (i) kbuf_put(out, ",", 1);
+    kbuf_puts(out, "{\"name\":");
+    kbuf_json_string(out, t->name, strlen(t->name));
+    kbuf_printf(out, ",\"datatype\":\"%s\",\"shape\":[", cinfer_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim; d++) kbuf_printf(out, d ? ",%lld" : "%lld", (long long)t->shape[d]);
+    kbuf_puts(out, "]");
+    if (binary && binary[i]) {
+      kbuf_printf(out, ",\"parameters\":{\"binary_data_size\":%zu}}", t->byte_size);
+    } else {
+      kbuf_puts(out, ",\"data\":");
+      encode_data(out, t);
+      kbuf_puts(out, "}");
+    }
+  }
+  kbuf_puts(out, "]}");
+  *json_len = out->len;
+  for (uint32_t i = 0; i < n; i++)
+    if (binary && binary[i]) {
+      const cinfer_tensor *t = cinfer_response_output(resp, i);
+      kbuf_put(out, t->data, t->byte_size);
+    }
+  return !out->oom;
+}
+
+void kserve_encode_error(kbuf *out, const char *msg) {
+  kbuf_puts(out, "{\"error\":");
+  kbuf_json_string(out, msg, strlen(msg));
+  kbuf_puts(out, "}");
+}

@@ -1,0 +1,73 @@
+/* kserve.h: the KServe v2 inference protocol codec (JSON tensors and the binary tensor
+ * data extension), independent of the transport.
+ *
+ * decode: body bytes -> kserve_request (inputs as tensor views, requested outputs,
+ *         parameters). Binary inputs are views into the body (zero copy); JSON "data" is
+ *         converted into buffers owned by the kserve_request.
+ * encode: a response's output tensors -> JSON header (+ binary section).
+ * Every size from the body is checked against the limits before anything is allocated. */
+#ifndef CINFER_FRONTEND_KSERVE_H
+#define CINFER_FRONTEND_KSERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cinfer/cinfer.h"
+
+typedef struct kserve_limits {
+  int64_t max_tensor_elements; /* per input tensor */
+  int max_json_depth;          /* nesting of objects/arrays */
+} kserve_limits;
+
+typedef struct kserve_input {
+  cinfer_tensor t;   /* name points into the request; data into the body or `owned` */
+  void *owned;       /* buffer converted from JSON data, or NULL */
+} kserve_input;
+
+typedef struct kserve_output_req {
+  const char *name;
+  bool binary;        /* binary_data (or the request-level binary_data_output) */
+} kserve_output_req;
+
+typedef struct kserve_request kserve_request;
+
+/* Decodes an infer request. header_len is the Inference-Header-Content-Length value, or -1
+ * when the header is absent (the whole body is JSON). The body must outlive the request.
+ * On error returns an INVALID_ARG status naming the problem and *out is NULL. */
+cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_len,
+                             const kserve_limits *lim, kserve_request **out);
+void kserve_request_free(kserve_request *k);
+
+const char *kserve_request_id(const kserve_request *k);  /* NULL when absent */
+size_t kserve_request_input_count(const kserve_request *k);
+kserve_input *kserve_request_input(kserve_request *k, size_t i);
+size_t kserve_request_output_count(const kserve_request *k);
+const kserve_output_req *kserve_request_output(const kserve_request *k, size_t i);
+bool kserve_request_binary_default(const kserve_request *k);
+
+/* Fills a cinfer request from a decoded one: inputs (ownership of converted buffers moves
+ * to the cinfer request), requested outputs, parameters, id, priority and timeout. */
+cinfer_status *kserve_apply(kserve_request *k, cinfer_request *r);
+
+/* A growable byte buffer. */
+typedef struct kbuf {
+  char *data;
+  size_t len, cap;
+  bool oom;
+} kbuf;
+void kbuf_put(kbuf *b, const void *p, size_t n);
+void kbuf_puts(kbuf *b, const char *s);
+void kbuf_printf(kbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void kbuf_json_string(kbuf *b, const char *s, size_t n); /* quoted and escaped */
+void kbuf_free(kbuf *b);
+
+/* Encodes a successful response. `binary` says per output whether it goes to the binary
+ * section (then *json_len < out->len and the caller sets Inference-Header-Content-Length).
+ * Returns false on allocation failure. */
+bool kserve_encode_response(kbuf *out, size_t *json_len, const char *model, int64_t version,
+                            const char *id, const cinfer_response *resp, const bool *binary);
+/* {"error":"..."} */
+void kserve_encode_error(kbuf *out, const char *msg);
+
+#endif

@@ -1,0 +1,26 @@
+/* backends.c: the backends built into this binary, registered once at server creation.
+ * Adding a backend: declare its iface here and list it in the table. */
+#include <pthread.h>
+
+#include "cinfer/backend.h"
+#include "core/log.h"
+
+extern const cinfer_backend_iface cinfer_identity_backend;
+extern const cinfer_backend_iface cinfer_sim_backend;
+
+static const cinfer_backend_iface *const builtin[] = {
+    &cinfer_identity_backend,
+    &cinfer_sim_backend,
+};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void register_all(void) {
+  for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
+    cinfer_status *st = cinfer_backend_register(builtin[i]);
+    if (st) LOG_E("backend '%s': %s", builtin[i]->name, cinfer_status_message(st));
+    cinfer_status_free(st);
+  }
+}
+
+void cinfer_register_builtin_backends(void) { pthread_once(&once, register_all); }

@@ -1,0 +1,176 @@
+/* cfgview.c: the server's accessors over src/repo/config.h (see cfgview.h). */
+#include "server/cfgview.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cinfer/backend.h"
+#include "repo/config.h"
+
+const char *cfg_name(const cinfer_model_config *c) { return c->name; }
+const char *cfg_platform(const cinfer_model_config *c) { return c->platform; }
+
+const char *cfg_backend(const cinfer_model_config *c) {
+  if (c->backend && c->backend[0]) {
+    if (!strcmp(c->backend, "onnx")) return "onnxruntime";
+    return c->backend;
+  }
+  const char *p = c->platform ? c->platform : "";
+  if (!strcmp(p, "onnxruntime_onnx")) return "onnxruntime";
+  return p;
+}
+
+int64_t cfg_max_batch_size(const cinfer_model_config *c) { return c->max_batch_size; }
+int cfg_input_count(const cinfer_model_config *c) { return (int)c->n_inputs; }
+int cfg_output_count(const cinfer_model_config *c) { return (int)c->n_outputs; }
+
+static void io_view(const model_config_io *io, cfg_io *out) {
+  memset(out, 0, sizeof *out);
+  out->name = io->name;
+  out->dtype = io->data_type;
+  out->ndim = io->ndims < 0 ? 0 : io->ndims;
+  memcpy(out->dims, io->dims, sizeof out->dims);
+  out->reshape_ndim = io->has_reshape ? io->reshape_ndims : -1;
+  memcpy(out->reshape, io->reshape, sizeof out->reshape);
+  out->optional = io->optional;
+}
+
+void cfg_input(const cinfer_model_config *c, int i, cfg_io *out) { io_view(&c->inputs[i], out); }
+void cfg_output(const cinfer_model_config *c, int i, cfg_io *out) { io_view(&c->outputs[i], out); }
+
+int cfg_instance_group_count(const cinfer_model_config *c) { return (int)c->n_instance_groups; }
+
+void cfg_get_instance_group(const cinfer_model_config *c, int i, cfg_instance_group *out) {
+  const model_instance_group *g = &c->instance_groups[i];
+  memset(out, 0, sizeof *out);
+  out->count = g->count > 0 ? g->count : 1;
+  out->kind = g->kind == MODEL_INSTANCE_KIND_GPU ? CINFER_INSTANCE_KIND_GPU : CINFER_INSTANCE_KIND_CPU;
+  out->n_gpus = (int)(g->n_gpus < 16 ? g->n_gpus : 16);
+  for (int k = 0; k < out->n_gpus; k++) out->gpus[k] = g->gpus[k];
+}
+
+static void policy_view(const model_queue_policy *p, cfg_queue_policy *o) {
+  o->reject_on_timeout = p->timeout_action == MODEL_TIMEOUT_REJECT;
+  o->default_timeout_us = p->default_timeout_microseconds;
+  o->allow_timeout_override = p->allow_timeout_override;
+  o->max_queue_size = p->max_queue_size;
+}
+
+void cfg_get_dynamic_batching(const cinfer_model_config *c, cfg_dynamic_batching *out) {
+  memset(out, 0, sizeof *out);
+  if (!c->has_dynamic_batching) return;
+  const model_dynamic_batching *d = &c->dynamic_batching;
+  out->enabled = true;
+  out->n_preferred = (int)(d->n_preferred_batch_size < 16 ? d->n_preferred_batch_size : 16);
+  for (int i = 0; i < out->n_preferred; i++) out->preferred[i] = d->preferred_batch_size[i];
+  out->max_queue_delay_us = d->max_queue_delay_microseconds;
+  out->preserve_ordering = d->preserve_ordering;
+  out->priority_levels = (uint32_t)d->priority_levels;
+  out->default_priority_level = (uint32_t)d->default_priority_level;
+  policy_view(&d->default_queue_policy, &out->default_policy);
+  out->n_level_policies = (int)(d->n_priority_queue_policy < 16 ? d->n_priority_queue_policy : 16);
+  for (int i = 0; i < out->n_level_policies; i++) {
+    out->level_policy_level[i] = (uint32_t)d->priority_queue_policy[i].level;
+    policy_view(&d->priority_queue_policy[i].policy, &out->level_policy[i]);
+  }
+}
+
+cfg_version_kind cfg_version_policy(const cinfer_model_config *c, int *num_latest,
+                                    const int64_t **specific, int *n_specific) {
+  const model_version_policy *v = &c->version_policy;
+  *num_latest = v->num_versions ? (int)v->num_versions : 1;
+  *specific = v->versions;
+  *n_specific = (int)v->n_versions;
+  return v->kind == MODEL_VERSION_ALL        ? CFG_VERSIONS_ALL
+         : v->kind == MODEL_VERSION_SPECIFIC ? CFG_VERSIONS_SPECIFIC
+                                             : CFG_VERSIONS_LATEST;
+}
+
+const char *cfg_parameter(const cinfer_model_config *c, const char *key) {
+  return model_config_parameter(c, key);
+}
+
+bool cfg_decoupled(const cinfer_model_config *c) { return c->decoupled; }
+void cfg_free(cinfer_model_config *c) { model_config_free(c); }
+cinfer_status *cfg_validate(const cinfer_model_config *c) { return model_config_validate(c); }
+
+/* Looks for a file named `file` in any numeric version folder of model_dir. */
+static bool has_version_file(const char *model_dir, const char *file) {
+  DIR *d = opendir(model_dir);
+  if (!d) return false;
+  bool found = false;
+  struct dirent *e;
+  while (!found && (e = readdir(d))) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s/%s", model_dir, e->d_name, file);
+    if (stat(path, &st) == 0) found = true;
+  }
+  closedir(d);
+  return found;
+}
+
+cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_config **out) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/config.pbtxt", model_dir);
+  struct stat st;
+  cinfer_status *err;
+  if (stat(path, &st) == 0) {
+    if ((err = model_config_load_file(path, out))) return err;
+  } else {
+    const char *backend = has_version_file(model_dir, "model.onnx")   ? "onnxruntime"
+                          : has_version_file(model_dir, "model.gguf") ? "llm"
+                                                                      : NULL;
+    if (!backend)
+      return cinfer_status_new(CINFER_INVALID_ARG,
+                               "%s: missing, and no model.onnx or model.gguf in a version folder "
+                               "to auto-complete from", path);
+    if ((err = model_config_new(name, out))) return err;
+    free((*out)->backend);
+    (*out)->backend = strdup(backend);
+  }
+  cinfer_model_config *c = *out;
+  if (!c->name || !c->name[0]) {
+    if ((err = model_config_set_name(c, name))) goto fail;
+  } else if (strcmp(c->name, name) != 0) {
+    err = cinfer_status_new(CINFER_INVALID_ARG,
+                            "%s: model name '%s' does not match its folder name '%s'", path,
+                            c->name, name);
+    goto fail;
+  }
+  if (!cfg_backend(c)[0]) {
+    err = cinfer_status_new(CINFER_INVALID_ARG, "%s: neither 'backend' nor 'platform' is set", path);
+    goto fail;
+  }
+  return NULL;
+fail:
+  model_config_free(c);
+  *out = NULL;
+  return err;
+}
+
+int cfg_warmup_count(const cinfer_model_config *c) { return (int)c->n_warmups; }
+
+void cfg_warmup(const cinfer_model_config *c, int i, const char **name, uint32_t *batch_size,
+                uint32_t *count, int *n_inputs) {
+  const model_warmup *w = &c->warmups[i];
+  *name = w->name ? w->name : "";
+  *batch_size = w->batch_size;
+  *count = w->count ? w->count : 1;
+  *n_inputs = (int)w->n_inputs;
+}
+
+void cfg_warmup_input_at(const cinfer_model_config *c, int i, int j, cfg_warmup_input *out) {
+  const model_warmup_input *in = &c->warmups[i].inputs[j];
+  memset(out, 0, sizeof *out);
+  out->name = in->key;
+  out->dtype = in->data_type;
+  out->ndim = in->ndims;
+  memcpy(out->dims, in->dims, sizeof out->dims);
+  out->source = in->source == MODEL_WARMUP_ZERO_DATA ? 0 : in->source == MODEL_WARMUP_RANDOM_DATA ? 1 : 2;
+  out->file = in->input_data_file;
+}

@@ -1,0 +1,93 @@
+/* cfgview.h: the server core's read-only view of a parsed model configuration
+ * (src/repo/config.h). Keeping every field access in cfgview.c means the scheduler and
+ * request validation do not depend on the config struct's layout. */
+#ifndef CINFER_SERVER_CFGVIEW_H
+#define CINFER_SERVER_CFGVIEW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cinfer/types.h"
+
+struct cinfer_model_config;
+typedef struct cinfer_model_config cinfer_model_config;
+
+typedef struct cfg_io {
+  const char *name;
+  cinfer_dtype dtype;
+  int ndim;                       /* dims as configured (without the batch dim) */
+  int64_t dims[CINFER_MAX_DIMS];
+  int reshape_ndim;               /* -1 when no reshape */
+  int64_t reshape[CINFER_MAX_DIMS];
+  bool optional;
+} cfg_io;
+
+typedef struct cfg_instance_group {
+  int count;
+  int kind;                       /* CINFER_INSTANCE_KIND_* */
+  int n_gpus;
+  int gpus[16];
+} cfg_instance_group;
+
+typedef struct cfg_queue_policy {
+  bool reject_on_timeout;         /* timeout_action REJECT (else DELAY) */
+  uint64_t default_timeout_us;
+  bool allow_timeout_override;
+  uint32_t max_queue_size;
+} cfg_queue_policy;
+
+typedef struct cfg_dynamic_batching {
+  bool enabled;
+  int n_preferred;
+  int64_t preferred[16];
+  uint64_t max_queue_delay_us;
+  bool preserve_ordering;
+  uint32_t priority_levels;
+  uint32_t default_priority_level;
+  cfg_queue_policy default_policy;
+  int n_level_policies;
+  uint32_t level_policy_level[16];
+  cfg_queue_policy level_policy[16];
+} cfg_dynamic_batching;
+
+typedef enum { CFG_VERSIONS_LATEST, CFG_VERSIONS_ALL, CFG_VERSIONS_SPECIFIC } cfg_version_kind;
+
+const char *cfg_name(const cinfer_model_config *c);
+const char *cfg_platform(const cinfer_model_config *c);
+const char *cfg_backend(const cinfer_model_config *c);
+int64_t cfg_max_batch_size(const cinfer_model_config *c);
+int cfg_input_count(const cinfer_model_config *c);
+void cfg_input(const cinfer_model_config *c, int i, cfg_io *out);
+int cfg_output_count(const cinfer_model_config *c);
+void cfg_output(const cinfer_model_config *c, int i, cfg_io *out);
+int cfg_instance_group_count(const cinfer_model_config *c);
+void cfg_get_instance_group(const cinfer_model_config *c, int i, cfg_instance_group *out);
+void cfg_get_dynamic_batching(const cinfer_model_config *c, cfg_dynamic_batching *out);
+cfg_version_kind cfg_version_policy(const cinfer_model_config *c, int *num_latest,
+                                    const int64_t **specific, int *n_specific);
+const char *cfg_parameter(const cinfer_model_config *c, const char *key);
+bool cfg_decoupled(const cinfer_model_config *c);
+void cfg_free(cinfer_model_config *c);
+
+/* Loads <model_dir>/config.pbtxt. When the file is missing, makes a minimal config from
+ * the files in the version folders (model.onnx -> onnxruntime, model.gguf -> llm) for the
+ * backend to auto-complete. The name must match the folder (or is filled in). */
+cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_config **out);
+/* Final validation after backend auto-complete. */
+cinfer_status *cfg_validate(const cinfer_model_config *c);
+
+typedef struct cfg_warmup_input {
+  const char *name;
+  cinfer_dtype dtype;
+  int ndim;
+  int64_t dims[CINFER_MAX_DIMS];
+  int source;                     /* 0 zero, 1 random, 2 file */
+  const char *file;
+} cfg_warmup_input;
+int cfg_warmup_count(const cinfer_model_config *c);
+/* Fills name/batch_size/count; inputs via cfg_warmup_input_at. */
+void cfg_warmup(const cinfer_model_config *c, int i, const char **name, uint32_t *batch_size,
+                uint32_t *count, int *n_inputs);
+void cfg_warmup_input_at(const cinfer_model_config *c, int i, int j, cfg_warmup_input *out);
+
+#endif

@@ -1,0 +1,148 @@
+/* internal.h: the server core's private structures (requests, responses, loaded models,
+ * schedulers). Only the files of src/server include this.
+ *
+ * Reference counting:
+ *   - cinfer_model: one reference held by the server's model table while the version is
+ *     listed, one by every request created for it. When the count reaches zero the model
+ *     is handed to the reaper thread, which stops its workers and unloads the backend
+ *     (never on a worker thread, which could not join itself).
+ *   - cinfer_request: the creator's reference, plus one while the server is working on it
+ *     (from infer_async until the FINAL response has been delivered).
+ *   - batch_block: the batch's output buffers; one reference per response that views it.
+ */
+#ifndef CINFER_SERVER_INTERNAL_H
+#define CINFER_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "cinfer/cinfer.h"
+#include "metrics/metrics.h"
+#include "server/cfgview.h"
+
+typedef struct req_param {
+  char *key;
+  enum { PARAM_STRING, PARAM_INT, PARAM_DOUBLE, PARAM_BOOL } type;
+  char *s;
+  int64_t i;
+  double d;
+  bool b;
+} req_param;
+
+typedef struct req_input {
+  cinfer_tensor t;    /* t.name == name below */
+  char *name;
+  void *owned;        /* freed with the request */
+  int cfg_index;      /* index in the model config's inputs */
+} req_input;
+
+struct cinfer_request {
+  _Atomic int refs;
+  cinfer_model *model;
+  char *id;
+  req_input *inputs;
+  uint32_t n_inputs, cap_inputs;
+  char **outputs;     /* requested output names; none = all */
+  uint32_t n_outputs;
+  req_param *params;
+  uint32_t n_params, cap_params;
+  uint32_t priority;  /* 0 = the model's default level */
+  uint64_t timeout_us;
+  cinfer_response_fn cb;
+  void *cb_user;
+  _Atomic bool cancelled;
+  _Atomic bool final_sent;
+  _Atomic bool submitted;
+  /* scheduling */
+  int64_t rows;       /* dim 0 when the model batches, else 1 */
+  uint64_t shape_key; /* hash of non-batch dims; equal keys may share a batch */
+  uint64_t t_arrival, t_exec_start;
+  cinfer_request *next;
+};
+
+typedef struct batch_block {
+  _Atomic int refs;
+  uint32_t n;
+  struct { char *name; void *data; cinfer_tensor t; } out[];
+} batch_block;
+
+struct cinfer_response {
+  cinfer_request *req;      /* one reference held */
+  cinfer_status *error;
+  uint32_t n;
+  cinfer_tensor *outputs;
+  batch_block *block;       /* batch style: outputs view it */
+  void *owned;              /* decoupled style: copies of the outputs */
+};
+
+typedef struct model_instance {
+  cinfer_model *model;
+  int index;
+  void *state;              /* the backend's instance */
+  pthread_t thread;
+  bool started;
+  uint64_t busy_ns;
+  metric *m_busy;
+} model_instance;
+
+typedef struct model_metrics {
+  metric *success, *fail_backend, *fail_rejected, *fail_timeout, *fail_cancelled;
+  metric *inference_count, *execution_count;
+  metric *request_dur, *queue_dur, *compute_dur, *batch_size, *pending;
+} model_metrics;
+
+struct cinfer_model {
+  _Atomic int refs;
+  cinfer_server *server;
+  char *name;
+  int64_t version;
+  char *model_dir, *version_dir;
+  cinfer_model_config *config;  /* owned */
+  const cinfer_backend_iface *backend;
+  void *backend_model;
+  bool batching;                /* max_batch_size > 0 */
+  int64_t max_batch;
+  cfg_dynamic_batching db;
+  int n_inputs, n_outputs;
+  cfg_io *inputs, *outputs;
+
+  /* scheduler */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  cinfer_request *q_head, *q_tail;
+  size_t q_len;
+  bool stopping;
+  int n_instances;
+  model_instance *instances;
+
+  /* statistics (under stats_mu) */
+  pthread_mutex_t stats_mu;
+  cinfer_model_stats stats;
+  model_metrics m;
+
+  cinfer_model *reap_next;
+};
+
+/* request.c */
+void request_complete_error(cinfer_request *r, cinfer_status *st); /* takes st */
+void request_deliver(cinfer_request *r, cinfer_response *resp, uint32_t flags);
+bool request_output_wanted(const cinfer_request *r, const char *name);
+
+/* model.c */
+cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
+                            const char *model_dir, cinfer_model_config *config,
+                            cinfer_model **out);
+cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r);
+void model_ref(cinfer_model *m);
+void model_destroy_now(cinfer_model *m); /* reaper: stop workers, unload */
+uint64_t now_ns(void);
+void model_busy_update(cinfer_model *m, uint64_t window_ns);
+
+/* server.c */
+void server_reap(cinfer_server *s, cinfer_model *m);
+metrics_registry *server_metrics(cinfer_server *s);
+int server_thread_budget(const cinfer_server *s);
+void server_request_done(cinfer_server *s);
+const cinfer_backend_iface *backend_find(const char *name);
+
+#endif

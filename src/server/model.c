@@ -1,0 +1,598 @@
+/* model.c: one loaded model version: its backend state, its instances (one worker thread
+ * each) and the scheduler that feeds them.
+ *
+ * Scheduling (this file): requests queue FIFO per model under m->mu. A free worker takes
+ * the oldest request and, when the model batches and dynamic_batching is configured, every
+ * following request with the same shape key while the rows fit max_batch_size.
+ * Batch assembly copies each input once into a 64-byte-aligned buffer (a single-request
+ * batch passes the request's own tensors through, no copy); outputs are allocated once per
+ * batch and every response views its rows of them (no copy).
+ *
+ * Invariants: a request in the queue holds a reference on the model, so the model cannot
+ * be destroyed while its queue is non-empty; workers exit only when m->stopping is set by
+ * the reaper after the last reference is gone. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "server/internal.h"
+
+uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+}
+
+void model_ref(cinfer_model *m) { atomic_fetch_add(&m->refs, 1); }
+
+void cinfer_model_release(cinfer_model *m) {
+  if (m && atomic_fetch_sub(&m->refs, 1) == 1) server_reap(m->server, m);
+}
+
+const char *cinfer_model_name(const cinfer_model *m) { return m->name; }
+int64_t cinfer_model_version(const cinfer_model *m) { return m->version; }
+const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m) {
+  return m->config;
+}
+const char *cinfer_model_platform(const cinfer_model *m) {
+  const char *p = cfg_platform(m->config);
+  return p && p[0] ? p : m->backend->name;
+}
+bool cinfer_model_is_decoupled(const cinfer_model *m) {
+  return (m->backend->flags & CINFER_BACKEND_DECOUPLED) != 0;
+}
+
+/* ---- batch outputs -------------------------------------------------------------------- */
+
+typedef struct batch_core {
+  batch_block *block;
+  uint32_t cap;
+  cinfer_model *model;
+} batch_core;
+
+cinfer_status *cinfer_batch_output(cinfer_batch *b, const char *name, cinfer_dtype dtype,
+                                   int ndim, const int64_t *shape, size_t byte_size,
+                                   void **data) {
+  batch_core *c = b->core_;
+  if (!c) return cinfer_status_new(CINFER_INTERNAL, "cinfer_batch_output on a decoupled batch");
+  if (ndim < 0 || ndim > CINFER_MAX_DIMS)
+    return cinfer_status_new(CINFER_INTERNAL, "output '%s': bad rank %d", name, ndim);
+  if (c->model->batching && (ndim < 1 || shape[0] != b->batch_size))
+    return cinfer_status_new(CINFER_INTERNAL,
+                             "backend produced output '%s' whose first dim is not the batch "
+                             "size %lld", name, (long long)b->batch_size);
+  cinfer_tensor t = {.name = name, .dtype = dtype, .ndim = ndim, .byte_size = byte_size};
+  memcpy(t.shape, shape, sizeof(int64_t) * (size_t)ndim);
+  if (dtype != CINFER_TYPE_BYTES) {
+    cinfer_status *st = cinfer_tensor_check(&t);
+    if (st) return cinfer_status_prefix(st, "backend output");
+  }
+  batch_block *bl = c->block;
+  if (!bl || bl->n == c->cap) {
+    uint32_t ncap = c->cap ? c->cap * 2 : 4;
+    batch_block *nb = realloc(bl, sizeof *nb + ncap * sizeof nb->out[0]);
+    if (!nb) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    if (!bl) {
+      atomic_init(&nb->refs, 1);
+      nb->n = 0;
+    }
+    c->block = bl = nb;
+    c->cap = ncap;
+  }
+  void *p = NULL;
+  if (posix_memalign(&p, 64, byte_size ? (byte_size + 63) & ~(size_t)63 : 64))
+    return cinfer_status_new(CINFER_INTERNAL, "out of memory for output '%s'", name);
+  char *nm = strdup(name);
+  if (!nm) {
+    free(p);
+    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  }
+  uint32_t i = bl->n++;
+  bl->out[i].name = nm;
+  bl->out[i].data = p;
+  t.name = nm;
+  t.data = p;
+  bl->out[i].t = t;
+  *data = p;
+  return NULL;
+}
+
+bool cinfer_batch_output_requested(const cinfer_batch *b, const char *name) {
+  for (uint32_t i = 0; i < b->n_requests; i++)
+    if (request_output_wanted(b->requests[i], name)) return true;
+  return false;
+}
+
+/* ---- statistics ----------------------------------------------------------------------- */
+
+static void stat_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns) {
+  s->count += n;
+  s->ns += ns;
+}
+
+static void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code) {
+  uint64_t t = now_ns() - r->t_arrival;
+  pthread_mutex_lock(&m->stats_mu);
+  stat_add(&m->stats.fail, 1, t);
+  pthread_mutex_unlock(&m->stats_mu);
+  metric *which = code == CINFER_CANCELLED          ? m->m.fail_cancelled
+                  : code == CINFER_DEADLINE_EXCEEDED ? m->m.fail_timeout
+                  : code == CINFER_UNAVAILABLE       ? m->m.fail_rejected
+                                                     : m->m.fail_backend;
+  metric_inc(which, 1);
+  metric_observe(m->m.request_dur, (double)t * 1e-9);
+}
+
+static void fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st) {
+  record_failure(m, r, cinfer_status_code(st));
+  request_complete_error(r, st);
+}
+
+/* ---- execution ------------------------------------------------------------------------ */
+
+/* Builds responses viewing each request's rows of the batch outputs and delivers them. */
+static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, batch_block *bl) {
+  int64_t row0 = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    cinfer_request *r = reqs[k];
+    cinfer_response *resp = calloc(1, sizeof *resp);
+    cinfer_tensor *ts = bl ? calloc(bl->n ? bl->n : 1, sizeof *ts) : NULL;
+    if (!resp || (bl && !ts)) {
+      free(resp), free(ts);
+      fail_request(m, r, cinfer_status_new(CINFER_INTERNAL, "out of memory"));
+      row0 += r->rows;
+      continue;
+    }
+    uint32_t no = 0;
+    for (uint32_t i = 0; bl && i < bl->n; i++) {
+      const cinfer_tensor *bt = &bl->out[i].t;
+      if (!request_output_wanted(r, bt->name)) continue;
+      cinfer_tensor t = *bt;
+      if (m->batching && n > 1) {
+        int64_t total = bt->shape[0];
+        t.shape[0] = r->rows;
+        if (bt->dtype != CINFER_TYPE_BYTES) {
+          size_t row = total ? bt->byte_size / (size_t)total : 0;
+          t.data = (const char *)bt->data + (size_t)row0 * row;
+          t.byte_size = row * (size_t)r->rows;
+        } else { /* walk the length prefixes to find this request's rows */
+          int64_t per_row = cinfer_shape_elements(bt->shape + 1, bt->ndim - 1);
+          const unsigned char *p = bt->data;
+          size_t off = 0, start = 0;
+          for (int64_t e = 0; e < (row0 + r->rows) * per_row && off + 4 <= bt->byte_size; e++) {
+            if (e == row0 * per_row) start = off;
+            uint32_t l = (uint32_t)p[off] | (uint32_t)p[off + 1] << 8 |
+                         (uint32_t)p[off + 2] << 16 | (uint32_t)p[off + 3] << 24;
+            off += 4 + l;
+          }
+          if (row0 == 0 && per_row == 0) start = 0;
+          t.data = p + start;
+          t.byte_size = off - start;
+        }
+      }
+      ts[no++] = t;
+    }
+    if (bl) atomic_fetch_add(&bl->refs, 1);
+    cinfer_request_ref(r);
+    resp->req = r;
+    resp->outputs = ts;
+    resp->n = no;
+    resp->block = bl;
+    uint64_t t_end = now_ns();
+    pthread_mutex_lock(&m->stats_mu);
+    stat_add(&m->stats.success, 1, t_end - r->t_arrival);
+    pthread_mutex_unlock(&m->stats_mu);
+    metric_inc(m->m.success, 1);
+    metric_observe(m->m.request_dur, (double)(t_end - r->t_arrival) * 1e-9);
+    request_deliver(r, resp, CINFER_RESPONSE_FINAL);
+    row0 += r->rows;
+  }
+}
+
+static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
+  cinfer_model *m = inst->model;
+  uint64_t t0 = now_ns();
+  int64_t rows = 0;
+  for (uint32_t k = 0; k < n; k++) rows += reqs[k]->rows;
+
+  /* Assemble inputs: one tensor per input the first request carries, config order. */
+  cinfer_tensor inputs[64];
+  void *bufs[64] = {0};
+  uint32_t n_in = 0;
+  cinfer_status *st = NULL;
+  cinfer_request *r0 = reqs[0];
+  for (int ci = 0; ci < m->n_inputs && n_in < 64; ci++) {
+    const cinfer_tensor *tin = NULL;
+    for (uint32_t i = 0; i < r0->n_inputs; i++)
+      if (r0->inputs[i].cfg_index == ci) tin = &r0->inputs[i].t;
+    if (!tin) continue;
+    if (n == 1) {
+      inputs[n_in++] = *tin;
+      continue;
+    }
+    size_t total = 0;
+    for (uint32_t k = 0; k < n; k++)
+      total += cinfer_request_input_by_name(reqs[k], tin->name)->byte_size;
+    char *buf = NULL;
+    if (posix_memalign((void **)&buf, 64, total ? total : 64)) {
+      st = cinfer_status_new(CINFER_INTERNAL, "out of memory assembling a batch");
+      break;
+    }
+    bufs[n_in] = buf;
+    size_t off = 0;
+    for (uint32_t k = 0; k < n; k++) {
+      const cinfer_tensor *t = cinfer_request_input_by_name(reqs[k], tin->name);
+      memcpy(buf + off, t->data, t->byte_size);
+      off += t->byte_size;
+    }
+    inputs[n_in] = *tin;
+    inputs[n_in].shape[0] = rows;
+    inputs[n_in].data = buf;
+    inputs[n_in].byte_size = total;
+    n_in++;
+  }
+  uint64_t t1 = now_ns();
+  batch_core core = {.model = m};
+  cinfer_batch b = {.n_requests = n, .requests = reqs, .batch_size = rows,
+                    .n_inputs = n_in, .inputs = inputs, .core_ = &core};
+  bool decoupled = cinfer_model_is_decoupled(m);
+  if (decoupled) b.core_ = NULL;
+  if (!st) st = m->backend->execute(inst->state, &b);
+  uint64_t t2 = now_ns();
+  for (uint32_t i = 0; i < n_in; i++) free(bufs[i]);
+
+  pthread_mutex_lock(&m->stats_mu);
+  m->stats.execution_count++;
+  m->stats.inference_count += (uint64_t)rows;
+  m->stats.last_inference_ms = unix_ms();
+  for (uint32_t k = 0; k < n; k++) {
+    stat_add(&m->stats.queue, 1, reqs[k]->t_exec_start - reqs[k]->t_arrival);
+    stat_add(&m->stats.compute_input, 1, t1 - t0);
+    stat_add(&m->stats.compute_infer, 1, t2 - t1);
+  }
+  pthread_mutex_unlock(&m->stats_mu);
+  metric_inc(m->m.execution_count, 1);
+  metric_inc(m->m.inference_count, (double)rows);
+  metric_observe(m->m.batch_size, (double)rows);
+  metric_observe(m->m.compute_dur, (double)(t2 - t0) * 1e-9);
+  for (uint32_t k = 0; k < n; k++)
+    metric_observe(m->m.queue_dur, (double)(reqs[k]->t_exec_start - reqs[k]->t_arrival) * 1e-9);
+
+  if (decoupled && !st) return; /* the backend responds */
+  if (st) {
+    for (uint32_t k = 0; k < n; k++) {
+      cinfer_status *e = cinfer_status_new(cinfer_status_code(st) == CINFER_OK ? CINFER_INTERNAL
+                                                                                : cinfer_status_code(st),
+                                           "%s", cinfer_status_message(st));
+      fail_request(m, reqs[k], e);
+    }
+    cinfer_status_free(st);
+    if (core.block) {
+      batch_block *bl = core.block;
+      atomic_store(&bl->refs, 1);
+      for (uint32_t i = 0; i < bl->n; i++) free(bl->out[i].name), free(bl->out[i].data);
+      free(bl);
+    }
+    return;
+  }
+  deliver_batch(m, reqs, n, core.block);
+  if (core.block) { /* drop the batch's own reference */
+    batch_block *bl = core.block;
+    if (atomic_fetch_sub(&bl->refs, 1) == 1) {
+      for (uint32_t i = 0; i < bl->n; i++) free(bl->out[i].name), free(bl->out[i].data);
+      free(bl);
+    }
+  }
+  uint64_t t3 = now_ns();
+  pthread_mutex_lock(&m->stats_mu);
+  stat_add(&m->stats.compute_output, n, (t3 - t2) * n);
+  pthread_mutex_unlock(&m->stats_mu);
+}
+
+static void *worker_main(void *arg) {
+  model_instance *inst = arg;
+  cinfer_model *m = inst->model;
+  uint32_t cap = m->batching ? (uint32_t)(m->max_batch < 1024 ? m->max_batch : 1024) : 1;
+  cinfer_request **batch = calloc(cap ? cap : 1, sizeof *batch);
+  pthread_mutex_lock(&m->mu);
+  for (;;) {
+    while (!m->stopping && !m->q_head) pthread_cond_wait(&m->cv, &m->mu);
+    if (!m->q_head) break; /* stopping and drained */
+    uint32_t n = 0;
+    int64_t rows = 0;
+    cinfer_request *r = m->q_head;
+    uint64_t key = r->shape_key;
+    cinfer_request **pp = &m->q_head, *prev = NULL;
+    bool batch_more = m->batching && m->db.enabled;
+    while ((r = *pp) && n < cap) {
+      if (n > 0 && (!batch_more || r->shape_key != key || rows + r->rows > m->max_batch)) break;
+      *pp = r->next;
+      r->next = NULL;
+      batch[n++] = r;
+      rows += r->rows;
+      m->q_len--;
+    }
+    (void)prev;
+    if (!m->q_head) m->q_tail = NULL;
+    metric_set(m->m.pending, (double)m->q_len);
+    pthread_mutex_unlock(&m->mu);
+
+    uint64_t t = now_ns();
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      batch[i]->t_exec_start = t;
+      if (cinfer_request_is_cancelled(batch[i]))
+        fail_request(m, batch[i], cinfer_status_new(CINFER_CANCELLED, "request cancelled"));
+      else
+        batch[live++] = batch[i];
+    }
+    if (live) run_batch(inst, batch, live);
+    uint64_t busy = now_ns() - t;
+    pthread_mutex_lock(&m->mu);
+    inst->busy_ns += busy;
+  }
+  pthread_mutex_unlock(&m->mu);
+  free(batch);
+  return NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------ */
+
+static void metrics_init(cinfer_model *m) {
+  metrics_registry *reg = server_metrics(m->server);
+  char ver[32];
+  snprintf(ver, sizeof ver, "%lld", (long long)m->version);
+  const char *lab[] = {"model", m->name, "version", ver, NULL};
+  const char *lab_fail[][7] = {
+      {"model", m->name, "version", ver, "reason", "backend", NULL},
+      {"model", m->name, "version", ver, "reason", "rejected", NULL},
+      {"model", m->name, "version", ver, "reason", "timeout", NULL},
+      {"model", m->name, "version", ver, "reason", "cancelled", NULL},
+  };
+#define FAM(n, h, t) metrics_family(reg, n, h, t, NULL, 0)
+#define HIST(n, h, b, nb) metrics_family(reg, n, h, METRIC_HISTOGRAM, b, nb)
+  metric_family *fail = FAM("cinfer_request_failure_total", "Failed inference requests", METRIC_COUNTER);
+  m->m.success = metrics_series(FAM("cinfer_request_success_total", "Successful inference requests", METRIC_COUNTER), lab);
+  m->m.fail_backend = metrics_series(fail, lab_fail[0]);
+  m->m.fail_rejected = metrics_series(fail, lab_fail[1]);
+  m->m.fail_timeout = metrics_series(fail, lab_fail[2]);
+  m->m.fail_cancelled = metrics_series(fail, lab_fail[3]);
+  m->m.inference_count = metrics_series(FAM("cinfer_inference_count_total", "Inferences performed (batch rows)", METRIC_COUNTER), lab);
+  m->m.execution_count = metrics_series(FAM("cinfer_execution_count_total", "Backend executions (batches)", METRIC_COUNTER), lab);
+  m->m.pending = metrics_series(FAM("cinfer_pending_requests", "Requests waiting in the model's queue", METRIC_GAUGE), lab);
+  m->m.request_dur = metrics_series(HIST("cinfer_request_duration_seconds", "End-to-end request time in the server", metrics_latency_buckets, metrics_latency_buckets_n), lab);
+  m->m.queue_dur = metrics_series(HIST("cinfer_queue_duration_seconds", "Time requests wait in the queue", metrics_latency_buckets, metrics_latency_buckets_n), lab);
+  m->m.compute_dur = metrics_series(HIST("cinfer_compute_duration_seconds", "Batch compute time (input, infer)", metrics_latency_buckets, metrics_latency_buckets_n), lab);
+  m->m.batch_size = metrics_series(HIST("cinfer_batch_size", "Rows per backend execution", metrics_batch_buckets, metrics_batch_buckets_n), lab);
+  metric_family *busy = FAM("cinfer_instance_busy_ratio", "Fraction of time each instance executes", METRIC_GAUGE);
+  for (int i = 0; i < m->n_instances; i++) {
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", i);
+    const char *li[] = {"model", m->name, "version", ver, "instance", idx, NULL};
+    m->instances[i].m_busy = metrics_series(busy, li);
+  }
+#undef FAM
+#undef HIST
+}
+
+static void metrics_fini(cinfer_model *m) {
+  metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
+                   m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
+                   m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,
+                   m->m.batch_size};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) metrics_series_remove(all[i]);
+  for (int i = 0; i < m->n_instances; i++) metrics_series_remove(m->instances[i].m_busy);
+}
+
+static void model_free(cinfer_model *m) {
+  free(m->instances);
+  free(m->inputs);
+  free(m->outputs);
+  free(m->name);
+  free(m->model_dir);
+  free(m->version_dir);
+  cfg_free(m->config);
+  pthread_mutex_destroy(&m->mu);
+  pthread_cond_destroy(&m->cv);
+  pthread_mutex_destroy(&m->stats_mu);
+  free(m);
+}
+
+void model_destroy_now(cinfer_model *m) {
+  pthread_mutex_lock(&m->mu);
+  m->stopping = true;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  for (int i = 0; i < m->n_instances; i++)
+    if (m->instances[i].started) pthread_join(m->instances[i].thread, NULL);
+  for (int i = 0; i < m->n_instances; i++)
+    if (m->instances[i].state) m->backend->instance_destroy(m->instances[i].state);
+  if (m->backend_model) m->backend->model_unload(m->backend_model);
+  LOG_I("unloaded model '%s' version %lld", m->name, (long long)m->version);
+  metrics_fini(m);
+  model_free(m);
+}
+
+cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
+                            const char *model_dir, cinfer_model_config *config,
+                            cinfer_model **out) {
+  *out = NULL;
+  const char *bname = cfg_backend(config);
+  const cinfer_backend_iface *be = backend_find(bname);
+  if (!be) {
+    cinfer_status *st = cinfer_status_new(CINFER_INVALID_ARG, "unknown backend '%s'", bname);
+    cfg_free(config);
+    return st;
+  }
+  cinfer_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    cfg_free(config);
+    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  }
+  atomic_init(&m->refs, 1);
+  m->server = s;
+  m->config = config;
+  m->backend = be;
+  m->version = version;
+  pthread_mutex_init(&m->mu, NULL);
+  pthread_cond_init(&m->cv, NULL);
+  pthread_mutex_init(&m->stats_mu, NULL);
+  m->name = strdup(name);
+  m->model_dir = strdup(model_dir);
+  if (asprintf(&m->version_dir, "%s/%lld", model_dir, (long long)version) < 0) m->version_dir = NULL;
+  cinfer_status *st = NULL;
+  if (!m->name || !m->model_dir || !m->version_dir) {
+    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    goto fail;
+  }
+  snprintf(m->stats.name, sizeof m->stats.name, "%s", name);
+  m->stats.version = version;
+  if (be->autocomplete && (st = be->autocomplete(config, m->version_dir))) goto fail;
+  if ((st = cfg_validate(config))) goto fail;
+  m->max_batch = cfg_max_batch_size(config);
+  m->batching = m->max_batch > 0;
+  cfg_get_dynamic_batching(config, &m->db);
+  m->n_inputs = cfg_input_count(config);
+  m->n_outputs = cfg_output_count(config);
+  m->inputs = calloc((size_t)m->n_inputs + 1, sizeof *m->inputs);
+  m->outputs = calloc((size_t)m->n_outputs + 1, sizeof *m->outputs);
+  if (!m->inputs || !m->outputs) {
+    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < m->n_inputs; i++) cfg_input(config, i, &m->inputs[i]);
+  for (int i = 0; i < m->n_outputs; i++) cfg_output(config, i, &m->outputs[i]);
+
+  int ng = cfg_instance_group_count(config), total = 0;
+  for (int g = 0; g < ng; g++) {
+    cfg_instance_group ig;
+    cfg_get_instance_group(config, g, &ig);
+    total += ig.count > 0 ? ig.count * (ig.n_gpus > 0 && ig.kind == CINFER_INSTANCE_KIND_GPU ? ig.n_gpus : 1) : 1;
+  }
+  if (total <= 0) total = 1;
+  if (total > 256) {
+    st = cinfer_status_new(CINFER_INVALID_ARG, "instance_group asks for %d instances (at most 256)", total);
+    goto fail;
+  }
+  m->instances = calloc((size_t)total, sizeof *m->instances);
+  if (!m->instances) {
+    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    goto fail;
+  }
+  m->n_instances = total;
+  int budget = server_thread_budget(s);
+  int per = budget / total > 0 ? budget / total : 1;
+  cinfer_model_load_info li = {.config = config, .model_dir = m->model_dir,
+                               .version_dir = m->version_dir, .version = version,
+                               .threads_per_instance = per};
+  if ((st = be->model_load(&li, &m->backend_model))) goto fail;
+  int idx = 0;
+  for (int g = 0; g < (ng > 0 ? ng : 1); g++) {
+    cfg_instance_group ig = {.count = 1, .kind = CINFER_INSTANCE_KIND_CPU};
+    if (ng > 0) cfg_get_instance_group(config, g, &ig);
+    int per_dev = ig.count > 0 ? ig.count : 1;
+    int ndev = ig.kind == CINFER_INSTANCE_KIND_GPU && ig.n_gpus > 0 ? ig.n_gpus : 1;
+    for (int d = 0; d < ndev; d++)
+      for (int c = 0; c < per_dev; c++, idx++) {
+        model_instance *in = &m->instances[idx];
+        in->model = m;
+        in->index = idx;
+        cinfer_instance_info ii = {.index = idx, .kind = ig.kind,
+                                   .device_id = ig.kind == CINFER_INSTANCE_KIND_GPU ? (ig.n_gpus > 0 ? ig.gpus[d] : 0) : -1,
+                                   .threads = per};
+        if ((st = be->instance_create(m->backend_model, &ii, &in->state))) {
+          st = cinfer_status_prefix(st, "instance %d", idx);
+          goto fail;
+        }
+      }
+  }
+  metrics_init(m);
+  for (int i = 0; i < m->n_instances; i++) {
+    if (pthread_create(&m->instances[i].thread, NULL, worker_main, &m->instances[i])) {
+      st = cinfer_status_new(CINFER_INTERNAL, "cannot start instance thread");
+      model_destroy_now(m);
+      return st;
+    }
+    m->instances[i].started = true;
+  }
+  *out = m;
+  return NULL;
+fail:
+  for (int i = 0; m->instances && i < m->n_instances; i++)
+    if (m->instances[i].state) be->instance_destroy(m->instances[i].state);
+  if (m->backend_model) be->model_unload(m->backend_model);
+  model_free(m);
+  return st;
+}
+
+/* Hash of the non-batch dims and the set of inputs: requests may share a batch only when
+ * equal. */
+static uint64_t shape_key(const cinfer_request *r, int bd) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint32_t i = 0; i < r->n_inputs; i++) {
+    const cinfer_tensor *t = &r->inputs[i].t;
+    h = (h ^ (uint64_t)r->inputs[i].cfg_index) * 1099511628211ull;
+    for (int d = bd; d < t->ndim; d++) h = (h ^ (uint64_t)t->shape[d]) * 1099511628211ull;
+  }
+  return h;
+}
+
+cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
+  /* Completeness: required inputs present, one batch size across inputs. */
+  for (int ci = 0; ci < m->n_inputs; ci++) {
+    bool have = false;
+    for (uint32_t i = 0; i < r->n_inputs; i++)
+      if (r->inputs[i].cfg_index == ci) have = true;
+    if (!have && !m->inputs[ci].optional)
+      return cinfer_status_new(CINFER_INVALID_ARG,
+                               "expected %d inputs but got %u inputs for model '%s': input '%s' "
+                               "is missing", m->n_inputs, r->n_inputs, m->name, m->inputs[ci].name);
+  }
+  r->rows = 1;
+  if (m->batching) {
+    r->rows = r->inputs[0].t.shape[0];
+    for (uint32_t i = 1; i < r->n_inputs; i++)
+      if (r->inputs[i].t.shape[0] != r->rows)
+        return cinfer_status_new(CINFER_INVALID_ARG,
+                                 "inputs '%s' and '%s' have different batch sizes (%lld, %lld)",
+                                 r->inputs[0].name, r->inputs[i].name, (long long)r->rows,
+                                 (long long)r->inputs[i].t.shape[0]);
+  }
+  r->shape_key = shape_key(r, m->batching ? 1 : 0);
+  r->t_arrival = now_ns();
+  pthread_mutex_lock(&m->mu);
+  uint32_t maxq = m->db.enabled ? m->db.default_policy.max_queue_size : 0;
+  if (maxq && m->q_len >= maxq) {
+    pthread_mutex_unlock(&m->mu);
+    metric_inc(m->m.fail_rejected, 1);
+    return cinfer_status_new(CINFER_UNAVAILABLE,
+                             "inference request for model '%s' rejected: the queue is full "
+                             "(max_queue_size %u)", m->name, maxq);
+  }
+  r->next = NULL;
+  if (m->q_tail) m->q_tail->next = r;
+  else m->q_head = r;
+  m->q_tail = r;
+  m->q_len++;
+  metric_set(m->m.pending, (double)m->q_len);
+  pthread_cond_signal(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+  return NULL;
+}
+
+void model_busy_update(cinfer_model *m, uint64_t window_ns) {
+  pthread_mutex_lock(&m->mu);
+  for (int i = 0; i < m->n_instances; i++) {
+    metric_set(m->instances[i].m_busy, window_ns ? (double)m->instances[i].busy_ns / (double)window_ns : 0);
+    m->instances[i].busy_ns = 0;
+  }
+  pthread_mutex_unlock(&m->mu);
+}

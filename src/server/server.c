@@ -1,0 +1,889 @@
+/* server.c: the in-process server (cinfer.h): the model repository, the table of models
+ * and versions with their states, model control (none / poll / explicit), the reaper that
+ * unloads drained versions, statistics and metrics.
+ *
+ * Locking: s->mu guards the model table (entries, versions, states). s->load_mu serialises
+ * load/unload operations so two loads of one model never interleave; it is taken before
+ * s->mu, never after. A version's cinfer_model is reachable from the table only while its
+ * state is READY; acquiring takes a reference under s->mu.
+ *
+ * Reload (explicit load of a loaded model, or a change seen by polling): the new versions
+ * are loaded and made READY first, then the old ones leave the table (UNLOADING) and are
+ * destroyed by the reaper once their last request has completed, so no admitted request
+ * ever fails because of a reload. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "server/internal.h"
+
+typedef struct version_entry {
+  int64_t version;
+  const char *state;           /* static string */
+  char *reason;
+  cinfer_model *model;         /* the table's reference while READY */
+  struct version_entry *next;
+} version_entry;
+
+typedef struct model_entry {
+  char *name;
+  char *reason;                /* model-level failure (config), or NULL */
+  version_entry *versions;
+  uint64_t fingerprint;        /* of the files, for polling */
+  bool wanted;                 /* loaded by request/policy (vs merely present) */
+  struct model_entry *next;
+} model_entry;
+
+struct cinfer_server {
+  char *repo;
+  cinfer_server_options opts;
+  int threads;
+  pthread_mutex_t mu, load_mu;
+  model_entry *models;
+  metrics_registry *metrics;
+  _Atomic size_t inflight;
+  _Atomic bool shutting_down;  /* destroy has begun: new requests are refused */
+  _Atomic bool draining;       /* begin_shutdown: not ready, still serving */
+
+  pthread_t reaper, poller;
+  pthread_mutex_t reap_mu;
+  pthread_cond_t reap_cv;
+  cinfer_model *reap_list;
+  bool reaper_stop;
+  bool poller_started;
+  pthread_cond_t poll_cv;
+  uint64_t busy_window_start;
+  metric *m_cpu, *m_rss;
+};
+
+/* ---- backends ------------------------------------------------------------------------- */
+
+#define MAX_BACKENDS 16
+static const cinfer_backend_iface *backends[MAX_BACKENDS];
+static int n_backends;
+static pthread_mutex_t backends_mu = PTHREAD_MUTEX_INITIALIZER;
+
+cinfer_status *cinfer_backend_register(const cinfer_backend_iface *iface) {
+  if (iface->abi_major != CINFER_BACKEND_ABI_MAJOR || iface->abi_minor > CINFER_BACKEND_ABI_MINOR)
+    return cinfer_status_new(CINFER_UNSUPPORTED,
+                             "backend '%s' was built for ABI %u.%u; this server has %u.%u",
+                             iface->name, iface->abi_major, iface->abi_minor,
+                             CINFER_BACKEND_ABI_MAJOR, CINFER_BACKEND_ABI_MINOR);
+  pthread_mutex_lock(&backends_mu);
+  cinfer_status *st = NULL;
+  for (int i = 0; i < n_backends; i++)
+    if (!strcmp(backends[i]->name, iface->name)) {
+      pthread_mutex_unlock(&backends_mu);
+      return backends[i] == iface ? NULL
+                                  : cinfer_status_new(CINFER_ALREADY_EXISTS,
+                                                      "backend '%s' is already registered", iface->name);
+    }
+  if (n_backends == MAX_BACKENDS) st = cinfer_status_new(CINFER_INTERNAL, "too many backends");
+  else backends[n_backends++] = iface;
+  pthread_mutex_unlock(&backends_mu);
+  return st;
+}
+
+const cinfer_backend_iface *backend_find(const char *name) {
+  const cinfer_backend_iface *b = NULL;
+  pthread_mutex_lock(&backends_mu);
+  for (int i = 0; i < n_backends; i++)
+    if (!strcmp(backends[i]->name, name)) b = backends[i];
+  pthread_mutex_unlock(&backends_mu);
+  return b;
+}
+
+/* ---- small helpers -------------------------------------------------------------------- */
+
+metrics_registry *server_metrics(cinfer_server *s) { return s->metrics; }
+int server_thread_budget(const cinfer_server *s) {
+  int t = s->threads - s->opts.io_threads;
+  return t > 0 ? t : 1;
+}
+void server_request_done(cinfer_server *s) { atomic_fetch_sub(&s->inflight, 1); }
+
+static bool is_version_name(const char *n) {
+  if (!*n || strlen(n) > 18) return false;
+  for (const char *p = n; *p; p++)
+    if (*p < '0' || *p > '9') return false;
+  return true;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Numeric subfolders of dir, highest first. Returns the count (at most cap). */
+static size_t list_versions(const char *dir, int64_t *out, size_t cap) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < cap) {
+    if (!is_version_name(e->d_name)) continue;
+    char p[4096];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) out[n++] = strtoll(e->d_name, NULL, 10);
+  }
+  closedir(d);
+  qsort(out, n, sizeof *out, cmp_desc);
+  return n;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+/* A fingerprint of a model folder: names, sizes and mtimes two levels deep. */
+static uint64_t dir_fingerprint(const char *dir, int depth) {
+  uint64_t h = 1469598103934665603ull;
+  struct dirent **list = NULL;
+  int n = scandir(dir, &list, NULL, alphasort);
+  for (int i = 0; i < n; i++) {
+    const char *nm = list[i]->d_name;
+    if (nm[0] != '.') {
+      char p[4096];
+      struct stat st;
+      snprintf(p, sizeof p, "%s/%s", dir, nm);
+      if (stat(p, &st) == 0) {
+        h = fnv(h, nm, strlen(nm));
+        h = fnv(h, &st.st_size, sizeof st.st_size);
+        h = fnv(h, &st.st_mtim, sizeof st.st_mtim);
+        if (S_ISDIR(st.st_mode) && depth > 0) {
+          uint64_t sub = dir_fingerprint(p, depth - 1);
+          h = fnv(h, &sub, sizeof sub);
+        }
+      }
+    }
+    free(list[i]);
+  }
+  free(list);
+  return h;
+}
+
+static model_entry *find_entry(cinfer_server *s, const char *name) {
+  for (model_entry *e = s->models; e; e = e->next)
+    if (!strcmp(e->name, name)) return e;
+  return NULL;
+}
+
+static model_entry *get_entry(cinfer_server *s, const char *name) {
+  model_entry *e = find_entry(s, name);
+  if (e) return e;
+  e = calloc(1, sizeof *e);
+  if (!e || !(e->name = strdup(name))) {
+    free(e);
+    return NULL;
+  }
+  model_entry **pp = &s->models; /* keep the table sorted by name */
+  while (*pp && strcmp((*pp)->name, name) < 0) pp = &(*pp)->next;
+  e->next = *pp;
+  *pp = e;
+  return e;
+}
+
+static version_entry *find_version(model_entry *e, int64_t v) {
+  for (version_entry *ve = e->versions; ve; ve = ve->next)
+    if (ve->version == v) return ve;
+  return NULL;
+}
+
+static void set_reason(char **slot, const char *msg) {
+  free(*slot);
+  *slot = msg ? strdup(msg) : NULL;
+}
+
+/* ---- reaper --------------------------------------------------------------------------- */
+
+void server_reap(cinfer_server *s, cinfer_model *m) {
+  pthread_mutex_lock(&s->reap_mu);
+  m->reap_next = s->reap_list;
+  s->reap_list = m;
+  pthread_cond_signal(&s->reap_cv);
+  pthread_mutex_unlock(&s->reap_mu);
+}
+
+static void *reaper_main(void *arg) {
+  cinfer_server *s = arg;
+  pthread_mutex_lock(&s->reap_mu);
+  for (;;) {
+    while (!s->reap_list && !s->reaper_stop) pthread_cond_wait(&s->reap_cv, &s->reap_mu);
+    if (!s->reap_list) break;
+    cinfer_model *m = s->reap_list;
+    s->reap_list = m->reap_next;
+    pthread_mutex_unlock(&s->reap_mu);
+    char name[256];
+    snprintf(name, sizeof name, "%s", m->name);
+    int64_t version = m->version;
+    model_destroy_now(m);
+    /* The table entry (if still UNLOADING) now becomes UNAVAILABLE. */
+    pthread_mutex_lock(&s->mu);
+    model_entry *e = find_entry(s, name);
+    version_entry *ve = e ? find_version(e, version) : NULL;
+    if (ve && !ve->model && !strcmp(ve->state, "UNLOADING")) {
+      ve->state = "UNAVAILABLE";
+      set_reason(&ve->reason, "unloaded");
+    }
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->reap_mu);
+  }
+  pthread_mutex_unlock(&s->reap_mu);
+  return NULL;
+}
+
+/* ---- warmup --------------------------------------------------------------------------- */
+
+typedef struct warm_wait {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  cinfer_status *err;
+} warm_wait;
+
+static void warm_cb(void *user, cinfer_response *resp, uint32_t flags) {
+  warm_wait *w = user;
+  const cinfer_status *e = cinfer_response_error(resp);
+  pthread_mutex_lock(&w->mu);
+  if (e && !w->err) w->err = cinfer_status_new(cinfer_status_code(e), "%s", cinfer_status_message(e));
+  if (flags & CINFER_RESPONSE_FINAL) {
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+  cinfer_response_free(resp);
+}
+
+/* Runs the model_warmup samples through the model (before it is READY). */
+static cinfer_status *run_warmup(cinfer_server *s, cinfer_model *m) {
+  int nw = cfg_warmup_count(m->config);
+  for (int i = 0; i < nw; i++) {
+    const char *wname;
+    uint32_t bs, count;
+    int nin;
+    cfg_warmup(m->config, i, &wname, &bs, &count, &nin);
+    for (uint32_t rep = 0; rep < count; rep++) {
+      cinfer_request *r;
+      cinfer_status *st = cinfer_request_create(m, &r);
+      if (st) return st;
+      for (int j = 0; j < nin && !st; j++) {
+        cfg_warmup_input wi;
+        cfg_warmup_input_at(m->config, i, j, &wi);
+        cinfer_tensor t = {.name = wi.name, .dtype = wi.dtype};
+        int bd = m->batching ? 1 : 0;
+        if (bd) t.shape[0] = bs ? bs : 1;
+        t.ndim = wi.ndim + bd;
+        memcpy(t.shape + bd, wi.dims, sizeof(int64_t) * (size_t)wi.ndim);
+        int64_t el = cinfer_shape_elements(t.shape, t.ndim);
+        size_t es = wi.dtype == CINFER_TYPE_BYTES ? 4 : cinfer_dtype_size(wi.dtype);
+        if (el < 0 || el > (1 << 26)) {
+          st = cinfer_status_new(CINFER_INVALID_ARG, "warmup '%s': input '%s' is too large", wname, wi.name);
+          break;
+        }
+        size_t bytes = (size_t)el * es;
+        unsigned char *buf = calloc(1, bytes ? bytes : 1);
+        if (!buf) {
+          st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+          break;
+        }
+        if (wi.source == 1) /* random data; BYTES stay empty strings */
+          for (size_t k = 0; k < bytes && wi.dtype != CINFER_TYPE_BYTES; k++)
+            buf[k] = (unsigned char)(rand() & 0x3f);
+        else if (wi.source == 2) {
+          char path[4096];
+          snprintf(path, sizeof path, "%s/warmup/%s", m->model_dir, wi.file ? wi.file : "");
+          FILE *f = fopen(path, "rb");
+          size_t got = f ? fread(buf, 1, bytes, f) : 0;
+          if (f) fclose(f);
+          if (got != bytes) {
+            free(buf);
+            st = cinfer_status_new(CINFER_INVALID_ARG, "warmup '%s': cannot read %zu bytes from %s",
+                                   wname, bytes, path);
+            break;
+          }
+        }
+        t.data = buf;
+        t.byte_size = bytes;
+        if ((st = cinfer_request_add_input_owned(r, &t, buf))) free(buf);
+      }
+      warm_wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, NULL};
+      if (!st) {
+        cinfer_request_set_callback(r, warm_cb, &w);
+        atomic_fetch_add(&s->inflight, 1);
+        cinfer_request_ref(r);
+        if ((st = model_enqueue(m, r))) {
+          cinfer_request_release(r);
+          atomic_fetch_sub(&s->inflight, 1);
+        }
+      }
+      if (!st) {
+        pthread_mutex_lock(&w.mu);
+        while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        st = w.err;
+      }
+      cinfer_request_release(r);
+      if (st) return cinfer_status_prefix(st, "warmup '%s'", wname);
+    }
+  }
+  return NULL;
+}
+
+/* ---- load / unload -------------------------------------------------------------------- */
+
+static void log_kv_model(const char *what, const char *name, int64_t v, const char *reason) {
+  char ver[32];
+  snprintf(ver, sizeof ver, "%lld", (long long)v);
+  const char *kv[] = {"model", name, "version", ver, reason ? "reason" : NULL, reason, NULL};
+  log_event(reason ? LOG_ERROR : LOG_INFO, kv, "%s", what);
+}
+
+/* Loads the versions the policy selects. Called with load_mu held, not mu. */
+static cinfer_status *load_model_locked(cinfer_server *s, const char *name) {
+  char dir[4096];
+  if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") || !name[0])
+    return cinfer_status_new(CINFER_INVALID_ARG, "invalid model name '%s'", name);
+  snprintf(dir, sizeof dir, "%s/%s", s->repo, name);
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return cinfer_status_new(CINFER_NOT_FOUND, "failed to load '%s': no such model in the repository", name);
+  uint64_t fp = dir_fingerprint(dir, 2);
+
+  pthread_mutex_lock(&s->mu);
+  model_entry *e = get_entry(s, name);
+  if (e) {
+    e->wanted = true;
+    e->fingerprint = fp;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!e) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+
+  cinfer_model_config *probe = NULL;
+  cinfer_status *st = cfg_load(dir, name, &probe);
+  if (st) {
+    pthread_mutex_lock(&s->mu);
+    set_reason(&e->reason, cinfer_status_message(st));
+    pthread_mutex_unlock(&s->mu);
+    log_kv_model("model config rejected", name, -1, cinfer_status_message(st));
+    return cinfer_status_prefix(st, "failed to load '%s'", name);
+  }
+  int64_t avail[256];
+  size_t na = list_versions(dir, avail, 256);
+  int num_latest, n_specific;
+  const int64_t *specific;
+  cfg_version_kind vk = cfg_version_policy(probe, &num_latest, &specific, &n_specific);
+  int64_t sel[256];
+  size_t ns = 0;
+  for (size_t i = 0; i < na; i++) {
+    bool take = vk == CFG_VERSIONS_ALL || (vk == CFG_VERSIONS_LATEST && (int)i < num_latest);
+    for (int k = 0; vk == CFG_VERSIONS_SPECIFIC && k < n_specific; k++)
+      if (specific[k] == avail[i]) take = true;
+    if (take) sel[ns++] = avail[i];
+  }
+  cfg_free(probe);
+  if (ns == 0) {
+    st = cinfer_status_new(CINFER_INVALID_ARG,
+                           "failed to load '%s': no version folder matches the version policy", name);
+    pthread_mutex_lock(&s->mu);
+    set_reason(&e->reason, cinfer_status_message(st));
+    pthread_mutex_unlock(&s->mu);
+    return st;
+  }
+  pthread_mutex_lock(&s->mu);
+  set_reason(&e->reason, NULL);
+  pthread_mutex_unlock(&s->mu);
+
+  /* Load each selected version into a fresh model; the old one (if any) keeps serving. */
+  cinfer_status *first_err = NULL;
+  for (size_t i = 0; i < ns; i++) {
+    int64_t v = sel[i];
+    pthread_mutex_lock(&s->mu);
+    version_entry *ve = find_version(e, v);
+    if (!ve && (ve = calloc(1, sizeof *ve))) {
+      ve->version = v;
+      ve->state = "UNAVAILABLE";
+      ve->next = e->versions;
+      e->versions = ve;
+    }
+    if (ve && !ve->model) ve->state = "LOADING";
+    pthread_mutex_unlock(&s->mu);
+    if (!ve) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+
+    cinfer_model_config *cfg = NULL;
+    cinfer_model *m = NULL;
+    uint64_t t0 = now_ns();
+    st = cfg_load(dir, name, &cfg);
+    if (!st) st = model_create(s, name, v, dir, cfg, &m); /* takes cfg */
+    if (!st && (st = run_warmup(s, m))) {
+      cinfer_model_release(m);
+      m = NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (st) {
+      if (!ve->model) ve->state = "UNAVAILABLE";
+      set_reason(&ve->reason, cinfer_status_message(st));
+      pthread_mutex_unlock(&s->mu);
+      log_kv_model("failed to load model", name, v, cinfer_status_message(st));
+      if (!first_err) first_err = cinfer_status_prefix(st, "failed to load '%s' version %lld", name, (long long)v);
+      else cinfer_status_free(st);
+      continue;
+    }
+    cinfer_model *old = ve->model;
+    ve->model = m;
+    ve->state = "READY";
+    set_reason(&ve->reason, NULL);
+    pthread_mutex_unlock(&s->mu);
+    cinfer_model_release(old); /* drains, then the reaper unloads it */
+    char msg[128];
+    snprintf(msg, sizeof msg, "loaded model in %.1f ms", (double)(now_ns() - t0) / 1e6);
+    log_kv_model(msg, name, v, NULL);
+  }
+  /* Versions no longer selected go away. */
+  pthread_mutex_lock(&s->mu);
+  cinfer_model *drop[256];
+  size_t nd = 0;
+  for (version_entry *ve = e->versions; ve; ve = ve->next) {
+    bool keep = false;
+    for (size_t i = 0; i < ns; i++)
+      if (sel[i] == ve->version) keep = true;
+    if (!keep && ve->model && nd < 256) {
+      drop[nd++] = ve->model;
+      ve->model = NULL;
+      ve->state = "UNLOADING";
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  for (size_t i = 0; i < nd; i++) cinfer_model_release(drop[i]);
+  return first_err;
+}
+
+static void unload_entry_locked(cinfer_server *s, model_entry *e) {
+  cinfer_model *drop[256];
+  size_t nd = 0;
+  for (version_entry *ve = e->versions; ve; ve = ve->next)
+    if (ve->model && nd < 256) {
+      drop[nd++] = ve->model;
+      ve->model = NULL;
+      ve->state = "UNLOADING";
+    }
+  e->wanted = false;
+  pthread_mutex_unlock(&s->mu);
+  for (size_t i = 0; i < nd; i++) cinfer_model_release(drop[i]);
+  pthread_mutex_lock(&s->mu);
+}
+
+cinfer_status *cinfer_server_load_model(cinfer_server *s, const char *name, const char *config_json) {
+  if (config_json)
+    return cinfer_status_new(CINFER_UNSUPPORTED,
+                             "loading '%s' with a configuration override is not supported; "
+                             "edit its config.pbtxt", name);
+  if (atomic_load(&s->shutting_down))
+    return cinfer_status_new(CINFER_UNAVAILABLE, "server is shutting down");
+  pthread_mutex_lock(&s->load_mu);
+  cinfer_status *st = load_model_locked(s, name);
+  pthread_mutex_unlock(&s->load_mu);
+  return st;
+}
+
+cinfer_status *cinfer_server_unload_model(cinfer_server *s, const char *name) {
+  pthread_mutex_lock(&s->load_mu);
+  pthread_mutex_lock(&s->mu);
+  model_entry *e = find_entry(s, name);
+  cinfer_status *st = NULL;
+  if (!e) st = cinfer_status_new(CINFER_NOT_FOUND, "failed to unload '%s': no such model", name);
+  else unload_entry_locked(s, e);
+  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->load_mu);
+  if (!st) LOG_I("unloading model '%s'", name);
+  return st;
+}
+
+/* Model folders currently in the repository (a folder is a model). */
+static size_t scan_repo(const char *repo, char ***names) {
+  struct dirent **list = NULL;
+  int n = scandir(repo, &list, NULL, alphasort);
+  size_t k = 0;
+  *names = calloc(n > 0 ? (size_t)n : 1, sizeof **names);
+  for (int i = 0; i < n; i++) {
+    char p[4096];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", repo, list[i]->d_name);
+    if (list[i]->d_name[0] != '.' && *names && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+      (*names)[k++] = strdup(list[i]->d_name);
+    free(list[i]);
+  }
+  free(list);
+  return k;
+}
+
+static void poll_once(cinfer_server *s) {
+  char **names;
+  size_t n = scan_repo(s->repo, &names);
+  /* New or changed folders load; removed ones unload. */
+  for (size_t i = 0; i < n; i++) {
+    if (!names[i]) continue;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", s->repo, names[i]);
+    uint64_t fp = dir_fingerprint(dir, 2);
+    pthread_mutex_lock(&s->mu);
+    model_entry *e = find_entry(s, names[i]);
+    bool changed = !e || e->fingerprint != fp;
+    pthread_mutex_unlock(&s->mu);
+    if (changed) {
+      LOG_I("repository change: (re)loading '%s'", names[i]);
+      cinfer_status_free(cinfer_server_load_model(s, names[i], NULL));
+    }
+  }
+  pthread_mutex_lock(&s->load_mu);
+  pthread_mutex_lock(&s->mu);
+  for (model_entry *e = s->models; e; e = e->next) {
+    bool present = false;
+    for (size_t i = 0; i < n; i++)
+      if (names[i] && !strcmp(names[i], e->name)) present = true;
+    if (!present && e->wanted) {
+      LOG_I("repository change: '%s' removed, unloading", e->name);
+      unload_entry_locked(s, e);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->load_mu);
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+
+static void *poller_main(void *arg) {
+  cinfer_server *s = arg;
+  pthread_mutex_lock(&s->reap_mu);
+  while (!s->reaper_stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += s->opts.repository_poll_secs > 0 ? s->opts.repository_poll_secs : 15;
+    pthread_cond_timedwait(&s->poll_cv, &s->reap_mu, &ts);
+    if (s->reaper_stop) break;
+    pthread_mutex_unlock(&s->reap_mu);
+    poll_once(s);
+    pthread_mutex_lock(&s->reap_mu);
+  }
+  pthread_mutex_unlock(&s->reap_mu);
+  return NULL;
+}
+
+/* ---- server lifecycle ------------------------------------------------------------------ */
+
+extern void cinfer_register_builtin_backends(void);
+
+cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_server **out) {
+  *out = NULL;
+  cinfer_register_builtin_backends();
+  if (!opts->model_repository)
+    return cinfer_status_new(CINFER_INVALID_ARG, "no model repository given");
+  char *repo = realpath(opts->model_repository, NULL);
+  struct stat st;
+  if (!repo || stat(repo, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    free(repo);
+    return cinfer_status_new(CINFER_INVALID_ARG, "model repository '%s' is not a readable folder: %s",
+                             opts->model_repository, strerror(errno ? errno : ENOTDIR));
+  }
+  cinfer_server *s = calloc(1, sizeof *s);
+  if (!s) {
+    free(repo);
+    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  }
+  s->repo = repo;
+  s->opts = *opts;
+  s->opts.model_repository = s->repo;
+  s->opts.startup_models = NULL;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  s->threads = opts->threads > 0 ? opts->threads : (int)(ncpu > 0 ? ncpu : 1);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_mutex_init(&s->load_mu, NULL);
+  pthread_mutex_init(&s->reap_mu, NULL);
+  pthread_cond_init(&s->reap_cv, NULL);
+  pthread_cond_init(&s->poll_cv, NULL);
+  s->metrics = metrics_registry_create();
+  s->busy_window_start = now_ns();
+  if (!s->metrics || pthread_create(&s->reaper, NULL, reaper_main, s)) {
+    metrics_registry_destroy(s->metrics);
+    free(s->repo);
+    free(s);
+    return cinfer_status_new(CINFER_INTERNAL, "cannot start the server");
+  }
+  const char *none[] = {NULL};
+  s->m_cpu = metrics_series(metrics_family(s->metrics, "cinfer_process_cpu_seconds_total",
+                                           "CPU time used by the process", METRIC_COUNTER, NULL, 0), none);
+  s->m_rss = metrics_series(metrics_family(s->metrics, "cinfer_process_resident_memory_bytes",
+                                           "Resident memory of the process", METRIC_GAUGE, NULL, 0), none);
+
+  /* Initial loads. */
+  char **names;
+  size_t n = scan_repo(s->repo, &names);
+  for (size_t i = 0; i < n; i++) {
+    if (!names[i]) continue;
+    bool load = opts->control_mode != CINFER_MODEL_CONTROL_EXPLICIT;
+    for (size_t k = 0; !load && k < opts->n_startup_models; k++)
+      if (!strcmp(opts->startup_models[k], "*") || !strcmp(opts->startup_models[k], names[i])) load = true;
+    if (load) {
+      cinfer_status_free(cinfer_server_load_model(s, names[i], NULL));
+    } else { /* listed in the index as UNAVAILABLE */
+      pthread_mutex_lock(&s->mu);
+      get_entry(s, names[i]);
+      pthread_mutex_unlock(&s->mu);
+    }
+  }
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+  for (size_t k = 0; k < opts->n_startup_models; k++) {
+    if (!strcmp(opts->startup_models[k], "*")) continue;
+    pthread_mutex_lock(&s->mu);
+    bool known = find_entry(s, opts->startup_models[k]) != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!known) LOG_E("--load-model '%s': no such model in the repository", opts->startup_models[k]);
+  }
+  if (opts->control_mode == CINFER_MODEL_CONTROL_POLL) {
+    if (pthread_create(&s->poller, NULL, poller_main, s) == 0) s->poller_started = true;
+  }
+  *out = s;
+  return NULL;
+}
+
+void cinfer_server_destroy(cinfer_server *s) {
+  if (!s) return;
+  atomic_store(&s->shutting_down, true);
+  pthread_mutex_lock(&s->reap_mu);
+  bool poller = s->poller_started;
+  s->reaper_stop = poller; /* stop the poller first; the reaper keeps running */
+  pthread_cond_broadcast(&s->poll_cv);
+  pthread_mutex_unlock(&s->reap_mu);
+  if (poller) pthread_join(s->poller, NULL);
+  /* Unload everything; the reaper destroys each model once drained. */
+  pthread_mutex_lock(&s->load_mu);
+  pthread_mutex_lock(&s->mu);
+  for (model_entry *e = s->models; e; e = e->next) unload_entry_locked(s, e);
+  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->load_mu);
+  pthread_mutex_lock(&s->reap_mu);
+  s->reaper_stop = true;
+  pthread_cond_broadcast(&s->reap_cv);
+  pthread_mutex_unlock(&s->reap_mu);
+  /* The reaper exits when the list is empty and stop is set; models still referenced by
+   * callers that never released them would be leaked here, which is a caller bug. */
+  pthread_join(s->reaper, NULL);
+  for (model_entry *e = s->models, *en; e; e = en) {
+    en = e->next;
+    for (version_entry *ve = e->versions, *vn; ve; ve = vn) {
+      vn = ve->next;
+      free(ve->reason);
+      free(ve);
+    }
+    free(e->reason);
+    free(e->name);
+    free(e);
+  }
+  metrics_registry_destroy(s->metrics);
+  pthread_mutex_destroy(&s->mu);
+  pthread_mutex_destroy(&s->load_mu);
+  pthread_mutex_destroy(&s->reap_mu);
+  pthread_cond_destroy(&s->reap_cv);
+  pthread_cond_destroy(&s->poll_cv);
+  free(s->repo);
+  free(s);
+}
+
+bool cinfer_server_is_live(const cinfer_server *s) { return s != NULL; }
+
+bool cinfer_server_is_ready(const cinfer_server *s) {
+  cinfer_server *ms = (cinfer_server *)s;
+  if (atomic_load(&ms->shutting_down) || atomic_load(&ms->draining)) return false;
+  if (!s->opts.strict_readiness) return true;
+  bool ready = true;
+  pthread_mutex_lock(&ms->mu);
+  for (model_entry *e = ms->models; e; e = e->next) {
+    if (!e->wanted) continue;
+    if (e->reason) ready = false;
+    for (version_entry *ve = e->versions; ve; ve = ve->next)
+      if (strcmp(ve->state, "READY") && strcmp(ve->state, "UNLOADING") && strcmp(ve->reason ? ve->reason : "", "unloaded"))
+        ready = false;
+  }
+  pthread_mutex_unlock(&ms->mu);
+  return ready;
+}
+
+void cinfer_server_begin_shutdown(cinfer_server *s) { atomic_store(&s->draining, true); }
+size_t cinfer_server_inflight(const cinfer_server *s) {
+  return atomic_load(&((cinfer_server *)s)->inflight);
+}
+
+/* ---- queries ------------------------------------------------------------------------- */
+
+cinfer_status *cinfer_server_repository_index(cinfer_server *s, bool ready_only,
+                                              cinfer_model_index_entry **out, size_t *n) {
+  pthread_mutex_lock(&s->mu);
+  size_t cap = 0;
+  for (model_entry *e = s->models; e; e = e->next) {
+    cap++;
+    for (version_entry *ve = e->versions; ve; ve = ve->next) cap++;
+  }
+  cinfer_model_index_entry *a = calloc(cap ? cap : 1, sizeof *a);
+  size_t k = 0;
+  for (model_entry *e = s->models; a && e; e = e->next) {
+    bool any = false;
+    for (version_entry *ve = e->versions; ve; ve = ve->next) {
+      if (ready_only && strcmp(ve->state, "READY")) continue;
+      a[k].name = strdup(e->name);
+      a[k].version = ve->version;
+      a[k].state = ve->state;
+      a[k].reason = strdup(ve->reason ? ve->reason : "");
+      k++;
+      any = true;
+    }
+    if (!any && !ready_only) {
+      a[k].name = strdup(e->name);
+      a[k].version = -1;
+      a[k].state = "UNAVAILABLE";
+      a[k].reason = strdup(e->reason ? e->reason : (e->wanted ? "" : "not loaded"));
+      k++;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!a) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  *out = a;
+  *n = k;
+  return NULL;
+}
+
+void cinfer_model_index_free(cinfer_model_index_entry *e, size_t n) {
+  for (size_t i = 0; e && i < n; i++) {
+    free(e[i].name);
+    free(e[i].reason);
+  }
+  free(e);
+}
+
+cinfer_status *cinfer_server_model_acquire(cinfer_server *s, const char *name, int64_t version,
+                                           cinfer_model **out) {
+  *out = NULL;
+  pthread_mutex_lock(&s->mu);
+  model_entry *e = find_entry(s, name);
+  cinfer_status *st = NULL;
+  if (!e) {
+    st = cinfer_status_new(CINFER_NOT_FOUND, "unknown model: '%s'", name);
+  } else {
+    version_entry *best = NULL;
+    for (version_entry *ve = e->versions; ve; ve = ve->next) {
+      if (!ve->model) continue;
+      if (version > 0 ? ve->version == version : (!best || ve->version > best->version)) best = ve;
+    }
+    if (best) {
+      model_ref(best->model);
+      *out = best->model;
+    } else if (version > 0 && !find_version(e, version)) {
+      st = cinfer_status_new(CINFER_NOT_FOUND, "unknown version %lld of model '%s'",
+                             (long long)version, name);
+    } else {
+      const char *why = e->reason;
+      version_entry *ve = version > 0 ? find_version(e, version) : e->versions;
+      if (!why && ve && ve->reason) why = ve->reason;
+      st = cinfer_status_new(CINFER_UNAVAILABLE, "model '%s'%s is not ready%s%s", name,
+                             version > 0 ? " version" : "", why ? ": " : "", why ? why : "");
+      if (version > 0) {
+        cinfer_status_free(st);
+        st = cinfer_status_new(CINFER_UNAVAILABLE, "model '%s' version %lld is not ready%s%s", name,
+                               (long long)version, why ? ": " : "", why ? why : "");
+      }
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+size_t cinfer_server_model_versions(cinfer_server *s, const char *name, int64_t *versions, size_t cap) {
+  size_t n = 0;
+  pthread_mutex_lock(&s->mu);
+  model_entry *e = find_entry(s, name);
+  for (version_entry *ve = e ? e->versions : NULL; ve && n < cap; ve = ve->next)
+    if (ve->model) versions[n++] = ve->version;
+  pthread_mutex_unlock(&s->mu);
+  qsort(versions, n, sizeof *versions, cmp_desc);
+  return n;
+}
+
+cinfer_status *cinfer_server_infer_async(cinfer_server *s, cinfer_request *r) {
+  if (atomic_load(&s->shutting_down))
+    return cinfer_status_new(CINFER_UNAVAILABLE, "server is shutting down");
+  if (r->model->server != s)
+    return cinfer_status_new(CINFER_INVALID_ARG, "request belongs to another server");
+  if (atomic_exchange(&r->submitted, true))
+    return cinfer_status_new(CINFER_INVALID_ARG, "request was already submitted");
+  atomic_fetch_add(&s->inflight, 1);
+  cinfer_request_ref(r); /* the server's reference, dropped after FINAL */
+  cinfer_status *st = model_enqueue(r->model, r);
+  if (st) {
+    cinfer_request_release(r);
+    atomic_fetch_sub(&s->inflight, 1);
+  }
+  return st;
+}
+
+cinfer_status *cinfer_server_model_stats(cinfer_server *s, const char *name, int64_t version,
+                                         cinfer_model_stats **out, size_t *n) {
+  pthread_mutex_lock(&s->mu);
+  size_t cap = 0;
+  for (model_entry *e = s->models; e; e = e->next)
+    for (version_entry *ve = e->versions; ve; ve = ve->next) cap++;
+  cinfer_model_stats *a = calloc(cap ? cap : 1, sizeof *a);
+  size_t k = 0;
+  bool found_model = name == NULL;
+  for (model_entry *e = s->models; a && e; e = e->next) {
+    if (name && strcmp(e->name, name)) continue;
+    found_model = true;
+    for (version_entry *ve = e->versions; ve; ve = ve->next) {
+      if (!ve->model || (version > 0 && ve->version != version)) continue;
+      pthread_mutex_lock(&ve->model->stats_mu);
+      a[k++] = ve->model->stats;
+      pthread_mutex_unlock(&ve->model->stats_mu);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!a) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!found_model) {
+    free(a);
+    return cinfer_status_new(CINFER_NOT_FOUND, "requested model '%s' does not exist", name);
+  }
+  if (name && k == 0) {
+    free(a);
+    return cinfer_status_new(version > 0 ? CINFER_NOT_FOUND : CINFER_UNAVAILABLE,
+                             version > 0 ? "requested model '%s' version %lld is not loaded"
+                                         : "requested model '%s' is not loaded%.0lld",
+                             name, (long long)version);
+  }
+  *out = a;
+  *n = k;
+  return NULL;
+}
+
+cinfer_status *cinfer_server_metrics_text(cinfer_server *s, char **text, size_t *len) {
+  metric_set(s->m_rss, metrics_process_resident_bytes());
+  metric_set(s->m_cpu, metrics_process_cpu_seconds());
+  uint64_t now = now_ns();
+  pthread_mutex_lock(&s->mu);
+  uint64_t window = now - s->busy_window_start;
+  if (window > 1000000000ull) { /* busy ratio over the last scrape interval (>= 1 s) */
+    for (model_entry *e = s->models; e; e = e->next)
+      for (version_entry *ve = e->versions; ve; ve = ve->next)
+        if (ve->model) model_busy_update(ve->model, window);
+    s->busy_window_start = now;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (metrics_render(s->metrics, text, len))
+    return cinfer_status_new(CINFER_INTERNAL, "out of memory rendering metrics");
+  return NULL;
+}

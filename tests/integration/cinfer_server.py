@@ -1,0 +1,95 @@
+"""Starts the real `cinfer serve` binary on an ephemeral loopback port for a test."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+
+BIN = os.environ.get("CINFER_BIN", "build/src/cli/cinfer")
+SRC = os.environ.get("CINFER_SOURCE_DIR", ".")
+EXAMPLES = os.path.join(SRC, "examples", "model_repository")
+
+
+class Server:
+    """A running `cinfer serve`. Use as a context manager; .url is http://127.0.0.1:PORT."""
+
+    def __init__(self, repo=EXAMPLES, args=(), startup_timeout=60):
+        self.repo = repo
+        self.args = list(args)
+        self.startup_timeout = startup_timeout
+        self.proc = None
+        self.port = None
+        self.log = []
+
+    def start(self):
+        cmd = [BIN, "serve", "--model-repository", self.repo, "--host", "127.0.0.1",
+               "--http-port", "0"] + self.args
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1)
+        port_seen = threading.Event()
+
+        def pump():
+            for line in self.proc.stdout:
+                self.log.append(line)
+                m = re.search(r"http_port=(\d+)", line)
+                if m and not port_seen.is_set():
+                    self.port = int(m.group(1))
+                    port_seen.set()
+            port_seen.set()
+
+        self.reader = threading.Thread(target=pump, daemon=True)
+        self.reader.start()
+        if not port_seen.wait(self.startup_timeout) or self.port is None:
+            self.stop()
+            raise RuntimeError("cinfer serve did not start:\n" + "".join(self.log))
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.hostport = f"127.0.0.1:{self.port}"
+        return self
+
+    def wait_ready(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/v2/health/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except Exception:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("server never became ready:\n" + "".join(self.log))
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "reader", None):
+            self.reader.join(5)
+        return self.proc.returncode if self.proc else None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        rc = self.stop()
+        # A sanitizer report or a crash must fail the test that caused it.
+        text = "".join(self.log)
+        assert "ERROR: AddressSanitizer" not in text, text
+        assert "runtime error:" not in text, text
+        assert "ERROR: LeakSanitizer" not in text, text
+        assert rc == 0, f"cinfer serve exited with {rc}:\n{text}"
+
+
+def copy_repo(models, dest=None):
+    """A temporary repository with copies of the named example models."""
+    dest = dest or tempfile.mkdtemp(prefix="cinfer-repo-")
+    for m in models:
+        shutil.copytree(os.path.join(EXAMPLES, m), os.path.join(dest, m), symlinks=True)
+    return dest
