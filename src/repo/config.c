@@ -290,6 +290,7 @@ static bool map_io(mctx *m, const pbtxt_node *n, bool input, model_config_io *io
     int f = field_of(m, c, what, defs, nd, seen);
     bool ok = true;
     int e = 0;
+    if (!input && f == 6) f = F_LABEL; /* out_defs[6] */
     switch (f) {
       case -1: return false;
       case F_NAME: ok = get_str(m, c, &io->name); break;
