@@ -62,6 +62,12 @@ static void *push(void **arr, size_t *n, size_t sz) {
 }
 #define PUSH(m, arr, n) ((__typeof__(arr))push((void **)&(arr), &(n), sizeof *(arr)))
 
+/* Where an entry starts: its field name, or its '{' when it is one element of a list
+ * (`input [ {...}, {...} ]`), so errors tell the elements apart. */
+static model_config_pos entry_pos(const pbtxt_node *n) {
+  return n->in_list ? (model_config_pos){n->vline, n->vcol} : (model_config_pos){n->line, n->col};
+}
+
 static const char *kind_desc(const pbtxt_node *n) {
   switch (n->kind) {
     case PBTXT_MESSAGE: return "a message";
@@ -278,7 +284,7 @@ static bool map_io(mctx *m, const pbtxt_node *n, bool input, model_config_io *io
   int nd = input ? 9 : 7;
   const pbtxt_node *seen[10] = {0};
   if (!want_msg(m, n)) return false;
-  io->pos = (model_config_pos){n->line, n->col};
+  io->pos = entry_pos(n);
   const pbtxt_node *name_node = pbtxt_child(n, "name");
   char what[160];
   if (name_node && name_node->kind == PBTXT_STRING)
@@ -367,7 +373,7 @@ static bool map_instance_group(mctx *m, const pbtxt_node *n, model_instance_grou
                               {"secondary_devices", 1}};
   const pbtxt_node *seen[9] = {0};
   if (!want_msg(m, n)) return false;
-  g->pos = (model_config_pos){n->line, n->col};
+  g->pos = entry_pos(n);
   g->tree = n;
   for (size_t i = 0; i < n->n_children; i++) {
     const pbtxt_node *c = n->children[i];
@@ -457,7 +463,8 @@ static bool map_dynamic_batching(mctx *m, const pbtxt_node *n, model_dynamic_bat
                               {"priority_queue_policy", 1}};
   const pbtxt_node *seen[7] = {0};
   if (!want_msg(m, n)) return false;
-  db->pos = (model_config_pos){n->line, n->col};
+  db->pos = entry_pos(n);
+  db->tree = n;
   for (size_t i = 0; i < n->n_children; i++) {
     const pbtxt_node *c = n->children[i];
     int f = field_of(m, c, "dynamic_batching", defs, 7, seen);
@@ -488,7 +495,7 @@ static bool map_dynamic_batching(mctx *m, const pbtxt_node *n, model_dynamic_bat
         if (!want_msg(m, c)) return false;
         model_priority_queue_policy *p = PUSH(m, db->priority_queue_policy, db->n_priority_queue_policy);
         if (!p) return oom(m);
-        p->pos = (model_config_pos){c->line, c->col};
+        p->pos = entry_pos(c);
         for (size_t j = 0; j < c->n_children && ok; j++) {
           const pbtxt_node *d = c->children[j];
           int g = field_of(m, d, "dynamic_batching.priority_queue_policy", ed, 2, es);
@@ -523,7 +530,7 @@ static bool map_ensemble(mctx *m, const pbtxt_node *n, cinfer_model_config *cfg)
     model_ensemble_step *s = PUSH(m, cfg->ensemble_steps, cfg->n_ensemble_steps);
     if (!s) return oom(m);
     s->model_version = -1;
-    s->pos = (model_config_pos){c->line, c->col};
+    s->pos = entry_pos(c);
     const pbtxt_node *ss[5] = {0};
     char *ns = NULL;
     for (size_t j = 0; j < c->n_children; j++) {
@@ -579,7 +586,7 @@ static bool map_warmup(mctx *m, const pbtxt_node *n, model_warmup *w) {
   static const fdef defs[] = {{"name", 0}, {"batch_size", 0}, {"inputs", 1}, {"count", 0}};
   const pbtxt_node *seen[4] = {0};
   if (!want_msg(m, n)) return false;
-  w->pos = (model_config_pos){n->line, n->col};
+  w->pos = entry_pos(n);
   for (size_t i = 0; i < n->n_children; i++) {
     const pbtxt_node *c = n->children[i];
     int f = field_of(m, c, "model_warmup", defs, 4, seen);
@@ -597,7 +604,7 @@ static bool map_warmup(mctx *m, const pbtxt_node *n, model_warmup *w) {
         if (!want_msg(m, c)) return false;
         model_warmup_input *in = PUSH(m, w->inputs, w->n_inputs);
         if (!in) return oom(m);
-        in->pos = (model_config_pos){c->line, c->col};
+        in->pos = entry_pos(c);
         for (size_t j = 0; j < c->n_children; j++) {
           const pbtxt_node *d = c->children[j];
           int g = field_of(m, d, "model_warmup.inputs", ed, 2, es);
@@ -805,6 +812,19 @@ static bool vfail(vctx *v, model_config_pos pos, const char *fmt, ...) {
   return false;
 }
 
+/* Position of the value of field `name` under tree whose integer value is v (or of the
+ * first `name` when v < 0); fallback when absent. Lets cross-field errors point at the
+ * offending number rather than at the enclosing block. */
+static model_config_pos value_pos(const pbtxt_node *tree, const char *name, int64_t v, model_config_pos fallback) {
+  for (size_t i = 0; tree && i < tree->n_children; i++) {
+    const pbtxt_node *n = tree->children[i];
+    int64_t x;
+    if (strcmp(n->name, name)) continue;
+    if (v < 0 || (pbtxt_as_int64(n, &x) && x == v)) return (model_config_pos){n->vline, n->vcol};
+  }
+  return fallback;
+}
+
 /* Element count of dims with -1 treated as a separator: products of the runs between
  * wildcards go to runs[], their number to *nruns. False on overflow. */
 static bool dim_runs(const int64_t *d, int n, int64_t runs[CINFER_MAX_DIMS + 1], int *nruns) {
@@ -982,7 +1002,7 @@ static cinfer_status *check_config(const cinfer_model_config *c, bool complete) 
       int32_t p = db->preferred_batch_size[i];
       if (p < 1) return vfail(&v, db->pos, "dynamic_batching preferred_batch_size must be >= 1, got %d", p), v.err;
       if (p > c->max_batch_size)
-        return vfail(&v, db->pos, "dynamic_batching preferred_batch_size %d is larger than max_batch_size %d", p,
+        return vfail(&v, value_pos(db->tree, "preferred_batch_size", p, db->pos), "dynamic_batching preferred_batch_size %d is larger than max_batch_size %d", p,
                      c->max_batch_size), v.err;
       for (size_t j = 0; j < i; j++)
         if (db->preferred_batch_size[j] == p)
@@ -990,7 +1010,7 @@ static cinfer_status *check_config(const cinfer_model_config *c, bool complete) 
     }
     if (db->priority_levels == 0) {
       if (db->default_priority_level != 0)
-        return vfail(&v, db->pos, "dynamic_batching default_priority_level %llu requires priority_levels >= %llu",
+        return vfail(&v, value_pos(db->tree, "default_priority_level", -1, db->pos), "dynamic_batching default_priority_level %llu requires priority_levels >= %llu",
                      (unsigned long long)db->default_priority_level,
                      (unsigned long long)db->default_priority_level), v.err;
       if (db->n_priority_queue_policy)
@@ -998,7 +1018,7 @@ static cinfer_status *check_config(const cinfer_model_config *c, bool complete) 
                      "dynamic_batching priority_queue_policy requires priority_levels > 0"), v.err;
     } else {
       if (db->default_priority_level < 1 || db->default_priority_level > db->priority_levels)
-        return vfail(&v, db->pos, "dynamic_batching default_priority_level %llu must be in [1, %llu] (priority_levels)",
+        return vfail(&v, value_pos(db->tree, "default_priority_level", -1, db->pos), "dynamic_batching default_priority_level %llu must be in [1, %llu] (priority_levels)",
                      (unsigned long long)db->default_priority_level, (unsigned long long)db->priority_levels), v.err;
       for (size_t i = 0; i < db->n_priority_queue_policy; i++) {
         const model_priority_queue_policy *p = &db->priority_queue_policy[i];

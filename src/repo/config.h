@@ -127,6 +127,7 @@ typedef struct model_dynamic_batching {
   model_priority_queue_policy *priority_queue_policy; /* owned */
   size_t n_priority_queue_policy;
   model_config_pos pos;
+  const pbtxt_node *tree;         /* as parsed, for error positions; NULL if programmatic */
 } model_dynamic_batching;
 
 typedef struct model_ensemble_step {

@@ -94,7 +94,7 @@ static void skip_space(lexer *lx) {
 /* Printable description of a character for messages. */
 static const char *char_desc(int c, char buf[16]) {
   if (c == -1) return "end of input";
-  if (c >= 0x21 && c < 0x7f) snprintf(buf, 16, "'%c'", c);
+  if (c >= 0x20 && c < 0x7f) snprintf(buf, 16, "'%c'", c);
   else snprintf(buf, 16, "'\\x%02x'", c);
   return buf;
 }
@@ -338,7 +338,7 @@ static void lex_next(lexer *lx, token *t) {
     t->len = blen;
     return;
   }
-  if (strchr("{}<>[]:,;", c)) {
+  if (c != 0 && strchr("{}<>[]:,;", c)) {
     advance(lx);
     t->kind = T_PUNCT;
     t->punct = (char)c;
