@@ -35,7 +35,7 @@ static bool ieq(const char *a, size_t alen, const char *lit) {
   size_t n = strlen(lit);
   if (alen != n) return false;
   for (size_t i = 0; i < n; i++)
-    if (lower((unsigned char)a[i]) != (unsigned char)lit[i]) return false;
+    if (lower((unsigned char)a[i]) != lower((unsigned char)lit[i])) return false;
   return true;
 }
 
@@ -249,7 +249,8 @@ http_parse_result http_parse_request(const char *buf, size_t len, size_t prev_le
   if (!head_len) {
     if (len > limits->max_header_bytes) return fail(err, 431, "request header section too large");
     /* Reject an obviously bad first byte early so garbage does not wait for a timeout. */
-    if (start < len && !tchar[(unsigned char)buf[start]]) return fail(err, 400, "invalid request line");
+    if (start < len && buf[start] != '\r' && !tchar[(unsigned char)buf[start]])
+      return fail(err, 400, "invalid request line");
     return HTTP_PARSE_INCOMPLETE;
   }
   if (head_len > limits->max_header_bytes) return fail(err, 431, "request header section too large");

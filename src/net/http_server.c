@@ -149,6 +149,7 @@ static void conn_close(conn *c);
 static void conn_leave(conn *c);
 static void conn_update_deadline(conn *c);
 static void conn_settle(conn *c);
+static bool output_blocked(conn *c);
 
 static void srv_signal(http_server *s) {
   pthread_mutex_lock(&s->mu);
@@ -433,7 +434,10 @@ static void ex_deliver_here(http_exchange *ex) {
   ex_take(c);
   if (c->fd >= 0 && c->busy == 1) {
     conn_flush(c);
-    if (c->fd >= 0 && c->state == C_HEAD && c->rlen) conn_process(c);
+    if (c->fd >= 0 && c->state == C_HEAD && c->rlen && !output_blocked(c)) {
+      conn_process(c);  /* pipelined requests waiting behind this answer */
+      if (c->fd >= 0) conn_flush(c);
+    }
     if (c->fd >= 0) conn_settle(c);
   }
   conn_leave(c);
