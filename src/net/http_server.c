@@ -1,0 +1,1148 @@
+/* http_server.c: HTTP/1.1 server on N epoll loops (one thread and one SO_REUSEPORT
+ * listener each).
+ *
+ * Connection state machine (conn.state):
+ *   C_HEAD    reading a request head (rbuf may hold 0..n bytes of it, or pipelined data)
+ *   C_BODY    head parsed, reading the body (Content-Length or chunked, decoded in place)
+ *   C_WAIT    request dispatched; its exchange is unanswered. The request view points into
+ *             rbuf, so rbuf is never reallocated or compacted in this state; more bytes are
+ *             read only into spare tail room (to notice a client that goes away)
+ *   C_CLOSING an error or final response is queued; close (via C_LINGER) once flushed
+ *   C_LINGER  write side shut down; discard input until EOF or a short deadline, so that
+ *             unread request bytes do not turn our close into a RST that eats the answer
+ * After the fd is closed, conn.fd == -1; the struct lives on while its exchange is
+ * unanswered (a "zombie"), because another thread may still call http_respond on it.
+ *
+ * Exchange hand-off: answering calls (any thread) serialise bytes into ex.pending under
+ * ex.mu; off the loop thread they post ex.task (at most one queued at a time) and the loop
+ * moves the bytes to the connection's output (a buffer swap when the output is empty).
+ * Responses are therefore written in request order: a pipelined request is not parsed
+ * until the previous exchange is answered (its bytes wait in rbuf or the kernel).
+ *
+ * Hot path per request (synchronous handler): one read(), parse, handler, one writev();
+ * no allocation once buffers have grown to their working size.
+ */
+#include "net/http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "net/net_buf.h"
+
+#define RBUF_INIT 16384
+#define RBUF_KEEP (1u << 20)
+#define OUT_KEEP (1u << 20)
+#define OUT_HIGH_WATER (256u << 10)
+#define LINGER_MS 2000
+
+enum { C_HEAD, C_BODY, C_WAIT, C_CLOSING, C_LINGER };
+enum { ANS_NONE = 0, ANS_STREAMING, ANS_FINAL };
+
+typedef struct io_thread io_thread;
+typedef struct conn conn;
+
+struct http_exchange {
+  conn *c;
+  pthread_mutex_t mu;
+  loop_task task;
+  /* under mu */
+  bool task_queued;
+  bool gone;             /* client went away: drop further output */
+  int answered;          /* ANS_* as seen by producers */
+  bool final_queued;     /* final piece is in pending, not yet taken by the loop */
+  net_buf pending;
+  void *owned;
+  size_t owned_len;
+  void (*owned_free)(void *);
+  /* loop thread only */
+  bool active;           /* dispatched and not yet completed on the loop */
+  bool cancel_fired;
+  void (*cancel_cb)(void *);
+  void *cancel_arg;
+  /* snapshot of the request for formatting the response (set at dispatch) */
+  bool head_only, http10, close_after, chunked;
+};
+
+struct conn {
+  loop_io io;
+  loop_timer timer;
+  io_thread *t;
+  conn *prev, *next;
+  int fd;
+  int state;
+  int busy;              /* nesting depth of callbacks using this conn */
+  bool closed;
+  /* input */
+  char *rbuf;
+  size_t rlen, rcap;
+  size_t parse_prev;
+  size_t req_end;        /* end of the current request (head + decoded body) in rbuf */
+  size_t body_have;      /* decoded body bytes at rbuf[head_len..] */
+  http_chunked ck;
+  http_request req;
+  http_header *headers;
+  uint64_t head_start_ms, last_read_ms, last_write_ms;
+  /* output */
+  net_buf out;
+  size_t out_sent;
+  size_t owned_at;       /* out bytes before the owned body */
+  void *owned;
+  size_t owned_len, owned_sent;
+  void (*owned_free)(void *);
+  http_exchange ex;
+};
+
+typedef struct stats {
+  _Atomic uint64_t connections_accepted, connections_rejected, requests, responses,
+      bytes_in, bytes_out, err_400, err_408, err_413, err_417, err_431, err_501, err_505,
+      cancelled;
+} stats;
+
+struct io_thread {
+  http_server *srv;
+  net_loop *loop;
+  int lfd;
+  loop_io lio;
+  conn *conns;
+  bool draining;
+  stats st;
+};
+
+struct http_server {
+  http_server_opts o;
+  http_limits lim;
+  http_handler handler;
+  void *user;
+  int n;
+  io_thread *threads;
+  uint16_t port;
+  _Atomic int conns_open;      /* fds open */
+  _Atomic int unanswered;      /* exchanges dispatched and not completed */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  _Atomic bool draining;
+  bool stopped_accepting;
+  int started;                 /* loop threads running */
+  _Atomic int forced;
+};
+
+/* Single-writer counters: a relaxed load+store is a plain add on x86 (no lock prefix). */
+#define STAT_ADD(t, f, v) \
+  atomic_store_explicit(&(t)->st.f, atomic_load_explicit(&(t)->st.f, memory_order_relaxed) + (v), memory_order_relaxed)
+
+static void conn_process(conn *c);
+static void conn_flush(conn *c);
+static void conn_close(conn *c);
+static void conn_leave(conn *c);
+static void conn_update_deadline(conn *c);
+static void conn_settle(conn *c);
+static bool output_blocked(conn *c);
+
+static void srv_signal(http_server *s) {
+  pthread_mutex_lock(&s->mu);
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- Date header cache (per thread: answers may be formatted on any thread) ------------ */
+
+static __thread char tls_date[64];
+static __thread time_t tls_date_t;
+
+static void append_date(net_buf *b) {
+  time_t now = time(NULL);
+  if (now != tls_date_t) {
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(tls_date, sizeof tls_date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+    tls_date_t = now;
+  }
+  net_buf_str(b, tls_date);
+}
+
+/* ---- response formatting --------------------------------------------------------------- */
+
+/* Appends a response head. body_len is used unless ex->chunked. Returns false on OOM. */
+static bool format_head(net_buf *b, http_exchange *ex, int status, const http_header *h,
+                        size_t n, uint64_t body_len, bool stream) {
+  bool ok = NET_BUF_LIT(b, "HTTP/1.1 ");
+  ok &= net_buf_uint(b, (uint64_t)status, 10);
+  ok &= NET_BUF_LIT(b, " ");
+  ok &= net_buf_str(b, http_status_reason(status));
+  ok &= NET_BUF_LIT(b, "\r\n");
+  for (size_t i = 0; i < n; i++) {
+    ok &= net_buf_append(b, h[i].name, h[i].name_len);
+    ok &= NET_BUF_LIT(b, ": ");
+    ok &= net_buf_append(b, h[i].value, h[i].value_len);
+    ok &= NET_BUF_LIT(b, "\r\n");
+  }
+  if (stream) {
+    if (ex->chunked) ok &= NET_BUF_LIT(b, "Transfer-Encoding: chunked\r\n");
+  } else if (status >= 200 && status != 204 && status != 304) {
+    ok &= NET_BUF_LIT(b, "Content-Length: ");
+    ok &= net_buf_uint(b, body_len, 10);
+    ok &= NET_BUF_LIT(b, "\r\n");
+  }
+  if (ex->close_after) ok &= NET_BUF_LIT(b, "Connection: close\r\n");
+  else if (ex->http10) ok &= NET_BUF_LIT(b, "Connection: keep-alive\r\n");
+  return ok;
+}
+
+/* ---- exchange: producer side (any thread) --------------------------------------------- */
+
+static void ex_task_run(loop_task *task);
+
+/* Called with ex->mu held after adding to pending; returns whether the caller must post. */
+static bool ex_need_post(http_exchange *ex) {
+  if (loop_in_thread(ex->c->t->loop)) return false;
+  if (ex->task_queued) return false;
+  ex->task_queued = true;
+  return true;
+}
+
+static void ex_deliver_here(http_exchange *ex);
+
+static void ex_after(http_exchange *ex, bool post) {
+  if (post) loop_post_task(ex->c->t->loop, &ex->task);
+  else if (loop_in_thread(ex->c->t->loop)) ex_deliver_here(ex);
+}
+
+static void respond_common(http_exchange *ex, int status, const http_header *headers,
+                           size_t n, const void *body, size_t len, bool owned,
+                           void (*free_fn)(void *)) {
+  pthread_mutex_lock(&ex->mu);
+  if (ex->answered != ANS_NONE) {
+    pthread_mutex_unlock(&ex->mu);
+    LOG_E("http: exchange answered twice (status %d); ignored", status);
+    if (owned && free_fn) free_fn((void *)body);
+    return;
+  }
+  ex->answered = ANS_FINAL;
+  ex->final_queued = true;
+  if (!ex->gone) {
+    format_head(&ex->pending, ex, status, headers, n, len, false);
+    append_date(&ex->pending);
+    NET_BUF_LIT(&ex->pending, "\r\n");
+    if (ex->head_only) {
+      if (owned && free_fn) {
+        ex->owned = (void *)body;  /* freed by the loop, not sent */
+        ex->owned_len = 0;
+        ex->owned_free = free_fn;
+      }
+    } else if (owned) {
+      ex->owned = (void *)body;
+      ex->owned_len = len;
+      ex->owned_free = free_fn;
+    } else {
+      net_buf_append(&ex->pending, body, len);
+    }
+  } else if (owned) {
+    ex->owned = (void *)body;
+    ex->owned_len = 0;
+    ex->owned_free = free_fn;
+  }
+  bool post = ex_need_post(ex);
+  pthread_mutex_unlock(&ex->mu);
+  ex_after(ex, post);
+}
+
+void http_respond(http_exchange *ex, int status, const http_header *headers, size_t n,
+                  const void *body, size_t len) {
+  respond_common(ex, status, headers, n, body, len, false, NULL);
+}
+
+void http_respond_owned(http_exchange *ex, int status, const http_header *headers,
+                        size_t n, void *body, size_t len, void (*free_fn)(void *)) {
+  respond_common(ex, status, headers, n, body, len, true, free_fn);
+}
+
+void http_stream_begin(http_exchange *ex, int status, const http_header *headers, size_t n) {
+  pthread_mutex_lock(&ex->mu);
+  if (ex->answered != ANS_NONE) {
+    pthread_mutex_unlock(&ex->mu);
+    LOG_E("http: stream_begin on an answered exchange; ignored");
+    return;
+  }
+  ex->answered = ANS_STREAMING;
+  if (!ex->gone) {
+    if (ex->http10) ex->close_after = true;  /* close-delimited body */
+    format_head(&ex->pending, ex, status, headers, n, 0, true);
+    append_date(&ex->pending);
+    NET_BUF_LIT(&ex->pending, "\r\n");
+  }
+  bool post = ex_need_post(ex);
+  pthread_mutex_unlock(&ex->mu);
+  ex_after(ex, post);
+}
+
+bool http_stream_write(http_exchange *ex, const void *data, size_t len) {
+  pthread_mutex_lock(&ex->mu);
+  if (ex->answered != ANS_STREAMING) {
+    pthread_mutex_unlock(&ex->mu);
+    LOG_E("http: stream_write outside a stream; ignored");
+    return false;
+  }
+  if (ex->gone) {
+    pthread_mutex_unlock(&ex->mu);
+    return false;
+  }
+  if (len == 0 || ex->head_only) {
+    pthread_mutex_unlock(&ex->mu);
+    return true;
+  }
+  if (ex->chunked) {
+    net_buf_uint(&ex->pending, len, 16);
+    NET_BUF_LIT(&ex->pending, "\r\n");
+    net_buf_append(&ex->pending, data, len);
+    NET_BUF_LIT(&ex->pending, "\r\n");
+  } else {
+    net_buf_append(&ex->pending, data, len);
+  }
+  bool post = ex_need_post(ex);
+  pthread_mutex_unlock(&ex->mu);
+  ex_after(ex, post);
+  return true;
+}
+
+void http_stream_end(http_exchange *ex) {
+  pthread_mutex_lock(&ex->mu);
+  if (ex->answered != ANS_STREAMING) {
+    pthread_mutex_unlock(&ex->mu);
+    LOG_E("http: stream_end outside a stream; ignored");
+    return;
+  }
+  ex->answered = ANS_FINAL;
+  ex->final_queued = true;
+  if (!ex->gone && ex->chunked && !ex->head_only) NET_BUF_LIT(&ex->pending, "0\r\n\r\n");
+  bool post = ex_need_post(ex);
+  pthread_mutex_unlock(&ex->mu);
+  ex_after(ex, post);
+}
+
+void http_exchange_set_cancel(http_exchange *ex, void (*cb)(void *arg), void *arg) {
+  /* Loop thread only: cancel_cb and active are loop-owned fields. */
+  ex->cancel_cb = cb;
+  ex->cancel_arg = arg;
+  if (ex->c->fd < 0 && ex->active && !ex->cancel_fired && cb) {
+    ex->cancel_fired = true;  /* already gone: report now */
+    cb(arg);
+  }
+}
+
+net_loop *http_exchange_loop(const http_exchange *ex) { return ex->c->t->loop; }
+
+/* ---- exchange: loop side --------------------------------------------------------------- */
+
+static void free_owned(conn *c) {
+  if (c->owned_free) c->owned_free(c->owned);
+  c->owned = NULL;
+  c->owned_free = NULL;
+  c->owned_len = c->owned_sent = 0;
+}
+
+/* The exchange's final bytes are in the output: release the request and move on. */
+static void ex_complete(conn *c) {
+  http_exchange *ex = &c->ex;
+  ex->active = false;
+  ex->cancel_cb = NULL;
+  pthread_mutex_lock(&ex->mu);
+  ex->answered = ANS_NONE;
+  ex->final_queued = false;
+  ex->gone = false;
+  pthread_mutex_unlock(&ex->mu);
+  http_server *s = c->t->srv;
+  STAT_ADD(c->t, responses, 1);
+  if (atomic_fetch_sub(&s->unanswered, 1) == 1 && atomic_load(&s->draining)) srv_signal(s);
+  if (c->fd < 0) return;  /* zombie: conn_leave frees it */
+  /* Drop the request's bytes; keep pipelined input. */
+  size_t rest = c->rlen - c->req_end;
+  if (rest) memmove(c->rbuf, c->rbuf + c->req_end, rest);
+  c->rlen = rest;
+  c->req_end = 0;
+  c->parse_prev = 0;
+  c->head_start_ms = loop_now_ms(c->t->loop);
+  c->state = ex->close_after ? C_CLOSING : C_HEAD;
+  if (c->rcap > RBUF_KEEP && c->rlen < RBUF_INIT) {
+    char *p = realloc(c->rbuf, RBUF_INIT);
+    if (p) {
+      c->rbuf = p;
+      c->rcap = RBUF_INIT;
+    }
+  }
+  if (c->state == C_HEAD)
+    loop_io_set(c->t->loop, &c->io, LOOP_READ | LOOP_RDHUP | (c->io.events & LOOP_WRITE));
+}
+
+/* Moves what producers queued into the connection output. Loop thread. */
+static void ex_take(conn *c) {
+  http_exchange *ex = &c->ex;
+  pthread_mutex_lock(&ex->mu);
+  ex->task_queued = false;
+  bool final = ex->final_queued;
+  void *owned = ex->owned;
+  size_t owned_len = ex->owned_len;
+  void (*owned_free)(void *) = ex->owned_free;
+  ex->owned = NULL;
+  ex->owned_free = NULL;
+  ex->owned_len = 0;
+  if (c->fd >= 0 && ex->pending.len) {
+    if (c->out.len == c->out_sent) {
+      /* output idle: swap buffers instead of copying */
+      net_buf tmp = c->out;
+      c->out = ex->pending;
+      tmp.len = 0;
+      ex->pending = tmp;
+      c->out_sent = 0;
+    } else {
+      net_buf_append(&c->out, ex->pending.data, ex->pending.len);
+      ex->pending.len = 0;
+    }
+  }
+  ex->pending.len = 0;
+  if (final) ex->final_queued = false;
+  pthread_mutex_unlock(&ex->mu);
+  if (owned) {
+    if (c->fd >= 0 && owned_len) {
+      c->owned_at = c->out.len;
+      c->owned = owned;
+      c->owned_len = owned_len;
+      c->owned_sent = 0;
+      c->owned_free = owned_free;
+    } else if (owned_free) {
+      owned_free(owned);
+    }
+  }
+  if (final && ex->active) ex_complete(c);
+}
+
+static void ex_deliver_here(http_exchange *ex) {
+  conn *c = ex->c;
+  c->busy++;
+  ex_take(c);
+  if (c->fd >= 0 && c->busy == 1) {
+    conn_flush(c);
+    if (c->fd >= 0 && c->state == C_HEAD && c->rlen && !output_blocked(c)) {
+      conn_process(c);  /* pipelined requests waiting behind this answer */
+      if (c->fd >= 0) conn_flush(c);
+    }
+    if (c->fd >= 0) conn_settle(c);
+  }
+  conn_leave(c);
+}
+
+static void ex_task_run(loop_task *task) {
+  http_exchange *ex = (http_exchange *)((char *)task - offsetof(http_exchange, task));
+  ex_deliver_here(ex);
+}
+
+/* ---- connection ------------------------------------------------------------------------ */
+
+static void conn_free(conn *c) {
+  io_thread *t = c->t;
+  if (c->prev) c->prev->next = c->next;
+  else if (t->conns == c) t->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  free_owned(c);
+  net_buf_free(&c->out);
+  net_buf_free(&c->ex.pending);
+  pthread_mutex_destroy(&c->ex.mu);
+  free(c->rbuf);
+  free(c->headers);
+  free(c);
+}
+
+static void conn_leave(conn *c) {
+  if (--c->busy > 0) return;
+  if (c->fd < 0 && !c->ex.active) conn_free(c);
+}
+
+static void fire_cancel(conn *c) {
+  http_exchange *ex = &c->ex;
+  if (!ex->active) return;
+  pthread_mutex_lock(&ex->mu);
+  bool was_final = ex->answered == ANS_FINAL;
+  ex->gone = true;
+  ex->pending.len = 0;
+  pthread_mutex_unlock(&ex->mu);
+  if (was_final) return;  /* the answer is complete; nothing to cancel */
+  STAT_ADD(c->t, cancelled, 1);
+  if (ex->cancel_cb && !ex->cancel_fired) {
+    ex->cancel_fired = true;
+    ex->cancel_cb(ex->cancel_arg);
+  }
+}
+
+/* Closes the socket. The struct is freed by conn_leave once nothing uses it. */
+static void conn_close(conn *c) {
+  if (c->fd < 0) return;
+  io_thread *t = c->t;
+  loop_io_del(t->loop, &c->io);
+  loop_timer_cancel(t->loop, &c->timer);
+  close(c->fd);
+  c->fd = -1;
+  free_owned(c);
+  c->out.len = c->out_sent = 0;
+  http_server *s = t->srv;
+  if (atomic_fetch_sub(&s->conns_open, 1) == 1 && atomic_load(&s->draining)) srv_signal(s);
+  c->busy++;
+  fire_cancel(c);
+  conn_leave(c);
+}
+
+static void conn_error(conn *c, int status, const char *msg) {
+  io_thread *t = c->t;
+  switch (status) {
+    case 400: STAT_ADD(t, err_400, 1); break;
+    case 408: STAT_ADD(t, err_408, 1); break;
+    case 413: STAT_ADD(t, err_413, 1); break;
+    case 417: STAT_ADD(t, err_417, 1); break;
+    case 431: STAT_ADD(t, err_431, 1); break;
+    case 501: STAT_ADD(t, err_501, 1); break;
+    case 505: STAT_ADD(t, err_505, 1); break;
+    default: break;
+  }
+  net_buf *b = &c->out;
+  if (c->out.len == c->out_sent) c->out.len = c->out_sent = 0;
+  char body[256];
+  int bl = snprintf(body, sizeof body, "{\"error\":\"%s\"}", msg);
+  NET_BUF_LIT(b, "HTTP/1.1 ");
+  net_buf_uint(b, (uint64_t)status, 10);
+  NET_BUF_LIT(b, " ");
+  net_buf_str(b, http_status_reason(status));
+  NET_BUF_LIT(b, "\r\nContent-Type: application/json\r\nConnection: close\r\n");
+  append_date(b);
+  NET_BUF_LIT(b, "Content-Length: ");
+  net_buf_uint(b, (uint64_t)bl, 10);
+  NET_BUF_LIT(b, "\r\n\r\n");
+  net_buf_append(b, body, (size_t)bl);
+  c->state = C_CLOSING;
+  LOG_V(1, "http: %d %s (fd %d)", status, msg, c->fd);
+}
+
+/* Starts the linger phase after the final bytes went out. */
+static void conn_linger(conn *c) {
+  shutdown(c->fd, SHUT_WR);
+  c->state = C_LINGER;
+  c->last_read_ms = loop_now_ms(c->t->loop);
+  loop_io_set(c->t->loop, &c->io, LOOP_READ | LOOP_RDHUP);
+}
+
+static void conn_flush(conn *c) {
+  io_thread *t = c->t;
+  for (;;) {
+    struct iovec iov[2];
+    int n = 0;
+    size_t head_end = c->owned ? c->owned_at : c->out.len;
+    if (c->out_sent < head_end) {
+      iov[n].iov_base = c->out.data + c->out_sent;
+      iov[n].iov_len = head_end - c->out_sent;
+      n++;
+    }
+    if (c->owned && c->owned_sent < c->owned_len) {
+      iov[n].iov_base = (char *)c->owned + c->owned_sent;
+      iov[n].iov_len = c->owned_len - c->owned_sent;
+      n++;
+    }
+    if (n == 0) break;
+    ssize_t w = writev(c->fd, iov, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        loop_io_set(t->loop, &c->io, c->io.events | LOOP_WRITE);
+        return;
+      }
+      conn_close(c);  /* EPIPE, ECONNRESET: the client is gone */
+      return;
+    }
+    STAT_ADD(t, bytes_out, (uint64_t)w);
+    c->last_write_ms = loop_now_ms(t->loop);
+    size_t k = (size_t)w, a = head_end - c->out_sent;
+    if (k <= a) {
+      c->out_sent += k;
+    } else {
+      c->out_sent += a;
+      c->owned_sent += k - a;
+    }
+  }
+  /* all written */
+  c->out.len = c->out_sent = 0;
+  if (c->owned) free_owned(c);
+  if (c->out.cap > OUT_KEEP) net_buf_shrink(&c->out, 16384);
+  if (c->io.events & LOOP_WRITE) loop_io_set(t->loop, &c->io, c->io.events & ~LOOP_WRITE);
+  if (c->state == C_CLOSING) conn_linger(c);
+}
+
+static bool output_blocked(conn *c) {
+  return c->owned || (c->out.len - c->out_sent) > OUT_HIGH_WATER;
+}
+
+/* Grows rbuf to hold at least `want` bytes. Never called while C_WAIT. */
+static bool rbuf_reserve(conn *c, size_t want) {
+  if (want <= c->rcap) return true;
+  size_t cap = c->rcap;
+  while (cap < want) cap = cap > SIZE_MAX / 2 ? want : cap * 2;
+  char *p = realloc(c->rbuf, cap);
+  if (!p) return false;
+  c->rbuf = p;
+  c->rcap = cap;
+  return true;
+}
+
+static void dispatch(conn *c) {
+  io_thread *t = c->t;
+  http_server *s = t->srv;
+  http_exchange *ex = &c->ex;
+  c->req.body = c->rbuf + c->req.head_len;
+  c->req.body_len = c->body_have;
+  c->req_end = c->req.head_len + c->body_have;
+  c->state = C_WAIT;
+  ex->active = true;
+  ex->cancel_fired = false;
+  ex->cancel_cb = NULL;
+  ex->head_only = c->req.method_id == HTTP_HEAD;
+  ex->http10 = c->req.version_minor == 0;
+  ex->chunked = !ex->http10;
+  ex->close_after = !c->req.keep_alive || t->draining;
+  atomic_fetch_add(&s->unanswered, 1);
+  STAT_ADD(t, requests, 1);
+  /* Keep watching for a peer close, but only read while rbuf has tail room. */
+  if (c->rlen == c->rcap) loop_io_set(t->loop, &c->io, LOOP_RDHUP | (c->io.events & LOOP_WRITE));
+  s->handler(ex, &c->req, s->user);
+}
+
+/* Runs the request state machine over buffered input until it needs more bytes or an
+ * exchange is pending. Caller holds busy. */
+static void conn_process(conn *c) {
+  io_thread *t = c->t;
+  http_server *s = t->srv;
+  while (c->fd >= 0) {
+    if (c->state == C_HEAD) {
+      if (c->rlen == 0 || output_blocked(c)) return;
+      http_parse_error err;
+      http_parse_result r = http_parse_request(c->rbuf, c->rlen, c->parse_prev, &s->lim,
+                                               c->headers, s->lim.max_headers, &c->req, &err);
+      if (r == HTTP_PARSE_INCOMPLETE) {
+        c->parse_prev = c->rlen;
+        return;
+      }
+      if (r == HTTP_PARSE_ERROR) {
+        conn_error(c, err.status, err.message);
+        return;
+      }
+      c->body_have = 0;
+      if (c->req.body_kind == HTTP_BODY_NONE) {
+        dispatch(c);
+        continue;
+      }
+      if (c->req.body_kind == HTTP_BODY_LENGTH) {
+        if (c->req.content_length > SIZE_MAX - c->req.head_len ||
+            !rbuf_reserve(c, c->req.head_len + (size_t)c->req.content_length)) {
+          conn_error(c, 413, "body does not fit in memory");
+          return;
+        }
+      } else {
+        memset(&c->ck, 0, sizeof c->ck);
+        c->ck.max_total = s->lim.max_body_bytes;
+      }
+      c->state = C_BODY;
+      c->last_read_ms = loop_now_ms(t->loop);
+      bool have_all = c->req.body_kind == HTTP_BODY_LENGTH &&
+                      c->rlen - c->req.head_len >= c->req.content_length;
+      if (c->req.expect_continue && !have_all) {
+        NET_BUF_LIT(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+      }
+      continue;
+    }
+    if (c->state == C_BODY) {
+      size_t hl = c->req.head_len;
+      if (c->req.body_kind == HTTP_BODY_LENGTH) {
+        if (c->rlen - hl < c->req.content_length) return;
+        c->body_have = (size_t)c->req.content_length;
+        dispatch(c);
+        continue;
+      }
+      /* chunked: undecoded input starts right after the decoded bytes */
+      size_t at = hl + c->body_have;
+      size_t out_len, used;
+      http_chunked_result r = http_chunked_decode(&c->ck, c->rbuf + at, c->rlen - at,
+                                                  &out_len, &used);
+      if (r == HTTP_CHUNKED_ERROR) {
+        conn_error(c, 400, "malformed chunked body");
+        return;
+      }
+      if (r == HTTP_CHUNKED_TOO_LARGE) {
+        conn_error(c, 413, "body exceeds the limit");
+        return;
+      }
+      size_t rest = c->rlen - at - used;
+      c->body_have += out_len;
+      if (rest) memmove(c->rbuf + hl + c->body_have, c->rbuf + at + used, rest);
+      c->rlen = hl + c->body_have + rest;
+      if (r == HTTP_CHUNKED_INCOMPLETE) return;
+      dispatch(c);
+      continue;
+    }
+    return;  /* C_WAIT, C_CLOSING, C_LINGER */
+  }
+}
+
+/* End of every event on a live connection: close it if a drain made it idle, else make
+ * sure its timer covers the current state's deadline. */
+static void conn_settle(conn *c) {
+  if (c->t->draining && c->state == C_HEAD && c->rlen == 0 && c->out.len == c->out_sent &&
+      !c->owned) {
+    conn_close(c);
+    return;
+  }
+  conn_update_deadline(c);
+}
+
+static void conn_update_deadline(conn *c) {
+  io_thread *t = c->t;
+  const http_server_opts *o = &t->srv->o;
+  uint64_t d = 0;
+  if (c->out.len > c->out_sent || c->owned) {
+    d = c->last_write_ms + (uint64_t)o->body_timeout_ms;
+  } else {
+    switch (c->state) {
+      case C_HEAD:
+        d = c->rlen ? c->head_start_ms + (uint64_t)o->header_timeout_ms
+                    : c->head_start_ms + (uint64_t)o->idle_keepalive_ms;
+        break;
+      case C_BODY: d = c->last_read_ms + (uint64_t)o->body_timeout_ms; break;
+      case C_LINGER: d = c->last_read_ms + LINGER_MS; break;
+      default: d = 0; break;
+    }
+  }
+  if (d && (!loop_timer_armed(&c->timer) || c->timer.deadline_ms > d))
+    loop_timer_at(t->loop, &c->timer, d);
+}
+
+static void conn_timer(loop_timer *tm) {
+  conn *c = (conn *)((char *)tm - offsetof(conn, timer));
+  if (c->fd < 0) return;
+  c->busy++;
+  uint64_t now = loop_now_ms(c->t->loop);
+  /* recompute: the deadline may have moved since the timer was armed */
+  conn_update_deadline(c);
+  if (loop_timer_armed(&c->timer) && c->timer.deadline_ms > now) {
+    conn_leave(c);
+    return;
+  }
+  if (c->out.len > c->out_sent || c->owned) {
+    conn_close(c);  /* stalled reader */
+  } else if (c->state == C_HEAD && c->rlen == 0) {
+    conn_close(c);  /* idle keep-alive */
+  } else if (c->state == C_HEAD || c->state == C_BODY) {
+    conn_error(c, 408, c->state == C_HEAD ? "timed out reading the request head"
+                                          : "timed out reading the request body");
+    conn_flush(c);
+    if (c->fd >= 0) conn_update_deadline(c);
+  } else if (c->state == C_LINGER) {
+    conn_close(c);
+  }
+  conn_leave(c);
+}
+
+static void conn_readable(conn *c) {
+  io_thread *t = c->t;
+  http_server *s = t->srv;
+  if (c->state == C_LINGER || c->state == C_CLOSING) {
+    char sink[4096];
+    ssize_t r = read(c->fd, sink, sizeof sink);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+      if (c->state == C_LINGER) conn_close(c);
+      else loop_io_set(t->loop, &c->io, c->io.events & ~(LOOP_READ | LOOP_RDHUP));
+    }
+    return;
+  }
+  if (c->state == C_WAIT || output_blocked(c)) {
+    /* Request view must stay put: read only into tail room. */
+    if (c->rlen == c->rcap) {
+      loop_io_set(t->loop, &c->io, LOOP_RDHUP | (c->io.events & LOOP_WRITE));
+      return;
+    }
+  } else {
+    size_t want;
+    if (c->state == C_HEAD) {
+      want = c->rlen + 4096;
+      size_t cap_max = s->lim.max_header_bytes + 1;
+      if (want > cap_max && c->rlen < cap_max) want = cap_max;
+      if (c->rlen >= cap_max) want = c->rlen + 1;  /* parser will report 431 */
+    } else if (c->req.body_kind == HTTP_BODY_LENGTH) {
+      want = c->req.head_len + (size_t)c->req.content_length;
+      if (want <= c->rlen) want = c->rlen + 1;
+    } else {
+      want = c->rlen + 16384;
+    }
+    if (c->rlen == c->rcap && !rbuf_reserve(c, want)) {
+      conn_error(c, 413, "request does not fit in memory");
+      conn_flush(c);
+      return;
+    }
+  }
+  ssize_t r = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+  if (r <= 0) {
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    conn_close(c);  /* EOF or reset: client gone (cancels a pending exchange) */
+    return;
+  }
+  if (c->rlen == 0 && c->state == C_HEAD) c->head_start_ms = loop_now_ms(t->loop);
+  c->rlen += (size_t)r;
+  c->last_read_ms = loop_now_ms(t->loop);
+  STAT_ADD(t, bytes_in, (uint64_t)r);
+  conn_process(c);
+}
+
+static void conn_io(loop_io *io, uint32_t ev) {
+  conn *c = (conn *)((char *)io - offsetof(conn, io));
+  c->busy++;
+  if (ev & LOOP_WRITE) conn_flush(c);
+  if (c->fd >= 0 && (ev & (LOOP_READ | LOOP_RDHUP | LOOP_HUP | LOOP_ERROR))) {
+    if ((ev & (LOOP_ERROR | LOOP_HUP)) && !(ev & LOOP_READ)) conn_close(c);
+    else if ((ev & LOOP_RDHUP) && !(ev & LOOP_READ) && c->state == C_WAIT) conn_close(c);
+    else conn_readable(c);
+  }
+  if (c->fd >= 0) {
+    conn_flush(c);
+    if (c->fd >= 0 && c->state == C_HEAD && c->rlen && !output_blocked(c)) {
+      conn_process(c);
+      if (c->fd >= 0) conn_flush(c);
+    }
+    if (c->fd >= 0) conn_settle(c);
+  }
+  conn_leave(c);
+}
+
+/* ---- accept ------------------------------------------------------------------------------ */
+
+static void accept_io(loop_io *io, uint32_t ev) {
+  io_thread *t = (io_thread *)((char *)io - offsetof(io_thread, lio));
+  http_server *s = t->srv;
+  for (int i = 0; i < 64; i++) {
+    int fd = accept4(t->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    if (atomic_load(&s->conns_open) >= s->o.max_connections || t->draining) {
+      close(fd);
+      STAT_ADD(t, connections_rejected, 1);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    conn *c = calloc(1, sizeof *c);
+    char *rb = malloc(RBUF_INIT);
+    http_header *hd = malloc(s->lim.max_headers * sizeof *hd);
+    if (!c || !rb || !hd) {
+      free(c);
+      free(rb);
+      free(hd);
+      close(fd);
+      STAT_ADD(t, connections_rejected, 1);
+      continue;
+    }
+    c->t = t;
+    c->fd = fd;
+    c->rbuf = rb;
+    c->rcap = RBUF_INIT;
+    c->headers = hd;
+    c->state = C_HEAD;
+    c->io.fd = fd;
+    c->io.fn = conn_io;
+    c->timer.fn = conn_timer;
+    c->ex.c = c;
+    c->ex.task.fn = ex_task_run;
+    pthread_mutex_init(&c->ex.mu, NULL);
+    c->head_start_ms = c->last_read_ms = c->last_write_ms = loop_now_ms(t->loop);
+    cinfer_status *st = loop_io_add(t->loop, &c->io, LOOP_READ | LOOP_RDHUP);
+    if (st) {
+      cinfer_status_free(st);
+      close(fd);
+      pthread_mutex_destroy(&c->ex.mu);
+      free(c);
+      free(rb);
+      free(hd);
+      continue;
+    }
+    c->next = t->conns;
+    if (t->conns) t->conns->prev = c;
+    t->conns = c;
+    atomic_fetch_add(&s->conns_open, 1);
+    STAT_ADD(t, connections_accepted, 1);
+    conn_update_deadline(c);
+  }
+}
+
+/* ---- server lifecycle --------------------------------------------------------------------- */
+
+static cinfer_status *make_listener(const http_server_opts *o, uint16_t port, int *out) {
+  char portstr[8];
+  snprintf(portstr, sizeof portstr, "%u", port);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo *ai = NULL;
+  const char *host = (o->host && *o->host) ? o->host : "0.0.0.0";
+  int e = getaddrinfo(host, portstr, &hints, &ai);
+  if (e) return cinfer_status_new(CINFER_INVALID_ARG, "http server: host '%s': %s", host, gai_strerror(e));
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    freeaddrinfo(ai);
+    return cinfer_status_new(CINFER_INTERNAL, "http server: socket: %s", strerror(errno));
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, o->backlog) != 0) {
+    int err = errno;
+    close(fd);
+    freeaddrinfo(ai);
+    return cinfer_status_new(CINFER_UNAVAILABLE, "http server: bind/listen %s:%u: %s", host,
+                             port, strerror(err));
+  }
+  freeaddrinfo(ai);
+  *out = fd;
+  return NULL;
+}
+
+cinfer_status *http_server_create(const http_server_opts *opts, http_handler handler,
+                                  void *user, http_server **out) {
+  *out = NULL;
+  if (!handler) return cinfer_status_new(CINFER_INVALID_ARG, "http server: handler is NULL");
+  http_server *s = calloc(1, sizeof *s);
+  if (!s) return cinfer_status_new(CINFER_INTERNAL, "http server: out of memory");
+  s->o = *opts;
+  http_server_opts *o = &s->o;
+  if (o->io_threads <= 0) o->io_threads = 1;
+  if (o->io_threads > 256) o->io_threads = 256;
+  if (!o->max_body_bytes) o->max_body_bytes = 64u << 20;
+  if (!o->max_header_bytes) o->max_header_bytes = 16u << 10;
+  if (!o->max_headers) o->max_headers = 100;
+  if (o->header_timeout_ms <= 0) o->header_timeout_ms = 10000;
+  if (o->body_timeout_ms <= 0) o->body_timeout_ms = 30000;
+  if (o->idle_keepalive_ms <= 0) o->idle_keepalive_ms = 60000;
+  if (o->max_connections <= 0) o->max_connections = 10000;
+  if (o->backlog <= 0) o->backlog = 1024;
+  s->lim = (http_limits){o->max_header_bytes, o->max_headers, o->max_body_bytes};
+  s->handler = handler;
+  s->user = user;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->threads = calloc((size_t)o->io_threads, sizeof *s->threads);
+  if (!s->threads) {
+    free(s);
+    return cinfer_status_new(CINFER_INTERNAL, "http server: out of memory");
+  }
+  cinfer_status *st = NULL;
+  uint16_t port = o->port;
+  for (int i = 0; i < o->io_threads; i++) {
+    io_thread *t = &s->threads[i];
+    t->srv = s;
+    t->lfd = -1;
+    st = loop_create(&t->loop);
+    if (st) break;
+    s->n = i + 1;
+    st = make_listener(o, port, &t->lfd);
+    if (st) break;
+    if (i == 0) {
+      struct sockaddr_storage ss;
+      socklen_t sl = sizeof ss;
+      getsockname(t->lfd, (struct sockaddr *)&ss, &sl);
+      port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                            : ((struct sockaddr_in *)&ss)->sin_port);
+      s->port = port;
+    }
+    t->lio.fd = t->lfd;
+    t->lio.fn = accept_io;
+    st = loop_io_add(t->loop, &t->lio, LOOP_READ);
+    if (st) break;
+  }
+  if (!st) {
+    for (int i = 0; i < s->n; i++) {
+      char name[16];
+      snprintf(name, sizeof name, "http-io-%d", i & 0xffff);
+      st = loop_start_thread(s->threads[i].loop, name);
+      if (st) break;
+      s->started++;
+    }
+  }
+  if (st) {
+    http_server_destroy(s);
+    return st;
+  }
+  *out = s;
+  return NULL;
+}
+
+uint16_t http_server_port(const http_server *srv) { return srv->port; }
+int http_server_num_loops(const http_server *srv) { return srv->n; }
+net_loop *http_server_loop(http_server *srv, int i) {
+  return (i >= 0 && i < srv->n) ? srv->threads[i].loop : NULL;
+}
+
+/* Runs fn(thread) on every loop thread and waits for all of them. */
+typedef struct on_all {
+  loop_task task;
+  io_thread *t;
+  void (*fn)(io_thread *);
+  pthread_mutex_t *mu;
+  pthread_cond_t *cv;
+  int *left;
+} on_all;
+
+static void on_all_run(loop_task *task) {
+  on_all *a = (on_all *)task;
+  a->fn(a->t);
+  pthread_mutex_lock(a->mu);
+  if (--*a->left == 0) pthread_cond_broadcast(a->cv);
+  pthread_mutex_unlock(a->mu);
+}
+
+static void run_on_all(http_server *s, void (*fn)(io_thread *)) {
+  on_all *tasks = calloc((size_t)s->n, sizeof *tasks);
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+  int left = s->n;
+  for (int i = 0; i < s->n; i++) {
+    if (!tasks) {  /* out of memory: still correct, just slower */
+      on_all one = {.t = &s->threads[i], .fn = fn, .mu = &mu, .cv = &cv, .left = &left};
+      one.task.fn = on_all_run;
+      loop_post_task(s->threads[i].loop, &one.task);
+      pthread_mutex_lock(&mu);
+      while (left > s->n - i - 1) pthread_cond_wait(&cv, &mu);
+      pthread_mutex_unlock(&mu);
+      continue;
+    }
+    tasks[i] = (on_all){.t = &s->threads[i], .fn = fn, .mu = &mu, .cv = &cv, .left = &left};
+    tasks[i].task.fn = on_all_run;
+    loop_post_task(s->threads[i].loop, &tasks[i].task);
+  }
+  pthread_mutex_lock(&mu);
+  while (left > 0) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+  free(tasks);
+}
+
+static void t_stop_accepting(io_thread *t) {
+  if (t->lfd >= 0) {
+    loop_io_del(t->loop, &t->lio);
+    close(t->lfd);
+    t->lfd = -1;
+  }
+}
+
+void http_server_stop_accepting(http_server *srv) {
+  if (srv->stopped_accepting) return;
+  run_on_all(srv, t_stop_accepting);
+  srv->stopped_accepting = true;
+}
+
+static void t_drain(io_thread *t) {
+  t->draining = true;
+  for (conn *c = t->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->fd < 0) continue;
+    if (c->state == C_HEAD && c->rlen == 0 && c->out.len == c->out_sent && !c->owned) {
+      c->busy++;
+      conn_close(c);
+      conn_leave(c);
+    } else if (c->state == C_WAIT) {
+      pthread_mutex_lock(&c->ex.mu);
+      c->ex.close_after = true;  /* its response carries Connection: close */
+      pthread_mutex_unlock(&c->ex.mu);
+    }
+  }
+}
+
+static void t_force_close(io_thread *t) {
+  for (conn *c = t->conns, *next; c; c = next) {
+    next = c->next;
+    if (c->fd < 0) continue;
+    atomic_fetch_add(&t->srv->forced, 1);
+    c->busy++;
+    conn_close(c);
+    conn_leave(c);
+  }
+}
+
+/* Waits on srv->cv until *counter is 0 or the deadline (0 = no deadline) passes. */
+static void wait_zero(http_server *srv, _Atomic int *counter, uint64_t deadline) {
+  pthread_mutex_lock(&srv->mu);
+  while (atomic_load(counter) > 0) {
+    uint64_t now = loop_clock_ms();
+    if (deadline && now >= deadline) break;
+    uint64_t wait = deadline ? deadline - now : 100;
+    if (wait > 100) wait = 100;  /* re-check periodically as well */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)wait * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
+  }
+  pthread_mutex_unlock(&srv->mu);
+}
+
+int http_server_shutdown(http_server *srv, int timeout_ms) {
+  if (srv->started < srv->n || srv->n == 0) return 0;
+  http_server_stop_accepting(srv);
+  atomic_store(&srv->draining, true);
+  run_on_all(srv, t_drain);
+  wait_zero(srv, &srv->conns_open, loop_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) + 1);
+  atomic_store(&srv->forced, 0);
+  run_on_all(srv, t_force_close);
+  return atomic_load(&srv->forced);
+}
+
+void http_server_destroy(http_server *srv) {
+  if (!srv) return;
+  if (srv->started == srv->n && srv->n > 0) {
+    http_server_shutdown(srv, 0);
+    /* Handlers still owe answers for cancelled exchanges; their structs must outlive
+     * those calls (see http.h). */
+    wait_zero(srv, &srv->unanswered, 0);
+  }
+  for (int i = 0; i < srv->n; i++) {
+    io_thread *t = &srv->threads[i];
+    if (!t->loop) continue;
+    loop_join(t->loop);
+    while (t->conns) {
+      conn *c = t->conns;
+      if (c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+      }
+      conn_free(c);
+    }
+    if (t->lfd >= 0) close(t->lfd);
+    loop_destroy(t->loop);
+  }
+  free(srv->threads);
+  pthread_mutex_destroy(&srv->mu);
+  pthread_cond_destroy(&srv->cv);
+  free(srv);
+}
+
+void http_server_get_stats(const http_server *srv, http_server_stats *out) {
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < srv->n; i++) {
+    const stats *st = &srv->threads[i].st;
+#define S(f) out->f += atomic_load_explicit(&st->f, memory_order_relaxed)
+    S(connections_accepted); S(connections_rejected); S(requests); S(responses);
+    S(bytes_in); S(bytes_out); S(err_400); S(err_408); S(err_413); S(err_417);
+    S(err_431); S(err_501); S(err_505); S(cancelled);
+#undef S
+  }
+  out->connections_active = (uint64_t)atomic_load(&((http_server *)srv)->conns_open);
+}

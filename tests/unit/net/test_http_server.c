@@ -1,0 +1,818 @@
+/* test_http_server.c: a real server and real clients over loopback.
+ * Raw blocking sockets (with a receive timeout as a safety bound, never as a wait) drive
+ * the protocol corner cases; the http_client on its own loop drives the load and
+ * streaming tests. Every wait is on a condition with a bound. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "net/http.h"
+
+#define BOUND_MS 20000  /* safety bound for every wait: a failure, never a pass */
+
+/* ---- condition waiting -------------------------------------------------------------------- */
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+
+static void notify(void) {
+  pthread_mutex_lock(&mu);
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+}
+
+/* Waits until *flag >= want; false when the bound passes first. */
+static bool wait_for(_Atomic int *flag, int want) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += BOUND_MS / 1000;
+  pthread_mutex_lock(&mu);
+  int rc = 0;
+  while (atomic_load(flag) < want && rc == 0) rc = pthread_cond_timedwait(&cv, &mu, &ts);
+  bool ok = atomic_load(flag) >= want;
+  pthread_mutex_unlock(&mu);
+  return ok;
+}
+
+/* ---- server under test ---------------------------------------------------------------------- */
+
+static http_server *srv;
+static http_exchange *_Atomic parked;     /* /hang exchange held by the test */
+static _Atomic int parked_count, cancel_count;
+static pthread_t workers[64];
+static _Atomic int nworkers;
+
+static void on_cancel(void *arg) {
+  atomic_fetch_add(&cancel_count, 1);
+  notify();
+}
+
+static void *thread_answer(void *arg) {
+  http_exchange *ex = arg;
+  static const http_header h[] = {{"Content-Type", 12, "text/plain", 10}};
+  http_respond(ex, 200, h, 1, "from thread", 11);
+  return NULL;
+}
+
+static void *thread_stream(void *arg) {
+  http_exchange *ex = arg;
+  static const http_header h[] = {{"Content-Type", 12, "text/event-stream", 17}};
+  http_stream_begin(ex, 200, h, 1);
+  char ev[64];
+  for (int i = 0; i < 5; i++) {
+    int n = snprintf(ev, sizeof ev, "data: token%d\n\n", i);
+    http_stream_write(ex, ev, (size_t)n);
+  }
+  http_stream_end(ex);
+  return NULL;
+}
+
+static void spawn(void *(*fn)(void *), void *arg) {
+  int i = atomic_fetch_add(&nworkers, 1);
+  assert_true(i < 64);
+  assert_int_equal(pthread_create(&workers[i], NULL, fn, arg), 0);
+}
+
+static void join_workers(void) {
+  int n = atomic_exchange(&nworkers, 0);
+  for (int i = 0; i < n; i++) pthread_join(workers[i], NULL);
+}
+
+static bool path_is(const http_request *r, const char *p) {
+  return r->path_len == strlen(p) && memcmp(r->path, p, r->path_len) == 0;
+}
+
+static void free_body(void *p) { free(p); }
+
+static void handler(http_exchange *ex, const http_request *req, void *user) {
+  if (path_is(req, "/hello")) {
+    http_respond(ex, 200, NULL, 0, "hello", 5);
+  } else if (path_is(req, "/echo")) {
+    size_t n;
+    const char *id = http_request_header(req, "X-Id", &n);
+    http_header h[1] = {{"X-Id", 4, id ? id : "", id ? n : 0}};
+    http_respond(ex, 200, h, 1, req->body, req->body_len);
+  } else if (path_is(req, "/owned")) {
+    char *b = malloc(100000);
+    for (int i = 0; i < 100000; i++) b[i] = (char)('a' + i % 26);
+    http_respond_owned(ex, 200, NULL, 0, b, 100000, free_body);
+  } else if (path_is(req, "/thread")) {
+    spawn(thread_answer, ex);
+  } else if (path_is(req, "/stream")) {
+    spawn(thread_stream, ex);
+  } else if (path_is(req, "/hang")) {
+    http_exchange_set_cancel(ex, on_cancel, NULL);
+    atomic_store(&parked, ex);
+    atomic_fetch_add(&parked_count, 1);
+    notify();
+  } else {
+    http_respond(ex, 404, NULL, 0, "{\"error\":\"not found\"}", 21);
+  }
+}
+
+static int setup(void **s) {
+  http_server_opts o = {.host = "127.0.0.1", .port = 0, .io_threads = 2,
+                        .max_body_bytes = 1024, .header_timeout_ms = 300,
+                        .body_timeout_ms = 300, .idle_keepalive_ms = 5000};
+  cinfer_status *st = http_server_create(&o, handler, NULL, &srv);
+  if (st) {
+    fprintf(stderr, "%s\n", cinfer_status_message(st));
+    cinfer_status_free(st);
+    return -1;
+  }
+  atomic_store(&parked_count, 0);
+  atomic_store(&cancel_count, 0);
+  return 0;
+}
+
+static int teardown(void **s) {
+  http_server_destroy(srv);
+  srv = NULL;
+  join_workers();
+  return 0;
+}
+
+/* ---- raw socket helpers --------------------------------------------------------------------- */
+
+static int connect_to(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct timeval tv = {.tv_sec = BOUND_MS / 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void send_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    assert_true(w > 0);
+    p += w;
+    n -= (size_t)w;
+  }
+}
+#define SEND(fd, lit) send_all((fd), (lit), strlen(lit))
+
+typedef struct raw_resp {
+  int status;
+  bool keep_alive, chunked;
+  char head[2048];
+  char body[200000];
+  size_t body_len;
+} raw_resp;
+
+/* Per-connection read buffer so pipelined responses are split correctly. */
+typedef struct rconn {
+  int fd;
+  char buf[300000];
+  size_t len;
+} rconn;
+
+/* Reads one response (Content-Length, chunked or close-delimited body). False on EOF
+ * before a complete head, or timeout. */
+static bool read_response(rconn *c, raw_resp *r, bool head_req) {
+  http_limits lim = {16384, 100, SIZE_MAX};
+  http_header h[100];
+  http_response resp;
+  http_parse_error err;
+  for (;;) {
+    int pr = http_parse_response(c->buf, c->len, 0, &lim, head_req, h, 100, &resp, &err);
+    if (pr == HTTP_PARSE_OK) break;
+    assert_int_equal(pr, HTTP_PARSE_INCOMPLETE);
+    ssize_t n = recv(c->fd, c->buf + c->len, sizeof c->buf - c->len, 0);
+    if (n <= 0) return false;
+    c->len += (size_t)n;
+  }
+  r->status = resp.status;
+  r->keep_alive = resp.keep_alive;
+  r->chunked = resp.body_kind == HTTP_BODY_CHUNKED;
+  size_t hl = resp.head_len < sizeof r->head - 1 ? resp.head_len : sizeof r->head - 1;
+  memcpy(r->head, c->buf, hl);
+  r->head[hl] = 0;
+  size_t pos = resp.head_len;
+  r->body_len = 0;
+  http_chunked ck = {0};
+  for (;;) {
+    size_t avail = c->len - pos;
+    if (resp.body_kind == HTTP_BODY_NONE) break;
+    if (resp.body_kind == HTTP_BODY_LENGTH && avail >= resp.content_length) {
+      memcpy(r->body, c->buf + pos, resp.content_length);
+      r->body_len = resp.content_length;
+      pos += resp.content_length;
+      break;
+    }
+    if (resp.body_kind == HTTP_BODY_CHUNKED) {
+      size_t out, used;
+      int cr = http_chunked_decode(&ck, c->buf + pos, avail, &out, &used);
+      assert_true(cr == HTTP_CHUNKED_DONE || cr == HTTP_CHUNKED_INCOMPLETE);
+      memcpy(r->body + r->body_len, c->buf + pos, out);
+      r->body_len += out;
+      memmove(c->buf + pos, c->buf + pos + used, c->len - pos - used);
+      c->len -= used;
+      if (cr == HTTP_CHUNKED_DONE) break;
+    }
+    ssize_t n = recv(c->fd, c->buf + c->len, sizeof c->buf - c->len, 0);
+    if (n == 0 && resp.body_kind == HTTP_BODY_UNTIL_CLOSE) {
+      memcpy(r->body, c->buf + pos, avail);
+      r->body_len = avail;
+      pos += avail;
+      break;
+    }
+    if (n <= 0) return false;
+    c->len += (size_t)n;
+  }
+  memmove(c->buf, c->buf + pos, c->len - pos);
+  c->len -= pos;
+  return true;
+}
+
+static bool peer_closed(int fd) {
+  char b[256];
+  for (;;) {
+    ssize_t n = recv(fd, b, sizeof b, 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+static rconn *rconn_open(void) {
+  rconn *c = calloc(1, sizeof *c);
+  c->fd = connect_to(http_server_port(srv));
+  assert_true(c->fd >= 0);
+  return c;
+}
+
+static void rconn_close(rconn *c) {
+  close(c->fd);
+  free(c);
+}
+
+/* ---- tests: protocol over raw sockets ----------------------------------------------------- */
+
+static void test_keepalive_and_pipelining(void **s) {
+  rconn *c = rconn_open();
+  raw_resp *r = malloc(sizeof *r);
+  SEND(c->fd, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  assert_true(r->keep_alive);
+  assert_int_equal(r->body_len, 5);
+  assert_memory_equal(r->body, "hello", 5);
+  assert_non_null(strstr(r->head, "Date: "));
+  /* three pipelined requests in one segment, incl. a body and a request answered from
+   * another thread: responses must come back in order */
+  SEND(c->fd,
+       "POST /echo HTTP/1.1\r\nHost: t\r\nX-Id: 1\r\nContent-Length: 3\r\n\r\nabc"
+       "GET /thread HTTP/1.1\r\nHost: t\r\n\r\n"
+       "POST /echo HTTP/1.1\r\nHost: t\r\nX-Id: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+       "2\r\nxy\r\n3\r\nzzz\r\n0\r\n\r\n"
+       "HEAD /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  assert_non_null(strstr(r->head, "X-Id: 1\r\n"));
+  assert_int_equal(r->body_len, 3);
+  assert_memory_equal(r->body, "abc", 3);
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->body_len, 11);
+  assert_memory_equal(r->body, "from thread", 11);
+  assert_true(read_response(c, r, false));
+  assert_non_null(strstr(r->head, "X-Id: 3\r\n"));
+  assert_int_equal(r->body_len, 5);
+  assert_memory_equal(r->body, "xyzzz", 5);
+  assert_true(read_response(c, r, true));
+  assert_int_equal(r->status, 200);
+  assert_non_null(strstr(r->head, "Content-Length: 5\r\n"));
+  assert_int_equal(r->body_len, 0);
+  /* the HEAD response carried no body: a following request parses cleanly */
+  SEND(c->fd, "GET /owned HTTP/1.1\r\nHost: t\r\n\r\nGET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->body_len, 100000);
+  for (int i = 0; i < 100000; i++)
+    if (r->body[i] != (char)('a' + i % 26)) fail_msg("owned body byte %d", i);
+  assert_true(read_response(c, r, false));
+  assert_memory_equal(r->body, "hello", 5);
+  /* Connection: close is honoured */
+  SEND(c->fd, "GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_false(r->keep_alive);
+  assert_true(peer_closed(c->fd));
+  rconn_close(c);
+  free(r);
+}
+
+static void test_http10(void **s) {
+  rconn *c = rconn_open();
+  raw_resp *r = malloc(sizeof *r);
+  SEND(c->fd, "GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  assert_non_null(strstr(r->head, "Connection: keep-alive\r\n"));
+  /* 1.0 streaming: close-delimited, no chunked framing */
+  SEND(c->fd, "GET /stream HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_false(r->chunked);
+  r->body[r->body_len] = 0;
+  assert_non_null(strstr(r->body, "data: token0\n\ndata: token1"));
+  assert_non_null(strstr(r->body, "data: token4\n\n"));
+  rconn_close(c);
+  /* plain 1.0: closed after the answer */
+  c = rconn_open();
+  SEND(c->fd, "GET /hello HTTP/1.0\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_false(r->keep_alive);
+  assert_true(peer_closed(c->fd));
+  rconn_close(c);
+  free(r);
+}
+
+typedef struct bad_case {
+  const char *req;
+  int status;
+  const char *msg;
+} bad_case;
+
+static void test_bad_requests(void **s) {
+  static char big[20000];
+  memcpy(big, "GET / HTTP/1.1\r\nHost: t\r\nX: ", 28);
+  memset(big + 28, 'a', sizeof big - 33);
+  memcpy(big + sizeof big - 5, "\r\n\r\n", 5);
+  const bad_case C[] = {
+      {"GET / HTTP/1.1\r\n\r\n", 400, "missing Host header"},
+      {"GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", 400, "folding"},
+      {"GET / HTTP/3.0\r\nHost: a\r\n\r\n", 505, "version"},
+      {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "Transfer-Encoding"},
+      {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n", 413, "Content-Length"},
+      {"POST / HTTP/1.1\r\nHost: a\r\nExpect: x\r\nContent-Length: 1\r\n\r\n", 417, "Expect"},
+      {"POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "chunked"},
+      {big, 431, "too large"},
+  };
+  raw_resp *r = malloc(sizeof *r);
+  for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+    rconn *c = rconn_open();
+    send_all(c->fd, C[i].req, strlen(C[i].req));
+    assert_true(read_response(c, r, false));
+    if (r->status != C[i].status) fail_msg("bad case %zu: status %d", i, r->status);
+    assert_false(r->keep_alive);
+    r->body[r->body_len] = 0;
+    if (!strstr(r->body, C[i].msg)) fail_msg("bad case %zu: body '%s'", i, r->body);
+    assert_true(peer_closed(c->fd));
+    rconn_close(c);
+  }
+  http_server_stats st;
+  http_server_get_stats(srv, &st);
+  assert_int_equal(st.err_400, 3);
+  assert_int_equal(st.err_505, 1);
+  assert_int_equal(st.err_501, 1);
+  assert_int_equal(st.err_413, 1);
+  assert_int_equal(st.err_417, 1);
+  assert_int_equal(st.err_431, 1);
+  free(r);
+}
+
+static void test_body_too_large(void **s) {
+  raw_resp *r = malloc(sizeof *r);
+  /* declared too large, body sent anyway: the 413 still arrives (lingering close) */
+  rconn *c = rconn_open();
+  char body[4096];
+  memset(body, 'x', sizeof body);
+  SEND(c->fd, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4096\r\n\r\n");
+  send_all(c->fd, body, sizeof body);
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 413);
+  rconn_close(c);
+  /* chunked body that grows past the limit while being read */
+  c = rconn_open();
+  SEND(c->fd, "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+  for (int i = 0; i < 3; i++) {
+    SEND(c->fd, "200\r\n");
+    send_all(c->fd, body, 0x200);
+    SEND(c->fd, "\r\n");
+  }
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 413);
+  rconn_close(c);
+  /* exactly the limit is accepted */
+  c = rconn_open();
+  SEND(c->fd, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1024\r\n\r\n");
+  send_all(c->fd, body, 1024);
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  assert_int_equal(r->body_len, 1024);
+  rconn_close(c);
+  free(r);
+}
+
+static void test_expect_continue(void **s) {
+  rconn *c = rconn_open();
+  raw_resp *r = malloc(sizeof *r);
+  SEND(c->fd, "POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 100);
+  SEND(c->fd, "ping");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  assert_memory_equal(r->body, "ping", 4);
+  /* with the limit exceeded there is no 100, only 413 */
+  SEND(c->fd, "POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 413);
+  rconn_close(c);
+  free(r);
+}
+
+static void test_slow_client_timeouts(void **s) {
+  raw_resp *r = malloc(sizeof *r);
+  /* head never completes */
+  rconn *c = rconn_open();
+  SEND(c->fd, "GET /hello HTTP/1.1\r\nHo");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 408);
+  assert_true(peer_closed(c->fd));
+  rconn_close(c);
+  /* body stalls */
+  c = rconn_open();
+  SEND(c->fd, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 408);
+  r->body[r->body_len] = 0;
+  assert_non_null(strstr(r->body, "body"));
+  assert_true(peer_closed(c->fd));
+  rconn_close(c);
+  http_server_stats st;
+  http_server_get_stats(srv, &st);
+  assert_int_equal(st.err_408, 2);
+  free(r);
+}
+
+static void test_cancel_on_disconnect(void **s) {
+  rconn *c = rconn_open();
+  SEND(c->fd, "GET /hang HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(wait_for(&parked_count, 1));
+  close(c->fd);
+  free(c);
+  assert_true(wait_for(&cancel_count, 1));
+  /* answering the dead exchange from another thread is safe and dropped */
+  http_exchange *ex = atomic_exchange(&parked, NULL);
+  http_respond(ex, 200, NULL, 0, "late", 4);
+  http_server_stats st;
+  http_server_get_stats(srv, &st);
+  assert_int_equal(st.cancelled, 1);
+  /* a streaming exchange cancelled mid-stream: writes report the client gone */
+  c = rconn_open();
+  SEND(c->fd, "GET /hang HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(wait_for(&parked_count, 2));
+  ex = atomic_exchange(&parked, NULL);
+  http_stream_begin(ex, 200, NULL, 0);
+  assert_true(http_stream_write(ex, "data: a\n\n", 9));
+  raw_resp *r = malloc(sizeof *r);
+  char b[64];
+  ssize_t n = recv(c->fd, b, sizeof b, MSG_PEEK);  /* head arrived */
+  assert_true(n > 0);
+  close(c->fd);
+  free(c);
+  assert_true(wait_for(&cancel_count, 2));
+  assert_false(http_stream_write(ex, "data: b\n\n", 9));
+  http_stream_end(ex);
+  /* the server keeps working */
+  c = rconn_open();
+  SEND(c->fd, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  rconn_close(c);
+  free(r);
+}
+
+/* ---- tests: http_client ----------------------------------------------------------------------- */
+
+typedef struct load {
+  net_loop *loop;
+  http_client *clients[16];
+  int remaining[16];
+  _Atomic int ok, failed, done_clients;
+  const char *req;
+  size_t req_len;
+  size_t body_bytes;
+} load;
+
+typedef struct client_ctx {
+  load *l;
+  int i;
+} client_ctx;
+
+static void load_body(void *u, const char *d, size_t n) {
+  client_ctx *cx = u;
+  cx->l->body_bytes += n;
+  if (n > 5 || memcmp(d, "hello", n) != 0) atomic_fetch_add(&cx->l->failed, 1);
+}
+
+static void load_done(void *u, http_client_error err, const char *msg) {
+  client_ctx *cx = u;
+  load *l = cx->l;
+  if (err) {
+    atomic_fetch_add(&l->failed, 1);
+    fprintf(stderr, "client %d: %s\n", cx->i, msg);
+  } else {
+    atomic_fetch_add(&l->ok, 1);
+  }
+  if (--l->remaining[cx->i] > 0 && !err) {
+    http_client_send(l->clients[cx->i], l->req, l->req_len, false);
+  } else {
+    atomic_fetch_add(&l->done_clients, 1);
+    notify();
+  }
+}
+
+static void load_start(void *arg) {
+  load *l = arg;
+  static client_ctx cx[16];
+  static const http_client_callbacks cb = {.on_body = load_body, .on_done = load_done};
+  http_client_opts o = {.host = "127.0.0.1", .port = http_server_port(srv)};
+  for (int i = 0; i < 16; i++) {
+    cx[i] = (client_ctx){l, i};
+    cinfer_status *st = http_client_create(l->loop, &o, &cb, &cx[i], &l->clients[i]);
+    assert_null(st);
+    http_client_send(l->clients[i], l->req, l->req_len, false);
+  }
+}
+
+static void load_stop(void *arg) {
+  load *l = arg;
+  for (int i = 0; i < 16; i++) http_client_destroy(l->clients[i]);
+  atomic_fetch_add(&l->done_clients, 1);
+  notify();
+}
+
+static void test_1000_requests_16_connections(void **s) {
+  load *l = calloc(1, sizeof *l);
+  assert_null(loop_create(&l->loop));
+  assert_null(loop_start_thread(l->loop, "test-client"));
+  l->req = "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
+  l->req_len = strlen(l->req);
+  for (int i = 0; i < 16; i++) l->remaining[i] = 1000 / 16 + (i < 1000 % 16);
+  http_server_stats before;
+  http_server_get_stats(srv, &before);
+  assert_true(loop_post(l->loop, load_start, l));
+  assert_true(wait_for(&l->done_clients, 16));
+  assert_int_equal(atomic_load(&l->ok), 1000);
+  assert_int_equal(atomic_load(&l->failed), 0);
+  assert_int_equal(l->body_bytes, 5000);
+  http_server_stats st;
+  http_server_get_stats(srv, &st);
+  assert_int_equal(st.requests - before.requests, 1000);
+  assert_int_equal(st.connections_accepted - before.connections_accepted, 16);  /* keep-alive */
+  assert_true(loop_post(l->loop, load_stop, l));
+  assert_true(wait_for(&l->done_clients, 17));
+  loop_join(l->loop);
+  loop_destroy(l->loop);
+  free(l);
+}
+
+typedef struct one {
+  net_loop *loop;
+  http_client *c;
+  http_client_opts o;
+  const char *req;
+  bool head_req;
+  _Atomic int done;
+  http_client_error err;
+  int status;
+  int body_calls;
+  char body[4096];
+  size_t body_len;
+  bool chunked;
+} one;
+
+static void one_head(void *u, const http_response *r) {
+  one *x = u;
+  x->status = r->status;
+  x->chunked = r->body_kind == HTTP_BODY_CHUNKED;
+}
+static void one_body(void *u, const char *d, size_t n) {
+  one *x = u;
+  if (x->body_len + n >= sizeof x->body) n = sizeof x->body - 1 - x->body_len;
+  memcpy(x->body + x->body_len, d, n);
+  x->body_len += n;
+  x->body_calls++;
+}
+static void one_done(void *u, http_client_error err, const char *msg) {
+  one *x = u;
+  x->err = err;
+  atomic_fetch_add(&x->done, 1);
+  notify();
+}
+static void one_send(void *arg) {
+  one *x = arg;
+  static const http_client_callbacks cb = {one_head, one_body, one_done};
+  if (!x->c) assert_null(http_client_create(x->loop, &x->o, &cb, x, &x->c));
+  x->body_len = 0;
+  x->status = 0;
+  assert_true(http_client_send(x->c, x->req, strlen(x->req), x->head_req));
+}
+static void one_destroy(void *arg) {
+  one *x = arg;
+  http_client_destroy(x->c);
+  x->c = NULL;
+  atomic_fetch_add(&x->done, 1);
+  notify();
+}
+
+/* Runs one request on a fresh loop thread; returns the struct for inspection. */
+static one *client_once(uint16_t port, const char *req, int response_timeout_ms) {
+  one *x = calloc(1, sizeof *x);
+  assert_null(loop_create(&x->loop));
+  assert_null(loop_start_thread(x->loop, "test-one"));
+  x->o = (http_client_opts){.host = "127.0.0.1", .port = port,
+                            .response_timeout_ms = response_timeout_ms,
+                            .connect_timeout_ms = 2000};
+  x->req = req;
+  assert_true(loop_post(x->loop, one_send, x));
+  assert_true(wait_for(&x->done, 1));
+  return x;
+}
+static void one_free(one *x) {
+  int d = atomic_load(&x->done);
+  assert_true(loop_post(x->loop, one_destroy, x));
+  assert_true(wait_for(&x->done, d + 1));
+  loop_join(x->loop);
+  loop_destroy(x->loop);
+  free(x);
+}
+
+static void test_client_streaming(void **s) {
+  one *x = client_once(http_server_port(srv), "GET /stream HTTP/1.1\r\nHost: t\r\n\r\n", 5000);
+  assert_int_equal(x->err, HTTP_CLIENT_OK);
+  assert_int_equal(x->status, 200);
+  assert_true(x->chunked);
+  x->body[x->body_len] = 0;
+  assert_string_equal(x->body, "data: token0\n\ndata: token1\n\ndata: token2\n\n"
+                               "data: token3\n\ndata: token4\n\n");
+  assert_true(x->body_calls >= 1);
+  one_free(x);
+}
+
+/* A scripted peer for client error kinds: accepts one connection and then acts. */
+typedef struct peer {
+  int lfd;
+  uint16_t port;
+  int mode;  /* 0 close at once, 1 send garbage, 2 stay silent until told, 3 close-delimited */
+  pthread_t th;
+  _Atomic int release;
+} peer;
+
+static void *peer_main(void *arg) {
+  peer *p = arg;
+  int fd = accept(p->lfd, NULL, NULL);
+  if (fd < 0) return NULL;
+  char b[1024];
+  if (p->mode != 0) (void)!recv(fd, b, sizeof b, 0);
+  if (p->mode == 1) (void)!send(fd, "HTTP/1.1 2x0 Nope\r\n\r\n", 21, MSG_NOSIGNAL);
+  if (p->mode == 3) (void)!send(fd, "HTTP/1.1 200 OK\r\n\r\nuntil close", 30, MSG_NOSIGNAL);
+  if (p->mode == 2) wait_for(&p->release, 1);
+  close(fd);
+  return NULL;
+}
+
+static peer *peer_start(int mode) {
+  peer *p = calloc(1, sizeof *p);
+  p->mode = mode;
+  p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(p->lfd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(p->lfd, 4), 0);
+  socklen_t l = sizeof a;
+  getsockname(p->lfd, (struct sockaddr *)&a, &l);
+  p->port = ntohs(a.sin_port);
+  assert_int_equal(pthread_create(&p->th, NULL, peer_main, p), 0);
+  return p;
+}
+
+static void peer_stop(peer *p) {
+  atomic_store(&p->release, 1);
+  notify();
+  pthread_join(p->th, NULL);
+  close(p->lfd);
+  free(p);
+}
+
+static void test_client_errors(void **s) {
+  /* refused: a port with no listener (bind then close to get a free one) */
+  peer *p = peer_start(0);
+  uint16_t dead_port;
+  {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    dead_port = ntohs(a.sin_port);
+    close(fd);
+  }
+  one *x = client_once(dead_port, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 2000);
+  assert_int_equal(x->err, HTTP_CLIENT_CONNECT_REFUSED);
+  one_free(x);
+  /* closed before any byte */
+  x = client_once(p->port, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 2000);
+  assert_int_equal(x->err, HTTP_CLIENT_RESET_BEFORE_RESPONSE);
+  one_free(x);
+  peer_stop(p);
+  /* malformed */
+  p = peer_start(1);
+  x = client_once(p->port, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 2000);
+  assert_int_equal(x->err, HTTP_CLIENT_MALFORMED);
+  one_free(x);
+  peer_stop(p);
+  /* timeout: the peer never answers */
+  p = peer_start(2);
+  x = client_once(p->port, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 200);
+  assert_int_equal(x->err, HTTP_CLIENT_TIMEOUT);
+  one_free(x);
+  peer_stop(p);
+  /* close-delimited body completes OK at EOF */
+  p = peer_start(3);
+  x = client_once(p->port, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 2000);
+  assert_int_equal(x->err, HTTP_CLIENT_OK);
+  assert_int_equal(x->body_len, 11);
+  assert_memory_equal(x->body, "until close", 11);
+  one_free(x);
+  peer_stop(p);
+}
+
+/* ---- graceful shutdown ------------------------------------------------------------------------ */
+
+static _Atomic int shutdown_done;
+static int shutdown_forced = -1;
+static void *shutdown_thread(void *arg) {
+  shutdown_forced = http_server_shutdown(srv, BOUND_MS);
+  atomic_store(&shutdown_done, 1);
+  notify();
+  return NULL;
+}
+
+static void test_graceful_shutdown(void **s) {
+  raw_resp *r = malloc(sizeof *r);
+  rconn *idle = rconn_open();
+  SEND(idle->fd, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(idle, r, false));
+  rconn *busy = rconn_open();
+  SEND(busy->fd, "GET /hang HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(wait_for(&parked_count, 1));
+  atomic_store(&shutdown_done, 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, shutdown_thread, NULL), 0);
+  /* the idle keep-alive connection is closed by the drain */
+  assert_true(peer_closed(idle->fd));
+  /* new connections are refused once accepting stopped (the idle close came after) */
+  assert_int_equal(connect_to(http_server_port(srv)), -1);
+  /* the in-flight request still gets its answer, with Connection: close */
+  http_exchange *ex = atomic_exchange(&parked, NULL);
+  http_respond(ex, 200, NULL, 0, "bye", 3);
+  assert_true(read_response(busy, r, false));
+  assert_int_equal(r->status, 200);
+  assert_false(r->keep_alive);
+  assert_memory_equal(r->body, "bye", 3);
+  assert_true(peer_closed(busy->fd));
+  rconn_close(idle);
+  rconn_close(busy);
+  assert_true(wait_for(&shutdown_done, 1));
+  pthread_join(th, NULL);
+  assert_int_equal(shutdown_forced, 0);
+  assert_int_equal(atomic_load(&cancel_count), 0);
+  free(r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_keepalive_and_pipelining, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_http10, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_body_too_large, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_expect_continue, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_slow_client_timeouts, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cancel_on_disconnect, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_1000_requests_16_connections, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_client_streaming, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_client_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_graceful_shutdown, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
