@@ -79,7 +79,10 @@ struct batcher {
   size_t cand_cap;
   size_t skip_limit; /* other-shape items a batch search may step over */
 
-  /* arrival-rate estimate for BATCHER_WAIT_ADAPTIVE: EWMA of ns between rows */
+  /* arrival-rate estimate for BATCHER_WAIT_ADAPTIVE: EWMA of ns between rows, averaging
+   * over about one largest-preferred batch of rows (so a burst of simultaneous requests,
+   * e.g. a closed-loop client group, does not read as an unbounded rate) */
+  double ewma_alpha;
   double gap_ns_per_row;
   uint64_t last_arrival_ns;
   uint32_t arrivals; /* saturates; 0 = no arrival yet, 1 = no gap yet */
@@ -313,6 +316,7 @@ cinfer_status *batcher_create(const batcher_config *cfg, batcher **out) {
     b->npref = 1;
   }
   b->pref_max = b->npref ? b->pref[b->npref - 1] : 1;
+  b->ewma_alpha = 1.0 / (double)(b->pref_max < 4 ? 4 : b->pref_max > 64 ? 64 : b->pref_max);
 
   for (uint32_t l = 0; l < b->nlevels; l++) {
     b->levels[l].policy = cfg->default_queue_policy;
@@ -342,7 +346,7 @@ static void note_arrival(batcher *b, uint64_t now_ns, int64_t rows) {
   if (b->arrivals > 0 && now_ns >= b->last_arrival_ns) {
     double sample = (double)(now_ns - b->last_arrival_ns) / (double)rows;
     if (b->arrivals == 1) b->gap_ns_per_row = sample;
-    else b->gap_ns_per_row += (sample - b->gap_ns_per_row) * 0.25;
+    else b->gap_ns_per_row += (sample - b->gap_ns_per_row) * b->ewma_alpha;
   }
   if (b->arrivals < UINT32_MAX) b->arrivals++;
   b->last_arrival_ns = now_ns;

@@ -54,10 +54,12 @@ static int cmp_u64(const void *a, const void *b) {
 /* Runs n_req Poisson arrivals at `load` x capacity through one batcher and `inst`
  * instances. */
 static sim_result simulate(int inst, double load, batcher_wait_mode mode, uint64_t delay_us,
-                           size_t n_req, uint64_t seed) {
+                           const int64_t *pref, size_t npref, size_t n_req, uint64_t seed) {
   batcher_config c;
   memset(&c, 0, sizeof c);
   c.max_batch_size = MAX_BATCH;
+  c.preferred_batch_sizes = pref;
+  c.n_preferred_batch_sizes = npref;
   c.max_queue_delay_us = delay_us;
   c.wait_mode = mode;
   batcher *b = NULL;
@@ -137,14 +139,114 @@ static sim_result simulate(int inst, double load, batcher_wait_mode mode, uint64
   return r;
 }
 
+/* Closed loop, like perf_analyzer's default concurrency mode: `clients` clients each send
+ * their next request the moment the previous answer arrives. */
+typedef struct closed_result {
+  double per_ms, mean_batch, p50_us, p99_us; /* latency: enqueue -> completion */
+} closed_result;
+
+static closed_result simulate_closed(int inst, int clients, batcher_wait_mode mode,
+                                     uint64_t delay_us, size_t n_done) {
+  batcher_config c;
+  memset(&c, 0, sizeof c);
+  c.max_batch_size = MAX_BATCH;
+  c.max_queue_delay_us = delay_us;
+  c.wait_mode = mode;
+  batcher *b = NULL;
+  assert_null(batcher_create(&c, &b));
+  uint64_t *lat = malloc(n_done * sizeof *lat);
+  uint64_t *enq_at = malloc((size_t)clients * sizeof *enq_at);
+  assert_non_null(lat);
+  assert_non_null(enq_at);
+  uint64_t busy_until[MAX_INST] = {0};
+  size_t running[MAX_INST] = {0};
+  uint64_t batch_clients[MAX_INST][MAX_BATCH];
+  batcher_item out[MAX_BATCH];
+  for (int k = 0; k < clients; k++) { /* the clients start 1 us apart */
+    enq_at[k] = (uint64_t)k * US;
+    batcher_item it = {.seq = (uint64_t)k, .rows = 1};
+    assert_null(batcher_enqueue(b, &it, enq_at[k]));
+  }
+  uint64_t now = (uint64_t)clients * US, wake = now;
+  size_t done = 0, batches = 0, items = 0;
+  while (done < n_done) {
+    uint64_t t = wake;
+    for (int i = 0; i < inst; i++)
+      if (running[i] && busy_until[i] < t) t = busy_until[i];
+    assert_true(t != UINT64_MAX && t >= now);
+    now = t;
+    for (int i = 0; i < inst; i++) {
+      if (!running[i] || busy_until[i] > now) continue;
+      for (size_t k = 0; k < running[i]; k++) {
+        uint64_t cl = batch_clients[i][k];
+        if (done < n_done) lat[done++] = now - enq_at[cl];
+        enq_at[cl] = now;
+        batcher_item it = {.seq = cl, .rows = 1};
+        assert_null(batcher_enqueue(b, &it, now));
+      }
+      running[i] = 0;
+    }
+    wake = UINT64_MAX;
+    for (int i = 0; i < inst; i++) {
+      if (running[i]) continue;
+      size_t n;
+      uint64_t w;
+      assert_null(batcher_next(b, now, out, MAX_BATCH, &n, &w));
+      if (n == 0) {
+        wake = w;
+        break;
+      }
+      for (size_t k = 0; k < n; k++) batch_clients[i][k] = out[k].seq;
+      running[i] = n;
+      busy_until[i] = now + cost_ns(n);
+      batches++;
+      items += n;
+    }
+  }
+  closed_result r;
+  r.per_ms = (double)done / ((double)now / 1e6);
+  r.mean_batch = (double)items / (double)batches;
+  qsort(lat, n_done, sizeof *lat, cmp_u64);
+  r.p50_us = (double)lat[n_done / 2] / US;
+  r.p99_us = (double)lat[n_done * 99 / 100] / US;
+  free(lat);
+  free(enq_at);
+  batcher_destroy(b);
+  return r;
+}
+
+static void test_closed_loop(void **s) {
+  const int conc[] = {4, 16, 64};
+  printf("closed loop (perf_analyzer-style concurrency), 1 instance, max_queue_delay 2000 us\n"
+         "| concurrency | policy | requests/ms | mean batch | p50 latency us | p99 latency us |\n"
+         "|---|---|---|---|---|---|\n");
+  for (size_t k = 0; k < sizeof conc / sizeof conc[0]; k++) {
+    closed_result ad = simulate_closed(1, conc[k], BATCHER_WAIT_ADAPTIVE, 2000, 20000);
+    closed_result tr = simulate_closed(1, conc[k], BATCHER_WAIT_FULL_DELAY, 2000, 20000);
+    printf("| %d | adaptive (default) | %.2f | %.1f | %.0f | %.0f |\n", conc[k], ad.per_ms,
+           ad.mean_batch, ad.p50_us, ad.p99_us);
+    printf("| %d | full delay (Triton) | %.2f | %.1f | %.0f | %.0f |\n", conc[k], tr.per_ms,
+           tr.mean_batch, tr.p50_us, tr.p99_us);
+    /* with fewer clients than a batch, waiting cannot fill it: never slower than Triton */
+    assert_true(ad.per_ms >= tr.per_ms * 0.99);
+    if (conc[k] < MAX_BATCH) assert_true(ad.p50_us < tr.p50_us);
+  }
+}
+
 static void test_simulation(void **s) {
   const double loads[] = {0.1, 0.5, 0.9, 1.0, 1.2, 2.0};
-  const struct { batcher_wait_mode mode; uint64_t delay_us; const char *name; } pols[] = {
-      {BATCHER_WAIT_ADAPTIVE, 2000, "adaptive (default)"},
-      {BATCHER_WAIT_FULL_DELAY, 2000, "full delay (Triton)"},
-      {BATCHER_WAIT_ADAPTIVE, 10000, "adaptive (default)"},
-      {BATCHER_WAIT_FULL_DELAY, 10000, "full delay (Triton)"},
-      {BATCHER_WAIT_FULL_DELAY, 0, "no delay"},
+  const struct {
+    batcher_wait_mode mode;
+    uint64_t delay_us;
+    const int64_t *pref;
+    size_t npref;
+    const char *name;
+  } pols[] = {
+      {BATCHER_WAIT_ADAPTIVE, 2000, NULL, 0, "adaptive (default)"},
+      {BATCHER_WAIT_FULL_DELAY, 2000, NULL, 0, "full delay (Triton)"},
+      {BATCHER_WAIT_ADAPTIVE, 10000, NULL, 0, "adaptive (default)"},
+      {BATCHER_WAIT_FULL_DELAY, 10000, NULL, 0, "full delay (Triton)"},
+      {BATCHER_WAIT_FULL_DELAY, 0, NULL, 0, "no delay"},
   };
   const size_t n_req = 40000;
   printf("virtual time; cost %llu us + %llu us/item, max_batch_size %d, %zu Poisson "
@@ -156,7 +258,8 @@ static void test_simulation(void **s) {
   for (int inst = 1; inst <= 2; inst++) {
     for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
       for (size_t l = 0; l < sizeof loads / sizeof loads[0]; l++) {
-        sim_result r = simulate(inst, loads[l], pols[p].mode, pols[p].delay_us, n_req,
+        sim_result r = simulate(inst, loads[l], pols[p].mode, pols[p].delay_us, pols[p].pref,
+                                pols[p].npref, n_req,
                                 0x5EED0000ull + 131 * l + 7 * (uint64_t)inst);
         const double bound_us = (double)pols[p].delay_us + (double)cost_ns(MAX_BATCH) / US;
         printf("| %d | %llu | %s | %.1f | %.3f | %.3f | %.1f | %.0f | %.0f | %.0f |\n", inst,
@@ -178,6 +281,7 @@ static void test_simulation(void **s) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_simulation)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_simulation),
+                                     cmocka_unit_test(test_closed_loop)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
