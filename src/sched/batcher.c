@@ -379,7 +379,7 @@ cinfer_status *batcher_enqueue(batcher *b, const batcher_item *item, uint64_t no
   }
   if (b->free_head == NIL && !pool_grow(b))
     return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "batcher queue cannot grow past %u "
-                             "items", b->cap);
+                             "items (out of memory or at its limit)", b->cap);
 
   uint64_t timeout_us = lv->policy.default_timeout_us;
   if (lv->policy.allow_timeout_override && item->timeout_us != 0 &&
