@@ -440,8 +440,8 @@ uint64_t batcher_expire_at(const batcher *b) {
   return b->heap_n ? b->nodes[b->heap[0]].deadline_ns + 1 : UINT64_MAX;
 }
 
-size_t batcher_expire(batcher *b, uint64_t now_ns, batcher_item *out, size_t cap) {
-  apply_timeouts(b, now_ns);
+/* Moves up to cap REJECT-timed-out items into out; returns how many. */
+static size_t take_expired(batcher *b, batcher_item *out, size_t cap) {
   size_t k = 0;
   while (k < cap && b->expired.head != NIL) {
     uint32_t i = b->expired.head;
@@ -451,6 +451,11 @@ size_t batcher_expire(batcher *b, uint64_t now_ns, batcher_item *out, size_t cap
     node_free(b, i);
   }
   return k;
+}
+
+size_t batcher_expire(batcher *b, uint64_t now_ns, batcher_item *out, size_t cap) {
+  apply_timeouts(b, now_ns);
+  return take_expired(b, out, cap);
 }
 
 /* ---- batch formation ---------------------------------------------------------------- */
@@ -578,14 +583,7 @@ cinfer_status *batcher_next(batcher *b, uint64_t now_ns, batcher_item *out, size
 }
 
 size_t batcher_drain(batcher *b, batcher_item *out, size_t cap) {
-  size_t k = 0;
-  while (k < cap && b->expired.head != NIL) {
-    uint32_t i = b->expired.head;
-    list_unlink(b, &b->expired, i);
-    b->expired_n--;
-    out[k++] = b->nodes[i].item;
-    node_free(b, i);
-  }
+  size_t k = take_expired(b, out, cap);
   for (uint32_t l = 0; l < b->nlevels && k < cap; l++) {
     blevel *lv = &b->levels[l];
     for (int cls = 0; cls < 2 && k < cap; cls++) {
