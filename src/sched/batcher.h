@@ -109,6 +109,11 @@ typedef struct batcher_item {
   void *user;          /* caller's pointer, returned untouched */
 } batcher_item;
 
+/* The shape_key for a request: a hash of each input's name, dtype and dims except dim 0
+ * (all dims when `batched` is false), independent of the order of the inputs. Requests
+ * with equal keys can be concatenated along dim 0. inputs is borrowed. */
+uint64_t batcher_shape_key(const cinfer_tensor *inputs, size_t n_inputs, bool batched);
+
 /* ---- the batcher ---------------------------------------------------------------------- */
 
 typedef struct batcher batcher;

@@ -505,6 +505,31 @@ static void test_drain(void **s) {
   batcher_destroy(b);
 }
 
+static void test_shape_key(void **s) {
+  cinfer_tensor a[2] = {
+      {.name = "image", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 3, 640, 640}},
+      {.name = "scale", .dtype = CINFER_TYPE_FP32, .ndim = 2, .shape = {1, 1}}};
+  cinfer_tensor b[2] = {a[1], a[0]}; /* other input order, other batch size */
+  b[0].shape[0] = 5;
+  b[1].shape[0] = 5;
+  uint64_t ka = batcher_shape_key(a, 2, true);
+  assert_int_equal(ka, batcher_shape_key(b, 2, true));
+  assert_int_not_equal(ka, batcher_shape_key(b, 2, false)); /* dim 0 counts when unbatched */
+  b[1].shape[2] = 480; /* another image size */
+  assert_int_not_equal(ka, batcher_shape_key(b, 2, true));
+  b[1].shape[2] = 640;
+  b[1].dtype = CINFER_TYPE_FP16;
+  assert_int_not_equal(ka, batcher_shape_key(b, 2, true));
+  b[1].dtype = CINFER_TYPE_FP32;
+  b[1].name = "img";
+  assert_int_not_equal(ka, batcher_shape_key(b, 2, true));
+  assert_int_not_equal(ka, batcher_shape_key(a, 1, true)); /* an input missing */
+  /* the dims split differently must not collide: [3, 64] vs [36, 4] etc. */
+  cinfer_tensor x = {.name = "x", .dtype = CINFER_TYPE_INT64, .ndim = 3, .shape = {1, 3, 64}};
+  cinfer_tensor y = {.name = "x", .dtype = CINFER_TYPE_INT64, .ndim = 3, .shape = {1, 64, 3}};
+  assert_int_not_equal(batcher_shape_key(&x, 1, true), batcher_shape_key(&y, 1, true));
+}
+
 /* ---- sched_order -------------------------------------------------------------------- */
 
 static void test_order(void **s) {
@@ -905,7 +930,7 @@ int main(void) {
       cmocka_unit_test(test_timeout_delay),     cmocka_unit_test(test_queue_full),
       cmocka_unit_test(test_mixed_shapes),      cmocka_unit_test(test_max_batch_size_zero),
       cmocka_unit_test(test_adaptive_wait),     cmocka_unit_test(test_drain),
-      cmocka_unit_test(test_order),             cmocka_unit_test(test_random_property),
+      cmocka_unit_test(test_shape_key),         cmocka_unit_test(test_order),             cmocka_unit_test(test_random_property),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
