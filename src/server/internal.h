@@ -18,6 +18,7 @@
 
 #include "cinfer/cinfer.h"
 #include "metrics/metrics.h"
+#include "sched/batcher.h"
 #include "server/cfgview.h"
 
 typedef struct req_param {
@@ -53,6 +54,8 @@ struct cinfer_request {
   _Atomic bool cancelled;
   _Atomic bool final_sent;
   _Atomic bool submitted;
+  bool has_seq;       /* preserve_ordering: the response waits for earlier ones */
+  uint64_t seq;
   /* scheduling */
   int64_t rows;       /* dim 0 when the model batches, else 1 */
   uint64_t shape_key; /* hash of non-batch dims; equal keys may share a batch */
@@ -109,8 +112,14 @@ struct cinfer_model {
   /* scheduler */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  cinfer_request *q_head, *q_tail;
-  size_t q_len;
+  batcher *batcher;
+  batcher_item *scratch;        /* batch buffer for batcher_next, cap = max(1, max_batch) */
+  size_t scratch_cap;
+  sched_order *order;           /* preserve_ordering, or NULL */
+  pthread_mutex_t order_mu;
+  struct held_resp { uint64_t seq; cinfer_request *r; cinfer_response *resp; } *held;
+  size_t n_held, cap_held;
+  metric *m_rejected_full, *m_rejected_timeout;
   bool stopping;
   int n_instances;
   model_instance *instances;
@@ -126,6 +135,10 @@ struct cinfer_model {
 /* request.c */
 void request_complete_error(cinfer_request *r, cinfer_status *st); /* takes st */
 void request_deliver(cinfer_request *r, cinfer_response *resp, uint32_t flags);
+/* Hands a FINAL response to the callback, releasing the server's reference. */
+void request_deliver_now(cinfer_request *r, cinfer_response *resp, uint32_t flags);
+/* preserve_ordering: queues a FINAL response until every earlier one is out. */
+void model_order_release(cinfer_model *m, cinfer_request *r, cinfer_response *resp);
 bool request_output_wanted(const cinfer_request *r, const char *name);
 
 /* model.c */

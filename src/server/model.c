@@ -118,12 +118,13 @@ static void stat_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns) {
   s->ns += ns;
 }
 
-static void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code) {
+static void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric *reason) {
   uint64_t t = now_ns() - r->t_arrival;
   pthread_mutex_lock(&m->stats_mu);
   stat_add(&m->stats.fail, 1, t);
   pthread_mutex_unlock(&m->stats_mu);
-  metric *which = code == CINFER_CANCELLED          ? m->m.fail_cancelled
+  metric *which = reason                             ? reason
+                  : code == CINFER_CANCELLED          ? m->m.fail_cancelled
                   : code == CINFER_DEADLINE_EXCEEDED ? m->m.fail_timeout
                   : code == CINFER_UNAVAILABLE       ? m->m.fail_rejected
                                                      : m->m.fail_backend;
@@ -131,8 +132,14 @@ static void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code)
   metric_observe(m->m.request_dur, (double)t * 1e-9);
 }
 
+static void fail_request_reason(cinfer_model *m, cinfer_request *r, cinfer_status *st,
+                                metric *reason) {
+  record_failure(m, r, cinfer_status_code(st), reason);
+  request_complete_error(r, st);
+}
+
 static void fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st) {
-  record_failure(m, r, cinfer_status_code(st));
+  record_failure(m, r, cinfer_status_code(st), NULL);
   request_complete_error(r, st);
 }
 
@@ -297,42 +304,84 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
   pthread_mutex_unlock(&m->stats_mu);
 }
 
+/* Fails requests whose REJECT timeout passed while queued. Called with m->mu held;
+ * drops and retakes it around the callbacks. */
+static void expire_locked(cinfer_model *m, uint64_t now) {
+  batcher_item out[32];
+  size_t n;
+  while ((n = batcher_expire(m->batcher, now, out, 32)) > 0) {
+    pthread_mutex_unlock(&m->mu);
+    for (size_t i = 0; i < n; i++) {
+      cinfer_request *r = out[i].user;
+      metric_inc(m->m_rejected_timeout, 1);
+      fail_request_reason(m, r, cinfer_status_new(CINFER_UNAVAILABLE,
+                                                  "request timed out after waiting %.3f ms in the "
+                                                  "queue of model '%s'",
+                                                  (double)(now - r->t_arrival) / 1e6, m->name),
+                          m->m.fail_timeout);
+    }
+    pthread_mutex_lock(&m->mu);
+    if (n < 32) break;
+  }
+}
+
+static void update_pending_locked(cinfer_model *m) {
+  uint64_t reqs = 0;
+  batcher_pending(m->batcher, &reqs, NULL);
+  metric_set(m->m.pending, (double)reqs);
+}
+
 static void *worker_main(void *arg) {
   model_instance *inst = arg;
   cinfer_model *m = inst->model;
-  uint32_t cap = m->batching ? (uint32_t)(m->max_batch < 1024 ? m->max_batch : 1024) : 1;
-  cinfer_request **batch = calloc(cap ? cap : 1, sizeof *batch);
+  size_t cap = m->scratch_cap;
+  batcher_item *items = calloc(cap, sizeof *items);
+  cinfer_request **batch = calloc(cap, sizeof *batch);
+  if (!items || !batch) {
+    LOG_E("model '%s': instance %d cannot allocate its batch buffers", m->name, inst->index);
+    free(items), free(batch);
+    return NULL;
+  }
   pthread_mutex_lock(&m->mu);
   for (;;) {
-    while (!m->stopping && !m->q_head) pthread_cond_wait(&m->cv, &m->mu);
-    if (!m->q_head) break; /* stopping and drained */
-    uint32_t n = 0;
-    int64_t rows = 0;
-    cinfer_request *r = m->q_head;
-    uint64_t key = r->shape_key;
-    cinfer_request **pp = &m->q_head, *prev = NULL;
-    bool batch_more = m->batching && m->db.enabled;
-    while ((r = *pp) && n < cap) {
-      if (n > 0 && (!batch_more || r->shape_key != key || rows + r->rows > m->max_batch)) break;
-      *pp = r->next;
-      r->next = NULL;
-      batch[n++] = r;
-      rows += r->rows;
-      m->q_len--;
+    uint64_t now = now_ns();
+    expire_locked(m, now);
+    size_t n = 0;
+    uint64_t wake = UINT64_MAX;
+    cinfer_status *st = batcher_next(m->batcher, now, items, cap, &n, &wake);
+    if (st) { /* cap is sized from the config: cannot happen */
+      LOG_E("model '%s': %s", m->name, cinfer_status_message(st));
+      cinfer_status_free(st);
+      n = 0;
     }
-    (void)prev;
-    if (!m->q_head) m->q_tail = NULL;
-    metric_set(m->m.pending, (double)m->q_len);
+    if (n == 0) {
+      uint64_t reqs = 0;
+      batcher_pending(m->batcher, &reqs, NULL);
+      if (m->stopping && reqs == 0) break;
+      if (wake == UINT64_MAX) {
+        pthread_cond_wait(&m->cv, &m->mu);
+      } else if (wake > now) {
+        struct timespec ts; /* the condvar uses CLOCK_MONOTONIC (model_create) */
+        ts.tv_sec = (time_t)(wake / 1000000000ull);
+        ts.tv_nsec = (long)(wake % 1000000000ull);
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+      }
+      continue;
+    }
+    update_pending_locked(m);
+    /* Another instance may be able to start the next batch right away. */
+    pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
 
     uint64_t t = now_ns();
     uint32_t live = 0;
-    for (uint32_t i = 0; i < n; i++) {
-      batch[i]->t_exec_start = t;
-      if (cinfer_request_is_cancelled(batch[i]))
-        fail_request(m, batch[i], cinfer_status_new(CINFER_CANCELLED, "request cancelled"));
+    for (size_t i = 0; i < n; i++) {
+      cinfer_request *r = items[i].user;
+      r->t_exec_start = t;
+      if (cinfer_request_is_cancelled(r))
+        fail_request(m, r, cinfer_status_new(CINFER_CANCELLED, "request cancelled"));
       else
-        batch[live++] = batch[i];
+        batch[live++] = r;
     }
     if (live) run_batch(inst, batch, live);
     uint64_t busy = now_ns() - t;
@@ -340,8 +389,50 @@ static void *worker_main(void *arg) {
     inst->busy_ns += busy;
   }
   pthread_mutex_unlock(&m->mu);
+  free(items);
   free(batch);
   return NULL;
+}
+
+/* ---- preserve_ordering ---------------------------------------------------------------- */
+
+void model_order_release(cinfer_model *m, cinfer_request *r, cinfer_response *resp) {
+  pthread_mutex_lock(&m->order_mu);
+  uint64_t first = 0, count = 0;
+  cinfer_status *st = sched_order_complete(m->order, r->seq, &first, &count);
+  if (st) { /* a bug: deliver rather than hang the client */
+    LOG_E("model '%s': %s", m->name, cinfer_status_message(st));
+    cinfer_status_free(st);
+    pthread_mutex_unlock(&m->order_mu);
+    request_deliver_now(r, resp, CINFER_RESPONSE_FINAL);
+    return;
+  }
+  if (m->n_held == m->cap_held) {
+    size_t nc = m->cap_held ? m->cap_held * 2 : 16;
+    struct held_resp *nh = realloc(m->held, nc * sizeof *nh);
+    if (nh) {
+      m->held = nh;
+      m->cap_held = nc;
+    }
+  }
+  if (m->n_held == m->cap_held) { /* out of memory: deliver out of order rather than lose it */
+    pthread_mutex_unlock(&m->order_mu);
+    request_deliver_now(r, resp, CINFER_RESPONSE_FINAL);
+    return;
+  }
+  m->held[m->n_held++] = (struct held_resp){r->seq, r, resp};
+  /* Release [first, first+count) in order. Delivery happens under order_mu so that two
+   * threads releasing consecutive runs cannot overtake each other. */
+  for (uint64_t s = first; s < first + count; s++) {
+    for (size_t i = 0; i < m->n_held; i++) {
+      if (m->held[i].seq != s) continue;
+      struct held_resp h = m->held[i];
+      m->held[i] = m->held[--m->n_held];
+      request_deliver_now(h.r, h.resp, CINFER_RESPONSE_FINAL);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&m->order_mu);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
@@ -372,6 +463,11 @@ static void metrics_init(cinfer_model *m) {
   m->m.queue_dur = metrics_series(HIST("cinfer_queue_duration_seconds", "Time requests wait in the queue", metrics_latency_buckets, metrics_latency_buckets_n), lab);
   m->m.compute_dur = metrics_series(HIST("cinfer_compute_duration_seconds", "Batch compute time (input, infer)", metrics_latency_buckets, metrics_latency_buckets_n), lab);
   m->m.batch_size = metrics_series(HIST("cinfer_batch_size", "Rows per backend execution", metrics_batch_buckets, metrics_batch_buckets_n), lab);
+  metric_family *rej = FAM("cinfer_rejected_total", "Requests rejected by the scheduler", METRIC_COUNTER);
+  const char *lr1[] = {"model", m->name, "version", ver, "reason", "queue_full", NULL};
+  const char *lr2[] = {"model", m->name, "version", ver, "reason", "timeout", NULL};
+  m->m_rejected_full = metrics_series(rej, lr1);
+  m->m_rejected_timeout = metrics_series(rej, lr2);
   metric_family *busy = FAM("cinfer_instance_busy_ratio", "Fraction of time each instance executes", METRIC_GAUGE);
   for (int i = 0; i < m->n_instances; i++) {
     char idx[16];
@@ -387,12 +483,16 @@ static void metrics_fini(cinfer_model *m) {
   metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
                    m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
                    m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,
-                   m->m.batch_size};
+                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) metrics_series_remove(all[i]);
   for (int i = 0; i < m->n_instances; i++) metrics_series_remove(m->instances[i].m_busy);
 }
 
 static void model_free(cinfer_model *m) {
+  batcher_destroy(m->batcher);
+  sched_order_destroy(m->order);
+  free(m->held);
+  pthread_mutex_destroy(&m->order_mu);
   free(m->instances);
   free(m->inputs);
   free(m->outputs);
@@ -443,8 +543,13 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   m->backend = be;
   m->version = version;
   pthread_mutex_init(&m->mu, NULL);
-  pthread_cond_init(&m->cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&m->cv, &ca);
+  pthread_condattr_destroy(&ca);
   pthread_mutex_init(&m->stats_mu, NULL);
+  pthread_mutex_init(&m->order_mu, NULL);
   m->name = strdup(name);
   m->model_dir = strdup(model_dir);
   if (asprintf(&m->version_dir, "%s/%lld", model_dir, (long long)version) < 0) m->version_dir = NULL;
@@ -460,6 +565,35 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   m->max_batch = cfg_max_batch_size(config);
   m->batching = m->max_batch > 0;
   cfg_get_dynamic_batching(config, &m->db);
+  {
+    batcher_level_policy lp[16];
+    batcher_config bc = {.max_batch_size = m->batching && m->db.enabled ? m->max_batch : 0};
+    int64_t pref[16];
+    if (m->db.enabled) {
+      for (int i = 0; i < m->db.n_preferred; i++) pref[i] = m->db.preferred[i];
+      bc.preferred_batch_sizes = pref;
+      bc.n_preferred_batch_sizes = (size_t)m->db.n_preferred;
+      bc.max_queue_delay_us = m->db.max_queue_delay_us;
+      bc.preserve_ordering = m->db.preserve_ordering;
+      bc.priority_levels = m->db.priority_levels;
+      bc.default_priority_level = m->db.default_priority_level;
+      const cfg_queue_policy *dp = &m->db.default_policy;
+      bc.default_queue_policy = (batcher_queue_policy){
+          dp->reject_on_timeout ? BATCHER_TIMEOUT_REJECT : BATCHER_TIMEOUT_DELAY,
+          dp->default_timeout_us, dp->allow_timeout_override, dp->max_queue_size};
+      for (int i = 0; i < m->db.n_level_policies; i++) {
+        const cfg_queue_policy *q = &m->db.level_policy[i];
+        lp[i] = (batcher_level_policy){m->db.level_policy_level[i],
+                                       {q->reject_on_timeout ? BATCHER_TIMEOUT_REJECT : BATCHER_TIMEOUT_DELAY,
+                                        q->default_timeout_us, q->allow_timeout_override, q->max_queue_size}};
+      }
+      bc.priority_queue_policy = lp;
+      bc.n_priority_queue_policy = (size_t)m->db.n_level_policies;
+    }
+    if ((st = batcher_create(&bc, &m->batcher))) goto fail;
+    m->scratch_cap = bc.max_batch_size > 0 ? (size_t)bc.max_batch_size : 1;
+    if (m->db.enabled && m->db.preserve_ordering && (st = sched_order_create(&m->order))) goto fail;
+  }
   m->n_inputs = cfg_input_count(config);
   m->n_outputs = cfg_output_count(config);
   m->inputs = calloc((size_t)m->n_inputs + 1, sizeof *m->inputs);
@@ -568,21 +702,32 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
   }
   r->shape_key = shape_key(r, m->batching ? 1 : 0);
   r->t_arrival = now_ns();
+  batcher_item it = {.rows = m->batching && m->db.enabled ? r->rows : 1, .shape_key = r->shape_key,
+                     .priority = r->priority, .timeout_us = r->timeout_us, .user = r};
   pthread_mutex_lock(&m->mu);
-  uint32_t maxq = m->db.enabled ? m->db.default_policy.max_queue_size : 0;
-  if (maxq && m->q_len >= maxq) {
-    pthread_mutex_unlock(&m->mu);
-    metric_inc(m->m.fail_rejected, 1);
-    return cinfer_status_new(CINFER_UNAVAILABLE,
-                             "inference request for model '%s' rejected: the queue is full "
-                             "(max_queue_size %u)", m->name, maxq);
+  if (m->order) {
+    pthread_mutex_lock(&m->order_mu);
+    r->seq = it.seq = sched_order_next_seq(m->order);
+    pthread_mutex_unlock(&m->order_mu);
   }
-  r->next = NULL;
-  if (m->q_tail) m->q_tail->next = r;
-  else m->q_head = r;
-  m->q_tail = r;
-  m->q_len++;
-  metric_set(m->m.pending, (double)m->q_len);
+  cinfer_status *st = batcher_enqueue(m->batcher, &it, r->t_arrival);
+  if (st) {
+    if (m->order) { /* the seq was issued: complete it so later responses are not held */
+      pthread_mutex_lock(&m->order_mu);
+      uint64_t first, count;
+      cinfer_status_free(sched_order_complete(m->order, r->seq, &first, &count));
+      pthread_mutex_unlock(&m->order_mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (cinfer_status_code(st) == CINFER_UNAVAILABLE) {
+      metric_inc(m->m.fail_rejected, 1);
+      metric_inc(m->m_rejected_full, 1);
+      return cinfer_status_prefix(st, "inference request for model '%s' rejected", m->name);
+    }
+    return st;
+  }
+  r->has_seq = m->order != NULL;
+  update_pending_locked(m);
   pthread_cond_signal(&m->cv);
   pthread_mutex_unlock(&m->mu);
   return NULL;

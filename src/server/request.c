@@ -298,15 +298,24 @@ void cinfer_response_free(cinfer_response *resp) {
   free(resp);
 }
 
-/* Hands a response to the request's callback. FINAL drops the server's reference. */
+/* Hands a response to the request's callback. FINAL drops the server's reference. With
+ * preserve_ordering the FINAL response may first wait for earlier requests' responses. */
 void request_deliver(cinfer_request *r, cinfer_response *resp, uint32_t flags) {
-  cinfer_server *s = r->model->server;
   if (flags & CINFER_RESPONSE_FINAL) {
     if (atomic_exchange(&r->final_sent, true)) { /* a second FINAL is a backend bug */
       cinfer_response_free(resp);
       return;
     }
+    if (r->has_seq) {
+      model_order_release(r->model, r, resp);
+      return;
+    }
   }
+  request_deliver_now(r, resp, flags);
+}
+
+void request_deliver_now(cinfer_request *r, cinfer_response *resp, uint32_t flags) {
+  cinfer_server *s = r->model->server;
   if (r->cb) r->cb(r->cb_user, resp, flags);
   else cinfer_response_free(resp);
   if (flags & CINFER_RESPONSE_FINAL) {
