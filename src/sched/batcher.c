@@ -37,6 +37,7 @@ typedef struct bnode {
   uint32_t prev, next;
   uint32_t heap_pos;
   uint32_t level; /* 0-based */
+  uint32_t gen;   /* bumped each time the node is freed: stale tickets do not match */
   uint8_t state;
 } bnode;
 
@@ -189,6 +190,7 @@ static bool pool_grow(batcher *b) {
 
 static void node_free(batcher *b, uint32_t i) {
   b->nodes[i].state = ST_FREE;
+  b->nodes[i].gen++;
   b->nodes[i].next = b->free_head;
   b->free_head = i;
 }
@@ -352,7 +354,8 @@ static void note_arrival(batcher *b, uint64_t now_ns, int64_t rows) {
   b->last_arrival_ns = now_ns;
 }
 
-cinfer_status *batcher_enqueue(batcher *b, const batcher_item *item, uint64_t now_ns) {
+cinfer_status *batcher_enqueue(batcher *b, const batcher_item *item, uint64_t now_ns,
+                               uint64_t *ticket) {
   if (item->rows < 0)
     return cinfer_status_new(CINFER_INVALID_ARG, "batch dimension %lld is negative",
                              (long long)item->rows);
@@ -409,7 +412,23 @@ cinfer_status *batcher_enqueue(batcher *b, const batcher_item *item, uint64_t no
   b->pending_rows += (uint64_t)n->rows;
   if (level < b->first_level) b->first_level = level;
   note_arrival(b, now_ns, n->rows);
+  if (ticket) *ticket = (uint64_t)n->gen << 32 | i;
   return NULL;
+}
+
+bool batcher_cancel(batcher *b, uint64_t ticket, batcher_item *out) {
+  uint32_t i = (uint32_t)ticket;
+  if (i >= b->cap || b->nodes[i].gen != (uint32_t)(ticket >> 32) || b->nodes[i].state == ST_FREE)
+    return false;
+  *out = b->nodes[i].item;
+  if (b->nodes[i].state == ST_EXPIRED) {
+    list_unlink(b, &b->expired, i);
+    b->expired_n--;
+  } else {
+    node_detach(b, i);
+  }
+  node_free(b, i);
+  return true;
 }
 
 /* ---- timeouts ----------------------------------------------------------------------- */
