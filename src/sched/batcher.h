@@ -164,6 +164,11 @@ size_t batcher_drain(batcher *b, batcher_item *out, size_t cap);
  * cinfer_pending_requests gauge. Either pointer may be NULL. */
 void batcher_pending(const batcher *b, uint64_t *requests, uint64_t *rows);
 
+/* Walks every internal structure and checks the invariants listed in batcher.c; NULL when
+ * they hold, else an INTERNAL status naming the first broken one. O(n): for tests and
+ * debugging, not for the request path. */
+cinfer_status *batcher_check(const batcher *b);
+
 /* ---- preserve_ordering: release responses in arrival order ---------------------------- */
 
 /* Give each request a seq at enqueue (sched_order_next_seq), in arrival order. When its

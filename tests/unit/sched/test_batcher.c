@@ -925,6 +925,11 @@ static void random_round(uint64_t seed, int steps, rstats *rs) {
         if (next_release < m.n) assert_false(m.it[next_release].completed);
       }
     }
+    if (step % 25 == 0) {
+      cinfer_status *bad = batcher_check(b);
+      if (bad) fail_msg("seed %llu step %d: %s", (unsigned long long)seed, step,
+                        cinfer_status_message(bad));
+    }
     /* pending matches the model (after the last timeout application) */
     uint64_t req, rws, mreq = 0, mrows = 0;
     batcher_pending(b, &req, &rws);
@@ -950,6 +955,7 @@ static void random_round(uint64_t seed, int steps, rstats *rs) {
     drained += r;
   }
   for (size_t i = 0; i < m.n; i++) assert_int_equal(m.it[i].state, M_GONE);
+  assert_null(batcher_check(b));
   assert_int_equal(dispatched + expired + cancelled + drained, m.n);
   /* complete everything: all seqs are released once, in order */
   for (size_t i = 0; i < m.n; i++) {
