@@ -8,7 +8,7 @@
  * them. Items with a timeout are also in a binary min-heap keyed by (deadline, arrival
  * order), each node knowing its heap slot, so removal at dispatch is O(log n).
  *
- * Invariants (checked by asserts and by the randomized test):
+ * Invariants (batcher_check verifies them all; the randomized test calls it):
  *  1. A node is in exactly one of: free list, one level's queued list, one level's delayed
  *     list, the expired list (its `state` says which).
  *  2. A node is in the heap iff it is QUEUED and has a deadline; heap_pos is its slot.
@@ -37,6 +37,7 @@ typedef struct bnode {
   uint32_t prev, next;
   uint32_t heap_pos;
   uint32_t level; /* 0-based */
+  uint32_t gen;   /* bumped each time the node is freed: stale tickets do not match */
   uint8_t state;
 } bnode;
 
@@ -189,6 +190,7 @@ static bool pool_grow(batcher *b) {
 
 static void node_free(batcher *b, uint32_t i) {
   b->nodes[i].state = ST_FREE;
+  b->nodes[i].gen++;
   b->nodes[i].next = b->free_head;
   b->free_head = i;
 }
@@ -352,7 +354,8 @@ static void note_arrival(batcher *b, uint64_t now_ns, int64_t rows) {
   b->last_arrival_ns = now_ns;
 }
 
-cinfer_status *batcher_enqueue(batcher *b, const batcher_item *item, uint64_t now_ns) {
+cinfer_status *batcher_enqueue(batcher *b, const batcher_item *item, uint64_t now_ns,
+                               uint64_t *ticket) {
   if (item->rows < 0)
     return cinfer_status_new(CINFER_INVALID_ARG, "batch dimension %lld is negative",
                              (long long)item->rows);
@@ -409,7 +412,23 @@ cinfer_status *batcher_enqueue(batcher *b, const batcher_item *item, uint64_t no
   b->pending_rows += (uint64_t)n->rows;
   if (level < b->first_level) b->first_level = level;
   note_arrival(b, now_ns, n->rows);
+  if (ticket) *ticket = (uint64_t)n->gen << 32 | i;
   return NULL;
+}
+
+bool batcher_cancel(batcher *b, uint64_t ticket, batcher_item *out) {
+  uint32_t i = (uint32_t)ticket;
+  if (i >= b->cap || b->nodes[i].gen != (uint32_t)(ticket >> 32) || b->nodes[i].state == ST_FREE)
+    return false;
+  *out = b->nodes[i].item;
+  if (b->nodes[i].state == ST_EXPIRED) {
+    list_unlink(b, &b->expired, i);
+    b->expired_n--;
+  } else {
+    node_detach(b, i);
+  }
+  node_free(b, i);
+  return true;
 }
 
 /* ---- timeouts ----------------------------------------------------------------------- */
@@ -602,6 +621,78 @@ size_t batcher_drain(batcher *b, batcher_item *out, size_t cap) {
 void batcher_pending(const batcher *b, uint64_t *requests, uint64_t *rows) {
   if (requests) *requests = b->pending_reqs;
   if (rows) *rows = b->pending_rows;
+}
+
+/* ---- integrity check ---------------------------------------------------------------- */
+
+#define BAD(...) return cinfer_status_new(CINFER_INTERNAL, "batcher invariant: " __VA_ARGS__)
+
+/* Checks one list: links both ways, every node in `state` (and `level` unless NIL). */
+static cinfer_status *check_list(const batcher *b, const blist *l, int state, uint32_t level,
+                                 uint64_t *count, uint64_t *rows, uint64_t *seen) {
+  uint32_t prev = NIL;
+  for (uint32_t i = l->head; i != NIL; i = b->nodes[i].next) {
+    if (i >= b->cap) BAD("list link %u out of range", i);
+    const bnode *n = &b->nodes[i];
+    if (n->state != state) BAD("node %u in a list of state %d has state %d", i, state, n->state);
+    if (level != NIL && n->level != level) BAD("node %u on level %u's list says level %u", i,
+                                               level, n->level);
+    if (n->prev != prev) BAD("node %u prev link %u, expected %u", i, n->prev, prev);
+    if (n->rows < 1 || (b->max_batch > 0 && n->rows > b->max_batch)) BAD("node %u rows %lld", i,
+                                                                         (long long)n->rows);
+    if (++*seen > b->cap) BAD("a list has a cycle");
+    (*count)++;
+    *rows += (uint64_t)n->rows;
+    prev = i;
+  }
+  if (l->tail != prev) BAD("list tail %u, last node %u", l->tail, prev);
+  return NULL;
+}
+
+cinfer_status *batcher_check(const batcher *b) {
+  cinfer_status *st;
+  uint64_t seen = 0, total = 0, total_rows = 0, in_heap = 0;
+  for (uint32_t l = 0; l < b->nlevels; l++) {
+    const blevel *lv = &b->levels[l];
+    uint64_t count = 0, rows = 0;
+    if ((st = check_list(b, &lv->queued, ST_QUEUED, l, &count, &rows, &seen))) return st;
+    for (uint32_t i = lv->queued.head; i != NIL; i = b->nodes[i].next) {
+      const bnode *n = &b->nodes[i];
+      if ((n->deadline_ns != NO_DEADLINE) != (n->heap_pos != NIL))
+        BAD("queued node %u: deadline and heap membership disagree", i);
+      in_heap += n->heap_pos != NIL;
+    }
+    if ((st = check_list(b, &lv->delayed, ST_DELAYED, l, &count, &rows, &seen))) return st;
+    if (count != lv->count) BAD("level %u count %u, lists hold %llu", l + 1, lv->count,
+                                (unsigned long long)count);
+    if (count && l < b->first_level) BAD("level %u has items below first_level %u", l + 1,
+                                         b->first_level + 1);
+    total += count;
+    total_rows += rows;
+  }
+  if (total != b->pending_reqs || total_rows != b->pending_rows)
+    BAD("pending %llu/%llu, lists hold %llu/%llu", (unsigned long long)b->pending_reqs,
+        (unsigned long long)b->pending_rows, (unsigned long long)total,
+        (unsigned long long)total_rows);
+  uint64_t expired = 0, expired_rows = 0;
+  if ((st = check_list(b, &b->expired, ST_EXPIRED, NIL, &expired, &expired_rows, &seen))) return st;
+  if (expired != b->expired_n) BAD("expired count %llu, list holds %llu",
+                                   (unsigned long long)b->expired_n, (unsigned long long)expired);
+  if (in_heap != b->heap_n) BAD("heap holds %u, queued nodes with deadlines %llu", b->heap_n,
+                                (unsigned long long)in_heap);
+  for (uint32_t p = 0; p < b->heap_n; p++) {
+    uint32_t i = b->heap[p];
+    if (i >= b->cap || b->nodes[i].heap_pos != p) BAD("heap slot %u names node %u", p, i);
+    if (p > 0 && heap_less(b, i, b->heap[(p - 1) / 2])) BAD("heap order broken at slot %u", p);
+  }
+  uint64_t free_n = 0;
+  for (uint32_t i = b->free_head; i != NIL; i = b->nodes[i].next) {
+    if (i >= b->cap || b->nodes[i].state != ST_FREE) BAD("free list node %u not free", i);
+    if (++free_n > b->cap) BAD("the free list has a cycle");
+  }
+  if (seen + free_n != b->cap) BAD("%llu nodes in lists + %llu free != %u", (unsigned long long)seen,
+                                   (unsigned long long)free_n, b->cap);
+  return NULL;
 }
 
 /* ---- shape keys --------------------------------------------------------------------- */

@@ -8,9 +8,11 @@
  *
  * How the caller drives a batcher (one per model version):
  *
- *   enqueue:  st = batcher_enqueue(b, &item, now)   -> NULL, or a status to fail the request
+ *   enqueue:  st = batcher_enqueue(b, &item, now, &ticket)
+ *                                                   -> NULL, or a status to fail the request
  *                                                      (UNAVAILABLE = 503 queue full,
  *                                                       INVALID_ARG = 400)
+ *   client gone: batcher_cancel(b, ticket, &item)   -> true: removed, fail it as cancelled
  *   loop:     n = batcher_expire(b, now, out, cap)  -> fail these with a timeout error
  *             while an instance is free:
  *               batcher_next(b, now, out, cap, &n, &wake)
@@ -127,8 +129,15 @@ void batcher_destroy(batcher *b);
 /* Queues a copy of *item. Errors (the item is not queued):
  *  INVALID_ARG  rows < 0, rows > max_batch_size, priority outside 1..priority_levels;
  *  UNAVAILABLE  the item's level already holds max_queue_size items.
+ * *ticket (when ticket is not NULL) receives an opaque handle for batcher_cancel.
  * Amortised O(log n) (O(1) without a timeout); allocates only to grow its arrays. */
-cinfer_status *batcher_enqueue(batcher *b, const batcher_item *item, uint64_t now_ns);
+cinfer_status *batcher_enqueue(batcher *b, const batcher_item *item, uint64_t now_ns,
+                               uint64_t *ticket);
+
+/* Takes the item with this ticket out of the batcher (the client went away) and copies it
+ * to *out. Returns false, changing nothing, when the item already left (dispatched,
+ * expired and collected, drained or cancelled): a ticket never names a later item. O(log n). */
+bool batcher_cancel(batcher *b, uint64_t ticket, batcher_item *out);
 
 /* Called when an instance is free. Writes the batch to run now into out[0..*n) (highest
  * priority first, then arrival order) or sets *n = 0. *wake_at_ns: when *n == 0, the time
@@ -154,6 +163,11 @@ size_t batcher_drain(batcher *b, batcher_item *out, size_t cap);
 /* Items and rows waiting (timed-out REJECT items not yet collected excluded): the
  * cinfer_pending_requests gauge. Either pointer may be NULL. */
 void batcher_pending(const batcher *b, uint64_t *requests, uint64_t *rows);
+
+/* Walks every internal structure and checks the invariants listed in batcher.c; NULL when
+ * they hold, else an INTERNAL status naming the first broken one. O(n): for tests and
+ * debugging, not for the request path. */
+cinfer_status *batcher_check(const batcher *b);
 
 /* ---- preserve_ordering: release responses in arrival order ---------------------------- */
 

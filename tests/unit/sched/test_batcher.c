@@ -35,7 +35,7 @@ static void enq_full(batcher *b, uint64_t seq, int64_t rows, uint64_t shape, uin
                      uint64_t timeout_us, uint64_t now) {
   batcher_item it = {.seq = seq, .rows = rows, .shape_key = shape, .priority = prio,
                      .timeout_us = timeout_us};
-  cinfer_status *st = batcher_enqueue(b, &it, now);
+  cinfer_status *st = batcher_enqueue(b, &it, now, NULL);
   if (st) fail_msg("enqueue seq %llu: %s", (unsigned long long)seq, cinfer_status_message(st));
 }
 
@@ -216,10 +216,10 @@ static void test_max_batch_and_rows(void **s) {
   expect_seqs(got, next(b, 0, got, NULL), (uint64_t[]){1, 2}, 2);
   expect_seqs(got, next(b, 0, got, NULL), (uint64_t[]){3, 4}, 2);
   batcher_item it = {.seq = 9, .rows = 9};
-  expect_error(batcher_enqueue(b, &it, 0), CINFER_INVALID_ARG, "batch size 9 exceeds the "
+  expect_error(batcher_enqueue(b, &it, 0, NULL), CINFER_INVALID_ARG, "batch size 9 exceeds the "
                "model's max_batch_size 8");
   it.rows = -2;
-  expect_error(batcher_enqueue(b, &it, 0), CINFER_INVALID_ARG, "negative");
+  expect_error(batcher_enqueue(b, &it, 0, NULL), CINFER_INVALID_ARG, "negative");
   /* exactly max rows in one item */
   enq(b, 10, 8, 0);
   enq(b, 11, 1, 0);
@@ -245,7 +245,7 @@ static void test_priorities(void **s) {
   enq_full(b, 4, 1, 0, 2, 0, 3);
   enq_full(b, 5, 1, 0, 1, 0, 4);
   batcher_item it = {.seq = 9, .rows = 1, .priority = 4};
-  expect_error(batcher_enqueue(b, &it, 5), CINFER_INVALID_ARG, "priority 4 is outside 1..3");
+  expect_error(batcher_enqueue(b, &it, 5, NULL), CINFER_INVALID_ARG, "priority 4 is outside 1..3");
   uint64_t order[] = {3, 5, 1, 4, 2};
   for (int i = 0; i < 5; i++) expect_seqs(got, next(b, 10, got, NULL), &order[i], 1);
   batcher_destroy(b);
@@ -377,11 +377,11 @@ static void test_queue_full(void **s) {
   batcher_item it = {.seq = 3, .rows = 1, .priority = 1};
   /* the two are DELAY-timed-out by now: they still count */
   assert_int_equal(next(b, 50 * US, got, NULL), 0);
-  expect_error(batcher_enqueue(b, &it, 50 * US), CINFER_UNAVAILABLE,
+  expect_error(batcher_enqueue(b, &it, 50 * US, NULL), CINFER_UNAVAILABLE,
                "inference request queue is full (max_queue_size 2, priority level 1)");
   for (int i = 0; i < 5; i++) enq_full(b, 10 + i, 1, 0, 2, 0, 50 * US); /* level 2: unlimited */
   assert_int_equal(next(b, 50 * US, got, NULL), 4);
-  assert_null(batcher_enqueue(b, &it, 50 * US)); /* room again */
+  assert_null(batcher_enqueue(b, &it, 50 * US, NULL)); /* room again */
   batcher_destroy(b);
 
   c = base_cfg(4);
@@ -389,7 +389,7 @@ static void test_queue_full(void **s) {
   b = make(&c);
   enq(b, 1, 1, 0);
   it.priority = 0;
-  expect_error(batcher_enqueue(b, &it, 0), CINFER_UNAVAILABLE,
+  expect_error(batcher_enqueue(b, &it, 0, NULL), CINFER_UNAVAILABLE,
                "inference request queue is full (max_queue_size 1)");
   batcher_destroy(b);
 }
@@ -530,6 +530,51 @@ static void test_shape_key(void **s) {
   assert_int_not_equal(batcher_shape_key(&x, 1, true), batcher_shape_key(&y, 1, true));
 }
 
+static void test_cancel(void **s) {
+  batcher_level_policy lp = {.level = 2, .policy = {.timeout_action = BATCHER_TIMEOUT_DELAY,
+                                                    .default_timeout_us = 10}};
+  batcher_config c = base_cfg(8);
+  c.max_queue_delay_us = 100000;
+  c.priority_levels = 2;
+  c.default_priority_level = 1;
+  c.default_queue_policy.default_timeout_us = 10; /* level 1: REJECT after 10 us */
+  c.priority_queue_policy = &lp;
+  c.n_priority_queue_policy = 1;
+  batcher *b = make(&c);
+  uint64_t t[4];
+  batcher_item it = {.seq = 1, .rows = 2, .priority = 1};
+  assert_null(batcher_enqueue(b, &it, 0, &t[0]));
+  it.seq = 2, it.priority = 2;
+  assert_null(batcher_enqueue(b, &it, 0, &t[1]));
+  it.seq = 3, it.priority = 1;
+  assert_null(batcher_enqueue(b, &it, 50 * US, &t[2]));
+  uint64_t got[64];
+  assert_int_equal(next(b, 50 * US, got, NULL), 0); /* 1 timed out (REJECT), 2 delayed */
+  batcher_item out;
+  assert_true(batcher_cancel(b, t[0], &out)); /* timed out, not yet collected */
+  assert_int_equal(out.seq, 1);
+  assert_true(batcher_cancel(b, t[1], &out)); /* delayed */
+  assert_int_equal(out.seq, 2);
+  assert_false(batcher_cancel(b, t[1], &out)); /* twice */
+  uint64_t req, rows;
+  batcher_pending(b, &req, &rows);
+  assert_int_equal(req, 1);
+  assert_int_equal(rows, 2);
+  batcher_item exp[4];
+  assert_int_equal(batcher_expire(b, 50 * US, exp, 4), 0); /* the cancelled one is gone */
+  /* a freed node is reused: the old ticket must not name the new item */
+  it.seq = 4, it.priority = 2; /* level 2: DELAY, so still sent at the end */
+  assert_null(batcher_enqueue(b, &it, 60 * US, &t[3]));
+  assert_false(batcher_cancel(b, t[0], &out));
+  assert_false(batcher_cancel(b, t[1], &out));
+  assert_false(batcher_cancel(b, UINT64_MAX, &out));
+  assert_true(batcher_cancel(b, t[2], &out)); /* queued */
+  assert_int_equal(out.seq, 3);
+  expect_seqs(got, next(b, 200000 * US, got, NULL), (uint64_t[]){4}, 1);
+  assert_false(batcher_cancel(b, t[3], &out)); /* dispatched */
+  batcher_destroy(b);
+}
+
 /* ---- sched_order -------------------------------------------------------------------- */
 
 static void test_order(void **s) {
@@ -591,6 +636,7 @@ typedef struct mitem {
   int delay_action;
   int state;
   int completed;  /* sched_order */
+  uint64_t ticket;
 } mitem;
 
 typedef struct model {
@@ -661,7 +707,7 @@ static int64_t model_pref_max(const model *m) {
 }
 
 typedef struct rstats {
-  uint64_t rejected, batches, waits, expired, delayed_sent, multi_level;
+  uint64_t rejected, batches, waits, expired, delayed_sent, multi_level, cancelled;
 } rstats;
 
 static void random_round(uint64_t seed, int steps, rstats *rs) {
@@ -706,7 +752,7 @@ static void random_round(uint64_t seed, int steps, rstats *rs) {
   uint64_t max_b = m.cfg.max_batch_size > 0 ? (uint64_t)m.cfg.max_batch_size : 1;
   batcher_item *out = malloc(64 * sizeof *out);
   uint64_t now = 1000, next_release = 0;
-  uint64_t dispatched = 0, expired = 0, rejected_enq = 0;
+  uint64_t dispatched = 0, expired = 0, cancelled = 0, rejected_enq = 0;
   uint64_t pm = (uint64_t)model_pref_max(&m);
   uint64_t delay_ns = m.cfg.max_queue_delay_us * US;
   size_t skip_limit = 4 * max_b + 64;
@@ -733,7 +779,8 @@ static void random_round(uint64_t seed, int steps, rstats *rs) {
       bool bad = (m.cfg.priority_levels && prio > m.cfg.priority_levels) ||
                  (m.cfg.max_batch_size > 0 && rows > m.cfg.max_batch_size);
       bool full = !bad && p->max_queue_size && count >= p->max_queue_size;
-      cinfer_status *st = batcher_enqueue(b, &it, now);
+      uint64_t ticket = 0;
+      cinfer_status *st = batcher_enqueue(b, &it, now, &ticket);
       if (bad || full) {
         assert_non_null(st);
         assert_int_equal(cinfer_status_code(st), bad ? CINFER_INVALID_ARG : CINFER_UNAVAILABLE);
@@ -752,9 +799,10 @@ static void random_round(uint64_t seed, int steps, rstats *rs) {
       x.deadline = t ? now + t * US : UINT64_MAX;
       x.delay_action = p->timeout_action == BATCHER_TIMEOUT_DELAY;
       x.state = M_Q;
+      x.ticket = ticket;
       assert_int_equal(sched_order_next_seq(ord), m.n);
       m.it[m.n++] = x;
-    } else if (op < 85) { /* next */
+    } else if (op < 83) { /* next */
       model_apply_timeouts(&m, now);
       size_t k = model_walk(&m, walk);
       /* the model's candidate: same-shape prefix of the walk, led by walk[0] */
@@ -831,7 +879,7 @@ static void random_round(uint64_t seed, int steps, rstats *rs) {
       for (size_t i = 0; i < nc; i++) if (m.it[cand[i]].enq < oldest) oldest = m.it[cand[i]].enq;
       if (delay_ns && now >= oldest + delay_ns) assert_int_equal(n, nc);
       dispatched += n;
-    } else if (op < 93) { /* expire */
+    } else if (op < 90) { /* expire */
       model_apply_timeouts(&m, now);
       size_t want = 0;
       for (size_t i = 0; i < m.n; i++) if (m.it[i].used && m.it[i].state == M_X) want++;
@@ -849,6 +897,19 @@ static void random_round(uint64_t seed, int steps, rstats *rs) {
       assert_int_equal(got, want);
       expired += got;
       rs->expired += got;
+    } else if (op < 94) { /* cancel a random item, queued or long gone */
+      if (m.n == 0) continue;
+      size_t i = rndn(m.n);
+      mitem *x = &m.it[i];
+      batcher_item got;
+      bool present = x->state == M_Q || x->state == M_D || x->state == M_X;
+      assert_int_equal(batcher_cancel(b, x->ticket, &got), present);
+      if (present) {
+        assert_int_equal(got.seq, i);
+        x->state = M_GONE;
+        cancelled++;
+        rs->cancelled++;
+      }
     } else { /* complete some finished items; check the released run */
       for (int t = 0; t < 4; t++) {
         if (m.n == 0) break;
@@ -863,6 +924,11 @@ static void random_round(uint64_t seed, int steps, rstats *rs) {
         next_release += count;
         if (next_release < m.n) assert_false(m.it[next_release].completed);
       }
+    }
+    if (step % 25 == 0) {
+      cinfer_status *bad = batcher_check(b);
+      if (bad) fail_msg("seed %llu step %d: %s", (unsigned long long)seed, step,
+                        cinfer_status_message(bad));
     }
     /* pending matches the model (after the last timeout application) */
     uint64_t req, rws, mreq = 0, mrows = 0;
@@ -889,7 +955,8 @@ static void random_round(uint64_t seed, int steps, rstats *rs) {
     drained += r;
   }
   for (size_t i = 0; i < m.n; i++) assert_int_equal(m.it[i].state, M_GONE);
-  assert_int_equal(dispatched + expired + drained, m.n);
+  assert_null(batcher_check(b));
+  assert_int_equal(dispatched + expired + cancelled + drained, m.n);
   /* complete everything: all seqs are released once, in order */
   for (size_t i = 0; i < m.n; i++) {
     if (m.it[i].completed) continue;
@@ -912,13 +979,14 @@ static void test_random_property(void **s) {
   rstats rs = {0};
   for (uint64_t seed = 1; seed <= 60; seed++) random_round(seed, 3000, &rs);
   printf("random: %llu batches, %llu waits, %llu REJECT timeouts, %llu DELAY-timed-out items "
-         "sent, %llu batches spanning levels, %llu enqueue errors\n",
+         "sent, %llu batches spanning levels, %llu enqueue errors, %llu cancelled\n",
          (unsigned long long)rs.batches, (unsigned long long)rs.waits,
          (unsigned long long)rs.expired, (unsigned long long)rs.delayed_sent,
-         (unsigned long long)rs.multi_level, (unsigned long long)rs.rejected);
+         (unsigned long long)rs.multi_level, (unsigned long long)rs.rejected,
+         (unsigned long long)rs.cancelled);
   /* every rule was exercised */
   assert_true(rs.rejected > 0 && rs.waits > 0 && rs.expired > 0 && rs.delayed_sent > 0 &&
-              rs.multi_level > 0);
+              rs.multi_level > 0 && rs.cancelled > 0);
 }
 
 int main(void) {
@@ -930,7 +998,7 @@ int main(void) {
       cmocka_unit_test(test_timeout_delay),     cmocka_unit_test(test_queue_full),
       cmocka_unit_test(test_mixed_shapes),      cmocka_unit_test(test_max_batch_size_zero),
       cmocka_unit_test(test_adaptive_wait),     cmocka_unit_test(test_drain),
-      cmocka_unit_test(test_shape_key),         cmocka_unit_test(test_order),             cmocka_unit_test(test_random_property),
+      cmocka_unit_test(test_shape_key),         cmocka_unit_test(test_cancel),         cmocka_unit_test(test_order),             cmocka_unit_test(test_random_property),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

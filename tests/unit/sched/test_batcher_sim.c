@@ -101,7 +101,7 @@ static sim_result simulate(int inst, double load, batcher_wait_mode mode, uint64
     }
     while (arrived < n_req && next_arrival <= now) {
       batcher_item it = {.seq = arrived, .rows = 1};
-      assert_null(batcher_enqueue(b, &it, next_arrival));
+      assert_null(batcher_enqueue(b, &it, next_arrival, NULL));
       enq_at[arrived++] = next_arrival;
       next_arrival += (uint64_t)(-log(1.0 - uniform01()) * mean_gap) + 1;
       if (arrived == n_req / 10) win_start = next_arrival;
@@ -165,7 +165,7 @@ static closed_result simulate_closed(int inst, int clients, batcher_wait_mode mo
   for (int k = 0; k < clients; k++) { /* the clients start 1 us apart */
     enq_at[k] = (uint64_t)k * US;
     batcher_item it = {.seq = (uint64_t)k, .rows = 1};
-    assert_null(batcher_enqueue(b, &it, enq_at[k]));
+    assert_null(batcher_enqueue(b, &it, enq_at[k], NULL));
   }
   uint64_t now = (uint64_t)clients * US, wake = now;
   size_t done = 0, batches = 0, items = 0;
@@ -182,7 +182,7 @@ static closed_result simulate_closed(int inst, int clients, batcher_wait_mode mo
         if (done < n_done) lat[done++] = now - enq_at[cl];
         enq_at[cl] = now;
         batcher_item it = {.seq = cl, .rows = 1};
-        assert_null(batcher_enqueue(b, &it, now));
+        assert_null(batcher_enqueue(b, &it, now, NULL));
       }
       running[i] = 0;
     }
