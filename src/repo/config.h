@@ -26,6 +26,7 @@
 #include "repo/pbtxt.h"
 
 #define MODEL_CONFIG_MAX_FILE PBTXT_MAX_INPUT
+#define MODEL_CONFIG_MAX_ENTRIES 4096 /* per repeated field or map (inputs, steps, ...) */
 
 typedef struct model_config_pos {
   int line, col; /* 1-based position in the source file; 0 when added programmatically */

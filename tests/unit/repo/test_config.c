@@ -568,6 +568,67 @@ static void test_json_large_integers_exact(void **state) {
   model_config_free(c);
 }
 
+/* Large but legal inputs stay cheap (no quadratic paths), and entry caps are enforced. */
+static void test_large_inputs(void **state) {
+  (void)state;
+  size_t cap = PBTXT_MAX_INPUT, n = 0;
+  char *t = malloc(cap);
+  assert_non_null(t);
+
+  /* 60,000 distinct fields in a kept message: printed as 60,000 JSON members */
+  n = (size_t)snprintf(t, cap, "optimization {");
+  for (int i = 0; i < 60000; i++) n += (size_t)snprintf(t + n, cap - n, " f%d: %d", i, i);
+  n += (size_t)snprintf(t + n, cap - n, " }");
+  cinfer_model_config *c = NULL;
+  cinfer_status *st = model_config_parse("big.pbtxt", t, n, &c);
+  assert_null(st);
+  char *json = model_config_to_json(c);
+  cJSON *j = cJSON_Parse(json);
+  assert_int_equal(cJSON_GetArraySize(obj(j, "optimization")), 60000);
+  assert_int_equal(obj(obj(j, "optimization"), "f59999")->valueint, 59999);
+  cJSON_Delete(j);
+  free(json);
+  model_config_free(c);
+
+  /* one parameter too many */
+  n = 0;
+  for (int i = 0; i <= MODEL_CONFIG_MAX_ENTRIES; i++)
+    n += (size_t)snprintf(t + n, cap - n, "parameters{key:\"k%d\" value{string_value:\"v\"}}\n", i);
+  st = model_config_parse("many.pbtxt", t, n, &c);
+  assert_non_null(st);
+  assert_string_equal(cinfer_status_message(st), "many.pbtxt:4097:1: too many 'parameters' entries (limit 4096)");
+  cinfer_status_free(st);
+
+  /* a 4,000-step chain ensemble validates (sorted data-flow checks) */
+  n = (size_t)snprintf(t, cap,
+                       "name: \"chain\" platform: \"ensemble\"\n"
+                       "input { name: \"t0\" data_type: TYPE_FP32 dims: 1 }\n"
+                       "output { name: \"t4000\" data_type: TYPE_FP32 dims: 1 }\n"
+                       "ensemble_scheduling {\n");
+  for (int i = 0; i < 4000; i++)
+    n += (size_t)snprintf(t + n, cap - n,
+                          "step { model_name: \"m\" input_map { key: \"x\" value: \"t%d\" } "
+                          "output_map { key: \"y\" value: \"t%d\" } }\n",
+                          i, i + 1);
+  n += (size_t)snprintf(t + n, cap - n, "}\n");
+  st = model_config_parse("chain.pbtxt", t, n, &c);
+  if (st) fail_msg("%s", cinfer_status_message(st));
+  assert_int_equal(c->n_ensemble_steps, 4000);
+  assert_null(model_config_validate(c));
+  model_config_free(c);
+  /* the same chain with one step reading a tensor nobody writes */
+  char *hole = strstr(t, "value: \"t2000\" } output_map");
+  assert_non_null(hole);
+  memcpy(hole + 8, "x", 1); /* t2000 -> x2000 */
+  st = model_config_parse("chain.pbtxt", t, n, &c);
+  assert_non_null(st);
+  assert_string_equal(cinfer_status_message(st),
+                      "chain.pbtxt:2005:1: ensemble step 2000 ('m') reads 'x2000', which is neither an ensemble "
+                      "input nor written by a step");
+  cinfer_status_free(st);
+  free(t);
+}
+
 /* ---- auto-complete and validate ------------------------------------------------------ */
 
 static void test_autocomplete(void **state) {
@@ -677,6 +738,7 @@ int main(void) {
       cmocka_unit_test(test_json_output),
       cmocka_unit_test(test_json_other_sections),
       cmocka_unit_test(test_json_large_integers_exact),
+      cmocka_unit_test(test_large_inputs),
       cmocka_unit_test(test_autocomplete),
       cmocka_unit_test(test_partial_config_then_validate),
       cmocka_unit_test(test_new_and_load_file),
