@@ -550,6 +550,37 @@ static void test_json_other_sections(void **state) {
   cJSON_Delete(j);
   free(s);
   model_config_free(c);
+
+  /* kept trees: floats, inf as protobuf JSON's "Infinity", repeated fields as arrays */
+  c = load("syntax_variants.pbtxt");
+  s = model_config_to_json(c);
+  j = cJSON_Parse(s);
+  cJSON *mc = cJSON_GetArrayItem(obj(obj(j, "model_metrics"), "metric_control"), 0);
+  cJSON *buckets = obj(obj(mc, "histogram_options"), "buckets");
+  assert_int_equal(cJSON_GetArraySize(buckets), 7);
+  assert_true(cJSON_GetArrayItem(buckets, 0)->valuedouble == -5.0);
+  assert_true(cJSON_GetArrayItem(buckets, 4)->valuedouble == 500.0);
+  assert_string_equal(cJSON_GetArrayItem(buckets, 6)->valuestring, "Infinity");
+  assert_string_equal(obj(cJSON_GetArrayItem(obj(j, "input"), 0), "name")->valuestring, "inAA\t\"q\"\\");
+  assert_int_equal(obj(obj(obj(j, "version_policy"), "latest"), "num_versions")->valueint, 2);
+  cJSON_Delete(j);
+  free(s);
+  model_config_free(c);
+
+  c = load("ragged_batch_io.pbtxt");
+  s = model_config_to_json(c);
+  j = cJSON_Parse(s);
+  cJSON *bi = cJSON_GetArrayItem(obj(j, "batch_input"), 0);
+  assert_string_equal(obj(bi, "kind")->valuestring, "BATCH_ACCUMULATED_ELEMENT_COUNT");
+  assert_string_equal(cJSON_GetArrayItem(obj(bi, "target_name"), 0)->valuestring, "INDEX");
+  cJSON *g0 = cJSON_GetArrayItem(obj(j, "instance_group"), 0);
+  assert_int_equal(obj(obj(g0, "rate_limiter"), "priority")->valueint, 2);
+  assert_string_equal(obj(cJSON_GetArrayItem(obj(obj(g0, "rate_limiter"), "resources"), 0), "name")->valuestring, "R1");
+  assert_string_equal(obj(cJSON_GetArrayItem(obj(g0, "secondary_devices"), 0), "kind")->valuestring, "KIND_NVDLA");
+  assert_true(cJSON_IsObject(obj(obj(j, "version_policy"), "all")));
+  cJSON_Delete(j);
+  free(s);
+  model_config_free(c);
 }
 
 static void test_json_large_integers_exact(void **state) {
