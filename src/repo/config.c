@@ -62,6 +62,14 @@ static void *push(void **arr, size_t *n, size_t sz) {
 }
 #define PUSH(m, arr, n) ((__typeof__(arr))push((void **)&(arr), &(n), sizeof *(arr)))
 
+/* Caps every repeated field / map of a config at MODEL_CONFIG_MAX_ENTRIES entries, which
+ * keeps the pairwise duplicate checks below cheap whatever the input. */
+static bool room(mctx *m, const pbtxt_node *at, size_t n) {
+  if (n < MODEL_CONFIG_MAX_ENTRIES) return true;
+  return fail_at(m, at->line, at->col, "too many '%s' entries (limit %d)", at->name, MODEL_CONFIG_MAX_ENTRIES);
+}
+#define PUSHN(m, at, arr, n) (room(m, at, n) ? PUSH(m, arr, n) : NULL)
+
 /* Where an entry starts: its field name, or its '{' when it is one element of a list
  * (`input [ {...}, {...} ]`), so errors tell the elements apart. */
 static model_config_pos entry_pos(const pbtxt_node *n) {
@@ -224,7 +232,7 @@ static bool map_kv(mctx *m, const pbtxt_node *e, const char *where, model_config
   static const fdef defs[] = {{"key", false}, {"value", false}};
   const pbtxt_node *seen[2] = {0};
   if (!want_msg(m, e)) return false;
-  model_config_kv *kv = PUSH(m, *arr, *n);
+  model_config_kv *kv = PUSHN(m, e, *arr, *n);
   if (!kv) return oom(m);
   for (size_t i = 0; i < e->n_children; i++) {
     const pbtxt_node *c = e->children[i];
@@ -355,7 +363,7 @@ static bool map_version_policy(mctx *m, const pbtxt_node *n, model_version_polic
         int64_t v;
         if (field_of(m, d, "version_policy.specific", sd, 1, ss) < 0 || !get_int(m, d, 0, INT64_MAX, &v))
           return false;
-        int64_t *slot = PUSH(m, vp->versions, vp->n_versions);
+        int64_t *slot = PUSHN(m, d, vp->versions, vp->n_versions);
         if (!slot) return oom(m);
         *slot = v;
       }
@@ -393,7 +401,7 @@ static bool map_instance_group(mctx *m, const pbtxt_node *n, model_instance_grou
         int32_t v;
         ok = get_i32(m, c, &v);
         if (ok && v < 0) return fail_at(m, c->vline, c->vcol, "instance_group gpus must be >= 0, got %d", v);
-        int32_t *slot = ok ? PUSH(m, g->gpus, g->n_gpus) : NULL;
+        int32_t *slot = ok ? PUSHN(m, c, g->gpus, g->n_gpus) : NULL;
         if (ok && !slot) return oom(m);
         if (ok) *slot = v;
         break;
@@ -411,7 +419,7 @@ static bool map_instance_group(mctx *m, const pbtxt_node *n, model_instance_grou
                            "instance_group profile '%s' must be the string form of a non-negative integer",
                            c->str);
           }
-          char **slot = PUSH(m, g->profiles, g->n_profiles);
+          char **slot = PUSHN(m, c, g->profiles, g->n_profiles);
           if (!slot) {
             free(s);
             return oom(m);
@@ -476,7 +484,7 @@ static bool map_dynamic_batching(mctx *m, const pbtxt_node *n, model_dynamic_bat
         ok = get_i32(m, c, &v);
         if (ok && v < 1)
           return fail_at(m, c->vline, c->vcol, "dynamic_batching preferred_batch_size must be >= 1, got %d", v);
-        int32_t *slot = ok ? PUSH(m, db->preferred_batch_size, db->n_preferred_batch_size) : NULL;
+        int32_t *slot = ok ? PUSHN(m, c, db->preferred_batch_size, db->n_preferred_batch_size) : NULL;
         if (ok && !slot) return oom(m);
         if (ok) *slot = v;
         break;
@@ -493,7 +501,7 @@ static bool map_dynamic_batching(mctx *m, const pbtxt_node *n, model_dynamic_bat
         static const fdef ed[] = {{"key", 0}, {"value", 0}};
         const pbtxt_node *es[2] = {0};
         if (!want_msg(m, c)) return false;
-        model_priority_queue_policy *p = PUSH(m, db->priority_queue_policy, db->n_priority_queue_policy);
+        model_priority_queue_policy *p = PUSHN(m, c, db->priority_queue_policy, db->n_priority_queue_policy);
         if (!p) return oom(m);
         p->pos = entry_pos(c);
         for (size_t j = 0; j < c->n_children && ok; j++) {
@@ -527,7 +535,7 @@ static bool map_ensemble(mctx *m, const pbtxt_node *n, cinfer_model_config *cfg)
   for (size_t i = 0; i < n->n_children; i++) {
     const pbtxt_node *c = n->children[i];
     if (field_of(m, c, "ensemble_scheduling", defs, 1, seen) < 0 || !want_msg(m, c)) return false;
-    model_ensemble_step *s = PUSH(m, cfg->ensemble_steps, cfg->n_ensemble_steps);
+    model_ensemble_step *s = PUSHN(m, c, cfg->ensemble_steps, cfg->n_ensemble_steps);
     if (!s) return oom(m);
     s->model_version = -1;
     s->pos = entry_pos(c);
@@ -556,7 +564,7 @@ static bool map_parameters(mctx *m, const pbtxt_node *e, cinfer_model_config *cf
   static const fdef defs[] = {{"key", 0}, {"value", 0}};
   const pbtxt_node *seen[2] = {0};
   if (!want_msg(m, e)) return false;
-  model_config_kv *kv = PUSH(m, cfg->parameters, cfg->n_parameters);
+  model_config_kv *kv = PUSHN(m, e, cfg->parameters, cfg->n_parameters);
   if (!kv) return oom(m);
   for (size_t i = 0; i < e->n_children; i++) {
     const pbtxt_node *c = e->children[i];
@@ -602,7 +610,7 @@ static bool map_warmup(mctx *m, const pbtxt_node *n, model_warmup *w) {
                                   {"input_data_file", 0}};
         const pbtxt_node *es[2] = {0};
         if (!want_msg(m, c)) return false;
-        model_warmup_input *in = PUSH(m, w->inputs, w->n_inputs);
+        model_warmup_input *in = PUSHN(m, c, w->inputs, w->n_inputs);
         if (!in) return oom(m);
         in->pos = entry_pos(c);
         for (size_t j = 0; j < c->n_children; j++) {
@@ -709,13 +717,13 @@ static bool map_config(mctx *m, const pbtxt_node *root, cinfer_model_config *cfg
         break;
       case F_INPUT:
       case F_OUTPUT: {
-        model_config_io *io = f == F_INPUT ? PUSH(m, cfg->inputs, cfg->n_inputs) : PUSH(m, cfg->outputs, cfg->n_outputs);
+        model_config_io *io = f == F_INPUT ? PUSHN(m, c, cfg->inputs, cfg->n_inputs) : PUSHN(m, c, cfg->outputs, cfg->n_outputs);
         if (!io) return oom(m);
         ok = map_io(m, c, f == F_INPUT, io);
         break;
       }
       case F_GROUP: {
-        model_instance_group *g = PUSH(m, cfg->instance_groups, cfg->n_instance_groups);
+        model_instance_group *g = PUSHN(m, c, cfg->instance_groups, cfg->n_instance_groups);
         if (!g) return oom(m);
         ok = map_instance_group(m, c, g);
         break;
@@ -734,7 +742,7 @@ static bool map_config(mctx *m, const pbtxt_node *root, cinfer_model_config *cfg
         break;
       case F_PARAMS: ok = map_parameters(m, c, cfg); break;
       case F_WARMUP: {
-        model_warmup *w = PUSH(m, cfg->warmups, cfg->n_warmups);
+        model_warmup *w = PUSHN(m, c, cfg->warmups, cfg->n_warmups);
         if (!w) return oom(m);
         ok = map_warmup(m, c, w);
         break;
@@ -766,7 +774,7 @@ static bool map_config(mctx *m, const pbtxt_node *root, cinfer_model_config *cfg
         /* fall through */
       default: { /* batch_input, batch_output, model_operations, agents, metrics */
         if (!ok || !want_msg(m, c)) return false;
-        model_config_kept *k = PUSH(m, cfg->kept, cfg->n_kept);
+        model_config_kept *k = PUSHN(m, c, cfg->kept, cfg->n_kept);
         if (!k) return oom(m);
         k->name = c->name;
         k->node = c;
@@ -905,10 +913,81 @@ static bool check_io(vctx *v, const model_config_io *ios, size_t n, bool input, 
   return true;
 }
 
-static bool has_str(const model_config_kv *kv, size_t n, bool by_value, const char *s) {
-  for (size_t i = 0; i < n; i++)
-    if (!strcmp(by_value ? kv[i].value : kv[i].key, s)) return true;
-  return false;
+/* Ensemble tensor references, sorted by name so the data-flow checks below cost
+ * O(n log n) in the number of map entries however large the ensemble. */
+typedef struct tref {
+  const char *name;
+  size_t step; /* step index (or ensemble input index) */
+} tref;
+
+static int tref_cmp(const void *a, const void *b) {
+  const tref *x = a, *y = b;
+  int r = strcmp(x->name, y->name);
+  if (r) return r;
+  return (x->step > y->step) - (x->step < y->step);
+}
+
+static const tref *tref_find(const tref *arr, size_t n, const char *name) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int r = strcmp(arr[mid].name, name);
+    if (r == 0) return &arr[mid];
+    if (r < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return NULL;
+}
+
+/* Sorted references to the values of every step's input_map (reads) or output_map (writes). */
+static tref *collect_refs(const cinfer_model_config *c, bool writes, size_t *n) {
+  size_t total = 0;
+  for (size_t i = 0; i < c->n_ensemble_steps; i++)
+    total += writes ? c->ensemble_steps[i].n_output_map : c->ensemble_steps[i].n_input_map;
+  tref *r = malloc((total ? total : 1) * sizeof *r);
+  if (!r) return NULL;
+  *n = 0;
+  for (size_t i = 0; i < c->n_ensemble_steps; i++) {
+    const model_ensemble_step *s = &c->ensemble_steps[i];
+    const model_config_kv *kv = writes ? s->output_map : s->input_map;
+    size_t m = writes ? s->n_output_map : s->n_input_map;
+    for (size_t k = 0; k < m; k++) r[(*n)++] = (tref){kv[k].value, i};
+  }
+  qsort(r, *n, sizeof *r, tref_cmp);
+  return r;
+}
+
+static bool check_ensemble_flow(vctx *v, const tref *in, size_t nin, const tref *w, size_t nw, const tref *rd,
+                                size_t nrd) {
+  const cinfer_model_config *c = v->c;
+  for (size_t i = 0; i < nw; i++) {
+    const model_ensemble_step *s = &c->ensemble_steps[w[i].step];
+    if (i > 0 && !strcmp(w[i - 1].name, w[i].name)) {
+      if (w[i - 1].step == w[i].step)
+        return vfail(v, s->pos, "ensemble tensor '%s' is written twice by step %zu", w[i].name, w[i].step);
+      return vfail(v, s->pos, "ensemble tensor '%s' is written by step %zu and step %zu", w[i].name,
+                   w[i - 1].step, w[i].step);
+    }
+    if (tref_find(in, nin, w[i].name))
+      return vfail(v, s->pos, "ensemble step %zu writes '%s', which is an ensemble input", w[i].step, w[i].name);
+  }
+  for (size_t i = 0; i < c->n_ensemble_steps; i++) {
+    const model_ensemble_step *s = &c->ensemble_steps[i];
+    for (size_t k = 0; k < s->n_input_map; k++) {
+      const char *t = s->input_map[k].value;
+      if (!tref_find(in, nin, t) && !tref_find(w, nw, t))
+        return vfail(v, s->pos,
+                     "ensemble step %zu ('%s') reads '%s', which is neither an ensemble input nor written by a step",
+                     i, s->model_name, t);
+    }
+  }
+  for (size_t j = 0; j < c->n_outputs; j++)
+    if (!tref_find(w, nw, c->outputs[j].name))
+      return vfail(v, c->outputs[j].pos, "ensemble output '%s' is not written by any step", c->outputs[j].name);
+  for (size_t j = 0; j < c->n_inputs; j++)
+    if (!tref_find(rd, nrd, c->inputs[j].name))
+      return vfail(v, c->inputs[j].pos, "ensemble input '%s' is not used by any step", c->inputs[j].name);
+  return true;
 }
 
 static bool check_ensemble(vctx *v) {
@@ -933,46 +1012,22 @@ static bool check_ensemble(vctx *v) {
     if (!s->model_name || !s->model_name[0]) return vfail(v, s->pos, "ensemble step %zu must specify 'model_name'", i);
     if (!s->n_input_map) return vfail(v, s->pos, "ensemble step %zu ('%s') must specify 'input_map'", i, s->model_name);
     if (!s->n_output_map) return vfail(v, s->pos, "ensemble step %zu ('%s') must specify 'output_map'", i, s->model_name);
-    /* each ensemble tensor is written once */
-    for (size_t k = 0; k < s->n_output_map; k++) {
-      const char *t = s->output_map[k].value;
-      if (has_str(s->output_map, k, true, t))
-        return vfail(v, s->pos, "ensemble tensor '%s' is written twice by step %zu", t, i);
-      for (size_t j = 0; j < i; j++)
-        if (has_str(c->ensemble_steps[j].output_map, c->ensemble_steps[j].n_output_map, true, t))
-          return vfail(v, s->pos, "ensemble tensor '%s' is written by step %zu and step %zu", t, j, i);
-      for (size_t j = 0; j < c->n_inputs; j++)
-        if (!strcmp(c->inputs[j].name, t))
-          return vfail(v, s->pos, "ensemble step %zu writes '%s', which is an ensemble input", i, t);
-    }
   }
-  /* every tensor a step reads is an ensemble input or written by some step */
-  for (size_t i = 0; i < c->n_ensemble_steps; i++) {
-    const model_ensemble_step *s = &c->ensemble_steps[i];
-    for (size_t k = 0; k < s->n_input_map; k++) {
-      const char *t = s->input_map[k].value;
-      bool found = false;
-      for (size_t j = 0; j < c->n_inputs && !found; j++) found = !strcmp(c->inputs[j].name, t);
-      for (size_t j = 0; j < c->n_ensemble_steps && !found; j++)
-        found = has_str(c->ensemble_steps[j].output_map, c->ensemble_steps[j].n_output_map, true, t);
-      if (!found)
-        return vfail(v, s->pos, "ensemble step %zu ('%s') reads '%s', which is neither an ensemble input nor written by a step",
-                     i, s->model_name, t);
-    }
+  size_t nin = c->n_inputs, nw = 0, nrd = 0;
+  tref *in = malloc((nin ? nin : 1) * sizeof *in);
+  tref *w = collect_refs(c, true, &nw), *rd = collect_refs(c, false, &nrd);
+  bool ok = in && w && rd;
+  if (ok) {
+    for (size_t j = 0; j < nin; j++) in[j] = (tref){c->inputs[j].name, j};
+    qsort(in, nin, sizeof *in, tref_cmp);
+    ok = check_ensemble_flow(v, in, nin, w, nw, rd, nrd);
+  } else if (!v->err) {
+    v->err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
   }
-  for (size_t j = 0; j < c->n_outputs; j++) {
-    bool found = false;
-    for (size_t i = 0; i < c->n_ensemble_steps && !found; i++)
-      found = has_str(c->ensemble_steps[i].output_map, c->ensemble_steps[i].n_output_map, true, c->outputs[j].name);
-    if (!found) return vfail(v, c->outputs[j].pos, "ensemble output '%s' is not written by any step", c->outputs[j].name);
-  }
-  for (size_t j = 0; j < c->n_inputs; j++) {
-    bool found = false;
-    for (size_t i = 0; i < c->n_ensemble_steps && !found; i++)
-      found = has_str(c->ensemble_steps[i].input_map, c->ensemble_steps[i].n_input_map, true, c->inputs[j].name);
-    if (!found) return vfail(v, c->inputs[j].pos, "ensemble input '%s' is not used by any step", c->inputs[j].name);
-  }
-  return true;
+  free(in);
+  free(w);
+  free(rd);
+  return ok;
 }
 
 static cinfer_status *check_config(const cinfer_model_config *c, bool complete) {
@@ -1271,6 +1326,11 @@ cinfer_status *model_config_set_parameter(cinfer_model_config *c, const char *ke
       c->parameters[i].value = v;
       return NULL;
     }
+  if (c->n_parameters >= MODEL_CONFIG_MAX_ENTRIES) {
+    free(v);
+    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "model '%s': too many parameters (limit %d)", c->name,
+                             MODEL_CONFIG_MAX_ENTRIES);
+  }
   char *k = strdup(key);
   model_config_kv *kv = k ? PUSH(NULL, c->parameters, c->n_parameters) : NULL;
   if (!kv) {
@@ -1306,6 +1366,9 @@ static cinfer_status *add_io(cinfer_model_config *c, bool input, const char *nam
   if (ndims < 0 || ndims > CINFER_MAX_DIMS || (ndims && !dims))
     return cinfer_status_new(CINFER_INVALID_ARG, "model '%s': %s '%s': %d dims (limit %d)", c->name,
                              input ? "input" : "output", name, ndims, CINFER_MAX_DIMS);
+  if (*n >= MODEL_CONFIG_MAX_ENTRIES)
+    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "model '%s': too many %ss (limit %d)", c->name,
+                             input ? "input" : "output", MODEL_CONFIG_MAX_ENTRIES);
   char *nm = strdup(name);
   model_config_io *io = nm ? PUSH(NULL, *arr, *n) : NULL;
   if (!io) {

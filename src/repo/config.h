@@ -26,6 +26,7 @@
 #include "repo/pbtxt.h"
 
 #define MODEL_CONFIG_MAX_FILE PBTXT_MAX_INPUT
+#define MODEL_CONFIG_MAX_ENTRIES 4096 /* per repeated field or map (inputs, steps, ...) */
 
 typedef struct model_config_pos {
   int line, col; /* 1-based position in the source file; 0 when added programmatically */
@@ -48,7 +49,7 @@ typedef struct model_config_io {
   char *name;
   cinfer_dtype data_type;            /* CINFER_TYPE_INVALID when not given */
   model_io_format format;            /* (in) */
-  int ndims;                         /* number of entries in dims; -1 .. CINFER_MAX_DIMS */
+  int ndims;                         /* entries in dims, 0..CINFER_MAX_DIMS (0 = not given) */
   int64_t dims[CINFER_MAX_DIMS];     /* each >= 1 or -1 (variable) */
   bool has_reshape;
   int reshape_ndims;                 /* 0 = reshape to a scalar (shape: []) */

@@ -116,51 +116,85 @@ static bool is_map_entry(const pbtxt_node *e) {
   return pbtxt_child(e, "key") != NULL;
 }
 
+/* Children of one message grouped by field name: a group is a run of `len` entries of
+ * `order` (child indices, ascending) that share a name; groups are emitted in order of
+ * their first child. Sorting keeps this O(n log n) for messages with many fields. */
+typedef struct child_ref {
+  const char *name;
+  size_t idx;
+} child_ref;
+typedef struct child_group {
+  size_t first, start, len;
+} child_group;
+
+static int child_ref_cmp(const void *a, const void *b) {
+  const child_ref *x = a, *y = b;
+  int r = strcmp(x->name, y->name);
+  return r ? r : (x->idx > y->idx) - (x->idx < y->idx);
+}
+static int child_group_cmp(const void *a, const void *b) {
+  const child_group *x = a, *y = b;
+  return (x->first > y->first) - (x->first < y->first);
+}
+
+/* JSON value for the group's children (all named the same). */
+static cJSON *group_json(const pbtxt_node *n, const child_ref *refs, const child_group *g) {
+  const pbtxt_node *c0 = n->children[refs[g->start].idx];
+  bool listed = false, all_entries = true;
+  for (size_t j = 0; j < g->len; j++) {
+    const pbtxt_node *c = n->children[refs[g->start + j].idx];
+    listed |= c->in_list;
+    all_entries &= is_map_entry(c);
+  }
+  if (in_list(map_names, sizeof map_names / sizeof *map_names, c0->name) && all_entries) {
+    cJSON *v = cJSON_CreateObject();
+    for (size_t j = 0; v && j < g->len; j++) {
+      const pbtxt_node *e = n->children[refs[g->start + j].idx];
+      const pbtxt_node *k = pbtxt_child(e, "key"), *val = pbtxt_child(e, "value");
+      const char *key = k->str ? k->str : ""; /* scalars keep their text; a message key is "" */
+      if (!add(v, key, val ? scalar_json(val) : cJSON_CreateObject())) {
+        cJSON_Delete(v);
+        v = NULL;
+      }
+    }
+    return v;
+  }
+  if (g->len > 1 || listed || in_list(repeated_names, sizeof repeated_names / sizeof *repeated_names, c0->name)) {
+    cJSON *v = cJSON_CreateArray();
+    for (size_t j = 0; v && j < g->len; j++)
+      if (!append(v, scalar_json(n->children[refs[g->start + j].idx]))) {
+        cJSON_Delete(v);
+        v = NULL;
+      }
+    return v;
+  }
+  return scalar_json(c0);
+}
+
 /* Recursion is bounded by the tree depth (PBTXT_MAX_DEPTH). */
 static cJSON *tree_json(const pbtxt_node *n) {
+  size_t k = n->n_children;
   cJSON *o = cJSON_CreateObject();
-  if (!o) return NULL;
-  for (size_t i = 0; i < n->n_children; i++) {
-    const pbtxt_node *c = n->children[i];
-    bool first = true;
-    for (size_t j = 0; j < i && first; j++) first = strcmp(n->children[j]->name, c->name) != 0;
-    if (!first) continue; /* grouped with its first occurrence */
-    size_t count = 0;
-    bool listed = false, all_entries = true;
-    for (size_t j = i; j < n->n_children; j++)
-      if (!strcmp(n->children[j]->name, c->name)) {
-        count++;
-        listed |= n->children[j]->in_list;
-        all_entries &= is_map_entry(n->children[j]);
-      }
-    cJSON *v = NULL;
-    if (in_list(map_names, sizeof map_names / sizeof *map_names, c->name) && all_entries) {
-      v = cJSON_CreateObject();
-      for (size_t j = i; v && j < n->n_children; j++) {
-        const pbtxt_node *e = n->children[j];
-        if (strcmp(e->name, c->name)) continue;
-        const pbtxt_node *k = pbtxt_child(e, "key"), *val = pbtxt_child(e, "value");
-        const char *key = k->str ? k->str : ""; /* scalars keep their text; a message key is "" */
-        cJSON *ev = val ? scalar_json(val) : cJSON_CreateObject();
-        if (!add(v, key, ev)) {
-          cJSON_Delete(v);
-          v = NULL;
-        }
-      }
-    } else if (count > 1 || listed || in_list(repeated_names, sizeof repeated_names / sizeof *repeated_names, c->name)) {
-      v = cJSON_CreateArray();
-      for (size_t j = i; v && j < n->n_children; j++)
-        if (!strcmp(n->children[j]->name, c->name) && !append(v, scalar_json(n->children[j]))) {
-          cJSON_Delete(v);
-          v = NULL;
-        }
-    } else {
-      v = scalar_json(c);
+  child_ref *refs = malloc((k ? k : 1) * sizeof *refs);
+  child_group *groups = malloc((k ? k : 1) * sizeof *groups);
+  bool ok = o && refs && groups;
+  size_t ng = 0;
+  if (ok) {
+    for (size_t i = 0; i < k; i++) refs[i] = (child_ref){n->children[i]->name, i};
+    qsort(refs, k, sizeof *refs, child_ref_cmp);
+    for (size_t i = 0; i < k; i++) {
+      if (i == 0 || strcmp(refs[i - 1].name, refs[i].name)) groups[ng++] = (child_group){refs[i].idx, i, 0};
+      groups[ng - 1].len++;
     }
-    if (!add(o, c->name, v)) {
-      cJSON_Delete(o);
-      return NULL;
-    }
+    qsort(groups, ng, sizeof *groups, child_group_cmp);
+  }
+  for (size_t i = 0; ok && i < ng; i++)
+    ok = add(o, n->children[groups[i].first]->name, group_json(n, refs, &groups[i]));
+  free(refs);
+  free(groups);
+  if (!ok) {
+    cJSON_Delete(o);
+    return NULL;
   }
   return o;
 }

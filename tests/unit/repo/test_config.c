@@ -550,6 +550,37 @@ static void test_json_other_sections(void **state) {
   cJSON_Delete(j);
   free(s);
   model_config_free(c);
+
+  /* kept trees: floats, inf as protobuf JSON's "Infinity", repeated fields as arrays */
+  c = load("syntax_variants.pbtxt");
+  s = model_config_to_json(c);
+  j = cJSON_Parse(s);
+  cJSON *mc = cJSON_GetArrayItem(obj(obj(j, "model_metrics"), "metric_control"), 0);
+  cJSON *buckets = obj(obj(mc, "histogram_options"), "buckets");
+  assert_int_equal(cJSON_GetArraySize(buckets), 7);
+  assert_true(cJSON_GetArrayItem(buckets, 0)->valuedouble == -5.0);
+  assert_true(cJSON_GetArrayItem(buckets, 4)->valuedouble == 500.0);
+  assert_string_equal(cJSON_GetArrayItem(buckets, 6)->valuestring, "Infinity");
+  assert_string_equal(obj(cJSON_GetArrayItem(obj(j, "input"), 0), "name")->valuestring, "inAA\t\"q\"\\");
+  assert_int_equal(obj(obj(obj(j, "version_policy"), "latest"), "num_versions")->valueint, 2);
+  cJSON_Delete(j);
+  free(s);
+  model_config_free(c);
+
+  c = load("ragged_batch_io.pbtxt");
+  s = model_config_to_json(c);
+  j = cJSON_Parse(s);
+  cJSON *bi = cJSON_GetArrayItem(obj(j, "batch_input"), 0);
+  assert_string_equal(obj(bi, "kind")->valuestring, "BATCH_ACCUMULATED_ELEMENT_COUNT");
+  assert_string_equal(cJSON_GetArrayItem(obj(bi, "target_name"), 0)->valuestring, "INDEX");
+  cJSON *g0 = cJSON_GetArrayItem(obj(j, "instance_group"), 0);
+  assert_int_equal(obj(obj(g0, "rate_limiter"), "priority")->valueint, 2);
+  assert_string_equal(obj(cJSON_GetArrayItem(obj(obj(g0, "rate_limiter"), "resources"), 0), "name")->valuestring, "R1");
+  assert_string_equal(obj(cJSON_GetArrayItem(obj(g0, "secondary_devices"), 0), "kind")->valuestring, "KIND_NVDLA");
+  assert_true(cJSON_IsObject(obj(obj(j, "version_policy"), "all")));
+  cJSON_Delete(j);
+  free(s);
+  model_config_free(c);
 }
 
 static void test_json_large_integers_exact(void **state) {
@@ -566,6 +597,67 @@ static void test_json_large_integers_exact(void **state) {
   assert_non_null(strstr(s, "\"max_queue_delay_microseconds\":18446744073709551615"));
   free(s);
   model_config_free(c);
+}
+
+/* Large but legal inputs stay cheap (no quadratic paths), and entry caps are enforced. */
+static void test_large_inputs(void **state) {
+  (void)state;
+  size_t cap = PBTXT_MAX_INPUT, n = 0;
+  char *t = malloc(cap);
+  assert_non_null(t);
+
+  /* 60,000 distinct fields in a kept message: printed as 60,000 JSON members */
+  n = (size_t)snprintf(t, cap, "optimization {");
+  for (int i = 0; i < 60000; i++) n += (size_t)snprintf(t + n, cap - n, " f%d: %d", i, i);
+  n += (size_t)snprintf(t + n, cap - n, " }");
+  cinfer_model_config *c = NULL;
+  cinfer_status *st = model_config_parse("big.pbtxt", t, n, &c);
+  assert_null(st);
+  char *json = model_config_to_json(c);
+  cJSON *j = cJSON_Parse(json);
+  assert_int_equal(cJSON_GetArraySize(obj(j, "optimization")), 60000);
+  assert_int_equal(obj(obj(j, "optimization"), "f59999")->valueint, 59999);
+  cJSON_Delete(j);
+  free(json);
+  model_config_free(c);
+
+  /* one parameter too many */
+  n = 0;
+  for (int i = 0; i <= MODEL_CONFIG_MAX_ENTRIES; i++)
+    n += (size_t)snprintf(t + n, cap - n, "parameters{key:\"k%d\" value{string_value:\"v\"}}\n", i);
+  st = model_config_parse("many.pbtxt", t, n, &c);
+  assert_non_null(st);
+  assert_string_equal(cinfer_status_message(st), "many.pbtxt:4097:1: too many 'parameters' entries (limit 4096)");
+  cinfer_status_free(st);
+
+  /* a 4,000-step chain ensemble validates (sorted data-flow checks) */
+  n = (size_t)snprintf(t, cap,
+                       "name: \"chain\" platform: \"ensemble\"\n"
+                       "input { name: \"t0\" data_type: TYPE_FP32 dims: 1 }\n"
+                       "output { name: \"t4000\" data_type: TYPE_FP32 dims: 1 }\n"
+                       "ensemble_scheduling {\n");
+  for (int i = 0; i < 4000; i++)
+    n += (size_t)snprintf(t + n, cap - n,
+                          "step { model_name: \"m\" input_map { key: \"x\" value: \"t%d\" } "
+                          "output_map { key: \"y\" value: \"t%d\" } }\n",
+                          i, i + 1);
+  n += (size_t)snprintf(t + n, cap - n, "}\n");
+  st = model_config_parse("chain.pbtxt", t, n, &c);
+  if (st) fail_msg("%s", cinfer_status_message(st));
+  assert_int_equal(c->n_ensemble_steps, 4000);
+  assert_null(model_config_validate(c));
+  model_config_free(c);
+  /* the same chain with one step reading a tensor nobody writes */
+  char *hole = strstr(t, "value: \"t2000\" } output_map");
+  assert_non_null(hole);
+  memcpy(hole + 8, "x", 1); /* t2000 -> x2000 */
+  st = model_config_parse("chain.pbtxt", t, n, &c);
+  assert_non_null(st);
+  assert_string_equal(cinfer_status_message(st),
+                      "chain.pbtxt:2005:1: ensemble step 2000 ('m') reads 'x2000', which is neither an ensemble "
+                      "input nor written by a step");
+  cinfer_status_free(st);
+  free(t);
 }
 
 /* ---- auto-complete and validate ------------------------------------------------------ */
@@ -677,6 +769,7 @@ int main(void) {
       cmocka_unit_test(test_json_output),
       cmocka_unit_test(test_json_other_sections),
       cmocka_unit_test(test_json_large_integers_exact),
+      cmocka_unit_test(test_large_inputs),
       cmocka_unit_test(test_autocomplete),
       cmocka_unit_test(test_partial_config_then_validate),
       cmocka_unit_test(test_new_and_load_file),
