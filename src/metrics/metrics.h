@@ -39,7 +39,7 @@ double metric_value(const metric *m);      /* counter/gauge value; histogram: co
 int metrics_render(metrics_registry *r, char **out, size_t *len);
 
 /* Standard buckets. */
-extern const double metrics_latency_buckets[];  /* seconds, 100 us .. 60 s */
+extern const double metrics_latency_buckets[];  /* seconds, 10 us .. 60 s */
 extern const size_t metrics_latency_buckets_n;
 extern const double metrics_batch_buckets[];    /* 1, 2, 4, ... 1024 */
 extern const size_t metrics_batch_buckets_n;

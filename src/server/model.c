@@ -710,7 +710,7 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
     r->seq = it.seq = sched_order_next_seq(m->order);
     pthread_mutex_unlock(&m->order_mu);
   }
-  cinfer_status *st = batcher_enqueue(m->batcher, &it, r->t_arrival);
+  cinfer_status *st = batcher_enqueue(m->batcher, &it, r->t_arrival, NULL);
   if (st) {
     if (m->order) { /* the seq was issued: complete it so later responses are not held */
       pthread_mutex_lock(&m->order_mu);

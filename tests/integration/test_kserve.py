@@ -31,13 +31,18 @@ def client(server):
     c.close()
 
 
-def sample(dtype, shape, seed=0):
+def sample(dtype, shape, seed=0, json_safe=False):
     rng = np.random.default_rng(seed)
     if dtype == np.bool_:
         return rng.integers(0, 2, shape).astype(np.bool_)
     if np.issubdtype(dtype, np.integer):
         info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+        lo, hi = int(info.min), int(info.max)
+        if json_safe:  # JSON numbers are doubles in most clients: exact only up to 2**53
+            lo, hi = max(lo, -(2**53)), min(hi, 2**53)
+        x = rng.integers(lo, hi, shape, dtype=dtype, endpoint=True)
+        x.flat[0], x.flat[-1] = lo, hi  # the extremes travel too
+        return x
     return (rng.standard_normal(shape) * 100).astype(dtype)
 
 
@@ -74,8 +79,8 @@ def test_model_metadata_and_config(client):
 @pytest.mark.parametrize("name", sorted(DTYPES))
 def test_infer_every_datatype(client, name, binary_in, binary_out):
     dtype = DTYPES[name]
-    x = sample(dtype, (2, 5), seed=len(name))
-    inp = httpclient.InferInput("INPUT0", list(x.shape), np_to_triton_dtype(dtype))
+    x = sample(dtype, (2, 5), seed=len(name), json_safe=not (binary_in and binary_out))
+    inp = httpclient.InferInput("INPUT0", list(x.shape), np_to_triton_dtype(np.dtype(dtype)))
     inp.set_data_from_numpy(x, binary_data=binary_in)
     out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary_out)
     res = client.infer(f"identity_{name}", [inp], outputs=[out], request_id=f"req-{name}")
@@ -86,20 +91,32 @@ def test_infer_every_datatype(client, name, binary_in, binary_out):
     assert res.get_response()["id"] == f"req-{name}"
 
 
-@pytest.mark.parametrize("binary", [False, True])
-def test_bf16(client, binary):
-    # numpy has no bfloat16: values exactly representable in bf16 round-trip as float32.
-    vals = np.array([[1.0, -2.5, 0.15625, 3.0e38 / 2**10]], dtype=np.float32)
-    bits = (vals.view(np.uint32) >> 16).astype(np.uint16)
-    exact = (bits.astype(np.uint32) << 16).view(np.float32)
+BF16_VALUES = [1.0, -2.5, 0.15625, 2.0**100, 0.0]  # exactly representable in bf16
+
+
+def test_bf16_binary(client):
+    # numpy has no bfloat16: tritonclient sends float32 arrays as bf16 bits (the top half).
+    exact = np.array([BF16_VALUES], dtype=np.float32)
     inp = httpclient.InferInput("INPUT0", list(exact.shape), "BF16")
-    if binary:
-        inp.set_data_from_numpy(exact, binary_data=True)  # tritonclient converts to bf16
-    else:
-        inp.set_data_from_numpy(exact, binary_data=False)
+    inp.set_data_from_numpy(exact, binary_data=True)
     res = client.infer("identity_bf16", [inp],
-                       outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)])
-    np.testing.assert_array_equal(res.as_numpy("OUTPUT0").astype(np.float32), exact)
+                       outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)])
+    raw = res.get_output("OUTPUT0")
+    assert raw["datatype"] == "BF16"
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0").astype(np.float32).reshape(-1), exact.reshape(-1))
+
+
+def test_bf16_json(server):
+    # tritonclient has no JSON path for BF16; the protocol does: numbers in, numbers out.
+    body = {"inputs": [{"name": "INPUT0", "datatype": "BF16", "shape": [1, 5], "data": BF16_VALUES}]}
+    req = urllib.request.Request(server.url + "/v2/models/identity_bf16/infer",
+                                 data=json.dumps(body).encode(), method="POST")
+    with urllib.request.urlopen(req) as r:
+        out = json.load(r)["outputs"][0]
+    assert out["datatype"] == "BF16"
+    # numbers print with float32 round-trip precision (%.9g): compare as float32
+    np.testing.assert_array_equal(np.array(out["data"], dtype=np.float32),
+                                  np.array(BF16_VALUES, dtype=np.float32))
 
 
 @pytest.mark.parametrize("binary", [False, True])
