@@ -109,6 +109,7 @@ typedef struct stats {
   _Atomic uint64_t connections_accepted, connections_rejected, requests, responses,
       bytes_in, bytes_out, err_400, err_408, err_413, err_417, err_431, err_501, err_505,
       cancelled;
+  _Atomic uint64_t unanswered;  /* exchanges dispatched, not completed (wraps as signed) */
 } stats;
 
 struct io_thread {
@@ -130,7 +131,6 @@ struct http_server {
   io_thread *threads;
   uint16_t port;
   _Atomic int conns_open;      /* fds open */
-  _Atomic int unanswered;      /* exchanges dispatched and not completed */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   _Atomic bool draining;
@@ -155,6 +155,14 @@ static void srv_signal(http_server *s) {
   pthread_mutex_lock(&s->mu);
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
+}
+
+/* Sum of the per-thread counts of unanswered exchanges (any thread). */
+static int64_t srv_unanswered(http_server *s) {
+  uint64_t n = 0;
+  for (int i = 0; i < s->n; i++)
+    n += atomic_load_explicit(&s->threads[i].st.unanswered, memory_order_relaxed);
+  return (int64_t)n;
 }
 
 /* ---- Date header cache (per thread: answers may be formatted on any thread) ------------ */
@@ -358,14 +366,12 @@ static void ex_complete(conn *c) {
   http_exchange *ex = &c->ex;
   ex->active = false;
   ex->cancel_cb = NULL;
-  pthread_mutex_lock(&ex->mu);
-  ex->answered = ANS_NONE;
-  ex->final_queued = false;
-  ex->gone = false;
-  pthread_mutex_unlock(&ex->mu);
+  /* ex_take reset answered/gone under ex->mu when it took the final piece */
   http_server *s = c->t->srv;
   STAT_ADD(c->t, responses, 1);
-  if (atomic_fetch_sub(&s->unanswered, 1) == 1 && atomic_load(&s->draining)) srv_signal(s);
+  STAT_ADD(c->t, unanswered, (uint64_t)-1);
+  if (atomic_load_explicit(&s->draining, memory_order_relaxed) && srv_unanswered(s) == 0)
+    srv_signal(s);
   if (c->fd < 0) return;  /* zombie: conn_leave frees it */
   /* Drop the request's bytes; keep pipelined input. */
   size_t rest = c->rlen - c->req_end;
@@ -412,7 +418,11 @@ static void ex_take(conn *c) {
     }
   }
   ex->pending.len = 0;
-  if (final) ex->final_queued = false;
+  if (final) {
+    ex->final_queued = false;
+    ex->answered = ANS_NONE;
+    ex->gone = false;
+  }
   pthread_mutex_unlock(&ex->mu);
   if (owned) {
     if (c->fd >= 0 && owned_len) {
@@ -616,7 +626,7 @@ static void dispatch(conn *c) {
   ex->http10 = c->req.version_minor == 0;
   ex->chunked = !ex->http10;
   ex->close_after = !c->req.keep_alive || t->draining;
-  atomic_fetch_add(&s->unanswered, 1);
+  STAT_ADD(t, unanswered, 1);
   STAT_ADD(t, requests, 1);
   /* Keep watching for a peer close, but only read while rbuf has tail room. */
   if (c->rlen == c->rcap) loop_io_set(t->loop, &c->io, LOOP_RDHUP | (c->io.events & LOOP_WRITE));
@@ -1105,13 +1115,26 @@ int http_server_shutdown(http_server *srv, int timeout_ms) {
   return atomic_load(&srv->forced);
 }
 
+static void wait_unanswered(http_server *srv) {
+  pthread_mutex_lock(&srv->mu);
+  while (srv_unanswered(srv) > 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
+  }
+  pthread_mutex_unlock(&srv->mu);
+}
+
 void http_server_destroy(http_server *srv) {
   if (!srv) return;
   if (srv->started == srv->n && srv->n > 0) {
     http_server_shutdown(srv, 0);
     /* Handlers still owe answers for cancelled exchanges; their structs must outlive
      * those calls (see http.h). */
-    wait_zero(srv, &srv->unanswered, 0);
+    wait_unanswered(srv);
   }
   for (int i = 0; i < srv->n; i++) {
     io_thread *t = &srv->threads[i];
