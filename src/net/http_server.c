@@ -134,7 +134,7 @@ struct http_server {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   _Atomic bool draining;
-  bool stopped_accepting;
+  _Atomic bool stopped_accepting;
   int started;                 /* loop threads running */
   _Atomic int forced;
 };
@@ -204,6 +204,8 @@ static bool format_head(net_buf *b, http_exchange *ex, int status, const http_he
     ok &= net_buf_uint(b, body_len, 10);
     ok &= NET_BUF_LIT(b, "\r\n");
   }
+  /* A drain that began after dispatch still closes this connection (ex->mu is held). */
+  if (atomic_load_explicit(&ex->c->t->srv->draining, memory_order_relaxed)) ex->close_after = true;
   if (ex->close_after) ok &= NET_BUF_LIT(b, "Connection: close\r\n");
   else if (ex->http10) ok &= NET_BUF_LIT(b, "Connection: keep-alive\r\n");
   return ok;
@@ -213,19 +215,27 @@ static bool format_head(net_buf *b, http_exchange *ex, int status, const http_he
 
 static void ex_task_run(loop_task *task);
 
-/* Called with ex->mu held after adding to pending; returns whether the caller must post. */
-static bool ex_need_post(http_exchange *ex) {
-  if (loop_in_thread(ex->c->t->loop)) return false;
-  if (ex->task_queued) return false;
+/* What an answering call does after releasing ex->mu. Decided while still holding the
+ * lock: once it is released the loop may complete the exchange and free the connection,
+ * so nothing may read ex->c afterwards except through a task that is still queued. */
+typedef struct after {
+  net_loop *post_to;  /* post ex->task here */
+  bool deliver_here;  /* on the loop thread: move the bytes to the output now */
+} after;
+
+static after ex_decide(http_exchange *ex) {
+  net_loop *loop = ex->c->t->loop;
+  if (loop_in_thread(loop)) return (after){NULL, true};
+  if (ex->task_queued) return (after){NULL, false};
   ex->task_queued = true;
-  return true;
+  return (after){loop, false};
 }
 
 static void ex_deliver_here(http_exchange *ex);
 
-static void ex_after(http_exchange *ex, bool post) {
-  if (post) loop_post_task(ex->c->t->loop, &ex->task);
-  else if (loop_in_thread(ex->c->t->loop)) ex_deliver_here(ex);
+static void ex_after(http_exchange *ex, after a) {
+  if (a.post_to) loop_post_task(a.post_to, &ex->task);
+  else if (a.deliver_here) ex_deliver_here(ex);
 }
 
 static void respond_common(http_exchange *ex, int status, const http_header *headers,
@@ -262,7 +272,7 @@ static void respond_common(http_exchange *ex, int status, const http_header *hea
     ex->owned_len = 0;
     ex->owned_free = free_fn;
   }
-  bool post = ex_need_post(ex);
+  after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
   ex_after(ex, post);
 }
@@ -291,7 +301,7 @@ void http_stream_begin(http_exchange *ex, int status, const http_header *headers
     append_date(&ex->pending);
     NET_BUF_LIT(&ex->pending, "\r\n");
   }
-  bool post = ex_need_post(ex);
+  after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
   ex_after(ex, post);
 }
@@ -319,7 +329,7 @@ bool http_stream_write(http_exchange *ex, const void *data, size_t len) {
   } else {
     net_buf_append(&ex->pending, data, len);
   }
-  bool post = ex_need_post(ex);
+  after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
   ex_after(ex, post);
   return true;
@@ -335,7 +345,7 @@ void http_stream_end(http_exchange *ex) {
   ex->answered = ANS_FINAL;
   ex->final_queued = true;
   if (!ex->gone && ex->chunked && !ex->head_only) NET_BUF_LIT(&ex->pending, "0\r\n\r\n");
-  bool post = ex_need_post(ex);
+  after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
   ex_after(ex, post);
 }
@@ -1053,9 +1063,8 @@ static void t_stop_accepting(io_thread *t) {
 }
 
 void http_server_stop_accepting(http_server *srv) {
-  if (srv->stopped_accepting) return;
+  if (atomic_exchange(&srv->stopped_accepting, true)) return;
   run_on_all(srv, t_stop_accepting);
-  srv->stopped_accepting = true;
 }
 
 static void t_drain(io_thread *t) {
