@@ -117,6 +117,7 @@ struct io_thread {
   net_loop *loop;
   int lfd;
   loop_io lio;
+  loop_timer accept_pause;
   conn *conns;
   bool draining;
   stats st;
@@ -577,7 +578,9 @@ static void conn_flush(conn *c) {
       n++;
     }
     if (n == 0) break;
-    ssize_t w = writev(c->fd, iov, n);
+    /* sendmsg == writev plus MSG_NOSIGNAL: a peer reset must not raise SIGPIPE */
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -854,7 +857,16 @@ static void accept_io(loop_io *io, uint32_t ev) {
   http_server *s = t->srv;
   for (int i = 0; i < 64; i++) {
     int fd = accept4(t->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* Out of descriptors: a level-triggered listener would spin. Pause accepting for
+         * a moment; pending connections wait in the backlog. */
+        loop_io_set(t->loop, &t->lio, 0);
+        loop_timer_at(t->loop, &t->accept_pause, loop_now_ms(t->loop) + 100);
+        LOG_W("http: accept: %s; pausing accepts for 100 ms", strerror(errno));
+      }
+      return;
+    }
     if (atomic_load(&s->conns_open) >= s->o.max_connections || t->draining) {
       close(fd);
       STAT_ADD(t, connections_rejected, 1);
@@ -903,6 +915,11 @@ static void accept_io(loop_io *io, uint32_t ev) {
     STAT_ADD(t, connections_accepted, 1);
     conn_update_deadline(c);
   }
+}
+
+static void accept_resume(loop_timer *tm) {
+  io_thread *t = (io_thread *)((char *)tm - offsetof(io_thread, accept_pause));
+  if (t->lfd >= 0) loop_io_set(t->loop, &t->lio, LOOP_READ);
 }
 
 /* ---- server lifecycle --------------------------------------------------------------------- */
@@ -985,6 +1002,7 @@ cinfer_status *http_server_create(const http_server_opts *opts, http_handler han
     }
     t->lio.fd = t->lfd;
     t->lio.fn = accept_io;
+    t->accept_pause.fn = accept_resume;
     st = loop_io_add(t->loop, &t->lio, LOOP_READ);
     if (st) break;
   }
@@ -1055,6 +1073,7 @@ static void run_on_all(http_server *s, void (*fn)(io_thread *)) {
 }
 
 static void t_stop_accepting(io_thread *t) {
+  loop_timer_cancel(t->loop, &t->accept_pause);
   if (t->lfd >= 0) {
     loop_io_del(t->loop, &t->lio);
     close(t->lfd);
