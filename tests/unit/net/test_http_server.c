@@ -14,6 +14,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -314,6 +315,24 @@ static void test_keepalive_and_pipelining(void **s) {
   assert_true(read_response(c, r, false));
   assert_false(r->keep_alive);
   assert_true(peer_closed(c->fd));
+  rconn_close(c);
+  free(r);
+}
+
+static void test_byte_by_byte(void **s) {
+  /* The server must resume parsing across arbitrarily small reads (head and chunked body). */
+  rconn *c = rconn_open();
+  int one = 1;
+  setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const char *req = "POST /echo?q=1 HTTP/1.1\r\nHost: t\r\nX-Id: bb\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n4;x=y\r\nwiki\r\n5\r\npedia\r\n0\r\n\r\n";
+  for (size_t i = 0; req[i]; i++) send_all(c->fd, req + i, 1);
+  raw_resp *r = malloc(sizeof *r);
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  assert_non_null(strstr(r->head, "X-Id: bb\r\n"));
+  assert_int_equal(r->body_len, 9);
+  assert_memory_equal(r->body, "wikipedia", 9);
   rconn_close(c);
   free(r);
 }
@@ -641,7 +660,7 @@ static one *client_once(uint16_t port, const char *req, int response_timeout_ms)
   assert_null(loop_start_thread(x->loop, "test-one"));
   x->o = (http_client_opts){.host = "127.0.0.1", .port = port,
                             .response_timeout_ms = response_timeout_ms,
-                            .connect_timeout_ms = 2000};
+                            .connect_timeout_ms = 500};
   x->req = req;
   assert_true(loop_post(x->loop, one_send, x));
   assert_true(wait_for(&x->done, 1));
@@ -747,6 +766,24 @@ static void test_client_errors(void **s) {
   assert_int_equal(x->err, HTTP_CLIENT_TIMEOUT);
   one_free(x);
   peer_stop(p);
+  /* connect timeout: a listener whose accept queue (backlog 0) is already full drops SYNs */
+  {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(lfd, 0), 0);
+    socklen_t l = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &l);
+    int filler = connect_to(ntohs(a.sin_port));
+    assert_true(filler >= 0);
+    x = client_once(ntohs(a.sin_port), "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 2000);
+    /* client_once uses connect_timeout_ms = 500 */
+    assert_int_equal(x->err, HTTP_CLIENT_CONNECT_TIMEOUT);
+    one_free(x);
+    close(filler);
+    close(lfd);
+  }
   /* close-delimited body completes OK at EOF */
   p = peer_start(3);
   x = client_once(p->port, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 2000);
@@ -800,9 +837,44 @@ static void test_graceful_shutdown(void **s) {
   free(r);
 }
 
+/* ---- limits on a server with tiny settings -------------------------------------------------- */
+
+static void test_idle_timeout_and_max_connections(void **s) {
+  http_server *small;
+  http_server_opts o = {.host = "127.0.0.1", .io_threads = 1, .idle_keepalive_ms = 100,
+                        .max_connections = 2};
+  assert_null(http_server_create(&o, handler, NULL, &small));
+  http_server *saved = srv;
+  srv = small;
+  raw_resp *r = malloc(sizeof *r);
+  rconn *a = rconn_open(), *b = rconn_open();
+  SEND(a->fd, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(a, r, false));
+  SEND(b->fd, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(b, r, false));
+  /* a third connection is over the limit: accepted by the kernel, closed by the server */
+  rconn *c = rconn_open();
+  assert_true(peer_closed(c->fd));
+  rconn_close(c);
+  /* both keep-alive connections are idle: closed after idle_keepalive_ms */
+  assert_true(peer_closed(a->fd));
+  assert_true(peer_closed(b->fd));
+  http_server_stats st;
+  http_server_get_stats(small, &st);
+  assert_int_equal(st.connections_accepted, 2);
+  assert_int_equal(st.connections_rejected, 1);
+  assert_int_equal(st.requests, 2);
+  rconn_close(a);
+  rconn_close(b);
+  free(r);
+  srv = saved;
+  http_server_destroy(small);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_keepalive_and_pipelining, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_byte_by_byte, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http10, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
       cmocka_unit_test_setup_teardown(test_body_too_large, setup, teardown),
@@ -813,6 +885,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_client_streaming, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_graceful_shutdown, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_idle_timeout_and_max_connections, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
