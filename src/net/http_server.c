@@ -63,6 +63,7 @@ struct http_exchange {
   bool gone;             /* client went away: drop further output */
   int answered;          /* ANS_* as seen by producers */
   bool final_queued;     /* final piece is in pending, not yet taken by the loop */
+  bool broken;           /* out of memory while formatting: the stream is corrupt */
   net_buf pending;
   void *owned;
   size_t owned_len;
@@ -251,11 +252,13 @@ static void respond_common(http_exchange *ex, int status, const http_header *hea
   }
   ex->answered = ANS_FINAL;
   ex->final_queued = true;
+  if (status < 100 || status > 999) status = 500;
+  bool no_body = ex->head_only || status < 200 || status == 204 || status == 304;
   if (!ex->gone) {
-    format_head(&ex->pending, ex, status, headers, n, len, false);
+    bool ok = format_head(&ex->pending, ex, status, headers, n, len, false);
     append_date(&ex->pending);
-    NET_BUF_LIT(&ex->pending, "\r\n");
-    if (ex->head_only) {
+    ok &= NET_BUF_LIT(&ex->pending, "\r\n");
+    if (no_body) {
       if (owned && free_fn) {
         ex->owned = (void *)body;  /* freed by the loop, not sent */
         ex->owned_len = 0;
@@ -266,8 +269,9 @@ static void respond_common(http_exchange *ex, int status, const http_header *hea
       ex->owned_len = len;
       ex->owned_free = free_fn;
     } else {
-      net_buf_append(&ex->pending, body, len);
+      ok &= net_buf_append(&ex->pending, body, len);
     }
+    if (!ok) ex->broken = true;
   } else if (owned) {
     ex->owned = (void *)body;
     ex->owned_len = 0;
@@ -298,9 +302,10 @@ void http_stream_begin(http_exchange *ex, int status, const http_header *headers
   ex->answered = ANS_STREAMING;
   if (!ex->gone) {
     if (ex->http10) ex->close_after = true;  /* close-delimited body */
-    format_head(&ex->pending, ex, status, headers, n, 0, true);
+    if (status < 200 || status > 999) status = 500;
+    bool ok = format_head(&ex->pending, ex, status, headers, n, 0, true);
     append_date(&ex->pending);
-    NET_BUF_LIT(&ex->pending, "\r\n");
+    if (!(ok & NET_BUF_LIT(&ex->pending, "\r\n"))) ex->broken = true;
   }
   after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
@@ -322,14 +327,16 @@ bool http_stream_write(http_exchange *ex, const void *data, size_t len) {
     pthread_mutex_unlock(&ex->mu);
     return true;
   }
+  bool ok = true;
   if (ex->chunked) {
-    net_buf_uint(&ex->pending, len, 16);
-    NET_BUF_LIT(&ex->pending, "\r\n");
-    net_buf_append(&ex->pending, data, len);
-    NET_BUF_LIT(&ex->pending, "\r\n");
+    ok &= net_buf_uint(&ex->pending, len, 16);
+    ok &= NET_BUF_LIT(&ex->pending, "\r\n");
+    ok &= net_buf_append(&ex->pending, data, len);
+    ok &= NET_BUF_LIT(&ex->pending, "\r\n");
   } else {
-    net_buf_append(&ex->pending, data, len);
+    ok &= net_buf_append(&ex->pending, data, len);
   }
+  if (!ok) ex->broken = true;
   after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
   ex_after(ex, post);
@@ -345,7 +352,8 @@ void http_stream_end(http_exchange *ex) {
   }
   ex->answered = ANS_FINAL;
   ex->final_queued = true;
-  if (!ex->gone && ex->chunked && !ex->head_only) NET_BUF_LIT(&ex->pending, "0\r\n\r\n");
+  if (!ex->gone && ex->chunked && !ex->head_only && !NET_BUF_LIT(&ex->pending, "0\r\n\r\n"))
+    ex->broken = true;
   after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
   ex_after(ex, post);
@@ -412,6 +420,9 @@ static void ex_take(conn *c) {
   void *owned = ex->owned;
   size_t owned_len = ex->owned_len;
   void (*owned_free)(void *) = ex->owned_free;
+  bool broken = ex->broken;
+  ex->broken = false;
+  if (broken) ex->pending.len = 0;  /* half-formatted bytes must not reach the client */
   ex->owned = NULL;
   ex->owned_free = NULL;
   ex->owned_len = 0;
@@ -447,6 +458,10 @@ static void ex_take(conn *c) {
     }
   }
   if (final && ex->active) ex_complete(c);
+  if (broken && c->fd >= 0) {
+    LOG_E("http: out of memory formatting a response; closing the connection");
+    conn_close(c);
+  }
 }
 
 static void ex_deliver_here(http_exchange *ex) {
@@ -564,18 +579,27 @@ static void conn_linger(conn *c) {
 static void conn_flush(conn *c) {
   io_thread *t = c->t;
   for (;;) {
-    struct iovec iov[2];
+    /* out[sent..owned_at], then the owned body, then out bytes queued after it */
+    struct iovec iov[3];
     int n = 0;
-    size_t head_end = c->owned ? c->owned_at : c->out.len;
-    if (c->out_sent < head_end) {
+    size_t a_end = c->owned ? c->owned_at : c->out.len;
+    if (c->out_sent < a_end) {
       iov[n].iov_base = c->out.data + c->out_sent;
-      iov[n].iov_len = head_end - c->out_sent;
+      iov[n].iov_len = a_end - c->out_sent;
       n++;
     }
-    if (c->owned && c->owned_sent < c->owned_len) {
-      iov[n].iov_base = (char *)c->owned + c->owned_sent;
-      iov[n].iov_len = c->owned_len - c->owned_sent;
-      n++;
+    if (c->owned) {
+      if (c->owned_sent < c->owned_len) {
+        iov[n].iov_base = (char *)c->owned + c->owned_sent;
+        iov[n].iov_len = c->owned_len - c->owned_sent;
+        n++;
+      }
+      size_t from = c->out_sent > a_end ? c->out_sent : a_end;
+      if (c->out.len > from) {
+        iov[n].iov_base = c->out.data + from;
+        iov[n].iov_len = c->out.len - from;
+        n++;
+      }
     }
     if (n == 0) break;
     /* sendmsg == writev plus MSG_NOSIGNAL: a peer reset must not raise SIGPIPE */
@@ -592,13 +616,18 @@ static void conn_flush(conn *c) {
     }
     STAT_ADD(t, bytes_out, (uint64_t)w);
     c->last_write_ms = loop_now_ms(t->loop);
-    size_t k = (size_t)w, a = head_end - c->out_sent;
-    if (k <= a) {
-      c->out_sent += k;
-    } else {
-      c->out_sent += a;
-      c->owned_sent += k - a;
+    size_t k = (size_t)w;
+    size_t da = c->out_sent < a_end ? a_end - c->out_sent : 0;
+    if (da > k) da = k;
+    c->out_sent += da;
+    k -= da;
+    if (c->owned) {
+      size_t dob = c->owned_len - c->owned_sent;
+      if (dob > k) dob = k;
+      c->owned_sent += dob;
+      k -= dob;
     }
+    c->out_sent += k;  /* bytes after the owned body */
   }
   /* all written */
   c->out.len = c->out_sent = 0;

@@ -111,6 +111,8 @@ static void handler(http_exchange *ex, const http_request *req, void *user) {
     char *b = malloc(100000);
     for (int i = 0; i < 100000; i++) b[i] = (char)('a' + i % 26);
     http_respond_owned(ex, 200, NULL, 0, b, 100000, free_body);
+  } else if (path_is(req, "/nocontent")) {
+    http_respond(ex, 204, NULL, 0, "ignored", 7);  /* a 204 never carries a body */
   } else if (path_is(req, "/thread")) {
     spawn(thread_answer, ex);
   } else if (path_is(req, "/stream")) {
@@ -309,6 +311,14 @@ static void test_keepalive_and_pipelining(void **s) {
   for (int i = 0; i < 100000; i++)
     if (r->body[i] != (char)('a' + i % 26)) fail_msg("owned body byte %d", i);
   assert_true(read_response(c, r, false));
+  assert_memory_equal(r->body, "hello", 5);
+  /* 204: body bytes given by the handler are not sent; the next response parses */
+  SEND(c->fd, "GET /nocontent HTTP/1.1\r\nHost: t\r\n\r\nGET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 204);
+  assert_null(strstr(r->head, "Content-Length"));
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
   assert_memory_equal(r->body, "hello", 5);
   /* Connection: close is honoured */
   SEND(c->fd, "GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
