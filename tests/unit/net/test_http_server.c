@@ -129,8 +129,8 @@ static void handler(http_exchange *ex, const http_request *req, void *user) {
 
 static int setup(void **s) {
   http_server_opts o = {.host = "127.0.0.1", .port = 0, .io_threads = 2,
-                        .max_body_bytes = 1024, .header_timeout_ms = 300,
-                        .body_timeout_ms = 300, .idle_keepalive_ms = 5000};
+                        .max_body_bytes = 1024, .header_timeout_ms = 5000,
+                        .body_timeout_ms = 5000, .idle_keepalive_ms = 5000};
   cinfer_status *st = http_server_create(&o, handler, NULL, &srv);
   if (st) {
     fprintf(stderr, "%s\n", cinfer_status_message(st));
@@ -468,6 +468,14 @@ static void test_expect_continue(void **s) {
 }
 
 static void test_slow_client_timeouts(void **s) {
+  /* a server of its own with short timeouts (the shared one is lenient so that a loaded
+   * test machine cannot turn the other tests into timeouts) */
+  http_server *fast;
+  http_server_opts o = {.host = "127.0.0.1", .io_threads = 1, .header_timeout_ms = 200,
+                        .body_timeout_ms = 200};
+  assert_null(http_server_create(&o, handler, NULL, &fast));
+  http_server *saved = srv;
+  srv = fast;
   raw_resp *r = malloc(sizeof *r);
   /* head never completes */
   rconn *c = rconn_open();
@@ -489,6 +497,8 @@ static void test_slow_client_timeouts(void **s) {
   http_server_get_stats(srv, &st);
   assert_int_equal(st.err_408, 2);
   free(r);
+  srv = saved;
+  http_server_destroy(fast);
 }
 
 static void test_cancel_on_disconnect(void **s) {
@@ -851,7 +861,8 @@ static void test_graceful_shutdown(void **s) {
 
 static void test_idle_timeout_and_max_connections(void **s) {
   http_server *small;
-  http_server_opts o = {.host = "127.0.0.1", .io_threads = 1, .idle_keepalive_ms = 100,
+  /* idle long enough that neither connection can expire before the third one is tried */
+  http_server_opts o = {.host = "127.0.0.1", .io_threads = 1, .idle_keepalive_ms = 1000,
                         .max_connections = 2};
   assert_null(http_server_create(&o, handler, NULL, &small));
   http_server *saved = srv;
