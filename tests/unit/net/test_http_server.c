@@ -897,6 +897,73 @@ static void test_graceful_shutdown(void **s) {
   free(r);
 }
 
+/* ---- a reverse proxy in miniature: server + client on the same loop ---------------------- */
+
+typedef struct proxied {
+  http_exchange *ex;
+  http_client *c;
+  char req[256];
+} proxied;
+
+static uint16_t upstream_port;
+
+static void px_head(void *u, const http_response *r) {
+  proxied *p = u;
+  size_t n;
+  const char *ct = http_find_header(r->headers, r->num_headers, "content-type", &n);
+  http_header h[1] = {{"Content-Type", 12, ct ? ct : "text/plain", ct ? n : 10}};
+  http_stream_begin(p->ex, r->status, h, 1);
+}
+static void px_body(void *u, const char *d, size_t n) {
+  proxied *p = u;
+  http_stream_write(p->ex, d, n);  /* forwarded as it arrives */
+}
+static void px_done(void *u, http_client_error err, const char *msg) {
+  proxied *p = u;
+  if (err == HTTP_CLIENT_OK) http_stream_end(p->ex);
+  else http_respond(p->ex, 502, NULL, 0, msg, strlen(msg));
+  http_client_destroy(p->c);  /* deferred until this callback returns */
+  free(p);
+}
+
+static void proxy_handler(http_exchange *ex, const http_request *req, void *user) {
+  static const http_client_callbacks cb = {px_head, px_body, px_done};
+  proxied *p = calloc(1, sizeof *p);
+  p->ex = ex;
+  int n = snprintf(p->req, sizeof p->req, "GET %.*s HTTP/1.1\r\nHost: upstream\r\n\r\n",
+                   (int)req->path_len, req->path);
+  http_client_opts o = {.host = "127.0.0.1", .port = upstream_port};
+  /* the handler runs on the exchange's loop: the upstream connection lives there too */
+  assert_null(http_client_create(http_exchange_loop(ex), &o, &cb, p, &p->c));
+  http_client_send(p->c, p->req, (size_t)n, false);
+}
+
+static void test_proxy_streams_through(void **s) {
+  upstream_port = http_server_port(srv);
+  http_server *proxy;
+  http_server_opts o = {.host = "127.0.0.1", .io_threads = 1};
+  assert_null(http_server_create(&o, proxy_handler, NULL, &proxy));
+  http_server *saved = srv;
+  srv = proxy;
+  rconn *c = rconn_open();
+  raw_resp *r = malloc(sizeof *r);
+  SEND(c->fd, "GET /stream HTTP/1.1\r\nHost: t\r\n\r\nGET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  assert_true(r->chunked);
+  assert_non_null(strstr(r->head, "Content-Type: text/event-stream\r\n"));
+  r->body[r->body_len] = 0;
+  assert_string_equal(r->body, "data: token0\n\ndata: token1\n\ndata: token2\n\n"
+                               "data: token3\n\ndata: token4\n\n");
+  assert_true(read_response(c, r, false));  /* pipelined second request, empty echo */
+  assert_int_equal(r->status, 200);
+  assert_int_equal(r->body_len, 0);
+  rconn_close(c);
+  free(r);
+  srv = saved;
+  http_server_destroy(proxy);
+}
+
 /* ---- limits on a server with tiny settings -------------------------------------------------- */
 
 static void test_idle_timeout_and_max_connections(void **s) {
@@ -945,6 +1012,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_1000_requests_16_connections, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_streaming, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_proxy_streams_through, setup, teardown),
       cmocka_unit_test_setup_teardown(test_graceful_shutdown, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_timeout_and_max_connections, setup, teardown),
   };
