@@ -220,8 +220,18 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
     flag[fl] = 0;
     if (eq) val = eq + 1;
     static const char *const boolean[] = {"--binary", "--poisson", "--stream", "--quiet", NULL};
-    bool is_bool = false;
+    static const char *const valued[] = {
+        "--url", "--http-get", "--http-post", "--body", "--content-type", "--model",
+        "--model-version", "--shape", "--input-data", "--openai", "--max-tokens", "--prompt-len",
+        "--concurrency", "--rate", "--stress", "--stress-steps", "--slo-p99", "--slo-iterations",
+        "--threads", "--max-connections", "--seed", "--requests", "--warmup-ms", "--window-ms",
+        "--max-windows", "--stability", "--timeout-ms", "--json", "--csv", "--plot",
+        "--cost-per-hour", NULL};
+    bool is_bool = false, known = false;
     for (int k = 0; boolean[k]; k++) is_bool |= !strcmp(flag, boolean[k]);
+    for (int k = 0; valued[k]; k++) known |= !strcmp(flag, valued[k]);
+    if (!is_bool && !known)
+      return cinfer_status_new(CINFER_INVALID_ARG, "unknown flag '%s' (see --help)", flag);
     if (is_bool) {
       if (val) return bad(flag, val, "takes no value");
     } else if (!val) {
