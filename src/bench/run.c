@@ -126,6 +126,9 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
     x->fatal = true;
     goto out;
   }
+  bench_server_stats s0 = {0}, s1 = {0};
+  bool kserve = c->target == BENCH_TARGET_KSERVE;
+  if (kserve && ls->requests > 0) bench_server_stats_get(c, &x->addr, &s0);
   cinfer_status *st = bench_engine_start(c, &x->addr, &x->rs, ls, &e);
   if (st) {
     snprintf(x->fatal_msg, sizeof x->fatal_msg, "%s", cinfer_status_message(st));
@@ -144,8 +147,7 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
     }
     bench_sample_reset(scratch);
   }
-  bench_server_stats s0 = {0}, s1 = {0};
-  if (c->target == BENCH_TARGET_KSERVE) bench_server_stats_get(c, &x->addr, &s0);
+  if (kserve && ls->requests <= 0) bench_server_stats_get(c, &x->addr, &s0);
   double cpu0 = cpu_seconds();
   uint64_t t0 = bench_now_ns(), tw = t0;
   int used = 0;
@@ -193,7 +195,7 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
     bench_engine_stop(e);
   }
   double cpu1 = cpu_seconds();
-  if (c->target == BENCH_TARGET_KSERVE) bench_server_stats_get(c, &x->addr, &s1);
+  if (kserve) bench_server_stats_get(c, &x->addr, &s1);
   if (x->tty && !c->quiet) fprintf(stderr, "\r\033[K");
 
   /* result: the stable windows, or all of them */
