@@ -183,7 +183,11 @@ static cinfer_status *parse_url(bench_config *c, const char *u) {
     memcpy(pb, port, pl);
     pb[pl] = 0;
     int pv;
-    if (parse_int("--url", pb, 1, 65535, &pv)) return bad("--url", u, "port must be 1..65535");
+    cinfer_status *st = parse_int("--url", pb, 1, 65535, &pv);
+    if (st) {
+      cinfer_status_free(st);
+      return bad("--url", u, "port must be 1..65535");
+    }
     snprintf(c->port, sizeof c->port, "%d", pv);
   } else {
     strcpy(c->port, "80");
@@ -270,17 +274,17 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
     else if (!strcmp(flag, "--threads")) st = parse_int(flag, val, 1, 1024, &c->threads);
     else if (!strcmp(flag, "--max-connections")) st = parse_int(flag, val, 1, 100000, &c->max_connections);
     else if (!strcmp(flag, "--seed")) {
-      int64_t v;
+      int64_t v = 0;
       st = parse_i64(flag, val, 0, INT64_MAX, &v);
-      c->seed = (uint64_t)v;
+      if (!st) c->seed = (uint64_t)v;
     } else if (!strcmp(flag, "--requests")) st = parse_i64(flag, val, 1, INT64_MAX / 2, &c->requests);
     else if (!strcmp(flag, "--warmup-ms")) st = parse_int(flag, val, 0, 3600000, &c->warmup_ms);
     else if (!strcmp(flag, "--window-ms")) st = parse_int(flag, val, 10, 3600000, &c->window_ms);
     else if (!strcmp(flag, "--max-windows")) st = parse_int(flag, val, 3, 1000, &c->max_windows);
     else if (!strcmp(flag, "--stability")) {
-      double p;
+      double p = 0;
       st = parse_dbl(flag, val, 0.1, 100, &p);
-      c->stability = p / 100.0;
+      if (!st) c->stability = p / 100.0;
     } else if (!strcmp(flag, "--timeout-ms")) st = parse_int(flag, val, 1, 3600000, &c->timeout_ms);
     else if (!strcmp(flag, "--json")) c->json_path = val;
     else if (!strcmp(flag, "--csv")) c->csv_path = val;
