@@ -17,6 +17,7 @@ DEB_PACKAGES=(
   nginx-light wrk prometheus yamllint         # benchmark peers and deployment checks
   python3 python3-venv python3-pip
   curl procps iproute2
+  librsvg2-bin                                # rsvg-convert: view `cinfer bench --plot` SVGs as PNG
 )
 PY_PACKAGES=(
   "tritonclient[http]" perf-analyzer numpy pytest onnxruntime openai

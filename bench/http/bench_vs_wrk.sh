@@ -53,9 +53,9 @@ for r in $(seq "$ROUNDS"); do
   "$CINFER" bench --url "http://127.0.0.1:$PORT" --http-post / --body "$TMP/body.json" \
       --content-type application/json --concurrency "$CONNS" --threads "$THREADS" \
       --warmup-ms 1000 --window-ms $((SECS * 1000 / 4)) --max-windows 4 --json "$TMP/c.json" --quiet >/dev/null
-  c=$(python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["levels"][0]; print("%.2f %.1f %d" % (l["throughput_rps"], l["tool_cpu_pct"], l["errors"]))' "$TMP/c.json")
+  c=$(python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["levels"][0]; print("%.2f (tool cpu %.0f%% of a core, %d errors)" % (l["throughput_rps"], l["tool_cpu_pct"], l["errors"]))' "$TMP/c.json")
   cin_rps+=("${c%% *}")
-  echo "round $r: wrk $w req/s | cinfer bench ${c%% *} req/s (tool cpu ${c#* }; cpu% and errors)"
+  echo "round $r: wrk $w req/s | cinfer bench ${c%% *} req/s ${c#* }"
 done
 python3 - "${wrk_rps[*]}" "${cin_rps[*]}" <<'PY'
 import statistics, sys

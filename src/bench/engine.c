@@ -392,7 +392,7 @@ static void conn_read(conn *c) {
         conn_close(c, 0);
         return;
       }
-      conn_fail(c, BENCH_ERR_RESET, c->state == C_BUSY ? "server closed the connection mid-response"
+      conn_fail(c, BENCH_ERR_RESET, c->state == C_BUSY ? "server closed the connection before the response ended"
                                                        : "server closed the connection");
       return;
     }

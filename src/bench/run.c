@@ -346,25 +346,12 @@ int bench_main(int argc, char **argv) {
                  cfg.slo_p99_ms, one->lat.p99 / 1e3);
         break;
       }
-      double lo_ok = one->throughput * 0.5;
       bench_level *cap = closed(&x, cfg.concurrency[cfg.n_concurrency - 1]);
       if (!cap || stop_now(&x)) break;
       rep.capacity = cap->throughput;
-      double hi = cap->throughput * 1.05, lo = 0;
-      /* the low end must meet the SLO in open loop too */
-      bench_level *l = open_loop(&x, lo_ok, "slo ");
-      if (!l || stop_now(&x)) break;
-      if (l->lat.p99 > slo_us || l->errors) {
-        slo_unmet = true;
-        snprintf(slo_msg, sizeof slo_msg,
-                 "SLO p99 <= %g ms cannot be met: at %.1f req/s (half of one-at-a-time "
-                 "throughput) p99 is %.3f ms",
-                 cfg.slo_p99_ms, lo_ok, l->lat.p99 / 1e3);
-        break;
-      }
-      lo = lo_ok;
-      rep.slo_level = x.n_levels - 1;
-      rep.slo_rate = l->throughput;
+      /* bisection on the rate: 0 passes trivially, 1.05 x capacity is the ceiling */
+      double hi = cap->throughput * 1.05, lo = 0, low_tried = 0, low_p99 = 0;
+      bench_level *l;
       for (int it = 0; it < cfg.slo_iterations && !stop_now(&x); it++) {
         double mid = (lo + hi) / 2;
         l = open_loop(&x, mid, "slo ");
@@ -377,7 +364,15 @@ int bench_main(int argc, char **argv) {
           }
         } else {
           hi = mid;
+          if (!low_tried || mid < low_tried) low_tried = mid, low_p99 = l->lat.p99;
         }
+      }
+      if (rep.slo_level < 0 && !stop_now(&x)) {
+        slo_unmet = true;
+        snprintf(slo_msg, sizeof slo_msg,
+                 "SLO p99 <= %g ms not met at any rate tried: the lowest, %.1f req/s, had p99 "
+                 "%.3f ms (one request at a time: p99 %.3f ms); try more --slo-iterations",
+                 cfg.slo_p99_ms, low_tried, low_p99 / 1e3, x.levels[0].lat.p99 / 1e3);
       }
       break;
     }
