@@ -75,8 +75,11 @@ static void wait_until(uint64_t until, bench_engine *e) {
 
 static void progress(run_ctx *x, const char *label, int win, double tput, const bench_sample *s) {
   if (!x->tty || x->cfg->quiet) return;
-  fprintf(stderr, "\r\033[K[%s] window %d: %.1f req/s  p50 %.3f ms  p99 %.3f ms  errors %llu",
-          label, win, tput, (double)bench_hist_percentile(s->lat, 50) / 1e6,
+  char w[24];
+  if (win) snprintf(w, sizeof w, "window %d", win);
+  else snprintf(w, sizeof w, "warm-up");
+  fprintf(stderr, "\r\033[K[%s] %s: %.1f req/s  p50 %.3f ms  p99 %.3f ms  errors %llu",
+          label, w, tput, (double)bench_hist_percentile(s->lat, 50) / 1e6,
           (double)bench_hist_percentile(s->lat, 99) / 1e6,
           (unsigned long long)bench_sample_errors(s));
   fflush(stderr);
@@ -140,7 +143,7 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
   if (c->warmup_ms > 0 && ls->requests <= 0) {
     wait_until(bench_now_ns() + (uint64_t)c->warmup_ms * 1000000u, e);
     bench_engine_collect(e, scratch);
-    progress(x, label, 0, 0, scratch);
+    progress(x, label, 0, scratch->ok / (c->warmup_ms / 1e3), scratch);
     if (scratch->ok == 0 && bench_sample_errors(scratch) > 0 && !g_interrupted) {
       set_fatal(x, scratch, label);
       goto stop;

@@ -60,7 +60,7 @@ def start_nginx():
     conf = os.path.join(TMP, "nginx.conf")
     with open(conf, "w") as f:
         f.write(f"""worker_processes 1; daemon off; pid {TMP}/nginx.pid; error_log {TMP}/error.log;
-events {{ worker_connections 1024; }}
+events {{ worker_connections 4096; }}
 http {{
   access_log {TMP}/access.log;
   client_body_temp_path {TMP}/body; proxy_temp_path {TMP}/proxy; fastcgi_temp_path {TMP}/fcgi;
@@ -142,6 +142,23 @@ def test_nginx():
         lv = json.load(open(j))["levels"][0]
         check(3 <= lv["windows"] <= 5, f"windows {lv['windows']}")
         check(lv["requests"] > 0 and len(log_lines()) - base >= lv["requests"], "windowed counts")
+
+        # load modes: stress ramp and SLO search (structure and exit codes, no timings)
+        fast = ["--warmup-ms", 50, "--window-ms", 100, "--max-windows", 3, "--quiet"]
+        rc, out, err = bench("--url", url, "--http-get", "/", "--stress", 100, "--stress-steps", 2,
+                             "--concurrency", 2, "--max-connections", 64, "--json", j, *fast)
+        r = json.load(open(j))
+        check(rc in (0, 1) and r["mode"] == "stress" and r["capacity_rps"] > 0, f"stress: {rc} {err}")
+        check([l["label"].split(" ")[0] for l in r["levels"]] == ["capacity", "50%", "100%"],
+              f"stress levels {[l['label'] for l in r['levels']]}")
+        check(abs(r["levels"][2]["target_rate"] - r["capacity_rps"]) < 1e-6 * r["capacity_rps"],
+              "stress: 100% level runs at the measured capacity")
+        rc, out, err = bench("--url", url, "--http-get", "/", "--slo-p99", 0.001, *fast)
+        check(rc == 1 and "cannot be met" in err, f"impossible SLO: {rc} {err}")
+        rc, out, err = bench("--url", url, "--http-get", "/", "--slo-p99", 60000, "--slo-iterations", 2,
+                             "--concurrency", 2, "--max-connections", 64, "--json", j, *fast)
+        r = json.load(open(j))
+        check(rc == 0 and r["slo_rps"] > 0 and len(r["levels"]) == 4, f"generous SLO: {rc} {err}")
 
         # Ctrl-C: partial results saved, exit 130
         p = subprocess.Popen([CINFER, "bench", "--url", url, "--http-get", "/", "--concurrency", "2",
