@@ -45,22 +45,31 @@ LUA
 
 echo "nginx 127.0.0.1:$PORT (1 worker), POST /, $CONNS connections, $THREADS client threads, ${SECS}s per run, $ROUNDS rounds"
 echo "machine: $(nproc) cores, $(uname -sr)"
-wrk_rps=() cin_rps=()
+# runs a command and appends the CPU seconds (user+sys) it used: "CPU_SECONDS x"
+with_cpu() {
+  python3 -c 'import resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, text=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+sys.stdout.write(p.stdout)
+print("CPU_SECONDS %.3f" % (r.ru_utime + r.ru_stime))' "$@"
+}
+wrk_rps=() cin_rps=() wrk_us=() cin_us=()
 for r in $(seq "$ROUNDS"); do
-  w=$(wrk -t"$THREADS" -c"$CONNS" -d"${SECS}s" -s "$TMP/post.lua" "http://127.0.0.1:$PORT/" |
-      awk '/^Requests\/sec:/ {print $2}')
-  wrk_rps+=("$w")
+  out=$(with_cpu wrk -t"$THREADS" -c"$CONNS" -d"${SECS}s" -s "$TMP/post.lua" "http://127.0.0.1:$PORT/")
+  w=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+  wus=$(awk '/requests in/ {n=$1} /^CPU_SECONDS/ {c=$2} END {printf "%.2f", c / n * 1e6}' <<<"$out")
+  wrk_rps+=("$w") wrk_us+=("$wus")
   "$CINFER" bench --url "http://127.0.0.1:$PORT" --http-post / --body "$TMP/body.json" \
       --content-type application/json --concurrency "$CONNS" --threads "$THREADS" \
       --warmup-ms 1000 --window-ms $((SECS * 1000 / 4)) --max-windows 4 --json "$TMP/c.json" --quiet >/dev/null
-  c=$(python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["levels"][0]; print("%.2f (tool cpu %.0f%% of a core, %d errors)" % (l["throughput_rps"], l["tool_cpu_pct"], l["errors"]))' "$TMP/c.json")
-  cin_rps+=("${c%% *}")
-  echo "round $r: wrk $w req/s | cinfer bench ${c%% *} req/s ${c#* }"
+  read -r c cus cerr < <(python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["levels"][0]; print("%.2f %.2f %d" % (l["throughput_rps"], l["tool_cpu_pct"] / 100 / l["throughput_rps"] * 1e6, l["errors"]))' "$TMP/c.json")
+  cin_rps+=("$c") cin_us+=("$cus")
+  echo "round $r: wrk $w req/s ($wus us CPU/request) | cinfer bench $c req/s ($cus us CPU/request, $cerr errors)"
 done
-python3 - "${wrk_rps[*]}" "${cin_rps[*]}" <<'PY'
+python3 - "${wrk_rps[*]}" "${cin_rps[*]}" "${wrk_us[*]}" "${cin_us[*]}" <<'PY'
 import statistics, sys
-w = [float(x) for x in sys.argv[1].split()]
-c = [float(x) for x in sys.argv[2].split()]
+w, c, wu, cu = ([float(x) for x in a.split()] for a in sys.argv[1:5])
 mw, mc = statistics.median(w), statistics.median(c)
 print(f"median: wrk {mw:.0f} req/s, cinfer bench {mc:.0f} req/s, ratio {mc / mw:.2f} (target >= 0.80)")
+print(f"client CPU per request (median): wrk {statistics.median(wu):.2f} us, cinfer bench {statistics.median(cu):.2f} us")
 PY
