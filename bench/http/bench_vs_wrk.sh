@@ -5,6 +5,7 @@
 # the summary compares the medians. Target (issue 6): cinfer >= 0.8 x wrk requests/s.
 #
 # usage: bench/http/bench_vs_wrk.sh [BUILD_DIR]   env: CONNS=16 THREADS=2 SECS=8 ROUNDS=3
+#        PLOT=FILE.svg also runs a concurrency sweep 1..64 on the same nginx and plots it
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -73,3 +74,8 @@ mw, mc = statistics.median(w), statistics.median(c)
 print(f"median: wrk {mw:.0f} req/s, cinfer bench {mc:.0f} req/s, ratio {mc / mw:.2f} (target >= 0.80)")
 print(f"client CPU per request (median): wrk {statistics.median(wu):.2f} us, cinfer bench {statistics.median(cu):.2f} us")
 PY
+if [ -n "${PLOT:-}" ]; then
+  "$CINFER" bench --url "http://127.0.0.1:$PORT" --http-post / --body "$TMP/body.json" \
+      --content-type application/json --concurrency 1,2,4,8,16,32,64 --threads "$THREADS" \
+      --warmup-ms 500 --window-ms 1000 --max-windows 5 --plot "$PLOT" --quiet
+fi

@@ -231,22 +231,28 @@ static void fmt_num(char *b, size_t n, double v) {
 }
 
 cinfer_status *bench_report_svg(const bench_report *r, const char *path) {
-  /* plot the levels in throughput order */
+  /* curves join the levels in sweep order (a saturated server draws the vertical
+   * "hockey stick"); a capacity search probes rates out of order, so it is sorted */
   int n = r->n_levels, idx[1024];
   if (n > 1024) n = 1024;
   for (int i = 0; i < n; i++) idx[i] = i;
-  for (int i = 1; i < n; i++)
+  bool sort = r->mode && !strcmp(r->mode, "slo");
+  for (int i = 1; sort && i < n; i++)
     for (int k = i; k > 0 && r->levels[idx[k]].throughput < r->levels[idx[k - 1]].throughput; k--) {
       int t = idx[k];
       idx[k] = idx[k - 1];
       idx[k - 1] = t;
     }
-  double xmax = 0, ymax = 0;
+  double xmax = 0, ymax = 0, ymin = INFINITY;
   for (int i = 0; i < n; i++) {
     const bench_level *l = &r->levels[i];
     if (l->throughput > xmax) xmax = l->throughput;
     if (l->lat.p999 / 1e3 > ymax) ymax = l->lat.p999 / 1e3;
+    if (l->lat.p50 > 0 && l->lat.p50 / 1e3 < ymin) ymin = l->lat.p50 / 1e3;
   }
+  /* latencies spanning more than 30x get a log axis (decades, ticks at 1-2-5) */
+  bool logy = ymax > 0 && isfinite(ymin) && ymax / ymin > 30;
+  double ylo = logy ? pow(10, floor(log10(ymin))) : 0, yhi = logy ? pow(10, ceil(log10(ymax))) : 0;
   double xs = nice_step(xmax), ys = nice_step(ymax);
   double xtop = xmax > 0 ? ceil(xmax / xs) * xs : 1, ytop = ymax > 0 ? ceil(ymax / ys) * ys : 1;
   if (xtop <= 0) xtop = 1;
@@ -271,10 +277,20 @@ cinfer_status *bench_report_svg(const bench_report *r, const char *path) {
                "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n",
             x, T, x, T + ph, x, T + ph + 18, b);
   }
-  for (double v = 0; v <= ytop + ys / 2; v += ys) {
-    double y = T + ph - v / ytop * ph;
+#define YPIX(v) (logy ? T + ph - (log10((v) > ylo ? (v) : ylo) - log10(ylo)) / (log10(yhi) - log10(ylo)) * ph \
+                    : T + ph - (v) / ytop * ph)
+  for (double d = ylo, v = logy ? ylo : 0, k = 0; logy ? v <= yhi * 1.0001 : v <= ytop + ys / 2;) {
+    double y = YPIX(v);
     char b[32];
     fmt_num(b, sizeof b, v);
+    if (logy) { /* 1, 2, 5 x each decade */
+      static const double m[] = {1, 2, 5};
+      k++;
+      if ((int)k % 3 == 0) d *= 10;
+      v = d * m[(int)k % 3];
+    } else {
+      v += ys;
+    }
     fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n"
                "<text x=\"%d\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\">%s</text>\n",
             L, y, L + pw, y, L - 8, y + 4, b);
@@ -284,7 +300,8 @@ cinfer_status *bench_report_svg(const bench_report *r, const char *path) {
   fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"14\" text-anchor=\"middle\">throughput "
              "(successful requests/s)</text>\n", L + pw / 2, H - 20);
   fprintf(f, "<text x=\"22\" y=\"%.1f\" font-size=\"14\" text-anchor=\"middle\" "
-             "transform=\"rotate(-90 22 %.1f)\">latency (ms)</text>\n", T + ph / 2, T + ph / 2);
+             "transform=\"rotate(-90 22 %.1f)\">latency (ms%s)</text>\n", T + ph / 2, T + ph / 2,
+          logy ? ", log scale" : "");
   static const struct {
     const char *name, *color;
     size_t off;
@@ -300,7 +317,7 @@ cinfer_status *bench_report_svg(const bench_report *r, const char *path) {
       const bench_level *l = &r->levels[idx[i]];
       double v;
       memcpy(&v, (const char *)&l->lat + series[s].off, sizeof v);
-      fprintf(f, "%.1f,%.1f ", L + l->throughput / xtop * pw, T + ph - v / 1e3 / ytop * ph);
+      fprintf(f, "%.1f,%.1f ", L + l->throughput / xtop * pw, YPIX(v / 1e3));
     }
     fprintf(f, "\"/>\n");
     for (int i = 0; i < n; i++) {
@@ -309,7 +326,7 @@ cinfer_status *bench_report_svg(const bench_report *r, const char *path) {
       memcpy(&v, (const char *)&l->lat + series[s].off, sizeof v);
       fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>%s %s: %.3f ms at "
                  "%.1f req/s</title></circle>\n",
-              L + l->throughput / xtop * pw, T + ph - v / 1e3 / ytop * ph, series[s].color,
+              L + l->throughput / xtop * pw, YPIX(v / 1e3), series[s].color,
               l->label, series[s].name, v / 1e3, l->throughput);
     }
     double ly = T + 20 + 24.0 * (double)s;
@@ -321,7 +338,7 @@ cinfer_status *bench_report_svg(const bench_report *r, const char *path) {
   for (int i = 0; i < n; i++) {
     const bench_level *l = &r->levels[idx[i]];
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#555\" text-anchor=\"middle\">%s</text>\n",
-            L + l->throughput / xtop * pw, T + ph - l->lat.p999 / 1e3 / ytop * ph - 8, l->label);
+            L + l->throughput / xtop * pw, YPIX(l->lat.p999 / 1e3) - 8, l->label);
   }
   fprintf(f, "</svg>\n");
   if (fclose(f) != 0) return cinfer_status_new(CINFER_INTERNAL, "cannot write '%s'", path);
