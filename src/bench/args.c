@@ -39,6 +39,7 @@ void bench_usage(void *file) {
       "                                     OpenAI API: TTFT, TPOT, ITL, e2e, tokens/s\n"
       "  --http-get PATH                    raw HTTP GET\n"
       "  --http-post PATH --body FILE [--content-type T]   raw HTTP POST\n"
+      "  --header 'Name: value'             extra request header (repeatable), e.g. auth\n"
       "\n"
       "load (default: --concurrency 1):\n"
       "  --concurrency N[,N...]   closed loop, a sweep over the list\n"
@@ -230,7 +231,7 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
         "--concurrency", "--rate", "--stress", "--stress-steps", "--slo-p99", "--slo-iterations",
         "--threads", "--max-connections", "--seed", "--requests", "--warmup-ms", "--window-ms",
         "--max-windows", "--stability", "--timeout-ms", "--json", "--csv", "--plot",
-        "--cost-per-hour", NULL};
+        "--cost-per-hour", "--header", NULL};
     bool is_bool = false, known = false;
     for (int k = 0; boolean[k]; k++) is_bool |= !strcmp(flag, boolean[k]);
     for (int k = 0; valued[k]; k++) known |= !strcmp(flag, valued[k]);
@@ -249,7 +250,15 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
     else if (!strcmp(flag, "--http-post")) http_post = val;
     else if (!strcmp(flag, "--body")) c->body_file = val;
     else if (!strcmp(flag, "--content-type")) c->content_type = val;
-    else if (!strcmp(flag, "--model")) c->model = val;
+    else if (!strcmp(flag, "--header")) {
+      if (c->n_headers >= BENCH_MAX_HEADERS) return bad(flag, val, "at most 16 --header flags");
+      const char *colon = strchr(val, ':');
+      if (!colon || colon == val || strpbrk(val, "\r\n"))
+        return bad(flag, val, "expected 'Name: value' on one line");
+      for (const char *q = val; q < colon; q++)
+        if (*q <= ' ' || *q >= 127) return bad(flag, val, "bad character in the header name");
+      c->headers[c->n_headers++] = val;
+    } else if (!strcmp(flag, "--model")) c->model = val;
     else if (!strcmp(flag, "--model-version")) c->model_version = val;
     else if (!strcmp(flag, "--shape")) {
       if (c->n_shapes >= BENCH_MAX_SHAPES) return bad(flag, val, "at most 16 --shape flags");

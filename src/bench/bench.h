@@ -154,6 +154,7 @@ typedef enum { BENCH_LOAD_CLOSED = 0, BENCH_LOAD_RATE, BENCH_LOAD_STRESS, BENCH_
 
 #define BENCH_MAX_LEVELS 64
 #define BENCH_MAX_SHAPES 16
+#define BENCH_MAX_HEADERS 16
 
 typedef struct bench_shape_opt {
   char name[128];
@@ -170,6 +171,8 @@ typedef struct bench_config {
   const char *path;       /* raw modes; borrowed from argv */
   const char *body_file;  /* --body */
   const char *content_type;
+  const char *headers[BENCH_MAX_HEADERS]; /* --header "Name: value", borrowed from argv */
+  int n_headers;
   const char *model;
   const char *model_version;
   bench_shape_opt shapes[BENCH_MAX_SHAPES];

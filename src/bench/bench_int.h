@@ -139,6 +139,7 @@ typedef struct bench_level {
   double bytes_in_s;
   bench_dist lat, ttft, itl, tpot;
   double cpu_pct;       /* the tool's CPU, percent of one core */
+  int threads;          /* worker threads the level used */
   bool has_server;
   double srv_queue_us, srv_cin_us, srv_infer_us, srv_cout_us;
   uint64_t srv_count;

@@ -174,6 +174,7 @@ cinfer_status *bench_report_json(const bench_report *r, const char *path) {
     }
     if (c->cost_per_hour > 0) cJSON_AddNumberToObject(o, "cost_per_1k_inferences", cost_1k(r, l));
     cJSON_AddNumberToObject(o, "tool_cpu_pct", l->cpu_pct);
+    cJSON_AddNumberToObject(o, "tool_threads", l->threads);
     if (l->has_server) {
       cJSON *s = cJSON_AddObjectToObject(o, "server");
       cJSON_AddNumberToObject(s, "requests", (double)l->srv_count);

@@ -235,6 +235,7 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
   bench_dist_from(&lv->tpot, total->tpot);
   double wall = (bench_now_ns() - t0) / 1e9;
   lv->cpu_pct = wall > 0 ? 100.0 * (cpu1 - cpu0) / wall : 0;
+  lv->threads = bench_engine_threads(e);
   memcpy(lv->first_error, total->first_error, sizeof lv->first_error);
   if (s0.ok && s1.ok && s1.success_count > s0.success_count) {
     double n = (double)(s1.success_count - s0.success_count);
@@ -250,6 +251,10 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
             label, lv->throughput, lv->lat.p50 / 1e3, lv->lat.p99 / 1e3,
             (unsigned long long)lv->errors, used,
             ls->requests > 0 ? "" : stable ? " (stable)" : " (NOT stable)");
+  if (lv->cpu_pct > 85.0 * lv->threads)
+    fprintf(stderr, "[%s] warning: the generator used %.0f%% CPU with %d threads; it may be the "
+                    "bottleneck (more --threads, or another machine)\n",
+            label, lv->cpu_pct, lv->threads);
 stop:
   bench_engine_destroy(e);
 out:

@@ -68,6 +68,7 @@ static cinfer_status *read_file(const char *path, char **out, size_t *len) {
 static void head(bench_sb *b, const bench_config *c, const char *method, const char *path) {
   bench_sb_printf(b, "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: cinfer-bench\r\n", method, path,
                   c->host_header);
+  for (int i = 0; i < c->n_headers; i++) bench_sb_printf(b, "%s\r\n", c->headers[i]);
 }
 
 static uint64_t rng_next(uint64_t *s) {

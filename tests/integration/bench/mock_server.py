@@ -112,6 +112,7 @@ class H(BaseHTTPRequestHandler):
                     counts["errors"].append(repr(e))
                 return self.send(400, {"error": repr(e)})
             with lock:
+                counts["x_test"] = self.headers.get("X-Test")
                 counts["infer"] += 1
                 counts["binary"] += binary
                 if counts["first_values"] is None:

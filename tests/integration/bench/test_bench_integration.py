@@ -226,10 +226,11 @@ def test_mock():
         check(lv.get("server", {}).get("requests") == 40, f"server breakdown {lv.get('server')}")
         check(abs(lv["server"]["compute_infer_us"] - 60.0) < 1e-6, "server compute_infer per request")
         rc, out, err = bench("--url", url, "--model", "identity", "--shape", "TEXT:2", "--binary",
-                             "--requests", 30, "--quiet")
+                             "--requests", 30, "--header", "X-Test: hello there", "--quiet")
         check(rc == 0, f"kserve binary: {rc} {err}")
         c = mock_counts(port)
         check(c["infer"] == 70 and c["binary"] == 30 and c["bad"] == 0, f"mock counts {c}")
+        check(c.get("x_test") == "hello there", f"--header reaches the server: {c.get('x_test')}")
 
         data = os.path.join(TMP, "in.json")
         vals = [float(i) / 4 for i in range(16)]

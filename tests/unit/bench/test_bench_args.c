@@ -58,6 +58,9 @@ static const struct {
     {"--url http://h:80 --model m --stress 120 --requests 10", "--requests"},
     {"--url http://h:80 --model m --cost-per-hour x", "not a number"},
     {"--url http://h:80 --model m --stability 0", "--stability"},
+    {"--url http://h:80 --model m --header NoColon", "Name: value"},
+    {"--url http://h:80 --model m --header :v", "Name: value"},
+    {"--url http://h:80 --model m --header Bad\tName:v", "header name"},
 };
 
 static void test_bad(void **st) {
@@ -105,7 +108,10 @@ static void test_good(void **st) {
   assert_true(c.rates[1] == 200.5);
   assert_true(c.poisson);
 
-  assert_null(parse(&c, "--url http://h --openai chat --model llm --stream --max-tokens 64 --slo-p99 250", &help));
+  assert_null(parse(&c, "--url http://h --openai chat --model llm --stream --max-tokens 64 --slo-p99 250 "
+                        "--header Authorization:Bearer-x", &help));
+  assert_int_equal(c.n_headers, 1);
+  assert_string_equal(c.headers[0], "Authorization:Bearer-x");
   assert_int_equal(c.target, BENCH_TARGET_OPENAI);
   assert_true(c.openai_chat && c.stream);
   assert_int_equal(c.max_tokens, 64);
