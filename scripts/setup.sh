@@ -18,6 +18,7 @@ DEB_PACKAGES=(
   python3 python3-venv python3-pip
   curl procps iproute2
   librsvg2-bin                                # rsvg-convert: view `cinfer bench --plot` SVGs as PNG
+  libpng-dev libjpeg62-turbo-dev              # cinfer bench --images
 )
 PY_PACKAGES=(
   "tritonclient[http]" perf-analyzer numpy pytest onnxruntime openai

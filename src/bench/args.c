@@ -22,6 +22,7 @@ void bench_config_default(bench_config *c) {
   c->max_windows = 10;
   c->stability = 0.10;
   c->timeout_ms = 30000;
+  for (int i = 0; i < 3; i++) c->image_std[i] = 1.0;
 }
 
 void bench_usage(void *file) {
@@ -35,6 +36,9 @@ void bench_usage(void *file) {
       "      --shape NAME:D1,D2,...         fix an input's shape (dynamic dims); repeatable\n"
       "      --binary                       binary tensor extension instead of JSON\n"
       "      --input-data FILE.json         perf_analyzer-style inputs {\"data\":[{...}]}\n"
+      "      --images DIR                   PNG/JPEG files for the image input, resized to its\n"
+      "                                     H x W; value = (pixel - mean) / std per channel\n"
+      "      --image-mean M[,M,M] --image-std S[,S,S] --image-bgr\n"
       "  --openai chat|completions --model NAME [--max-tokens N] [--prompt-len N] [--stream]\n"
       "                                     OpenAI API: TTFT, TPOT, ITL, e2e, tokens/s\n"
       "  --http-get PATH                    raw HTTP GET\n"
@@ -224,14 +228,14 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
     memcpy(flag, a, fl);
     flag[fl] = 0;
     if (eq) val = eq + 1;
-    static const char *const boolean[] = {"--binary", "--poisson", "--stream", "--quiet", NULL};
+    static const char *const boolean[] = {"--binary", "--poisson", "--stream", "--quiet", "--image-bgr", NULL};
     static const char *const valued[] = {
         "--url", "--http-get", "--http-post", "--body", "--content-type", "--model",
         "--model-version", "--shape", "--input-data", "--openai", "--max-tokens", "--prompt-len",
         "--concurrency", "--rate", "--stress", "--stress-steps", "--slo-p99", "--slo-iterations",
         "--threads", "--max-connections", "--seed", "--requests", "--warmup-ms", "--window-ms",
         "--max-windows", "--stability", "--timeout-ms", "--json", "--csv", "--plot",
-        "--cost-per-hour", "--header", NULL};
+        "--cost-per-hour", "--header", "--images", "--image-mean", "--image-std", NULL};
     bool is_bool = false, known = false;
     for (int k = 0; boolean[k]; k++) is_bool |= !strcmp(flag, boolean[k]);
     for (int k = 0; valued[k]; k++) known |= !strcmp(flag, valued[k]);
@@ -265,6 +269,21 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
       st = parse_shape(val, &c->shapes[c->n_shapes++]);
     } else if (!strcmp(flag, "--binary")) c->binary = true;
     else if (!strcmp(flag, "--input-data")) c->input_data = val;
+    else if (!strcmp(flag, "--images")) c->images_dir = val;
+    else if (!strcmp(flag, "--image-bgr")) c->image_bgr = true;
+    else if (!strcmp(flag, "--image-mean") || !strcmp(flag, "--image-std")) {
+      bool mean = !strcmp(flag, "--image-mean");
+      double *dst = mean ? c->image_mean : c->image_std;
+      int k = 0;
+      char tmp[128];
+      snprintf(tmp, sizeof tmp, "%s", val);
+      for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t && !st; t = strtok_r(NULL, ",", &save)) {
+        if (k == 3) { st = bad(flag, val, "one value or three (R,G,B)"); break; }
+        st = parse_dbl(flag, t, mean ? -1e6 : 1e-9, 1e6, &dst[k++]);
+      }
+      if (!st && k != 1 && k != 3) st = bad(flag, val, "one value or three (R,G,B)");
+      if (!st && k == 1) dst[1] = dst[2] = dst[0];
+    }
     else if (!strcmp(flag, "--openai")) openai = val;
     else if (!strcmp(flag, "--max-tokens")) st = parse_int(flag, val, 1, 1000000, &c->max_tokens);
     else if (!strcmp(flag, "--prompt-len")) st = parse_int(flag, val, 1, 10000000, &c->prompt_len);
@@ -331,9 +350,11 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
     return cinfer_status_new(CINFER_INVALID_ARG,
                              "no target: give --model NAME, --openai, --http-get or --http-post");
   }
-  if (c->target != BENCH_TARGET_KSERVE && (c->binary || c->input_data || c->n_shapes || c->model_version))
+  if (c->target != BENCH_TARGET_KSERVE && (c->binary || c->input_data || c->n_shapes || c->model_version || c->images_dir))
     return cinfer_status_new(CINFER_INVALID_ARG,
-                             "--binary, --input-data, --shape and --model-version apply to KServe targets (--model without --openai)");
+                             "--binary, --input-data, --images, --shape and --model-version apply to KServe targets (--model without --openai)");
+  if (c->input_data && c->images_dir)
+    return cinfer_status_new(CINFER_INVALID_ARG, "--input-data and --images are exclusive");
   if (c->path && c->path[0] != '/') return bad(c->target == BENCH_TARGET_HTTP_GET ? "--http-get" : "--http-post", c->path, "path must start with '/'");
   if (c->target != BENCH_TARGET_OPENAI && c->stream)
     return cinfer_status_new(CINFER_INVALID_ARG, "--stream applies to --openai");

@@ -179,6 +179,9 @@ typedef struct bench_config {
   int n_shapes;
   bool binary;
   const char *input_data;
+  const char *images_dir; /* --images: PNG/JPEG files for the image input */
+  double image_mean[3], image_std[3]; /* value = (pixel - mean[c]) / std[c], RGB order */
+  bool image_bgr;         /* channel order of the tensor */
   bool openai_chat;       /* chat vs completions */
   int max_tokens;
   int prompt_len;

@@ -66,6 +66,12 @@ typedef struct bench_server_stats {
 } bench_server_stats;
 void bench_server_stats_get(const bench_config *c, const bench_addr *a, bench_server_stats *s);
 
+/* ---- images (image.c) ---- */
+/* Decodes a PNG or JPEG file to 8-bit RGB (*rgb: w*h*3 bytes, caller frees). */
+cinfer_status *bench_image_load(const char *path, uint8_t **rgb, int *w, int *h);
+/* Bilinear resize (half-pixel centres) of RGB8 src to float RGB dst (dw*dh*3). */
+void bench_image_resize(const uint8_t *src, int sw, int sh, float *dst, int dw, int dh);
+
 /* ---- measurement sample (one window, one worker) ---- */
 enum {
   BENCH_ERR_CONNECT = 0,

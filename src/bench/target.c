@@ -13,6 +13,7 @@
 #include "bench/bench_int.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -515,6 +516,120 @@ static cinfer_status *kserve_inputs(const bench_config *c, const bench_addr *a, 
   return NULL;
 }
 
+/* ---- images (--images DIR) ---- */
+
+typedef struct image_set {
+  char **paths; /* sorted by name */
+  size_t n;
+  int input;    /* index of the image input */
+  bool nchw;
+  int batch, h, w;
+} image_set;
+
+static void images_close(image_set *im) {
+  for (size_t i = 0; i < im->n; i++) free(im->paths[i]);
+  free(im->paths);
+  memset(im, 0, sizeof *im);
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool image_ext(const char *n) {
+  const char *d = strrchr(n, '.');
+  return d && (!strcasecmp(d, ".png") || !strcasecmp(d, ".jpg") || !strcasecmp(d, ".jpeg"));
+}
+
+/* Finds the image input (first with an [N,]3,H,W or [N,]H,W,3 shape) and lists DIR. */
+static cinfer_status *images_open(const bench_config *c, const kinput *in, int nin, image_set *im) {
+  memset(im, 0, sizeof *im);
+  im->input = -1;
+  for (int k = 0; k < nin && im->input < 0; k++) {
+    const int64_t *s = in[k].shape;
+    int nd = in[k].ndim, off = nd == 4 ? 1 : 0;
+    if ((nd != 3 && nd != 4) || in[k].elems <= 0 || in[k].dtype == CINFER_TYPE_BYTES) continue;
+    if (s[off] == 3) im->nchw = true, im->h = (int)s[off + 1], im->w = (int)s[off + 2];
+    else if (s[off + 2] == 3) im->nchw = false, im->h = (int)s[off], im->w = (int)s[off + 1];
+    else continue;
+    im->batch = nd == 4 ? (int)s[0] : 1;
+    im->input = k;
+  }
+  if (im->input < 0)
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "--images: model '%s' has no image input ([N,]3,H,W or [N,]H,W,3 with fixed "
+                             "dims; fix dynamic dims with --shape)", c->model);
+  if (im->h > 16384 || im->w > 16384 || im->batch > 4096)
+    return cinfer_status_new(CINFER_INVALID_ARG, "--images: input '%s' is too large for images",
+                             in[im->input].name);
+  DIR *d = opendir(c->images_dir);
+  if (!d) return cinfer_status_new(CINFER_NOT_FOUND, "--images: cannot open '%s': %s", c->images_dir, strerror(errno));
+  struct dirent *e;
+  size_t cap = 0;
+  cinfer_status *st = NULL;
+  while ((e = readdir(d)) && !st) {
+    if (e->d_name[0] == '.' || !image_ext(e->d_name)) continue;
+    if (im->n == cap) {
+      cap = cap ? cap * 2 : 16;
+      char **p = realloc(im->paths, cap * sizeof *p);
+      if (!p) { st = cinfer_status_new(CINFER_INTERNAL, "out of memory"); break; }
+      im->paths = p;
+    }
+    if (asprintf(&im->paths[im->n], "%s/%s", c->images_dir, e->d_name) < 0)
+      st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    else
+      im->n++;
+  }
+  closedir(d);
+  if (!st && im->n == 0)
+    st = cinfer_status_new(CINFER_INVALID_ARG, "--images: no .png, .jpg or .jpeg files in '%s'", c->images_dir);
+  if (st) {
+    images_close(im);
+    return st;
+  }
+  qsort(im->paths, im->n, sizeof *im->paths, cmp_str);
+  return NULL;
+}
+
+/* Request v's image tensor: batch items take images v*batch, v*batch+1, ... (cycling). */
+static cinfer_status *image_tensor(const bench_config *c, const kinput *in, const image_set *im,
+                                   size_t v, tensor_data *td) {
+  size_t hw = (size_t)im->h * (size_t)im->w, bytes = (size_t)in->elems * cinfer_dtype_size(in->dtype);
+  float *tmp = malloc(hw * 3 * sizeof *tmp);
+  char *raw = calloc(1, bytes ? bytes : 1);
+  cinfer_status *st = NULL;
+  if (!tmp || !raw) st = cinfer_status_new(CINFER_INTERNAL, "out of memory for image input");
+  bool u8 = in->dtype == CINFER_TYPE_UINT8, i8 = in->dtype == CINFER_TYPE_INT8;
+  bool integer = !(in->dtype == CINFER_TYPE_FP16 || in->dtype == CINFER_TYPE_FP32 ||
+                   in->dtype == CINFER_TYPE_FP64 || in->dtype == CINFER_TYPE_BF16);
+  for (int b = 0; b < im->batch && !st; b++) {
+    const char *path = im->paths[(v * (size_t)im->batch + (size_t)b) % im->n];
+    uint8_t *rgb;
+    int w, h;
+    if ((st = bench_image_load(path, &rgb, &w, &h))) break;
+    bench_image_resize(rgb, w, h, tmp, im->w, im->h);
+    free(rgb);
+    for (size_t p = 0; p < hw; p++)
+      for (int ch = 0; ch < 3; ch++) {
+        int sc = c->image_bgr ? 2 - ch : ch; /* source channel for tensor channel ch */
+        double x = (tmp[p * 3 + sc] - c->image_mean[ch]) / c->image_std[ch];
+        if (integer) x = nearbyint(x);
+        if (u8) x = x < 0 ? 0 : x > 255 ? 255 : x;
+        if (i8) x = x < -128 ? -128 : x > 127 ? 127 : x;
+        size_t idx = im->nchw ? ((size_t)b * 3 + (size_t)ch) * hw + p
+                              : ((size_t)b * hw + p) * 3 + (size_t)ch;
+        store_num(in->dtype, raw, (int64_t)idx, x);
+      }
+  }
+  if (!st) {
+    bench_sb_put(&td->raw, raw, bytes);
+    if (td->raw.oom) st = cinfer_status_new(CINFER_INTERNAL, "out of memory for image input");
+  }
+  free(tmp);
+  free(raw);
+  return st;
+}
+
 static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, bench_reqset *rs) {
   kinput *in = NULL;
   int nin = 0;
@@ -579,15 +694,22 @@ static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, b
       else
         per += (size_t)in[k].elems * (in[k].dtype == CINFER_TYPE_BYTES ? 12 : cinfer_dtype_size(in[k].dtype));
     }
+    image_set im = {0};
+    if (!st && c->images_dir) st = images_open(c, in, nin, &im);
     size_t variants = per ? VARIANT_BUDGET / per : 8;
-    if (variants > 8) variants = 8;
+    size_t want = im.n ? (im.n + (size_t)im.batch - 1) / (size_t)im.batch : 8;
+    if (want > 64) want = 64;
+    if (variants > want) variants = want;
     if (variants < 1) variants = 1;
     uint64_t seed = c->seed;
     for (size_t v = 0; v < variants && !st; v++) {
-      for (int k = 0; k < nin && !st; k++) st = random_tensor(&in[k], &seed, &td[k]);
+      for (int k = 0; k < nin && !st; k++)
+        st = im.n && k == im.input ? image_tensor(c, &in[k], &im, v, &td[k])
+                                   : random_tensor(&in[k], &seed, &td[k]);
       if (!st) st = kserve_request(c, path, in, nin, td, rs);
       for (int k = 0; k < nin; k++) bench_sb_free(&td[k].raw);
     }
+    images_close(&im);
   }
   free(td);
   free(in);

@@ -7,6 +7,7 @@ tests until the real server exists. Stdlib only. It speaks just enough of:
   OpenAI:    POST /v1/chat/completions and /v1/completions, streamed as SSE over chunked
              transfer encoding (role chunk, max_tokens content chunks, usage chunk,
              [DONE]) or as one JSON body.
+  Image model: GET /v2/models/image (data FP32 [1,3,6,8]), POST .../infer records values.
   GET /count returns the counters as JSON. --fail-after N: every request after the first
   N answers HTTP 500. Prints the port on stdout once listening."""
 import json, struct, sys, threading
@@ -16,6 +17,9 @@ META = {"name": "identity", "versions": ["1"], "platform": "mock",
         "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16]},
                    {"name": "TEXT", "datatype": "BYTES", "shape": [-1]}],
         "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16]}]}
+IMAGE_META = {"name": "image", "versions": ["1"], "platform": "mock",
+              "inputs": [{"name": "data", "datatype": "FP32", "shape": [1, 3, 6, 8]}],
+              "outputs": [{"name": "out", "datatype": "FP32", "shape": [1]}]}
 lock = threading.Lock()
 counts = {"infer": 0, "bad": 0, "chat": 0, "completions": 0, "total": 0, "binary": 0,
           "first_values": None, "errors": []}
@@ -85,6 +89,8 @@ class H(BaseHTTPRequestHandler):
                 return self.send(200, counts)
         if self.path == "/v2/models/identity":
             return self.send(200, META)
+        if self.path == "/v2/models/image":
+            return self.send(200, IMAGE_META)
         if self.path == "/v2/models/identity/stats":
             with lock:
                 n = counts["infer"]
@@ -119,6 +125,13 @@ class H(BaseHTTPRequestHandler):
                     counts["first_values"] = vals
             return self.send(200, {"model_name": "identity", "outputs": [
                 {"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 16], "data": vals}]})
+        if self.path == "/v2/models/image/infer":
+            x = json.loads(body)["inputs"][0]
+            ok = x["name"] == "data" and x["shape"] == [1, 3, 6, 8] and len(x["data"]) == 144
+            with lock:
+                counts["image"] = counts.get("image", 0) + ok
+                counts.setdefault("image_values", []).append(x["data"])
+            return self.send(200 if ok else 400, {"outputs": []})
         if self.path in ("/v1/chat/completions", "/v1/completions"):
             req = json.loads(body)
             chat = self.path.endswith("chat/completions")

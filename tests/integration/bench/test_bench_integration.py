@@ -9,7 +9,7 @@
     token counts; a server that starts failing mid-run gives a clear non-zero exit.
 No timing thresholds: only counts, exit codes and messages are asserted.
 usage: test_bench_integration.py PATH/TO/cinfer"""
-import csv, json, os, shutil, signal, socket, subprocess, sys, tempfile, time
+import csv, json, os, shutil, signal, socket, struct, subprocess, sys, tempfile, time, zlib
 import xml.etree.ElementTree as ET
 
 CINFER = os.path.abspath(sys.argv[1])
@@ -208,6 +208,53 @@ def mock_counts(port):
     return json.loads(data.split(b"\r\n\r\n", 1)[1])
 
 
+def write_png(path, w, h, rgb):
+    """A solid-colour 8-bit RGB PNG, written with zlib (no imaging library needed)."""
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+    raw = b"".join(b"\x00" + bytes(rgb) * w for _ in range(h))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def test_images():
+    p, port = start_mock()
+    url = f"http://127.0.0.1:{port}"
+    d = os.path.join(TMP, "imgs")
+    os.makedirs(d)
+    write_png(os.path.join(d, "a.png"), 20, 10, (200, 10, 30))
+    write_png(os.path.join(d, "b.png"), 5, 7, (0, 128, 255))
+    with open(os.path.join(d, "notes.txt"), "w") as f:
+        f.write("ignored")
+    try:
+        rc, out, err = bench("--url", url, "--model", "image", "--images", d, "--requests", 4, "--quiet")
+        check(rc == 0, f"images: {rc} {err}")
+        c = mock_counts(port)
+        check(c.get("image") == 4, f"image requests {c.get('image')}")
+        # requests alternate a.png, b.png; NCHW planes of 48 values, raw 0..255
+        v = c["image_values"]
+        check(v[0][:48] == [200] * 48 and v[0][48:96] == [10] * 48 and v[0][96:] == [30] * 48,
+              f"a.png as NCHW raw {v[0][:3]}, {v[0][48:51]}, {v[0][96:99]}")
+        check(v[1][:48] == [0] * 48 and v[1][96:] == [255] * 48, "b.png as NCHW raw")
+        rc, out, err = bench("--url", url, "--model", "image", "--images", d, "--requests", 1,
+                             "--image-mean", "127.5", "--image-std", "127.5", "--image-bgr", "--quiet")
+        check(rc == 0, f"images normalised: {rc} {err}")
+        v = mock_counts(port)["image_values"][-1]
+        check(abs(v[0] - (30 - 127.5) / 127.5) < 1e-6 and abs(v[96] - (200 - 127.5) / 127.5) < 1e-6,
+              f"BGR + mean/std: {v[0]} {v[96]}")
+        rc, out, err = bench("--url", url, "--model", "identity", "--shape", "TEXT:1", "--images", d,
+                             "--requests", 1, "--quiet")
+        check(rc == 1 and "no image input" in err, f"no image input: {rc} {err}")
+        empty = os.path.join(TMP, "empty")
+        os.makedirs(empty)
+        rc, out, err = bench("--url", url, "--model", "image", "--images", empty, "--requests", 1, "--quiet")
+        check(rc == 1 and "no .png" in err, f"empty image dir: {rc} {err}")
+    finally:
+        p.terminate()
+        p.wait()
+
+
 def test_mock():
     p, port = start_mock()
     url = f"http://127.0.0.1:{port}"
@@ -283,6 +330,7 @@ try:
     test_flags()
     test_nginx()
     test_mock()
+    test_images()
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 print("FAILED: %d checks" % len(failures) if failures else "all bench integration checks passed")
