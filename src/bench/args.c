@@ -3,6 +3,7 @@
  * the config are borrowed from argv. */
 #include "bench/bench.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -355,7 +356,18 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
                              "--binary, --input-data, --images, --shape and --model-version apply to KServe targets (--model without --openai)");
   if (c->input_data && c->images_dir)
     return cinfer_status_new(CINFER_INVALID_ARG, "--input-data and --images are exclusive");
-  if (c->path && c->path[0] != '/') return bad(c->target == BENCH_TARGET_HTTP_GET ? "--http-get" : "--http-post", c->path, "path must start with '/'");
+  const char *pflag = c->target == BENCH_TARGET_HTTP_GET ? "--http-get" : "--http-post";
+  if (c->path && c->path[0] != '/') return bad(pflag, c->path, "path must start with '/'");
+  for (const char *q = c->path; q && *q; q++)
+    if ((unsigned char)*q <= ' ' || *q == 127) return bad(pflag, c->path, "no spaces or control characters (percent-encode them)");
+  if (c->content_type && strpbrk(c->content_type, "\r\n"))
+    return bad("--content-type", c->content_type, "must be one line");
+  /* model names and versions go into URL paths as they are */
+  const char *names[2][2] = {{"--model", c->model}, {"--model-version", c->model_version}};
+  for (int i = 0; i < 2; i++)
+    for (const char *q = names[i][1]; q && *q; q++)
+      if (!(isalnum((unsigned char)*q) || strchr("._-~", *q)))
+        return bad(names[i][0], names[i][1], "use letters, digits and . _ - ~ only");
   if (c->target != BENCH_TARGET_OPENAI && c->stream)
     return cinfer_status_new(CINFER_INVALID_ARG, "--stream applies to --openai");
 

@@ -444,6 +444,13 @@ out:
   return st;
 }
 
+/* Input names are copied into request JSON unescaped: printable, no quote or backslash. */
+static bool plain_name(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\' || *s == 127) return false;
+  return true;
+}
+
 static cinfer_status *kserve_inputs(const bench_config *c, const bench_addr *a, kinput **out,
                                     int *nout) {
   char path[700];
@@ -480,9 +487,9 @@ static cinfer_status *kserve_inputs(const bench_config *c, const bench_addr *a, 
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(x, "datatype");
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(x, "shape");
     if (!cJSON_IsString(nm) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) ||
-        strlen(nm->valuestring) >= sizeof in->name || strpbrk(nm->valuestring, "\"\\") ||
+        strlen(nm->valuestring) >= sizeof in->name || !plain_name(nm->valuestring) ||
         cJSON_GetArraySize(sh) > CINFER_MAX_DIMS) {
-      st = cinfer_status_new(CINFER_INVALID_ARG, "GET %s: inputs[%d]: need name, datatype and shape (<= 8 dims)", path, k);
+      st = cinfer_status_new(CINFER_INVALID_ARG, "GET %s: inputs[%d]: need a printable name without quotes, a datatype and a shape (<= 8 dims)", path, k);
       break;
     }
     snprintf(in->name, sizeof in->name, "%s", nm->valuestring);

@@ -59,6 +59,9 @@ static const struct {
     {"--url http://h:80 --model m --cost-per-hour x", "not a number"},
     {"--url http://h:80 --model m --stability 0", "--stability"},
     {"--url http://h:80 --model m --header NoColon", "Name: value"},
+    {"--url http://h:80 --model a/b", "letters, digits"},
+    {"--url http://h:80 --model m --model-version 1?x", "letters, digits"},
+    {"--url http://h:80 --http-get /a\x01b", "control characters"},
     {"--url http://h:80 --model m --header :v", "Name: value"},
     {"--url http://h:80 --model m --header Bad\tName:v", "header name"},
 };
