@@ -8,6 +8,7 @@ tests until the real server exists. Stdlib only. It speaks just enough of:
              transfer encoding (role chunk, max_tokens content chunks, usage chunk,
              [DONE]) or as one JSON body.
   Image model: GET /v2/models/image (data FP32 [1,3,6,8]), POST .../infer records values.
+  Also GET /v2, /v2/health/*, /v2/models/identity/config, so perf_analyzer can run on it.
   GET /count returns the counters as JSON. --fail-after N: every request after the first
   N answers HTTP 500. Prints the port on stdout once listening."""
 import json, struct, sys, threading
@@ -89,6 +90,16 @@ class H(BaseHTTPRequestHandler):
                 return self.send(200, counts)
         if self.path == "/v2/models/identity":
             return self.send(200, META)
+        if self.path == "/v2/models/identity/config":  # Triton's model config (perf_analyzer reads it)
+            return self.send(200, {"name": "identity", "platform": "mock", "max_batch_size": 0,
+                                   "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [1, 16]},
+                                             {"name": "TEXT", "data_type": "TYPE_STRING", "dims": [-1]}],
+                                   "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [1, 16]}]})
+        if self.path == "/v2":
+            return self.send(200, {"name": "mock", "version": "0.0.0",
+                                   "extensions": ["binary_tensor_data", "statistics"]})
+        if self.path in ("/v2/health/live", "/v2/health/ready", "/v2/models/identity/ready"):
+            return self.send(200, b"", "text/plain")
         if self.path == "/v2/models/image":
             return self.send(200, IMAGE_META)
         if self.path == "/v2/models/identity/stats":
@@ -168,6 +179,7 @@ def main():
     global fail_after
     if "--fail-after" in sys.argv:
         fail_after = int(sys.argv[sys.argv.index("--fail-after") + 1])
+    ThreadingHTTPServer.request_queue_size = 128  # many clients connect at once
     srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
     srv.daemon_threads = True
     print(srv.server_address[1], flush=True)
