@@ -15,6 +15,14 @@
 
 uint64_t bench_now_ns(void); /* CLOCK_MONOTONIC */
 
+/* splitmix64: the seeded generator for inputs, prompts and Poisson arrivals. */
+static inline uint64_t bench_rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 /* ---- growable string builder (setup only) ---- */
 typedef struct bench_sb {
   char *p;

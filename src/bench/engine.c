@@ -165,17 +165,11 @@ uint64_t bench_sample_errors(const bench_sample *s) {
 
 /* ---- helpers ---- */
 
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 static uint64_t next_gap_ns(worker *w) {
   double mean = 1e9 / w->rate;
   if (!w->e->ls.poisson) return (uint64_t)mean;
-  double u = ((double)(rng_next(&w->rng) >> 11) + 0.5) * 0x1.0p-53;
+  double u = ((double)(bench_rng_next(&w->rng) >> 11) + 0.5) * 0x1.0p-53;
   return (uint64_t)(-log(u) * mean);
 }
 

@@ -72,13 +72,7 @@ static void head(bench_sb *b, const bench_config *c, const char *method, const c
   for (int i = 0; i < c->n_headers; i++) bench_sb_printf(b, "%s\r\n", c->headers[i]);
 }
 
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+static double rng_unit(uint64_t *s) { return (double)(bench_rng_next(s) >> 11) * 0x1.0p-53; }
 
 /* ---- raw ---- */
 
@@ -121,7 +115,7 @@ static cinfer_status *build_openai(const bench_config *c, bench_reqset *rs) {
     bench_sb_puts(&prompt, "Please write a long story.");
     for (int i = 0; i < c->prompt_len; i++) {
       bench_sb_puts(&prompt, " ");
-      bench_sb_puts(&prompt, words[rng_next(&seed) % (sizeof words / sizeof words[0])]);
+      bench_sb_puts(&prompt, words[bench_rng_next(&seed) % (sizeof words / sizeof words[0])]);
     }
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", c->model);
@@ -327,7 +321,7 @@ static cinfer_status *random_tensor(const kinput *in, uint64_t *seed, tensor_dat
       uint32_t n = 8;
       bench_sb_put(&td->raw, &n, 4);
       char s[8];
-      for (int k = 0; k < 8; k++) s[k] = (char)('a' + rng_next(seed) % 26);
+      for (int k = 0; k < 8; k++) s[k] = (char)('a' + bench_rng_next(seed) % 26);
       bench_sb_put(&td->raw, s, 8);
     }
   } else {
@@ -338,9 +332,9 @@ static cinfer_status *random_tensor(const kinput *in, uint64_t *seed, tensor_dat
                in->dtype == CINFER_TYPE_FP64 || in->dtype == CINFER_TYPE_BF16;
     for (int64_t i = 0; i < in->elems; i++)
       store_num(in->dtype, p, i,
-                in->dtype == CINFER_TYPE_BOOL ? (double)(rng_next(seed) & 1)
+                in->dtype == CINFER_TYPE_BOOL ? (double)(bench_rng_next(seed) & 1)
                 : flt                         ? rng_unit(seed)
-                                              : (double)(rng_next(seed) % 100));
+                                              : (double)(bench_rng_next(seed) % 100));
     bench_sb_put(&td->raw, p, bytes);
     free(p);
   }
