@@ -389,16 +389,17 @@ static cinfer_status *file_tensor(const bench_config *c, kinput *in, const cJSON
                              c->input_data, entry, in->name);
   if ((uint64_t)in->elems > MAX_REQUEST_BYTES)
     return cinfer_status_new(CINFER_INVALID_ARG, "%s: data[%d].%s: too many elements", c->input_data, entry, in->name);
-  const cJSON **vals = malloc(((size_t)in->elems + 1) * sizeof *vals);
-  if (!vals) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  /* count the values before allocating anything sized by the (untrusted) shape */
   int64_t n = 0;
-  flatten(arr, vals, &n, in->elems);
+  flatten(arr, NULL, &n, 0);
+  if (n != in->elems)
+    return cinfer_status_new(CINFER_INVALID_ARG, "%s: data[%d].%s: %lld values for shape with %lld elements",
+                             c->input_data, entry, in->name, (long long)n, (long long)in->elems);
+  const cJSON **vals = malloc(((size_t)n + 1) * sizeof *vals);
+  if (!vals) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  int64_t got = 0;
+  flatten(arr, vals, &got, n);
   cinfer_status *st = NULL;
-  if (n != in->elems) {
-    st = cinfer_status_new(CINFER_INVALID_ARG, "%s: data[%d].%s: %lld values for shape with %lld elements",
-                           c->input_data, entry, in->name, (long long)n, (long long)in->elems);
-    goto out;
-  }
   if (in->dtype == CINFER_TYPE_BYTES) {
     for (int64_t i = 0; i < n; i++) {
       if (!cJSON_IsString(vals[i])) {
