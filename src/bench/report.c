@@ -231,59 +231,61 @@ static void fmt_num(char *b, size_t n, double v) {
   else snprintf(b, n, "%g", v);
 }
 
-cinfer_status *bench_report_svg(const bench_report *r, const char *path) {
-  /* curves join the levels in sweep order (a saturated server draws the vertical
-   * "hockey stick"); a capacity search probes rates out of order, so it is sorted */
-  int n = r->n_levels, idx[1024];
-  if (n > 1024) n = 1024;
-  for (int i = 0; i < n; i++) idx[i] = i;
-  bool sort = r->mode && !strcmp(r->mode, "slo");
-  for (int i = 1; sort && i < n; i++)
-    for (int k = i; k > 0 && r->levels[idx[k]].throughput < r->levels[idx[k - 1]].throughput; k--) {
-      int t = idx[k];
-      idx[k] = idx[k - 1];
-      idx[k - 1] = t;
-    }
+#define SVG_MAX 1024
+typedef struct svg_series {
+  const char *name, *color;
+  bool dashed;
+  double v[SVG_MAX]; /* y per level, same order as x */
+} svg_series;
+
+typedef struct svg_chart {
+  const char *title, *xlabel, *ylabel;
+  const double *x;          /* per level */
+  const char *const *label; /* per level */
+  const int *order;         /* drawing order of the levels */
+  int n;
+  svg_series *s;
+  int ns;
+} svg_chart;
+
+enum { SVG_W = 900, SVG_H = 560, SVG_L = 90, SVG_R = 190, SVG_T = 60, SVG_B = 70 };
+
+/* One chart whose top edge is at y0: axes, grid, ticks, labels, curves, legend. Latencies
+ * spanning more than 30x get a log axis (ticks 1-2-5 per decade). */
+static void svg_draw(FILE *f, int y0, const svg_chart *c) {
+  const double pw = SVG_W - SVG_L - SVG_R, ph = SVG_H - SVG_T - SVG_B;
+  const double L = SVG_L, T = y0 + SVG_T;
   double xmax = 0, ymax = 0, ymin = INFINITY;
-  for (int i = 0; i < n; i++) {
-    const bench_level *l = &r->levels[i];
-    if (l->throughput > xmax) xmax = l->throughput;
-    if (l->lat.p999 / 1e3 > ymax) ymax = l->lat.p999 / 1e3;
-    if (l->lat.p50 > 0 && l->lat.p50 / 1e3 < ymin) ymin = l->lat.p50 / 1e3;
+  for (int i = 0; i < c->n; i++) {
+    if (c->x[i] > xmax) xmax = c->x[i];
+    for (int k = 0; k < c->ns; k++) {
+      double v = c->s[k].v[i];
+      if (v > ymax) ymax = v;
+      if (v > 0 && v < ymin) ymin = v;
+    }
   }
-  /* latencies spanning more than 30x get a log axis (decades, ticks at 1-2-5) */
-  bool logy = ymax > 0 && isfinite(ymin) && ymax / ymin > 30;
-  double ylo = logy ? pow(10, floor(log10(ymin))) : 0, yhi = logy ? pow(10, ceil(log10(ymax))) : 0;
   double xs = nice_step(xmax), ys = nice_step(ymax);
   double xtop = xmax > 0 ? ceil(xmax / xs) * xs : 1, ytop = ymax > 0 ? ceil(ymax / ys) * ys : 1;
-  if (xtop <= 0) xtop = 1;
-  if (ytop <= 0) ytop = 1;
-  const int W = 900, H = 560, L = 90, R = 190, T = 60, B = 70;
-  const double pw = W - L - R, ph = H - T - B;
-  FILE *f = fopen(path, "w");
-  if (!f) return cinfer_status_new(CINFER_INVALID_ARG, "cannot write '%s': %s", path, strerror(errno));
-  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-             "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Arial, sans-serif\">\n"
-             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H, W, H);
-  fprintf(f, "<text x=\"%d\" y=\"30\" font-size=\"18\" text-anchor=\"middle\">Latency percentiles vs "
-             "throughput (%s, %s%s)</text>\n", L + (int)pw / 2, target_name(r->cfg),
-          r->cfg->host_header, r->interrupted ? ", partial" : "");
-  /* grid and ticks */
-  for (double v = 0; v <= xtop + xs / 2; v += xs) {
-    double x = L + v / xtop * pw;
-    char b[32];
-    fmt_num(b, sizeof b, v);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n"
-               "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n",
-            x, T, x, T + ph, x, T + ph + 18, b);
-  }
+  bool logy = ymax > 0 && isfinite(ymin) && ymax / ymin > 30;
+  double ylo = logy ? pow(10, floor(log10(ymin))) : 0, yhi = logy ? pow(10, ceil(log10(ymax))) : 0;
+#define XPIX(v) (L + (v) / xtop * pw)
 #define YPIX(v) (logy ? T + ph - (log10((v) > ylo ? (v) : ylo) - log10(ylo)) / (log10(yhi) - log10(ylo)) * ph \
-                    : T + ph - (v) / ytop * ph)
-  for (double d = ylo, v = logy ? ylo : 0, k = 0; logy ? v <= yhi * 1.0001 : v <= ytop + ys / 2;) {
-    double y = YPIX(v);
+                      : T + ph - (v) / ytop * ph)
+  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"18\" text-anchor=\"middle\">%s</text>\n",
+          L + pw / 2, T - 30, c->title);
+  for (double v = 0; v <= xtop + xs / 2; v += xs) {
     char b[32];
     fmt_num(b, sizeof b, v);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#e0e0e0\"/>\n"
+               "<text x=\"%.1f\" y=\"%.0f\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n",
+            XPIX(v), T, XPIX(v), T + ph, XPIX(v), T + ph + 18, b);
+  }
+  for (double d = ylo, v = logy ? ylo : 0, k = 0; logy ? v <= yhi * 1.0001 : v <= ytop + ys / 2;) {
+    char b[32];
+    fmt_num(b, sizeof b, v);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n"
+               "<text x=\"%.0f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\">%s</text>\n",
+            L, YPIX(v), L + pw, YPIX(v), L - 8, YPIX(v) + 4, b);
     if (logy) { /* 1, 2, 5 x each decade */
       static const double m[] = {1, 2, 5};
       k++;
@@ -292,54 +294,113 @@ cinfer_status *bench_report_svg(const bench_report *r, const char *path) {
     } else {
       v += ys;
     }
-    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n"
-               "<text x=\"%d\" y=\"%.1f\" font-size=\"12\" text-anchor=\"end\">%s</text>\n",
-            L, y, L + pw, y, L - 8, y + 4, b);
   }
-  fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n",
+  fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n",
           L, T, pw, ph);
-  fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"14\" text-anchor=\"middle\">throughput "
-             "(successful requests/s)</text>\n", L + pw / 2, H - 20);
-  fprintf(f, "<text x=\"22\" y=\"%.1f\" font-size=\"14\" text-anchor=\"middle\" "
-             "transform=\"rotate(-90 22 %.1f)\">latency (ms%s)</text>\n", T + ph / 2, T + ph / 2,
-          logy ? ", log scale" : "");
+  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"14\" text-anchor=\"middle\">%s</text>\n",
+          L + pw / 2, T + ph + 45, c->xlabel);
+  size_t yl = strlen(c->ylabel); /* "x (ms)" becomes "x (ms, log scale)" */
+  bool paren = yl && c->ylabel[yl - 1] == ')';
+  fprintf(f, "<text x=\"22\" y=\"%.0f\" font-size=\"14\" text-anchor=\"middle\" "
+             "transform=\"rotate(-90 22 %.0f)\">%.*s%s</text>\n",
+          T + ph / 2, T + ph / 2, (int)(logy && paren ? yl - 1 : yl), c->ylabel,
+          !logy ? "" : paren ? ", log scale)" : " (log scale)");
+  for (int k = 0; k < c->ns; k++) {
+    const svg_series *s = &c->s[k];
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", s->color,
+            s->dashed ? " stroke-dasharray=\"6,4\"" : "");
+    for (int i = 0; i < c->n; i++) fprintf(f, "%.1f,%.1f ", XPIX(c->x[c->order[i]]), YPIX(s->v[c->order[i]]));
+    fprintf(f, "\"/>\n");
+    for (int i = 0; i < c->n; i++) {
+      int j = c->order[i];
+      fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>%s %s: %.3f at %.1f</title></circle>\n",
+              XPIX(c->x[j]), YPIX(s->v[j]), s->color, c->label[j], s->name, s->v[j], c->x[j]);
+    }
+    double ly = T + 20 + 24.0 * k;
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"%s/>"
+               "<text x=\"%.0f\" y=\"%.1f\" font-size=\"13\">%s</text>\n",
+            L + pw + 20, ly, L + pw + 50, ly, s->color, s->dashed ? " stroke-dasharray=\"6,4\"" : "",
+            L + pw + 58, ly + 4, s->name);
+  }
+  /* label each level above its highest point */
+  for (int i = 0; i < c->n; i++) {
+    double top = 0;
+    for (int k = 0; k < c->ns; k++)
+      if (c->s[k].v[i] > top) top = c->s[k].v[i];
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#555\" text-anchor=\"middle\">%s</text>\n",
+            XPIX(c->x[i]), YPIX(top) - 8, c->label[i]);
+  }
+#undef XPIX
+#undef YPIX
+}
+
+cinfer_status *bench_report_svg(const bench_report *r, const char *path) {
+  int n = r->n_levels < SVG_MAX ? r->n_levels : SVG_MAX;
+  /* curves join the levels in sweep order (a saturated server draws the vertical
+   * "hockey stick"); a capacity search probes rates out of order, so it is sorted */
+  static int order[SVG_MAX];
+  static double x[SVG_MAX], xt[SVG_MAX];
+  static const char *label[SVG_MAX];
+  static svg_series lat[5], llm[4];
+  for (int i = 0; i < n; i++) {
+    const bench_level *l = &r->levels[i];
+    order[i] = i;
+    x[i] = l->throughput;
+    xt[i] = l->tokens_out_s;
+    label[i] = l->label;
+  }
+  bool sort = r->mode && !strcmp(r->mode, "slo");
+  for (int i = 1; sort && i < n; i++)
+    for (int k = i; k > 0 && x[order[k]] < x[order[k - 1]]; k--) {
+      int t = order[k];
+      order[k] = order[k - 1];
+      order[k - 1] = t;
+    }
   static const struct {
     const char *name, *color;
     size_t off;
-  } series[] = {{"p50", "#1f77b4", offsetof(bench_dist, p50)},
-                {"p90", "#2ca02c", offsetof(bench_dist, p90)},
-                {"p99", "#ff7f0e", offsetof(bench_dist, p99)},
-                {"p99.9", "#d62728", offsetof(bench_dist, p999)},
-                {"mean", "#7f7f7f", offsetof(bench_dist, mean)}};
-  for (size_t s = 0; s < sizeof series / sizeof series[0]; s++) {
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"",
-            series[s].color, s == 4 ? " stroke-dasharray=\"6,4\"" : "");
+  } pct[] = {{"p50", "#1f77b4", offsetof(bench_dist, p50)},
+             {"p90", "#2ca02c", offsetof(bench_dist, p90)},
+             {"p99", "#ff7f0e", offsetof(bench_dist, p99)},
+             {"p99.9", "#d62728", offsetof(bench_dist, p999)},
+             {"mean", "#7f7f7f", offsetof(bench_dist, mean)}};
+  for (int k = 0; k < 5; k++) {
+    lat[k] = (svg_series){.name = pct[k].name, .color = pct[k].color, .dashed = k == 4};
     for (int i = 0; i < n; i++) {
-      const bench_level *l = &r->levels[idx[i]];
       double v;
-      memcpy(&v, (const char *)&l->lat + series[s].off, sizeof v);
-      fprintf(f, "%.1f,%.1f ", L + l->throughput / xtop * pw, YPIX(v / 1e3));
+      memcpy(&v, (const char *)&r->levels[i].lat + pct[k].off, sizeof v);
+      lat[k].v[i] = v / 1e3;
     }
-    fprintf(f, "\"/>\n");
-    for (int i = 0; i < n; i++) {
-      const bench_level *l = &r->levels[idx[i]];
-      double v;
-      memcpy(&v, (const char *)&l->lat + series[s].off, sizeof v);
-      fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>%s %s: %.3f ms at "
-                 "%.1f req/s</title></circle>\n",
-              L + l->throughput / xtop * pw, YPIX(v / 1e3), series[s].color,
-              l->label, series[s].name, v / 1e3, l->throughput);
-    }
-    double ly = T + 20 + 24.0 * (double)s;
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"/>"
-               "<text x=\"%.0f\" y=\"%.1f\" font-size=\"13\">%s</text>\n",
-            L + pw + 20, ly, L + pw + 50, ly, series[s].color, L + pw + 58, ly + 4, series[s].name);
   }
-  /* label each point with its level */
-  for (int i = 0; i < n; i++) {
-    const bench_level *l = &r->levels[idx[i]];
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#555\" text-anchor=\"middle\">%s</text>\n",
-            L + l->throughput / xtop * pw, YPIX(l->lat.p999 / 1e3) - 8, l->label);
+  bool openai = r->cfg->target == BENCH_TARGET_OPENAI;
+  if (openai) {
+    static const char *const nm[4] = {"TTFT p50", "TTFT p99", "ITL p50", "ITL p99"};
+    static const char *const col[4] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"};
+    for (int k = 0; k < 4; k++) {
+      llm[k] = (svg_series){.name = nm[k], .color = col[k], .dashed = k >= 2};
+      for (int i = 0; i < n; i++) {
+        const bench_dist *d = k < 2 ? &r->levels[i].ttft : &r->levels[i].itl;
+        llm[k].v[i] = ((k % 2) ? d->p99 : d->p50) / 1e3;
+      }
+    }
+  }
+  char title[400];
+  snprintf(title, sizeof title, "Latency percentiles vs throughput (%s, %s%s)", target_name(r->cfg),
+           r->cfg->host_header, r->interrupted ? ", partial" : "");
+  int charts = openai ? 2 : 1;
+  FILE *f = fopen(path, "w");
+  if (!f) return cinfer_status_new(CINFER_INVALID_ARG, "cannot write '%s': %s", path, strerror(errno));
+  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+             "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Arial, sans-serif\">\n"
+             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+          SVG_W, SVG_H * charts, SVG_W, SVG_H * charts);
+  svg_chart c1 = {title, "throughput (successful requests/s)", "latency (ms)", x, label, order, n, lat, 5};
+  svg_draw(f, 0, &c1);
+  if (openai) {
+    svg_chart c2 = {"Time to first token and inter-token latency vs output tokens/s",
+                    "output tokens/s", "TTFT, ITL (ms)", xt, label, order, n, llm, 4};
+    svg_draw(f, SVG_H, &c2);
   }
   fprintf(f, "</svg>\n");
   if (fclose(f) != 0) return cinfer_status_new(CINFER_INTERNAL, "cannot write '%s'", path);

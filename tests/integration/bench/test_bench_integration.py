@@ -295,13 +295,16 @@ def test_mock():
 
         rc, out, err = bench("--url", url, "--openai", "chat", "--model", "m", "--stream", "--max-tokens", 12,
                              "--concurrency", 2, "--requests", 10, "--json", j, "--cost-per-hour", 3,
-                             "--quiet")
+                             "--plot", os.path.join(TMP, "llm.svg"), "--quiet")
         check(rc == 0, f"openai stream: {rc} {err}")
         lv = json.load(open(j))["levels"][0]
         check(lv["output_tokens"] == 120 and lv["prompt_tokens"] == 70, f"usage tokens {lv['output_tokens']}")
         check(lv["ttft"]["count"] == 10 and lv["itl"]["count"] == 110 and lv["tpot"]["count"] == 10,
               f"ttft/itl/tpot counts {lv['ttft']['count']} {lv['itl']['count']}")
         check(lv["cost_per_1m_output_tokens"] > 0 and "$/1M out tokens" in out, "token cost")
+        svg = ET.parse(os.path.join(TMP, "llm.svg")).getroot()
+        lines = svg.findall("{http://www.w3.org/2000/svg}polyline")
+        check(len(lines) == 9, f"LLM plot: latency chart (5 curves) + TTFT/ITL chart (4): {len(lines)}")
         rc, out, err = bench("--url", url, "--openai", "completions", "--model", "m", "--max-tokens", 5,
                              "--requests", 4, "--json", j, "--quiet")
         check(rc == 0 and json.load(open(j))["levels"][0]["output_tokens"] == 20, f"openai plain: {rc} {err}")
