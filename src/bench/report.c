@@ -338,6 +338,7 @@ cinfer_status *bench_report_svg(const bench_report *r, const char *path) {
   int n = r->n_levels < SVG_MAX ? r->n_levels : SVG_MAX;
   /* curves join the levels in sweep order (a saturated server draws the vertical
    * "hockey stick"); a capacity search probes rates out of order, so it is sorted */
+  /* static: ~80 KiB of series off the stack; reports are written from one thread */
   static int order[SVG_MAX];
   static double x[SVG_MAX], xt[SVG_MAX];
   static const char *label[SVG_MAX];
