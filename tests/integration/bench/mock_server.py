@@ -8,10 +8,11 @@ tests until the real server exists. Stdlib only. It speaks just enough of:
              transfer encoding (role chunk, max_tokens content chunks, usage chunk,
              [DONE]) or as one JSON body.
   Image model: GET /v2/models/image (data FP32 [1,3,6,8]), POST .../infer records values.
+  GET /garbage answers bytes that are not HTTP; GET /slow answers after 1 s.
   Also GET /v2, /v2/health/*, /v2/models/identity/config, so perf_analyzer can run on it.
   GET /count returns the counters as JSON. --fail-after N: every request after the first
   N answers HTTP 500. Prints the port on stdout once listening."""
-import json, struct, sys, threading
+import json, struct, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 META = {"name": "identity", "versions": ["1"], "platform": "mock",
@@ -85,6 +86,14 @@ class H(BaseHTTPRequestHandler):
         return False
 
     def do_GET(self):
+        if self.path == "/garbage":  # not HTTP at all
+            self.wfile.write(b"SPAM 42\r\n\r\n")
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        if self.path == "/slow":  # answers after the client's timeout
+            time.sleep(1.0)
+            return self.send(200, {"ok": True})
         if self.path == "/count":
             with lock:
                 return self.send(200, counts)

@@ -6,7 +6,8 @@
     Ctrl-C saves partial results; unreachable server and bad flags fail clearly.
   - mock_server.py (KServe v2 + OpenAI stand-in): JSON and binary tensors validated by
     the server, --input-data values arrive as given, server-side breakdown, streamed
-    token counts; a server that starts failing mid-run gives a clear non-zero exit.
+    token counts, --images tensors (layout, channel order, mean/std), error kinds
+    (protocol, timeout); a server that starts failing mid-run gives a clear non-zero exit.
 No timing thresholds: only counts, exit codes and messages are asserted.
 usage: test_bench_integration.py PATH/TO/cinfer"""
 import csv, json, os, shutil, signal, socket, struct, subprocess, sys, tempfile, time, zlib
@@ -308,6 +309,23 @@ def test_mock():
         rc, out, err = bench("--url", url, "--openai", "completions", "--model", "m", "--max-tokens", 5,
                              "--requests", 4, "--json", j, "--quiet")
         check(rc == 0 and json.load(open(j))["levels"][0]["output_tokens"] == 20, f"openai plain: {rc} {err}")
+    finally:
+        p.terminate()
+        p.wait()
+
+    # error kinds: an unparseable response, and no response within --timeout-ms
+    p, port = start_mock()
+    try:
+        rc, out, err = bench("--url", f"http://127.0.0.1:{port}", "--http-get", "/garbage", "--requests", 5,
+                             "--json", j, "--quiet")
+        lv = json.load(open(j))["levels"][0]
+        check(rc == 1 and lv["errors_by_kind"]["protocol"] >= 1 and "status line" in err,
+              f"garbage response: {rc} {lv['errors_by_kind']} {err}")
+        rc, out, err = bench("--url", f"http://127.0.0.1:{port}", "--http-get", "/slow", "--requests", 2,
+                             "--timeout-ms", 100, "--json", j, "--quiet")
+        lv = json.load(open(j))["levels"][0]
+        check(rc == 1 and lv["errors_by_kind"]["timeout"] == 2 and "no response within 100 ms" in err,
+              f"timeouts: {rc} {lv['errors_by_kind']} {err}")
     finally:
         p.terminate()
         p.wait()
