@@ -80,6 +80,7 @@ struct worker {
   int *idle;       /* stack of idle connection indices */
   int nidle;
   int connecting;
+  int nclosed;     /* slots in C_CLOSED (lets the open loop skip the slot scan) */
   /* open loop */
   double rate;
   uint64_t next_ns;
@@ -209,6 +210,7 @@ static void conn_close(conn *c, uint64_t retry_delay_ns) {
       }
   }
   c->fd = -1;
+  if (c->state != C_CLOSED) w->nclosed++;
   c->state = C_CLOSED;
   c->want_out = false;
   c->retry_at = w->now + retry_delay_ns;
@@ -242,6 +244,7 @@ static void conn_open(conn *c) {
   }
   epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev);
   c->state = C_CONNECTING;
+  w->nclosed--;
   w->connecting++;
 }
 
@@ -483,7 +486,7 @@ static void dispatch(worker *w) {
     conn_send(c, t);
   }
   /* more waiting than connections on the way: open more */
-  for (int i = 0; i < w->nconns && (size_t)w->connecting < w->ring_len; i++) {
+  for (int i = 0; i < w->nconns && w->nclosed > 0 && (size_t)w->connecting < w->ring_len; i++) {
     conn *c = &w->conns[i];
     if (c->state == C_CLOSED && c->retry_at <= w->now) conn_open(c);
   }
@@ -611,6 +614,7 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
     /* connections: split the total, the first workers take the remainder */
     int share = total_conns / nw + (i < total_conns % nw ? 1 : 0);
     w->nconns = share;
+    w->nclosed = share;
     w->target_open = ls->open ? 0 : share;
     w->rate = ls->open ? ls->rate / nw : 0;
     w->rng = cfg->seed * 0x100000001b3ull + (uint64_t)i + 1;
