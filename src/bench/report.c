@@ -199,18 +199,20 @@ cinfer_status *bench_report_csv(const bench_report *r, const char *path) {
   fprintf(f, "label,loop,concurrency,target_rate,throughput_rps,requests,errors,p50_ms,p90_ms,"
              "p95_ms,p99_ms,p99_9_ms,mean_ms,stddev_ms,ttft_p50_ms,ttft_p99_ms,tpot_p50_ms,"
              "itl_p50_ms,itl_p99_ms,output_tokens_per_s,cost_per_1k,cost_per_1m_tokens,"
-             "tool_cpu_pct,stable\n");
+             "tool_cpu_pct,stable,server_queue_us,server_compute_input_us,server_compute_infer_us,"
+             "server_compute_output_us\n");
   for (int i = 0; i < r->n_levels; i++) {
     const bench_level *l = &r->levels[i];
     fprintf(f, "\"%s\",%s,%d,%.3f,%.3f,%llu,%llu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,"
-               "%.4f,%.4f,%.4f,%.3f,%.6f,%.6f,%.1f,%d\n",
+               "%.4f,%.4f,%.4f,%.3f,%.6f,%.6f,%.1f,%d,%.3f,%.3f,%.3f,%.3f\n",
             l->label, l->open ? "open" : "closed", l->concurrency, l->target_rate, l->throughput,
             (unsigned long long)l->ok, (unsigned long long)l->errors, l->lat.p50 / 1e3,
             l->lat.p90 / 1e3, l->lat.p95 / 1e3, l->lat.p99 / 1e3, l->lat.p999 / 1e3,
             l->lat.mean / 1e3, l->lat.stddev / 1e3, l->ttft.p50 / 1e3, l->ttft.p99 / 1e3,
             l->tpot.p50 / 1e3, l->itl.p50 / 1e3, l->itl.p99 / 1e3, l->tokens_out_s,
             r->cfg->cost_per_hour > 0 ? cost_1k(r, l) : 0,
-            r->cfg->cost_per_hour > 0 ? cost_1m_tok(r, l) : 0, l->cpu_pct, l->stable);
+            r->cfg->cost_per_hour > 0 ? cost_1m_tok(r, l) : 0, l->cpu_pct, l->stable,
+            l->srv_queue_us, l->srv_cin_us, l->srv_infer_us, l->srv_cout_us);
   }
   if (fclose(f) != 0) return cinfer_status_new(CINFER_INTERNAL, "cannot write '%s'", path);
   return NULL;

@@ -266,8 +266,11 @@ def test_mock():
         check(rc == 1 and "TEXT" in err and "--shape" in err, f"dynamic dim needs --shape: {rc} {err}")
         rc, out, err = bench("--url", url, "--model", "nosuch", "--requests", 4, "--quiet")
         check(rc == 1 and "HTTP 404" in err, f"unknown model: {rc} {err}")
+        kc = os.path.join(TMP, "k.csv")
         rc, out, err = bench("--url", url, "--model", "identity", "--shape", "TEXT:3", "--concurrency", 2,
-                             "--requests", 40, "--warmup-ms", 0, "--json", j, "--quiet")
+                             "--requests", 40, "--warmup-ms", 0, "--json", j, "--csv", kc, "--quiet")
+        row = next(csv.DictReader(open(kc)))
+        check(abs(float(row["server_compute_infer_us"]) - 60.0) < 1e-3, f"csv server columns {row}")
         check(rc == 0, f"kserve json: {rc} {err}")
         lv = json.load(open(j))["levels"][0]
         check(lv["requests"] == 40, "kserve json count")
