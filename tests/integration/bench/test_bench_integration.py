@@ -57,7 +57,7 @@ def bench(*args, timeout=60):
 
 
 def start_nginx():
-    port = free_port()
+    port, port_close = free_port(), free_port()
     conf = os.path.join(TMP, "nginx.conf")
     with open(conf, "w") as f:
         f.write(f"""worker_processes 1; daemon off; pid {TMP}/nginx.pid; error_log {TMP}/error.log;
@@ -69,11 +69,13 @@ http {{
   keepalive_requests 1000000;
   server {{ listen 127.0.0.1:{port};
     location / {{ default_type text/plain; return 200 "hello from nginx\\n"; }} }}
+  server {{ listen 127.0.0.1:{port_close}; keepalive_timeout 0;
+    location / {{ default_type text/plain; return 200 "one per connection\\n"; }} }}
 }}""")
     proc = subprocess.Popen(["nginx", "-c", conf, "-p", TMP], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    wait_for(lambda: port_open(port), "nginx to listen")
-    return proc, port
+    wait_for(lambda: port_open(port) and port_open(port_close), "nginx to listen")
+    return proc, port, port_close
 
 
 def log_lines():
@@ -85,7 +87,7 @@ def log_lines():
 
 
 def test_nginx():
-    proc, port = start_nginx()
+    proc, port, port_close = start_nginx()
     url = f"http://127.0.0.1:{port}"
     try:
         base = len(log_lines())  # the readiness probe is not logged (no request)
@@ -125,6 +127,14 @@ def test_nginx():
         texts = " ".join(t.text or "" for t in svg.iter(f"{ns}text"))
         check("latency (ms" in texts and "throughput" in texts and "p99" in texts, "SVG axes/legend")
         check("c=1" in out and "c=3" in out and "p99 ms" in out, "table printed on stdout")
+
+        # a server that closes every connection after one response (Connection: close)
+        base = len(log_lines())
+        rc, out, err = bench("--url", f"http://127.0.0.1:{port_close}", "--http-get", "/", "--concurrency", 3,
+                             "--requests", 600, "--json", j, "--quiet")
+        lv = json.load(open(j))["levels"][0]
+        check(rc == 0 and lv["requests"] == 600 and lv["errors"] == 0, f"Connection: close: {rc} {err}")
+        check(len(log_lines()) - base == 600, f"Connection: close: nginx logged {len(log_lines()) - base}")
 
         # open loop, fixed count
         base = len(log_lines())
