@@ -58,6 +58,8 @@ def bench(*args, timeout=60):
 
 def start_nginx():
     port, port_close = free_port(), free_port()
+    while port_close == port:
+        port_close = free_port()
     conf = os.path.join(TMP, "nginx.conf")
     with open(conf, "w") as f:
         f.write(f"""worker_processes 1; daemon off; pid {TMP}/nginx.pid; error_log {TMP}/error.log;
