@@ -10,6 +10,7 @@
 
 static const cli_command commands[] = {
     {"serve", "run the inference server on a model repository", cmd_serve},
+    {"bench", "load generator: throughput and latency of a server (KServe v2, OpenAI, HTTP)", cmd_bench},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
