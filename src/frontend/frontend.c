@@ -112,8 +112,7 @@ typedef struct infer_ctx {
   kserve_request *kreq;
   cinfer_model *model;
   uint64_t t0;
-  bool binary[64];
-  bool any_binary;
+  cinfer_response *resp;  /* the FINAL response, handed to the I/O loop */
   _Atomic bool answered;
 } infer_ctx;
 
@@ -148,16 +147,14 @@ static void log_request(infer_ctx *c, int status, const char *err) {
   log_event(LOG_VERBOSE, kv, "infer");
 }
 
-static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
-  infer_ctx *c = user;
+/* Encodes the response and answers the exchange. Runs on the exchange's I/O loop, not on
+ * the model's worker thread: the worker goes straight back to the batcher for its next
+ * batch while the I/O threads serialise responses (a device is never idle waiting for
+ * JSON encoding). */
+static void respond_task(void *arg) {
+  infer_ctx *c = arg;
+  cinfer_response *resp = c->resp;
   const cinfer_status *err = cinfer_response_error(resp);
-  if (!(flags & CINFER_RESPONSE_FINAL)) { /* decoupled partials are not sent over KServe HTTP */
-    cinfer_response_free(resp);
-    return;
-  }
-  atomic_store(&c->answered, true);
-  /* The exchange may be freed as soon as it is answered: take its loop first. */
-  net_loop *loop = http_exchange_loop(c->ex);
   if (err) {
     log_request(c, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
     respond_error(c->ex, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
@@ -193,8 +190,21 @@ static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
     }
     log_request(c, 200, NULL);
   }
+  c->resp = NULL;
   cinfer_response_free(resp);
-  if (!loop_post(loop, ctx_free, c)) ctx_free(c);
+  /* On the loop thread after the answer: no cancel notification can follow. */
+  ctx_free(c);
+}
+
+static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
+  infer_ctx *c = user;
+  if (!(flags & CINFER_RESPONSE_FINAL)) { /* decoupled partials are not sent over KServe HTTP */
+    cinfer_response_free(resp);
+    return;
+  }
+  atomic_store(&c->answered, true);
+  c->resp = resp;
+  if (!loop_post(http_exchange_loop(c->ex), respond_task, c)) respond_task(c);
 }
 
 static void handle_infer(frontend *fe, http_exchange *ex, const http_request *req,
