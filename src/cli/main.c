@@ -10,6 +10,7 @@
 
 static const cli_command commands[] = {
     {"serve", "run the inference server on a model repository", cmd_serve},
+    {"generate", "generate text with a GGUF model (LLM engine quick run)", cmd_generate},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
