@@ -92,6 +92,7 @@ struct llm_engine {
   int n_live, cap_live;
   llm_engine_stats st;
   char name[128], arch[32];
+  bool trace; /* $CINFER_LLM_TRACE: one line per step on stderr */
 };
 
 static double now_s(void) {
@@ -159,6 +160,7 @@ cinfer_status *llm_engine_create(const char *path, const llm_engine_opts *opts, 
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
   e->next_id = 1;
+  e->trace = getenv("CINFER_LLM_TRACE") != NULL;
   if (opts) e->o = *opts;
   e->o.chat_template = NULL;
   cinfer_status *st = llm_gguf_open(path, &e->g);
@@ -857,6 +859,10 @@ int llm_engine_step(llm_engine *e) {
     }
   while (e->n_waiting && e->n_running < e->o.max_seqs && budget > 0 && admit_one(e))
     n = add_chunk(e, e->running[e->n_running - 1], nseq++, n, &budget);
+  if (e->trace)
+    fprintf(stderr, "llm step %llu: %d tokens from %d seqs; running %d waiting %d; kv available %d; preemptions %llu\n",
+            (unsigned long long)e->st.steps_total, n, nseq, e->n_running, e->n_waiting, llm_kv_available(e->kv),
+            (unsigned long long)e->st.preemptions_total);
   if (n > 0) {
     llm_batch b = {n, e->b_token, e->b_pos, e->b_seq, e->b_want, e->b_tables};
     llm_model_forward(e->model, e->kv, e->pool, e->scratch, &b, e->logits);
