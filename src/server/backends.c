@@ -7,10 +7,12 @@
 
 extern const cinfer_backend_iface cinfer_identity_backend;
 extern const cinfer_backend_iface cinfer_sim_backend;
+extern const cinfer_backend_iface cinfer_llm_backend;
 
 static const cinfer_backend_iface *const builtin[] = {
     &cinfer_identity_backend,
     &cinfer_sim_backend,
+    &cinfer_llm_backend,
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

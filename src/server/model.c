@@ -46,6 +46,9 @@ const char *cinfer_model_platform(const cinfer_model *m) {
   const char *p = cfg_platform(m->config);
   return p && p[0] ? p : m->backend->name;
 }
+const char *cinfer_model_backend_name(const cinfer_model *m) { return m->backend->name; }
+void *cinfer_model_backend_state(const cinfer_model *m) { return m->backend_model; }
+
 bool cinfer_model_is_decoupled(const cinfer_model *m) {
   return (m->backend->flags & CINFER_BACKEND_DECOUPLED) != 0;
 }

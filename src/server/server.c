@@ -102,6 +102,7 @@ const cinfer_backend_iface *backend_find(const char *name) {
 /* ---- small helpers -------------------------------------------------------------------- */
 
 metrics_registry *server_metrics(cinfer_server *s) { return s->metrics; }
+metrics_registry *cinfer_server_metrics_registry(cinfer_server *s) { return s->metrics; }
 int server_thread_budget(const cinfer_server *s) {
   int t = s->threads - s->opts.io_threads;
   return t > 0 ? t : 1;

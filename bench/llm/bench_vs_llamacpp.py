@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""bench_vs_llamacpp.py: single-stream prefill and decode tokens/s of cinfer's LLM engine
+vs llama.cpp (llama-cpp-python, flash attention off, its defaults otherwise) on the same
+GGUF, same thread count, in one run. Greedy decoding for both; the run also reports whether
+the generated ids are identical.
+
+Usage: build/venv/bin/python bench/llm/bench_vs_llamacpp.py [--threads N] [--prompt-tokens N]
+                                                             [--gen N] [--reps N] [MODEL.gguf]
+cinfer is timed through `cinfer generate --ids` (TTFT -> prefill tok/s; the rest -> decode).
+Prints a markdown table; docs/benchmarks-llm.md records results with this command.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import llama_cpp
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def llamacpp_run(llm, prompt_ids, n_gen):
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt_ids)
+    t1 = time.perf_counter()
+    out = []
+    for _ in range(n_gen):
+        t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append(t)
+        if len(out) == n_gen:
+            break
+        llm.eval([t])
+    t2 = time.perf_counter()
+    return len(prompt_ids) / (t1 - t0), (n_gen - 1) / (t2 - t1), out
+
+
+def cinfer_run(binary, model, prompt, n_gen, threads):
+    r = subprocess.run([binary, "generate", "-m", model, "-p", prompt, "-n", str(n_gen), "-t", str(threads),
+                        "--ids"], capture_output=True, text=True, check=True)
+    m = re.search(r"prompt (\d+) tokens, generated (\d+); TTFT ([0-9.]+) s; decode ([0-9.]+) tok/s", r.stderr)
+    n_prompt, _, ttft, dec = int(m.group(1)), int(m.group(2)), float(m.group(3)), float(m.group(4))
+    return n_prompt / ttft, dec, [int(x) for x in r.stdout.split()]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--cinfer", default=os.path.join(ROOT, "build/src/cli/cinfer"))
+    a = ap.parse_args()
+    model = a.model or subprocess.run([os.path.join(ROOT, "scripts/find_smollm2.sh")], capture_output=True,
+                                      text=True, check=True).stdout.strip()
+    llm = llama_cpp.Llama(model_path=model, n_ctx=2048, n_batch=512, n_threads=a.threads,
+                          n_threads_batch=a.threads, verbose=False, flash_attn=False)
+    # a prompt of about prompt-tokens tokens (no digits, so both tokenise identically)
+    words = "the quick brown fox jumps over the lazy dog while seven clever cats watch quietly".split()
+    prompt = " ".join(words[i % len(words)] for i in range(a.prompt_tokens))
+    ids = llm.tokenize(prompt.encode(), add_bos=False, special=False)
+    res = {"llama.cpp": [], "cinfer": []}
+    same = True
+    for _ in range(a.reps):
+        p, d, out_l = llamacpp_run(llm, ids, a.gen)
+        res["llama.cpp"].append((p, d))
+        p, d, out_c = cinfer_run(a.cinfer, model, prompt, a.gen, a.threads)
+        res["cinfer"].append((p, d))
+        same &= out_l == out_c[:len(out_l)]
+    print(f"model {os.path.basename(model)}, threads {a.threads}, prompt {len(ids)} tokens, "
+          f"generate {a.gen}, median of {a.reps}; llama-cpp-python {llama_cpp.__version__}")
+    print("| engine | prefill tok/s | decode tok/s |")
+    print("| --- | --- | --- |")
+    med = {}
+    for k, v in res.items():
+        med[k] = (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+        print(f"| {k} | {med[k][0]:.1f} | {med[k][1]:.1f} |")
+    print(f"decode ratio cinfer/llama.cpp: {med['cinfer'][1] / med['llama.cpp'][1]:.2f}x; "
+          f"prefill ratio: {med['cinfer'][0] / med['llama.cpp'][0]:.2f}x; identical greedy ids: {same}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

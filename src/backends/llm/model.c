@@ -1,0 +1,364 @@
+/* model.c: Llama weights (views into the GGUF mapping) and the batched forward pass
+ * (see model.h). Tensor shapes are checked once in llm_model_create; the forward pass then
+ * indexes without checks. It never allocates: all buffers live in llm_scratch. */
+#include "backends/llm/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  const llm_gguf_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+} layer_w;
+
+struct llm_model {
+  llm_hparams hp;
+  const llm_gguf_tensor *tok_embd, *out_norm, *output;
+  layer_w *layers;
+};
+
+struct llm_scratch {
+  int max_tokens, max_ctx, n_threads;
+  float *x, *xb, *xb2, *q, *k, *v, *hb, *hb2, *xo, *rope;
+  void *xq;
+  float **att;       /* per thread: max_ctx scores */
+  uint16_t **att16;  /* per thread: max_ctx probabilities (fp16) + head_dim q */
+};
+
+const llm_hparams *llm_model_hparams(const llm_model *m) { return &m->hp; }
+
+void llm_model_destroy(llm_model *m) {
+  if (!m) return;
+  free(m->layers);
+  free(m);
+}
+
+static cinfer_status *want_tensor(const llm_gguf *g, const char *name, int64_t ne0, int64_t ne1, bool quant_ok,
+                                  const llm_gguf_tensor **out) {
+  const llm_gguf_tensor *t = llm_gguf_tensor_find(g, name);
+  *out = t;
+  if (!t) return cinfer_status_new(CINFER_INVALID_ARG, "model: tensor '%s' missing", name);
+  if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+    return cinfer_status_new(CINFER_INVALID_ARG, "model: tensor '%s' has shape [%lld, %lld], want [%lld, %lld]", name,
+                             (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1);
+  if (quant_ok ? !llm_type_supported(t->type) : t->type != LLM_F32)
+    return cinfer_status_new(CINFER_UNSUPPORTED, "model: tensor '%s' has unsupported type %s", name,
+                             llm_type_name(t->type));
+  if (quant_ok && ne0 % llm_type_block(llm_type_vec_dot_type(t->type)))
+    return cinfer_status_new(CINFER_INVALID_ARG, "model: tensor '%s' row %lld not a multiple of the block", name,
+                             (long long)ne0);
+  return NULL;
+}
+
+static bool get_u(const llm_gguf *g, const char *arch, const char *key, int *out, int lo, int hi) {
+  char k[128];
+  snprintf(k, sizeof k, "%s.%s", arch, key);
+  uint32_t v;
+  if (!llm_gguf_get_u32(g, k, &v) || (int64_t)v < lo || (int64_t)v > hi) return false;
+  *out = (int)v;
+  return true;
+}
+
+cinfer_status *llm_model_create(const llm_gguf *g, llm_model **out) {
+  *out = NULL;
+  llm_gguf_str arch;
+  if (!llm_gguf_get_str(g, "general.architecture", &arch))
+    return cinfer_status_new(CINFER_INVALID_ARG, "model: general.architecture missing");
+  if (!(arch.n == 5 && !memcmp(arch.p, "llama", 5)))
+    return cinfer_status_new(CINFER_UNSUPPORTED, "model: architecture '%.*s' not supported (llama only)",
+                             (int)(arch.n > 40 ? 40 : arch.n), arch.p);
+  llm_model *m = calloc(1, sizeof *m);
+  if (!m) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "model: out of memory");
+  llm_hparams *hp = &m->hp;
+  cinfer_status *st = NULL;
+  const char *a = "llama";
+  if (!get_u(g, a, "embedding_length", &hp->dim, 1, 65536) || !get_u(g, a, "block_count", &hp->n_layers, 1, 1024) ||
+      !get_u(g, a, "attention.head_count", &hp->n_heads, 1, 1024) ||
+      !get_u(g, a, "feed_forward_length", &hp->ffn_dim, 1, 1 << 20) ||
+      !get_u(g, a, "context_length", &hp->ctx_train, 1, 1 << 24)) {
+    st = cinfer_status_new(CINFER_INVALID_ARG,
+                           "model: llama.{embedding_length,block_count,attention.head_count,feed_forward_length,"
+                           "context_length} missing or out of range");
+    goto fail;
+  }
+  if (!get_u(g, a, "attention.head_count_kv", &hp->n_kv_heads, 1, hp->n_heads)) hp->n_kv_heads = hp->n_heads;
+  if (hp->dim % hp->n_heads || hp->n_heads % hp->n_kv_heads) {
+    st = cinfer_status_new(CINFER_INVALID_ARG, "model: dim %d / heads %d / kv heads %d inconsistent", hp->dim,
+                           hp->n_heads, hp->n_kv_heads);
+    goto fail;
+  }
+  hp->head_dim = hp->dim / hp->n_heads;
+  if (hp->head_dim % 2 || hp->head_dim > 1024) {
+    st = cinfer_status_new(CINFER_INVALID_ARG, "model: head_dim %d unsupported", hp->head_dim);
+    goto fail;
+  }
+  if (!get_u(g, a, "rope.dimension_count", &hp->rope_dims, 2, hp->head_dim)) hp->rope_dims = hp->head_dim;
+  hp->rope_dims &= ~1;
+  hp->rope_base = 10000.f;
+  llm_gguf_get_f32(g, "llama.rope.freq_base", &hp->rope_base);
+  hp->norm_eps = 1e-5f;
+  llm_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &hp->norm_eps);
+  if (!(hp->rope_base > 0) || !(hp->norm_eps >= 0)) {
+    st = cinfer_status_new(CINFER_INVALID_ARG, "model: bad rope.freq_base or rms epsilon");
+    goto fail;
+  }
+  const llm_gguf_tensor *te = llm_gguf_tensor_find(g, "token_embd.weight");
+  if (!te || te->ne[0] != hp->dim || te->ne[1] < 1 || te->ne[1] > (1 << 24)) {
+    st = cinfer_status_new(CINFER_INVALID_ARG, "model: token_embd.weight missing or not [dim, vocab]");
+    goto fail;
+  }
+  hp->n_vocab = (int)te->ne[1];
+  int kvd = hp->n_kv_heads * hp->head_dim;
+  if ((st = want_tensor(g, "token_embd.weight", hp->dim, hp->n_vocab, true, &m->tok_embd)) ||
+      (st = want_tensor(g, "output_norm.weight", hp->dim, 1, false, &m->out_norm)))
+    goto fail;
+  if (llm_gguf_tensor_find(g, "output.weight")) {
+    if ((st = want_tensor(g, "output.weight", hp->dim, hp->n_vocab, true, &m->output))) goto fail;
+  } else {
+    m->output = m->tok_embd; /* tied embeddings */
+  }
+  m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
+  if (!m->layers) {
+    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "model: out of memory");
+    goto fail;
+  }
+  for (int l = 0; l < hp->n_layers; l++) {
+    layer_w *L = &m->layers[l];
+    char n[96];
+#define T(field, nm, a0, a1, q)                                   \
+  snprintf(n, sizeof n, "blk.%d." nm ".weight", l);               \
+  if ((st = want_tensor(g, n, a0, a1, q, &L->field))) goto fail;
+    T(attn_norm, "attn_norm", hp->dim, 1, false)
+    T(wq, "attn_q", hp->dim, hp->dim, true)
+    T(wk, "attn_k", hp->dim, kvd, true)
+    T(wv, "attn_v", hp->dim, kvd, true)
+    T(wo, "attn_output", hp->dim, hp->dim, true)
+    T(ffn_norm, "ffn_norm", hp->dim, 1, false)
+    T(w_gate, "ffn_gate", hp->dim, hp->ffn_dim, true)
+    T(w_up, "ffn_up", hp->dim, hp->ffn_dim, true)
+    T(w_down, "ffn_down", hp->ffn_dim, hp->dim, true)
+#undef T
+  }
+  *out = m;
+  return NULL;
+fail:
+  llm_model_destroy(m);
+  return st;
+}
+
+/* ---- scratch ---- */
+void llm_scratch_destroy(llm_scratch *s) {
+  if (!s) return;
+  free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
+  free(s->hb); free(s->hb2); free(s->xo); free(s->xq); free(s->rope);
+  for (int i = 0; s->att && i < s->n_threads; i++) free(s->att[i]);
+  for (int i = 0; s->att16 && i < s->n_threads; i++) free(s->att16[i]);
+  free(s->att);
+  free(s->att16);
+  free(s);
+}
+
+cinfer_status *llm_scratch_create(const llm_model *m, int max_tokens, int max_ctx, int n_threads,
+                                  llm_scratch **out) {
+  *out = NULL;
+  const llm_hparams *hp = &m->hp;
+  if (max_tokens < 1 || max_ctx < 1 || n_threads < 1)
+    return cinfer_status_new(CINFER_INVALID_ARG, "scratch: bad sizes");
+  llm_scratch *s = calloc(1, sizeof *s);
+  if (!s) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "scratch: out of memory");
+  s->max_tokens = max_tokens;
+  s->max_ctx = max_ctx;
+  s->n_threads = n_threads;
+  size_t T = (size_t)max_tokens, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+  size_t big = (size_t)(hp->ffn_dim > hp->dim ? hp->ffn_dim : hp->dim);
+  s->x = malloc(T * hp->dim * 4);
+  s->xb = malloc(T * hp->dim * 4);
+  s->xb2 = malloc(T * hp->dim * 4);
+  s->xo = malloc(T * hp->dim * 4);
+  s->q = malloc(T * hp->dim * 4);
+  s->k = malloc(T * kvd * 4);
+  s->v = malloc(T * kvd * 4);
+  s->hb = malloc(T * hp->ffn_dim * 4);
+  s->hb2 = malloc(T * hp->ffn_dim * 4);
+  s->xq = malloc(T * big * 4 + 64); /* >= any activation row format (F32 is the largest) */
+  s->rope = malloc(T * (size_t)hp->rope_dims * 4);
+  s->att = calloc((size_t)n_threads, sizeof *s->att);
+  s->att16 = calloc((size_t)n_threads, sizeof *s->att16);
+  bool ok = s->x && s->xb && s->xb2 && s->xo && s->q && s->k && s->v && s->hb && s->hb2 && s->xq && s->rope &&
+            s->att && s->att16;
+  for (int i = 0; ok && i < n_threads; i++) {
+    s->att[i] = malloc((size_t)max_ctx * 4);
+    s->att16[i] = malloc(((size_t)max_ctx + (size_t)hp->head_dim) * 2);
+    ok = s->att[i] && s->att16[i];
+  }
+  if (!ok) {
+    llm_scratch_destroy(s);
+    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "scratch: out of memory for %d tokens", max_tokens);
+  }
+  *out = s;
+  return NULL;
+}
+
+/* ---- kernels ---- */
+typedef struct {
+  const uint8_t *w;
+  size_t wrow, xrow;
+  llm_vec_dot_fn dot;
+  int n_out, k, n_tok;
+  const uint8_t *xq;
+  float *y;
+} mm_ctx;
+
+static void mm_task(void *c, int ith, int nth) {
+  mm_ctx *m = c;
+  /* split rows in chunks of 16 so a thread's rows are contiguous in memory */
+  int nchunk = (m->n_out + 15) / 16;
+  int c0 = (int)((int64_t)nchunk * ith / nth), c1 = (int)((int64_t)nchunk * (ith + 1) / nth);
+  int r1 = c1 * 16 < m->n_out ? c1 * 16 : m->n_out;
+  for (int r = c0 * 16; r < r1; r++) {
+    const uint8_t *wr = m->w + (size_t)r * m->wrow;
+    for (int t = 0; t < m->n_tok; t++) m->y[(size_t)t * m->n_out + r] = m->dot(m->k, wr, m->xq + (size_t)t * m->xrow);
+  }
+}
+
+void llm_matmul(llm_pool *pool, const void *w, llm_type wt, int n_out, int k, const float *x, int n_tok, void *xq,
+                float *y, bool reference) {
+  llm_type vt = llm_type_vec_dot_type(wt);
+  size_t xrow = llm_row_bytes(vt, k);
+  for (int t = 0; t < n_tok; t++) llm_quantize_row(vt, x + (size_t)t * k, (uint8_t *)xq + (size_t)t * xrow, k);
+  mm_ctx c = {w, llm_row_bytes(wt, k), xrow, reference ? llm_vec_dot_get_ref(wt) : llm_vec_dot_get(wt),
+              n_out, k, n_tok, xq, y};
+  if (pool) llm_pool_run(pool, mm_task, &c);
+  else mm_task(&c, 0, 1);
+}
+
+static void matmul_t(llm_pool *pool, llm_scratch *s, const llm_gguf_tensor *t, const float *x, int n_tok,
+                     float *y) {
+  llm_matmul(pool, t->data, t->type, (int)t->ne[1], (int)t->ne[0], x, n_tok, s->xq, y, false);
+}
+
+static void rmsnorm(float *o, const float *x, const float *w, int n, float eps) {
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+  float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+  for (int i = 0; i < n; i++) o[i] = (x[i] * scale) * w[i];
+}
+
+typedef struct {
+  const llm_model *m;
+  llm_kv *kv;
+  llm_scratch *s;
+  const llm_batch *b;
+  int layer;
+} att_ctx;
+
+static void att_task(void *c, int ith, int nth) {
+  att_ctx *a = c;
+  const llm_hparams *hp = &a->m->hp;
+  llm_scratch *s = a->s;
+  int hd = hp->head_dim, nh = hp->n_heads, grp = hp->n_heads / hp->n_kv_heads, kvd = hp->n_kv_heads * hd;
+  int bs = llm_kv_block_size(a->kv);
+  float scale = 1.0f / sqrtf((float)hd);
+  int total = a->b->n * nh;
+  int j0 = (int)((int64_t)total * ith / nth), j1 = (int)((int64_t)total * (ith + 1) / nth);
+  float *sc = s->att[ith];
+  uint16_t *p16 = s->att16[ith], *q16 = p16 + s->max_ctx;
+  for (int j = j0; j < j1; j++) {
+    int i = j / nh, h = j % nh, kvh = h / grp;
+    int npos = a->b->pos[i] + 1;
+    const int32_t *table = a->b->tables[a->b->seq[i]];
+    const float *q = s->q + (size_t)i * hp->dim + (size_t)h * hd;
+    for (int d = 0; d < hd; d++) q16[d] = llm_fp32_to_fp16(q[d]);
+    float mx = -INFINITY;
+    for (int p = 0; p < npos; p++) {
+      const uint16_t *kr = llm_kv_k(a->kv, a->layer, table[p / bs]) + (size_t)(p % bs) * kvd + (size_t)kvh * hd;
+      float v = llm_dot_f16(hd, kr, q16) * scale;
+      sc[p] = v;
+      if (v > mx) mx = v;
+    }
+    double sum = 0;
+    for (int p = 0; p < npos; p++) {
+      float e = expf(sc[p] - mx);
+      sc[p] = e;
+      sum += (double)e;
+    }
+    float inv = (float)(1.0 / sum);
+    for (int p = 0; p < npos; p++) p16[p] = llm_fp32_to_fp16(sc[p] * inv);
+    float *o = s->xb2 + (size_t)i * hp->dim + (size_t)h * hd;
+    for (int d = 0; d < hd; d++) o[d] = 0;
+    for (int p = 0; p < npos; p++) {
+      const uint16_t *vr = llm_kv_v(a->kv, a->layer, table[p / bs]) + (size_t)(p % bs) * kvd + (size_t)kvh * hd;
+      float pw = llm_fp16_to_fp32(p16[p]);
+      if (pw == 0.0f) continue;
+      for (int d = 0; d < hd; d++) o[d] += pw * llm_fp16_to_fp32(vr[d]);
+    }
+  }
+}
+
+static void rope_apply(float *v, int n_heads, int hd, const float *cs, int rope_dims) {
+  for (int h = 0; h < n_heads; h++) {
+    float *x = v + (size_t)h * hd;
+    for (int i = 0; i < rope_dims; i += 2) {
+      float c = cs[i], sn = cs[i + 1], x0 = x[i], x1 = x[i + 1];
+      x[i] = x0 * c - x1 * sn;
+      x[i + 1] = x0 * sn + x1 * c;
+    }
+  }
+}
+
+void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scratch *s, const llm_batch *b,
+                       float *logits) {
+  const llm_hparams *hp = &m->hp;
+  int n = b->n, dim = hp->dim, kvd = hp->n_kv_heads * hp->head_dim, bs = llm_kv_block_size(kv);
+  size_t erow = llm_row_bytes(m->tok_embd->type, dim);
+  for (int i = 0; i < n; i++)
+    llm_dequant_row(m->tok_embd->type, (const uint8_t *)m->tok_embd->data + (size_t)b->token[i] * erow,
+                    s->x + (size_t)i * dim, dim);
+  /* rope cos/sin per token, computed as ggml does (theta *= theta_scale) */
+  float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dims);
+  for (int i = 0; i < n; i++) {
+    float theta = (float)b->pos[i], *cs = s->rope + (size_t)i * hp->rope_dims;
+    for (int d = 0; d < hp->rope_dims; d += 2) {
+      cs[d] = cosf(theta);
+      cs[d + 1] = sinf(theta);
+      theta *= theta_scale;
+    }
+  }
+  const float *no = m->out_norm->data;
+  for (int l = 0; l < hp->n_layers; l++) {
+    const layer_w *L = &m->layers[l];
+    const float *an = L->attn_norm->data, *fn = L->ffn_norm->data;
+    for (int i = 0; i < n; i++) rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, an, dim, hp->norm_eps);
+    matmul_t(pool, s, L->wq, s->xb, n, s->q);
+    matmul_t(pool, s, L->wk, s->xb, n, s->k);
+    matmul_t(pool, s, L->wv, s->xb, n, s->v);
+    for (int i = 0; i < n; i++) {
+      const float *cs = s->rope + (size_t)i * hp->rope_dims;
+      rope_apply(s->q + (size_t)i * dim, hp->n_heads, hp->head_dim, cs, hp->rope_dims);
+      rope_apply(s->k + (size_t)i * kvd, hp->n_kv_heads, hp->head_dim, cs, hp->rope_dims);
+      int p = b->pos[i], blk = b->tables[b->seq[i]][p / bs];
+      uint16_t *kr = llm_kv_k(kv, l, blk) + (size_t)(p % bs) * kvd, *vr = llm_kv_v(kv, l, blk) + (size_t)(p % bs) * kvd;
+      for (int d = 0; d < kvd; d++) {
+        kr[d] = llm_fp32_to_fp16(s->k[(size_t)i * kvd + d]);
+        vr[d] = llm_fp32_to_fp16(s->v[(size_t)i * kvd + d]);
+      }
+    }
+    att_ctx ac = {m, kv, s, b, l};
+    llm_pool_run(pool, att_task, &ac);
+    matmul_t(pool, s, L->wo, s->xb2, n, s->xb);
+    for (size_t i = 0; i < (size_t)n * dim; i++) s->x[i] += s->xb[i];
+    for (int i = 0; i < n; i++) rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, fn, dim, hp->norm_eps);
+    matmul_t(pool, s, L->w_gate, s->xb, n, s->hb);
+    matmul_t(pool, s, L->w_up, s->xb, n, s->hb2);
+    for (size_t i = 0; i < (size_t)n * hp->ffn_dim; i++) {
+      float g = s->hb[i];
+      s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
+    }
+    matmul_t(pool, s, L->w_down, s->hb, n, s->xb);
+    for (size_t i = 0; i < (size_t)n * dim; i++) s->x[i] += s->xb[i];
+  }
+  int nw = 0;
+  for (int i = 0; i < n; i++)
+    if (b->want[i]) rmsnorm(s->xo + (size_t)nw++ * dim, s->x + (size_t)i * dim, no, dim, hp->norm_eps);
+  if (nw) matmul_t(pool, s, m->output, s->xo, nw, logits);
+}

@@ -1,0 +1,658 @@
+/* quant.c: ggml-compatible block formats: dequantisation, activation quantisation, and
+ * dot products (scalar references + AVX2/FMA fast paths). Block layouts are bit-exact
+ * with ggml (see ggml-common.h); all sizes are checked by the GGUF loader before use. */
+#include "backends/llm/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define LLM_AVX2 1
+#endif
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#define QK 32
+#define QKK 256
+typedef struct { uint16_t d; uint8_t qs[16]; } blk_q4_0;
+typedef struct { uint16_t d, m; uint8_t qs[16]; } blk_q4_1;
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_0;
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_1;
+typedef struct { uint16_t d; int8_t qs[32]; } blk_q8_0;
+typedef struct { uint16_t d, s; int8_t qs[32]; } blk_q8_1;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } blk_q4_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } blk_q5_K;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_K;
+typedef struct { float d; int8_t qs[256]; int16_t bsums[16]; } blk_q8_K;
+_Static_assert(sizeof(blk_q4_0) == 18, "q4_0");
+_Static_assert(sizeof(blk_q4_1) == 20, "q4_1");
+_Static_assert(sizeof(blk_q5_0) == 22, "q5_0");
+_Static_assert(sizeof(blk_q5_1) == 24, "q5_1");
+_Static_assert(sizeof(blk_q8_0) == 34, "q8_0");
+_Static_assert(sizeof(blk_q8_1) == 36, "q8_1");
+_Static_assert(sizeof(blk_q4_K) == 144, "q4_K");
+_Static_assert(sizeof(blk_q5_K) == 176, "q5_K");
+_Static_assert(sizeof(blk_q6_K) == 210, "q6_K");
+_Static_assert(sizeof(blk_q8_K) == 292, "q8_K");
+
+static const struct { const char *name; int block; size_t bytes; bool supported; } type_info[LLM_TYPE_COUNT_] = {
+    [LLM_F32] = {"F32", 1, 4, true},       [LLM_F16] = {"F16", 1, 2, true},
+    [LLM_Q4_0] = {"Q4_0", 32, 18, true},   [LLM_Q4_1] = {"Q4_1", 32, 20, true},
+    [LLM_Q5_0] = {"Q5_0", 32, 22, true},   [LLM_Q5_1] = {"Q5_1", 32, 24, true},
+    [LLM_Q8_0] = {"Q8_0", 32, 34, true},   [LLM_Q8_1] = {"Q8_1", 32, 36, false},
+    [LLM_Q2_K] = {"Q2_K", 256, 84, false}, [LLM_Q3_K] = {"Q3_K", 256, 110, false},
+    [LLM_Q4_K] = {"Q4_K", 256, 144, true}, [LLM_Q5_K] = {"Q5_K", 256, 176, true},
+    [LLM_Q6_K] = {"Q6_K", 256, 210, true}, [LLM_Q8_K] = {"Q8_K", 256, 292, false},
+    [LLM_BF16] = {"BF16", 1, 2, true},
+};
+
+int llm_type_block(llm_type t) { return (unsigned)t < LLM_TYPE_COUNT_ ? type_info[t].block : 0; }
+size_t llm_type_block_bytes(llm_type t) { return (unsigned)t < LLM_TYPE_COUNT_ ? type_info[t].bytes : 0; }
+const char *llm_type_name(llm_type t) {
+  return (unsigned)t < LLM_TYPE_COUNT_ && type_info[t].name ? type_info[t].name : "?";
+}
+bool llm_type_supported(llm_type t) { return (unsigned)t < LLM_TYPE_COUNT_ && type_info[t].supported; }
+size_t llm_row_bytes(llm_type t, int64_t n) {
+  return (size_t)(n / llm_type_block(t)) * llm_type_block_bytes(t);
+}
+llm_type llm_type_vec_dot_type(llm_type t) {
+  switch (t) {
+    case LLM_Q4_0: case LLM_Q5_0: case LLM_Q8_0: return LLM_Q8_0;
+    case LLM_Q4_1: case LLM_Q5_1: return LLM_Q8_1;
+    case LLM_Q4_K: case LLM_Q5_K: case LLM_Q6_K: return LLM_Q8_K;
+    default: return LLM_F32;
+  }
+}
+
+/* ---- fp16 / bf16 ---- */
+float llm_fp16_to_fp32_ref(uint16_t h) {
+  uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, f;
+  if (e == 0) {
+    if (m == 0) f = s;
+    else { /* subnormal */
+      float v = ldexpf((float)m, -24);
+      memcpy(&f, &v, 4);
+      f |= s;
+    }
+  } else if (e == 31) f = s | 0x7f800000 | (m << 13);
+  else f = s | ((e + 112) << 23) | (m << 13);
+  float r;
+  memcpy(&r, &f, 4);
+  return r;
+}
+uint16_t llm_fp32_to_fp16_ref(float x) { /* round to nearest even */
+  uint32_t b;
+  memcpy(&b, &x, 4);
+  uint32_t s = (b >> 16) & 0x8000;
+  int32_t e = (int32_t)((b >> 23) & 0xff) - 127 + 15;
+  uint32_t m = b & 0x7fffff;
+  if (((b >> 23) & 0xff) == 0xff) return (uint16_t)(s | 0x7c00 | (m ? 0x200 : 0));
+  if (e >= 31) return (uint16_t)(s | 0x7c00);
+  if (e <= 0) {
+    if (e < -10) return (uint16_t)s;
+    m |= 0x800000;
+    uint32_t shift = (uint32_t)(14 - e), r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1))) r++;
+    return (uint16_t)(s | r);
+  }
+  uint32_t r = ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+  return (uint16_t)(s | r);
+}
+float llm_fp16_to_fp32(uint16_t h) {
+#ifdef __F16C__
+  return _cvtsh_ss(h);
+#else
+  return llm_fp16_to_fp32_ref(h);
+#endif
+}
+uint16_t llm_fp32_to_fp16(float f) {
+#ifdef __F16C__
+  return (uint16_t)_cvtss_sh(f, 0);
+#else
+  return llm_fp32_to_fp16_ref(f);
+#endif
+}
+float llm_bf16_to_fp32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+#define H2F llm_fp16_to_fp32
+
+/* ---- dequantisation (reference) ---- */
+static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+  }
+}
+
+void llm_dequant_row(llm_type t, const void *src, float *y, int64_t n) {
+  switch (t) {
+    case LLM_F32: memcpy(y, src, (size_t)n * 4); return;
+    case LLM_F16: { const uint16_t *s = src; for (int64_t i = 0; i < n; i++) y[i] = H2F(s[i]); return; }
+    case LLM_BF16: { const uint16_t *s = src; for (int64_t i = 0; i < n; i++) y[i] = llm_bf16_to_fp32(s[i]); return; }
+    case LLM_Q4_0: {
+      const blk_q4_0 *b = src;
+      for (int64_t i = 0; i < n / QK; i++, y += QK) {
+        float d = H2F(b[i].d);
+        for (int j = 0; j < 16; j++) {
+          y[j] = ((b[i].qs[j] & 0xF) - 8) * d;
+          y[j + 16] = ((b[i].qs[j] >> 4) - 8) * d;
+        }
+      }
+      return;
+    }
+    case LLM_Q4_1: {
+      const blk_q4_1 *b = src;
+      for (int64_t i = 0; i < n / QK; i++, y += QK) {
+        float d = H2F(b[i].d), m = H2F(b[i].m);
+        for (int j = 0; j < 16; j++) {
+          y[j] = (b[i].qs[j] & 0xF) * d + m;
+          y[j + 16] = (b[i].qs[j] >> 4) * d + m;
+        }
+      }
+      return;
+    }
+    case LLM_Q5_0: case LLM_Q5_1: {
+      bool one = t == LLM_Q5_1;
+      const uint8_t *p = src;
+      size_t bb = one ? 24 : 22;
+      for (int64_t i = 0; i < n / QK; i++, y += QK, p += bb) {
+        uint16_t dh, mh = 0;
+        memcpy(&dh, p, 2);
+        if (one) memcpy(&mh, p + 2, 2);
+        const uint8_t *qhp = p + (one ? 4 : 2), *qs = qhp + 4;
+        uint32_t qh;
+        memcpy(&qh, qhp, 4);
+        float d = H2F(dh), m = one ? H2F(mh) : 0;
+        for (int j = 0; j < 16; j++) {
+          int xh0 = ((qh >> j) << 4) & 0x10, xh1 = (qh >> (j + 12)) & 0x10;
+          int x0 = (qs[j] & 0xF) | xh0, x1 = (qs[j] >> 4) | xh1;
+          if (one) { y[j] = x0 * d + m; y[j + 16] = x1 * d + m; }
+          else { y[j] = (x0 - 16) * d; y[j + 16] = (x1 - 16) * d; }
+        }
+      }
+      return;
+    }
+    case LLM_Q8_0: {
+      const blk_q8_0 *b = src;
+      for (int64_t i = 0; i < n / QK; i++, y += QK) {
+        float d = H2F(b[i].d);
+        for (int j = 0; j < 32; j++) y[j] = b[i].qs[j] * d;
+      }
+      return;
+    }
+    case LLM_Q8_1: {
+      const blk_q8_1 *b = src;
+      for (int64_t i = 0; i < n / QK; i++, y += QK) {
+        float d = H2F(b[i].d);
+        for (int j = 0; j < 32; j++) y[j] = b[i].qs[j] * d;
+      }
+      return;
+    }
+    case LLM_Q8_K: {
+      const blk_q8_K *b = src;
+      for (int64_t i = 0; i < n / QKK; i++, y += QKK)
+        for (int j = 0; j < QKK; j++) y[j] = b[i].d * b[i].qs[j];
+      return;
+    }
+    case LLM_Q4_K: {
+      const blk_q4_K *b = src;
+      for (int64_t i = 0; i < n / QKK; i++) {
+        const uint8_t *q = b[i].qs;
+        float d = H2F(b[i].d), mn = H2F(b[i].dmin);
+        int is = 0;
+        for (int j = 0; j < QKK; j += 64) {
+          uint8_t sc, m;
+          scale_min_k4(is, b[i].scales, &sc, &m);
+          float d1 = d * sc, m1 = mn * m;
+          scale_min_k4(is + 1, b[i].scales, &sc, &m);
+          float d2 = d * sc, m2 = mn * m;
+          for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
+          for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+          q += 32;
+          is += 2;
+        }
+      }
+      return;
+    }
+    case LLM_Q5_K: {
+      const blk_q5_K *b = src;
+      for (int64_t i = 0; i < n / QKK; i++) {
+        const uint8_t *ql = b[i].qs, *qh = b[i].qh;
+        float d = H2F(b[i].d), mn = H2F(b[i].dmin);
+        int is = 0;
+        uint8_t u1 = 1, u2 = 2;
+        for (int j = 0; j < QKK; j += 64) {
+          uint8_t sc, m;
+          scale_min_k4(is, b[i].scales, &sc, &m);
+          float d1 = d * sc, m1 = mn * m;
+          scale_min_k4(is + 1, b[i].scales, &sc, &m);
+          float d2 = d * sc, m2 = mn * m;
+          for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+          for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+          ql += 32;
+          is += 2;
+          u1 = (uint8_t)(u1 << 2);
+          u2 = (uint8_t)(u2 << 2);
+        }
+      }
+      return;
+    }
+    case LLM_Q6_K: {
+      const blk_q6_K *b = src;
+      for (int64_t i = 0; i < n / QKK; i++) {
+        float d = H2F(b[i].d);
+        const uint8_t *ql = b[i].ql, *qh = b[i].qh;
+        const int8_t *sc = b[i].scales;
+        for (int nn = 0; nn < QKK; nn += 128) {
+          for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+            int q1 = (int8_t)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            int q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            int q3 = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            int q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l] = d * sc[is] * q1;
+            y[l + 32] = d * sc[is + 2] * q2;
+            y[l + 64] = d * sc[is + 4] * q3;
+            y[l + 96] = d * sc[is + 6] * q4;
+          }
+          y += 128;
+          ql += 64;
+          qh += 32;
+          sc += 8;
+        }
+      }
+      return;
+    }
+    default: memset(y, 0, (size_t)n * 4); return;
+  }
+}
+
+/* ---- activation quantisation ---- */
+static void quant_q8(const float *x, int8_t *q, float *d_out, int *sum_out) {
+  float amax = 0;
+  for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+  float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
+  int sum = 0;
+  for (int j = 0; j < QK; j++) {
+    int v = (int)nearbyintf(x[j] * id); /* default rounding mode: half to even */
+    q[j] = (int8_t)v;
+    sum += v;
+  }
+  *d_out = d;
+  *sum_out = sum;
+}
+
+static inline int nearest_int(float fval) {
+  float val = fval + 12582912.f;
+  int i;
+  memcpy(&i, &val, sizeof(int));
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+void llm_quantize_row(llm_type t, const float *x, void *dst, int64_t n) {
+  switch (t) {
+    case LLM_Q8_0: {
+      blk_q8_0 *b = dst;
+      for (int64_t i = 0; i < n / QK; i++) {
+        float d;
+        int s;
+        quant_q8(x + i * QK, b[i].qs, &d, &s);
+        b[i].d = llm_fp32_to_fp16(d);
+      }
+      return;
+    }
+    case LLM_Q8_1: {
+      blk_q8_1 *b = dst;
+      for (int64_t i = 0; i < n / QK; i++) {
+        float d;
+        int s;
+        quant_q8(x + i * QK, b[i].qs, &d, &s);
+        b[i].d = llm_fp32_to_fp16(d);
+        b[i].s = llm_fp32_to_fp16(d * (float)s);
+      }
+      return;
+    }
+    case LLM_Q8_K: {
+      blk_q8_K *b = dst;
+      for (int64_t i = 0; i < n / QKK; i++, x += QKK) {
+        float max = 0, amax = 0;
+        for (int j = 0; j < QKK; j++) {
+          float ax = fabsf(x[j]);
+          if (ax > amax) { amax = ax; max = x[j]; }
+        }
+        if (!amax) {
+          memset(&b[i], 0, sizeof b[i]);
+          continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < QKK; j++) {
+          int v = nearest_int(iscale * x[j]);
+          b[i].qs[j] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int j = 0; j < QKK / 16; j++) {
+          int sum = 0;
+          for (int ii = 0; ii < 16; ++ii) sum += b[i].qs[j * 16 + ii];
+          b[i].bsums[j] = (int16_t)sum;
+        }
+        b[i].d = 1 / iscale;
+      }
+      return;
+    }
+    case LLM_F16: {
+      uint16_t *o = dst;
+      for (int64_t i = 0; i < n; i++) o[i] = llm_fp32_to_fp16(x[i]);
+      return;
+    }
+    default: memcpy(dst, x, (size_t)n * 4); return;
+  }
+}
+
+/* ---- scalar reference dot products ---- */
+static float dot_f32_ref(int64_t n, const void *w, const void *a) {
+  const float *x = w, *y = a;
+  float s = 0;
+  for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
+  return s;
+}
+static float dot_f16w_ref(int64_t n, const void *w, const void *a) {
+  const uint16_t *x = w;
+  const float *y = a;
+  float s = 0;
+  for (int64_t i = 0; i < n; i++) s += H2F(x[i]) * y[i];
+  return s;
+}
+static float dot_bf16w_ref(int64_t n, const void *w, const void *a) {
+  const uint16_t *x = w;
+  const float *y = a;
+  float s = 0;
+  for (int64_t i = 0; i < n; i++) s += llm_bf16_to_fp32(x[i]) * y[i];
+  return s;
+}
+static float dot_q4_0_ref(int64_t n, const void *w, const void *a) {
+  const blk_q4_0 *x = w;
+  const blk_q8_0 *y = a;
+  float s = 0;
+  for (int64_t i = 0; i < n / QK; i++) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++)
+      isum += ((x[i].qs[j] & 0xF) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+    s += isum * H2F(x[i].d) * H2F(y[i].d);
+  }
+  return s;
+}
+static float dot_q4_1_ref(int64_t n, const void *w, const void *a) {
+  const blk_q4_1 *x = w;
+  const blk_q8_1 *y = a;
+  float s = 0;
+  for (int64_t i = 0; i < n / QK; i++) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++)
+      isum += (x[i].qs[j] & 0xF) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
+    s += (H2F(x[i].d) * H2F(y[i].d)) * isum + H2F(x[i].m) * H2F(y[i].s);
+  }
+  return s;
+}
+static float dot_q5_0_ref(int64_t n, const void *w, const void *a) {
+  const blk_q5_0 *x = w;
+  const blk_q8_0 *y = a;
+  float s = 0;
+  for (int64_t i = 0; i < n / QK; i++) {
+    uint32_t qh;
+    memcpy(&qh, x[i].qh, 4);
+    int isum = 0;
+    for (int j = 0; j < 16; j++) {
+      int xh0 = ((qh >> j) << 4) & 0x10, xh1 = (qh >> (j + 12)) & 0x10;
+      isum += (((x[i].qs[j] & 0xF) | xh0) - 16) * y[i].qs[j] +
+              (((x[i].qs[j] >> 4) | xh1) - 16) * y[i].qs[j + 16];
+    }
+    s += isum * H2F(x[i].d) * H2F(y[i].d);
+  }
+  return s;
+}
+static float dot_q5_1_ref(int64_t n, const void *w, const void *a) {
+  const blk_q5_1 *x = w;
+  const blk_q8_1 *y = a;
+  float s = 0;
+  for (int64_t i = 0; i < n / QK; i++) {
+    uint32_t qh;
+    memcpy(&qh, x[i].qh, 4);
+    int isum = 0;
+    for (int j = 0; j < 16; j++) {
+      int xh0 = ((qh >> j) << 4) & 0x10, xh1 = (qh >> (j + 12)) & 0x10;
+      isum += ((x[i].qs[j] & 0xF) | xh0) * y[i].qs[j] + ((x[i].qs[j] >> 4) | xh1) * y[i].qs[j + 16];
+    }
+    s += (H2F(x[i].d) * H2F(y[i].d)) * isum + H2F(x[i].m) * H2F(y[i].s);
+  }
+  return s;
+}
+static float dot_q8_0_ref(int64_t n, const void *w, const void *a) {
+  const blk_q8_0 *x = w, *y = a;
+  float s = 0;
+  for (int64_t i = 0; i < n / QK; i++) {
+    int isum = 0;
+    for (int j = 0; j < QK; j++) isum += x[i].qs[j] * y[i].qs[j];
+    s += isum * (H2F(x[i].d) * H2F(y[i].d));
+  }
+  return s;
+}
+static float dot_q4_K_ref(int64_t n, const void *w, const void *a) {
+  const blk_q4_K *x = w;
+  const blk_q8_K *y = a;
+  float s = 0;
+  for (int64_t i = 0; i < n / QKK; i++) {
+    float d = H2F(x[i].d) * y[i].d, dmin = H2F(x[i].dmin) * y[i].d;
+    const uint8_t *q = x[i].qs;
+    const int8_t *q8 = y[i].qs;
+    for (int j = 0; j < 4; j++) {
+      uint8_t sc1, m1, sc2, m2;
+      scale_min_k4(2 * j, x[i].scales, &sc1, &m1);
+      scale_min_k4(2 * j + 1, x[i].scales, &sc2, &m2);
+      int s1 = 0, s2 = 0;
+      for (int l = 0; l < 32; l++) {
+        s1 += (q[l] & 0xF) * q8[l];
+        s2 += (q[l] >> 4) * q8[l + 32];
+      }
+      int b1 = y[i].bsums[4 * j] + y[i].bsums[4 * j + 1], b2 = y[i].bsums[4 * j + 2] + y[i].bsums[4 * j + 3];
+      s += d * (sc1 * s1 + sc2 * s2) - dmin * (m1 * b1 + m2 * b2);
+      q += 32;
+      q8 += 64;
+    }
+  }
+  return s;
+}
+static float dot_q5_K_ref(int64_t n, const void *w, const void *a) {
+  const blk_q5_K *x = w;
+  const blk_q8_K *y = a;
+  float s = 0;
+  for (int64_t i = 0; i < n / QKK; i++) {
+    float d = H2F(x[i].d) * y[i].d, dmin = H2F(x[i].dmin) * y[i].d;
+    const uint8_t *ql = x[i].qs, *qh = x[i].qh;
+    const int8_t *q8 = y[i].qs;
+    uint8_t u1 = 1, u2 = 2;
+    for (int j = 0; j < 4; j++) {
+      uint8_t sc1, m1, sc2, m2;
+      scale_min_k4(2 * j, x[i].scales, &sc1, &m1);
+      scale_min_k4(2 * j + 1, x[i].scales, &sc2, &m2);
+      int s1 = 0, s2 = 0;
+      for (int l = 0; l < 32; l++) {
+        s1 += ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) * q8[l];
+        s2 += ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) * q8[l + 32];
+      }
+      int b1 = y[i].bsums[4 * j] + y[i].bsums[4 * j + 1], b2 = y[i].bsums[4 * j + 2] + y[i].bsums[4 * j + 3];
+      s += d * (sc1 * s1 + sc2 * s2) - dmin * (m1 * b1 + m2 * b2);
+      ql += 32;
+      q8 += 64;
+      u1 = (uint8_t)(u1 << 2);
+      u2 = (uint8_t)(u2 << 2);
+    }
+  }
+  return s;
+}
+static float dot_q6_K_ref(int64_t n, const void *w, const void *a) {
+  const blk_q6_K *x = w;
+  const blk_q8_K *y = a;
+  float s = 0;
+  int8_t q6[QKK];
+  for (int64_t i = 0; i < n / QKK; i++) {
+    const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+    for (int nn = 0; nn < QKK; nn += 128) {
+      for (int l = 0; l < 32; l++) {
+        q6[nn + l] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+        q6[nn + l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        q6[nn + l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        q6[nn + l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+      ql += 64;
+      qh += 32;
+    }
+    int isum = 0;
+    for (int g = 0; g < 16; g++) {
+      int gs = 0;
+      for (int l = 0; l < 16; l++) gs += q6[g * 16 + l] * y[i].qs[g * 16 + l];
+      isum += x[i].scales[g] * gs;
+    }
+    s += H2F(x[i].d) * y[i].d * isum;
+  }
+  return s;
+}
+
+/* ---- AVX2 / FMA ---- */
+#ifdef LLM_AVX2
+static inline float hsum8(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+static inline __m256i nibbles32(const uint8_t *p) {
+  __m128i t = _mm_loadu_si128((const __m128i *)p);
+  __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+  return _mm256_and_si256(_mm256_set1_epi8(0xF), b);
+}
+static inline __m256 sum_i8_pairs(__m256i x, __m256i y) {
+  __m256i ax = _mm256_sign_epi8(x, x), sy = _mm256_sign_epi8(y, x);
+  __m256i dot = _mm256_maddubs_epi16(ax, sy);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)));
+}
+static inline __m256 sum_u8_i8_pairs(__m256i ux, __m256i sy) {
+  __m256i dot = _mm256_maddubs_epi16(ux, sy);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)));
+}
+static float dot_q4_0_avx2(int64_t n, const void *w, const void *a) {
+  const blk_q4_0 *x = w;
+  const blk_q8_0 *y = a;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK; i++) {
+    __m256 d = _mm256_set1_ps(H2F(x[i].d) * H2F(y[i].d));
+    __m256i qx = _mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8));
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+    acc = _mm256_fmadd_ps(d, sum_i8_pairs(qx, qy), acc);
+  }
+  return hsum8(acc);
+}
+static float dot_q4_1_avx2(int64_t n, const void *w, const void *a) {
+  const blk_q4_1 *x = w;
+  const blk_q8_1 *y = a;
+  __m256 acc = _mm256_setzero_ps();
+  float summs = 0;
+  for (int64_t i = 0; i < n / QK; i++) {
+    summs += H2F(x[i].m) * H2F(y[i].s);
+    __m256 d = _mm256_set1_ps(H2F(x[i].d) * H2F(y[i].d));
+    __m256i qx = nibbles32(x[i].qs);
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+    acc = _mm256_fmadd_ps(d, sum_u8_i8_pairs(qx, qy), acc);
+  }
+  return hsum8(acc) + summs;
+}
+static float dot_q8_0_avx2(int64_t n, const void *w, const void *a) {
+  const blk_q8_0 *x = w, *y = a;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK; i++) {
+    __m256 d = _mm256_set1_ps(H2F(x[i].d) * H2F(y[i].d));
+    __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+    acc = _mm256_fmadd_ps(d, sum_i8_pairs(qx, qy), acc);
+  }
+  return hsum8(acc);
+}
+static float dot_f32_avx2(int64_t n, const void *w, const void *a) {
+  const float *x = w, *y = a;
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc);
+  float s = hsum8(acc);
+  for (; i < n; i++) s += x[i] * y[i];
+  return s;
+}
+#endif
+
+llm_vec_dot_fn llm_vec_dot_get_ref(llm_type t) {
+  switch (t) {
+    case LLM_F32: return dot_f32_ref;
+    case LLM_F16: return dot_f16w_ref;
+    case LLM_BF16: return dot_bf16w_ref;
+    case LLM_Q4_0: return dot_q4_0_ref;
+    case LLM_Q4_1: return dot_q4_1_ref;
+    case LLM_Q5_0: return dot_q5_0_ref;
+    case LLM_Q5_1: return dot_q5_1_ref;
+    case LLM_Q8_0: return dot_q8_0_ref;
+    case LLM_Q4_K: return dot_q4_K_ref;
+    case LLM_Q5_K: return dot_q5_K_ref;
+    case LLM_Q6_K: return dot_q6_K_ref;
+    default: return NULL;
+  }
+}
+
+bool llm_cpu_has_avx2(void) {
+#ifdef LLM_AVX2
+  return true;
+#else
+  return false;
+#endif
+}
+
+llm_vec_dot_fn llm_vec_dot_get(llm_type t) {
+#ifdef LLM_AVX2
+  switch (t) {
+    case LLM_F32: return dot_f32_avx2;
+    case LLM_Q4_0: return dot_q4_0_avx2;
+    case LLM_Q4_1: return dot_q4_1_avx2;
+    case LLM_Q8_0: return dot_q8_0_avx2;
+    default: break;
+  }
+#endif
+  return llm_vec_dot_get_ref(t);
+}
+
+float llm_dot_f16_ref(int n, const uint16_t *x, const uint16_t *y) {
+  float s = 0;
+  for (int i = 0; i < n; i++) s += H2F(x[i]) * H2F(y[i]);
+  return s;
+}
+
+float llm_dot_f16(int n, const uint16_t *x, const uint16_t *y) {
+#if defined(LLM_AVX2) && defined(__F16C__)
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+    __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
+    acc = _mm256_fmadd_ps(a, b, acc);
+  }
+  float s = hsum8(acc);
+  for (; i < n; i++) s += H2F(x[i]) * H2F(y[i]);
+  return s;
+#else
+  return llm_dot_f16_ref(n, x, y);
+#endif
+}

@@ -1,0 +1,58 @@
+/* quant.h: ggml tensor types (block layouts bit-compatible with ggml), fp16/bf16
+ * conversion, dequantisation, activation quantisation and dot products.
+ *
+ * A weight row of type T is dotted with an activation row quantised to
+ * llm_type_vec_dot_type(T) (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the
+ * K-quants, F32 for F32/F16/BF16), exactly as ggml's CPU backend does, so results match
+ * llama.cpp up to float summation order.
+ *
+ * Every dot product has a scalar reference (`*_ref`) and, where the CPU has AVX2+FMA, a
+ * fast path; tests/unit/llm/test_quant.c compares them. */
+#ifndef CINFER_LLM_QUANT_H
+#define CINFER_LLM_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum llm_type {
+  LLM_F32 = 0, LLM_F16 = 1, LLM_Q4_0 = 2, LLM_Q4_1 = 3, LLM_Q5_0 = 6, LLM_Q5_1 = 7,
+  LLM_Q8_0 = 8, LLM_Q8_1 = 9, LLM_Q2_K = 10, LLM_Q3_K = 11, LLM_Q4_K = 12, LLM_Q5_K = 13,
+  LLM_Q6_K = 14, LLM_Q8_K = 15, LLM_BF16 = 30, LLM_TYPE_COUNT_ = 31
+} llm_type;
+
+/* Elements per block and bytes per block; 0 for types this engine does not know. */
+int llm_type_block(llm_type t);
+size_t llm_type_block_bytes(llm_type t);
+const char *llm_type_name(llm_type t);
+/* Bytes of a row of n elements (n must be a multiple of the block). */
+size_t llm_row_bytes(llm_type t, int64_t n);
+/* True when weights of this type can be used in a matmul (dequant + vec_dot present). */
+bool llm_type_supported(llm_type t);
+llm_type llm_type_vec_dot_type(llm_type t);
+
+float llm_fp16_to_fp32(uint16_t h);
+uint16_t llm_fp32_to_fp16(float f);
+float llm_bf16_to_fp32(uint16_t h);
+/* Portable (no F16C) conversions, round to nearest even: references for the above. */
+float llm_fp16_to_fp32_ref(uint16_t h);
+uint16_t llm_fp32_to_fp16_ref(float f);
+
+/* Dequantises n elements (multiple of the block) of a row. Scalar; the reference. */
+void llm_dequant_row(llm_type t, const void *src, float *dst, int64_t n);
+/* Quantises an activation row to Q8_0 / Q8_1 / Q8_K / F16 (t = the vec-dot type; for F32
+ * it copies). dst holds llm_row_bytes(t, n). Q8_0/Q8_1 follow ggml's x86 SIMD quantiser
+ * (scale 127/amax, round half to even), which is what llama.cpp runs on this CPU. */
+void llm_quantize_row(llm_type t, const float *src, void *dst, int64_t n);
+
+/* Dot of weight row w (type t) with activation row a (type llm_type_vec_dot_type(t)). */
+typedef float (*llm_vec_dot_fn)(int64_t n, const void *w, const void *a);
+llm_vec_dot_fn llm_vec_dot_get(llm_type t);      /* fastest available */
+llm_vec_dot_fn llm_vec_dot_get_ref(llm_type t);  /* scalar reference */
+bool llm_cpu_has_avx2(void);
+
+/* fp16 dot (attention scores) and y += a*x over fp16 x (attention values). */
+float llm_dot_f16(int n, const uint16_t *x, const uint16_t *y);
+float llm_dot_f16_ref(int n, const uint16_t *x, const uint16_t *y);
+
+#endif

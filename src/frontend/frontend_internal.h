@@ -1,0 +1,25 @@
+/* frontend_internal.h: what the KServe and OpenAI halves of the HTTP frontend share. */
+#ifndef CINFER_FRONTEND_INTERNAL_H
+#define CINFER_FRONTEND_INTERNAL_H
+
+#include "frontend/frontend.h"
+#include "frontend/kserve.h"
+#include "metrics/metrics.h"
+#include "net/http.h"
+
+struct frontend {
+  cinfer_server *server;
+  http_server *http, *metrics_http;
+  kserve_limits limits;
+};
+
+/* The server's metrics registry (src/server), for frontend-owned metric families. */
+metrics_registry *cinfer_server_metrics_registry(cinfer_server *s);
+
+/* OpenAI-compatible routes (/v1/..., /tokenize, /detokenize, /health). Returns false when
+ * the path is not one of them (the exchange is then untouched). */
+bool openai_route(frontend *fe, http_exchange *ex, const http_request *req);
+/* Refreshes the LLM gauges and counters from each loaded engine (before /metrics). */
+void openai_update_metrics(cinfer_server *s);
+
+#endif

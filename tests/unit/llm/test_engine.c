@@ -1,0 +1,515 @@
+/* test_engine.c: the LLM engine on the real SmolLM2-135M Q4_1 model against fixtures made
+ * by llama.cpp (the JSON files in tests/data/llm, see make_fixtures.py):
+ *  - the tokenizer reproduces llama.cpp's ids on a multilingual/emoji/code/whitespace
+ *    corpus; detokenisation round-trips; streaming never splits a UTF-8 character;
+ *  - greedy decoding reproduces llama.cpp's token ids, one sequence at a time AND all
+ *    prompts batched together (continuous batching) AND under KV pressure that forces
+ *    preemption and recompute;
+ *  - prefix caching, cancellation, stop strings, max_tokens, seeds, bad input; no KV block
+ *    is left in use after any test.
+ * The model path comes from scripts/find_smollm2.sh (the venv of scripts/setup.sh) or
+ * $CINFER_SMOLLM2_GGUF. The engine runs with manual_step so the tests are deterministic
+ * and need no waiting. */
+#include <cjson/cJSON.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "backends/llm/gguf.h"
+#include "backends/llm/llm.h"
+#include "backends/llm/tokenizer.h"
+
+#ifndef LLM_TEST_DATA
+#define LLM_TEST_DATA "tests/data/llm"
+#endif
+#ifndef LLM_SOURCE_DIR
+#define LLM_SOURCE_DIR "."
+#endif
+
+static char g_model[4096];
+
+static const char *model_path(void) {
+  if (g_model[0]) return g_model;
+  const char *env = getenv("CINFER_SMOLLM2_GGUF");
+  if (env) {
+    snprintf(g_model, sizeof g_model, "%s", env);
+    return g_model;
+  }
+  FILE *p = popen(LLM_SOURCE_DIR "/scripts/find_smollm2.sh", "r");
+  if (p && fgets(g_model, sizeof g_model, p)) g_model[strcspn(g_model, "\n")] = 0;
+  if (p) pclose(p);
+  if (!g_model[0]) fail_msg("SmolLM2 GGUF not found: run scripts/setup.sh or set CINFER_SMOLLM2_GGUF");
+  return g_model;
+}
+
+static cJSON *load_json(const char *name) {
+  char path[1024];
+  const char *dir = getenv("CINFER_LLM_TEST_DATA"); /* override for regenerating fixtures */
+  snprintf(path, sizeof path, "%s/%s", dir ? dir : LLM_TEST_DATA, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) fail_msg("cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+  b[n] = 0;
+  fclose(f);
+  cJSON *j = cJSON_Parse(b);
+  free(b);
+  if (!j) fail_msg("bad JSON in %s", path);
+  return j;
+}
+
+static int32_t *json_ids(const cJSON *arr, int *n) {
+  *n = cJSON_GetArraySize(arr);
+  int32_t *v = malloc(((size_t)*n + 1) * 4);
+  for (int i = 0; i < *n; i++) v[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valueint;
+  return v;
+}
+
+/* ---- event collection ---- */
+typedef struct {
+  int32_t ids[512];
+  int n_ids;
+  char text[8192];
+  size_t text_n;
+  int n_final;
+  llm_event final;
+  bool utf8_ok;
+} collect;
+
+static bool valid_utf8(const char *s, size_t n) {
+  for (size_t i = 0; i < n;) {
+    unsigned char c = (unsigned char)s[i];
+    int l = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (!l || i + (size_t)l > n) return false;
+    for (int k = 1; k < l; k++)
+      if (((unsigned char)s[i + k] & 0xC0) != 0x80) return false;
+    i += (size_t)l;
+  }
+  return true;
+}
+
+static void on_ev(void *user, const llm_event *ev) {
+  collect *c = user;
+  assert_int_equal(c->n_final, 0); /* nothing after the final event */
+  if (ev->token >= 0 && c->n_ids < 512) c->ids[c->n_ids++] = ev->token;
+  if (!valid_utf8(ev->text, ev->text_len)) c->utf8_ok = false;
+  if (ev->text_len && c->text_n + ev->text_len < sizeof c->text) {
+    memcpy(c->text + c->text_n, ev->text, ev->text_len);
+    c->text_n += ev->text_len;
+    c->text[c->text_n] = 0;
+  }
+  if (ev->finish != LLM_FINISH_NONE) {
+    c->final = *ev;
+    c->final.text = NULL;
+    c->final.top = NULL;
+    c->final.error = NULL;
+    c->n_final++;
+  }
+}
+
+static llm_engine *make_engine(int kv_blocks, int max_step_tokens, bool prefix) {
+  llm_engine_opts o = {.threads = 1, .ctx_len = 512, .kv_blocks = kv_blocks, .block_size = 16, .max_seqs = 8,
+                       .max_step_tokens = max_step_tokens, .manual_step = true, .no_prefix_cache = !prefix};
+  llm_engine *e;
+  cinfer_status *st = llm_engine_create(model_path(), &o, &e);
+  if (st) fail_msg("engine: %s", cinfer_status_message(st));
+  return e;
+}
+
+static void run_all(llm_engine *e) {
+  for (int i = 0; i < 10000 && llm_engine_step(e) > 0; i++) {
+  }
+  llm_engine_stats st;
+  llm_engine_get_stats(e, &st);
+  assert_int_equal(st.running, 0);
+  assert_int_equal(st.waiting, 0);
+  assert_int_equal(st.kv_blocks_used, 0); /* no leaked blocks */
+}
+
+static llm_sampling greedy(int n) {
+  llm_sampling s;
+  llm_sampling_default(&s);
+  s.temperature = 0;
+  s.max_tokens = n;
+  return s;
+}
+
+static uint64_t submit_ids(llm_engine *e, const int32_t *ids, int n, llm_sampling sp, collect *c) {
+  memset(c, 0, sizeof *c);
+  c->utf8_ok = true;
+  llm_request r = {.tokens = ids, .n_tokens = (size_t)n, .sampling = sp};
+  uint64_t id;
+  cinfer_status *st = llm_engine_submit(e, &r, on_ev, c, &id);
+  if (st) fail_msg("submit: %s", cinfer_status_message(st));
+  return id;
+}
+
+/* ---- tokenizer ---- */
+static void test_tokenizer_fixtures(void **s) {
+  llm_gguf *g;
+  llm_tokenizer *t;
+  assert_null(llm_gguf_open(model_path(), &g));
+  assert_null(llm_tokenizer_create(g, &t));
+  cJSON *j = load_json("tokenizer_smollm2.json");
+  cJSON *cases = cJSON_GetObjectItem(j, "cases");
+  int n_cases = 0;
+  cJSON *c;
+  cJSON_ArrayForEach(c, cases) {
+    const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+    bool special = cJSON_IsTrue(cJSON_GetObjectItem(c, "special"));
+    int nw;
+    int32_t *want = json_ids(cJSON_GetObjectItem(c, "ids"), &nw);
+    int32_t *got;
+    size_t ng;
+    assert_null(llm_tokenize(t, text, strlen(text), false, special, &got, &ng));
+    bool same = ng == (size_t)nw && !memcmp(got, want, ng * 4);
+    if (!same) {
+      fprintf(stderr, "text: %s\nwant:", text);
+      for (int i = 0; i < nw; i++) fprintf(stderr, " %d", want[i]);
+      fprintf(stderr, "\ngot: ");
+      for (size_t i = 0; i < ng; i++) fprintf(stderr, " %d", got[i]);
+      fprintf(stderr, "\n");
+      fail_msg("tokenization differs from llama.cpp");
+    }
+    /* streaming detokenisation: complete UTF-8 chunks whose concatenation is the text */
+    char out[4096];
+    size_t o = 0;
+    llm_detok d = {0};
+    for (size_t i = 0; i < ng; i++) {
+      char piece[512];
+      size_t k = llm_detok_push(t, &d, got[i], special, piece, sizeof piece);
+      assert_true(k <= sizeof piece);
+      assert_true(valid_utf8(piece, k));
+      memcpy(out + o, piece, k);
+      o += k;
+    }
+    o += llm_detok_flush(&d, out + o, 64);
+    assert_int_equal(o, strlen(text));
+    assert_memory_equal(out, text, o);
+    free(want);
+    free(got);
+    n_cases++;
+  }
+  assert_true(n_cases >= 20);
+  cJSON_Delete(j);
+  /* invalid UTF-8 is an error naming the byte */
+  int32_t *ids;
+  size_t n;
+  cinfer_status *st = llm_tokenize(t, "ok\xff", 3, false, false, &ids, &n);
+  assert_non_null(st);
+  assert_non_null(strstr(cinfer_status_message(st), "invalid UTF-8 at byte 2"));
+  cinfer_status_free(st);
+  llm_tokenizer_destroy(t);
+  llm_gguf_close(g);
+}
+
+static void test_chat_template(void **s) {
+  llm_engine *e = make_engine(64, 256, true);
+  const char *roles[] = {"user"}, *contents[] = {"What is the capital of France?"};
+  char *out;
+  assert_null(llm_engine_chat_render(e, roles, contents, 1, true, &out));
+  cJSON *j = load_json("tokenizer_smollm2.json");
+  cJSON *c, *chat = NULL;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases")) if (cJSON_IsTrue(cJSON_GetObjectItem(c, "special"))) chat = c;
+  assert_non_null(chat);
+  assert_string_equal(out, cJSON_GetObjectItem(chat, "text")->valuestring);
+  free(out);
+  cJSON_Delete(j);
+  llm_engine_destroy(e);
+  /* an unknown template is a clear error unless overridden */
+  llm_engine_opts o = {.threads = 1, .ctx_len = 64, .kv_blocks = 8, .manual_step = true, .chat_template = "{{ x }}"};
+  assert_null(llm_engine_create(model_path(), &o, &e));
+  cinfer_status *st = llm_engine_chat_render(e, roles, contents, 1, true, &out);
+  assert_int_equal(cinfer_status_code(st), CINFER_UNSUPPORTED);
+  assert_non_null(strstr(cinfer_status_message(st), "unknown chat template"));
+  cinfer_status_free(st);
+  llm_engine_destroy(e);
+}
+
+/* ---- greedy golden ---- */
+typedef struct {
+  int32_t *prompt, *want;
+  int n_prompt, n_want;
+  const char *name;
+} gcase;
+
+static int load_golden(gcase *gc, cJSON **keep) {
+  cJSON *j = load_json("greedy_smollm2.json");
+  int n = 0;
+  cJSON *c;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases")) {
+    gc[n].name = cJSON_GetObjectItem(c, "name")->valuestring;
+    gc[n].prompt = json_ids(cJSON_GetObjectItem(c, "prompt_ids"), &gc[n].n_prompt);
+    gc[n].want = json_ids(cJSON_GetObjectItem(c, "output_ids"), &gc[n].n_want);
+    n++;
+  }
+  *keep = j;
+  return n;
+}
+static void free_golden(gcase *gc, int n, cJSON *j) {
+  for (int i = 0; i < n; i++) {
+    free(gc[i].prompt);
+    free(gc[i].want);
+  }
+  cJSON_Delete(j);
+}
+
+static void check_case(const gcase *g, const collect *c) {
+  if (c->n_ids != g->n_want || memcmp(c->ids, g->want, (size_t)g->n_want * 4)) {
+    fprintf(stderr, "%s:\nwant:", g->name);
+    for (int i = 0; i < g->n_want; i++) fprintf(stderr, " %d", g->want[i]);
+    fprintf(stderr, "\ngot: ");
+    for (int i = 0; i < c->n_ids; i++) fprintf(stderr, " %d", c->ids[i]);
+    fprintf(stderr, "\n");
+    fail_msg("greedy ids differ from llama.cpp for '%s'", g->name);
+  }
+  assert_int_equal(c->n_final, 1);
+  assert_true(c->utf8_ok);
+}
+
+static void test_greedy_single(void **s) {
+  gcase gc[16];
+  cJSON *j;
+  int n = load_golden(gc, &j);
+  assert_true(n >= 4);
+  llm_engine *e = make_engine(256, 512, false);
+  static collect col;
+  for (int i = 0; i < n; i++) {
+    submit_ids(e, gc[i].prompt, gc[i].n_prompt, greedy(gc[i].n_want), &col);
+    run_all(e);
+    check_case(&gc[i], &col);
+  }
+  llm_engine_destroy(e);
+  free_golden(gc, n, j);
+}
+
+static void test_greedy_batched_chunked(void **s) {
+  /* all prompts at once, small step budget: chunked prefill interleaved with decodes */
+  gcase gc[16];
+  cJSON *j;
+  int n = load_golden(gc, &j);
+  llm_engine *e = make_engine(256, 24, true);
+  static collect col[16];
+  for (int i = 0; i < n; i++) submit_ids(e, gc[i].prompt, gc[i].n_prompt, greedy(gc[i].n_want), &col[i]);
+  run_all(e);
+  for (int i = 0; i < n; i++) check_case(&gc[i], &col[i]);
+  llm_engine_destroy(e);
+  free_golden(gc, n, j);
+}
+
+static void test_greedy_preemption(void **s) {
+  /* KV cache too small for all sequences at once: preemption + recompute, same ids */
+  gcase gc[16];
+  cJSON *j;
+  int n = load_golden(gc, &j);
+  int maxb = 0;
+  for (int i = 0; i < n; i++) {
+    int b = (gc[i].n_prompt + gc[i].n_want + 15) / 16;
+    if (b > maxb) maxb = b;
+  }
+  llm_engine *e = make_engine(maxb + 3, 512, true);
+  static collect col[16];
+  for (int i = 0; i < n; i++) submit_ids(e, gc[i].prompt, gc[i].n_prompt, greedy(gc[i].n_want), &col[i]);
+  run_all(e);
+  for (int i = 0; i < n; i++) check_case(&gc[i], &col[i]);
+  llm_engine_stats st;
+  llm_engine_get_stats(e, &st);
+  assert_true(st.preemptions_total > 0);
+  assert_int_equal(st.requests_finished_total, n);
+  llm_engine_destroy(e);
+  free_golden(gc, n, j);
+}
+
+static void test_prefix_cache(void **s) {
+  gcase gc[16];
+  cJSON *j;
+  int n = load_golden(gc, &j);
+  const gcase *chat = NULL;
+  for (int i = 0; i < n; i++)
+    if (strstr(gc[i].name, "chat")) chat = &gc[i];
+  assert_non_null(chat);
+  llm_engine *e = make_engine(64, 512, true);
+  static collect c1, c2;
+  submit_ids(e, chat->prompt, chat->n_prompt, greedy(chat->n_want), &c1);
+  run_all(e);
+  check_case(chat, &c1);
+  assert_int_equal(c1.final.cached_tokens, 0);
+  submit_ids(e, chat->prompt, chat->n_prompt, greedy(chat->n_want), &c2);
+  run_all(e);
+  check_case(chat, &c2); /* same result from the shared blocks */
+  assert_int_equal(c2.final.cached_tokens, (chat->n_prompt - 1) / 16 * 16);
+  assert_true(c2.final.cached_tokens > 0);
+  llm_engine_stats st;
+  llm_engine_get_stats(e, &st);
+  assert_int_equal(st.prefix_hits_total, (uint64_t)c2.final.cached_tokens);
+  assert_int_equal(st.prefix_queries_total, (uint64_t)chat->n_prompt * 2);
+  assert_true(st.kv_blocks_cached > 0);
+  llm_engine_destroy(e);
+  free_golden(gc, n, j);
+}
+
+static void test_cancel_stop_length(void **s) {
+  gcase gc[16];
+  cJSON *j;
+  int n = load_golden(gc, &j);
+  llm_engine *e = make_engine(64, 512, true);
+  static collect c1, c2, c3;
+  /* cancel after a few steps: final CANCELLED, blocks freed */
+  uint64_t id = submit_ids(e, gc[0].prompt, gc[0].n_prompt, greedy(100), &c1);
+  llm_engine_step(e);
+  llm_engine_step(e);
+  assert_null(llm_engine_cancel(e, id));
+  run_all(e);
+  assert_int_equal(c1.n_final, 1);
+  assert_int_equal(c1.final.finish, LLM_FINISH_CANCELLED);
+  cinfer_status *st = llm_engine_cancel(e, id);
+  assert_int_equal(cinfer_status_code(st), CINFER_NOT_FOUND);
+  cinfer_status_free(st);
+  /* max_tokens: exactly that many tokens, finish length, prefix of the greedy ids */
+  submit_ids(e, gc[0].prompt, gc[0].n_prompt, greedy(5), &c2);
+  run_all(e);
+  assert_int_equal(c2.final.finish, LLM_FINISH_LENGTH);
+  assert_int_equal(c2.n_ids, 5);
+  assert_memory_equal(c2.ids, gc[0].want, 5 * 4);
+  assert_int_equal(c2.final.completion_tokens, 5);
+  assert_int_equal(c2.final.prompt_tokens, gc[0].n_prompt);
+  /* stop string: take a piece of the full greedy text; output ends right before it */
+  collect full;
+  submit_ids(e, gc[0].prompt, gc[0].n_prompt, greedy(gc[0].n_want), &full);
+  run_all(e);
+  assert_true(full.text_n > 12);
+  char stop[8];
+  memcpy(stop, full.text + 8, 4);
+  stop[4] = 0;
+  const char *stops[] = {"zzzz-never", stop};
+  llm_sampling sp = greedy(gc[0].n_want);
+  sp.stop = stops;
+  sp.n_stop = 2;
+  submit_ids(e, gc[0].prompt, gc[0].n_prompt, sp, &c3);
+  run_all(e);
+  assert_int_equal(c3.final.finish, LLM_FINISH_STOP);
+  const char *first = strstr(full.text, stop);
+  assert_non_null(first);
+  assert_int_equal(c3.text_n, (size_t)(first - full.text));
+  assert_memory_equal(c3.text, full.text, c3.text_n);
+  llm_engine_destroy(e);
+  free_golden(gc, n, j);
+}
+
+static void test_sampling_seed_logprobs(void **s) {
+  gcase gc[16];
+  cJSON *j;
+  int n = load_golden(gc, &j);
+  llm_engine *e = make_engine(64, 512, true);
+  static collect a, b, c;
+  llm_sampling sp;
+  llm_sampling_default(&sp);
+  sp.temperature = 0.9f;
+  sp.top_k = 40;
+  sp.top_p = 0.95f;
+  sp.min_p = 0.02f;
+  sp.repetition_penalty = 1.1f;
+  sp.seed = 1234;
+  sp.max_tokens = 12;
+  submit_ids(e, gc[1].prompt, gc[1].n_prompt, sp, &a);
+  submit_ids(e, gc[1].prompt, gc[1].n_prompt, sp, &b); /* same step, same seed */
+  run_all(e);
+  assert_int_equal(a.n_ids, b.n_ids);
+  assert_memory_equal(a.ids, b.ids, (size_t)a.n_ids * 4);
+  /* asking for logprobs does not change greedy decoding */
+  llm_sampling g = greedy(4);
+  g.logprobs = 3;
+  submit_ids(e, gc[0].prompt, gc[0].n_prompt, g, &c);
+  run_all(e);
+  assert_memory_equal(c.ids, gc[0].want, 4 * 4);
+  llm_engine_destroy(e);
+  free_golden(gc, n, j);
+}
+
+static int lp_checked;
+static void on_lp(void *u, const llm_event *ev) {
+  if (ev->token < 0) return;
+  assert_int_equal(ev->n_top, 3);
+  assert_int_equal(ev->top[0].id, ev->token);
+  assert_true(ev->logprob <= 0 && ev->logprob == ev->top[0].logprob);
+  assert_true(ev->top[0].logprob >= ev->top[1].logprob && ev->top[1].logprob >= ev->top[2].logprob);
+  lp_checked++;
+}
+
+static void test_logprobs(void **s) {
+  gcase gc[16];
+  cJSON *j;
+  int n = load_golden(gc, &j);
+  llm_engine *e = make_engine(64, 512, true);
+  llm_sampling g = greedy(4);
+  g.logprobs = 3;
+  llm_request r = {.tokens = gc[0].prompt, .n_tokens = (size_t)gc[0].n_prompt, .sampling = g};
+  assert_null(llm_engine_submit(e, &r, on_lp, NULL, NULL));
+  run_all(e);
+  assert_int_equal(lp_checked, 4);
+  llm_engine_destroy(e);
+  free_golden(gc, n, j);
+}
+
+static void test_bad_input(void **s) {
+  llm_engine *e = make_engine(8, 64, true);
+  collect c;
+  llm_request r = {.prompt = "hello", .prompt_len = 5, .sampling = greedy(0)};
+  cinfer_status *st = llm_engine_submit(e, &r, on_ev, &c, NULL);
+  assert_non_null(strstr(cinfer_status_message(st), "max_tokens"));
+  cinfer_status_free(st);
+  r.sampling = greedy(4);
+  r.sampling.top_p = 0;
+  st = llm_engine_submit(e, &r, on_ev, &c, NULL);
+  assert_non_null(strstr(cinfer_status_message(st), "top_p"));
+  cinfer_status_free(st);
+  r.sampling = greedy(4);
+  r.sampling.temperature = -1;
+  st = llm_engine_submit(e, &r, on_ev, &c, NULL);
+  assert_int_equal(cinfer_status_code(st), CINFER_INVALID_ARG);
+  cinfer_status_free(st);
+  /* prompt longer than the context / KV cache */
+  static char longp[20000];
+  for (int i = 0; i < 4000; i++) memcpy(longp + i * 4, " cat", 4);
+  r = (llm_request){.prompt = longp, .prompt_len = 16000, .sampling = greedy(4)};
+  st = llm_engine_submit(e, &r, on_ev, &c, NULL);
+  assert_int_equal(cinfer_status_code(st), CINFER_INVALID_ARG);
+  assert_non_null(strstr(cinfer_status_message(st), "prompt has"));
+  cinfer_status_free(st);
+  int32_t bad = 999999;
+  r = (llm_request){.tokens = &bad, .n_tokens = 1, .sampling = greedy(4)};
+  st = llm_engine_submit(e, &r, on_ev, &c, NULL);
+  assert_non_null(strstr(cinfer_status_message(st), "out of range"));
+  cinfer_status_free(st);
+  run_all(e);
+  llm_engine_destroy(e);
+  /* a missing file / not a GGUF */
+  llm_engine_opts o = {.threads = 1};
+  st = llm_engine_create("/nonexistent.gguf", &o, &e);
+  assert_int_equal(cinfer_status_code(st), CINFER_NOT_FOUND);
+  assert_null(e);
+  cinfer_status_free(st);
+  st = llm_engine_create(LLM_TEST_DATA "/make_fixtures.py", &o, &e);
+  assert_non_null(strstr(cinfer_status_message(st), "bad magic"));
+  cinfer_status_free(st);
+  llm_engine_destroy(NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tokenizer_fixtures),  cmocka_unit_test(test_chat_template),
+      cmocka_unit_test(test_greedy_single),       cmocka_unit_test(test_greedy_batched_chunked),
+      cmocka_unit_test(test_greedy_preemption),   cmocka_unit_test(test_prefix_cache),
+      cmocka_unit_test(test_cancel_stop_length),  cmocka_unit_test(test_sampling_seed_logprobs),
+      cmocka_unit_test(test_logprobs),            cmocka_unit_test(test_bad_input),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,135 @@
+/* test_quant.c: every fast kernel against its scalar reference, and each quantised dot
+ * product against dequantise-then-dot in float, on random data from a fixed seed. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "backends/llm/model.h"
+#include "backends/llm/quant.h"
+
+static uint64_t rs = 88172645463325252ull;
+static float frand(void) {
+  rs ^= rs << 13;
+  rs ^= rs >> 7;
+  rs ^= rs << 17;
+  return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+static void fill_bytes(uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(frand() * 127.0f + 128.0f);
+}
+
+/* Random weight blocks with sane fp16 scales: random bytes, then overwrite scale fields. */
+static void make_weights(llm_type t, void *w, int64_t n) {
+  size_t bytes = llm_row_bytes(t, n);
+  fill_bytes(w, bytes);
+  size_t bb = llm_type_block_bytes(t);
+  uint8_t *p = w;
+  for (size_t off = 0; off < bytes; off += bb) {
+    uint16_t d = llm_fp32_to_fp16(0.01f + 0.02f * fabsf(frand())), m = llm_fp32_to_fp16(-0.1f * fabsf(frand()));
+    switch (t) {
+      case LLM_Q4_0: case LLM_Q8_0: case LLM_Q5_0: memcpy(p + off, &d, 2); break;
+      case LLM_Q4_1: case LLM_Q5_1: case LLM_Q4_K: case LLM_Q5_K: memcpy(p + off, &d, 2); memcpy(p + off + 2, &m, 2); break;
+      case LLM_Q6_K: memcpy(p + off + 208, &d, 2); break;
+      default: break;
+    }
+  }
+}
+
+static void check_type(llm_type t) {
+  const int64_t n = 1024;
+  uint8_t w[4096], a[8192];
+  float x[1024], wd[1024];
+  for (int rep = 0; rep < 20; rep++) {
+    make_weights(t, w, n);
+    for (int i = 0; i < n; i++) x[i] = frand() * (rep % 3 == 0 ? 10.0f : 1.0f);
+    llm_type vt = llm_type_vec_dot_type(t);
+    llm_quantize_row(vt, x, a, n);
+    float ref = llm_vec_dot_get_ref(t)(n, w, a);
+    float fast = llm_vec_dot_get(t)(n, w, a);
+    /* fast vs reference: same integer products, only float summation order differs */
+    assert_true(fabsf(fast - ref) <= 1e-4f * (1.0f + fabsf(ref)));
+    /* reference vs float: dequantised weights . dequantised activations */
+    llm_dequant_row(t, w, wd, n);
+    float xa[1024];
+    llm_dequant_row(vt, a, xa, n);
+    double exact = 0, mag = 0;
+    for (int i = 0; i < n; i++) {
+      exact += (double)wd[i] * xa[i];
+      mag += fabs((double)wd[i] * xa[i]);
+    }
+    if (fabs(ref - exact) > 2e-3 * (mag + 1))
+      fail_msg("%s: ref %f vs dequant dot %f (mag %f)", llm_type_name(t), ref, exact, mag);
+  }
+}
+
+static void test_q4_0(void **s) { check_type(LLM_Q4_0); }
+static void test_q4_1(void **s) { check_type(LLM_Q4_1); }
+static void test_q5_0(void **s) { check_type(LLM_Q5_0); }
+static void test_q5_1(void **s) { check_type(LLM_Q5_1); }
+static void test_q8_0(void **s) { check_type(LLM_Q8_0); }
+static void test_q4_K(void **s) { check_type(LLM_Q4_K); }
+static void test_q5_K(void **s) { check_type(LLM_Q5_K); }
+static void test_q6_K(void **s) { check_type(LLM_Q6_K); }
+
+static void test_activation_quant_error(void **s) {
+  /* Q8 quantisation keeps each value within half a step of the original */
+  float x[256], y[256];
+  uint8_t q[400];
+  for (int i = 0; i < 256; i++) x[i] = frand() * 3;
+  llm_type ts[] = {LLM_Q8_0, LLM_Q8_1, LLM_Q8_K};
+  for (int k = 0; k < 3; k++) {
+    llm_quantize_row(ts[k], x, q, 256);
+    llm_dequant_row(ts[k], q, y, 256);
+    for (int i = 0; i < 256; i++) assert_true(fabsf(x[i] - y[i]) <= 3.0f / 127 * 0.51f + 3e-3f);
+  }
+}
+
+static void test_fp16(void **s) {
+  /* all 65536 halves round-trip through float, portable and F16C paths agree */
+  for (uint32_t h = 0; h < 65536; h++) {
+    float a = llm_fp16_to_fp32((uint16_t)h), b = llm_fp16_to_fp32_ref((uint16_t)h);
+    if (isnan(a)) { assert_true(isnan(b)); continue; }
+    assert_memory_equal(&a, &b, 4);
+    assert_int_equal(llm_fp32_to_fp16_ref(a), h);
+  }
+  for (int i = 0; i < 100000; i++) {
+    float f = frand() * 70000.0f * (i % 7 == 0 ? 1e-6f : 1.0f);
+    assert_int_equal(llm_fp32_to_fp16(f), llm_fp32_to_fp16_ref(f));
+  }
+  uint16_t x[77], y[77];
+  for (int i = 0; i < 77; i++) { x[i] = llm_fp32_to_fp16(frand()); y[i] = llm_fp32_to_fp16(frand()); }
+  float r = llm_dot_f16_ref(77, x, y), f = llm_dot_f16(77, x, y);
+  assert_true(fabsf(r - f) < 1e-4f);
+}
+
+static void test_matmul_threads(void **s) {
+  /* batched matmul (several tokens, threads) equals the per-row reference */
+  enum { K = 256, N = 40, T = 5 };
+  static uint8_t w[N * (K / 32) * 20];
+  static float x[T * K], y[T * N], yr[T * N];
+  static uint8_t xq[T * K * 4];
+  for (int r = 0; r < N; r++) make_weights(LLM_Q4_1, w + (size_t)r * llm_row_bytes(LLM_Q4_1, K), K);
+  for (int i = 0; i < T * K; i++) x[i] = frand();
+  llm_pool *p;
+  assert_null(llm_pool_create(3, &p));
+  llm_matmul(p, w, LLM_Q4_1, N, K, x, T, xq, y, false);
+  llm_matmul(NULL, w, LLM_Q4_1, N, K, x, T, xq, yr, true);
+  for (int i = 0; i < T * N; i++) assert_true(fabsf(y[i] - yr[i]) <= 1e-4f * (1 + fabsf(yr[i])));
+  llm_pool_destroy(p);
+  llm_pool_destroy(NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q5_0),
+      cmocka_unit_test(test_q5_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_q4_K),
+      cmocka_unit_test(test_q5_K), cmocka_unit_test(test_q6_K), cmocka_unit_test(test_activation_quant_error),
+      cmocka_unit_test(test_fp16), cmocka_unit_test(test_matmul_threads),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
