@@ -1,0 +1,199 @@
+"""OpenAI-compatible API with the official `openai` client against the real binary serving
+SmolLM2-135M-Instruct (Q4_1 GGUF) through the LLM engine."""
+import http.client
+import json
+import socket
+import time
+import urllib.request
+
+import openai
+import pytest
+
+from cinfer_server import Server, copy_repo
+
+MODEL = "smollm2"
+
+
+@pytest.fixture(scope="module")
+def server():
+    repo = copy_repo([MODEL])
+    with Server(repo) as s:
+        s.wait_ready()
+        yield s
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def metric(server, name):
+    text = urllib.request.urlopen(server.url + "/metrics").read().decode()
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{model="{MODEL}"}}'):
+            return float(line.split()[-1])
+    return None
+
+
+def test_models(client):
+    ids = [m.id for m in client.models.list().data]
+    assert ids == [MODEL]
+
+
+def test_chat_greedy(client):
+    r = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=24,
+                                       messages=[{"role": "user", "content": "What is the capital of France?"}])
+    assert r.object == "chat.completion"
+    assert r.choices[0].message.role == "assistant"
+    assert "Paris" in r.choices[0].message.content
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 5
+    assert r.usage.completion_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_chat_stream_matches_whole(client):
+    msgs = [{"role": "system", "content": "You are brief."},
+            {"role": "user", "content": "Name three colors."}]
+    whole = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=20, messages=msgs)
+    pieces, finish, roles = [], None, []
+    stream = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=20, messages=msgs,
+                                            stream=True, stream_options={"include_usage": True})
+    usage = None
+    for chunk in stream:
+        if chunk.usage:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            if ch.delta.role:
+                roles.append(ch.delta.role)
+            if ch.delta.content:
+                pieces.append(ch.delta.content)
+            if ch.finish_reason:
+                finish = ch.finish_reason
+    assert roles == ["assistant"]
+    assert "".join(pieces) == whole.choices[0].message.content
+    assert finish == whole.choices[0].finish_reason
+    assert usage.completion_tokens == whole.usage.completion_tokens
+    assert len(pieces) > 3  # really streamed piece by piece
+
+
+def test_completions_stream_and_max_tokens(client):
+    r = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=0)
+    assert r.usage.completion_tokens == 5
+    assert r.choices[0].finish_reason == "length"
+    text = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=0, stream=True))
+    assert text == r.choices[0].text
+
+
+def test_stop_string(client):
+    base = client.completions.create(model=MODEL, prompt="1, 2, 3, 4,", max_tokens=16, temperature=0)
+    full = base.choices[0].text
+    assert " 6" in full, full
+    r = client.completions.create(model=MODEL, prompt="1, 2, 3, 4,", max_tokens=16, temperature=0,
+                                  stop=[" 6"])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == full[:full.index(" 6")]
+
+
+def test_seed_reproducible_and_n(client):
+    kw = dict(model=MODEL, prompt="The weather today is", max_tokens=12, temperature=1.0, top_p=0.95)
+    a = client.completions.create(seed=1234, **kw).choices[0].text
+    b = client.completions.create(seed=1234, **kw).choices[0].text
+    assert a == b
+    r = client.completions.create(seed=7, n=3, **kw)
+    assert sorted(c.index for c in r.choices) == [0, 1, 2]
+    assert len({c.text for c in r.choices}) > 1  # different seeds per choice
+    # usage counts every choice's tokens
+    n_length = sum(c.finish_reason == "length" for c in r.choices)
+    assert 12 * n_length + (3 - n_length) <= r.usage.completion_tokens <= 36
+
+
+def test_logprobs(client):
+    r = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=4, logprobs=True, top_logprobs=3,
+                                       messages=[{"role": "user", "content": "Say hi"}])
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for tok in content:
+        assert tok.logprob <= 0
+        assert len(tok.top_logprobs) == 3
+        # greedy: the chosen token is the most likely one
+        assert abs(tok.top_logprobs[0].logprob - tok.logprob) < 1e-4
+
+
+@pytest.mark.parametrize("kwargs,status,fragment", [
+    (dict(max_tokens=0), 400, "max_tokens"),
+    (dict(max_tokens=-5), 400, "max_tokens"),
+    (dict(temperature=-1), 400, "temperature"),
+    (dict(top_p=0), 400, "top_p"),
+    (dict(n=100), 400, "'n'"),
+    (dict(model="no-such-model"), 404, "does not exist"),
+])
+def test_bad_parameters(client, kwargs, status, fragment):
+    args = dict(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    args.update(kwargs)
+    with pytest.raises(openai.APIStatusError) as e:
+        client.chat.completions.create(**args)
+    assert e.value.status_code == status
+    assert fragment in e.value.response.json()["error"]["message"]
+
+
+def test_prompt_longer_than_context(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="hello " * 5000, max_tokens=4)
+    assert "maximum context length" in e.value.response.json()["error"]["message"]
+
+
+def test_malformed_json_and_kserve_model(server):
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    c.request("POST", "/v1/chat/completions", body=b'{"model": ', headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    body = json.loads(r.read())
+    assert r.status == 400 and "malformed JSON" in body["error"]["message"]
+    assert body["error"]["type"] == "invalid_request_error"
+    c.close()
+
+
+def test_tokenize_roundtrip(server):
+    text = "Hello, world! Ünïcödé 🚀 and code: for (i = 0; i < n; i++)"
+    req = urllib.request.Request(server.url + "/tokenize", data=json.dumps({"content": text}).encode(), method="POST")
+    toks = json.load(urllib.request.urlopen(req))["tokens"]
+    assert len(toks) > 5
+    req = urllib.request.Request(server.url + "/detokenize", data=json.dumps({"tokens": toks}).encode(), method="POST")
+    assert json.load(urllib.request.urlopen(req))["content"] == text
+    assert json.load(urllib.request.urlopen(server.url + "/health"))["status"] == "ok"
+
+
+def test_client_disconnect_cancels_sequence(server):
+    body = json.dumps({"model": MODEL, "prompt": "Write a very long story about dragons.",
+                       "max_tokens": 1500, "temperature": 0.8, "stream": True, "ignore_eos": True}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while got.count(b"data: ") < 3:  # a few tokens streamed: the sequence is running
+        chunk = s.recv(4096)
+        assert chunk
+        got += chunk
+    assert metric(server, "cinfer_llm_running_sequences") >= 1
+    s.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and metric(server, "cinfer_llm_running_sequences") != 0:
+        time.sleep(0.05)
+    assert metric(server, "cinfer_llm_running_sequences") == 0
+    assert metric(server, "cinfer_llm_waiting_sequences") == 0
+    # it stopped long before its 1500 tokens
+    gen = metric(server, "cinfer_llm_generation_tokens_total")
+    time.sleep(0.3)
+    assert metric(server, "cinfer_llm_generation_tokens_total") == gen
+
+
+def test_llm_metrics_exported(server, client):
+    client.completions.create(model=MODEL, prompt="Hi", max_tokens=3, temperature=0)
+    text = urllib.request.urlopen(server.url + "/metrics").read().decode()
+    for name in ("cinfer_llm_time_to_first_token_seconds_bucket", "cinfer_llm_inter_token_latency_seconds_count",
+                 "cinfer_llm_e2e_request_seconds_sum", "cinfer_llm_kv_cache_usage_ratio",
+                 "cinfer_llm_prompt_tokens_total", "cinfer_llm_generation_tokens_total",
+                 "cinfer_llm_prefix_cache_hits_total", "cinfer_llm_preemptions_total"):
+        assert name in text, name
+    assert metric(server, "cinfer_llm_generation_tokens_total") >= 3
