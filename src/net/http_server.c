@@ -641,13 +641,30 @@ static bool output_blocked(conn *c) {
   return c->owned || (c->out.len - c->out_sent) > OUT_HIGH_WATER;
 }
 
-/* Grows rbuf to hold at least `want` bytes. Never called while C_WAIT. */
+/* Moves a slice pointer that pointed into the old rbuf to the same offset in the new. */
+static const char *rebase(const char *ptr, uintptr_t old, char *now) {
+  return ptr ? now + ((uintptr_t)ptr - old) : NULL;
+}
+
+/* Grows rbuf to hold at least `want` bytes. Never called while C_WAIT. In C_BODY the
+ * parsed head (method, path, query, headers) points into rbuf: those slices move with it. */
 static bool rbuf_reserve(conn *c, size_t want) {
   if (want <= c->rcap) return true;
   size_t cap = c->rcap;
   while (cap < want) cap = cap > SIZE_MAX / 2 ? want : cap * 2;
+  uintptr_t old = (uintptr_t)c->rbuf; /* an integer: the old pointer is dead after realloc */
   char *p = realloc(c->rbuf, cap);
   if (!p) return false;
+  if ((uintptr_t)p != old && c->state == C_BODY) {
+    http_request *q = &c->req;
+    q->method = rebase(q->method, old, p);
+    q->path = rebase(q->path, old, p);
+    q->query = rebase(q->query, old, p);
+    for (size_t i = 0; i < q->num_headers; i++) {
+      c->headers[i].name = rebase(c->headers[i].name, old, p);
+      c->headers[i].value = rebase(c->headers[i].value, old, p);
+    }
+  }
   c->rbuf = p;
   c->rcap = cap;
   return true;
@@ -699,6 +716,7 @@ static void conn_process(conn *c) {
         dispatch(c);
         continue;
       }
+      c->state = C_BODY; /* from here rbuf_reserve keeps the head's slices valid */
       if (c->req.body_kind == HTTP_BODY_LENGTH) {
         if (c->req.content_length > SIZE_MAX - c->req.head_len ||
             !rbuf_reserve(c, c->req.head_len + (size_t)c->req.content_length)) {

@@ -219,3 +219,15 @@ def test_repository_load_unload_explicit():
             c.close()
     finally:
         shutil.rmtree(repo)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_large_tensor(client, binary):
+    # Large bodies make the server grow its receive buffer after the request head was
+    # parsed: the head (path, headers) must stay valid (regression: 'malformed request path').
+    n = (1 << 20) if binary else (1 << 16)
+    x = np.arange(n, dtype=np.float32).reshape(1, n)
+    inp = httpclient.InferInput("INPUT0", [1, n], "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary)
+    res = client.infer("identity", [inp], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)])
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), x)
