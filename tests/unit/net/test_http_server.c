@@ -54,8 +54,6 @@ bool wait_for(_Atomic int *flag, int want) {
 static http_server *srv;
 static http_exchange *_Atomic parked;     /* /hang exchange held by the test */
 static _Atomic int parked_count, cancel_count;
-static pthread_t workers[64];
-static _Atomic int nworkers;
 
 static void on_cancel(void *arg) {
   atomic_fetch_add(&cancel_count, 1);
@@ -97,15 +95,58 @@ static void *thread_flood(void *arg) {
   return NULL;
 }
 
-static void spawn(void *(*fn)(void *), void *arg) {
-  int i = atomic_fetch_add(&nworkers, 1);
-  assert_true(i < 64);
-  assert_int_equal(pthread_create(&workers[i], NULL, fn, arg), 0);
+/* A small worker pool standing in for inference workers: answers come from its threads.
+ * Bounded queue; spawn() is called on I/O threads and never blocks (the queue is large). */
+#define POOL 4
+#define QCAP 4096
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  void *(*fn[QCAP])(void *);
+  void *arg[QCAP];
+  size_t head, tail;
+  bool stop;
+  pthread_t th[POOL];
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static void *pool_main(void *unused) {
+  for (;;) {
+    pthread_mutex_lock(&pool.mu);
+    while (pool.head == pool.tail && !pool.stop) pthread_cond_wait(&pool.cv, &pool.mu);
+    if (pool.head == pool.tail) {
+      pthread_mutex_unlock(&pool.mu);
+      return NULL;
+    }
+    void *(*fn)(void *) = pool.fn[pool.head % QCAP];
+    void *arg = pool.arg[pool.head % QCAP];
+    pool.head++;
+    pthread_mutex_unlock(&pool.mu);
+    fn(arg);
+  }
 }
 
-static void join_workers(void) {
-  int n = atomic_exchange(&nworkers, 0);
-  for (int i = 0; i < n; i++) pthread_join(workers[i], NULL);
+static void pool_start(void) {
+  pool.head = pool.tail = 0;
+  pool.stop = false;
+  for (int i = 0; i < POOL; i++) pthread_create(&pool.th[i], NULL, pool_main, NULL);
+}
+
+static void pool_stop(void) {
+  pthread_mutex_lock(&pool.mu);
+  pool.stop = true;
+  pthread_cond_broadcast(&pool.cv);
+  pthread_mutex_unlock(&pool.mu);
+  for (int i = 0; i < POOL; i++) pthread_join(pool.th[i], NULL);
+}
+
+static void spawn(void *(*fn)(void *), void *arg) {
+  pthread_mutex_lock(&pool.mu);
+  if (pool.tail - pool.head >= QCAP) abort();  /* test bug: queue sized for the tests */
+  pool.fn[pool.tail % QCAP] = fn;
+  pool.arg[pool.tail % QCAP] = arg;
+  pool.tail++;
+  pthread_cond_signal(&pool.cv);
+  pthread_mutex_unlock(&pool.mu);
 }
 
 static bool path_is(const http_request *r, const char *p) {
@@ -157,13 +198,14 @@ static int setup(void **s) {
   }
   atomic_store(&parked_count, 0);
   atomic_store(&cancel_count, 0);
+  pool_start();
   return 0;
 }
 
 static int teardown(void **s) {
   http_server_destroy(srv);
   srv = NULL;
-  join_workers();
+  pool_stop();
   return 0;
 }
 
@@ -897,6 +939,123 @@ static void test_graceful_shutdown(void **s) {
   free(r);
 }
 
+/* ---- mixed load: every answer path, cross-thread answers, clients that vanish ------------ */
+
+#define MX_CLIENTS 16
+#define MX_PER 40
+
+typedef struct mx_req {
+  const char *bytes;
+  size_t body_len;  /* expected response body length */
+} mx_req;
+
+static const mx_req MX[] = {
+    {"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n", 5},
+    {"GET /thread HTTP/1.1\r\nHost: t\r\n\r\n", 11},
+    {"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n", 70},
+    {"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\nhello world", 11},
+    {"GET /owned HTTP/1.1\r\nHost: t\r\n\r\n", 100000},
+};
+
+typedef struct mx_client {
+  struct mx *mx;
+  int i, k;
+  http_client *c;
+  size_t expect, got;
+  bool aborting;
+} mx_client;
+
+typedef struct mx {
+  net_loop *loop;
+  mx_client cl[MX_CLIENTS];
+  _Atomic int ok, aborted, failed, bad, done;
+} mx;
+
+static void mx_next(mx_client *m);
+
+static void mx_body(void *u, const char *d, size_t n) { ((mx_client *)u)->got += n; }
+
+static void mx_done(void *u, http_client_error err, const char *msg) {
+  mx_client *m = u;
+  if (m->aborting) {
+    m->aborting = false;
+    if (err == HTTP_CLIENT_CANCELLED) atomic_fetch_add(&m->mx->aborted, 1);
+    else atomic_fetch_add(&m->mx->failed, 1);
+    return;
+  }
+  if (err) {
+    fprintf(stderr, "mixed client %d request %d: %s\n", m->i, m->k, msg);
+    atomic_fetch_add(&m->mx->failed, 1);
+  } else if (m->got != m->expect) {
+    atomic_fetch_add(&m->mx->bad, 1);
+  } else {
+    atomic_fetch_add(&m->mx->ok, 1);
+  }
+  mx_next(m);
+}
+
+static void mx_next(mx_client *m) {
+  static const http_client_callbacks cb = {.on_body = mx_body, .on_done = mx_done};
+  for (;;) {
+    if (m->k >= MX_PER) {
+      atomic_fetch_add(&m->mx->done, 1);
+      notify();
+      return;
+    }
+    int k = m->k++;
+    const mx_req *r = &MX[(k + m->i) % 5];
+    m->expect = r->body_len;
+    m->got = 0;
+    if (!m->c) {
+      http_client_opts o = {.host = "127.0.0.1", .port = http_server_port(srv)};
+      if (http_client_create(m->mx->loop, &o, &cb, m, &m->c)) abort();
+    }
+    bool abort_it = (m->i % 2 == 1) && (k % 7 == 3);
+    m->aborting = abort_it;
+    http_client_send(m->c, r->bytes, strlen(r->bytes), false);
+    if (!abort_it) return;
+    http_client_destroy(m->c);  /* request in flight: the server sees the client vanish */
+    m->c = NULL;
+  }
+}
+
+static void mx_start(void *arg) {
+  mx *x = arg;
+  for (int i = 0; i < MX_CLIENTS; i++) {
+    x->cl[i] = (mx_client){.mx = x, .i = i};
+    mx_next(&x->cl[i]);
+  }
+}
+
+static void mx_stop(void *arg) {
+  mx *x = arg;
+  for (int i = 0; i < MX_CLIENTS; i++) http_client_destroy(x->cl[i].c);
+  atomic_fetch_add(&x->done, 1);
+  notify();
+}
+
+static void test_mixed_load(void **s) {
+  mx *x = calloc(1, sizeof *x);
+  assert_null(loop_create(&x->loop));
+  assert_null(loop_start_thread(x->loop, "test-mixed"));
+  assert_true(loop_post(x->loop, mx_start, x));
+  assert_true(wait_for(&x->done, MX_CLIENTS));
+  int aborted_expected = 0;
+  for (int i = 1; i < MX_CLIENTS; i += 2)
+    for (int k = 0; k < MX_PER; k++) aborted_expected += k % 7 == 3;
+  assert_int_equal(atomic_load(&x->failed), 0);
+  assert_int_equal(atomic_load(&x->bad), 0);
+  assert_int_equal(atomic_load(&x->aborted), aborted_expected);
+  assert_int_equal(atomic_load(&x->ok), MX_CLIENTS * MX_PER - aborted_expected);
+  assert_true(loop_post(x->loop, mx_stop, x));
+  assert_true(wait_for(&x->done, MX_CLIENTS + 1));
+  loop_join(x->loop);
+  loop_destroy(x->loop);
+  free(x);
+  /* teardown's http_server_destroy waits until every exchange, cancelled or not, was
+   * answered; ASan reports any buffer an abandoned exchange leaked */
+}
+
 /* ---- a reverse proxy in miniature: server + client on the same loop ---------------------- */
 
 typedef struct proxied {
@@ -1012,6 +1171,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_1000_requests_16_connections, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_streaming, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mixed_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_proxy_streams_through, setup, teardown),
       cmocka_unit_test_setup_teardown(test_graceful_shutdown, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_timeout_and_max_connections, setup, teardown),
