@@ -85,7 +85,7 @@ struct conn {
   int fd;
   int state;
   int busy;              /* nesting depth of callbacks using this conn */
-  bool closed;
+  bool peer_eof;         /* C_CLOSING: the client finished sending */
   /* input */
   char *rbuf;
   size_t rlen, rcap;
@@ -151,7 +151,8 @@ static void conn_close(conn *c);
 static void conn_leave(conn *c);
 static void conn_update_deadline(conn *c);
 static void conn_settle(conn *c);
-static bool output_blocked(conn *c);
+static void conn_pump(conn *c);
+static bool output_blocked(const conn *c);
 
 static void srv_signal(http_server *s) {
   pthread_mutex_lock(&s->mu);
@@ -469,11 +470,7 @@ static void ex_deliver_here(http_exchange *ex) {
   c->busy++;
   ex_take(c);
   if (c->fd >= 0 && c->busy == 1) {
-    conn_flush(c);
-    if (c->fd >= 0 && c->state == C_HEAD && c->rlen && !output_blocked(c)) {
-      conn_process(c);  /* pipelined requests waiting behind this answer */
-      if (c->fd >= 0) conn_flush(c);
-    }
+    conn_pump(c);  /* pipelined requests may be waiting behind this answer */
     if (c->fd >= 0) conn_settle(c);
   }
   conn_leave(c);
@@ -637,7 +634,7 @@ static void conn_flush(conn *c) {
   if (c->state == C_CLOSING) conn_linger(c);
 }
 
-static bool output_blocked(conn *c) {
+static bool output_blocked(const conn *c) {
   return c->owned || (c->out.len - c->out_sent) > OUT_HIGH_WATER;
 }
 
@@ -671,7 +668,6 @@ static void dispatch(conn *c) {
   STAT_ADD(t, unanswered, 1);
   STAT_ADD(t, requests, 1);
   /* Keep watching for a peer close, but only read while rbuf has tail room. */
-  if (c->rlen == c->rcap) loop_io_set(t->loop, &c->io, LOOP_RDHUP | (c->io.events & LOOP_WRITE));
   s->handler(ex, &c->req, s->user);
 }
 
@@ -751,14 +747,44 @@ static void conn_process(conn *c) {
   }
 }
 
+/* Alternates writing and parsing until no buffered request can make progress: answered
+ * requests unblock the output, a flushed output unblocks the next buffered request. Each
+ * round consumes a request (or stops), so this ends within one buffer's worth of input. */
+static void conn_pump(conn *c) {
+  for (;;) {
+    if (c->fd < 0) return;
+    conn_flush(c);
+    if (c->fd < 0 || c->state != C_HEAD || c->rlen == 0 || output_blocked(c) ||
+        c->parse_prev == c->rlen)
+      return;
+    conn_process(c);
+  }
+}
+
 /* End of every event on a live connection: close it if a drain made it idle, else make
  * sure its timer covers the current state's deadline. */
+/* The epoll interest a connection needs in its current state (level-triggered, so asking
+ * for READ while unable to read would spin). */
+static uint32_t conn_want(const conn *c) {
+  uint32_t w = (c->out.len > c->out_sent || c->owned) ? LOOP_WRITE : 0;
+  switch (c->state) {
+    case C_LINGER: return w | LOOP_READ | LOOP_RDHUP;
+    case C_CLOSING: return w | (c->peer_eof ? 0 : LOOP_READ | LOOP_RDHUP);
+    case C_WAIT:  /* the request view pins rbuf: read only into tail room */
+      return w | LOOP_RDHUP | (c->rlen < c->rcap ? LOOP_READ : 0);
+    default:
+      if (output_blocked(c)) return w | (c->rlen < c->rcap ? LOOP_READ | LOOP_RDHUP : 0);
+      return w | LOOP_READ | LOOP_RDHUP;
+  }
+}
+
 static void conn_settle(conn *c) {
   if (c->t->draining && c->state == C_HEAD && c->rlen == 0 && c->out.len == c->out_sent &&
       !c->owned) {
     conn_close(c);
     return;
   }
+  loop_io_set(c->t->loop, &c->io, conn_want(c));
   conn_update_deadline(c);
 }
 
@@ -802,7 +828,7 @@ static void conn_timer(loop_timer *tm) {
     conn_error(c, 408, c->state == C_HEAD ? "timed out reading the request head"
                                           : "timed out reading the request body");
     conn_flush(c);
-    if (c->fd >= 0) conn_update_deadline(c);
+    if (c->fd >= 0) conn_settle(c);
   } else if (c->state == C_LINGER) {
     conn_close(c);
   }
@@ -817,16 +843,13 @@ static void conn_readable(conn *c) {
     ssize_t r = read(c->fd, sink, sizeof sink);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
       if (c->state == C_LINGER) conn_close(c);
-      else loop_io_set(t->loop, &c->io, c->io.events & ~(LOOP_READ | LOOP_RDHUP));
+      else c->peer_eof = true;  /* stop reading; conn_settle drops the interest */
     }
     return;
   }
   if (c->state == C_WAIT || output_blocked(c)) {
     /* Request view must stay put: read only into tail room. */
-    if (c->rlen == c->rcap) {
-      loop_io_set(t->loop, &c->io, LOOP_RDHUP | (c->io.events & LOOP_WRITE));
-      return;
-    }
+    if (c->rlen == c->rcap) return;  /* conn_settle narrows the interest */
   } else {
     size_t want;
     if (c->state == C_HEAD) {
@@ -868,14 +891,8 @@ static void conn_io(loop_io *io, uint32_t ev) {
     else if ((ev & LOOP_RDHUP) && !(ev & LOOP_READ) && c->state == C_WAIT) conn_close(c);
     else conn_readable(c);
   }
-  if (c->fd >= 0) {
-    conn_flush(c);
-    if (c->fd >= 0 && c->state == C_HEAD && c->rlen && !output_blocked(c)) {
-      conn_process(c);
-      if (c->fd >= 0) conn_flush(c);
-    }
-    if (c->fd >= 0) conn_settle(c);
-  }
+  conn_pump(c);
+  if (c->fd >= 0) conn_settle(c);
   conn_leave(c);
 }
 

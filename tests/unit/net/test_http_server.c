@@ -407,6 +407,27 @@ static void test_byte_by_byte(void **s) {
   free(r);
 }
 
+static void test_pipelined_flood_behind_owned_bodies(void **s) {
+  /* More pipelined requests than the 16 KiB read buffer holds, each answered with a
+   * 100 KB zero-copy body: reading must pause while bodies are written and resume after. */
+  rconn *c = rconn_open();
+  enum { N = 600 };
+  const char *one = "GET /owned HTTP/1.1\r\nHost: t\r\n\r\n";
+  size_t l = strlen(one);
+  char *all = malloc(N * l);
+  for (int i = 0; i < N; i++) memcpy(all + i * l, one, l);
+  send_all(c->fd, all, N * l);
+  free(all);
+  raw_resp *r = malloc(sizeof *r);
+  for (int i = 0; i < N; i++) {
+    if (!read_response(c, r, false)) fail_msg("response %d missing", i);
+    assert_int_equal(r->status, 200);
+    assert_int_equal(r->body_len, 100000);
+  }
+  rconn_close(c);
+  free(r);
+}
+
 static void test_http10(void **s) {
   rconn *c = rconn_open();
   raw_resp *r = malloc(sizeof *r);
@@ -1162,6 +1183,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_keepalive_and_pipelining, setup, teardown),
       cmocka_unit_test_setup_teardown(test_byte_by_byte, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pipelined_flood_behind_owned_bodies, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http10, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
       cmocka_unit_test_setup_teardown(test_body_too_large, setup, teardown),
