@@ -639,15 +639,41 @@ static bool output_blocked(const conn *c) {
 }
 
 /* Grows rbuf to hold at least `want` bytes. Never called while C_WAIT. */
+/* Grows rbuf to hold at least `want` bytes. Never called while C_WAIT. In C_BODY the
+ * parsed head's slices point into rbuf: they are carried over as offsets. */
 static bool rbuf_reserve(conn *c, size_t want) {
   if (want <= c->rcap) return true;
   size_t cap = c->rcap;
   while (cap < want) cap = cap > SIZE_MAX / 2 ? want : cap * 2;
+  bool rebase = c->state == C_BODY;
+  http_request *q = &c->req;
+  uintptr_t base = (uintptr_t)c->rbuf;
+  size_t om = 0, op = 0, oq = 0;
+  if (rebase) {
+    om = (uintptr_t)q->method - base;
+    op = (uintptr_t)q->path - base;
+    oq = (uintptr_t)q->query - base;
+    for (size_t i = 0; i < q->num_headers; i++) {
+      c->headers[i].name = (const char *)((uintptr_t)c->headers[i].name - base);
+      c->headers[i].value = (const char *)((uintptr_t)c->headers[i].value - base);
+    }
+  }
   char *p = realloc(c->rbuf, cap);
-  if (!p) return false;
-  c->rbuf = p;
-  c->rcap = cap;
-  return true;
+  if (p) {
+    c->rbuf = p;
+    c->rcap = cap;
+  }
+  if (rebase) {  /* also on failure: turn the offsets back into pointers */
+    const char *b = c->rbuf;
+    q->method = b + om;
+    q->path = b + op;
+    q->query = b + oq;
+    for (size_t i = 0; i < q->num_headers; i++) {
+      c->headers[i].name = b + (uintptr_t)c->headers[i].name;
+      c->headers[i].value = b + (uintptr_t)c->headers[i].value;
+    }
+  }
+  return p != NULL;
 }
 
 static void dispatch(conn *c) {
@@ -695,6 +721,7 @@ static void conn_process(conn *c) {
         dispatch(c);
         continue;
       }
+      c->state = C_BODY;  /* from here rbuf growth carries the head's slices over */
       if (c->req.body_kind == HTTP_BODY_LENGTH) {
         if (c->req.content_length > SIZE_MAX - c->req.head_len ||
             !rbuf_reserve(c, c->req.head_len + (size_t)c->req.content_length)) {

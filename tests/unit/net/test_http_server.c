@@ -167,6 +167,12 @@ static void handler(http_exchange *ex, const http_request *req, void *user) {
     char *b = malloc(100000);
     for (int i = 0; i < 100000; i++) b[i] = (char)('a' + i % 26);
     http_respond_owned(ex, 200, NULL, 0, b, 100000, free_body);
+  } else if (path_is(req, "/sum")) {  /* length and FNV-1a hash of the body */
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < req->body_len; i++) h = (h ^ (uint8_t)req->body[i]) * 1099511628211ull;
+    char out[64];
+    int n = snprintf(out, sizeof out, "%zu %016llx", req->body_len, (unsigned long long)h);
+    http_respond(ex, 200, NULL, 0, out, (size_t)n);
   } else if (path_is(req, "/nocontent")) {
     http_respond(ex, 204, NULL, 0, "ignored", 7);  /* a 204 never carries a body */
   } else if (path_is(req, "/thread")) {
@@ -426,6 +432,56 @@ static void test_pipelined_flood_behind_owned_bodies(void **s) {
   }
   rconn_close(c);
   free(r);
+}
+
+static void test_large_bodies(void **s) {
+  /* Multi-megabyte bodies, Content-Length and chunked, arrive contiguous and intact. */
+  http_server *big;
+  http_server_opts o = {.host = "127.0.0.1", .io_threads = 1, .max_body_bytes = 8u << 20};
+  assert_null(http_server_create(&o, handler, NULL, &big));
+  http_server *saved = srv;
+  srv = big;
+  size_t n = 3000000;
+  unsigned char *body = malloc(n);
+  uint64_t x = 88172645463325252ull, h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    body[i] = (unsigned char)x;
+    h = (h ^ body[i]) * 1099511628211ull;
+  }
+  char want[64];
+  snprintf(want, sizeof want, "%zu %016llx", n, (unsigned long long)h);
+  raw_resp *r = malloc(sizeof *r);
+  rconn *c = rconn_open();
+  char head[128];
+  snprintf(head, sizeof head, "POST /sum HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", n);
+  SEND(c->fd, head);
+  send_all(c->fd, (const char *)body, n);
+  assert_true(read_response(c, r, false));
+  r->body[r->body_len] = 0;
+  assert_string_equal(r->body, want);
+  /* same bytes, chunked in uneven pieces, on the same connection */
+  SEND(c->fd, "POST /sum HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+  size_t off = 0, piece = 1;
+  while (off < n) {
+    size_t k = piece < n - off ? piece : n - off;
+    char sz[32];
+    snprintf(sz, sizeof sz, "%zx\r\n", k);
+    SEND(c->fd, sz);
+    send_all(c->fd, (const char *)body + off, k);
+    SEND(c->fd, "\r\n");
+    off += k;
+    piece = piece * 3 + 7;
+  }
+  SEND(c->fd, "0\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  r->body[r->body_len] = 0;
+  assert_string_equal(r->body, want);
+  rconn_close(c);
+  free(r);
+  free(body);
+  srv = saved;
+  http_server_destroy(big);
 }
 
 static void test_http10(void **s) {
@@ -1184,6 +1240,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_keepalive_and_pipelining, setup, teardown),
       cmocka_unit_test_setup_teardown(test_byte_by_byte, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pipelined_flood_behind_owned_bodies, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_large_bodies, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http10, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
       cmocka_unit_test_setup_teardown(test_body_too_large, setup, teardown),
