@@ -151,7 +151,7 @@ typedef struct http_server_opts {
   int io_threads;              /* loops, each with its own SO_REUSEPORT listener; 0 = 1 */
   size_t max_body_bytes;       /* 0 = 64 MiB; larger -> 413 */
   size_t max_header_bytes;     /* 0 = 16 KiB; larger -> 431 */
-  size_t max_headers;          /* 0 = 100 */
+  size_t max_headers;          /* 0 = 100 (at most 10000) */
   int header_timeout_ms;       /* 0 = 10000; head not complete in time -> 408 + close */
   int body_timeout_ms;         /* 0 = 30000; no body progress for this long -> 408 + close;
                                   also bounds a stalled reader of our response */
@@ -256,7 +256,7 @@ typedef struct http_client_opts {
   int connect_timeout_ms;       /* 0 = 5000 */
   int response_timeout_ms;      /* 0 = 60000; inactivity bound while a request is live */
   size_t max_header_bytes;      /* 0 = 64 KiB */
-  size_t max_headers;           /* 0 = 100 */
+  size_t max_headers;           /* 0 = 100 (at most 10000) */
 } http_client_opts;
 
 /* Creates a client bound to loop (it connects lazily on the first send). cb is copied;

@@ -1039,6 +1039,7 @@ cinfer_status *http_server_create(const http_server_opts *opts, http_handler han
   if (!o->max_body_bytes) o->max_body_bytes = 64u << 20;
   if (!o->max_header_bytes) o->max_header_bytes = 16u << 10;
   if (!o->max_headers) o->max_headers = 100;
+  if (o->max_headers > 10000) o->max_headers = 10000;  /* per-connection array */
   if (o->header_timeout_ms <= 0) o->header_timeout_ms = 10000;
   if (o->body_timeout_ms <= 0) o->body_timeout_ms = 30000;
   if (o->idle_keepalive_ms <= 0) o->idle_keepalive_ms = 60000;
