@@ -176,9 +176,15 @@ static __thread time_t tls_date_t;
 static void append_date(net_buf *b) {
   time_t now = time(NULL);
   if (now != tls_date_t) {
+    /* IMF-fixdate, formatted by hand: strftime's names follow the process locale */
+    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
     struct tm tm;
     gmtime_r(&now, &tm);
-    strftime(tls_date, sizeof tls_date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+    snprintf(tls_date, sizeof tls_date, "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
+             days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900,
+             tm.tm_hour, tm.tm_min, tm.tm_sec);
     tls_date_t = now;
   }
   net_buf_str(b, tls_date);
