@@ -197,7 +197,9 @@ void http_server_get_stats(const http_server *srv, http_server_stats *out);
 /* ---- answering (any thread) ----------------------------------------------------------- */
 
 /* Full response. headers: caller's fields (copied; do not pass Content-Length,
- * Transfer-Encoding or Connection: the server writes those). body is copied. */
+ * Transfer-Encoding or Connection: the server writes those, and Date). body is copied.
+ * HEAD requests and 1xx/204/304 answers get no body bytes; a status outside 100..999
+ * becomes 500. */
 void http_respond(http_exchange *ex, int status, const http_header *headers, size_t n,
                   const void *body, size_t len);
 /* Same, zero-copy: the server takes ownership of body and calls free_fn(body) (on an I/O
