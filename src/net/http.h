@@ -151,7 +151,7 @@ typedef struct http_server_opts {
   int io_threads;              /* loops, each with its own SO_REUSEPORT listener; 0 = 1 */
   size_t max_body_bytes;       /* 0 = 64 MiB; larger -> 413 */
   size_t max_header_bytes;     /* 0 = 16 KiB; larger -> 431 */
-  size_t max_headers;          /* 0 = 100 */
+  size_t max_headers;          /* 0 = 100 (at most 10000) */
   int header_timeout_ms;       /* 0 = 10000; head not complete in time -> 408 + close */
   int body_timeout_ms;         /* 0 = 30000; no body progress for this long -> 408 + close;
                                   also bounds a stalled reader of our response */
@@ -197,7 +197,9 @@ void http_server_get_stats(const http_server *srv, http_server_stats *out);
 /* ---- answering (any thread) ----------------------------------------------------------- */
 
 /* Full response. headers: caller's fields (copied; do not pass Content-Length,
- * Transfer-Encoding or Connection: the server writes those). body is copied. */
+ * Transfer-Encoding or Connection: the server writes those, and Date). body is copied.
+ * HEAD requests and 1xx/204/304 answers get no body bytes; a status outside 100..999
+ * becomes 500. */
 void http_respond(http_exchange *ex, int status, const http_header *headers, size_t n,
                   const void *body, size_t len);
 /* Same, zero-copy: the server takes ownership of body and calls free_fn(body) (on an I/O
@@ -256,7 +258,7 @@ typedef struct http_client_opts {
   int connect_timeout_ms;       /* 0 = 5000 */
   int response_timeout_ms;      /* 0 = 60000; inactivity bound while a request is live */
   size_t max_header_bytes;      /* 0 = 64 KiB */
-  size_t max_headers;           /* 0 = 100 */
+  size_t max_headers;           /* 0 = 100 (at most 10000) */
 } http_client_opts;
 
 /* Creates a client bound to loop (it connects lazily on the first send). cb is copied;

@@ -299,6 +299,7 @@ cinfer_status *http_client_create(net_loop *loop, const http_client_opts *opts,
   if (c->o.response_timeout_ms <= 0) c->o.response_timeout_ms = 60000;
   if (!c->o.max_header_bytes) c->o.max_header_bytes = 64u << 10;
   if (!c->o.max_headers) c->o.max_headers = 100;
+  if (c->o.max_headers > 10000) c->o.max_headers = 10000;
   c->lim = (http_limits){c->o.max_header_bytes, c->o.max_headers, UINT64_MAX > SIZE_MAX ? SIZE_MAX : (size_t)UINT64_MAX};
   char port[8];
   snprintf(port, sizeof port, "%u", opts->port);

@@ -85,7 +85,7 @@ struct conn {
   int fd;
   int state;
   int busy;              /* nesting depth of callbacks using this conn */
-  bool closed;
+  bool peer_eof;         /* C_CLOSING: the client finished sending */
   /* input */
   char *rbuf;
   size_t rlen, rcap;
@@ -151,7 +151,8 @@ static void conn_close(conn *c);
 static void conn_leave(conn *c);
 static void conn_update_deadline(conn *c);
 static void conn_settle(conn *c);
-static bool output_blocked(conn *c);
+static void conn_pump(conn *c);
+static bool output_blocked(const conn *c);
 
 static void srv_signal(http_server *s) {
   pthread_mutex_lock(&s->mu);
@@ -175,9 +176,15 @@ static __thread time_t tls_date_t;
 static void append_date(net_buf *b) {
   time_t now = time(NULL);
   if (now != tls_date_t) {
+    /* IMF-fixdate, formatted by hand: strftime's names follow the process locale */
+    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
     struct tm tm;
     gmtime_r(&now, &tm);
-    strftime(tls_date, sizeof tls_date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+    snprintf(tls_date, sizeof tls_date, "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
+             days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900,
+             tm.tm_hour, tm.tm_min, tm.tm_sec);
     tls_date_t = now;
   }
   net_buf_str(b, tls_date);
@@ -469,11 +476,7 @@ static void ex_deliver_here(http_exchange *ex) {
   c->busy++;
   ex_take(c);
   if (c->fd >= 0 && c->busy == 1) {
-    conn_flush(c);
-    if (c->fd >= 0 && c->state == C_HEAD && c->rlen && !output_blocked(c)) {
-      conn_process(c);  /* pipelined requests waiting behind this answer */
-      if (c->fd >= 0) conn_flush(c);
-    }
+    conn_pump(c);  /* pipelined requests may be waiting behind this answer */
     if (c->fd >= 0) conn_settle(c);
   }
   conn_leave(c);
@@ -637,37 +640,46 @@ static void conn_flush(conn *c) {
   if (c->state == C_CLOSING) conn_linger(c);
 }
 
-static bool output_blocked(conn *c) {
+static bool output_blocked(const conn *c) {
   return c->owned || (c->out.len - c->out_sent) > OUT_HIGH_WATER;
 }
 
-/* Moves a slice pointer that pointed into the old rbuf to the same offset in the new. */
-static const char *rebase(const char *ptr, uintptr_t old, char *now) {
-  return ptr ? now + ((uintptr_t)ptr - old) : NULL;
-}
-
+/* Grows rbuf to hold at least `want` bytes. Never called while C_WAIT. */
 /* Grows rbuf to hold at least `want` bytes. Never called while C_WAIT. In C_BODY the
- * parsed head (method, path, query, headers) points into rbuf: those slices move with it. */
+ * parsed head's slices point into rbuf: they are carried over as offsets. */
 static bool rbuf_reserve(conn *c, size_t want) {
   if (want <= c->rcap) return true;
   size_t cap = c->rcap;
   while (cap < want) cap = cap > SIZE_MAX / 2 ? want : cap * 2;
-  uintptr_t old = (uintptr_t)c->rbuf; /* an integer: the old pointer is dead after realloc */
-  char *p = realloc(c->rbuf, cap);
-  if (!p) return false;
-  if ((uintptr_t)p != old && c->state == C_BODY) {
-    http_request *q = &c->req;
-    q->method = rebase(q->method, old, p);
-    q->path = rebase(q->path, old, p);
-    q->query = rebase(q->query, old, p);
+  bool rebase = c->state == C_BODY;
+  http_request *q = &c->req;
+  uintptr_t base = (uintptr_t)c->rbuf;
+  size_t om = 0, op = 0, oq = 0;
+  if (rebase) {
+    om = (uintptr_t)q->method - base;
+    op = (uintptr_t)q->path - base;
+    oq = (uintptr_t)q->query - base;
     for (size_t i = 0; i < q->num_headers; i++) {
-      c->headers[i].name = rebase(c->headers[i].name, old, p);
-      c->headers[i].value = rebase(c->headers[i].value, old, p);
+      c->headers[i].name = (const char *)((uintptr_t)c->headers[i].name - base);
+      c->headers[i].value = (const char *)((uintptr_t)c->headers[i].value - base);
     }
   }
-  c->rbuf = p;
-  c->rcap = cap;
-  return true;
+  char *p = realloc(c->rbuf, cap);
+  if (p) {
+    c->rbuf = p;
+    c->rcap = cap;
+  }
+  if (rebase) {  /* also on failure: turn the offsets back into pointers */
+    const char *b = c->rbuf;
+    q->method = b + om;
+    q->path = b + op;
+    q->query = b + oq;
+    for (size_t i = 0; i < q->num_headers; i++) {
+      c->headers[i].name = b + (uintptr_t)c->headers[i].name;
+      c->headers[i].value = b + (uintptr_t)c->headers[i].value;
+    }
+  }
+  return p != NULL;
 }
 
 static void dispatch(conn *c) {
@@ -688,7 +700,6 @@ static void dispatch(conn *c) {
   STAT_ADD(t, unanswered, 1);
   STAT_ADD(t, requests, 1);
   /* Keep watching for a peer close, but only read while rbuf has tail room. */
-  if (c->rlen == c->rcap) loop_io_set(t->loop, &c->io, LOOP_RDHUP | (c->io.events & LOOP_WRITE));
   s->handler(ex, &c->req, s->user);
 }
 
@@ -716,7 +727,7 @@ static void conn_process(conn *c) {
         dispatch(c);
         continue;
       }
-      c->state = C_BODY; /* from here rbuf_reserve keeps the head's slices valid */
+      c->state = C_BODY;  /* from here rbuf growth carries the head's slices over */
       if (c->req.body_kind == HTTP_BODY_LENGTH) {
         if (c->req.content_length > SIZE_MAX - c->req.head_len ||
             !rbuf_reserve(c, c->req.head_len + (size_t)c->req.content_length)) {
@@ -769,14 +780,44 @@ static void conn_process(conn *c) {
   }
 }
 
+/* Alternates writing and parsing until no buffered request can make progress: answered
+ * requests unblock the output, a flushed output unblocks the next buffered request. Each
+ * round consumes a request (or stops), so this ends within one buffer's worth of input. */
+static void conn_pump(conn *c) {
+  for (;;) {
+    if (c->fd < 0) return;
+    conn_flush(c);
+    if (c->fd < 0 || c->state != C_HEAD || c->rlen == 0 || output_blocked(c) ||
+        c->parse_prev == c->rlen)
+      return;
+    conn_process(c);
+  }
+}
+
 /* End of every event on a live connection: close it if a drain made it idle, else make
  * sure its timer covers the current state's deadline. */
+/* The epoll interest a connection needs in its current state (level-triggered, so asking
+ * for READ while unable to read would spin). */
+static uint32_t conn_want(const conn *c) {
+  uint32_t w = (c->out.len > c->out_sent || c->owned) ? LOOP_WRITE : 0;
+  switch (c->state) {
+    case C_LINGER: return w | LOOP_READ | LOOP_RDHUP;
+    case C_CLOSING: return w | (c->peer_eof ? 0 : LOOP_READ | LOOP_RDHUP);
+    case C_WAIT:  /* the request view pins rbuf: read only into tail room */
+      return w | LOOP_RDHUP | (c->rlen < c->rcap ? LOOP_READ : 0);
+    default:
+      if (output_blocked(c)) return w | (c->rlen < c->rcap ? LOOP_READ | LOOP_RDHUP : 0);
+      return w | LOOP_READ | LOOP_RDHUP;
+  }
+}
+
 static void conn_settle(conn *c) {
   if (c->t->draining && c->state == C_HEAD && c->rlen == 0 && c->out.len == c->out_sent &&
       !c->owned) {
     conn_close(c);
     return;
   }
+  loop_io_set(c->t->loop, &c->io, conn_want(c));
   conn_update_deadline(c);
 }
 
@@ -820,7 +861,7 @@ static void conn_timer(loop_timer *tm) {
     conn_error(c, 408, c->state == C_HEAD ? "timed out reading the request head"
                                           : "timed out reading the request body");
     conn_flush(c);
-    if (c->fd >= 0) conn_update_deadline(c);
+    if (c->fd >= 0) conn_settle(c);
   } else if (c->state == C_LINGER) {
     conn_close(c);
   }
@@ -835,16 +876,13 @@ static void conn_readable(conn *c) {
     ssize_t r = read(c->fd, sink, sizeof sink);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
       if (c->state == C_LINGER) conn_close(c);
-      else loop_io_set(t->loop, &c->io, c->io.events & ~(LOOP_READ | LOOP_RDHUP));
+      else c->peer_eof = true;  /* stop reading; conn_settle drops the interest */
     }
     return;
   }
   if (c->state == C_WAIT || output_blocked(c)) {
     /* Request view must stay put: read only into tail room. */
-    if (c->rlen == c->rcap) {
-      loop_io_set(t->loop, &c->io, LOOP_RDHUP | (c->io.events & LOOP_WRITE));
-      return;
-    }
+    if (c->rlen == c->rcap) return;  /* conn_settle narrows the interest */
   } else {
     size_t want;
     if (c->state == C_HEAD) {
@@ -886,14 +924,8 @@ static void conn_io(loop_io *io, uint32_t ev) {
     else if ((ev & LOOP_RDHUP) && !(ev & LOOP_READ) && c->state == C_WAIT) conn_close(c);
     else conn_readable(c);
   }
-  if (c->fd >= 0) {
-    conn_flush(c);
-    if (c->fd >= 0 && c->state == C_HEAD && c->rlen && !output_blocked(c)) {
-      conn_process(c);
-      if (c->fd >= 0) conn_flush(c);
-    }
-    if (c->fd >= 0) conn_settle(c);
-  }
+  conn_pump(c);
+  if (c->fd >= 0) conn_settle(c);
   conn_leave(c);
 }
 
@@ -1013,6 +1045,7 @@ cinfer_status *http_server_create(const http_server_opts *opts, http_handler han
   if (!o->max_body_bytes) o->max_body_bytes = 64u << 20;
   if (!o->max_header_bytes) o->max_header_bytes = 16u << 10;
   if (!o->max_headers) o->max_headers = 100;
+  if (o->max_headers > 10000) o->max_headers = 10000;  /* per-connection array */
   if (o->header_timeout_ms <= 0) o->header_timeout_ms = 10000;
   if (o->body_timeout_ms <= 0) o->body_timeout_ms = 30000;
   if (o->idle_keepalive_ms <= 0) o->idle_keepalive_ms = 60000;

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@ struct net_loop {
   loop_io wake_io;
   _Atomic int stop;
   _Atomic int wake_pending;
+  _Atomic int posting;       /* producers inside loop_post_task */
   uint64_t now_ms;
   /* task queue */
   loop_task stub;
@@ -73,10 +75,15 @@ static void wake(net_loop *loop) {
 }
 
 void loop_post_task(net_loop *loop, loop_task *task) {
+  /* Once the task is linked the loop may run it, and whatever it completes may lead its
+   * owner to destroy the loop while we are still about to wake it: `posting` makes
+   * loop_destroy wait until this call no longer touches the loop. */
+  atomic_fetch_add_explicit(&loop->posting, 1, memory_order_acq_rel);
   atomic_store_explicit(&task->next, NULL, memory_order_relaxed);
   loop_task *prev = atomic_exchange_explicit(&loop->tail, task, memory_order_acq_rel);
   atomic_store_explicit(&prev->next, task, memory_order_release);
   wake(loop);
+  atomic_fetch_sub_explicit(&loop->posting, 1, memory_order_release);
 }
 
 /* Pops one task or returns NULL when the queue is (momentarily) empty. */
@@ -188,6 +195,7 @@ cinfer_status *loop_create(net_loop **out) {
 
 void loop_destroy(net_loop *loop) {
   if (!loop) return;
+  while (atomic_load_explicit(&loop->posting, memory_order_acquire)) sched_yield();
   const net_loop *saved = tls_loop;
   tls_loop = loop;  /* tasks run as if on the loop thread */
   loop_task *t;

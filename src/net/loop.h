@@ -50,7 +50,9 @@ typedef struct loop_task {
   void (*fn)(struct loop_task *task);
 } loop_task;
 
-/* Any thread: queue task->fn(task) to run on the loop thread (FIFO per producer). */
+/* Any thread: queue task->fn(task) to run on the loop thread (FIFO per producer). The
+ * task may run (and the loop may be destroyed by whoever waits for it) before this call
+ * returns; loop_destroy waits until no producer is still inside it. */
 void loop_post_task(net_loop *loop, loop_task *task);
 /* Any thread: queue fn(arg) on the loop thread. Allocates one small node; returns false only
  * when that allocation fails (fn is then not called). */

@@ -54,8 +54,6 @@ bool wait_for(_Atomic int *flag, int want) {
 static http_server *srv;
 static http_exchange *_Atomic parked;     /* /hang exchange held by the test */
 static _Atomic int parked_count, cancel_count;
-static pthread_t workers[64];
-static _Atomic int nworkers;
 
 static void on_cancel(void *arg) {
   atomic_fetch_add(&cancel_count, 1);
@@ -97,15 +95,58 @@ static void *thread_flood(void *arg) {
   return NULL;
 }
 
-static void spawn(void *(*fn)(void *), void *arg) {
-  int i = atomic_fetch_add(&nworkers, 1);
-  assert_true(i < 64);
-  assert_int_equal(pthread_create(&workers[i], NULL, fn, arg), 0);
+/* A small worker pool standing in for inference workers: answers come from its threads.
+ * Bounded queue; spawn() is called on I/O threads and never blocks (the queue is large). */
+#define POOL 4
+#define QCAP 4096
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  void *(*fn[QCAP])(void *);
+  void *arg[QCAP];
+  size_t head, tail;
+  bool stop;
+  pthread_t th[POOL];
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static void *pool_main(void *unused) {
+  for (;;) {
+    pthread_mutex_lock(&pool.mu);
+    while (pool.head == pool.tail && !pool.stop) pthread_cond_wait(&pool.cv, &pool.mu);
+    if (pool.head == pool.tail) {
+      pthread_mutex_unlock(&pool.mu);
+      return NULL;
+    }
+    void *(*fn)(void *) = pool.fn[pool.head % QCAP];
+    void *arg = pool.arg[pool.head % QCAP];
+    pool.head++;
+    pthread_mutex_unlock(&pool.mu);
+    fn(arg);
+  }
 }
 
-static void join_workers(void) {
-  int n = atomic_exchange(&nworkers, 0);
-  for (int i = 0; i < n; i++) pthread_join(workers[i], NULL);
+static void pool_start(void) {
+  pool.head = pool.tail = 0;
+  pool.stop = false;
+  for (int i = 0; i < POOL; i++) pthread_create(&pool.th[i], NULL, pool_main, NULL);
+}
+
+static void pool_stop(void) {
+  pthread_mutex_lock(&pool.mu);
+  pool.stop = true;
+  pthread_cond_broadcast(&pool.cv);
+  pthread_mutex_unlock(&pool.mu);
+  for (int i = 0; i < POOL; i++) pthread_join(pool.th[i], NULL);
+}
+
+static void spawn(void *(*fn)(void *), void *arg) {
+  pthread_mutex_lock(&pool.mu);
+  if (pool.tail - pool.head >= QCAP) abort();  /* test bug: queue sized for the tests */
+  pool.fn[pool.tail % QCAP] = fn;
+  pool.arg[pool.tail % QCAP] = arg;
+  pool.tail++;
+  pthread_cond_signal(&pool.cv);
+  pthread_mutex_unlock(&pool.mu);
 }
 
 static bool path_is(const http_request *r, const char *p) {
@@ -126,6 +167,12 @@ static void handler(http_exchange *ex, const http_request *req, void *user) {
     char *b = malloc(100000);
     for (int i = 0; i < 100000; i++) b[i] = (char)('a' + i % 26);
     http_respond_owned(ex, 200, NULL, 0, b, 100000, free_body);
+  } else if (path_is(req, "/sum")) {  /* length and FNV-1a hash of the body */
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < req->body_len; i++) h = (h ^ (uint8_t)req->body[i]) * 1099511628211ull;
+    char out[64];
+    int n = snprintf(out, sizeof out, "%zu %016llx", req->body_len, (unsigned long long)h);
+    http_respond(ex, 200, NULL, 0, out, (size_t)n);
   } else if (path_is(req, "/nocontent")) {
     http_respond(ex, 204, NULL, 0, "ignored", 7);  /* a 204 never carries a body */
   } else if (path_is(req, "/thread")) {
@@ -157,13 +204,14 @@ static int setup(void **s) {
   }
   atomic_store(&parked_count, 0);
   atomic_store(&cancel_count, 0);
+  pool_start();
   return 0;
 }
 
 static int teardown(void **s) {
   http_server_destroy(srv);
   srv = NULL;
-  join_workers();
+  pool_stop();
   return 0;
 }
 
@@ -363,6 +411,77 @@ static void test_byte_by_byte(void **s) {
   assert_memory_equal(r->body, "wikipedia", 9);
   rconn_close(c);
   free(r);
+}
+
+static void test_pipelined_flood_behind_owned_bodies(void **s) {
+  /* More pipelined requests than the 16 KiB read buffer holds, each answered with a
+   * 100 KB zero-copy body: reading must pause while bodies are written and resume after. */
+  rconn *c = rconn_open();
+  enum { N = 600 };
+  const char *one = "GET /owned HTTP/1.1\r\nHost: t\r\n\r\n";
+  size_t l = strlen(one);
+  char *all = malloc(N * l);
+  for (int i = 0; i < N; i++) memcpy(all + i * l, one, l);
+  send_all(c->fd, all, N * l);
+  free(all);
+  raw_resp *r = malloc(sizeof *r);
+  for (int i = 0; i < N; i++) {
+    if (!read_response(c, r, false)) fail_msg("response %d missing", i);
+    assert_int_equal(r->status, 200);
+    assert_int_equal(r->body_len, 100000);
+  }
+  rconn_close(c);
+  free(r);
+}
+
+static void test_large_bodies(void **s) {
+  /* Multi-megabyte bodies, Content-Length and chunked, arrive contiguous and intact. */
+  http_server *big;
+  http_server_opts o = {.host = "127.0.0.1", .io_threads = 1, .max_body_bytes = 8u << 20};
+  assert_null(http_server_create(&o, handler, NULL, &big));
+  http_server *saved = srv;
+  srv = big;
+  size_t n = 3000000;
+  unsigned char *body = malloc(n);
+  uint64_t x = 88172645463325252ull, h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    body[i] = (unsigned char)x;
+    h = (h ^ body[i]) * 1099511628211ull;
+  }
+  char want[64];
+  snprintf(want, sizeof want, "%zu %016llx", n, (unsigned long long)h);
+  raw_resp *r = malloc(sizeof *r);
+  rconn *c = rconn_open();
+  char head[128];
+  snprintf(head, sizeof head, "POST /sum HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", n);
+  SEND(c->fd, head);
+  send_all(c->fd, (const char *)body, n);
+  assert_true(read_response(c, r, false));
+  r->body[r->body_len] = 0;
+  assert_string_equal(r->body, want);
+  /* same bytes, chunked in uneven pieces, on the same connection */
+  SEND(c->fd, "POST /sum HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+  size_t off = 0, piece = 1;
+  while (off < n) {
+    size_t k = piece < n - off ? piece : n - off;
+    char sz[32];
+    snprintf(sz, sizeof sz, "%zx\r\n", k);
+    SEND(c->fd, sz);
+    send_all(c->fd, (const char *)body + off, k);
+    SEND(c->fd, "\r\n");
+    off += k;
+    piece = piece * 3 + 7;
+  }
+  SEND(c->fd, "0\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  r->body[r->body_len] = 0;
+  assert_string_equal(r->body, want);
+  rconn_close(c);
+  free(r);
+  free(body);
+  srv = saved;
+  http_server_destroy(big);
 }
 
 static void test_http10(void **s) {
@@ -897,6 +1016,123 @@ static void test_graceful_shutdown(void **s) {
   free(r);
 }
 
+/* ---- mixed load: every answer path, cross-thread answers, clients that vanish ------------ */
+
+#define MX_CLIENTS 16
+#define MX_PER 40
+
+typedef struct mx_req {
+  const char *bytes;
+  size_t body_len;  /* expected response body length */
+} mx_req;
+
+static const mx_req MX[] = {
+    {"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n", 5},
+    {"GET /thread HTTP/1.1\r\nHost: t\r\n\r\n", 11},
+    {"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n", 70},
+    {"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\nhello world", 11},
+    {"GET /owned HTTP/1.1\r\nHost: t\r\n\r\n", 100000},
+};
+
+typedef struct mx_client {
+  struct mx *mx;
+  int i, k;
+  http_client *c;
+  size_t expect, got;
+  bool aborting;
+} mx_client;
+
+typedef struct mx {
+  net_loop *loop;
+  mx_client cl[MX_CLIENTS];
+  _Atomic int ok, aborted, failed, bad, done;
+} mx;
+
+static void mx_next(mx_client *m);
+
+static void mx_body(void *u, const char *d, size_t n) { ((mx_client *)u)->got += n; }
+
+static void mx_done(void *u, http_client_error err, const char *msg) {
+  mx_client *m = u;
+  if (m->aborting) {
+    m->aborting = false;
+    if (err == HTTP_CLIENT_CANCELLED) atomic_fetch_add(&m->mx->aborted, 1);
+    else atomic_fetch_add(&m->mx->failed, 1);
+    return;
+  }
+  if (err) {
+    fprintf(stderr, "mixed client %d request %d: %s\n", m->i, m->k, msg);
+    atomic_fetch_add(&m->mx->failed, 1);
+  } else if (m->got != m->expect) {
+    atomic_fetch_add(&m->mx->bad, 1);
+  } else {
+    atomic_fetch_add(&m->mx->ok, 1);
+  }
+  mx_next(m);
+}
+
+static void mx_next(mx_client *m) {
+  static const http_client_callbacks cb = {.on_body = mx_body, .on_done = mx_done};
+  for (;;) {
+    if (m->k >= MX_PER) {
+      atomic_fetch_add(&m->mx->done, 1);
+      notify();
+      return;
+    }
+    int k = m->k++;
+    const mx_req *r = &MX[(k + m->i) % 5];
+    m->expect = r->body_len;
+    m->got = 0;
+    if (!m->c) {
+      http_client_opts o = {.host = "127.0.0.1", .port = http_server_port(srv)};
+      if (http_client_create(m->mx->loop, &o, &cb, m, &m->c)) abort();
+    }
+    bool abort_it = (m->i % 2 == 1) && (k % 7 == 3);
+    m->aborting = abort_it;
+    http_client_send(m->c, r->bytes, strlen(r->bytes), false);
+    if (!abort_it) return;
+    http_client_destroy(m->c);  /* request in flight: the server sees the client vanish */
+    m->c = NULL;
+  }
+}
+
+static void mx_start(void *arg) {
+  mx *x = arg;
+  for (int i = 0; i < MX_CLIENTS; i++) {
+    x->cl[i] = (mx_client){.mx = x, .i = i};
+    mx_next(&x->cl[i]);
+  }
+}
+
+static void mx_stop(void *arg) {
+  mx *x = arg;
+  for (int i = 0; i < MX_CLIENTS; i++) http_client_destroy(x->cl[i].c);
+  atomic_fetch_add(&x->done, 1);
+  notify();
+}
+
+static void test_mixed_load(void **s) {
+  mx *x = calloc(1, sizeof *x);
+  assert_null(loop_create(&x->loop));
+  assert_null(loop_start_thread(x->loop, "test-mixed"));
+  assert_true(loop_post(x->loop, mx_start, x));
+  assert_true(wait_for(&x->done, MX_CLIENTS));
+  int aborted_expected = 0;
+  for (int i = 1; i < MX_CLIENTS; i += 2)
+    for (int k = 0; k < MX_PER; k++) aborted_expected += k % 7 == 3;
+  assert_int_equal(atomic_load(&x->failed), 0);
+  assert_int_equal(atomic_load(&x->bad), 0);
+  assert_int_equal(atomic_load(&x->aborted), aborted_expected);
+  assert_int_equal(atomic_load(&x->ok), MX_CLIENTS * MX_PER - aborted_expected);
+  assert_true(loop_post(x->loop, mx_stop, x));
+  assert_true(wait_for(&x->done, MX_CLIENTS + 1));
+  loop_join(x->loop);
+  loop_destroy(x->loop);
+  free(x);
+  /* teardown's http_server_destroy waits until every exchange, cancelled or not, was
+   * answered; ASan reports any buffer an abandoned exchange leaked */
+}
+
 /* ---- a reverse proxy in miniature: server + client on the same loop ---------------------- */
 
 typedef struct proxied {
@@ -1003,6 +1239,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_keepalive_and_pipelining, setup, teardown),
       cmocka_unit_test_setup_teardown(test_byte_by_byte, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pipelined_flood_behind_owned_bodies, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_large_bodies, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http10, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
       cmocka_unit_test_setup_teardown(test_body_too_large, setup, teardown),
@@ -1012,6 +1250,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_1000_requests_16_connections, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_streaming, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mixed_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_proxy_streams_through, setup, teardown),
       cmocka_unit_test_setup_teardown(test_graceful_shutdown, setup, teardown),
       cmocka_unit_test_setup_teardown(test_idle_timeout_and_max_connections, setup, teardown),
