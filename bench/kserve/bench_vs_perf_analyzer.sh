@@ -6,6 +6,8 @@
 #
 # usage: bench/kserve/bench_vs_perf_analyzer.sh URL MODEL [extra args for both, e.g. --shape X:1,3]
 #   env: BUILD=build  CONC="1 4 16"  WINDOW_MS=2000  STABILITY=10
+#        PA_ARGS / CINFER_ARGS: extra arguments for one tool only (perf_analyzer's --shape
+#        leaves out the batch dimension of a batching model; cinfer bench's includes it)
 #        PERF_ANALYZER=perf_analyzer (tritonclient 2.40.0's manylinux wheel ships one in
 #        bin/; it needs libcudart.so.12, e.g. from the nvidia-cuda-runtime-cu12 wheel, on
 #        LD_LIBRARY_PATH)
@@ -25,12 +27,12 @@ for c in $CONC; do
   # perf_analyzer's --shape takes NAME:D1,D2 like ours
   "$PA" -m "$MODEL" -u "$HOSTPORT" -i http --concurrency-range "$c:$c" \
       --measurement-interval "$WINDOW_MS" --stability-percentage "$STABILITY" \
-      -f "$TMP/pa.csv" "$@" >"$TMP/pa.log" 2>&1 || { cat "$TMP/pa.log" >&2; exit 1; }
+      -f "$TMP/pa.csv" "$@" ${PA_ARGS:-} >"$TMP/pa.log" 2>&1 || { cat "$TMP/pa.log" >&2; exit 1; }
   read -r pa_tput pa_p50 < <(python3 -c 'import csv,sys
 r = next(csv.DictReader(open(sys.argv[1])))
 print(r["Inferences/Second"], r["p50 latency"])' "$TMP/pa.csv")
   "$BUILD/src/cli/cinfer" bench --url "$URL" --model "$MODEL" --binary --concurrency "$c" \
-      --window-ms "$WINDOW_MS" --stability "$STABILITY" --json "$TMP/c.json" --quiet "$@" >/dev/null
+      --window-ms "$WINDOW_MS" --stability "$STABILITY" --json "$TMP/c.json" --quiet "$@" ${CINFER_ARGS:-} >/dev/null
   read -r c_tput c_p50 < <(python3 -c 'import json,sys
 l = json.load(open(sys.argv[1]))["levels"][0]
 print(l["throughput_rps"], l["latency"]["p50_us"])' "$TMP/c.json")
