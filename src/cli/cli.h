@@ -11,5 +11,7 @@ typedef struct cli_command {
 } cli_command;
 
 int cmd_serve(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 
 #endif

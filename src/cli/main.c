@@ -10,6 +10,8 @@
 
 static const cli_command commands[] = {
     {"serve", "run the inference server on a model repository", cmd_serve},
+    {"run", "run an ONNX model on test data and compare with reference outputs", cmd_run},
+    {"inspect", "describe an ONNX model: inputs, outputs, operators, batchability", cmd_inspect},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

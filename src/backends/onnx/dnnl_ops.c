@@ -1,0 +1,283 @@
+/* dnnl_ops.c: oneDNN fast paths (C API, oneDNN 2.6, OpenMP runtime: the thread count is
+ * set per run with omp_set_num_threads in plan_run).
+ *
+ * Conv (1-D/2-D, grouped, depthwise, dilated, strided, padded) with fused post-ops
+ * (sum for Conv+Add, then relu/leaky/clip/sigmoid/tanh). Weights are reordered once at
+ * plan time into the layout the primitive prefers. Activations stay in oneDNN's blocked
+ * layout between consecutive convolutions (plan->layout[v]); a value goes back to plain
+ * NCHW as soon as any consumer is not a oneDNN convolution. Every path here has a
+ * reference in ops_nn.c and is compared with it in tests/unit/onnx. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <pthread.h>
+
+#include <dnnl.h>
+
+#include "backends/onnx/ops_util.h"
+#include "backends/onnx/plan.h"
+
+struct fast_kernel {
+  dnnl_primitive_t prim;
+  dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
+  dnnl_memory_t src_user, src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user;
+  dnnl_stream_t stream;
+  void *w_data;
+  bool sum_copy; /* sum operand has dst's layout: memcpy */
+  size_t dst_bytes;
+};
+
+static dnnl_engine_t engine(void) {
+  static dnnl_engine_t eng;
+  static int once;
+  if (!__atomic_load_n(&once, __ATOMIC_ACQUIRE)) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    if (!once) {
+      if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) eng = NULL;
+      __atomic_store_n(&once, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&mu);
+  }
+  return eng;
+}
+
+void fast_layout_free(void *layout) { free(layout); }
+
+void fast_destroy(fast_kernel *k) {
+  if (!k) return;
+  dnnl_primitive_t prims[] = {k->prim, k->src_reorder, k->dst_reorder, k->sum_reorder};
+  for (size_t i = 0; i < 4; i++) if (prims[i]) dnnl_primitive_destroy(prims[i]);
+  dnnl_memory_t mems[] = {k->src_user, k->src_mem, k->w_mem, k->b_mem, k->dst_mem, k->dst_user, k->sum_user};
+  for (size_t i = 0; i < 7; i++) if (mems[i]) dnnl_memory_destroy(mems[i]);
+  if (k->stream) dnnl_stream_destroy(k->stream);
+  free(k->w_data);
+  free(k);
+}
+
+static bool conv_eligible(const onnx_plan *p, const plan_step *s) {
+  if (p->no_fast || strcmp(s->node->op_type, "Conv")) return false;
+  const ot *x = s->in[0], *w = s->in[1];
+  if (x->dtype != CINFER_TYPE_FP32 || (x->ndim != 4 && x->ndim != 3)) return false;
+  if (!p->is_static[s->in_id[1]] || w->dtype != CINFER_TYPE_FP32) return false;
+  if (s->n_in > 2 && s->in[2] && !p->is_static[s->in_id[2]]) return false;
+  return ot_numel(s->out[0]) > 0;
+}
+
+bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
+  return conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in);
+}
+
+static dnnl_status_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                  dnnl_primitive_t *out) {
+  dnnl_primitive_desc_t pd;
+  dnnl_status_t r = dnnl_reorder_primitive_desc_create(&pd, from, engine(), to, engine(), NULL);
+  if (r != dnnl_success) return r;
+  r = dnnl_primitive_create(out, pd);
+  dnnl_primitive_desc_destroy(pd);
+  return r;
+}
+
+#define DN(call)                                                                      \
+  do {                                                                                \
+    dnnl_status_t r_ = (call);                                                        \
+    if (r_ != dnnl_success) {                                                         \
+      st = NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN %s failed (status %d)", #call, \
+                    (int)r_);                                                         \
+      goto fail;                                                                      \
+    }                                                                                 \
+  } while (0)
+
+static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
+  cinfer_status *st = NULL;
+  const ot *x = s->in[0], *w = s->in[1], *b = s->n_in > 2 ? s->in[2] : NULL;
+  ot *y = s->out[0];
+  conv_geom g;
+  if ((st = conv_geom_make(s->node, x, w->dims + 2, false, &g))) return st;
+  int64_t G = attr_i(s->node, "group", 1);
+  fast_kernel *k = calloc(1, sizeof *k);
+  if (!k) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  dnnl_engine_t eng = engine();
+  if (!eng) { free(k); return NULL; }
+  /* 1-D convs run as 2-D with H = 1 */
+  int sp = x->ndim - 2;
+  dnnl_dims_t xd = {x->dims[0], x->dims[1], sp == 2 ? x->dims[2] : 1, x->dims[sp + 1]};
+  dnnl_dims_t yd = {y->dims[0], y->dims[1], sp == 2 ? y->dims[2] : 1, y->dims[sp + 1]};
+  int64_t KH = sp == 2 ? w->dims[2] : 1, KW = w->dims[sp + 1];
+  dnnl_dims_t strides = {sp == 2 ? g.stride[0] : 1, g.stride[sp - 1]};
+  dnnl_dims_t dil = {sp == 2 ? g.dil[0] - 1 : 0, g.dil[sp - 1] - 1};
+  dnnl_dims_t pl = {sp == 2 ? g.pb[0] : 0, g.pb[sp - 1]}, pr = {sp == 2 ? g.pe[0] : 0, g.pe[sp - 1]};
+  /* oneDNN wants right padding consistent with the output size */
+  for (int i = 0; i < 2; i++) {
+    int64_t in_ = xd[2 + i], k_ = i == 0 ? KH : KW, o_ = yd[2 + i];
+    pr[i] = (o_ - 1) * strides[i] + (k_ - 1) * (dil[i] + 1) + 1 - in_ - pl[i];
+  }
+  dnnl_memory_desc_t x_plain, x_any, w_plain, w_any, b_md, y_plain, y_any;
+  DN(dnnl_memory_desc_init_by_tag(&x_plain, 4, xd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_f32, dnnl_format_tag_any));
+  DN(dnnl_memory_desc_init_by_tag(&y_plain, 4, yd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any));
+  if (G == 1) {
+    dnnl_dims_t wd = {w->dims[0], w->dims[1], KH, KW};
+    DN(dnnl_memory_desc_init_by_tag(&w_plain, 4, wd, dnnl_f32, dnnl_oihw));
+    DN(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
+  } else {
+    dnnl_dims_t wd = {G, w->dims[0] / G, w->dims[1], KH, KW};
+    DN(dnnl_memory_desc_init_by_tag(&w_plain, 5, wd, dnnl_f32, dnnl_goihw));
+    DN(dnnl_memory_desc_init_by_tag(&w_any, 5, wd, dnnl_f32, dnnl_format_tag_any));
+  }
+  dnnl_dims_t bd = {w->dims[0]};
+  DN(dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_x));
+  const dnnl_memory_desc_t *x_have = p->layout[s->in_id[0]] ? p->layout[s->in_id[0]] : &x_plain;
+
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  DN(dnnl_primitive_attr_create(&attr));
+  DN(dnnl_post_ops_create(&po));
+  if (s->sum_id >= 0) DN(dnnl_post_ops_append_sum(po, 1.0f));
+  if (s->has_fused && s->fused.act != ACT_NONE) {
+    dnnl_alg_kind_t alg = dnnl_eltwise_relu;
+    float a = 0, bb = 0;
+    switch (s->fused.act) {
+      case ACT_RELU: alg = dnnl_eltwise_relu; break;
+      case ACT_LEAKY: alg = dnnl_eltwise_relu; a = s->fused.a; break;
+      case ACT_CLIP: alg = dnnl_eltwise_clip_v2; a = s->fused.a; bb = s->fused.b; break;
+      case ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
+      case ACT_TANH: alg = dnnl_eltwise_tanh; break;
+      default: break;
+    }
+    DN(dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, bb));
+  }
+  DN(dnnl_primitive_attr_set_post_ops(attr, po));
+  dnnl_convolution_desc_t cd;
+  dnnl_primitive_desc_t pd = NULL;
+  /* prefer consuming the producer's layout as is */
+  if (p->layout[s->in_id[0]]) {
+    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                  x_have, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
+    if (dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) != dnnl_success) pd = NULL;
+  }
+  if (!pd) {
+    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                  &x_any, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
+    DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
+  }
+  dnnl_post_ops_destroy(po);
+  po = NULL;
+  dnnl_primitive_attr_destroy(attr);
+  attr = NULL;
+  const dnnl_memory_desc_t *x_want = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+  const dnnl_memory_desc_t *w_want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  const dnnl_memory_desc_t *y_got = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  dnnl_status_t pr_ = dnnl_primitive_create(&k->prim, pd);
+  dnnl_memory_desc_t xw = *x_want, ww = *w_want, yg = *y_got;
+  dnnl_primitive_desc_destroy(pd);
+  DN(pr_);
+  DN(dnnl_stream_create(&k->stream, eng, dnnl_stream_default_flags));
+  /* weights: reorder once */
+  size_t wbytes = dnnl_memory_desc_get_size(&ww);
+  k->w_data = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
+  if (!k->w_data) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto fail; }
+  {
+    dnnl_memory_t wsrc;
+    DN(dnnl_memory_create(&wsrc, &w_plain, eng, w->data));
+    DN(dnnl_memory_create(&k->w_mem, &ww, eng, k->w_data));
+    dnnl_primitive_t r;
+    dnnl_status_t rs = make_reorder(&w_plain, &ww, &r);
+    if (rs == dnnl_success) {
+      dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, wsrc}, {DNNL_ARG_TO, k->w_mem}};
+      rs = dnnl_primitive_execute(r, k->stream, 2, a);
+      if (rs == dnnl_success) rs = dnnl_stream_wait(k->stream);
+      dnnl_primitive_destroy(r);
+    }
+    dnnl_memory_destroy(wsrc);
+    DN(rs);
+  }
+  if (b) DN(dnnl_memory_create(&k->b_mem, &b_md, eng, b->data));
+  /* src */
+  DN(dnnl_memory_create(&k->src_mem, &xw, eng, DNNL_MEMORY_NONE));
+  if (!dnnl_memory_desc_equal(x_have, &xw)) {
+    DN(dnnl_memory_create(&k->src_user, x_have, eng, DNNL_MEMORY_NONE));
+    DN(make_reorder(x_have, &xw, &k->src_reorder));
+    s->temp_bytes[0] = dnnl_memory_desc_get_size(&xw);
+  }
+  /* dst */
+  k->dst_bytes = dnnl_memory_desc_get_size(&yg);
+  DN(dnnl_memory_create(&k->dst_mem, &yg, eng, DNNL_MEMORY_NONE));
+  bool blocked = !dnnl_memory_desc_equal(&yg, &y_plain);
+  if (blocked && keep) {
+    dnnl_memory_desc_t *l = malloc(sizeof *l);
+    if (!l) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto fail; }
+    *l = yg;
+    p->layout[s->out_id[0]] = l;
+    p->bytes[s->out_id[0]] = k->dst_bytes;
+  } else if (blocked) {
+    DN(dnnl_memory_create(&k->dst_user, &y_plain, eng, DNNL_MEMORY_NONE));
+    DN(make_reorder(&yg, &y_plain, &k->dst_reorder));
+    s->temp_bytes[1] = k->dst_bytes;
+  }
+  if (s->sum_id >= 0) {
+    const dnnl_memory_desc_t *sl = p->layout[s->sum_id] ? p->layout[s->sum_id] : &y_plain;
+    if (dnnl_memory_desc_equal(sl, &yg)) k->sum_copy = true;
+    else {
+      DN(dnnl_memory_create(&k->sum_user, sl, eng, DNNL_MEMORY_NONE));
+      DN(make_reorder(sl, &yg, &k->sum_reorder));
+    }
+  }
+  *out = k;
+  return NULL;
+fail:
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  fast_destroy(k);
+  return st;
+}
+
+cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
+  *k = NULL;
+  if (conv_eligible(p, s)) return conv_prepare(p, s, keep && s->in[0]->ndim == 4, k);
+  /* a reference kernel must never see a blocked tensor */
+  for (int j = 0; j < s->n_in; j++)
+    if (s->in_id[j] >= 0 && p->layout[s->in_id[j]])
+      return NODE_ERR(s->node, CINFER_INTERNAL, "blocked input reached a reference kernel");
+  return NULL;
+}
+
+#define RUN(call)                                                                     \
+  do {                                                                                \
+    if ((call) != dnnl_success)                                                       \
+      return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN execution failed: %s", #call); \
+  } while (0)
+
+cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
+  void *src = s->in[0]->data;
+  if (k->src_reorder) {
+    RUN(dnnl_memory_set_data_handle(k->src_user, src));
+    RUN(dnnl_memory_set_data_handle(k->src_mem, s->temp[0]));
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->src_user}, {DNNL_ARG_TO, k->src_mem}};
+    RUN(dnnl_primitive_execute(k->src_reorder, k->stream, 2, a));
+  } else {
+    RUN(dnnl_memory_set_data_handle(k->src_mem, src));
+  }
+  void *dst = k->dst_reorder ? s->temp[1] : s->out[0]->data;
+  RUN(dnnl_memory_set_data_handle(k->dst_mem, dst));
+  if (s->sum_id >= 0) {
+    if (k->sum_copy) memcpy(dst, s->fused.sum->data, k->dst_bytes);
+    else {
+      RUN(dnnl_memory_set_data_handle(k->sum_user, s->fused.sum->data));
+      dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->sum_user}, {DNNL_ARG_TO, k->dst_mem}};
+      RUN(dnnl_primitive_execute(k->sum_reorder, k->stream, 2, a));
+    }
+  }
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, k->src_mem}, {DNNL_ARG_WEIGHTS, k->w_mem}, {DNNL_ARG_DST, k->dst_mem}};
+  int na = 3;
+  if (k->b_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, k->b_mem};
+  RUN(dnnl_primitive_execute(k->prim, k->stream, na, args));
+  if (k->dst_reorder) {
+    RUN(dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data));
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->dst_mem}, {DNNL_ARG_TO, k->dst_user}};
+    RUN(dnnl_primitive_execute(k->dst_reorder, k->stream, 2, a));
+  }
+  RUN(dnnl_stream_wait(k->stream));
+  return NULL;
+}
