@@ -61,6 +61,9 @@ static bool conv_eligible(const onnx_plan *p, const plan_step *s) {
   if (x->dtype != CINFER_TYPE_FP32 || (x->ndim != 4 && x->ndim != 3)) return false;
   if (!p->is_static[s->in_id[1]] || w->dtype != CINFER_TYPE_FP32) return false;
   if (s->n_in > 2 && s->in[2] && !p->is_static[s->in_id[2]]) return false;
+  if (getenv("CINFER_ONNX_FAST_SKIP") && strstr(s->node->name, getenv("CINFER_ONNX_FAST_SKIP"))) return false;
+  if (getenv("CINFER_ONNX_FAST_SKIP_DW") && attr_i(s->node, "group", 1) > 1) return false;
+  if (getenv("CINFER_ONNX_FAST_SKIP_PW") && attr_i(s->node, "group", 1) == 1) return false;
   return ot_numel(s->out[0]) > 0;
 }
 
@@ -158,8 +161,9 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     if (dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) != dnnl_success) pd = NULL;
   }
   if (!pd) {
+    bool plain = getenv("CINFER_ONNX_FIRST_PLAIN") && x->dims[1] <= 4;
     DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
-                                                  &x_any, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
+                                                  plain ? &x_plain : &x_any, &w_any, b ? &b_md : NULL, plain ? &y_plain : &y_any, strides, dil, pl, pr));
     DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
   }
   dnnl_post_ops_destroy(po);

@@ -233,11 +233,12 @@ static cinfer_status *fuse_conv_bn(onnx_model *m) {
     }
     int64_t per = ot_numel(W) / M;
     const float *sc = p[0]->data, *be = p[1]->data, *mu = p[2]->data, *var = p[3]->data;
+    /* float arithmetic in ONNX Runtime's order (ConvBNFusion), so results match it */
     for (int64_t o = 0; o < M; o++) {
-      double a = sc[o] / sqrt((double)var[o] + eps);
-      for (int64_t j = 0; j < per; j++) ((float *)W2->data)[o * per + j] = (float)(((float *)W->data)[o * per + j] * a);
-      double b0 = B ? ((float *)B->data)[o] : 0;
-      ((float *)B2->data)[o] = (float)((b0 - mu[o]) * a + be[o]);
+      float a = sc[o] / sqrtf(var[o] + eps);
+      for (int64_t j = 0; j < per; j++) ((float *)W2->data)[o * per + j] = ((float *)W->data)[o * per + j] * a;
+      float b0 = B ? ((float *)B->data)[o] : 0.0f;
+      ((float *)B2->data)[o] = (b0 - mu[o]) * a + be[o];
     }
     int wid = add_const(m, "bnfold_w", W2);
     if (wid < 0) { ot_free(W2); ot_free(B2); free(drop); return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }

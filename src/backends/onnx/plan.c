@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <math.h>
+#include <stdio.h>
 #include <omp.h>
 
 #include "backends/onnx/ops_util.h"
@@ -84,10 +86,15 @@ static void fuse_steps(onnx_plan *p, bool *skip) {
   int nv = m->n_values;
   int *cons = malloc(sizeof(int) * (size_t)nv);
   if (!cons) return;
-  for (int v = 0; v < nv; v++) cons[v] = -1;
-  for (int s = 0; s < p->n_steps; s++)
+  int *def = malloc(sizeof(int) * (size_t)nv);
+  if (!def) { free(cons); return; }
+  for (int v = 0; v < nv; v++) cons[v] = def[v] = -1;
+  for (int s = 0; s < p->n_steps; s++) {
     for (int j = 0; j < p->steps[s].n_in; j++)
       if (p->steps[s].in_id[j] >= 0) cons[p->steps[s].in_id[j]] = s;
+    for (int j = 0; j < p->steps[s].n_out; j++)
+      if (p->steps[s].out_id[j] >= 0) def[p->steps[s].out_id[j]] = s;
+  }
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *st = &p->steps[s];
     bool conv = !strcmp(st->node->op_type, "Conv"), gemm = !strcmp(st->node->op_type, "Gemm");
@@ -101,7 +108,8 @@ static void fuse_steps(onnx_plan *p, bool *skip) {
       if (skip[cons[v]]) break;
       if (conv && round == 0 && !st->has_fused && !strcmp(c->node->op_type, "Add") && c->n_in == 2) {
         int other = c->in_id[0] == v ? c->in_id[1] : c->in_id[0];
-        if (other == v || other < 0 || p->is_static[other]) break;
+        /* the addend must already exist when the conv runs */
+        if (other == v || other < 0 || p->is_static[other] || def[other] >= s) break;
         const ot *o = &p->vals[other], *x = &p->vals[v];
         if (o->dtype != CINFER_TYPE_FP32 || o->ndim != x->ndim ||
             memcmp(o->dims, x->dims, sizeof(int64_t) * (size_t)x->ndim))
@@ -128,9 +136,9 @@ static void fuse_steps(onnx_plan *p, bool *skip) {
       strncat(st->fused_buf, c->node->op_type, sizeof st->fused_buf - strlen(st->fused_buf) - 1);
       break;
     }
-    if (st->has_fused) st->fused_names = st->fused_buf;
   }
   free(cons);
+  free(def);
 }
 
 typedef struct buf { size_t size, off; int first, last; } buf;
@@ -313,7 +321,7 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
       continue;
     }
   }
-  fuse_steps(p, skip);
+  if (!getenv("CINFER_ONNX_NOFUSE")) fuse_steps(p, skip);
   /* drop fused-away steps */
   int w = 0;
   for (int s = 0; s < p->n_steps; s++) {
@@ -327,6 +335,7 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *ps = &p->steps[s];
     if (ps->sum_id >= 0) ps->fused.sum = &p->vals[ps->sum_id];
+    if (ps->has_fused) ps->fused_names = ps->fused_buf; /* steps moved: point at our copy */
     if ((ps->node->op->flags & OP_ALIAS) && ps->in_id[0] >= 0 && !p->is_static[ps->in_id[0]])
       p->root[ps->out_id[0]] = p->root[ps->in_id[0]];
   }
@@ -346,7 +355,7 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
     for (int s = 0; s < p->n_steps && !st; s++) {
       plan_step *ps = &p->steps[s];
       int v = ps->out_id[0];
-      bool keep = v >= 0 && !m->values[v].is_output && ncons[v] > 0 && ncons[v] == nfast[v] &&
+      bool keep = !getenv("CINFER_ONNX_PLAIN") && v >= 0 && !m->values[v].is_output && ncons[v] > 0 && ncons[v] == nfast[v] &&
                   p->root[v] == v;
       st = fast_prepare(p, ps, keep, &ps->fast);
     }
@@ -362,6 +371,44 @@ fail:
   free(skip);
   plan_destroy(p);
   return st;
+}
+
+/* CINFER_ONNX_TRACE=1: print every step's output checksum (debugging aid). */
+static bool trace_on(void) {
+  static int on = -1;
+  if (on < 0) on = getenv("CINFER_ONNX_TRACE") != NULL;
+  return on;
+}
+static void trace_step(const onnx_plan *p, const plan_step *ps) {
+  const ot *o = ps->out[0];
+  char sh[128];
+  ot_shape_str(o, sh, sizeof sh);
+  double sum = 0, asum = 0;
+  int64_t n = ot_numel(o);
+  bool plain = !p->layout[ps->out_id[0]];
+  for (int64_t i = 0; plain && i < n; i++) { double v = ot_get_f(o, i); sum += v; asum += fabs(v); }
+  fprintf(stderr, "trace %-30s %-18s %-20s sum %.6g abssum %.6g%s\n", ps->node->name,
+          ps->fused_names ? ps->fused_names : ps->node->op_type, sh, sum, asum, plain ? "" : " (blocked)");
+}
+
+/* CINFER_ONNX_CHECK=1 (with CINFER_ONNX_PLAIN=1): re-run each fast step with its
+ * reference kernel and print the largest difference (debugging aid, allocates). */
+static void check_step(plan_step *ps, onnx_exec *x) {
+  ot *ref = ot_new(ps->out[0]->dtype, ps->out[0]->ndim, ps->out[0]->dims);
+  if (!ref) return;
+  ot *outs[8] = {ref};
+  x->fused = ps->has_fused ? &ps->fused : NULL;
+  cinfer_status *st = ps->node->op->exec(x, ps->node, ps->in, outs);
+  if (st) { cinfer_status_free(st); ot_free(ref); return; }
+  double md = 0, mx = 0;
+  for (int64_t i = 0; i < ot_numel(ref); i++) {
+    double a = ((float *)ref->data)[i], b = ((float *)ps->out[0]->data)[i];
+    if (fabs(a - b) > md) md = fabs(a - b);
+    if (fabs(a) > mx) mx = fabs(a);
+  }
+  fprintf(stderr, "check %-30s %-16s max|ref| %.4g max diff %.3g (rel %.2g)\n", ps->node->name,
+          ps->fused_names ? ps->fused_names : ps->node->op_type, mx, md, mx > 0 ? md / mx : 0);
+  ot_free(ref);
 }
 
 static double now_ns(void) {
@@ -388,6 +435,8 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
       st = ps->node->op->exec(&x, ps->node, ps->in, ps->out);
     }
     if (st) return st;
+    if (trace_on()) trace_step(p, ps);
+    if (ps->fast && getenv("CINFER_ONNX_CHECK") && !p->layout[ps->out_id[0]]) check_step(ps, &x);
     if (profile) {
       ps->ns += now_ns() - t0;
       ps->calls++;
