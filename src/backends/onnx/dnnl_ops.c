@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
 #include <pthread.h>
 
 #include <dnnl.h>
@@ -18,6 +19,8 @@
 #include "backends/onnx/plan.h"
 
 struct fast_kernel {
+  int kind;               /* 0 oneDNN convolution, 1 small-K double-accumulation conv */
+  conv_geom g;            /* kind 1 */
   dnnl_primitive_t prim;
   dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
   dnnl_memory_t src_user, src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user;
@@ -67,8 +70,15 @@ static bool conv_eligible(const onnx_plan *p, const plan_step *s) {
   return ot_numel(s->out[0]) > 0;
 }
 
+static bool small_k(const onnx_plan *p, const plan_step *s) {
+  const ot *w = s->in[1];
+  return s->in[0]->ndim == 4 && attr_i(s->node, "group", 1) == 1 && !p->layout[s->in_id[0]] &&
+         w->dims[1] * w->dims[2] * w->dims[3] <= 32 && !getenv("CINFER_ONNX_NO_K64");
+}
+
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
-  return conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in);
+  return conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in) &&
+         !(j == 0 && small_k(p, s));
 }
 
 static dnnl_status_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
@@ -237,8 +247,80 @@ fail:
   return st;
 }
 
+/* Small-K convolutions (Cin*KH*KW <= 32, the first layer of most vision models) read raw
+ * pixels, and their rounding error is amplified by the whole network. They are computed
+ * with double accumulation in the reference's order (so the result is bit-identical to
+ * ref_conv), vectorised over the output row through a per-thread im2col row. */
+
+static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, fast_kernel **out) {
+  fast_kernel *k = calloc(1, sizeof *k);
+  if (!k) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  cinfer_status *st = conv_geom_make(s->node, s->in[0], s->in[1]->dims + 2, false, &k->g);
+  if (st) { free(k); return st; }
+  k->kind = 1;
+  int64_t K = s->in[1]->dims[1] * s->in[1]->dims[2] * s->in[1]->dims[3], M = s->in[1]->dims[0];
+  int64_t OW = k->g.out[1];
+  s->temp_bytes[0] = (size_t)p->threads * ((size_t)(K * OW) * sizeof(float) + (size_t)(M * OW) * sizeof(double) + 128);
+  *out = k;
+  return NULL;
+}
+
+static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
+  const conv_geom *g = &k->g;
+  const ot *w = s->in[1];
+  const float *X = s->in[0]->data, *W = w->data, *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
+  const onnx_fused *f = s->has_fused ? &s->fused : NULL;
+  const float *S = f && f->sum ? f->sum->data : NULL;
+  float *Y = s->out[0]->data;
+  int64_t C = g->C, KH = g->k[0], KW = g->k[1], K = C * KH * KW, M = w->dims[0];
+  int64_t OH = g->out[0], OW = g->out[1], IH = g->in[0], IW = g->in[1];
+  size_t per = ((size_t)(K * OW) * sizeof(float) + (size_t)(M * OW) * sizeof(double) + 128) & ~(size_t)63;
+#pragma omp parallel num_threads(threads)
+  {
+    int t = omp_get_thread_num();
+    char *base = (char *)s->temp[0] + per * (size_t)t;
+    double *acc = (double *)base;
+    float *P = (float *)(base + (size_t)(M * OW) * sizeof(double));
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < g->N * OH; row++) {
+      int64_t n = row / OH, oh = row % OH;
+      for (int64_t c = 0; c < C; c++)
+        for (int64_t kh = 0; kh < KH; kh++) {
+          int64_t ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
+          for (int64_t kw = 0; kw < KW; kw++) {
+            float *pr = P + ((c * KH + kh) * KW + kw) * OW;
+            if (ih < 0 || ih >= IH) { memset(pr, 0, sizeof(float) * (size_t)OW); continue; }
+            const float *xr = X + ((n * C + c) * IH + ih) * IW;
+            for (int64_t ow = 0; ow < OW; ow++) {
+              int64_t iw = ow * g->stride[1] - g->pb[1] + kw * g->dil[1];
+              pr[ow] = iw >= 0 && iw < IW ? xr[iw] : 0.0f;
+            }
+          }
+        }
+      for (int64_t m = 0; m < M; m++) {
+        double *a = acc + m * OW;
+        double b0 = B ? B[m] : 0;
+        for (int64_t ow = 0; ow < OW; ow++) a[ow] = b0;
+        for (int64_t kk = 0; kk < K; kk++) {
+          double wv = W[m * K + kk];
+          const float *pr = P + kk * OW;
+          for (int64_t ow = 0; ow < OW; ow++) a[ow] += wv * (double)pr[ow];
+        }
+        float *yr = Y + ((n * M + m) * OH + oh) * OW;
+        const float *sr = S ? S + ((n * M + m) * OH + oh) * OW : NULL;
+        for (int64_t ow = 0; ow < OW; ow++) {
+          float v = (float)a[ow];
+          if (sr) v += sr[ow];
+          yr[ow] = f ? act_apply(f, v) : v;
+        }
+      }
+    }
+  }
+}
+
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
   *k = NULL;
+  if (conv_eligible(p, s) && small_k(p, s)) return k64_prepare(p, s, k);
   if (conv_eligible(p, s)) return conv_prepare(p, s, keep && s->in[0]->ndim == 4, k);
   /* a reference kernel must never see a blocked tensor */
   for (int j = 0; j < s->n_in; j++)
@@ -254,6 +336,10 @@ cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel *
   } while (0)
 
 cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
+  if (k->kind == 1) {
+    k64_run(k, s, threads);
+    return NULL;
+  }
   void *src = s->in[0]->data;
   if (k->src_reorder) {
     RUN(dnnl_memory_set_data_handle(k->src_user, src));
