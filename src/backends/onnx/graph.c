@@ -494,3 +494,26 @@ out:
   free(bat);
   free(rank);
 }
+
+static bool shape_like_operand(const onnx_node *n, int j) {
+  static const char *const from1[] = {"Reshape", "Expand", "Tile", "Unsqueeze", "Squeeze", "Split",
+                                      "TopK", "CumSum", "Slice", "Pad", "Resize", "Upsample",
+                                      "Dropout", "ReduceSum", "ReduceMean", "ReduceMax",
+                                      "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                                      "ReduceLogSumExp", "ReduceLogSum", "ReduceSumSquare", "Clip"};
+  if (!strcmp(n->op_type, "ConstantOfShape") || !strcmp(n->op_type, "Range")) return true;
+  for (size_t i = 0; i < sizeof from1 / sizeof from1[0]; i++)
+    if (!strcmp(n->op_type, from1[i])) return j >= 1;
+  return false;
+}
+
+cinfer_status *graph_mark_key_inputs(onnx_model *m) {
+  m->key_input = calloc((size_t)m->n_inputs + 1, sizeof *m->key_input);
+  if (!m->key_input) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < m->n_nodes; i++)
+    for (int j = 0; j < m->nodes[i].n_in; j++)
+      if (m->nodes[i].in[j] >= 0 && shape_like_operand(&m->nodes[i], j))
+        for (int k = 0; k < m->n_inputs; k++)
+          if (m->inputs[k] == m->nodes[i].in[j]) m->key_input[k] = true;
+  return NULL;
+}

@@ -159,6 +159,7 @@ void onnx_model_destroy(onnx_model *m) {
   }
   free(m->nodes);
   free(m->inputs);
+  free(m->key_input);
   free(m->outputs);
   free(m->in_info);
   free(m->out_info);
@@ -374,6 +375,7 @@ cinfer_status *onnx_model_load_buffer(const void *buf, size_t len, const char *b
   cinfer_status *st = build(m, mp, base_dir);
   onnx__model_proto__free_unpacked(mp, NULL);
   if (!st) st = graph_compile(m);
+  if (!st) st = graph_mark_key_inputs(m);
   if (!st) {
     m->in_info = calloc((size_t)m->n_inputs + 1, sizeof *m->in_info);
     m->out_info = calloc((size_t)m->n_outputs + 1, sizeof *m->out_info);

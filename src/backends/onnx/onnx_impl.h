@@ -98,6 +98,7 @@ struct onnx_model {
   char *producer;
   int64_t n_params;
   int n_folded, n_dead, n_bn_fused; /* compile statistics */
+  bool *key_input;         /* per model input: its values shape the plan (see plan.c) */
   bool batchable;
   char batch_note[256];
   /* histogram of op types before compilation, for inspect */
@@ -166,6 +167,10 @@ cinfer_status *bcast_shape(const ot *a, const ot *b, ot *out, const onnx_node *n
 cinfer_status *graph_compile(onnx_model *m);
 cinfer_status *graph_fold_constants(onnx_model *m);
 void graph_analyse_batch(onnx_model *m);
+/* Marks graph inputs that feed shape-like operands (Reshape's shape, Slice's starts, ...):
+ * their values become part of the plan key. */
+cinfer_status *graph_mark_key_inputs(onnx_model *m);
+#define ONNX_MAX_KEY_INPUT_ELEMENTS 4096
 
 /* ---- errors ---- */
 #define NODE_ERR(n, code, fmt, ...)                                                  \

@@ -509,6 +509,13 @@ static cinfer_status *copy_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **
 
 static cinfer_status *identity_infer(const onnx_node *n, ot **in, ot **out) {
   copy_shape(out[0], in[0]);
+  if (n->n_in > 2 && in[2]) {
+    REQUIRE_STATIC(n, in[2], "training_mode");
+    if (ot_numel(in[2]) > 0 && ot_get_i(in[2], 0))
+      return NODE_ERR(n, CINFER_UNSUPPORTED, "training_mode=true (random dropout)");
+  }
+  if (n->opset < 7 && attr_i(n, "is_test", 0) == 0 && !strcmp(n->op_type, "Dropout"))
+    return NODE_ERR(n, CINFER_UNSUPPORTED, "is_test=0 (training dropout)");
   if (n->n_out > 1 && out[1]) { /* Dropout mask */
     copy_shape(out[1], in[0]);
     out[1]->dtype = CINFER_TYPE_BOOL;
@@ -1477,7 +1484,7 @@ static const onnx_op op_table[] = {
     {"Split", 2, 1, 2, split_infer, split_exec, 0},
     {"Slice", 1, 1, 5, slice_infer, slice_exec, 0},
     {"Gather", 1, 2, 2, gather_infer, gather_exec, 0},
-    {"Constant", 9, 0, 0, constant_infer, constant_exec, 0},
+    {"Constant", 1, 0, 0, constant_infer, constant_exec, 0},
     {"ConstantOfShape", 9, 1, 1, cos_infer, cos_exec, 0},
     {"Range", 11, 3, 3, range_infer, range_exec, 0},
     {"Expand", 8, 2, 2, expand_infer, expand_exec, 0},
@@ -1507,7 +1514,7 @@ static const onnx_op op_table[] = {
     {"GlobalAveragePool", 1, 1, 1, gpool_infer, gpool_exec, 0},
     {"GlobalMaxPool", 1, 1, 1, gpool_infer, gpool_exec, 0},
     {"GlobalLpPool", 2, 1, 1, gpool_infer, gpool_exec, 0},
-    {"BatchNormalization", 7, 5, 5, bn_infer, bn_exec, 0},
+    {"BatchNormalization", 6, 5, 5, bn_infer, bn_exec, 0},
     {"InstanceNormalization", 6, 3, 3, inorm_infer, inorm_exec, 0},
     {"LayerNormalization", 17, 2, 3, lnorm_infer, lnorm_exec, 0},
     {"LRN", 1, 1, 1, lrn_infer, lrn_exec, 0},

@@ -654,6 +654,7 @@ typedef struct resize_p {
   bool exclude_outside;
   double scale[OT_MAX_DIMS], roi_s[OT_MAX_DIMS], roi_e[OT_MAX_DIMS];
   int64_t out[OT_MAX_DIMS];
+  double out_f[OT_MAX_DIMS]; /* in * scale, unrounded (what align_corners divides by) */
 } resize_p;
 
 static cinfer_status *resize_params(const onnx_node *n, ot **in, resize_p *p) {
@@ -711,6 +712,7 @@ static cinfer_status *resize_params(const onnx_node *n, ot **in, resize_p *p) {
       p->out[i] = ot_get_i(sizes, i);
       if (p->out[i] < 0 || p->out[i] > (1 << 24)) return NODE_ERR(n, CINFER_INVALID_ARG, "bad size");
       p->scale[i] = in[0]->dims[i] ? (double)p->out[i] / (double)in[0]->dims[i] : 1;
+      p->out_f[i] = (double)p->out[i];
     } else {
       double s = sa ? sa->fs[i] : ot_get_f(scales, i);
       if (!(s > 0) || s > 65536) return NODE_ERR(n, CINFER_INVALID_ARG, "bad scale %g", s);
@@ -718,6 +720,7 @@ static cinfer_status *resize_params(const onnx_node *n, ot **in, resize_p *p) {
       double o = floor((double)in[0]->dims[i] * (p->roi_e[i] - p->roi_s[i]) * s + 1e-9);
       if (o > (1 << 24)) return NODE_ERR(n, CINFER_INVALID_ARG, "output too large");
       p->out[i] = (int64_t)o;
+      p->out_f[i] = (double)in[0]->dims[i] * s;
     }
   }
   return NULL;
@@ -737,7 +740,7 @@ static double resize_coord(const resize_p *p, int d, int64_t x, int64_t in, int6
   switch (p->ctm) {
     case 0: return ((double)x + 0.5) / s - 0.5;
     case 1: return (double)x / s;
-    case 2: return out == 1 ? 0 : (double)x * (double)(in - 1) / (double)(out - 1);
+    case 2: return out == 1 ? 0 : (double)x * (double)(in - 1) / (p->out_f[d] - 1);
     case 3: return out > 1 ? ((double)x + 0.5) / s - 0.5 : 0;
     case 4: return ((double)x + 0.5) / s;
     default:

@@ -56,6 +56,9 @@ bool plan_matches(const onnx_plan *p, const cinfer_tensor *inputs, const int *ma
     if (*k++ != t->ndim) return false;
     for (int d = 0; d < t->ndim; d++)
       if (*k++ != t->shape[d]) return false;
+    const ot *v = &p->vals[p->m->inputs[i]];
+    if (p->is_static[p->m->inputs[i]] && t->byte_size && memcmp(v->data, t->data, t->byte_size))
+      return false;
   }
   return true;
 }
@@ -271,6 +274,14 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
     o->dtype = t->dtype;
     o->ndim = t->ndim;
     memcpy(o->dims, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    if (m->key_input[i] && ot_numel(o) <= ONNX_MAX_KEY_INPUT_ELEMENTS) {
+      /* shape-like input: its values are part of the plan key */
+      void *d = aligned_alloc(64, (t->byte_size + 64) & ~(size_t)63);
+      if (!d || !own(p, d)) { free(d); st = oom(); goto fail; }
+      if (t->byte_size) memcpy(d, t->data, t->byte_size);
+      o->data = d;
+      p->is_static[m->inputs[i]] = true;
+    }
   }
   for (int ni = 0; ni < m->n_nodes; ni++) {
     const onnx_node *n = &m->nodes[ni];
@@ -419,7 +430,8 @@ static double now_ns(void) {
 
 cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *map, bool profile) {
   const onnx_model *m = p->m;
-  for (int i = 0; i < m->n_inputs; i++) p->vals[m->inputs[i]].data = (void *)inputs[map[i]].data;
+  for (int i = 0; i < m->n_inputs; i++)
+    if (!p->is_static[m->inputs[i]]) p->vals[m->inputs[i]].data = (void *)inputs[map[i]].data;
   for (int v = 0; v < m->n_values; v++)
     if (p->root[v] != v && m->values[p->root[v]].kind == VAL_INPUT) p->vals[v].data = p->vals[p->root[v]].data;
   omp_set_num_threads(p->threads);
