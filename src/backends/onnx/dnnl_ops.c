@@ -73,7 +73,7 @@ static bool conv_eligible(const onnx_plan *p, const plan_step *s) {
 static bool small_k(const onnx_plan *p, const plan_step *s) {
   const ot *w = s->in[1];
   return s->in[0]->ndim == 4 && attr_i(s->node, "group", 1) == 1 && !p->layout[s->in_id[0]] &&
-         w->dims[1] * w->dims[2] * w->dims[3] <= 32 && !getenv("CINFER_ONNX_NO_K64");
+         w->dims[1] <= 4 && w->dims[1] * w->dims[2] * w->dims[3] <= 32 && !getenv("CINFER_ONNX_NO_K64");
 }
 
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
@@ -169,6 +169,12 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
                                                   x_have, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
     if (dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) != dnnl_success) pd = NULL;
+    const char *impl = NULL;
+    if (pd && (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+               !impl || !strncmp(impl, "ref", 3))) {
+      dnnl_primitive_desc_destroy(pd); /* only the slow reference takes this layout */
+      pd = NULL;
+    }
   }
   if (!pd) {
     bool plain = getenv("CINFER_ONNX_FIRST_PLAIN") && x->dims[1] <= 4;
@@ -247,7 +253,7 @@ fail:
   return st;
 }
 
-/* Small-K convolutions (Cin*KH*KW <= 32, the first layer of most vision models) read raw
+/* Small-K convolutions (Cin <= 4 and Cin*KH*KW <= 32: the first layer of vision models) read raw
  * pixels, and their rounding error is amplified by the whole network. They are computed
  * with double accumulation in the reference's order (so the result is bit-identical to
  * ref_conv), vectorised over the output row through a per-thread im2col row. */
@@ -298,12 +304,13 @@ static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
           }
         }
       for (int64_t m = 0; m < M; m++) {
-        double *a = acc + m * OW;
+        double *restrict a = acc + m * OW;
         double b0 = B ? B[m] : 0;
         for (int64_t ow = 0; ow < OW; ow++) a[ow] = b0;
         for (int64_t kk = 0; kk < K; kk++) {
           double wv = W[m * K + kk];
-          const float *pr = P + kk * OW;
+          const float *restrict pr = P + kk * OW;
+#pragma omp simd
           for (int64_t ow = 0; ow < OW; ow++) a[ow] += wv * (double)pr[ow];
         }
         float *yr = Y + ((n * M + m) * OH + oh) * OW;

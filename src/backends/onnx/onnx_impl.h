@@ -150,7 +150,16 @@ struct onnx_exec {
   const onnx_fused *fused; /* for the node being executed, or NULL */
 };
 
-float act_apply(const onnx_fused *f, float v);
+static inline float act_apply(const onnx_fused *f, float v) {
+  switch (f->act) {
+    case ACT_RELU: return v > 0 ? v : 0;
+    case ACT_CLIP: return v < f->a ? f->a : v > f->b ? f->b : v;
+    case ACT_LEAKY: return v >= 0 ? v : v * f->a;
+    case ACT_SIGMOID: return 1.0f / (1.0f + __builtin_expf(-v));
+    case ACT_TANH: return __builtin_tanhf(v);
+    default: return v;
+  }
+}
 
 /* kernels shared between the reference ops and tests */
 cinfer_status *ref_conv(const onnx_node *n, const ot *x, const ot *w, const ot *b, ot *y,

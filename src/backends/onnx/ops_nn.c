@@ -9,17 +9,6 @@
 
 #include "backends/onnx/ops_util.h"
 
-float act_apply(const onnx_fused *f, float v) {
-  switch (f->act) {
-    case ACT_RELU: return v > 0 ? v : 0;
-    case ACT_CLIP: return v < f->a ? f->a : v > f->b ? f->b : v;
-    case ACT_LEAKY: return v >= 0 ? v : v * f->a;
-    case ACT_SIGMOID: return 1.0f / (1.0f + expf(-v));
-    case ACT_TANH: return tanhf(v);
-    default: return v;
-  }
-}
-
 #define NEED_F32(n, t) REQUIRE_DTYPE(n, t, (t)->dtype == CINFER_TYPE_FP32)
 
 /* ======================= geometry ======================= */

@@ -351,6 +351,9 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
       p->root[ps->out_id[0]] = p->root[ps->in_id[0]];
   }
   if (!no_fast) {
+    /* oneDNN fixes a primitive's thread decomposition when it is created: create them
+     * under the thread count they will run with */
+    omp_set_num_threads(threads);
     /* consumers of each value: may it stay in a blocked layout? */
     int *ncons = calloc((size_t)nv + 1, sizeof *ncons), *nfast = calloc((size_t)nv + 1, sizeof *nfast);
     if (!ncons || !nfast) { free(ncons); free(nfast); st = oom(); goto fail; }
