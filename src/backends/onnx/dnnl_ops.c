@@ -19,7 +19,8 @@
 #include "backends/onnx/plan.h"
 
 struct fast_kernel {
-  int kind;               /* 0 oneDNN convolution, 1 small-K double-accumulation conv */
+  int kind;               /* 0 oneDNN convolution, 1 small-K double-accumulation conv,
+                             2 oneDNN pooling */
   conv_geom g;            /* kind 1 */
   dnnl_primitive_t prim;
   dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
@@ -265,7 +266,17 @@ static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, fast_kernel **out)
   if (st) { free(k); return st; }
   k->kind = 1;
   int64_t K = s->in[1]->dims[1] * s->in[1]->dims[2] * s->in[1]->dims[3], M = s->in[1]->dims[0];
-  int64_t OW = k->g.out[1];
+  int64_t OW = k->g.out[1], Mp = (M + 15) / 16 * 16;
+  /* weights as double, transposed to [K+1][Mp] (row K: bias), zero padded to 16 lanes */
+  double *wt = aligned_alloc(64, sizeof(double) * (size_t)((K + 1) * Mp));
+  if (!wt) { free(k); return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+  memset(wt, 0, sizeof(double) * (size_t)((K + 1) * Mp));
+  const float *W = s->in[1]->data, *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
+  for (int64_t m = 0; m < M; m++) {
+    for (int64_t kk = 0; kk < K; kk++) wt[kk * Mp + m] = W[m * K + kk];
+    wt[K * Mp + m] = B ? B[m] : 0;
+  }
+  k->w_data = wt;
   s->temp_bytes[0] = (size_t)p->threads * ((size_t)(K * OW) * sizeof(float) + (size_t)(M * OW) * sizeof(double) + 128);
   *out = k;
   return NULL;
@@ -274,7 +285,7 @@ static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, fast_kernel **out)
 static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
   const conv_geom *g = &k->g;
   const ot *w = s->in[1];
-  const float *X = s->in[0]->data, *W = w->data, *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
+  const float *X = s->in[0]->data;
   const onnx_fused *f = s->has_fused ? &s->fused : NULL;
   const float *S = f && f->sum ? f->sum->data : NULL;
   float *Y = s->out[0]->data;
@@ -303,30 +314,107 @@ static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
             }
           }
         }
-      for (int64_t m = 0; m < M; m++) {
-        double *restrict a = acc + m * OW;
-        double b0 = B ? B[m] : 0;
-        for (int64_t ow = 0; ow < OW; ow++) a[ow] = b0;
-        for (int64_t kk = 0; kk < K; kk++) {
-          double wv = W[m * K + kk];
-          const float *restrict pr = P + kk * OW;
-#pragma omp simd
-          for (int64_t ow = 0; ow < OW; ow++) a[ow] += wv * (double)pr[ow];
-        }
-        float *yr = Y + ((n * M + m) * OH + oh) * OW;
-        const float *sr = S ? S + ((n * M + m) * OH + oh) * OW : NULL;
+      /* 16 output channels per pass, held in four 4-double registers; every sum runs
+       * bias, then kk = 0..K-1, exactly like ref_conv (float*float is exact in double) */
+      typedef double v4d __attribute__((vector_size(32)));
+      const double *wt = k->w_data;
+      int64_t Mp = (M + 15) / 16 * 16;
+      (void)acc;
+      for (int64_t m0 = 0; m0 < Mp; m0 += 16) {
         for (int64_t ow = 0; ow < OW; ow++) {
-          float v = (float)a[ow];
-          if (sr) v += sr[ow];
-          yr[ow] = f ? act_apply(f, v) : v;
+          v4d a[4];
+          __builtin_memcpy(a, wt + K * Mp + m0, sizeof a);
+          for (int64_t kk = 0; kk < K; kk++) {
+            double xs = P[kk * OW + ow];
+            v4d xv = {xs, xs, xs, xs}, w4[4];
+            __builtin_memcpy(w4, wt + kk * Mp + m0, sizeof w4);
+            a[0] += xv * w4[0];
+            a[1] += xv * w4[1];
+            a[2] += xv * w4[2];
+            a[3] += xv * w4[3];
+          }
+          double r[16];
+          __builtin_memcpy(r, a, sizeof r);
+          int64_t mend = M - m0 < 16 ? M - m0 : 16;
+          for (int64_t q = 0; q < mend; q++) {
+            int64_t m = m0 + q;
+            int64_t yi = ((n * M + m) * OH + oh) * OW + ow;
+            float v = (float)r[q];
+            if (S) v += S[yi];
+            Y[yi] = f ? act_apply(f, v) : v;
+          }
         }
       }
     }
   }
 }
 
+/* MaxPool / AveragePool (2-D, float, plain NCHW in and out). Average pooling whose
+ * ceil_mode window reaches past the declared end padding stays on the reference kernel
+ * (oneDNN would count the extra cells). */
+static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, fast_kernel **out) {
+  cinfer_status *st = NULL;
+  const ot *x = s->in[0], *y = s->out[0];
+  bool maxp = !strcmp(s->node->op_type, "MaxPool");
+  if (x->ndim != 4 || x->dtype != CINFER_TYPE_FP32 || p->layout[s->in_id[0]] || ot_numel(y) == 0 ||
+      (s->n_out > 1 && s->out[1]))
+    return NULL;
+  conv_geom g;
+  if ((st = conv_geom_make(s->node, x, NULL, true, &g))) return st;
+  dnnl_dims_t xd = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]};
+  dnnl_dims_t yd = {y->dims[0], y->dims[1], y->dims[2], y->dims[3]};
+  dnnl_dims_t strides = {g.stride[0], g.stride[1]}, kern = {g.k[0], g.k[1]};
+  dnnl_dims_t dil = {g.dil[0] - 1, g.dil[1] - 1}, pl = {g.pb[0], g.pb[1]}, pr;
+  for (int i = 0; i < 2; i++) {
+    pr[i] = (yd[2 + i] - 1) * strides[i] + (kern[i] - 1) * (dil[i] + 1) + 1 - xd[2 + i] - pl[i];
+    if (!maxp && pr[i] != g.pe[i]) return NULL;
+    if (pr[i] < 0) pr[i] = 0;
+  }
+  bool incl = attr_i(s->node, "count_include_pad", 0) != 0;
+  fast_kernel *k = calloc(1, sizeof *k);
+  if (!k) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  k->kind = 2;
+  dnnl_memory_desc_t x_md, y_md;
+  dnnl_pooling_v2_desc_t pdsc;
+  dnnl_primitive_desc_t pd = NULL;
+  DN(dnnl_memory_desc_init_by_tag(&x_md, 4, xd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_memory_desc_init_by_tag(&y_md, 4, yd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_inference,
+                                       maxp ? dnnl_pooling_max : incl ? dnnl_pooling_avg_include_padding
+                                                                       : dnnl_pooling_avg_exclude_padding,
+                                       &x_md, &y_md, strides, kern, dil, pl, pr));
+  DN(dnnl_primitive_desc_create(&pd, &pdsc, NULL, engine(), NULL));
+  dnnl_status_t r = dnnl_primitive_create(&k->prim, pd);
+  dnnl_primitive_desc_destroy(pd);
+  DN(r);
+  DN(dnnl_stream_create(&k->stream, engine(), dnnl_stream_default_flags));
+  DN(dnnl_memory_create(&k->src_mem, &x_md, engine(), DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&k->dst_mem, &y_md, engine(), DNNL_MEMORY_NONE));
+  *out = k;
+  return NULL;
+fail:
+  fast_destroy(k);
+  return st;
+}
+
+static cinfer_status *pool_run(fast_kernel *k, plan_step *s) {
+  if (dnnl_memory_set_data_handle(k->src_mem, s->in[0]->data) != dnnl_success ||
+      dnnl_memory_set_data_handle(k->dst_mem, s->out[0]->data) != dnnl_success)
+    return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN memory handle");
+  dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, k->src_mem}, {DNNL_ARG_DST, k->dst_mem}};
+  if (dnnl_primitive_execute(k->prim, k->stream, 2, a) != dnnl_success ||
+      dnnl_stream_wait(k->stream) != dnnl_success)
+    return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN pooling failed");
+  return NULL;
+}
+
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
   *k = NULL;
+  if (!p->no_fast && (!strcmp(s->node->op_type, "MaxPool") || !strcmp(s->node->op_type, "AveragePool")) &&
+      !getenv("CINFER_ONNX_NO_FAST_POOL")) {
+    cinfer_status *st = pool_prepare(p, s, k);
+    if (st || *k) return st;
+  }
   if (conv_eligible(p, s) && small_k(p, s)) return k64_prepare(p, s, k);
   if (conv_eligible(p, s)) return conv_prepare(p, s, keep && s->in[0]->ndim == 4, k);
   /* a reference kernel must never see a blocked tensor */
@@ -347,6 +435,7 @@ cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
     k64_run(k, s, threads);
     return NULL;
   }
+  if (k->kind == 2) return pool_run(k, s);
   void *src = s->in[0]->data;
   if (k->src_reorder) {
     RUN(dnnl_memory_set_data_handle(k->src_user, src));

@@ -1156,6 +1156,32 @@ static cinfer_status *pad_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **o
   int md = !strcmp(mode, "reflect") ? 1 : !strcmp(mode, "edge") ? 2 : 0;
   int r = out[0]->ndim;
   size_t es = cinfer_dtype_size(in[0]->dtype);
+  if (md == 0 && r >= 1 && in[0]->dtype == CINFER_TYPE_FP32) {
+    /* constant mode: fill, then copy the input rows (innermost dim) into place */
+    int64_t total = ot_numel(out[0]);
+    float *D = out[0]->data, fv = (float)v;
+    const float *S = in[0]->data;
+    for (int64_t i = 0; i < total; i++) D[i] = fv;
+    int64_t rows = prod(in[0]->dims, 0, r - 1), W = in[0]->dims[r - 1];
+    int64_t ostr[OT_MAX_DIMS], acc = 1;
+    for (int i = r - 1; i >= 0; i--) { ostr[i] = acc; acc *= out[0]->dims[i]; }
+    int64_t idx[OT_MAX_DIMS] = {0};
+    for (int64_t row = 0; row < rows && W > 0; row++) {
+      int64_t off = 0;
+      bool ok = true;
+      for (int d = 0; d < r - 1; d++) {
+        int64_t o = idx[d] + pads[d];
+        if (o < 0 || o >= out[0]->dims[d]) { ok = false; break; }
+        off += o * ostr[d];
+      }
+      /* negative pads crop: copy the overlapping part of the row */
+      int64_t pb_ = pads[r - 1], pe_ = pads[2 * r - 1];
+      int64_t lo = pb_ < 0 ? -pb_ : 0, cnt = W - lo - (pe_ < 0 ? -pe_ : 0);
+      if (ok && cnt > 0) memcpy(D + off + lo + pb_, S + row * W + lo, sizeof(float) * (size_t)cnt);
+      for (int d = r - 2; d >= 0; d--) { if (++idx[d] < in[0]->dims[d]) break; idx[d] = 0; }
+    }
+    return NULL;
+  }
   int64_t total = ot_numel(out[0]), istr[OT_MAX_DIMS], acc = 1;
   for (int i = r - 1; i >= 0; i--) { istr[i] = acc; acc *= in[0]->dims[i]; }
   int64_t idx[OT_MAX_DIMS] = {0};

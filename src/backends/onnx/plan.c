@@ -101,7 +101,8 @@ static void fuse_steps(onnx_plan *p, bool *skip) {
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *st = &p->steps[s];
     bool conv = !strcmp(st->node->op_type, "Conv"), gemm = !strcmp(st->node->op_type, "Gemm");
-    if (skip[s] || (!conv && !gemm)) continue;
+    bool bn = !strcmp(st->node->op_type, "BatchNormalization") && st->in[0]->dtype == CINFER_TYPE_FP32;
+    if (skip[s] || (!conv && !gemm && !bn)) continue;
     snprintf(st->fused_buf, sizeof st->fused_buf, "%s", st->node->op_type);
     for (int round = 0; round < 2; round++) {
       int v = st->out_id[0];

@@ -186,6 +186,61 @@ static void test_conv_shapes(void **state) {
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_cfg(&cfgs[i]);
 }
 
+/* MaxPool / AveragePool: oneDNN pooling vs the reference */
+typedef struct pool_cfg { const char *op; int64_t C, H, W, kh, kw, sh, sw, pt, pl, pb, pr, ceil, incl, dh; } pool_cfg;
+
+static void check_pool(const pool_cfg *c) {
+  mb b;
+  mb_init(&b, 13);
+  int64_t xd[4] = {2, c->C, c->H, c->W};
+  mb_input(&b, "x", 4, xd);
+  const char *i = "x", *o = "out";
+  Onnx__NodeProto *n = mb_node(&b, c->op, "pool", 1, &i, 1, &o);
+  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){c->kh, c->kw});
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){c->sh, c->sw});
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
+  if (c->ceil) mb_attr_i(&b, n, "ceil_mode", 1);
+  if (c->incl) mb_attr_i(&b, n, "count_include_pad", 1);
+  if (c->dh > 1) mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->dh, c->dh});
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  float *x = rand_buf(cinfer_shape_elements(xd, 4)), *ref, *fast;
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, xd, 4, &ref, &nr, &fr);
+  run(m, true, x, xd, 4, &fast, &nf, &ff);
+  assert_int_equal(nr, nf);
+  for (size_t k = 0; k < nr; k++)
+    if (fabsf(ref[k] - fast[k]) > 1e-6f)
+      fail_msg("%s C%lld %lldx%lld k%lldx%lld s%lld p%lld,%lld,%lld,%lld ceil%lld incl%lld: element %zu ref %g fast %g",
+               c->op, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->kh, (long long)c->kw,
+               (long long)c->sh, (long long)c->pt, (long long)c->pl, (long long)c->pb, (long long)c->pr,
+               (long long)c->ceil, (long long)c->incl, k, ref[k], fast[k]);
+  free(x);
+  free(ref);
+  free(fast);
+  onnx_model_destroy(m);
+}
+
+static void test_pool_shapes(void **state) {
+  const pool_cfg cfgs[] = {
+      {"MaxPool", 5, 17, 13, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1},
+      {"MaxPool", 3, 16, 16, 3, 2, 2, 3, 0, 1, 1, 0, 1, 0, 1},
+      {"MaxPool", 4, 15, 15, 3, 3, 1, 1, 2, 2, 2, 2, 0, 0, 2},
+      {"AveragePool", 6, 14, 11, 2, 3, 2, 2, 0, 1, 0, 1, 0, 0, 1},
+      {"AveragePool", 6, 14, 11, 3, 3, 2, 2, 1, 1, 1, 1, 0, 1, 1},
+      {"AveragePool", 7, 9, 9, 3, 3, 2, 2, 0, 0, 0, 0, 1, 0, 1},
+      {"AveragePool", 8, 28, 28, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_pool(&cfgs[i]);
+}
+
 /* batch of 3 == three batch-1 runs */
 static void test_batch_rows(void **state) {
   conv_cfg c = {1, 4, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
@@ -215,6 +270,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
       cmocka_unit_test(test_batch_rows),
+      cmocka_unit_test(test_pool_shapes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
