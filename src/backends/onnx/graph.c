@@ -9,6 +9,7 @@
  * Shape-dependent work (Shape->Gather->Concat chains on runtime tensors, activation
  * fusion, memory planning) happens per input shape in plan.c. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -318,6 +319,7 @@ void graph_analyse_batch(onnx_model *m) {
   bool *bat = calloc((size_t)m->n_values + 1, sizeof *bat);
   int *rank = calloc((size_t)m->n_values + 1, sizeof *rank);
   m->batchable = false;
+  m->batch_probe = false;
   if (!bat || !rank) goto out;
   for (int i = 0; i < m->n_values; i++) rank[i] = m->values[i].cval ? m->values[i].cval->ndim : -1;
   for (int i = 0; i < m->n_inputs; i++) {
@@ -360,17 +362,35 @@ void graph_analyse_batch(onnx_model *m) {
       for (int j = 0; j < n->n_in; j++) {
         int v = n->in[j];
         if (v < 0 || bat[v]) continue;
+        if (r < 0) { /* rank unknown: the probe checks the broadcast */
+          m->batch_probe = true;
+          continue;
+        }
         if (rank[v] < 0 || rank[v] >= r) {
           const ot *c = m->values[v].cval;
           if (!(c && (c->ndim < r || (c->ndim == r && c->dims[0] == 1)))) ok = false;
         }
       }
     } else if (!strcmp(t, "Softmax") || !strcmp(t, "LogSoftmax")) {
-      ok = r > 0 && axis_attr_not0(n, "axis", n->opset < 13 ? 1 : -1, r);
+      if (r < 0) {
+        ok = attr_i(n, "axis", n->opset < 13 ? 1 : -1) != 0;
+        m->batch_probe = true;
+      } else {
+        ok = r > 0 && axis_attr_not0(n, "axis", n->opset < 13 ? 1 : -1, r);
+      }
     } else if (!strcmp(t, "Concat") || !strcmp(t, "Split")) {
-      ok = r > 0 && axis_attr_not0(n, "axis", !strcmp(t, "Split") ? 0 : 1, r);
+      if (r < 0) { /* rank unknown after a shape-derived Reshape: the probe decides */
+        ok = attr_i(n, "axis", !strcmp(t, "Split") ? 0 : 1) != 0;
+        m->batch_probe = true;
+      } else {
+        ok = r > 0 && axis_attr_not0(n, "axis", !strcmp(t, "Split") ? 0 : 1, r);
+      }
       if (!strcmp(t, "Concat"))
-        for (int j = 0; j < n->n_in; j++) ok &= n->in[j] >= 0 && bat[n->in[j]];
+        for (int j = 0; j < n->n_in; j++) {
+          if (getenv("CINFER_ONNX_DEBUG_BATCH") && !(n->in[j] >= 0 && bat[n->in[j]]))
+            fprintf(stderr, "concat input %s not batch\n", m->values[n->in[j]].name);
+          ok &= n->in[j] >= 0 && bat[n->in[j]];
+        }
     } else if (!strcmp(t, "Transpose")) {
       const int64_t *p;
       ok = attr_ints(n, "perm", &p) > 0 && p[0] == 0;
@@ -412,6 +432,13 @@ void graph_analyse_batch(onnx_model *m) {
           }
           orank = (int)s->dims[0];
         }
+      } else if (n->n_in > 1 && bat[n->in[0]] && !bat[n->in[1]] && !m->values[n->in[1]].cval &&
+                 !attr_i(n, "allowzero", 0)) {
+        /* shape computed at plan time from input shapes (x.view(x.size(0), -1)):
+         * accepted, then verified by the shape probe */
+        ok = true;
+        m->batch_probe = true;
+        orank = -1;
       }
     } else if (!strcmp(t, "Unsqueeze") || !strcmp(t, "Squeeze")) {
       const int64_t *ax;
@@ -424,8 +451,12 @@ void graph_analyse_batch(onnx_model *m) {
         ax = tmp;
       }
       ok = k > 0;
-      orank = !strcmp(t, "Unsqueeze") ? r + k : r - k;
-      for (int q = 0; q < k; q++) ok &= ax[q] != 0 && ax[q] != -orank - (t[0] == 'S' ? k - k : 0) && !(ax[q] < 0 && ax[q] + (t[0] == 'U' ? orank : r) == 0);
+      bool unsq = !strcmp(t, "Unsqueeze");
+      orank = unsq ? r + k : r - k;
+      for (int q = 0; q < k; q++) {
+        int64_t a = ax[q] < 0 ? ax[q] + (unsq ? orank : r) : ax[q];
+        ok &= a != 0;
+      }
     } else if (!strcmp(t, "Slice")) {
       /* batch-agnostic when axis 0 is never sliced */
       if (n->opset < 10) {
@@ -437,6 +468,13 @@ void graph_analyse_batch(onnx_model *m) {
         const ot *ax = n->n_in > 3 && n->in[3] >= 0 ? m->values[n->in[3]].cval : NULL;
         ok = ax != NULL;
         for (int q = 0; ok && q < ot_numel(ax); q++) ok &= ot_get_i(ax, q) != 0 && ot_get_i(ax, q) + r != 0;
+        if (!ok && bat[n->in[0]]) {
+          /* bounds computed at plan time from shapes (crop to another tensor's size):
+           * accepted, then verified by the shape probe */
+          bool from_shapes = true;
+          for (int q = 1; q < n->n_in; q++) from_shapes &= n->in[q] < 0 || !bat[n->in[q]];
+          if (from_shapes) { ok = true; m->batch_probe = true; }
+        }
       }
     } else if (!strcmp(t, "Resize") || !strcmp(t, "Upsample")) {
       ok = bat[n->in[0]];
@@ -489,7 +527,8 @@ void graph_analyse_batch(onnx_model *m) {
       goto out;
     }
   m->batchable = true;
-  snprintf(m->batch_note, sizeof m->batch_note, "every operator on the path is batch-agnostic");
+  snprintf(m->batch_note, sizeof m->batch_note, "every operator on the path is batch-agnostic%s",
+           m->batch_probe ? "; shape-derived Reshape/Slice verified by planning batch 1 and 2" : "");
 out:
   free(bat);
   free(rank);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backends/onnx/onnx_impl.h"
+#include "backends/onnx/plan.h"
 #include "backends/onnx/tensor_pb.h"
 
 #define MAX_NODES 1000000
@@ -392,6 +393,11 @@ cinfer_status *onnx_model_load_buffer(const void *buf, size_t len, const char *b
     m->out_info[i].name = v->name;
   }
   graph_analyse_batch(m);
+  if (m->batchable && m->batch_probe && !plan_probe_batch(m)) {
+    m->batchable = false;
+    snprintf(m->batch_note, sizeof m->batch_note,
+             "planning batch 2 changes a shape other than dim 0 (a Reshape/Slice fixes the batch)");
+  }
   *out = m;
   return NULL;
 }

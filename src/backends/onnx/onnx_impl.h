@@ -100,6 +100,7 @@ struct onnx_model {
   int n_folded, n_dead, n_bn_fused; /* compile statistics */
   bool *key_input;         /* per model input: its values shape the plan (see plan.c) */
   bool batchable;
+  bool batch_probe;        /* analysis relied on plan-time shapes: verify with plan_probe */
   char batch_note[256];
   /* histogram of op types before compilation, for inspect */
   char **hist_name;

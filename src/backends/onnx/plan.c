@@ -460,3 +460,45 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
   }
   return NULL;
 }
+
+/* Plans the graph for batch 1 and batch 2 (shapes only, reference kernels, no run) and
+ * checks that every runtime value either keeps its shape or doubles exactly its dim 0,
+ * and that every output doubles dim 0. Used to confirm batchability when the analysis
+ * accepted Reshape/Slice operands computed from shapes at plan time. */
+bool plan_probe_batch(const onnx_model *m) {
+  if (m->n_inputs > 32) return false;
+  cinfer_tensor in[2][32];
+  int map[32];
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < m->n_inputs; i++) {
+      const onnx_io_info *info = &m->in_info[i];
+      if (m->key_input[i] || info->ndim < 1) return false;
+      memset(&in[b][i], 0, sizeof in[b][i]);
+      in[b][i].name = info->name;
+      in[b][i].dtype = info->dtype;
+      in[b][i].ndim = info->ndim;
+      for (int d = 1; d < info->ndim; d++) {
+        if (info->shape[d] < 0) return false;
+        in[b][i].shape[d] = info->shape[d];
+      }
+      in[b][i].shape[0] = b + 1;
+      map[i] = i;
+    }
+  onnx_plan *p1 = NULL, *p2 = NULL;
+  cinfer_status *st = plan_build(m, in[0], map, 1, true, &p1);
+  if (!st) st = plan_build(m, in[1], map, 1, true, &p2);
+  bool ok = !st;
+  cinfer_status_free(st);
+  for (int v = 0; ok && v < m->n_values; v++) {
+    if (p1->is_static[v] || m->values[v].kind == VAL_CONST) continue;
+    const ot *a = &p1->vals[v], *b = &p2->vals[v];
+    if (a->ndim != b->ndim) { ok = false; break; }
+    bool same = !memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->ndim);
+    bool doubled = a->ndim > 0 && b->dims[0] == 2 * a->dims[0] &&
+                   !memcmp(a->dims + 1, b->dims + 1, sizeof(int64_t) * (size_t)(a->ndim - 1));
+    if (m->values[v].is_output ? !doubled : !(same || doubled)) ok = false;
+  }
+  plan_destroy(p1);
+  plan_destroy(p2);
+  return ok;
+}

@@ -53,6 +53,7 @@ typedef struct onnx_plan {
 cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, const int *map,
                           int threads, bool no_fast, onnx_plan **out);
 void plan_destroy(onnx_plan *p);
+bool plan_probe_batch(const onnx_model *m);
 bool plan_matches(const onnx_plan *p, const cinfer_tensor *inputs, const int *map);
 cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *map,
                         bool profile);
