@@ -45,11 +45,13 @@ def once():
 once()
 lat = []
 t0 = time.perf_counter()
+c0 = time.process_time()
 for _ in range(repeat):
     a = time.perf_counter(); once(); lat.append((time.perf_counter() - a) * 1e3)
 tot = time.perf_counter() - t0
+cpu = (time.process_time() - c0) * 1e3 / repeat
 lat.sort()
-print("RESULT p50=%.4f thr=%.3f loops=%d" % (lat[len(lat) // 2], repeat * batch / tot, loops))
+print("RESULT p50=%.4f thr=%.3f loops=%d cpu=%.4f" % (lat[len(lat) // 2], repeat * batch / tot, loops, cpu))
 """
 
 
@@ -150,23 +152,24 @@ def main():
                     if b > 1:
                         cmd += ["--batch", str(b)]
                     out, c_rss = run_measured(cmd)
-                    m = re.search(r"p50 ([0-9.]+).*throughput ([0-9.]+)", out)
-                    c_p50, c_thr = float(m.group(1)), float(m.group(2))
+                    m = re.search(r"p50 ([0-9.]+).*throughput ([0-9.]+).*cpu ([0-9.]+)", out)
+                    c_p50, c_thr, c_cpu = float(m.group(1)), float(m.group(2)), float(m.group(3))
                     c_loop = "not batchable" in out
                     out, o_rss = run_measured([args.python, "-c", ORT_CHILD, model, npy, str(t), str(b),
                                                str(args.repeat)])
-                    m = re.search(r"p50=([0-9.]+) thr=([0-9.]+) loops=(\d+)", out)
-                    o_p50, o_thr, o_loops = float(m.group(1)), float(m.group(2)), int(m.group(3))
+                    m = re.search(r"p50=([0-9.]+) thr=([0-9.]+) loops=(\d+) cpu=([0-9.]+)", out)
+                    o_p50, o_thr, o_loops, o_cpu = float(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
                     rows.append((name, t, b, c_p50, o_p50, c_thr, o_thr, c_rss, o_rss,
-                                 ("loop" if c_loop else "batched") + "/" + ("loop" if o_loops > 1 else "batched")))
-                    print("%-22s threads %d batch %d: cinfer p50 %.2f ms, ORT p50 %.2f ms, ratio %.2f"
-                          % (name, t, b, c_p50, o_p50, c_p50 / o_p50), flush=True)
+                                 ("loop" if c_loop else "batched") + "/" + ("loop" if o_loops > 1 else "batched"),
+                                 c_cpu, o_cpu))
+                    print("%-22s threads %d batch %d: cinfer p50 %.2f ms (cpu %.2f), ORT p50 %.2f ms (cpu %.2f), ratio %.2f"
+                          % (name, t, b, c_p50, c_cpu, o_p50, o_cpu, c_p50 / o_p50), flush=True)
     print()
-    print("| model | threads | batch | cinfer p50 ms | ORT p50 ms | ratio (cinfer/ORT) | cinfer img/s | ORT img/s | cinfer peak RSS MiB | ORT peak RSS MiB | batch mode (cinfer/ORT) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | threads | batch | cinfer p50 ms | ORT p50 ms | p50 ratio | cinfer CPU ms/batch | ORT CPU ms/batch | CPU ratio | cinfer img/s | ORT img/s | cinfer peak RSS MiB | ORT peak RSS MiB | batch mode (cinfer/ORT) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print("| %s | %d | %d | %.2f | %.2f | %.2f | %.1f | %.1f | %.0f | %.0f | %s |"
-              % (r[0], r[1], r[2], r[3], r[4], r[3] / r[4], r[5], r[6], r[7], r[8], r[9]))
+        print("| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %.0f | %.0f | %s |"
+              % (r[0], r[1], r[2], r[3], r[4], r[3] / r[4], r[10], r[11], r[10] / r[11], r[5], r[6], r[7], r[8], r[9]))
 
 
 if __name__ == "__main__":

@@ -317,22 +317,53 @@ static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
       /* 16 output channels per pass, held in four 4-double registers; every sum runs
        * bias, then kk = 0..K-1, exactly like ref_conv (float*float is exact in double) */
       typedef double v4d __attribute__((vector_size(32)));
+      typedef double v4du __attribute__((vector_size(32), aligned(8)));
       const double *wt = k->w_data;
       int64_t Mp = (M + 15) / 16 * 16;
       (void)acc;
       for (int64_t m0 = 0; m0 < Mp; m0 += 16) {
-        for (int64_t ow = 0; ow < OW; ow++) {
-          v4d a[4];
-          __builtin_memcpy(a, wt + K * Mp + m0, sizeof a);
+        const double *bias = wt + K * Mp + m0;
+        int64_t ow = 0;
+        /* two pixels at a time: eight independent FMA chains hide the FMA latency */
+        for (; ow + 1 < OW; ow += 2) {
+          v4d a0 = *(const v4du *)(bias), a1 = *(const v4du *)(bias + 4);
+          v4d a2 = *(const v4du *)(bias + 8), a3 = *(const v4du *)(bias + 12);
+          v4d b0 = a0, b1 = a1, b2 = a2, b3 = a3;
+          for (int64_t kk = 0; kk < K; kk++) {
+            double xs = P[kk * OW + ow], ys = P[kk * OW + ow + 1];
+            v4d xv = {xs, xs, xs, xs}, yv = {ys, ys, ys, ys};
+            const double *wk = wt + kk * Mp + m0;
+            v4d w0 = *(const v4du *)(wk), w1 = *(const v4du *)(wk + 4);
+            v4d w2 = *(const v4du *)(wk + 8), w3 = *(const v4du *)(wk + 12);
+            a0 += xv * w0; a1 += xv * w1; a2 += xv * w2; a3 += xv * w3;
+            b0 += yv * w0; b1 += yv * w1; b2 += yv * w2; b3 += yv * w3;
+          }
+          v4d va[4] = {a0, a1, a2, a3}, vb[4] = {b0, b1, b2, b3};
+          double r0[16], r1[16];
+          __builtin_memcpy(r0, va, sizeof r0);
+          __builtin_memcpy(r1, vb, sizeof r1);
+          int64_t mend = M - m0 < 16 ? M - m0 : 16;
+          for (int64_t q = 0; q < mend; q++) {
+            int64_t yi = ((n * M + m0 + q) * OH + oh) * OW + ow;
+            float v0 = (float)r0[q], v1 = (float)r1[q];
+            if (S) { v0 += S[yi]; v1 += S[yi + 1]; }
+            Y[yi] = f ? act_apply(f, v0) : v0;
+            Y[yi + 1] = f ? act_apply(f, v1) : v1;
+          }
+        }
+        for (; ow < OW; ow++) {
+          v4d a0 = *(const v4du *)(bias), a1 = *(const v4du *)(bias + 4);
+          v4d a2 = *(const v4du *)(bias + 8), a3 = *(const v4du *)(bias + 12);
           for (int64_t kk = 0; kk < K; kk++) {
             double xs = P[kk * OW + ow];
-            v4d xv = {xs, xs, xs, xs}, w4[4];
-            __builtin_memcpy(w4, wt + kk * Mp + m0, sizeof w4);
-            a[0] += xv * w4[0];
-            a[1] += xv * w4[1];
-            a[2] += xv * w4[2];
-            a[3] += xv * w4[3];
+            v4d xv = {xs, xs, xs, xs};
+            const double *wk = wt + kk * Mp + m0;
+            a0 += xv * *(const v4du *)(wk);
+            a1 += xv * *(const v4du *)(wk + 4);
+            a2 += xv * *(const v4du *)(wk + 8);
+            a3 += xv * *(const v4du *)(wk + 12);
           }
+          v4d a[4] = {a0, a1, a2, a3};
           double r[16];
           __builtin_memcpy(r, a, sizeof r);
           int64_t mend = M - m0 < 16 ? M - m0 : 16;

@@ -746,6 +746,18 @@ static double cubic_w(double t, double a) {
   return 0;
 }
 
+static int64_t resize_nearest(const resize_p *p, int d, int64_t x, int64_t in, int64_t out) {
+  double c = resize_coord(p, d, x, in, out), f;
+  switch (p->nmode) {
+    case 0: f = (c == floor(c) + 0.5) ? floor(c) : round(c); break;
+    case 1: f = (c == floor(c) + 0.5) ? ceil(c) : round(c); break;
+    case 2: f = floor(c); break;
+    default: f = ceil(c); break;
+  }
+  int64_t i = (int64_t)f;
+  return i < 0 ? 0 : i >= in ? in - 1 : i;
+}
+
 /* Resamples along dim d: src shape sd -> dst (same but dims[d] = out). Separable. */
 static void resize_axis(const resize_p *p, int d, const float *src, const int64_t *sd, int r,
                         float *dst, int64_t out) {
@@ -812,6 +824,22 @@ cinfer_status *resize_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) 
   for (int d = 0; d < r; d++)
     if (p.out[d] != cur[d] || p.scale[d] != 1.0 || p.ctm == 5) todo[nt++] = d;
   if (nt == 0) { memcpy(out[0]->data, in[0]->data, ot_nbytes(in[0])); return NULL; }
+  if (p.mode == 0 && p.ctm != 5) {
+    /* nearest: one gather pass, no scratch (same index rule as resize_axis) */
+    int64_t istr[OT_MAX_DIMS], acc = 1, total = ot_numel(out[0]);
+    for (int d = r - 1; d >= 0; d--) { istr[d] = acc; acc *= in[0]->dims[d]; }
+    const float *S = in[0]->data;
+    float *D = out[0]->data;
+    int64_t W = p.out[r - 1], inW = in[0]->dims[r - 1];
+    int64_t idx[OT_MAX_DIMS] = {0};
+    for (int64_t o = 0; o < total; o += W) {
+      int64_t base = 0;
+      for (int d = 0; d < r - 1; d++) base += resize_nearest(&p, d, idx[d], in[0]->dims[d], p.out[d]) * istr[d];
+      for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + resize_nearest(&p, r - 1, xo, inW, W)];
+      for (int d = r - 2; d >= 0; d--) { if (++idx[d] < p.out[d]) break; idx[d] = 0; }
+    }
+    return NULL;
+  }
   /* two scratch buffers as large as the largest intermediate */
   int64_t maxe = ot_numel(in[0]), e = maxe;
   for (int i = 0; i < nt; i++) {
