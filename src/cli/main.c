@@ -12,6 +12,8 @@ static const cli_command commands[] = {
     {"serve", "run the inference server on a model repository", cmd_serve},
     {"bench", "load generator: throughput and latency of a server (KServe v2, OpenAI, HTTP)", cmd_bench},
     {"generate", "generate text with a GGUF model (LLM engine quick run)", cmd_generate},
+    {"run", "run an ONNX model on test data and compare with reference outputs", cmd_run},
+    {"inspect", "describe an ONNX model: inputs, outputs, operators, batchability", cmd_inspect},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -87,9 +87,18 @@ class Server:
         assert rc == 0, f"cinfer serve exited with {rc}:\n{text}"
 
 
+def _copy_keep_links(src, dst):
+    """copytree helper: a symlink (model files) becomes an absolute link to its target."""
+    if os.path.islink(src):
+        os.symlink(os.path.realpath(src), dst)
+    else:
+        shutil.copy2(src, dst)
+
+
 def copy_repo(models, dest=None):
-    """A temporary repository with copies of the named example models."""
+    """A temporary repository with copies of the named example models (model files linked)."""
     dest = dest or tempfile.mkdtemp(prefix="cinfer-repo-")
     for m in models:
-        shutil.copytree(os.path.join(EXAMPLES, m), os.path.join(dest, m), symlinks=True)
+        shutil.copytree(os.path.join(EXAMPLES, m), os.path.join(dest, m), symlinks=False,
+                        copy_function=_copy_keep_links)
     return dest

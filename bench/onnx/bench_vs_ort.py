@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""bench_vs_ort.py: cinfer's ONNX engine vs ONNX Runtime (CPU execution provider) on the
+same machine, same thread count, same input (test_data_set_0 of each model).
+
+For every model x threads x batch it runs, in separate processes one after the other:
+  cinfer:  `cinfer run --model M --test-data-dir SET --threads T --repeat N [--batch B]`
+  ORT:     an InferenceSession (ORT_ENABLE_ALL, intra_op_num_threads=T, inter_op 1)
+and reports p50 latency per batch, throughput (images/s), the latency ratio
+cinfer/ORT and the peak RSS of each process (wait4 ru_maxrss; ORT's includes the Python
+interpreter, about 30 MB).
+
+A model whose graph fixes batch 1 (no symbolic batch dimension) cannot take a batch of 8
+in ORT: both engines then process the batch as 8 consecutive batch-1 runs. cinfer runs a
+batch as one call when `cinfer inspect` says the model is batchable.
+
+usage: bench_vs_ort.py --cinfer build/src/cli/cinfer [--models DIR] [--threads 1 2]
+                       [--batch 1 8] [--repeat 20] [--only NAME ...] [--markdown]
+"""
+import argparse
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+MODELS = ["retinaface_mnet25_v2", "densenet_expression", "ultraface_rfb320"]
+
+ORT_CHILD = r"""
+import sys, time, numpy as np, onnxruntime as ort
+model, inp, threads, batch, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+x = np.load(inp)
+so = ort.SessionOptions()
+so.intra_op_num_threads = threads
+so.inter_op_num_threads = 1
+so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+i = s.get_inputs()[0]
+fixed = isinstance(i.shape[0], int)
+loops, feed = (batch, x) if (fixed and batch > 1) else (1, np.repeat(x, batch, axis=0))
+def once():
+    for _ in range(loops):
+        s.run(None, {i.name: feed})
+once()
+lat = []
+t0 = time.perf_counter()
+c0 = time.process_time()
+for _ in range(repeat):
+    a = time.perf_counter(); once(); lat.append((time.perf_counter() - a) * 1e3)
+tot = time.perf_counter() - t0
+cpu = (time.process_time() - c0) * 1e3 / repeat
+lat.sort()
+print("RESULT p50=%.4f thr=%.3f loops=%d cpu=%.4f" % (lat[len(lat) // 2], repeat * batch / tot, loops, cpu))
+"""
+
+
+def read_tensorproto(path):
+    """Minimal TensorProto reader (dims, data_type, raw_data or float_data) -> (dims, floats)."""
+    buf = open(path, "rb").read()
+    pos, dims, raw, floats = 0, [], None, []
+
+    def varint():
+        nonlocal pos
+        r = s = 0
+        while True:
+            b = buf[pos]
+            pos += 1
+            r |= (b & 0x7F) << s
+            s += 7
+            if not b & 0x80:
+                return r
+
+    while pos < len(buf):
+        key = varint()
+        field, wt = key >> 3, key & 7
+        if wt == 0:
+            v = varint()
+            if field == 1:
+                dims.append(v)
+        elif wt == 2:
+            n = varint()
+            chunk = buf[pos:pos + n]
+            pos += n
+            if field == 1:  # packed dims
+                p2 = 0
+                while p2 < len(chunk):
+                    r = s = 0
+                    while True:
+                        b = chunk[p2]
+                        p2 += 1
+                        r |= (b & 0x7F) << s
+                        s += 7
+                        if not b & 0x80:
+                            break
+                    dims.append(r)
+            elif field == 9:
+                raw = chunk
+            elif field == 4:
+                floats = list(struct.unpack("<%df" % (len(chunk) // 4), chunk))
+        elif wt == 5:
+            v = struct.unpack("<f", buf[pos:pos + 4])[0]
+            pos += 4
+            if field == 4:
+                floats.append(v)
+        elif wt == 1:
+            pos += 8
+        else:
+            raise ValueError("unsupported wire type %d in %s" % (wt, path))
+    if raw is not None:
+        floats = list(struct.unpack("<%df" % (len(raw) // 4), raw))
+    return dims, floats
+
+
+def run_measured(cmd):
+    """Runs cmd, returns (stdout, peak RSS in MiB)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), out))
+    return out, ru.ru_maxrss / 1024.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--cinfer", default=os.path.join(here, "../../build/src/cli/cinfer"))
+    ap.add_argument("--models", default=os.environ.get("CINFER_VISION_MODELS", "/work/shared/models/vision"))
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--only", nargs="*", default=MODELS)
+    ap.add_argument("--python", default=sys.executable, help="python with onnxruntime + numpy")
+    args = ap.parse_args()
+    import numpy as np  # noqa: F401  (checked early: the ORT child needs it)
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.only:
+            mdir = os.path.join(args.models, name)
+            model = os.path.join(mdir, "model.onnx")
+            setdir = os.path.join(mdir, "test_data_set_0")
+            dims, vals = read_tensorproto(os.path.join(setdir, "input_0.pb"))
+            npy = os.path.join(tmp, name + ".npy")
+            np.save(npy, np.array(vals, dtype=np.float32).reshape(dims))
+            for t in args.threads:
+                for b in args.batch:
+                    cmd = [args.cinfer, "run", "--model", model, "--test-data-dir", setdir,
+                           "--threads", str(t), "--repeat", str(args.repeat)]
+                    if b > 1:
+                        cmd += ["--batch", str(b)]
+                    out, c_rss = run_measured(cmd)
+                    m = re.search(r"p50 ([0-9.]+).*throughput ([0-9.]+).*cpu ([0-9.]+)", out)
+                    c_p50, c_thr, c_cpu = float(m.group(1)), float(m.group(2)), float(m.group(3))
+                    c_loop = "not batchable" in out
+                    out, o_rss = run_measured([args.python, "-c", ORT_CHILD, model, npy, str(t), str(b),
+                                               str(args.repeat)])
+                    m = re.search(r"p50=([0-9.]+) thr=([0-9.]+) loops=(\d+) cpu=([0-9.]+)", out)
+                    o_p50, o_thr, o_loops, o_cpu = float(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
+                    rows.append((name, t, b, c_p50, o_p50, c_thr, o_thr, c_rss, o_rss,
+                                 ("loop" if c_loop else "batched") + "/" + ("loop" if o_loops > 1 else "batched"),
+                                 c_cpu, o_cpu))
+                    print("%-22s threads %d batch %d: cinfer p50 %.2f ms (cpu %.2f), ORT p50 %.2f ms (cpu %.2f), ratio %.2f"
+                          % (name, t, b, c_p50, c_cpu, o_p50, o_cpu, c_p50 / o_p50), flush=True)
+    print()
+    print("| model | threads | batch | cinfer p50 ms | ORT p50 ms | p50 ratio | cinfer CPU ms/batch | ORT CPU ms/batch | CPU ratio | cinfer img/s | ORT img/s | cinfer peak RSS MiB | ORT peak RSS MiB | batch mode (cinfer/ORT) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %.0f | %.0f | %s |"
+              % (r[0], r[1], r[2], r[3], r[4], r[3] / r[4], r[10], r[11], r[10] / r[11], r[5], r[6], r[7], r[8], r[9]))
+
+
+if __name__ == "__main__":
+    main()

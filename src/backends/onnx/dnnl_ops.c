@@ -1,0 +1,500 @@
+/* dnnl_ops.c: oneDNN fast paths (C API, oneDNN 2.6, OpenMP runtime: the thread count is
+ * set per run with omp_set_num_threads in plan_run).
+ *
+ * Conv (1-D/2-D, grouped, depthwise, dilated, strided, padded) with fused post-ops
+ * (sum for Conv+Add, then relu/leaky/clip/sigmoid/tanh). Weights are reordered once at
+ * plan time into the layout the primitive prefers. Activations stay in oneDNN's blocked
+ * layout between consecutive convolutions (plan->layout[v]); a value goes back to plain
+ * NCHW as soon as any consumer is not a oneDNN convolution. Every path here has a
+ * reference in ops_nn.c and is compared with it in tests/unit/onnx. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+#include <pthread.h>
+
+#include <dnnl.h>
+
+#include "backends/onnx/ops_util.h"
+#include "backends/onnx/plan.h"
+
+struct fast_kernel {
+  int kind;               /* 0 oneDNN convolution, 1 small-K double-accumulation conv,
+                             2 oneDNN pooling */
+  conv_geom g;            /* kind 1 */
+  dnnl_primitive_t prim;
+  dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
+  dnnl_memory_t src_user, src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user;
+  dnnl_stream_t stream;
+  void *w_data;
+  bool sum_copy; /* sum operand has dst's layout: memcpy */
+  size_t dst_bytes;
+};
+
+static dnnl_engine_t engine(void) {
+  static dnnl_engine_t eng;
+  static int once;
+  if (!__atomic_load_n(&once, __ATOMIC_ACQUIRE)) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    if (!once) {
+      if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) eng = NULL;
+      __atomic_store_n(&once, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&mu);
+  }
+  return eng;
+}
+
+void fast_layout_free(void *layout) { free(layout); }
+
+void fast_destroy(fast_kernel *k) {
+  if (!k) return;
+  dnnl_primitive_t prims[] = {k->prim, k->src_reorder, k->dst_reorder, k->sum_reorder};
+  for (size_t i = 0; i < 4; i++) if (prims[i]) dnnl_primitive_destroy(prims[i]);
+  dnnl_memory_t mems[] = {k->src_user, k->src_mem, k->w_mem, k->b_mem, k->dst_mem, k->dst_user, k->sum_user};
+  for (size_t i = 0; i < 7; i++) if (mems[i]) dnnl_memory_destroy(mems[i]);
+  if (k->stream) dnnl_stream_destroy(k->stream);
+  free(k->w_data);
+  free(k);
+}
+
+static bool conv_eligible(const onnx_plan *p, const plan_step *s) {
+  if (p->no_fast || strcmp(s->node->op_type, "Conv")) return false;
+  const ot *x = s->in[0], *w = s->in[1];
+  if (x->dtype != CINFER_TYPE_FP32 || (x->ndim != 4 && x->ndim != 3)) return false;
+  if (!p->is_static[s->in_id[1]] || w->dtype != CINFER_TYPE_FP32) return false;
+  if (s->n_in > 2 && s->in[2] && !p->is_static[s->in_id[2]]) return false;
+  if (getenv("CINFER_ONNX_FAST_SKIP") && strstr(s->node->name, getenv("CINFER_ONNX_FAST_SKIP"))) return false;
+  if (getenv("CINFER_ONNX_FAST_SKIP_DW") && attr_i(s->node, "group", 1) > 1) return false;
+  if (getenv("CINFER_ONNX_FAST_SKIP_PW") && attr_i(s->node, "group", 1) == 1) return false;
+  return ot_numel(s->out[0]) > 0;
+}
+
+static bool small_k(const onnx_plan *p, const plan_step *s) {
+  const ot *w = s->in[1];
+  return s->in[0]->ndim == 4 && attr_i(s->node, "group", 1) == 1 && !p->layout[s->in_id[0]] &&
+         w->dims[1] <= 4 && w->dims[1] * w->dims[2] * w->dims[3] <= 32 && !getenv("CINFER_ONNX_NO_K64");
+}
+
+bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
+  return conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in) &&
+         !(j == 0 && small_k(p, s));
+}
+
+static dnnl_status_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                  dnnl_primitive_t *out) {
+  dnnl_primitive_desc_t pd;
+  dnnl_status_t r = dnnl_reorder_primitive_desc_create(&pd, from, engine(), to, engine(), NULL);
+  if (r != dnnl_success) return r;
+  r = dnnl_primitive_create(out, pd);
+  dnnl_primitive_desc_destroy(pd);
+  return r;
+}
+
+#define DN(call)                                                                      \
+  do {                                                                                \
+    dnnl_status_t r_ = (call);                                                        \
+    if (r_ != dnnl_success) {                                                         \
+      st = NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN %s failed (status %d)", #call, \
+                    (int)r_);                                                         \
+      goto fail;                                                                      \
+    }                                                                                 \
+  } while (0)
+
+static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
+  cinfer_status *st = NULL;
+  const ot *x = s->in[0], *w = s->in[1], *b = s->n_in > 2 ? s->in[2] : NULL;
+  ot *y = s->out[0];
+  conv_geom g;
+  if ((st = conv_geom_make(s->node, x, w->dims + 2, false, &g))) return st;
+  int64_t G = attr_i(s->node, "group", 1);
+  fast_kernel *k = calloc(1, sizeof *k);
+  if (!k) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  dnnl_engine_t eng = engine();
+  if (!eng) { free(k); return NULL; }
+  /* 1-D convs run as 2-D with H = 1 */
+  int sp = x->ndim - 2;
+  dnnl_dims_t xd = {x->dims[0], x->dims[1], sp == 2 ? x->dims[2] : 1, x->dims[sp + 1]};
+  dnnl_dims_t yd = {y->dims[0], y->dims[1], sp == 2 ? y->dims[2] : 1, y->dims[sp + 1]};
+  int64_t KH = sp == 2 ? w->dims[2] : 1, KW = w->dims[sp + 1];
+  dnnl_dims_t strides = {sp == 2 ? g.stride[0] : 1, g.stride[sp - 1]};
+  dnnl_dims_t dil = {sp == 2 ? g.dil[0] - 1 : 0, g.dil[sp - 1] - 1};
+  dnnl_dims_t pl = {sp == 2 ? g.pb[0] : 0, g.pb[sp - 1]}, pr = {sp == 2 ? g.pe[0] : 0, g.pe[sp - 1]};
+  /* oneDNN wants right padding consistent with the output size */
+  for (int i = 0; i < 2; i++) {
+    int64_t in_ = xd[2 + i], k_ = i == 0 ? KH : KW, o_ = yd[2 + i];
+    pr[i] = (o_ - 1) * strides[i] + (k_ - 1) * (dil[i] + 1) + 1 - in_ - pl[i];
+  }
+  dnnl_memory_desc_t x_plain, x_any, w_plain, w_any, b_md, y_plain, y_any;
+  DN(dnnl_memory_desc_init_by_tag(&x_plain, 4, xd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_f32, dnnl_format_tag_any));
+  DN(dnnl_memory_desc_init_by_tag(&y_plain, 4, yd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any));
+  if (G == 1) {
+    dnnl_dims_t wd = {w->dims[0], w->dims[1], KH, KW};
+    DN(dnnl_memory_desc_init_by_tag(&w_plain, 4, wd, dnnl_f32, dnnl_oihw));
+    DN(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
+  } else {
+    dnnl_dims_t wd = {G, w->dims[0] / G, w->dims[1], KH, KW};
+    DN(dnnl_memory_desc_init_by_tag(&w_plain, 5, wd, dnnl_f32, dnnl_goihw));
+    DN(dnnl_memory_desc_init_by_tag(&w_any, 5, wd, dnnl_f32, dnnl_format_tag_any));
+  }
+  dnnl_dims_t bd = {w->dims[0]};
+  DN(dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_x));
+  const dnnl_memory_desc_t *x_have = p->layout[s->in_id[0]] ? p->layout[s->in_id[0]] : &x_plain;
+
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  DN(dnnl_primitive_attr_create(&attr));
+  DN(dnnl_post_ops_create(&po));
+  if (s->sum_id >= 0) DN(dnnl_post_ops_append_sum(po, 1.0f));
+  if (s->has_fused && s->fused.act != ACT_NONE) {
+    dnnl_alg_kind_t alg = dnnl_eltwise_relu;
+    float a = 0, bb = 0;
+    switch (s->fused.act) {
+      case ACT_RELU: alg = dnnl_eltwise_relu; break;
+      case ACT_LEAKY: alg = dnnl_eltwise_relu; a = s->fused.a; break;
+      case ACT_CLIP: alg = dnnl_eltwise_clip_v2; a = s->fused.a; bb = s->fused.b; break;
+      case ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
+      case ACT_TANH: alg = dnnl_eltwise_tanh; break;
+      default: break;
+    }
+    DN(dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, bb));
+  }
+  DN(dnnl_primitive_attr_set_post_ops(attr, po));
+  dnnl_convolution_desc_t cd;
+  dnnl_primitive_desc_t pd = NULL;
+  /* prefer consuming the producer's layout as is */
+  if (p->layout[s->in_id[0]]) {
+    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                  x_have, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
+    if (dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) != dnnl_success) pd = NULL;
+    const char *impl = NULL;
+    if (pd && (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+               !impl || !strncmp(impl, "ref", 3))) {
+      dnnl_primitive_desc_destroy(pd); /* only the slow reference takes this layout */
+      pd = NULL;
+    }
+  }
+  if (!pd) {
+    bool plain = getenv("CINFER_ONNX_FIRST_PLAIN") && x->dims[1] <= 4;
+    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                  plain ? &x_plain : &x_any, &w_any, b ? &b_md : NULL, plain ? &y_plain : &y_any, strides, dil, pl, pr));
+    DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
+  }
+  dnnl_post_ops_destroy(po);
+  po = NULL;
+  dnnl_primitive_attr_destroy(attr);
+  attr = NULL;
+  const dnnl_memory_desc_t *x_want = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+  const dnnl_memory_desc_t *w_want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  const dnnl_memory_desc_t *y_got = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  dnnl_status_t pr_ = dnnl_primitive_create(&k->prim, pd);
+  dnnl_memory_desc_t xw = *x_want, ww = *w_want, yg = *y_got;
+  dnnl_primitive_desc_destroy(pd);
+  DN(pr_);
+  DN(dnnl_stream_create(&k->stream, eng, dnnl_stream_default_flags));
+  /* weights: reorder once */
+  size_t wbytes = dnnl_memory_desc_get_size(&ww);
+  k->w_data = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
+  if (!k->w_data) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto fail; }
+  {
+    dnnl_memory_t wsrc;
+    DN(dnnl_memory_create(&wsrc, &w_plain, eng, w->data));
+    DN(dnnl_memory_create(&k->w_mem, &ww, eng, k->w_data));
+    dnnl_primitive_t r;
+    dnnl_status_t rs = make_reorder(&w_plain, &ww, &r);
+    if (rs == dnnl_success) {
+      dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, wsrc}, {DNNL_ARG_TO, k->w_mem}};
+      rs = dnnl_primitive_execute(r, k->stream, 2, a);
+      if (rs == dnnl_success) rs = dnnl_stream_wait(k->stream);
+      dnnl_primitive_destroy(r);
+    }
+    dnnl_memory_destroy(wsrc);
+    DN(rs);
+  }
+  if (b) DN(dnnl_memory_create(&k->b_mem, &b_md, eng, b->data));
+  /* src */
+  DN(dnnl_memory_create(&k->src_mem, &xw, eng, DNNL_MEMORY_NONE));
+  if (!dnnl_memory_desc_equal(x_have, &xw)) {
+    DN(dnnl_memory_create(&k->src_user, x_have, eng, DNNL_MEMORY_NONE));
+    DN(make_reorder(x_have, &xw, &k->src_reorder));
+    s->temp_bytes[0] = dnnl_memory_desc_get_size(&xw);
+  }
+  /* dst */
+  k->dst_bytes = dnnl_memory_desc_get_size(&yg);
+  DN(dnnl_memory_create(&k->dst_mem, &yg, eng, DNNL_MEMORY_NONE));
+  bool blocked = !dnnl_memory_desc_equal(&yg, &y_plain);
+  if (blocked && keep) {
+    dnnl_memory_desc_t *l = malloc(sizeof *l);
+    if (!l) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto fail; }
+    *l = yg;
+    p->layout[s->out_id[0]] = l;
+    p->bytes[s->out_id[0]] = k->dst_bytes;
+  } else if (blocked) {
+    DN(dnnl_memory_create(&k->dst_user, &y_plain, eng, DNNL_MEMORY_NONE));
+    DN(make_reorder(&yg, &y_plain, &k->dst_reorder));
+    s->temp_bytes[1] = k->dst_bytes;
+  }
+  if (s->sum_id >= 0) {
+    const dnnl_memory_desc_t *sl = p->layout[s->sum_id] ? p->layout[s->sum_id] : &y_plain;
+    if (dnnl_memory_desc_equal(sl, &yg)) k->sum_copy = true;
+    else {
+      DN(dnnl_memory_create(&k->sum_user, sl, eng, DNNL_MEMORY_NONE));
+      DN(make_reorder(sl, &yg, &k->sum_reorder));
+    }
+  }
+  *out = k;
+  return NULL;
+fail:
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  fast_destroy(k);
+  return st;
+}
+
+/* Small-K convolutions (Cin <= 4 and Cin*KH*KW <= 32: the first layer of vision models) read raw
+ * pixels, and their rounding error is amplified by the whole network. They are computed
+ * with double accumulation in the reference's order (so the result is bit-identical to
+ * ref_conv), vectorised over the output row through a per-thread im2col row. */
+
+static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, fast_kernel **out) {
+  fast_kernel *k = calloc(1, sizeof *k);
+  if (!k) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  cinfer_status *st = conv_geom_make(s->node, s->in[0], s->in[1]->dims + 2, false, &k->g);
+  if (st) { free(k); return st; }
+  k->kind = 1;
+  int64_t K = s->in[1]->dims[1] * s->in[1]->dims[2] * s->in[1]->dims[3], M = s->in[1]->dims[0];
+  int64_t OW = k->g.out[1], Mp = (M + 15) / 16 * 16;
+  /* weights as double, transposed to [K+1][Mp] (row K: bias), zero padded to 16 lanes */
+  double *wt = aligned_alloc(64, sizeof(double) * (size_t)((K + 1) * Mp));
+  if (!wt) { free(k); return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+  memset(wt, 0, sizeof(double) * (size_t)((K + 1) * Mp));
+  const float *W = s->in[1]->data, *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
+  for (int64_t m = 0; m < M; m++) {
+    for (int64_t kk = 0; kk < K; kk++) wt[kk * Mp + m] = W[m * K + kk];
+    wt[K * Mp + m] = B ? B[m] : 0;
+  }
+  k->w_data = wt;
+  s->temp_bytes[0] = (size_t)p->threads * ((size_t)(K * OW) * sizeof(float) + (size_t)(M * OW) * sizeof(double) + 128);
+  *out = k;
+  return NULL;
+}
+
+static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
+  const conv_geom *g = &k->g;
+  const ot *w = s->in[1];
+  const float *X = s->in[0]->data;
+  const onnx_fused *f = s->has_fused ? &s->fused : NULL;
+  const float *S = f && f->sum ? f->sum->data : NULL;
+  float *Y = s->out[0]->data;
+  int64_t C = g->C, KH = g->k[0], KW = g->k[1], K = C * KH * KW, M = w->dims[0];
+  int64_t OH = g->out[0], OW = g->out[1], IH = g->in[0], IW = g->in[1];
+  size_t per = ((size_t)(K * OW) * sizeof(float) + (size_t)(M * OW) * sizeof(double) + 128) & ~(size_t)63;
+#pragma omp parallel num_threads(threads)
+  {
+    int t = omp_get_thread_num();
+    char *base = (char *)s->temp[0] + per * (size_t)t;
+    double *acc = (double *)base;
+    float *P = (float *)(base + (size_t)(M * OW) * sizeof(double));
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < g->N * OH; row++) {
+      int64_t n = row / OH, oh = row % OH;
+      for (int64_t c = 0; c < C; c++)
+        for (int64_t kh = 0; kh < KH; kh++) {
+          int64_t ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
+          for (int64_t kw = 0; kw < KW; kw++) {
+            float *pr = P + ((c * KH + kh) * KW + kw) * OW;
+            if (ih < 0 || ih >= IH) { memset(pr, 0, sizeof(float) * (size_t)OW); continue; }
+            const float *xr = X + ((n * C + c) * IH + ih) * IW;
+            for (int64_t ow = 0; ow < OW; ow++) {
+              int64_t iw = ow * g->stride[1] - g->pb[1] + kw * g->dil[1];
+              pr[ow] = iw >= 0 && iw < IW ? xr[iw] : 0.0f;
+            }
+          }
+        }
+      /* 16 output channels per pass, held in four 4-double registers; every sum runs
+       * bias, then kk = 0..K-1, exactly like ref_conv (float*float is exact in double) */
+      typedef double v4d __attribute__((vector_size(32)));
+      typedef double v4du __attribute__((vector_size(32), aligned(8)));
+      const double *wt = k->w_data;
+      int64_t Mp = (M + 15) / 16 * 16;
+      (void)acc;
+      for (int64_t m0 = 0; m0 < Mp; m0 += 16) {
+        const double *bias = wt + K * Mp + m0;
+        int64_t ow = 0;
+        /* two pixels at a time: eight independent FMA chains hide the FMA latency */
+        for (; ow + 1 < OW; ow += 2) {
+          v4d a0 = *(const v4du *)(bias), a1 = *(const v4du *)(bias + 4);
+          v4d a2 = *(const v4du *)(bias + 8), a3 = *(const v4du *)(bias + 12);
+          v4d b0 = a0, b1 = a1, b2 = a2, b3 = a3;
+          for (int64_t kk = 0; kk < K; kk++) {
+            double xs = P[kk * OW + ow], ys = P[kk * OW + ow + 1];
+            v4d xv = {xs, xs, xs, xs}, yv = {ys, ys, ys, ys};
+            const double *wk = wt + kk * Mp + m0;
+            v4d w0 = *(const v4du *)(wk), w1 = *(const v4du *)(wk + 4);
+            v4d w2 = *(const v4du *)(wk + 8), w3 = *(const v4du *)(wk + 12);
+            a0 += xv * w0; a1 += xv * w1; a2 += xv * w2; a3 += xv * w3;
+            b0 += yv * w0; b1 += yv * w1; b2 += yv * w2; b3 += yv * w3;
+          }
+          v4d va[4] = {a0, a1, a2, a3}, vb[4] = {b0, b1, b2, b3};
+          double r0[16], r1[16];
+          __builtin_memcpy(r0, va, sizeof r0);
+          __builtin_memcpy(r1, vb, sizeof r1);
+          int64_t mend = M - m0 < 16 ? M - m0 : 16;
+          for (int64_t q = 0; q < mend; q++) {
+            int64_t yi = ((n * M + m0 + q) * OH + oh) * OW + ow;
+            float v0 = (float)r0[q], v1 = (float)r1[q];
+            if (S) { v0 += S[yi]; v1 += S[yi + 1]; }
+            Y[yi] = f ? act_apply(f, v0) : v0;
+            Y[yi + 1] = f ? act_apply(f, v1) : v1;
+          }
+        }
+        for (; ow < OW; ow++) {
+          v4d a0 = *(const v4du *)(bias), a1 = *(const v4du *)(bias + 4);
+          v4d a2 = *(const v4du *)(bias + 8), a3 = *(const v4du *)(bias + 12);
+          for (int64_t kk = 0; kk < K; kk++) {
+            double xs = P[kk * OW + ow];
+            v4d xv = {xs, xs, xs, xs};
+            const double *wk = wt + kk * Mp + m0;
+            a0 += xv * *(const v4du *)(wk);
+            a1 += xv * *(const v4du *)(wk + 4);
+            a2 += xv * *(const v4du *)(wk + 8);
+            a3 += xv * *(const v4du *)(wk + 12);
+          }
+          v4d a[4] = {a0, a1, a2, a3};
+          double r[16];
+          __builtin_memcpy(r, a, sizeof r);
+          int64_t mend = M - m0 < 16 ? M - m0 : 16;
+          for (int64_t q = 0; q < mend; q++) {
+            int64_t m = m0 + q;
+            int64_t yi = ((n * M + m) * OH + oh) * OW + ow;
+            float v = (float)r[q];
+            if (S) v += S[yi];
+            Y[yi] = f ? act_apply(f, v) : v;
+          }
+        }
+      }
+    }
+  }
+}
+
+/* MaxPool / AveragePool (2-D, float, plain NCHW in and out). Average pooling whose
+ * ceil_mode window reaches past the declared end padding stays on the reference kernel
+ * (oneDNN would count the extra cells). */
+static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, fast_kernel **out) {
+  cinfer_status *st = NULL;
+  const ot *x = s->in[0], *y = s->out[0];
+  bool maxp = !strcmp(s->node->op_type, "MaxPool");
+  if (x->ndim != 4 || x->dtype != CINFER_TYPE_FP32 || p->layout[s->in_id[0]] || ot_numel(y) == 0 ||
+      (s->n_out > 1 && s->out[1]))
+    return NULL;
+  conv_geom g;
+  if ((st = conv_geom_make(s->node, x, NULL, true, &g))) return st;
+  dnnl_dims_t xd = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]};
+  dnnl_dims_t yd = {y->dims[0], y->dims[1], y->dims[2], y->dims[3]};
+  dnnl_dims_t strides = {g.stride[0], g.stride[1]}, kern = {g.k[0], g.k[1]};
+  dnnl_dims_t dil = {g.dil[0] - 1, g.dil[1] - 1}, pl = {g.pb[0], g.pb[1]}, pr;
+  for (int i = 0; i < 2; i++) {
+    pr[i] = (yd[2 + i] - 1) * strides[i] + (kern[i] - 1) * (dil[i] + 1) + 1 - xd[2 + i] - pl[i];
+    if (!maxp && pr[i] != g.pe[i]) return NULL;
+    if (pr[i] < 0) pr[i] = 0;
+  }
+  bool incl = attr_i(s->node, "count_include_pad", 0) != 0;
+  fast_kernel *k = calloc(1, sizeof *k);
+  if (!k) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  k->kind = 2;
+  dnnl_memory_desc_t x_md, y_md;
+  dnnl_pooling_v2_desc_t pdsc;
+  dnnl_primitive_desc_t pd = NULL;
+  DN(dnnl_memory_desc_init_by_tag(&x_md, 4, xd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_memory_desc_init_by_tag(&y_md, 4, yd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_inference,
+                                       maxp ? dnnl_pooling_max : incl ? dnnl_pooling_avg_include_padding
+                                                                       : dnnl_pooling_avg_exclude_padding,
+                                       &x_md, &y_md, strides, kern, dil, pl, pr));
+  DN(dnnl_primitive_desc_create(&pd, &pdsc, NULL, engine(), NULL));
+  dnnl_status_t r = dnnl_primitive_create(&k->prim, pd);
+  dnnl_primitive_desc_destroy(pd);
+  DN(r);
+  DN(dnnl_stream_create(&k->stream, engine(), dnnl_stream_default_flags));
+  DN(dnnl_memory_create(&k->src_mem, &x_md, engine(), DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&k->dst_mem, &y_md, engine(), DNNL_MEMORY_NONE));
+  *out = k;
+  return NULL;
+fail:
+  fast_destroy(k);
+  return st;
+}
+
+static cinfer_status *pool_run(fast_kernel *k, plan_step *s) {
+  if (dnnl_memory_set_data_handle(k->src_mem, s->in[0]->data) != dnnl_success ||
+      dnnl_memory_set_data_handle(k->dst_mem, s->out[0]->data) != dnnl_success)
+    return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN memory handle");
+  dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, k->src_mem}, {DNNL_ARG_DST, k->dst_mem}};
+  if (dnnl_primitive_execute(k->prim, k->stream, 2, a) != dnnl_success ||
+      dnnl_stream_wait(k->stream) != dnnl_success)
+    return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN pooling failed");
+  return NULL;
+}
+
+cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
+  *k = NULL;
+  if (!p->no_fast && (!strcmp(s->node->op_type, "MaxPool") || !strcmp(s->node->op_type, "AveragePool")) &&
+      !getenv("CINFER_ONNX_NO_FAST_POOL")) {
+    cinfer_status *st = pool_prepare(p, s, k);
+    if (st || *k) return st;
+  }
+  if (conv_eligible(p, s) && small_k(p, s)) return k64_prepare(p, s, k);
+  if (conv_eligible(p, s)) return conv_prepare(p, s, keep && s->in[0]->ndim == 4, k);
+  /* a reference kernel must never see a blocked tensor */
+  for (int j = 0; j < s->n_in; j++)
+    if (s->in_id[j] >= 0 && p->layout[s->in_id[j]])
+      return NODE_ERR(s->node, CINFER_INTERNAL, "blocked input reached a reference kernel");
+  return NULL;
+}
+
+#define RUN(call)                                                                     \
+  do {                                                                                \
+    if ((call) != dnnl_success)                                                       \
+      return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN execution failed: %s", #call); \
+  } while (0)
+
+cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
+  if (k->kind == 1) {
+    k64_run(k, s, threads);
+    return NULL;
+  }
+  if (k->kind == 2) return pool_run(k, s);
+  void *src = s->in[0]->data;
+  if (k->src_reorder) {
+    RUN(dnnl_memory_set_data_handle(k->src_user, src));
+    RUN(dnnl_memory_set_data_handle(k->src_mem, s->temp[0]));
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->src_user}, {DNNL_ARG_TO, k->src_mem}};
+    RUN(dnnl_primitive_execute(k->src_reorder, k->stream, 2, a));
+  } else {
+    RUN(dnnl_memory_set_data_handle(k->src_mem, src));
+  }
+  void *dst = k->dst_reorder ? s->temp[1] : s->out[0]->data;
+  RUN(dnnl_memory_set_data_handle(k->dst_mem, dst));
+  if (s->sum_id >= 0) {
+    if (k->sum_copy) memcpy(dst, s->fused.sum->data, k->dst_bytes);
+    else {
+      RUN(dnnl_memory_set_data_handle(k->sum_user, s->fused.sum->data));
+      dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->sum_user}, {DNNL_ARG_TO, k->dst_mem}};
+      RUN(dnnl_primitive_execute(k->sum_reorder, k->stream, 2, a));
+    }
+  }
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, k->src_mem}, {DNNL_ARG_WEIGHTS, k->w_mem}, {DNNL_ARG_DST, k->dst_mem}};
+  int na = 3;
+  if (k->b_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, k->b_mem};
+  RUN(dnnl_primitive_execute(k->prim, k->stream, na, args));
+  if (k->dst_reorder) {
+    RUN(dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data));
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->dst_mem}, {DNNL_ARG_TO, k->dst_user}};
+    RUN(dnnl_primitive_execute(k->dst_reorder, k->stream, 2, a));
+  }
+  RUN(dnnl_stream_wait(k->stream));
+  return NULL;
+}

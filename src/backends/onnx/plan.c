@@ -1,0 +1,504 @@
+/* plan.c: builds and runs execution plans (see plan.h for the structure and invariants).
+ * Built once per distinct set of input shapes, then every run executes the same steps over
+ * the same arena, with no allocation. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <math.h>
+#include <stdio.h>
+#include <omp.h>
+
+#include "backends/onnx/ops_util.h"
+#include "backends/onnx/plan.h"
+
+static cinfer_status *oom(void) { return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+
+void plan_destroy(onnx_plan *p) {
+  if (!p) return;
+  for (int i = 0; i < p->n_steps; i++) {
+    fast_destroy(p->steps[i].fast);
+    free(p->steps[i].in);
+    free(p->steps[i].out);
+    free(p->steps[i].in_id);
+    free(p->steps[i].out_id);
+  }
+  free(p->steps);
+  for (int i = 0; i < p->n_owned; i++) free(p->owned[i]);
+  free(p->owned);
+  if (p->layout)
+    for (int i = 0; i < p->m->n_values; i++) fast_layout_free(p->layout[i]);
+  free(p->layout);
+  free(p->bytes);
+  free(p->vals);
+  free(p->is_static);
+  free(p->root);
+  free(p->key);
+  free(p->arena);
+  free(p);
+}
+
+static bool own(onnx_plan *p, void *d) {
+  if (p->n_owned == p->cap_owned) {
+    int nc = p->cap_owned * 2 + 16;
+    void **no = realloc(p->owned, sizeof(void *) * (size_t)nc);
+    if (!no) return false;
+    p->owned = no;
+    p->cap_owned = nc;
+  }
+  p->owned[p->n_owned++] = d;
+  return true;
+}
+
+bool plan_matches(const onnx_plan *p, const cinfer_tensor *inputs, const int *map) {
+  const int64_t *k = p->key;
+  for (int i = 0; i < p->m->n_inputs; i++) {
+    const cinfer_tensor *t = &inputs[map[i]];
+    if (*k++ != t->ndim) return false;
+    for (int d = 0; d < t->ndim; d++)
+      if (*k++ != t->shape[d]) return false;
+    const ot *v = &p->vals[p->m->inputs[i]];
+    if (p->is_static[p->m->inputs[i]] && t->byte_size && memcmp(v->data, t->data, t->byte_size))
+      return false;
+  }
+  return true;
+}
+
+static act_kind act_of(const onnx_plan *p, const plan_step *c, float *a, float *b) {
+  const char *t = c->node->op_type;
+  *a = 0;
+  *b = 0;
+  if (!strcmp(t, "Relu")) return ACT_RELU;
+  if (!strcmp(t, "Sigmoid")) return ACT_SIGMOID;
+  if (!strcmp(t, "Tanh")) return ACT_TANH;
+  if (!strcmp(t, "LeakyRelu")) { *a = attr_f(c->node, "alpha", 0.01f); return ACT_LEAKY; }
+  if (!strcmp(t, "Clip")) {
+    for (int i = 1; i < c->n_in; i++)
+      if (c->in[i] && !p->is_static[c->in_id[i]]) return ACT_NONE;
+    double lo, hi;
+    clip_bounds(c->node, c->in, &lo, &hi);
+    *a = lo < -3.0e38 ? -3.0e38f : (float)lo;
+    *b = hi > 3.0e38 ? 3.0e38f : (float)hi;
+    return ACT_CLIP;
+  }
+  return ACT_NONE;
+}
+
+/* Conv(+Add)(+activation) and Gemm+activation, decided on concrete shapes. */
+static void fuse_steps(onnx_plan *p, bool *skip) {
+  const onnx_model *m = p->m;
+  int nv = m->n_values;
+  int *cons = malloc(sizeof(int) * (size_t)nv);
+  if (!cons) return;
+  int *def = malloc(sizeof(int) * (size_t)nv);
+  if (!def) { free(cons); return; }
+  for (int v = 0; v < nv; v++) cons[v] = def[v] = -1;
+  for (int s = 0; s < p->n_steps; s++) {
+    for (int j = 0; j < p->steps[s].n_in; j++)
+      if (p->steps[s].in_id[j] >= 0) cons[p->steps[s].in_id[j]] = s;
+    for (int j = 0; j < p->steps[s].n_out; j++)
+      if (p->steps[s].out_id[j] >= 0) def[p->steps[s].out_id[j]] = s;
+  }
+  for (int s = 0; s < p->n_steps; s++) {
+    plan_step *st = &p->steps[s];
+    bool conv = !strcmp(st->node->op_type, "Conv"), gemm = !strcmp(st->node->op_type, "Gemm");
+    bool bn = !strcmp(st->node->op_type, "BatchNormalization") && st->in[0]->dtype == CINFER_TYPE_FP32;
+    if (skip[s] || (!conv && !gemm && !bn)) continue;
+    snprintf(st->fused_buf, sizeof st->fused_buf, "%s", st->node->op_type);
+    for (int round = 0; round < 2; round++) {
+      int v = st->out_id[0];
+      const onnx_value *val = &m->values[v];
+      if (val->is_output || val->n_uses != 1 || cons[v] < 0) break;
+      plan_step *c = &p->steps[cons[v]];
+      if (skip[cons[v]]) break;
+      if (conv && round == 0 && !st->has_fused && !strcmp(c->node->op_type, "Add") && c->n_in == 2) {
+        int other = c->in_id[0] == v ? c->in_id[1] : c->in_id[0];
+        /* the addend must already exist when the conv runs */
+        if (other == v || other < 0 || p->is_static[other] || def[other] >= s) break;
+        const ot *o = &p->vals[other], *x = &p->vals[v];
+        if (o->dtype != CINFER_TYPE_FP32 || o->ndim != x->ndim ||
+            memcmp(o->dims, x->dims, sizeof(int64_t) * (size_t)x->ndim))
+          break;
+        st->sum_id = other;
+        st->has_fused = true;
+        st->out_id[0] = c->out_id[0];
+        st->out[0] = c->out[0];
+        skip[cons[v]] = true;
+        strncat(st->fused_buf, "+Add", sizeof st->fused_buf - strlen(st->fused_buf) - 1);
+        continue;
+      }
+      float a, b;
+      act_kind k = act_of(p, c, &a, &b);
+      if (k == ACT_NONE) break;
+      st->has_fused = true;
+      st->fused.act = k;
+      st->fused.a = a;
+      st->fused.b = b;
+      st->out_id[0] = c->out_id[0];
+      st->out[0] = c->out[0];
+      skip[cons[v]] = true;
+      strncat(st->fused_buf, "+", sizeof st->fused_buf - strlen(st->fused_buf) - 1);
+      strncat(st->fused_buf, c->node->op_type, sizeof st->fused_buf - strlen(st->fused_buf) - 1);
+      break;
+    }
+  }
+  free(cons);
+  free(def);
+}
+
+typedef struct buf { size_t size, off; int first, last; } buf;
+
+static int cmp_size(const void *a, const void *b, void *ctx) {
+  const buf *bs = ctx;
+  size_t x = bs[*(const int *)a].size, y = bs[*(const int *)b].size;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static cinfer_status *memory_plan(onnx_plan *p) {
+  const onnx_model *m = p->m;
+  int nv = m->n_values;
+  int nb = nv + p->n_steps * STEP_MAX_TEMPS;
+  buf *b = calloc((size_t)nb + 1, sizeof *b);
+  int *order = malloc(sizeof(int) * ((size_t)nb + 1));
+  if (!b || !order) { free(b); free(order); return oom(); }
+  for (int i = 0; i < nb; i++) { b[i].first = -1; b[i].last = -1; }
+  for (int s = 0; s < p->n_steps; s++) {
+    plan_step *st = &p->steps[s];
+    for (int o = 0; o < st->n_out; o++) {
+      int v = st->out_id[o];
+      if (v < 0) continue;
+      int r = p->root[v];
+      if (m->values[r].kind == VAL_INPUT || p->is_static[r]) continue;
+      size_t sz = p->bytes[v] ? p->bytes[v] : ot_nbytes(&p->vals[v]);
+      if (sz > b[r].size) b[r].size = sz;
+      if (b[r].first < 0) b[r].first = s;
+      if (b[r].last < s) b[r].last = s;
+    }
+    for (int j = 0; j <= st->n_in; j++) {
+      int v = j < st->n_in ? st->in_id[j] : st->sum_id;
+      if (v < 0) continue;
+      int r = p->root[v];
+      if (b[r].last < s) b[r].last = s;
+    }
+    for (int t = 0; t < STEP_MAX_TEMPS; t++)
+      if (st->temp_bytes[t]) {
+        buf *x = &b[nv + s * STEP_MAX_TEMPS + t];
+        x->size = st->temp_bytes[t];
+        x->first = x->last = s;
+      }
+  }
+  for (int i = 0; i < m->n_outputs; i++) {
+    int r = p->root[m->outputs[i]];
+    if (b[r].first >= 0) b[r].last = p->n_steps;
+  }
+  int n = 0;
+  for (int i = 0; i < nb; i++)
+    if (b[i].first >= 0 && b[i].size) order[n++] = i;
+  qsort_r(order, (size_t)n, sizeof(int), cmp_size, b);
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    buf *x = &b[order[i]];
+    size_t sz = (x->size + 63) & ~(size_t)63, off = 0;
+    /* lowest offset that does not collide with a placed buffer live at the same time */
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (int j = 0; j < i; j++) {
+        buf *y = &b[order[j]];
+        if (y->last < x->first || x->last < y->first) continue;
+        size_t ysz = (y->size + 63) & ~(size_t)63;
+        if (off < y->off + ysz && y->off < off + sz) {
+          off = y->off + ysz;
+          moved = true;
+        }
+      }
+    }
+    x->off = off;
+    if (off + sz > total) total = off + sz;
+  }
+  p->arena_bytes = total;
+  p->arena = aligned_alloc(64, total ? total : 64);
+  if (!p->arena) { free(b); free(order); return oom(); }
+  char *base = p->arena;
+  for (int v = 0; v < nv; v++) {
+    int r = p->root[v];
+    if (b[r].first >= 0 && !p->is_static[v]) p->vals[v].data = base + b[r].off;
+  }
+  for (int s = 0; s < p->n_steps; s++)
+    for (int t = 0; t < STEP_MAX_TEMPS; t++)
+      if (p->steps[s].temp_bytes[t]) p->steps[s].temp[t] = base + b[nv + s * STEP_MAX_TEMPS + t].off;
+  free(b);
+  free(order);
+  return NULL;
+}
+
+cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, const int *map,
+                          int threads, bool no_fast, onnx_plan **out) {
+  *out = NULL;
+  cinfer_status *st = NULL;
+  onnx_plan *p = calloc(1, sizeof *p);
+  if (!p) return oom();
+  p->m = m;
+  p->threads = threads;
+  p->no_fast = no_fast;
+  int nv = m->n_values;
+  int nk = 0;
+  for (int i = 0; i < m->n_inputs; i++) nk += 1 + inputs[map[i]].ndim;
+  p->key = calloc((size_t)nk + 1, sizeof *p->key);
+  p->vals = calloc((size_t)nv + 1, sizeof *p->vals);
+  p->is_static = calloc((size_t)nv + 1, sizeof *p->is_static);
+  p->root = calloc((size_t)nv + 1, sizeof *p->root);
+  p->layout = calloc((size_t)nv + 1, sizeof *p->layout);
+  p->bytes = calloc((size_t)nv + 1, sizeof *p->bytes);
+  p->steps = calloc((size_t)m->n_nodes + 1, sizeof *p->steps);
+  bool *skip = calloc((size_t)m->n_nodes + 1, sizeof *skip);
+  if (!p->key || !p->vals || !p->is_static || !p->root || !p->layout || !p->bytes || !p->steps || !skip) {
+    st = oom();
+    goto fail;
+  }
+  int64_t *k = p->key;
+  for (int i = 0; i < m->n_inputs; i++) {
+    const cinfer_tensor *t = &inputs[map[i]];
+    *k++ = t->ndim;
+    for (int d = 0; d < t->ndim; d++) *k++ = t->shape[d];
+  }
+  for (int v = 0; v < nv; v++) {
+    p->root[v] = v;
+    const onnx_value *val = &m->values[v];
+    if (val->kind == VAL_CONST && val->cval) {
+      p->vals[v] = *val->cval;
+      p->is_static[v] = true;
+    }
+  }
+  for (int i = 0; i < m->n_inputs; i++) {
+    const cinfer_tensor *t = &inputs[map[i]];
+    ot *o = &p->vals[m->inputs[i]];
+    o->dtype = t->dtype;
+    o->ndim = t->ndim;
+    memcpy(o->dims, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    if (m->key_input[i] && ot_numel(o) <= ONNX_MAX_KEY_INPUT_ELEMENTS) {
+      /* shape-like input: its values are part of the plan key */
+      void *d = aligned_alloc(64, (t->byte_size + 64) & ~(size_t)63);
+      if (!d || !own(p, d)) { free(d); st = oom(); goto fail; }
+      if (t->byte_size) memcpy(d, t->data, t->byte_size);
+      o->data = d;
+      p->is_static[m->inputs[i]] = true;
+    }
+  }
+  for (int ni = 0; ni < m->n_nodes; ni++) {
+    const onnx_node *n = &m->nodes[ni];
+    plan_step *s = &p->steps[p->n_steps];
+    memset(s, 0, sizeof *s);
+    s->node = n;
+    s->sum_id = -1;
+    s->n_in = n->n_in;
+    s->n_out = n->n_out;
+    s->in = calloc((size_t)n->n_in + 1, sizeof *s->in);
+    s->out = calloc((size_t)n->n_out + 1, sizeof *s->out);
+    s->in_id = calloc((size_t)n->n_in + 1, sizeof *s->in_id);
+    s->out_id = calloc((size_t)n->n_out + 1, sizeof *s->out_id);
+    p->n_steps++; /* owned by the plan from here, freed by plan_destroy */
+    if (!s->in || !s->out || !s->in_id || !s->out_id) { st = oom(); goto fail; }
+    bool all_static = true;
+    for (int j = 0; j < n->n_in; j++) {
+      s->in_id[j] = n->in[j];
+      s->in[j] = n->in[j] >= 0 ? &p->vals[n->in[j]] : NULL;
+      if (n->in[j] >= 0 && !p->is_static[n->in[j]]) all_static = false;
+    }
+    if (n->op->flags & OP_SHAPE_ONLY) all_static = true;
+    for (int o = 0; o < n->n_out; o++) {
+      s->out_id[o] = n->out[o];
+      s->out[o] = n->out[o] >= 0 ? &p->vals[n->out[o]] : NULL;
+    }
+    if ((st = n->op->infer(n, s->in, s->out))) goto fail;
+    for (int o = 0; o < n->n_out; o++)
+      if (s->out[o] && (ot_numel(s->out[o]) < 0 ||
+                        (uint64_t)ot_nbytes(s->out[o]) > (uint64_t)ONNX_MAX_TENSOR_BYTES)) {
+        st = NODE_ERR(n, CINFER_INVALID_ARG, "output %d is too large", o);
+        goto fail;
+      }
+    if (all_static) {
+      for (int o = 0; o < n->n_out; o++) {
+        if (!s->out[o]) continue;
+        size_t nb = (ot_nbytes(s->out[o]) + 63) & ~(size_t)63;
+        void *d = aligned_alloc(64, nb ? nb : 64);
+        if (!d || !own(p, d)) { free(d); st = oom(); goto fail; }
+        memset(d, 0, nb ? nb : 64);
+        s->out[o]->data = d;
+        p->is_static[n->out[o]] = true;
+      }
+      onnx_exec x = {.threads = 1};
+      if ((st = n->op->exec(&x, n, s->in, s->out))) goto fail;
+      free(s->in); free(s->out); free(s->in_id); free(s->out_id);
+      p->n_steps--;
+      continue;
+    }
+  }
+  if (!getenv("CINFER_ONNX_NOFUSE")) fuse_steps(p, skip);
+  /* drop fused-away steps */
+  int w = 0;
+  for (int s = 0; s < p->n_steps; s++) {
+    if (skip[s]) {
+      free(p->steps[s].in); free(p->steps[s].out); free(p->steps[s].in_id); free(p->steps[s].out_id);
+      continue;
+    }
+    p->steps[w++] = p->steps[s];
+  }
+  p->n_steps = w;
+  for (int s = 0; s < p->n_steps; s++) {
+    plan_step *ps = &p->steps[s];
+    if (ps->sum_id >= 0) ps->fused.sum = &p->vals[ps->sum_id];
+    if (ps->has_fused) ps->fused_names = ps->fused_buf; /* steps moved: point at our copy */
+    if ((ps->node->op->flags & OP_ALIAS) && ps->in_id[0] >= 0 && !p->is_static[ps->in_id[0]])
+      p->root[ps->out_id[0]] = p->root[ps->in_id[0]];
+  }
+  if (!no_fast) {
+    /* oneDNN fixes a primitive's thread decomposition when it is created: create them
+     * under the thread count they will run with */
+    omp_set_num_threads(threads);
+    /* consumers of each value: may it stay in a blocked layout? */
+    int *ncons = calloc((size_t)nv + 1, sizeof *ncons), *nfast = calloc((size_t)nv + 1, sizeof *nfast);
+    if (!ncons || !nfast) { free(ncons); free(nfast); st = oom(); goto fail; }
+    for (int s = 0; s < p->n_steps; s++) {
+      plan_step *ps = &p->steps[s];
+      for (int j = 0; j <= ps->n_in; j++) {
+        int v = j < ps->n_in ? ps->in_id[j] : ps->sum_id;
+        if (v < 0) continue;
+        ncons[v]++;
+        if (fast_can_take_blocked(p, ps, j)) nfast[v]++;
+      }
+    }
+    for (int s = 0; s < p->n_steps && !st; s++) {
+      plan_step *ps = &p->steps[s];
+      int v = ps->out_id[0];
+      bool keep = !getenv("CINFER_ONNX_PLAIN") && v >= 0 && !m->values[v].is_output && ncons[v] > 0 && ncons[v] == nfast[v] &&
+                  p->root[v] == v;
+      st = fast_prepare(p, ps, keep, &ps->fast);
+    }
+    free(ncons);
+    free(nfast);
+    if (st) goto fail;
+  }
+  if ((st = memory_plan(p))) goto fail;
+  free(skip);
+  *out = p;
+  return NULL;
+fail:
+  free(skip);
+  plan_destroy(p);
+  return st;
+}
+
+/* CINFER_ONNX_TRACE=1: print every step's output checksum (debugging aid). */
+static bool trace_on(void) {
+  static int on = -1;
+  if (on < 0) on = getenv("CINFER_ONNX_TRACE") != NULL;
+  return on;
+}
+static void trace_step(const onnx_plan *p, const plan_step *ps) {
+  const ot *o = ps->out[0];
+  char sh[128];
+  ot_shape_str(o, sh, sizeof sh);
+  double sum = 0, asum = 0;
+  int64_t n = ot_numel(o);
+  bool plain = !p->layout[ps->out_id[0]];
+  for (int64_t i = 0; plain && i < n; i++) { double v = ot_get_f(o, i); sum += v; asum += fabs(v); }
+  fprintf(stderr, "trace %-30s %-18s %-20s sum %.6g abssum %.6g%s\n", ps->node->name,
+          ps->fused_names ? ps->fused_names : ps->node->op_type, sh, sum, asum, plain ? "" : " (blocked)");
+}
+
+/* CINFER_ONNX_CHECK=1 (with CINFER_ONNX_PLAIN=1): re-run each fast step with its
+ * reference kernel and print the largest difference (debugging aid, allocates). */
+static void check_step(plan_step *ps, onnx_exec *x) {
+  ot *ref = ot_new(ps->out[0]->dtype, ps->out[0]->ndim, ps->out[0]->dims);
+  if (!ref) return;
+  ot *outs[8] = {ref};
+  x->fused = ps->has_fused ? &ps->fused : NULL;
+  cinfer_status *st = ps->node->op->exec(x, ps->node, ps->in, outs);
+  if (st) { cinfer_status_free(st); ot_free(ref); return; }
+  double md = 0, mx = 0;
+  for (int64_t i = 0; i < ot_numel(ref); i++) {
+    double a = ((float *)ref->data)[i], b = ((float *)ps->out[0]->data)[i];
+    if (fabs(a - b) > md) md = fabs(a - b);
+    if (fabs(a) > mx) mx = fabs(a);
+  }
+  fprintf(stderr, "check %-30s %-16s max|ref| %.4g max diff %.3g (rel %.2g)\n", ps->node->name,
+          ps->fused_names ? ps->fused_names : ps->node->op_type, mx, md, mx > 0 ? md / mx : 0);
+  ot_free(ref);
+}
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *map, bool profile) {
+  const onnx_model *m = p->m;
+  for (int i = 0; i < m->n_inputs; i++)
+    if (!p->is_static[m->inputs[i]]) p->vals[m->inputs[i]].data = (void *)inputs[map[i]].data;
+  for (int v = 0; v < m->n_values; v++)
+    if (p->root[v] != v && m->values[p->root[v]].kind == VAL_INPUT) p->vals[v].data = p->vals[p->root[v]].data;
+  omp_set_num_threads(p->threads);
+  onnx_exec x = {.threads = p->threads};
+  for (int s = 0; s < p->n_steps; s++) {
+    plan_step *ps = &p->steps[s];
+    double t0 = profile ? now_ns() : 0;
+    cinfer_status *st;
+    if (ps->fast) {
+      st = fast_run(ps->fast, ps, p->threads);
+    } else {
+      x.fused = ps->has_fused ? &ps->fused : NULL;
+      st = ps->node->op->exec(&x, ps->node, ps->in, ps->out);
+    }
+    if (st) return st;
+    if (trace_on()) trace_step(p, ps);
+    if (ps->fast && getenv("CINFER_ONNX_CHECK") && !p->layout[ps->out_id[0]]) check_step(ps, &x);
+    if (profile) {
+      ps->ns += now_ns() - t0;
+      ps->calls++;
+    }
+  }
+  return NULL;
+}
+
+/* Plans the graph for batch 1 and batch 2 (shapes only, reference kernels, no run) and
+ * checks that every runtime value either keeps its shape or doubles exactly its dim 0,
+ * and that every output doubles dim 0. Used to confirm batchability when the analysis
+ * accepted Reshape/Slice operands computed from shapes at plan time. */
+bool plan_probe_batch(const onnx_model *m) {
+  if (m->n_inputs > 32) return false;
+  cinfer_tensor in[2][32];
+  int map[32];
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < m->n_inputs; i++) {
+      const onnx_io_info *info = &m->in_info[i];
+      if (m->key_input[i] || info->ndim < 1) return false;
+      memset(&in[b][i], 0, sizeof in[b][i]);
+      in[b][i].name = info->name;
+      in[b][i].dtype = info->dtype;
+      in[b][i].ndim = info->ndim;
+      for (int d = 1; d < info->ndim; d++) {
+        if (info->shape[d] < 0) return false;
+        in[b][i].shape[d] = info->shape[d];
+      }
+      in[b][i].shape[0] = b + 1;
+      map[i] = i;
+    }
+  onnx_plan *p1 = NULL, *p2 = NULL;
+  cinfer_status *st = plan_build(m, in[0], map, 1, true, &p1);
+  if (!st) st = plan_build(m, in[1], map, 1, true, &p2);
+  bool ok = !st;
+  cinfer_status_free(st);
+  for (int v = 0; ok && v < m->n_values; v++) {
+    if (p1->is_static[v] || m->values[v].kind == VAL_CONST) continue;
+    const ot *a = &p1->vals[v], *b = &p2->vals[v];
+    if (a->ndim != b->ndim) { ok = false; break; }
+    bool same = !memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->ndim);
+    bool doubled = a->ndim > 0 && b->dims[0] == 2 * a->dims[0] &&
+                   !memcmp(a->dims + 1, b->dims + 1, sizeof(int64_t) * (size_t)(a->ndim - 1));
+    if (m->values[v].is_output ? !doubled : !(same || doubled)) ok = false;
+  }
+  plan_destroy(p1);
+  plan_destroy(p2);
+  return ok;
+}

@@ -1,0 +1,68 @@
+/* plan.h: execution plans (private). A plan is built for one set of input shapes:
+ *   vals[v]     concrete shape of every value; data into the arena, a constant, a
+ *               plan-time result (owned[]), or the caller's input buffer (set per run).
+ *   layout[v]   NULL: plain row-major; else a oneDNN memory descriptor (blocked layout,
+ *               only between consecutive oneDNN kernels; never for graph outputs).
+ *   steps[]     nodes to run, in order, with fused activation / sum and fast kernels.
+ * Memory plan: each runtime buffer (a root value, or a step's temporary) gets an arena
+ * offset; two buffers share bytes only when their step intervals do not overlap. */
+#ifndef CINFER_ONNX_PLAN_H
+#define CINFER_ONNX_PLAN_H
+#include "backends/onnx/onnx_impl.h"
+
+typedef struct fast_kernel fast_kernel;
+
+#define STEP_MAX_TEMPS 3
+typedef struct plan_step {
+  const onnx_node *node;
+  ot **in, **out;        /* into plan->vals; NULL for absent optionals */
+  int *in_id, *out_id;   /* value ids (-1 absent) */
+  int n_in, n_out;
+  bool has_fused;
+  onnx_fused fused;
+  int sum_id;            /* fused Add operand value id, -1 if none */
+  const char *fused_names; /* "Conv+Relu" etc. for the profile */
+  char fused_buf[64];
+  fast_kernel *fast;
+  size_t temp_bytes[STEP_MAX_TEMPS];
+  void *temp[STEP_MAX_TEMPS];  /* set after memory planning */
+  double ns;
+  int64_t calls;
+} plan_step;
+
+typedef struct onnx_plan {
+  const onnx_model *m;
+  int n_keys;
+  int64_t *key;          /* per input: ndim then dims */
+  ot *vals;
+  bool *is_static;
+  int *root;             /* storage root of each value (aliases) */
+  void **layout;         /* dnnl_memory_desc_t* or NULL, owned */
+  size_t *bytes;         /* storage bytes when not plain (blocked), else 0 */
+  void **owned;          /* plan-time computed data */
+  int n_owned, cap_owned;
+  plan_step *steps;
+  int n_steps;
+  void *arena;
+  size_t arena_bytes;
+  int threads;
+  bool no_fast;
+  struct onnx_plan *next;
+} onnx_plan;
+
+cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, const int *map,
+                          int threads, bool no_fast, onnx_plan **out);
+void plan_destroy(onnx_plan *p);
+bool plan_probe_batch(const onnx_model *m);
+bool plan_matches(const onnx_plan *p, const cinfer_tensor *inputs, const int *map);
+cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *map,
+                        bool profile);
+
+/* dnnl_ops.c: fast paths. prepare returns NULL with *k == NULL when none applies. */
+bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int input_index);
+cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out,
+                            fast_kernel **k);
+cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads);
+void fast_destroy(fast_kernel *k);
+void fast_layout_free(void *layout);
+#endif

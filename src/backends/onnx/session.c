@@ -1,0 +1,219 @@
+/* session.c: onnx_session (plan cache keyed by input shapes, input validation, outputs,
+ * per-operator profile) and onnx_model_describe (`cinfer inspect`). A session is used by
+ * one thread at a time; the model it borrows must outlive it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/onnx/ops_util.h"
+#include "backends/onnx/plan.h"
+
+#define MAX_PLANS 8
+
+struct onnx_session {
+  const onnx_model *m;
+  onnx_options opt;
+  onnx_plan *plans; /* most recently used first */
+  int n_plans;
+  int *map;         /* model input i -> index in the caller's array */
+  onnx_plan *last;
+};
+
+cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
+                                   onnx_session **out) {
+  *out = NULL;
+  onnx_session *s = calloc(1, sizeof *s);
+  if (!s) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  s->m = m;
+  if (opt) s->opt = *opt;
+  if (s->opt.threads <= 0) s->opt.threads = 1;
+  s->map = calloc((size_t)m->n_inputs + 1, sizeof *s->map);
+  if (!s->map) {
+    free(s);
+    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *out = s;
+  return NULL;
+}
+
+void onnx_session_destroy(onnx_session *s) {
+  if (!s) return;
+  while (s->plans) {
+    onnx_plan *n = s->plans->next;
+    plan_destroy(s->plans);
+    s->plans = n;
+  }
+  free(s->map);
+  free(s);
+}
+
+static cinfer_status *check_inputs(onnx_session *s, const cinfer_tensor *in, int n) {
+  const onnx_model *m = s->m;
+  if (n != m->n_inputs)
+    return cinfer_status_new(CINFER_INVALID_ARG, "model takes %d inputs, got %d", m->n_inputs, n);
+  for (int i = 0; i < m->n_inputs; i++) {
+    const onnx_io_info *info = &m->in_info[i];
+    int k = -1;
+    for (int j = 0; j < n; j++)
+      if (in[j].name && !strcmp(in[j].name, info->name)) k = j;
+    if (k < 0) {
+      bool named = false;
+      for (int j = 0; j < n; j++) named |= in[j].name && *in[j].name;
+      if (named) return cinfer_status_new(CINFER_INVALID_ARG, "input '%s' is missing", info->name);
+      k = i; /* unnamed: by position */
+    }
+    const cinfer_tensor *t = &in[k];
+    if (t->dtype != info->dtype)
+      return cinfer_status_new(CINFER_INVALID_ARG, "input '%s': type %s, model expects %s",
+                               info->name, cinfer_dtype_name(t->dtype), cinfer_dtype_name(info->dtype));
+    if (t->ndim < 0 || t->ndim > CINFER_MAX_DIMS || (info->ndim >= 0 && t->ndim != info->ndim))
+      return cinfer_status_new(CINFER_INVALID_ARG, "input '%s': rank %d, model expects %d",
+                               info->name, t->ndim, info->ndim);
+    for (int d = 0; d < t->ndim; d++) {
+      if (t->shape[d] < 0)
+        return cinfer_status_new(CINFER_INVALID_ARG, "input '%s': negative dim", info->name);
+      bool batch_ok = d == 0 && m->batchable;
+      if (info->ndim >= 0 && info->shape[d] >= 0 && info->shape[d] != t->shape[d] && !batch_ok)
+        return cinfer_status_new(CINFER_INVALID_ARG, "input '%s': dim %d is %lld, model expects %lld",
+                                 info->name, d, (long long)t->shape[d], (long long)info->shape[d]);
+    }
+    int64_t el = cinfer_shape_elements(t->shape, t->ndim);
+    if (el < 0 || el > ONNX_MAX_TENSOR_BYTES || (size_t)el * cinfer_dtype_size(t->dtype) != t->byte_size || (el && !t->data))
+      return cinfer_status_new(CINFER_INVALID_ARG, "input '%s': %zu bytes do not match its shape",
+                               info->name, t->byte_size);
+    s->map[i] = k;
+  }
+  return NULL;
+}
+
+cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, int n_inputs,
+                                cinfer_tensor *outputs) {
+  cinfer_status *st = check_inputs(s, inputs, n_inputs);
+  if (st) return st;
+  onnx_plan *p = NULL, *prev = NULL;
+  for (onnx_plan *q = s->plans; q; prev = q, q = q->next)
+    if (plan_matches(q, inputs, s->map)) {
+      p = q;
+      if (prev) { prev->next = q->next; q->next = s->plans; s->plans = q; }
+      break;
+    }
+  if (!p) {
+    if ((st = plan_build(s->m, inputs, s->map, s->opt.threads, s->opt.no_fast, &p))) return st;
+    p->next = s->plans;
+    s->plans = p;
+    if (++s->n_plans > MAX_PLANS) {
+      onnx_plan *q = s->plans;
+      while (q->next && q->next->next) q = q->next;
+      plan_destroy(q->next);
+      q->next = NULL;
+      s->n_plans--;
+    }
+  }
+  s->last = p;
+  if ((st = plan_run(p, inputs, s->map, s->opt.profile))) return st;
+  for (int i = 0; i < s->m->n_outputs; i++) {
+    int v = s->m->outputs[i];
+    const ot *o = &p->vals[v];
+    cinfer_tensor *t = &outputs[i];
+    memset(t, 0, sizeof *t);
+    t->name = s->m->values[v].name;
+    t->dtype = o->dtype;
+    t->ndim = o->ndim;
+    memcpy(t->shape, o->dims, sizeof(int64_t) * (size_t)o->ndim);
+    t->data = o->data;
+    t->byte_size = ot_nbytes(o);
+  }
+  return NULL;
+}
+
+int onnx_session_output_count(const onnx_session *s) { return s->m->n_outputs; }
+
+void onnx_session_profile_reset(onnx_session *s) {
+  for (onnx_plan *p = s->plans; p; p = p->next)
+    for (int i = 0; i < p->n_steps; i++) { p->steps[i].ns = 0; p->steps[i].calls = 0; }
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+void onnx_session_profile_print(const onnx_session *s, FILE *f) {
+  const onnx_plan *p = s->last;
+  if (!p) return;
+  typedef struct { double ns; int64_t calls; int count; char name[64]; bool fast; } agg;
+  agg *a = calloc((size_t)p->n_steps + 1, sizeof *a);
+  if (!a) return;
+  int na = 0;
+  double total = 0;
+  int64_t runs = 0;
+  for (int i = 0; i < p->n_steps; i++) {
+    const plan_step *ps = &p->steps[i];
+    const char *nm = ps->fused_names ? ps->fused_names : ps->node->op_type;
+    int k;
+    for (k = 0; k < na; k++) if (!strcmp(a[k].name, nm) && a[k].fast == (ps->fast != NULL)) break;
+    if (k == na) { snprintf(a[na].name, sizeof a[na].name, "%s", nm); a[na].fast = ps->fast != NULL; na++; }
+    a[k].ns += ps->ns;
+    a[k].count++;
+    total += ps->ns;
+    if (ps->calls > runs) runs = ps->calls;
+  }
+  if (!runs) runs = 1;
+  /* sort by time */
+  for (int i = 0; i < na; i++)
+    for (int j = i + 1; j < na; j++)
+      if (a[j].ns > a[i].ns) { agg t = a[i]; a[i] = a[j]; a[j] = t; }
+  fprintf(f, "profile: %d steps, %lld runs, %.3f ms per run (arena %.1f MiB)\n", p->n_steps,
+          (long long)runs, total / 1e6 / (double)runs, (double)p->arena_bytes / 1048576.0);
+  fprintf(f, "  %-28s %6s %8s %10s %6s\n", "operator", "nodes", "kernel", "ms/run", "share");
+  for (int i = 0; i < na; i++)
+    fprintf(f, "  %-28s %6d %8s %10.3f %5.1f%%\n", a[i].name, a[i].count, a[i].fast ? "onednn" : "ref",
+            a[i].ns / 1e6 / (double)runs, total > 0 ? 100.0 * a[i].ns / total : 0);
+  double *top = malloc(sizeof(double) * (size_t)(p->n_steps + 1));
+  if (top) {
+    for (int i = 0; i < p->n_steps; i++) top[i] = p->steps[i].ns;
+    qsort(top, (size_t)p->n_steps, sizeof(double), cmp_desc);
+    double thr = p->n_steps > 5 ? top[4] : 0;
+    fprintf(f, "  slowest nodes:\n");
+    int shown = 0;
+    for (int i = 0; i < p->n_steps && shown < 5; i++)
+      if (p->steps[i].ns >= thr && p->steps[i].ns > 0) {
+        char sh[128];
+        ot_shape_str(p->steps[i].out[0], sh, sizeof sh);
+        fprintf(f, "    %-40s %-22s out %-20s %8.3f ms\n", p->steps[i].node->name,
+                p->steps[i].fused_names ? p->steps[i].fused_names : p->steps[i].node->op_type, sh,
+                p->steps[i].ns / 1e6 / (double)runs);
+        shown++;
+      }
+    free(top);
+  }
+  free(a);
+}
+
+static void print_info(FILE *f, const onnx_io_info *i) {
+  fprintf(f, "  %-40s %-6s [", i->name, cinfer_dtype_name(i->dtype));
+  for (int d = 0; d < i->ndim; d++) {
+    if (d) fprintf(f, ",");
+    if (i->shape[d] >= 0) fprintf(f, "%lld", (long long)i->shape[d]);
+    else fprintf(f, "%s", i->dim_name[d] ? i->dim_name[d] : "?");
+  }
+  fprintf(f, "%s\n", i->ndim < 0 ? "?]" : "]");
+}
+
+void onnx_model_describe(const onnx_model *m, FILE *f) {
+  fprintf(f, "ir_version: %lld   producer: %s\n", (long long)m->ir_version, m->producer);
+  fprintf(f, "opsets:");
+  for (int i = 0; i < m->n_opsets; i++)
+    fprintf(f, " %s:%lld", *m->opsets[i].domain ? m->opsets[i].domain : "ai.onnx", (long long)m->opsets[i].version);
+  fprintf(f, "\ninputs (%d):\n", m->n_inputs);
+  for (int i = 0; i < m->n_inputs; i++) print_info(f, &m->in_info[i]);
+  fprintf(f, "outputs (%d):\n", m->n_outputs);
+  for (int i = 0; i < m->n_outputs; i++) print_info(f, &m->out_info[i]);
+  int total = 0;
+  for (int i = 0; i < m->n_hist; i++) total += m->hist_count[i];
+  fprintf(f, "operators (%d nodes in the file):\n", total);
+  for (int i = 0; i < m->n_hist; i++) fprintf(f, "  %-24s %d\n", m->hist_name[i], m->hist_count[i]);
+  fprintf(f, "parameters: %lld\n", (long long)m->n_params);
+  fprintf(f, "compiled: %d nodes after folding %d constant nodes, fusing %d BatchNorm, removing %d dead\n",
+          m->n_nodes, m->n_folded, m->n_bn_fused, m->n_dead);
+  fprintf(f, "batchable: %s (%s)\n", m->batchable ? "yes" : "no", m->batch_note);
+}

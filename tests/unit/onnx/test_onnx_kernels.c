@@ -1,0 +1,276 @@
+/* test_onnx_kernels.c: every fast kernel against its reference kernel.
+ * Builds small Conv graphs in memory over odd sizes, strides, asymmetric padding, groups
+ * (incl. depthwise), dilation, 1-D convs, fused activation and Conv+Add, and chains that
+ * keep oneDNN's blocked layout between convolutions; runs each with the reference kernels
+ * only and with the fast paths, and requires them to agree. Also checks that a batch runs
+ * like the same rows one by one, and that plans are reused across runs. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "backends/onnx/onnx.h"
+#include "model_builder.h"
+
+static uint32_t rng = 12345;
+static float frand(void) {
+  rng = rng * 1664525u + 1013904223u;
+  return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+static float *rand_buf(int64_t n) {
+  float *p = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) p[i] = frand();
+  return p;
+}
+
+typedef struct conv_cfg {
+  int64_t N, C, H, W, M, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, group;
+  int bias, act; /* act: 0 none, 1 Relu, 2 Clip(0,6), 3 LeakyRelu */
+  int chain;     /* append 1x1 conv + Add(+Relu) + depthwise 3x3: blocked layouts, sum fusion */
+  int one_d;     /* 1-D conv (uses H as length) */
+} conv_cfg;
+
+static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
+  mb b;
+  mb_init(&b, 13);
+  int64_t xd[4] = {batch_dim, c->C, c->H, c->W};
+  int nd = c->one_d ? 3 : 4;
+  if (c->one_d) xd[2] = c->W;
+  mb_input(&b, "x", nd, xd);
+  int64_t wd[4] = {c->M, c->C / c->group, c->KH, c->KW};
+  if (c->one_d) wd[2] = c->KW;
+  int64_t wn = wd[0] * wd[1] * wd[2] * (c->one_d ? 1 : wd[3]);
+  float *w = rand_buf(wn), *bias = rand_buf(c->M);
+  mb_init_f(&b, "w0", nd, wd, w);
+  if (c->bias) mb_init_f(&b, "b0", 1, &c->M, bias);
+  const char *cin[3] = {"x", "w0", "b0"};
+  const char *y0 = c->act || c->chain ? "y0" : "out";
+  Onnx__NodeProto *n = mb_node(&b, "Conv", "conv0", c->bias ? 3 : 2, cin, 1, &y0);
+  if (c->one_d) {
+    mb_attr_ints(&b, n, "strides", 1, (int64_t[]){c->sw});
+    mb_attr_ints(&b, n, "pads", 2, (int64_t[]){c->pl, c->pr});
+    mb_attr_ints(&b, n, "dilations", 1, (int64_t[]){c->dw});
+  } else {
+    mb_attr_ints(&b, n, "strides", 2, (int64_t[]){c->sh, c->sw});
+    mb_attr_ints(&b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
+    mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->dh, c->dw});
+  }
+  mb_attr_i(&b, n, "group", c->group);
+  const char *y1 = c->chain ? "y1" : "out";
+  if (c->act == 1) mb_node(&b, "Relu", "act", 1, &y0, 1, &y1);
+  if (c->act == 3) {
+    Onnx__NodeProto *l = mb_node(&b, "LeakyRelu", "act", 1, &y0, 1, &y1);
+    Onnx__AttributeProto *a = &b.attrs[b.n_attrs++];
+    onnx__attribute_proto__init(a);
+    a->name = mb_str(&b, "alpha");
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+    a->has_f = 1;
+    a->f = 0.1f;
+    l->attribute[l->n_attribute++] = a;
+  }
+  if (c->act == 2) {
+    float lo = 0, hi = 6;
+    mb_init_f(&b, "lo", 0, NULL, &lo);
+    mb_init_f(&b, "hi", 0, NULL, &hi);
+    const char *ci[3] = {"y0", "lo", "hi"};
+    mb_node(&b, "Clip", "act", 3, ci, 1, &y1);
+  }
+  if (!c->act && c->chain) y1 = "y0";
+  float *w1 = NULL, *w2 = NULL;
+  if (c->chain) {
+    int64_t w1d[4] = {c->M, c->M, 1, 1}, w2d[4] = {c->M, 1, 3, 3};
+    w1 = rand_buf(c->M * c->M);
+    w2 = rand_buf(c->M * 9);
+    mb_init_f(&b, "w1", 4, w1d, w1);
+    mb_init_f(&b, "w2", 4, w2d, w2);
+    const char *i1[2] = {y1, "w1"}, *o1 = "c1";
+    mb_node(&b, "Conv", "conv1", 2, i1, 1, &o1);
+    const char *ia[2] = {"c1", y1}, *oa = "s";
+    mb_node(&b, "Add", "add", 2, ia, 1, &oa);
+    const char *or_ = "r";
+    mb_node(&b, "Relu", "relu2", 1, &oa, 1, &or_);
+    const char *i2[2] = {"r", "w2"}, *o2 = "out";
+    Onnx__NodeProto *dw = mb_node(&b, "Conv", "conv2", 2, i2, 1, &o2);
+    mb_attr_i(&b, dw, "group", c->M);
+    mb_attr_ints(&b, dw, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  }
+  mb_output(&b, "out");
+  uint8_t *buf;
+  *len = mb_pack(&b, &buf);
+  free(w);
+  free(bias);
+  free(w1);
+  free(w2);
+  mb_done(&b);
+  return buf;
+}
+
+static void run(onnx_model *m, bool fast, const float *x, const int64_t *shape, int nd,
+                float **out, size_t *out_n, bool *used_fast) {
+  onnx_session *s;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 2, .no_fast = !fast, .profile = true}, &s));
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = nd, .data = x};
+  memcpy(in.shape, shape, sizeof(int64_t) * (size_t)nd);
+  in.byte_size = (size_t)cinfer_shape_elements(shape, nd) * 4;
+  cinfer_tensor o;
+  for (int rep = 0; rep < 2; rep++) { /* second run reuses the cached plan */
+    cinfer_status *st = onnx_session_run(s, &in, 1, &o);
+    if (st) fail_msg("run: %s", cinfer_status_message(st));
+  }
+  *out_n = o.byte_size / 4;
+  *out = malloc(o.byte_size + 4);
+  memcpy(*out, o.data, o.byte_size);
+  char *prof = NULL;
+  size_t plen = 0;
+  FILE *f = open_memstream(&prof, &plen);
+  onnx_session_profile_print(s, f);
+  fclose(f);
+  *used_fast = strstr(prof, "onednn") != NULL;
+  free(prof);
+  onnx_session_destroy(s);
+}
+
+static void check_cfg(const conv_cfg *c) {
+  size_t len;
+  uint8_t *buf = build(c, &len, c->N);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int nd = c->one_d ? 3 : 4;
+  int64_t shape[4] = {c->N, c->C, c->H, c->W};
+  if (c->one_d) shape[2] = c->W;
+  float *x = rand_buf(cinfer_shape_elements(shape, nd));
+  float *ref, *fast;
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, shape, nd, &ref, &nr, &fr);
+  run(m, true, x, shape, nd, &fast, &nf, &ff);
+  assert_false(fr);
+  assert_true(ff); /* the fast path really ran */
+  assert_int_equal(nr, nf);
+  double mx = 0, md = 0;
+  for (size_t i = 0; i < nr; i++) {
+    mx = fmax(mx, fabs(ref[i]));
+    md = fmax(md, fabs(ref[i] - fast[i]));
+  }
+  if (md > 1e-5 * fmax(1.0, mx))
+    fail_msg("conv N%lld C%lld %lldx%lld M%lld k%lldx%lld s%lld,%lld p%lld,%lld,%lld,%lld d%lld,%lld g%lld act%d chain%d: max diff %g (max %g)",
+             (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->M,
+             (long long)c->KH, (long long)c->KW, (long long)c->sh, (long long)c->sw, (long long)c->pt,
+             (long long)c->pl, (long long)c->pb, (long long)c->pr, (long long)c->dh, (long long)c->dw,
+             (long long)c->group, c->act, c->chain, md, mx);
+  free(x);
+  free(ref);
+  free(fast);
+  onnx_model_destroy(m);
+}
+
+static void test_conv_shapes(void **state) {
+  const conv_cfg cfgs[] = {
+      /* N  C  H  W   M  KH KW sh sw pt pl pb pr dh dw g  bias act chain 1d */
+      {1, 3, 17, 23, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},   /* small-K first layer */
+      {1, 3, 16, 16, 16, 3, 3, 2, 2, 0, 1, 1, 0, 1, 1, 1, 1, 2, 1, 0},  /* asym pads + chain */
+      {2, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+      {1, 8, 15, 9, 8, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 8, 1, 1, 0, 0},   /* depthwise dilated */
+      {1, 12, 10, 14, 18, 3, 5, 2, 1, 1, 2, 0, 3, 1, 2, 3, 0, 0, 0, 0}, /* grouped */
+      {1, 32, 7, 7, 64, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 3, 1, 0},  /* 1x1, leaky */
+      {1, 5, 1, 31, 7, 1, 4, 1, 3, 0, 1, 0, 2, 1, 2, 1, 1, 0, 0, 1},   /* 1-D */
+      {3, 24, 9, 9, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 24, 1, 2, 1, 0}, /* dw stride 2, clip */
+  };
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_cfg(&cfgs[i]);
+}
+
+/* MaxPool / AveragePool: oneDNN pooling vs the reference */
+typedef struct pool_cfg { const char *op; int64_t C, H, W, kh, kw, sh, sw, pt, pl, pb, pr, ceil, incl, dh; } pool_cfg;
+
+static void check_pool(const pool_cfg *c) {
+  mb b;
+  mb_init(&b, 13);
+  int64_t xd[4] = {2, c->C, c->H, c->W};
+  mb_input(&b, "x", 4, xd);
+  const char *i = "x", *o = "out";
+  Onnx__NodeProto *n = mb_node(&b, c->op, "pool", 1, &i, 1, &o);
+  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){c->kh, c->kw});
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){c->sh, c->sw});
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
+  if (c->ceil) mb_attr_i(&b, n, "ceil_mode", 1);
+  if (c->incl) mb_attr_i(&b, n, "count_include_pad", 1);
+  if (c->dh > 1) mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->dh, c->dh});
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  float *x = rand_buf(cinfer_shape_elements(xd, 4)), *ref, *fast;
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, xd, 4, &ref, &nr, &fr);
+  run(m, true, x, xd, 4, &fast, &nf, &ff);
+  assert_int_equal(nr, nf);
+  for (size_t k = 0; k < nr; k++)
+    if (fabsf(ref[k] - fast[k]) > 1e-6f)
+      fail_msg("%s C%lld %lldx%lld k%lldx%lld s%lld p%lld,%lld,%lld,%lld ceil%lld incl%lld: element %zu ref %g fast %g",
+               c->op, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->kh, (long long)c->kw,
+               (long long)c->sh, (long long)c->pt, (long long)c->pl, (long long)c->pb, (long long)c->pr,
+               (long long)c->ceil, (long long)c->incl, k, ref[k], fast[k]);
+  free(x);
+  free(ref);
+  free(fast);
+  onnx_model_destroy(m);
+}
+
+static void test_pool_shapes(void **state) {
+  const pool_cfg cfgs[] = {
+      {"MaxPool", 5, 17, 13, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1},
+      {"MaxPool", 3, 16, 16, 3, 2, 2, 3, 0, 1, 1, 0, 1, 0, 1},
+      {"MaxPool", 4, 15, 15, 3, 3, 1, 1, 2, 2, 2, 2, 0, 0, 2},
+      {"AveragePool", 6, 14, 11, 2, 3, 2, 2, 0, 1, 0, 1, 0, 0, 1},
+      {"AveragePool", 6, 14, 11, 3, 3, 2, 2, 1, 1, 1, 1, 0, 1, 1},
+      {"AveragePool", 7, 9, 9, 3, 3, 2, 2, 0, 0, 0, 0, 1, 0, 1},
+      {"AveragePool", 8, 28, 28, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_pool(&cfgs[i]);
+}
+
+/* batch of 3 == three batch-1 runs */
+static void test_batch_rows(void **state) {
+  conv_cfg c = {1, 4, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
+  size_t len;
+  uint8_t *buf = build(&c, &len, -1);
+  onnx_model *m;
+  assert_null(onnx_model_load_buffer(buf, len, NULL, &m));
+  free(buf);
+  assert_true(onnx_model_batchable(m));
+  int64_t s3[4] = {3, 4, 9, 9}, s1[4] = {1, 4, 9, 9};
+  float *x = rand_buf(3 * 4 * 81), *all, *one;
+  size_t na, n1;
+  bool f;
+  run(m, true, x, s3, 4, &all, &na, &f);
+  for (int r = 0; r < 3; r++) {
+    run(m, true, x + r * 4 * 81, s1, 4, &one, &n1, &f);
+    assert_int_equal(na, 3 * n1);
+    for (size_t i = 0; i < n1; i++) assert_float_equal(all[r * n1 + i], one[i], 1e-5);
+    free(one);
+  }
+  free(all);
+  free(x);
+  onnx_model_destroy(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_conv_shapes),
+      cmocka_unit_test(test_batch_rows),
+      cmocka_unit_test(test_pool_shapes),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
