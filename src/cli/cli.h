@@ -11,5 +11,6 @@ typedef struct cli_command {
 } cli_command;
 
 int cmd_serve(int argc, char **argv);
+int cmd_gateway(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@
 
 static const cli_command commands[] = {
     {"serve", "run the inference server on a model repository", cmd_serve},
+    {"gateway", "route requests to many serve replicas (health, retries, canary, limits)", cmd_gateway},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
