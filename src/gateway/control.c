@@ -70,6 +70,8 @@ gw_replica *gw_replica_get(gateway *g, const char *host, uint16_t port) {
   r->m_healthy = gw_series(g->f_healthy, l);
   r->m_ejections = gw_series(g->f_ejections, l);
   metric_inc(r->m_ejections, 0);
+  const char *rl[] = {"upstream", r->addr, "model", "", NULL};
+  metric_inc(gw_series(g->f_retries, rl), 0);
   g->reps[g->n_reps++] = r;
   return r;
 }
