@@ -149,7 +149,7 @@ gw_bucket_result gw_bucket_take(gw_bucket *b, double rate, double burst, bool no
 /* Balancer over candidates (indexes into outstanding/weights). Returns the chosen position
  * in [0, n) or -1 when n == 0.
  *  P2C: two distinct random candidates, the one with fewer outstanding requests (ties:
- *       the lower weighted load outstanding/weight, then the first drawn);
+ *       the first drawn); weights are ignored;
  *  ROUND_ROBIN: *rr_cursor advanced modulo n;
  *  WEIGHTED: random with probability weight / sum(weights). */
 int gw_balance_pick(gw_balancer kind, size_t n, const uint32_t *outstanding,

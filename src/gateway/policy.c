@@ -73,13 +73,8 @@ int gw_balance_pick(gw_balancer kind, size_t n, const uint32_t *outstanding,
       size_t b = (size_t)(gw_rand(rng) % (n - 1));
       if (b >= a) b++;
       uint32_t oa = outstanding[a], ob = outstanding[b];
-      if (oa != ob) return (int)(oa < ob ? a : b);
-      if (weights) {
-        int wa = weights[a] > 0 ? weights[a] : 1, wb = weights[b] > 0 ? weights[b] : 1;
-        /* equal outstanding: prefer the larger weight (lower load per unit of capacity) */
-        if (wa != wb) return (int)(wa > wb ? a : b);
-      }
-      return (int)a;
+      /* ties go to the first drawn, itself uniform: sequential traffic still spreads */
+      return (int)(ob < oa ? b : a);
     }
   }
 }
