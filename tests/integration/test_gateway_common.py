@@ -322,3 +322,8 @@ class FakeUpstream:
                 c.close()
             except OSError:
                 pass
+
+
+def copy_repo_models(models):
+    from cinfer_server import copy_repo
+    return copy_repo(models)
