@@ -29,9 +29,8 @@ gw_bucket_result gw_bucket_take(gw_bucket *b, double rate, double burst, bool no
   double excess = 0;
   if (b->used) {
     double elapsed = now_ms > b->last_ms ? (double)(now_ms - b->last_ms) / 1000.0 : 0;
-    excess = b->excess - rate * elapsed;
+    excess = b->excess - rate * elapsed + 1;  /* nginx clamps after adding this request */
     if (excess < 0) excess = 0;
-    excess += 1;
   }
   /* The first request of a key (and every request after the bucket emptied) has excess 0
    * in nginx terms: it is within the rate. */
