@@ -18,6 +18,8 @@ DEB_PACKAGES=(
   python3 python3-venv python3-pip
   curl procps iproute2
   libb64-0d                                   # perf_analyzer's runtime
+  librsvg2-bin                                # rsvg-convert: view `cinfer bench --plot` SVGs as PNG
+  libpng-dev libjpeg62-turbo-dev              # cinfer bench --images
 )
 # tritonclient 2.51 is the newest manylinux wheel that carries the perf_analyzer binary
 # and runs on bookworm's glibc 2.36 (later ones need 2.38; PyPI's `perf-analyzer` is an

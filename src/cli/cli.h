@@ -12,5 +12,6 @@ typedef struct cli_command {
 
 int cmd_serve(int argc, char **argv);
 int cmd_gateway(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

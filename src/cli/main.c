@@ -11,6 +11,7 @@
 static const cli_command commands[] = {
     {"serve", "run the inference server on a model repository", cmd_serve},
     {"gateway", "route requests to many serve replicas (health, retries, canary, limits)", cmd_gateway},
+    {"bench", "load generator: throughput and latency of a server (KServe v2, OpenAI, HTTP)", cmd_bench},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

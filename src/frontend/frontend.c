@@ -156,6 +156,8 @@ static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
     return;
   }
   atomic_store(&c->answered, true);
+  /* The exchange may be freed as soon as it is answered: take its loop first. */
+  net_loop *loop = http_exchange_loop(c->ex);
   if (err) {
     log_request(c, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
     respond_error(c->ex, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
@@ -191,7 +193,6 @@ static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
     }
     log_request(c, 200, NULL);
   }
-  net_loop *loop = http_exchange_loop(c->ex);
   cinfer_response_free(resp);
   if (!loop_post(loop, ctx_free, c)) ctx_free(c);
 }
@@ -232,8 +233,9 @@ static void handle_infer(frontend *fe, http_exchange *ex, const http_request *re
   http_exchange_set_cancel(ex, on_cancel, c);
   if ((st = cinfer_server_infer_async(fe->server, c->req))) {
     atomic_store(&c->answered, true);
+    net_loop *loop = http_exchange_loop(ex);
     respond_status(ex, st);
-    if (!loop_post(http_exchange_loop(ex), ctx_free, c)) ctx_free(c);
+    if (!loop_post(loop, ctx_free, c)) ctx_free(c);
   }
   return;
 bad_hlen:

@@ -212,8 +212,10 @@ bool http_stream_write(http_exchange *ex, const void *data, size_t len);
 void http_stream_end(http_exchange *ex);
 
 /* Registers cb(arg), called once on the I/O thread if the client goes away (disconnect,
- * write timeout, forced shutdown) before the answer is complete. Call it from the handler
- * (I/O thread); a client that is already gone is reported at the next loop iteration. */
+ * write timeout, forced shutdown) before the answer is complete. I/O thread only (call it
+ * from the handler, or from a task posted to http_exchange_loop); if the client is already
+ * gone, cb runs immediately. After cb the exchange must still be answered (the answer is
+ * dropped). */
 void http_exchange_set_cancel(http_exchange *ex, void (*cb)(void *arg), void *arg);
 /* The I/O loop that owns this exchange (for loop_post). */
 net_loop *http_exchange_loop(const http_exchange *ex);

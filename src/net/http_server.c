@@ -63,6 +63,7 @@ struct http_exchange {
   bool gone;             /* client went away: drop further output */
   int answered;          /* ANS_* as seen by producers */
   bool final_queued;     /* final piece is in pending, not yet taken by the loop */
+  bool broken;           /* out of memory while formatting: the stream is corrupt */
   net_buf pending;
   void *owned;
   size_t owned_len;
@@ -109,6 +110,7 @@ typedef struct stats {
   _Atomic uint64_t connections_accepted, connections_rejected, requests, responses,
       bytes_in, bytes_out, err_400, err_408, err_413, err_417, err_431, err_501, err_505,
       cancelled;
+  _Atomic uint64_t unanswered;  /* exchanges dispatched, not completed (wraps as signed) */
 } stats;
 
 struct io_thread {
@@ -116,6 +118,7 @@ struct io_thread {
   net_loop *loop;
   int lfd;
   loop_io lio;
+  loop_timer accept_pause;
   conn *conns;
   bool draining;
   stats st;
@@ -130,11 +133,10 @@ struct http_server {
   io_thread *threads;
   uint16_t port;
   _Atomic int conns_open;      /* fds open */
-  _Atomic int unanswered;      /* exchanges dispatched and not completed */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   _Atomic bool draining;
-  bool stopped_accepting;
+  _Atomic bool stopped_accepting;
   int started;                 /* loop threads running */
   _Atomic int forced;
 };
@@ -155,6 +157,14 @@ static void srv_signal(http_server *s) {
   pthread_mutex_lock(&s->mu);
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
+}
+
+/* Sum of the per-thread counts of unanswered exchanges (any thread). */
+static int64_t srv_unanswered(http_server *s) {
+  uint64_t n = 0;
+  for (int i = 0; i < s->n; i++)
+    n += atomic_load_explicit(&s->threads[i].st.unanswered, memory_order_relaxed);
+  return (int64_t)n;
 }
 
 /* ---- Date header cache (per thread: answers may be formatted on any thread) ------------ */
@@ -196,6 +206,8 @@ static bool format_head(net_buf *b, http_exchange *ex, int status, const http_he
     ok &= net_buf_uint(b, body_len, 10);
     ok &= NET_BUF_LIT(b, "\r\n");
   }
+  /* A drain that began after dispatch still closes this connection (ex->mu is held). */
+  if (atomic_load_explicit(&ex->c->t->srv->draining, memory_order_relaxed)) ex->close_after = true;
   if (ex->close_after) ok &= NET_BUF_LIT(b, "Connection: close\r\n");
   else if (ex->http10) ok &= NET_BUF_LIT(b, "Connection: keep-alive\r\n");
   return ok;
@@ -205,19 +217,27 @@ static bool format_head(net_buf *b, http_exchange *ex, int status, const http_he
 
 static void ex_task_run(loop_task *task);
 
-/* Called with ex->mu held after adding to pending; returns whether the caller must post. */
-static bool ex_need_post(http_exchange *ex) {
-  if (loop_in_thread(ex->c->t->loop)) return false;
-  if (ex->task_queued) return false;
+/* What an answering call does after releasing ex->mu. Decided while still holding the
+ * lock: once it is released the loop may complete the exchange and free the connection,
+ * so nothing may read ex->c afterwards except through a task that is still queued. */
+typedef struct after {
+  net_loop *post_to;  /* post ex->task here */
+  bool deliver_here;  /* on the loop thread: move the bytes to the output now */
+} after;
+
+static after ex_decide(http_exchange *ex) {
+  net_loop *loop = ex->c->t->loop;
+  if (loop_in_thread(loop)) return (after){NULL, true};
+  if (ex->task_queued) return (after){NULL, false};
   ex->task_queued = true;
-  return true;
+  return (after){loop, false};
 }
 
 static void ex_deliver_here(http_exchange *ex);
 
-static void ex_after(http_exchange *ex, bool post) {
-  if (post) loop_post_task(ex->c->t->loop, &ex->task);
-  else if (loop_in_thread(ex->c->t->loop)) ex_deliver_here(ex);
+static void ex_after(http_exchange *ex, after a) {
+  if (a.post_to) loop_post_task(a.post_to, &ex->task);
+  else if (a.deliver_here) ex_deliver_here(ex);
 }
 
 static void respond_common(http_exchange *ex, int status, const http_header *headers,
@@ -232,11 +252,13 @@ static void respond_common(http_exchange *ex, int status, const http_header *hea
   }
   ex->answered = ANS_FINAL;
   ex->final_queued = true;
+  if (status < 100 || status > 999) status = 500;
+  bool no_body = ex->head_only || status < 200 || status == 204 || status == 304;
   if (!ex->gone) {
-    format_head(&ex->pending, ex, status, headers, n, len, false);
+    bool ok = format_head(&ex->pending, ex, status, headers, n, len, false);
     append_date(&ex->pending);
-    NET_BUF_LIT(&ex->pending, "\r\n");
-    if (ex->head_only) {
+    ok &= NET_BUF_LIT(&ex->pending, "\r\n");
+    if (no_body) {
       if (owned && free_fn) {
         ex->owned = (void *)body;  /* freed by the loop, not sent */
         ex->owned_len = 0;
@@ -247,14 +269,15 @@ static void respond_common(http_exchange *ex, int status, const http_header *hea
       ex->owned_len = len;
       ex->owned_free = free_fn;
     } else {
-      net_buf_append(&ex->pending, body, len);
+      ok &= net_buf_append(&ex->pending, body, len);
     }
+    if (!ok) ex->broken = true;
   } else if (owned) {
     ex->owned = (void *)body;
     ex->owned_len = 0;
     ex->owned_free = free_fn;
   }
-  bool post = ex_need_post(ex);
+  after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
   ex_after(ex, post);
 }
@@ -279,11 +302,12 @@ void http_stream_begin(http_exchange *ex, int status, const http_header *headers
   ex->answered = ANS_STREAMING;
   if (!ex->gone) {
     if (ex->http10) ex->close_after = true;  /* close-delimited body */
-    format_head(&ex->pending, ex, status, headers, n, 0, true);
+    if (status < 200 || status > 999) status = 500;
+    bool ok = format_head(&ex->pending, ex, status, headers, n, 0, true);
     append_date(&ex->pending);
-    NET_BUF_LIT(&ex->pending, "\r\n");
+    if (!(ok & NET_BUF_LIT(&ex->pending, "\r\n"))) ex->broken = true;
   }
-  bool post = ex_need_post(ex);
+  after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
   ex_after(ex, post);
 }
@@ -303,15 +327,17 @@ bool http_stream_write(http_exchange *ex, const void *data, size_t len) {
     pthread_mutex_unlock(&ex->mu);
     return true;
   }
+  bool ok = true;
   if (ex->chunked) {
-    net_buf_uint(&ex->pending, len, 16);
-    NET_BUF_LIT(&ex->pending, "\r\n");
-    net_buf_append(&ex->pending, data, len);
-    NET_BUF_LIT(&ex->pending, "\r\n");
+    ok &= net_buf_uint(&ex->pending, len, 16);
+    ok &= NET_BUF_LIT(&ex->pending, "\r\n");
+    ok &= net_buf_append(&ex->pending, data, len);
+    ok &= NET_BUF_LIT(&ex->pending, "\r\n");
   } else {
-    net_buf_append(&ex->pending, data, len);
+    ok &= net_buf_append(&ex->pending, data, len);
   }
-  bool post = ex_need_post(ex);
+  if (!ok) ex->broken = true;
+  after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
   ex_after(ex, post);
   return true;
@@ -326,8 +352,9 @@ void http_stream_end(http_exchange *ex) {
   }
   ex->answered = ANS_FINAL;
   ex->final_queued = true;
-  if (!ex->gone && ex->chunked && !ex->head_only) NET_BUF_LIT(&ex->pending, "0\r\n\r\n");
-  bool post = ex_need_post(ex);
+  if (!ex->gone && ex->chunked && !ex->head_only && !NET_BUF_LIT(&ex->pending, "0\r\n\r\n"))
+    ex->broken = true;
+  after post = ex_decide(ex);
   pthread_mutex_unlock(&ex->mu);
   ex_after(ex, post);
 }
@@ -358,14 +385,12 @@ static void ex_complete(conn *c) {
   http_exchange *ex = &c->ex;
   ex->active = false;
   ex->cancel_cb = NULL;
-  pthread_mutex_lock(&ex->mu);
-  ex->answered = ANS_NONE;
-  ex->final_queued = false;
-  ex->gone = false;
-  pthread_mutex_unlock(&ex->mu);
+  /* ex_take reset answered/gone under ex->mu when it took the final piece */
   http_server *s = c->t->srv;
   STAT_ADD(c->t, responses, 1);
-  if (atomic_fetch_sub(&s->unanswered, 1) == 1 && atomic_load(&s->draining)) srv_signal(s);
+  STAT_ADD(c->t, unanswered, (uint64_t)-1);
+  if (atomic_load_explicit(&s->draining, memory_order_relaxed) && srv_unanswered(s) == 0)
+    srv_signal(s);
   if (c->fd < 0) return;  /* zombie: conn_leave frees it */
   /* Drop the request's bytes; keep pipelined input. */
   size_t rest = c->rlen - c->req_end;
@@ -395,6 +420,9 @@ static void ex_take(conn *c) {
   void *owned = ex->owned;
   size_t owned_len = ex->owned_len;
   void (*owned_free)(void *) = ex->owned_free;
+  bool broken = ex->broken;
+  ex->broken = false;
+  if (broken) ex->pending.len = 0;  /* half-formatted bytes must not reach the client */
   ex->owned = NULL;
   ex->owned_free = NULL;
   ex->owned_len = 0;
@@ -412,7 +440,11 @@ static void ex_take(conn *c) {
     }
   }
   ex->pending.len = 0;
-  if (final) ex->final_queued = false;
+  if (final) {
+    ex->final_queued = false;
+    ex->answered = ANS_NONE;
+    ex->gone = false;
+  }
   pthread_mutex_unlock(&ex->mu);
   if (owned) {
     if (c->fd >= 0 && owned_len) {
@@ -426,6 +458,10 @@ static void ex_take(conn *c) {
     }
   }
   if (final && ex->active) ex_complete(c);
+  if (broken && c->fd >= 0) {
+    LOG_E("http: out of memory formatting a response; closing the connection");
+    conn_close(c);
+  }
 }
 
 static void ex_deliver_here(http_exchange *ex) {
@@ -543,21 +579,32 @@ static void conn_linger(conn *c) {
 static void conn_flush(conn *c) {
   io_thread *t = c->t;
   for (;;) {
-    struct iovec iov[2];
+    /* out[sent..owned_at], then the owned body, then out bytes queued after it */
+    struct iovec iov[3];
     int n = 0;
-    size_t head_end = c->owned ? c->owned_at : c->out.len;
-    if (c->out_sent < head_end) {
+    size_t a_end = c->owned ? c->owned_at : c->out.len;
+    if (c->out_sent < a_end) {
       iov[n].iov_base = c->out.data + c->out_sent;
-      iov[n].iov_len = head_end - c->out_sent;
+      iov[n].iov_len = a_end - c->out_sent;
       n++;
     }
-    if (c->owned && c->owned_sent < c->owned_len) {
-      iov[n].iov_base = (char *)c->owned + c->owned_sent;
-      iov[n].iov_len = c->owned_len - c->owned_sent;
-      n++;
+    if (c->owned) {
+      if (c->owned_sent < c->owned_len) {
+        iov[n].iov_base = (char *)c->owned + c->owned_sent;
+        iov[n].iov_len = c->owned_len - c->owned_sent;
+        n++;
+      }
+      size_t from = c->out_sent > a_end ? c->out_sent : a_end;
+      if (c->out.len > from) {
+        iov[n].iov_base = c->out.data + from;
+        iov[n].iov_len = c->out.len - from;
+        n++;
+      }
     }
     if (n == 0) break;
-    ssize_t w = writev(c->fd, iov, n);
+    /* sendmsg == writev plus MSG_NOSIGNAL: a peer reset must not raise SIGPIPE */
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -569,13 +616,18 @@ static void conn_flush(conn *c) {
     }
     STAT_ADD(t, bytes_out, (uint64_t)w);
     c->last_write_ms = loop_now_ms(t->loop);
-    size_t k = (size_t)w, a = head_end - c->out_sent;
-    if (k <= a) {
-      c->out_sent += k;
-    } else {
-      c->out_sent += a;
-      c->owned_sent += k - a;
+    size_t k = (size_t)w;
+    size_t da = c->out_sent < a_end ? a_end - c->out_sent : 0;
+    if (da > k) da = k;
+    c->out_sent += da;
+    k -= da;
+    if (c->owned) {
+      size_t dob = c->owned_len - c->owned_sent;
+      if (dob > k) dob = k;
+      c->owned_sent += dob;
+      k -= dob;
     }
+    c->out_sent += k;  /* bytes after the owned body */
   }
   /* all written */
   c->out.len = c->out_sent = 0;
@@ -616,7 +668,7 @@ static void dispatch(conn *c) {
   ex->http10 = c->req.version_minor == 0;
   ex->chunked = !ex->http10;
   ex->close_after = !c->req.keep_alive || t->draining;
-  atomic_fetch_add(&s->unanswered, 1);
+  STAT_ADD(t, unanswered, 1);
   STAT_ADD(t, requests, 1);
   /* Keep watching for a peer close, but only read while rbuf has tail room. */
   if (c->rlen == c->rcap) loop_io_set(t->loop, &c->io, LOOP_RDHUP | (c->io.events & LOOP_WRITE));
@@ -834,7 +886,16 @@ static void accept_io(loop_io *io, uint32_t ev) {
   http_server *s = t->srv;
   for (int i = 0; i < 64; i++) {
     int fd = accept4(t->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* Out of descriptors: a level-triggered listener would spin. Pause accepting for
+         * a moment; pending connections wait in the backlog. */
+        loop_io_set(t->loop, &t->lio, 0);
+        loop_timer_at(t->loop, &t->accept_pause, loop_now_ms(t->loop) + 100);
+        LOG_W("http: accept: %s; pausing accepts for 100 ms", strerror(errno));
+      }
+      return;
+    }
     if (atomic_load(&s->conns_open) >= s->o.max_connections || t->draining) {
       close(fd);
       STAT_ADD(t, connections_rejected, 1);
@@ -883,6 +944,11 @@ static void accept_io(loop_io *io, uint32_t ev) {
     STAT_ADD(t, connections_accepted, 1);
     conn_update_deadline(c);
   }
+}
+
+static void accept_resume(loop_timer *tm) {
+  io_thread *t = (io_thread *)((char *)tm - offsetof(io_thread, accept_pause));
+  if (t->lfd >= 0) loop_io_set(t->loop, &t->lio, LOOP_READ);
 }
 
 /* ---- server lifecycle --------------------------------------------------------------------- */
@@ -965,6 +1031,7 @@ cinfer_status *http_server_create(const http_server_opts *opts, http_handler han
     }
     t->lio.fd = t->lfd;
     t->lio.fn = accept_io;
+    t->accept_pause.fn = accept_resume;
     st = loop_io_add(t->loop, &t->lio, LOOP_READ);
     if (st) break;
   }
@@ -1035,6 +1102,7 @@ static void run_on_all(http_server *s, void (*fn)(io_thread *)) {
 }
 
 static void t_stop_accepting(io_thread *t) {
+  loop_timer_cancel(t->loop, &t->accept_pause);
   if (t->lfd >= 0) {
     loop_io_del(t->loop, &t->lio);
     close(t->lfd);
@@ -1043,9 +1111,8 @@ static void t_stop_accepting(io_thread *t) {
 }
 
 void http_server_stop_accepting(http_server *srv) {
-  if (srv->stopped_accepting) return;
+  if (atomic_exchange(&srv->stopped_accepting, true)) return;
   run_on_all(srv, t_stop_accepting);
-  srv->stopped_accepting = true;
 }
 
 static void t_drain(io_thread *t) {
@@ -1105,13 +1172,26 @@ int http_server_shutdown(http_server *srv, int timeout_ms) {
   return atomic_load(&srv->forced);
 }
 
+static void wait_unanswered(http_server *srv) {
+  pthread_mutex_lock(&srv->mu);
+  while (srv_unanswered(srv) > 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
+  }
+  pthread_mutex_unlock(&srv->mu);
+}
+
 void http_server_destroy(http_server *srv) {
   if (!srv) return;
   if (srv->started == srv->n && srv->n > 0) {
     http_server_shutdown(srv, 0);
     /* Handlers still owe answers for cancelled exchanges; their structs must outlive
      * those calls (see http.h). */
-    wait_zero(srv, &srv->unanswered, 0);
+    wait_unanswered(srv);
   }
   for (int i = 0; i < srv->n; i++) {
     io_thread *t = &srv->threads[i];

@@ -42,6 +42,10 @@ struct net_loop {
   bool has_thread;
   _Atomic int running;
   pthread_t run_thread;
+  /* the batch of events being dispatched: loop_io_del clears later entries for the
+   * watcher it removes, so a callback may free any watcher's owner (libuv does the same) */
+  struct epoll_event *batch;
+  int batch_pos, batch_len;
 };
 
 static __thread const net_loop *tls_loop;
@@ -300,6 +304,8 @@ void loop_io_set(net_loop *loop, loop_io *io, uint32_t events) {
 void loop_io_del(net_loop *loop, loop_io *io) {
   epoll_ctl(loop->epfd, EPOLL_CTL_DEL, io->fd, NULL);
   io->events = 0;
+  for (int i = loop->batch_pos + 1; i < loop->batch_len; i++)
+    if (loop->batch[i].data.ptr == io) loop->batch[i].data.ptr = NULL;
 }
 
 /* ---- run ------------------------------------------------------------------------------ */
@@ -317,10 +323,13 @@ void loop_run(net_loop *loop) {
     }
     int n = epoll_wait(loop->epfd, evs, LOOP_MAX_EVENTS, timeout);
     loop->now_ms = loop_clock_ms();
-    for (int i = 0; i < n; i++) {
-      loop_io *io = evs[i].data.ptr;
-      io->fn(io, evs[i].events);
+    loop->batch = evs;
+    loop->batch_len = n > 0 ? n : 0;
+    for (loop->batch_pos = 0; loop->batch_pos < loop->batch_len; loop->batch_pos++) {
+      loop_io *io = evs[loop->batch_pos].data.ptr;
+      if (io) io->fn(io, evs[loop->batch_pos].events);  /* NULL: removed earlier in the batch */
     }
+    loop->batch_len = 0;
     run_timers(loop);
   }
   atomic_store(&loop->stop, 0);

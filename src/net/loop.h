@@ -70,7 +70,9 @@ typedef struct loop_io {
 cinfer_status *loop_io_add(net_loop *loop, loop_io *io, uint32_t events);
 /* Changes the interest set (no syscall when it is unchanged). */
 void loop_io_set(net_loop *loop, loop_io *io, uint32_t events);
-/* Stops watching (does not close the fd). Safe to call from io->fn. */
+/* Stops watching (does not close the fd). Safe from any callback on this loop: events
+ * already fetched for io in the current batch are discarded, so the owner of io may be
+ * freed right after this call. */
 void loop_io_del(net_loop *loop, loop_io *io);
 
 /* ---- timers -------------------------------------------------------------------------- */

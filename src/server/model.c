@@ -150,12 +150,13 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
   int64_t row0 = 0;
   for (uint32_t k = 0; k < n; k++) {
     cinfer_request *r = reqs[k];
+    int64_t rows = r->rows; /* r may be freed once its response is delivered */
     cinfer_response *resp = calloc(1, sizeof *resp);
     cinfer_tensor *ts = bl ? calloc(bl->n ? bl->n : 1, sizeof *ts) : NULL;
     if (!resp || (bl && !ts)) {
       free(resp), free(ts);
       fail_request(m, r, cinfer_status_new(CINFER_INTERNAL, "out of memory"));
-      row0 += r->rows;
+      row0 += rows;
       continue;
     }
     uint32_t no = 0;
@@ -200,7 +201,7 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
     metric_inc(m->m.success, 1);
     metric_observe(m->m.request_dur, (double)(t_end - r->t_arrival) * 1e-9);
     request_deliver(r, resp, CINFER_RESPONSE_FINAL);
-    row0 += r->rows;
+    row0 += rows;
   }
 }
 

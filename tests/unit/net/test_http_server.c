@@ -14,6 +14,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -36,7 +37,7 @@ static void notify(void) {
 }
 
 /* Waits until *flag >= want; false when the bound passes first. */
-static bool wait_for(_Atomic int *flag, int want) {
+bool wait_for(_Atomic int *flag, int want) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_sec += BOUND_MS / 1000;
@@ -81,6 +82,21 @@ static void *thread_stream(void *arg) {
   return NULL;
 }
 
+bool wait_for(_Atomic int *flag, int want);
+
+/* Streams up to 32 MiB as fast as it can, then waits until the client is reported gone. */
+static void *thread_flood(void *arg) {
+  http_exchange *ex = arg;
+  char *chunk = malloc(1 << 20);
+  memset(chunk, 'f', 1 << 20);
+  http_stream_begin(ex, 200, NULL, 0);
+  for (int i = 0; i < 32 && http_stream_write(ex, chunk, 1 << 20); i++) {}
+  free(chunk);
+  wait_for(&cancel_count, 1);
+  http_stream_end(ex);
+  return NULL;
+}
+
 static void spawn(void *(*fn)(void *), void *arg) {
   int i = atomic_fetch_add(&nworkers, 1);
   assert_true(i < 64);
@@ -110,10 +126,15 @@ static void handler(http_exchange *ex, const http_request *req, void *user) {
     char *b = malloc(100000);
     for (int i = 0; i < 100000; i++) b[i] = (char)('a' + i % 26);
     http_respond_owned(ex, 200, NULL, 0, b, 100000, free_body);
+  } else if (path_is(req, "/nocontent")) {
+    http_respond(ex, 204, NULL, 0, "ignored", 7);  /* a 204 never carries a body */
   } else if (path_is(req, "/thread")) {
     spawn(thread_answer, ex);
   } else if (path_is(req, "/stream")) {
     spawn(thread_stream, ex);
+  } else if (path_is(req, "/flood")) {
+    http_exchange_set_cancel(ex, on_cancel, NULL);
+    spawn(thread_flood, ex);
   } else if (path_is(req, "/hang")) {
     http_exchange_set_cancel(ex, on_cancel, NULL);
     atomic_store(&parked, ex);
@@ -126,8 +147,8 @@ static void handler(http_exchange *ex, const http_request *req, void *user) {
 
 static int setup(void **s) {
   http_server_opts o = {.host = "127.0.0.1", .port = 0, .io_threads = 2,
-                        .max_body_bytes = 1024, .header_timeout_ms = 300,
-                        .body_timeout_ms = 300, .idle_keepalive_ms = 5000};
+                        .max_body_bytes = 1024, .header_timeout_ms = 5000,
+                        .body_timeout_ms = 5000, .idle_keepalive_ms = 5000};
   cinfer_status *st = http_server_create(&o, handler, NULL, &srv);
   if (st) {
     fprintf(stderr, "%s\n", cinfer_status_message(st));
@@ -309,11 +330,37 @@ static void test_keepalive_and_pipelining(void **s) {
     if (r->body[i] != (char)('a' + i % 26)) fail_msg("owned body byte %d", i);
   assert_true(read_response(c, r, false));
   assert_memory_equal(r->body, "hello", 5);
+  /* 204: body bytes given by the handler are not sent; the next response parses */
+  SEND(c->fd, "GET /nocontent HTTP/1.1\r\nHost: t\r\n\r\nGET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 204);
+  assert_null(strstr(r->head, "Content-Length"));
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  assert_memory_equal(r->body, "hello", 5);
   /* Connection: close is honoured */
   SEND(c->fd, "GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
   assert_true(read_response(c, r, false));
   assert_false(r->keep_alive);
   assert_true(peer_closed(c->fd));
+  rconn_close(c);
+  free(r);
+}
+
+static void test_byte_by_byte(void **s) {
+  /* The server must resume parsing across arbitrarily small reads (head and chunked body). */
+  rconn *c = rconn_open();
+  int one = 1;
+  setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const char *req = "POST /echo?q=1 HTTP/1.1\r\nHost: t\r\nX-Id: bb\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n4;x=y\r\nwiki\r\n5\r\npedia\r\n0\r\n\r\n";
+  for (size_t i = 0; req[i]; i++) send_all(c->fd, req + i, 1);
+  raw_resp *r = malloc(sizeof *r);
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  assert_non_null(strstr(r->head, "X-Id: bb\r\n"));
+  assert_int_equal(r->body_len, 9);
+  assert_memory_equal(r->body, "wikipedia", 9);
   rconn_close(c);
   free(r);
 }
@@ -439,6 +486,14 @@ static void test_expect_continue(void **s) {
 }
 
 static void test_slow_client_timeouts(void **s) {
+  /* a server of its own with short timeouts (the shared one is lenient so that a loaded
+   * test machine cannot turn the other tests into timeouts) */
+  http_server *fast;
+  http_server_opts o = {.host = "127.0.0.1", .io_threads = 1, .header_timeout_ms = 200,
+                        .body_timeout_ms = 200};
+  assert_null(http_server_create(&o, handler, NULL, &fast));
+  http_server *saved = srv;
+  srv = fast;
   raw_resp *r = malloc(sizeof *r);
   /* head never completes */
   rconn *c = rconn_open();
@@ -459,7 +514,31 @@ static void test_slow_client_timeouts(void **s) {
   http_server_stats st;
   http_server_get_stats(srv, &st);
   assert_int_equal(st.err_408, 2);
+  /* a reader that stops reading a stream: closed after body_timeout_ms without progress,
+   * and the producer learns it through the cancel callback and http_stream_write */
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  struct timeval tv = {.tv_sec = BOUND_MS / 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(http_server_port(fast))};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  SEND(fd, "GET /flood HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(wait_for(&cancel_count, 1));
+  size_t total = 0;
+  char *sink = malloc(1 << 16);
+  for (;;) {
+    ssize_t n = recv(fd, sink, 1 << 16, 0);
+    if (n <= 0) break;
+    total += (size_t)n;
+  }
+  free(sink);
+  close(fd);
+  assert_true(total > 0 && total < (32u << 20));  /* truncated: the server gave up */
   free(r);
+  srv = saved;
+  http_server_destroy(fast);
 }
 
 static void test_cancel_on_disconnect(void **s) {
@@ -641,7 +720,7 @@ static one *client_once(uint16_t port, const char *req, int response_timeout_ms)
   assert_null(loop_start_thread(x->loop, "test-one"));
   x->o = (http_client_opts){.host = "127.0.0.1", .port = port,
                             .response_timeout_ms = response_timeout_ms,
-                            .connect_timeout_ms = 2000};
+                            .connect_timeout_ms = 500};
   x->req = req;
   assert_true(loop_post(x->loop, one_send, x));
   assert_true(wait_for(&x->done, 1));
@@ -747,6 +826,24 @@ static void test_client_errors(void **s) {
   assert_int_equal(x->err, HTTP_CLIENT_TIMEOUT);
   one_free(x);
   peer_stop(p);
+  /* connect timeout: a listener whose accept queue (backlog 0) is already full drops SYNs */
+  {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(lfd, 0), 0);
+    socklen_t l = sizeof a;
+    getsockname(lfd, (struct sockaddr *)&a, &l);
+    int filler = connect_to(ntohs(a.sin_port));
+    assert_true(filler >= 0);
+    x = client_once(ntohs(a.sin_port), "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 2000);
+    /* client_once uses connect_timeout_ms = 500 */
+    assert_int_equal(x->err, HTTP_CLIENT_CONNECT_TIMEOUT);
+    one_free(x);
+    close(filler);
+    close(lfd);
+  }
   /* close-delimited body completes OK at EOF */
   p = peer_start(3);
   x = client_once(p->port, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 2000);
@@ -800,9 +897,112 @@ static void test_graceful_shutdown(void **s) {
   free(r);
 }
 
+/* ---- a reverse proxy in miniature: server + client on the same loop ---------------------- */
+
+typedef struct proxied {
+  http_exchange *ex;
+  http_client *c;
+  char req[256];
+} proxied;
+
+static uint16_t upstream_port;
+
+static void px_head(void *u, const http_response *r) {
+  proxied *p = u;
+  size_t n;
+  const char *ct = http_find_header(r->headers, r->num_headers, "content-type", &n);
+  http_header h[1] = {{"Content-Type", 12, ct ? ct : "text/plain", ct ? n : 10}};
+  http_stream_begin(p->ex, r->status, h, 1);
+}
+static void px_body(void *u, const char *d, size_t n) {
+  proxied *p = u;
+  http_stream_write(p->ex, d, n);  /* forwarded as it arrives */
+}
+static void px_done(void *u, http_client_error err, const char *msg) {
+  proxied *p = u;
+  if (err == HTTP_CLIENT_OK) http_stream_end(p->ex);
+  else http_respond(p->ex, 502, NULL, 0, msg, strlen(msg));
+  http_client_destroy(p->c);  /* deferred until this callback returns */
+  free(p);
+}
+
+static void proxy_handler(http_exchange *ex, const http_request *req, void *user) {
+  static const http_client_callbacks cb = {px_head, px_body, px_done};
+  proxied *p = calloc(1, sizeof *p);
+  p->ex = ex;
+  int n = snprintf(p->req, sizeof p->req, "GET %.*s HTTP/1.1\r\nHost: upstream\r\n\r\n",
+                   (int)req->path_len, req->path);
+  http_client_opts o = {.host = "127.0.0.1", .port = upstream_port};
+  /* the handler runs on the exchange's loop: the upstream connection lives there too */
+  assert_null(http_client_create(http_exchange_loop(ex), &o, &cb, p, &p->c));
+  http_client_send(p->c, p->req, (size_t)n, false);
+}
+
+static void test_proxy_streams_through(void **s) {
+  upstream_port = http_server_port(srv);
+  http_server *proxy;
+  http_server_opts o = {.host = "127.0.0.1", .io_threads = 1};
+  assert_null(http_server_create(&o, proxy_handler, NULL, &proxy));
+  http_server *saved = srv;
+  srv = proxy;
+  rconn *c = rconn_open();
+  raw_resp *r = malloc(sizeof *r);
+  SEND(c->fd, "GET /stream HTTP/1.1\r\nHost: t\r\n\r\nGET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(c, r, false));
+  assert_int_equal(r->status, 200);
+  assert_true(r->chunked);
+  assert_non_null(strstr(r->head, "Content-Type: text/event-stream\r\n"));
+  r->body[r->body_len] = 0;
+  assert_string_equal(r->body, "data: token0\n\ndata: token1\n\ndata: token2\n\n"
+                               "data: token3\n\ndata: token4\n\n");
+  assert_true(read_response(c, r, false));  /* pipelined second request, empty echo */
+  assert_int_equal(r->status, 200);
+  assert_int_equal(r->body_len, 0);
+  rconn_close(c);
+  free(r);
+  srv = saved;
+  http_server_destroy(proxy);
+}
+
+/* ---- limits on a server with tiny settings -------------------------------------------------- */
+
+static void test_idle_timeout_and_max_connections(void **s) {
+  http_server *small;
+  /* idle long enough that neither connection can expire before the third one is tried */
+  http_server_opts o = {.host = "127.0.0.1", .io_threads = 1, .idle_keepalive_ms = 1000,
+                        .max_connections = 2};
+  assert_null(http_server_create(&o, handler, NULL, &small));
+  http_server *saved = srv;
+  srv = small;
+  raw_resp *r = malloc(sizeof *r);
+  rconn *a = rconn_open(), *b = rconn_open();
+  SEND(a->fd, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(a, r, false));
+  SEND(b->fd, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+  assert_true(read_response(b, r, false));
+  /* a third connection is over the limit: accepted by the kernel, closed by the server */
+  rconn *c = rconn_open();
+  assert_true(peer_closed(c->fd));
+  rconn_close(c);
+  /* both keep-alive connections are idle: closed after idle_keepalive_ms */
+  assert_true(peer_closed(a->fd));
+  assert_true(peer_closed(b->fd));
+  http_server_stats st;
+  http_server_get_stats(small, &st);
+  assert_int_equal(st.connections_accepted, 2);
+  assert_int_equal(st.connections_rejected, 1);
+  assert_int_equal(st.requests, 2);
+  rconn_close(a);
+  rconn_close(b);
+  free(r);
+  srv = saved;
+  http_server_destroy(small);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_keepalive_and_pipelining, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_byte_by_byte, setup, teardown),
       cmocka_unit_test_setup_teardown(test_http10, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
       cmocka_unit_test_setup_teardown(test_body_too_large, setup, teardown),
@@ -812,7 +1012,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_1000_requests_16_connections, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_streaming, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_proxy_streams_through, setup, teardown),
       cmocka_unit_test_setup_teardown(test_graceful_shutdown, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_idle_timeout_and_max_connections, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,179 @@
+/* bench_int.h: private interfaces between the files of src/bench (not part of the
+ * contract in bench.h; tests may use them).
+ *   engine.c  epoll workers that drive the load (the hot path)
+ *   target.c  pre-serialised requests for each target; metadata and stats
+ *   client.c  a blocking one-shot HTTP client for setup (metadata, stats, reachability)
+ *   run.c     load modes, warm-up, windows, stability, Ctrl-C
+ *   report.c  table, JSON, CSV, SVG plot */
+#ifndef CINFER_BENCH_INT_H
+#define CINFER_BENCH_INT_H
+
+#include <stdatomic.h>
+#include <sys/socket.h>
+
+#include "bench/bench.h"
+
+uint64_t bench_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* splitmix64: the seeded generator for inputs, prompts and Poisson arrivals. */
+static inline uint64_t bench_rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* ---- growable string builder (setup only) ---- */
+typedef struct bench_sb {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} bench_sb;
+void bench_sb_put(bench_sb *b, const void *p, size_t n);
+void bench_sb_puts(bench_sb *b, const char *s);
+void bench_sb_printf(bench_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bench_sb_free(bench_sb *b);
+
+/* ---- the server address ---- */
+typedef struct bench_addr {
+  struct sockaddr_storage sa;
+  socklen_t len;
+  int family;
+} bench_addr;
+cinfer_status *bench_resolve(const bench_config *c, bench_addr *out);
+
+/* ---- pre-serialised requests ---- */
+typedef struct bench_req {
+  char *data; /* full HTTP request: head and body (owned by the set) */
+  size_t len;
+} bench_req;
+
+typedef struct bench_reqset {
+  bench_req *v;
+  size_t n;
+  bool openai;        /* parse OpenAI responses (usage, SSE tokens) */
+  bool stream;        /* expect text/event-stream */
+  char path[720];     /* for messages */
+  size_t input_bytes; /* tensor bytes per request (KServe) */
+} bench_reqset;
+
+/* Builds the requests for c's target (fetches KServe metadata over the network).
+ * rs is owned by the caller; free with bench_reqset_free. */
+cinfer_status *bench_reqset_build(const bench_config *c, const bench_addr *a, bench_reqset *rs);
+void bench_reqset_free(bench_reqset *rs);
+
+/* One blocking request (setup only): status and body (owned by caller, NUL-terminated). */
+cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, const char *method,
+                                 const char *path, const char *body, size_t body_len,
+                                 int timeout_ms, int *status, char **resp, size_t *resp_len);
+
+/* KServe server-side statistics (cumulative), from GET .../stats. */
+typedef struct bench_server_stats {
+  bool ok;
+  uint64_t success_count, queue_ns, cin_ns, infer_ns, cout_ns, exec_count, infer_count;
+} bench_server_stats;
+void bench_server_stats_get(const bench_config *c, const bench_addr *a, bench_server_stats *s);
+
+/* ---- images (image.c) ---- */
+/* Decodes a PNG or JPEG file to 8-bit RGB (*rgb: w*h*3 bytes, caller frees). */
+cinfer_status *bench_image_load(const char *path, uint8_t **rgb, int *w, int *h);
+/* Bilinear resize (half-pixel centres) of RGB8 src to float RGB dst (dw*dh*3). */
+void bench_image_resize(const uint8_t *src, int sw, int sh, float *dst, int dw, int dh);
+
+/* ---- measurement sample (one window, one worker) ---- */
+enum {
+  BENCH_ERR_CONNECT = 0,
+  BENCH_ERR_RESET,    /* reset, EOF or broken pipe mid-request */
+  BENCH_ERR_TIMEOUT,
+  BENCH_ERR_PROTOCOL, /* unparseable response */
+  BENCH_ERR_HTTP,     /* a non-2xx status (per code in status[]) */
+  BENCH_ERR_OVERLOAD, /* open loop: backlog full, request dropped */
+  BENCH_ERR_N
+};
+extern const char *const bench_err_names[BENCH_ERR_N];
+
+typedef struct bench_sample {
+  bench_hist *lat, *ttft, *itl, *tpot;
+  uint64_t ok, err[BENCH_ERR_N];
+  uint64_t status[600];
+  uint64_t bytes_in, tokens_out, tokens_in;
+  char first_error[200];
+} bench_sample;
+
+bench_sample *bench_sample_create(void);
+void bench_sample_destroy(bench_sample *s);
+void bench_sample_reset(bench_sample *s);
+void bench_sample_merge(bench_sample *dst, const bench_sample *src);
+uint64_t bench_sample_errors(const bench_sample *s);
+
+/* ---- the engine ---- */
+typedef struct bench_loadspec {
+  bool open;         /* open loop (rate) vs closed loop (concurrency) */
+  int concurrency;
+  double rate;       /* requests/s, open loop */
+  bool poisson;
+  int64_t requests;  /* >0: stop after this many requests */
+} bench_loadspec;
+
+typedef struct bench_engine bench_engine;
+/* Starts the workers. c, a and rs are borrowed and must outlive the engine. */
+cinfer_status *bench_engine_start(const bench_config *c, const bench_addr *a,
+                                  const bench_reqset *rs, const bench_loadspec *ls,
+                                  bench_engine **out);
+/* Moves what the workers measured since the last collect into `into` (merged). */
+void bench_engine_collect(bench_engine *e, bench_sample *into);
+/* Fixed-count mode: true once every request has finished. */
+bool bench_engine_done(bench_engine *e);
+/* Stops sending, waits (bounded by the timeout) for requests in flight, joins the
+ * workers. What they measured can still be collected afterwards. */
+void bench_engine_stop(bench_engine *e);
+void bench_engine_destroy(bench_engine *e); /* stops if needed, frees; NULL is a no-op */
+int bench_engine_threads(const bench_engine *e);
+
+/* ---- results ---- */
+typedef struct bench_dist {
+  uint64_t count;
+  double mean, stddev, min, max, p50, p90, p95, p99, p999; /* microseconds */
+} bench_dist;
+void bench_dist_from(bench_dist *d, const bench_hist *h);
+
+typedef struct bench_level {
+  char label[48];
+  bool open;
+  int concurrency;
+  double target_rate;
+  bool stable;
+  int windows;
+  double duration_s;
+  uint64_t ok, errors, err[BENCH_ERR_N];
+  uint64_t status_non2xx[600];
+  double throughput;    /* successful requests / s */
+  double tokens_out_s;  /* output tokens / s (OpenAI) */
+  uint64_t tokens_out, tokens_in;
+  double bytes_in_s;
+  bench_dist lat, ttft, itl, tpot;
+  double cpu_pct;       /* the tool's CPU, percent of one core */
+  int threads;          /* worker threads the level used */
+  bool has_server;
+  double srv_queue_us, srv_cin_us, srv_infer_us, srv_cout_us;
+  uint64_t srv_count;
+  char first_error[200];
+} bench_level;
+
+typedef struct bench_report {
+  const bench_config *cfg;
+  bench_level *levels;
+  int n_levels;
+  bool interrupted;
+  const char *mode;   /* "concurrency", "rate", "stress", "slo" */
+  double capacity;    /* stress/slo: measured capacity (req/s) */
+  double slo_rate;    /* slo: best rate found */
+  int slo_level;      /* index of the best level, -1 when none */
+} bench_report;
+
+void bench_report_table(const bench_report *r, void *file /* FILE* */);
+cinfer_status *bench_report_json(const bench_report *r, const char *path);
+cinfer_status *bench_report_csv(const bench_report *r, const char *path);
+cinfer_status *bench_report_svg(const bench_report *r, const char *path);
+
+#endif

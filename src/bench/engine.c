@@ -1,0 +1,685 @@
+/* engine.c: the load generator's hot path. One thread per core, each with its own epoll
+ * instance and its own connections (nothing shared between workers but an atomic request
+ * counter in fixed-count mode and a stop flag).
+ *
+ * Per connection:  CLOSED --connect()--> CONNECTING --writable--> IDLE
+ *                  IDLE --send request--> BUSY --response complete--> IDLE (keep-alive)
+ *                  any error or Connection: close --> CLOSED (closed loop: reconnect at
+ *                  retry_at; open loop: reopened on demand)
+ * Closed loop: every IDLE connection immediately sends the next request.
+ * Open loop: arrivals (constant spacing or exponential gaps, seeded) go into a fixed ring
+ * of intended send times; IDLE connections take from it, new connections are opened up
+ * to max_connections/threads; latency is measured from the intended time (no coordinated
+ * omission). A full ring drops the arrival and counts an OVERLOAD error.
+ *
+ * Invariants: requests are pre-serialised (bench_reqset) and sent straight from their
+ * buffers; every buffer is allocated at start; the hot path allocates nothing. The worker
+ * holds its sample lock while it handles one batch of epoll events, never while waiting,
+ * so bench_engine_collect blocks for at most one batch. */
+#include "bench/bench_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RBUF_SIZE (64 * 1024)
+#define MAX_HEADER (32 * 1024)
+#define SSE_CAP (64 * 1024)
+#define BODY_KEEP (64 * 1024)
+#define RING_CAP 65536
+
+uint64_t bench_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+enum { C_CLOSED = 0, C_CONNECTING, C_IDLE, C_BUSY };
+
+typedef struct worker worker;
+
+typedef struct conn {
+  int fd;
+  int state;
+  bool want_out;       /* EPOLLOUT armed */
+  bool saw_done;       /* SSE [DONE] */
+  worker *w;
+  size_t req_idx;
+  const bench_req *req;
+  size_t sent;
+  uint64_t t_intended, t_first, t_last, deadline, retry_at;
+  uint32_t chunks;
+  int64_t usage_out, usage_in;
+  bench_http_resp resp;
+  char *rbuf;
+  size_t rlen;
+  bench_sse sse;
+  char *body;          /* non-streamed OpenAI bodies (first BODY_KEEP bytes) */
+  size_t body_len;
+} conn;
+
+struct worker {
+  pthread_t th;
+  bench_engine *e;
+  int id;
+  int ep;
+  pthread_mutex_t mu;
+  bench_sample *cur;
+  conn *conns;
+  int nconns;      /* slots */
+  int target_open; /* closed loop: connections to keep open */
+  int *idle;       /* stack of idle connection indices */
+  int nidle;
+  int connecting;
+  int nclosed;     /* slots in C_CLOSED (lets the open loop skip the slot scan) */
+  /* open loop */
+  double rate;
+  uint64_t next_ns;
+  uint64_t rng;
+  uint64_t *ring;
+  size_t ring_head, ring_len;
+  uint64_t now;    /* time of the current batch */
+  uint64_t last_timeout_scan;
+  bool started;
+};
+
+struct bench_engine {
+  const bench_config *cfg;
+  const bench_addr *addr;
+  const bench_reqset *rs;
+  bench_loadspec ls;
+  worker *w;
+  int nw;
+  atomic_bool stop;
+  atomic_int_fast64_t issued;    /* fixed-count mode */
+  atomic_int_fast64_t finished;
+};
+
+const char *const bench_err_names[BENCH_ERR_N] = {"connect", "reset", "timeout", "protocol",
+                                                  "http", "overload"};
+
+/* ---- samples ---- */
+
+bench_sample *bench_sample_create(void) {
+  bench_sample *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->lat = bench_hist_create();
+  s->ttft = bench_hist_create();
+  s->itl = bench_hist_create();
+  s->tpot = bench_hist_create();
+  if (!s->lat || !s->ttft || !s->itl || !s->tpot) {
+    bench_sample_destroy(s);
+    return NULL;
+  }
+  return s;
+}
+
+void bench_sample_destroy(bench_sample *s) {
+  if (!s) return;
+  bench_hist_destroy(s->lat);
+  bench_hist_destroy(s->ttft);
+  bench_hist_destroy(s->itl);
+  bench_hist_destroy(s->tpot);
+  free(s);
+}
+
+void bench_sample_reset(bench_sample *s) {
+  bench_hist_reset(s->lat);
+  bench_hist_reset(s->ttft);
+  bench_hist_reset(s->itl);
+  bench_hist_reset(s->tpot);
+  s->ok = s->bytes_in = s->tokens_out = s->tokens_in = 0;
+  memset(s->err, 0, sizeof s->err);
+  memset(s->status, 0, sizeof s->status);
+  s->first_error[0] = 0;
+}
+
+void bench_sample_merge(bench_sample *d, const bench_sample *s) {
+  bench_hist_merge(d->lat, s->lat);
+  bench_hist_merge(d->ttft, s->ttft);
+  bench_hist_merge(d->itl, s->itl);
+  bench_hist_merge(d->tpot, s->tpot);
+  d->ok += s->ok;
+  d->bytes_in += s->bytes_in;
+  d->tokens_out += s->tokens_out;
+  d->tokens_in += s->tokens_in;
+  for (int i = 0; i < BENCH_ERR_N; i++) d->err[i] += s->err[i];
+  for (int i = 0; i < 600; i++) d->status[i] += s->status[i];
+  if (!d->first_error[0] && s->first_error[0])
+    memcpy(d->first_error, s->first_error, sizeof d->first_error);
+}
+
+uint64_t bench_sample_errors(const bench_sample *s) {
+  uint64_t n = 0;
+  for (int i = 0; i < BENCH_ERR_N; i++) n += s->err[i];
+  return n;
+}
+
+/* ---- helpers ---- */
+
+
+static uint64_t next_gap_ns(worker *w) {
+  double mean = 1e9 / w->rate;
+  if (!w->e->ls.poisson) return (uint64_t)mean;
+  double u = ((double)(bench_rng_next(&w->rng) >> 11) + 0.5) * 0x1.0p-53;
+  return (uint64_t)(-log(u) * mean);
+}
+
+/* Fixed-count mode only: a shared counter would otherwise bounce between cores on every
+ * request for nothing. */
+static inline void count_finished(bench_engine *e) {
+  if (e->ls.requests > 0) atomic_fetch_add_explicit(&e->finished, 1, memory_order_relaxed);
+}
+
+static void note_error(worker *w, int kind, const char *fmt, const char *detail) {
+  w->cur->err[kind]++;
+  if (!w->cur->first_error[0])
+    snprintf(w->cur->first_error, sizeof w->cur->first_error, fmt, detail);
+}
+
+static void conn_set_events(conn *c, bool out) {
+  if (c->want_out == out) return;
+  struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.ptr = c};
+  epoll_ctl(c->w->ep, EPOLL_CTL_MOD, c->fd, &ev);
+  c->want_out = out;
+}
+
+static void conn_open(conn *c);
+
+static void conn_close(conn *c, uint64_t retry_delay_ns) {
+  worker *w = c->w;
+  if (c->fd >= 0) {
+    epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+  }
+  if (c->state == C_CONNECTING) w->connecting--;
+  if (c->state == C_IDLE) { /* remove from the idle stack */
+    for (int i = 0; i < w->nidle; i++)
+      if (&w->conns[w->idle[i]] == c) {
+        w->idle[i] = w->idle[--w->nidle];
+        break;
+      }
+  }
+  c->fd = -1;
+  if (c->state != C_CLOSED) w->nclosed++;
+  c->state = C_CLOSED;
+  c->want_out = false;
+  c->retry_at = w->now + retry_delay_ns;
+  /* closed loop: a dropped connection (Connection: close, reset) is replaced at once */
+  if (!w->e->ls.open && !retry_delay_ns && !atomic_load_explicit(&w->e->stop, memory_order_relaxed))
+    conn_open(c);
+}
+
+static void conn_open(conn *c) {
+  worker *w = c->w;
+  const bench_addr *a = w->e->addr;
+  int fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    note_error(w, BENCH_ERR_CONNECT, "socket: %s", strerror(errno));
+    c->retry_at = w->now + 100000000u;
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  c->fd = fd;
+  c->want_out = true;
+  c->rlen = 0;
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
+  int rc = connect(fd, (const struct sockaddr *)&a->sa, a->len);
+  if (rc < 0 && errno != EINPROGRESS) {
+    note_error(w, BENCH_ERR_CONNECT, "connect: %s", strerror(errno));
+    close(fd);
+    c->fd = -1;
+    c->retry_at = w->now + 100000000u;
+    return;
+  }
+  epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev);
+  c->state = C_CONNECTING;
+  w->nclosed--;
+  w->connecting++;
+}
+
+static void conn_idle(conn *c) {
+  c->state = C_IDLE;
+  c->w->idle[c->w->nidle++] = (int)(c - c->w->conns);
+}
+
+/* Sends (the rest of) the current request. */
+static void conn_write(conn *c) {
+  const bench_req *r = c->req;
+  while (c->sent < r->len) {
+    ssize_t n = send(c->fd, r->data + c->sent, r->len - c->sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      c->sent += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      conn_set_events(c, true);
+      return;
+    }
+    note_error(c->w, BENCH_ERR_RESET, "send: %s", strerror(errno));
+    count_finished(c->w->e);
+    conn_close(c, 0);
+    return;
+  }
+  conn_set_events(c, false);
+}
+
+static void conn_send(conn *c, uint64_t intended) {
+  worker *w = c->w;
+  const bench_reqset *rs = w->e->rs;
+  c->req = &rs->v[c->req_idx];
+  c->req_idx = (c->req_idx + 1) % rs->n;
+  c->sent = 0;
+  c->t_intended = intended;
+  c->deadline = w->now + (uint64_t)w->e->cfg->timeout_ms * 1000000u;
+  c->t_first = c->t_last = 0;
+  c->chunks = 0;
+  c->usage_out = c->usage_in = -1;
+  c->saw_done = false;
+  c->body_len = 0;
+  bench_http_resp_init(&c->resp, false);
+  if (rs->stream) bench_sse_reset(&c->sse);
+  c->state = C_BUSY;
+  conn_write(c);
+}
+
+/* ---- response handling ---- */
+
+static void on_sse_event(void *ud, const char *d, size_t n) {
+  conn *c = ud;
+  if (n == 6 && memcmp(d, "[DONE]", 6) == 0) {
+    c->saw_done = true;
+    return;
+  }
+  int64_t v;
+  if (bench_json_peek_int(d, n, "completion_tokens", &v)) c->usage_out = v;
+  if (bench_json_peek_int(d, n, "prompt_tokens", &v)) c->usage_in = v;
+  if (bench_json_peek_nonempty_string(d, n, "content") ||
+      bench_json_peek_nonempty_string(d, n, "text")) {
+    uint64_t now = c->w->now;
+    if (c->chunks == 0) c->t_first = now;
+    else bench_hist_record(c->w->cur->itl, now - c->t_last);
+    c->t_last = now;
+    c->chunks++;
+  }
+}
+
+static void on_body(void *ud, const char *p, size_t n) {
+  conn *c = ud;
+  if (c->resp.event_stream) {
+    if (!bench_sse_feed(&c->sse, p, n, on_sse_event, c)) c->resp.error = "SSE line too long";
+  } else if (c->body) {
+    size_t k = n;
+    if (k > BODY_KEEP - c->body_len) k = BODY_KEEP - c->body_len;
+    memcpy(c->body + c->body_len, p, k);
+    c->body_len += k;
+  }
+}
+
+static void complete(conn *c) {
+  worker *w = c->w;
+  bench_sample *s = w->cur;
+  int st = c->resp.status;
+  count_finished(w->e);
+  s->bytes_in += c->resp.body_bytes;
+  if (st < 200 || st > 299) {
+    if (st >= 0 && st < 600) s->status[st]++;
+    s->err[BENCH_ERR_HTTP]++;
+    if (!s->first_error[0])
+      snprintf(s->first_error, sizeof s->first_error, "HTTP %d from %.150s", st, w->e->rs->path);
+    return;
+  }
+  uint64_t e2e = w->now - c->t_intended;
+  s->ok++;
+  s->status[st]++;
+  bench_hist_record(s->lat, e2e);
+  if (!w->e->rs->openai) return;
+  if (!c->resp.event_stream && c->body_len) {
+    int64_t v;
+    if (bench_json_peek_int(c->body, c->body_len, "completion_tokens", &v)) c->usage_out = v;
+    if (bench_json_peek_int(c->body, c->body_len, "prompt_tokens", &v)) c->usage_in = v;
+  }
+  int64_t out = c->usage_out >= 0 ? c->usage_out : (int64_t)c->chunks;
+  if (out > 0) s->tokens_out += (uint64_t)out;
+  if (c->usage_in > 0) s->tokens_in += (uint64_t)c->usage_in;
+  if (c->chunks > 0) {
+    bench_hist_record(s->ttft, c->t_first - c->t_intended);
+    if (out > 1) bench_hist_record(s->tpot, (c->t_last - c->t_first) / (uint64_t)(out - 1));
+  }
+}
+
+/* After a response: keep the connection or close it, then it is ready for the next. */
+static void finish_response(conn *c, size_t leftover) {
+  complete(c);
+  if (c->resp.conn_close || leftover) {
+    /* leftover bytes would be an unsolicited response; we never pipeline */
+    conn_close(c, 0);
+    return;
+  }
+  conn_idle(c);
+}
+
+static void conn_fail(conn *c, int kind, const char *what) {
+  if (c->state == C_BUSY) {
+    note_error(c->w, kind, "%s", what);
+    count_finished(c->w->e);
+  }
+  conn_close(c, 0);
+}
+
+static void conn_read(conn *c) {
+  for (;;) {
+    ssize_t n = recv(c->fd, c->rbuf + c->rlen, RBUF_SIZE - c->rlen, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      char msg[120];
+      snprintf(msg, sizeof msg, "recv: %s", strerror(errno));
+      conn_fail(c, BENCH_ERR_RESET, msg);
+      return;
+    }
+    if (n == 0) {
+      if (c->state == C_BUSY && bench_http_eof(&c->resp) == BENCH_HTTP_DONE) {
+        complete(c);
+        conn_close(c, 0);
+        return;
+      }
+      conn_fail(c, BENCH_ERR_RESET, c->state == C_BUSY ? "server closed the connection before the response ended"
+                                                       : "server closed the connection");
+      return;
+    }
+    if (c->state != C_BUSY) { /* bytes nobody asked for */
+      conn_fail(c, BENCH_ERR_PROTOCOL, "unsolicited bytes from the server");
+      return;
+    }
+    size_t have = c->rlen + (size_t)n, used;
+    bench_http_rc rc = bench_http_feed(&c->resp, c->rbuf, have, &used, on_body, c, MAX_HEADER);
+    if (rc == BENCH_HTTP_ERROR || c->resp.error) {
+      conn_fail(c, BENCH_ERR_PROTOCOL, c->resp.error ? c->resp.error : "bad response");
+      return;
+    }
+    if (rc == BENCH_HTTP_DONE) {
+      c->rlen = 0;
+      finish_response(c, have - used);
+      return;
+    }
+    /* MORE: keep unconsumed (header) bytes at the front */
+    if (used && used < have) memmove(c->rbuf, c->rbuf + used, have - used);
+    c->rlen = have - used;
+    if ((size_t)n < RBUF_SIZE - (have - (size_t)n)) return; /* short read: socket drained */
+  }
+}
+
+static void conn_event(conn *c, uint32_t ev) {
+  if (c->state == C_CONNECTING) {
+    int err = 0;
+    socklen_t el = sizeof err;
+    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    if (err || (ev & (EPOLLERR | EPOLLHUP))) {
+      note_error(c->w, BENCH_ERR_CONNECT, "connect: %s", strerror(err ? err : ECONNREFUSED));
+      conn_close(c, 100000000u);
+      return;
+    }
+    c->w->connecting--;
+    conn_set_events(c, false);
+    conn_idle(c);
+    return;
+  }
+  if (ev & EPOLLOUT && c->state == C_BUSY && c->sent < c->req->len) conn_write(c);
+  if (c->fd >= 0 && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))) conn_read(c);
+}
+
+/* ---- scheduling ---- */
+
+static bool claim(worker *w) {
+  bench_engine *e = w->e;
+  if (atomic_load_explicit(&e->stop, memory_order_relaxed)) return false;
+  if (e->ls.requests <= 0) return true;
+  if (atomic_fetch_add(&e->issued, 1) < e->ls.requests) return true;
+  return false;
+}
+
+static void dispatch(worker *w) {
+  bench_engine *e = w->e;
+  if (!e->ls.open) {
+    while (w->nidle > 0) {
+      conn *c = &w->conns[w->idle[w->nidle - 1]];
+      if (!claim(w)) return;
+      w->nidle--;
+      conn_send(c, w->now);
+    }
+    return;
+  }
+  /* open loop: arrivals due now go into the ring */
+  if (!atomic_load_explicit(&e->stop, memory_order_relaxed)) {
+    while (w->next_ns <= w->now) {
+      if (!claim(w)) break;
+      if (w->ring_len == RING_CAP) {
+        w->cur->err[BENCH_ERR_OVERLOAD]++;
+        count_finished(e);
+        if (!w->cur->first_error[0])
+          snprintf(w->cur->first_error, sizeof w->cur->first_error,
+                   "open loop backlog full (%d requests waiting): server too slow for the rate",
+                   RING_CAP);
+      } else {
+        w->ring[(w->ring_head + w->ring_len++) % RING_CAP] = w->next_ns;
+      }
+      w->next_ns += next_gap_ns(w);
+    }
+  }
+  while (w->ring_len > 0 && w->nidle > 0) {
+    conn *c = &w->conns[w->idle[--w->nidle]];
+    uint64_t t = w->ring[w->ring_head];
+    w->ring_head = (w->ring_head + 1) % RING_CAP;
+    w->ring_len--;
+    conn_send(c, t);
+  }
+  /* more waiting than connections on the way: open more */
+  for (int i = 0; i < w->nconns && w->nclosed > 0 && (size_t)w->connecting < w->ring_len; i++) {
+    conn *c = &w->conns[i];
+    if (c->state == C_CLOSED && c->retry_at <= w->now) conn_open(c);
+  }
+}
+
+static void scan_timeouts(worker *w) {
+  for (int i = 0; i < w->nconns; i++) {
+    conn *c = &w->conns[i];
+    if (c->state == C_BUSY && w->now > c->deadline) {
+      char msg[80];
+      snprintf(msg, sizeof msg, "no response within %d ms", w->e->cfg->timeout_ms);
+      conn_fail(c, BENCH_ERR_TIMEOUT, msg);
+    } else if (!w->e->ls.open && c->state == C_CLOSED && c->retry_at <= w->now &&
+               !atomic_load_explicit(&w->e->stop, memory_order_relaxed)) {
+      conn_open(c);
+    }
+  }
+}
+
+static int busy_count(worker *w) {
+  int n = 0;
+  for (int i = 0; i < w->nconns; i++) n += w->conns[i].state == C_BUSY;
+  return n;
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  bench_engine *e = w->e;
+  struct epoll_event evs[256];
+  w->now = bench_now_ns();
+  pthread_mutex_lock(&w->mu);
+  if (!e->ls.open)
+    for (int i = 0; i < w->target_open; i++) conn_open(&w->conns[i]);
+  w->next_ns = w->now;
+  pthread_mutex_unlock(&w->mu);
+  uint64_t stop_deadline = 0;
+  for (;;) {
+    bool stopping = atomic_load_explicit(&e->stop, memory_order_relaxed);
+    if (stopping) {
+      if (!stop_deadline) stop_deadline = w->now + (uint64_t)e->cfg->timeout_ms * 1000000u;
+      if (busy_count(w) == 0 || w->now > stop_deadline) break;
+    }
+    /* wait until the next arrival (open loop) or at most 20 ms */
+    uint64_t wait = 20000000u;
+    if (e->ls.open && !stopping && w->next_ns > w->now && w->next_ns - w->now < wait)
+      wait = w->next_ns - w->now;
+    if (e->ls.open && !stopping && w->next_ns <= w->now) wait = 0;
+    struct timespec ts = {(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
+    int n = epoll_pwait2(w->ep, evs, 256, &ts, NULL);
+    if (n < 0 && errno != EINTR) break;
+    pthread_mutex_lock(&w->mu);
+    w->now = bench_now_ns();
+    for (int i = 0; i < n; i++) conn_event(evs[i].data.ptr, evs[i].events);
+    if (w->now - w->last_timeout_scan > 50000000u) {
+      scan_timeouts(w);
+      w->last_timeout_scan = w->now;
+    }
+    dispatch(w);
+    pthread_mutex_unlock(&w->mu);
+  }
+  pthread_mutex_lock(&w->mu);
+  for (int i = 0; i < w->nconns; i++) {
+    conn *c = &w->conns[i];
+    if (c->state == C_BUSY) conn_fail(c, BENCH_ERR_TIMEOUT, "still in flight when the level ended");
+    else if (c->fd >= 0) conn_close(c, 0);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+static void free_engine(bench_engine *e) {
+  if (!e) return;
+  for (int i = 0; i < e->nw; i++) {
+    worker *w = &e->w[i];
+    if (w->conns)
+      for (int k = 0; k < w->nconns; k++) {
+        free(w->conns[k].rbuf);
+        free(w->conns[k].body);
+        bench_sse_free(&w->conns[k].sse);
+      }
+    free(w->conns);
+    free(w->idle);
+    free(w->ring);
+    bench_sample_destroy(w->cur);
+    if (w->ep >= 0) close(w->ep);
+    pthread_mutex_destroy(&w->mu);
+  }
+  free(e->w);
+  free(e);
+}
+
+cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
+                                  const bench_reqset *rs, const bench_loadspec *ls,
+                                  bench_engine **out) {
+  *out = NULL;
+  bench_engine *e = calloc(1, sizeof *e);
+  if (!e) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  e->cfg = cfg;
+  e->addr = a;
+  e->rs = rs;
+  e->ls = *ls;
+  atomic_init(&e->stop, false);
+  atomic_init(&e->issued, 0);
+  atomic_init(&e->finished, 0);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int nw = cfg->threads > 0 ? cfg->threads : (int)(cores > 0 ? cores : 1);
+  int total_conns = ls->open ? cfg->max_connections : ls->concurrency;
+  if (nw > total_conns) nw = total_conns;
+  if (nw < 1) nw = 1;
+  e->w = calloc((size_t)nw, sizeof *e->w);
+  if (!e->w) {
+    free(e);
+    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  }
+  e->nw = nw;
+  cinfer_status *st = NULL;
+  for (int i = 0; i < nw && !st; i++) {
+    worker *w = &e->w[i];
+    w->e = e;
+    w->id = i;
+    w->ep = -1;
+    pthread_mutex_init(&w->mu, NULL);
+    /* connections: split the total, the first workers take the remainder */
+    int share = total_conns / nw + (i < total_conns % nw ? 1 : 0);
+    w->nconns = share;
+    w->nclosed = share;
+    w->target_open = ls->open ? 0 : share;
+    w->rate = ls->open ? ls->rate / nw : 0;
+    w->rng = cfg->seed * 0x100000001b3ull + (uint64_t)i + 1;
+    w->ep = epoll_create1(EPOLL_CLOEXEC);
+    w->cur = bench_sample_create();
+    w->conns = calloc((size_t)share, sizeof *w->conns);
+    w->idle = calloc((size_t)share, sizeof *w->idle);
+    if (ls->open) w->ring = malloc(RING_CAP * sizeof *w->ring);
+    if (w->ep < 0 || !w->cur || !w->conns || !w->idle || (ls->open && !w->ring)) {
+      st = cinfer_status_new(CINFER_INTERNAL, "out of memory or file descriptors for worker %d", i);
+      break;
+    }
+    for (int k = 0; k < share && !st; k++) {
+      conn *c = &w->conns[k];
+      c->fd = -1;
+      c->w = w;
+      c->req_idx = ((size_t)i * 7919u + (size_t)k) % rs->n;
+      c->rbuf = malloc(RBUF_SIZE);
+      if (!c->rbuf) st = cinfer_status_new(CINFER_INTERNAL, "out of memory for receive buffers");
+      if (!st && rs->stream) st = bench_sse_init(&c->sse, SSE_CAP);
+      if (!st && rs->openai && !rs->stream && !(c->body = malloc(BODY_KEEP)))
+        st = cinfer_status_new(CINFER_INTERNAL, "out of memory for body buffers");
+    }
+  }
+  if (st) {
+    free_engine(e);
+    return st;
+  }
+  for (int i = 0; i < nw; i++) {
+    if (pthread_create(&e->w[i].th, NULL, worker_main, &e->w[i]) != 0) {
+      atomic_store(&e->stop, true);
+      for (int k = 0; k < i; k++) pthread_join(e->w[k].th, NULL);
+      free_engine(e);
+      return cinfer_status_new(CINFER_INTERNAL, "cannot start worker threads");
+    }
+    e->w[i].started = true;
+  }
+  *out = e;
+  return NULL;
+}
+
+void bench_engine_collect(bench_engine *e, bench_sample *into) {
+  for (int i = 0; i < e->nw; i++) {
+    worker *w = &e->w[i];
+    pthread_mutex_lock(&w->mu);
+    bench_sample_merge(into, w->cur);
+    bench_sample_reset(w->cur);
+    pthread_mutex_unlock(&w->mu);
+  }
+}
+
+bool bench_engine_done(bench_engine *e) {
+  return e->ls.requests > 0 && atomic_load(&e->finished) >= e->ls.requests;
+}
+
+int bench_engine_threads(const bench_engine *e) { return e->nw; }
+
+void bench_engine_stop(bench_engine *e) {
+  if (!e) return;
+  atomic_store(&e->stop, true);
+  for (int i = 0; i < e->nw; i++)
+    if (e->w[i].started) pthread_join(e->w[i].th, NULL), e->w[i].started = false;
+}
+
+void bench_engine_destroy(bench_engine *e) {
+  bench_engine_stop(e);
+  free_engine(e);
+}
