@@ -194,3 +194,28 @@ def test_admin_endpoint_requires_the_bearer_token():
             assert json.loads(b)["canary"] == {"fake": {"a": 3, "b": 1}}
     finally:
         good.close()
+
+
+def test_openai_requests_route_on_the_body_model():
+    a = FakeUpstream("ok", openai_models=["llm-a"])
+    b = FakeUpstream("ok", openai_models=["llm-b"])
+    try:
+        cfg = health_cfg()
+        cfg["upstreams"]["static"] = [a.hostport, b.hostport]
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: all("llm-a" in r["models"] or "llm-b" in r["models"]
+                                 for r in gw.status()["replicas"]), what="models")
+            for _ in range(10):
+                for model, up in (("llm-a", a), ("llm-b", b)):
+                    code, h, _ = request(gw.port, "POST", "/v1/chat/completions",
+                                         {"model": model, "messages": []})
+                    assert code == 200 and h["x-cinfer-upstream"] == up.hostport
+            code, _, body = request(gw.port, "POST", "/v1/completions", {"model": "llm-z"})
+            assert code == 404 and b"llm-z" in body
+            # no model in the body: any replica
+            code, _, _ = request(gw.port, "GET", "/v1/models")
+            assert code == 200
+    finally:
+        a.close()
+        b.close()

@@ -222,8 +222,9 @@ class FakeUpstream:
       503      503 with a JSON body
     """
 
-    def __init__(self, mode):
+    def __init__(self, mode, openai_models=None):
         self.mode = mode
+        self.openai_models = openai_models
         self.release = threading.Event()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -283,6 +284,9 @@ class FakeUpstream:
                     self._send(c, 200, b"")
                 elif path == "/v2/repository/index":
                     self._send(c, 200, b'[{"name":"fake","version":"1","state":"READY"}]')
+                elif path == "/v1/models" and self.openai_models:
+                    data = [{"id": m, "object": "model"} for m in self.openai_models]
+                    self._send(c, 200, json.dumps({"object": "list", "data": data}).encode())
                 elif path == "/v1/models":
                     self._send(c, 404, b'{"error":"no"}')
                 else:
