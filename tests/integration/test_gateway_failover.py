@@ -150,3 +150,19 @@ def test_replica_added_to_the_watched_file_gets_traffic_and_removed_one_none():
         os.unlink(path)
         ok.close()
         ok2.close()
+
+
+def test_dns_name_resolves_to_replicas():
+    ok = FakeUpstream("ok")
+    try:
+        cfg = {"upstreams": {"dns": [f"localhost:{ok.port}"], "dns_interval_ms": 200,
+                             "models_interval_ms": 300},
+               "health": {"interval_ms": 100, "timeout_ms": 100, "healthy_threshold": 1}}
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: gw.replica(ok.hostport) and gw.replica(ok.hostport)["models"],
+                     what="the resolved replica")
+            code, h, _ = request(gw.port, "POST", "/v2/models/fake/infer", {})
+            assert code == 200 and h["x-cinfer-upstream"] == ok.hostport
+    finally:
+        ok.close()
