@@ -88,9 +88,23 @@ typedef struct gw_rate_entry {
   bool used;
 } gw_rate_entry;
 
+/* Per-loop cache of metric series for the request path, so that answering a request
+ * neither allocates nor takes the registry lock once its series exists. */
+#define GW_MCACHE_SLOTS 1024
+typedef struct gw_mcache_entry {
+  uint64_t hash;
+  const metric_family *f;
+  const struct gw_replica *r;
+  int code;
+  char model[128];
+  char variant[64];
+  metric *m;
+} gw_mcache_entry;
+
 typedef struct gw_loop_ctx {
   net_loop *loop;
   uint64_t rng;
+  gw_mcache_entry *mcache;  /* GW_MCACHE_SLOTS entries, loop thread only; NULL = off */
 } gw_loop_ctx;
 
 struct gateway {

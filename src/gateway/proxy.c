@@ -208,6 +208,47 @@ static bool build_upstream(gw_req *q, size_t name_end) {
 
 /* ---- metrics and the end of a request -------------------------------------------------- */
 
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
+/* The series of family f for (replica, model, variant, code), from the loop's cache. */
+static metric *cached_series(gateway *g, int loop, metric_family *f, const gw_replica *r,
+                             const char *model, const char *variant, int code,
+                             const char *const *labels) {
+  gw_mcache_entry *tab = g->loops[loop].mcache;
+  if (!tab) return gw_series(f, labels);
+  size_t ml = strlen(model), vl = strlen(variant);
+  if (ml >= sizeof tab[0].model || vl >= sizeof tab[0].variant) return gw_series(f, labels);
+  uint64_t h = 1469598103934665603ULL;
+  h = fnv(h, &f, sizeof f);
+  h = fnv(h, &r, sizeof r);
+  h = fnv(h, &code, sizeof code);
+  h = fnv(h, model, ml + 1);
+  h = fnv(h, variant, vl + 1);
+  for (size_t k = 0; k < 8; k++) {
+    gw_mcache_entry *e = &tab[(h + k) & (GW_MCACHE_SLOTS - 1)];
+    if (!e->m) {
+      metric *m = gw_series(f, labels);
+      if (!m) return NULL;
+      e->hash = h;
+      e->f = f;
+      e->r = r;
+      e->code = code;
+      memcpy(e->model, model, ml + 1);
+      memcpy(e->variant, variant, vl + 1);
+      e->m = m;
+      return m;
+    }
+    if (e->hash == h && e->f == f && e->r == r && e->code == code && !strcmp(e->model, model) &&
+        !strcmp(e->variant, variant))
+      return e->m;
+  }
+  return gw_series(f, labels);  /* cache neighbourhood full: the slow path still works */
+}
+
 static void req_metrics(gw_req *q, int code) {
   gateway *g = q->g;
   char cbuf[8];
@@ -215,10 +256,10 @@ static void req_metrics(gw_req *q, int code) {
   const char *up = q->cur ? q->cur->addr : "none";
   const char *model = q->model_known ? q->model : "";
   const char *labels[] = {"upstream", up, "model", model, "variant", q->variant_name, "code", cbuf, NULL};
-  metric_inc(gw_series(g->f_requests, labels), 1);
+  metric_inc(cached_series(g, q->loop, g->f_requests, q->cur, model, q->variant_name, code, labels), 1);
   const char *dl[] = {"upstream", up, "model", model, NULL};
   double secs = (double)(loop_clock_ms() - q->start_ms) / 1000.0;
-  metric_observe(gw_series(g->f_duration, dl), secs);
+  metric_observe(cached_series(g, q->loop, g->f_duration, q->cur, model, "", 0, dl), secs);
 }
 
 static void req_free(gw_req *q) {
