@@ -219,3 +219,39 @@ def test_openai_requests_route_on_the_body_model():
     finally:
         a.close()
         b.close()
+
+
+def chromium(*args):
+    return subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                           "--hide-scrollbars", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_status_page_in_headless_chromium():
+    ok = FakeUpstream("ok")
+    down = FakeUpstream("ok")
+    down.close()  # listed but refusing connections: unhealthy
+    try:
+        cfg = health_cfg(canary={"fake": {"variants": [{"name": "stable", "weight": 90},
+                                                       {"name": "canary", "weight": 10}]}})
+        cfg["upstreams"]["static"] = [ok.hostport, down.hostport]
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: gw.replica(ok.hostport)["models"], what="models")
+            wait_for(lambda: gw.replica(down.hostport)["state"] == "unhealthy", what="unhealthy")
+            for _ in range(5):
+                request(gw.port, "POST", "/v2/models/fake/infer", {})
+            p = chromium("--dump-dom", gw.url + "/status")
+            dom = p.stdout
+            assert '<meta http-equiv="refresh" content="2">' in dom, p.stderr[-2000:]
+            assert f'<tr class="healthy"><td>{ok.hostport}</td><td>healthy</td>' in dom
+            assert f'<tr class="unhealthy"><td>{down.hostport}</td><td>unhealthy</td>' in dom
+            assert "<td>canary</td><td></td><td>0</td><td>10</td>" in dom
+            shot = os.path.join(os.environ.get("CINFER_BUILD_DIR", tempfile.gettempdir()),
+                                "gateway-status.png")
+            p = chromium("--window-size=1100,520", f"--screenshot={shot}", gw.url + "/status")
+            with open(shot, "rb") as f:
+                png = f.read()
+            assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    finally:
+        ok.close()
