@@ -9,6 +9,7 @@ import tempfile
 from cinfer_server import copy_repo
 from test_gateway_common import (BIN, INFER_ID, INFER_SIM, FakeUpstream, Gateway, get,
                                  replica, request, wait_for)
+import signal
 import socket
 
 
@@ -255,3 +256,37 @@ def test_status_page_in_headless_chromium():
             assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     finally:
         ok.close()
+
+
+def test_sigterm_of_the_gateway_lets_a_stream_in_flight_finish():
+    sse = FakeUpstream("sse")
+    try:
+        cfg = health_cfg()
+        cfg["upstreams"]["static"] = [sse.hostport]
+        gw = Gateway(cfg).start()
+        try:
+            gw.wait_ready()
+            wait_for(lambda: gw.replica(sse.hostport)["models"], what="models")
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
+            s.sendall(b"POST /v2/models/fake/generate_stream HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Length: 2\r\n\r\n{}")
+            got = b""
+            while b"data: one" not in got:
+                d = s.recv(4096)
+                assert d
+                got += d
+            gw.proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: any("draining" in line for line in gw.log), what="drain")
+            assert get(gw.port, "/readyz")[0] != 200  # not ready (or not accepting)
+            sse.release.set()
+            while not got.endswith(b"0\r\n\r\n"):
+                d = s.recv(4096)
+                assert d, got
+                got += d
+            assert b"data: two" in got
+            s.close()
+            assert gw.proc.wait(30) == 0
+        finally:
+            gw.stop()
+    finally:
+        sse.close()

@@ -182,3 +182,52 @@ def test_concurrency_limit_sheds_lowest_priority_first():
                 c.close()
     finally:
         up.close()
+
+
+def test_canary_by_model_version_rewrites_the_path():
+    import os
+    import shutil
+    repo = copy_repo_models(["identity"])
+    shutil.copytree(os.path.join(repo, "identity", "1"), os.path.join(repo, "identity", "2"))
+    with open(os.path.join(repo, "identity", "config.pbtxt"), "a") as f:
+        f.write("\nversion_policy: { all { } }\n")
+    with replica(repo) as s:
+        s.wait_ready()
+        cfg = fast_cfg([s.hostport],
+                       canary={"identity": {"variants": [{"name": "v1", "version": 1, "weight": 3},
+                                                         {"name": "v2", "version": 2, "weight": 1}]}})
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: "identity@2" in gw.status()["replicas"][0]["models"], what="models")
+            versions = []
+            for _ in range(40):
+                code, h, body = request(gw.port, "POST", "/v2/models/identity/infer", INFER_ID)
+                assert code == 200, body
+                v = json.loads(body)["model_version"]
+                assert h["x-cinfer-variant"] == {"1": "v1", "2": "v2"}[v]
+                versions.append(v)
+            assert versions.count("2") == 10 and versions.count("1") == 30
+            # a version the client names itself is kept
+            code, h, body = request(gw.port, "POST", "/v2/models/identity/versions/2/infer", INFER_ID)
+            assert code == 200 and json.loads(body)["model_version"] == "2"
+
+
+def test_rate_limit_without_nodelay_delays_the_burst_instead_of_rejecting():
+    up = FakeUpstream("ok")
+    try:
+        cfg = fast_cfg([up.hostport], rate_limit={"rate": 20, "burst": 5})
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: gw.replica(up.hostport)["models"], what="models")
+            # 1 + burst requests at once: all admitted (the excess ones after a delay)
+            res = send_many(gw.port, 6, "/v2/models/fake/infer", {}, workers=6,
+                            headers={"X-API-Key": "k"})
+            assert sorted(code for code, _ in res) == [200] * 6
+            # well beyond the burst: the rest is refused with 429
+            res = send_many(gw.port, 40, "/v2/models/fake/infer", {}, workers=8,
+                            headers={"X-API-Key": "k2"})
+            codes = [code for code, _ in res]
+            assert codes.count(429) > 0 and set(codes) <= {200, 429}
+            assert all(h.get("retry-after") for code, h in res if code == 429)
+    finally:
+        up.close()
