@@ -463,13 +463,17 @@ static void ctl_tick(loop_timer *t) {
         http_client_send(r->hc, g->health_req, g->health_req_len, false);
       }
     }
-    if (r->mc_stage == 0 && now >= r->next_models_ms && r->h.state == GW_H_HEALTHY) {
+    pthread_mutex_lock(&g->mu);  /* passive ejection writes r->h from I/O threads */
+    bool healthy = r->h.state == GW_H_HEALTHY;
+    bool usable = gw_health_usable(&r->h, now) && !r->draining;
+    pthread_mutex_unlock(&g->mu);
+    if (r->mc_stage == 0 && now >= r->next_models_ms && healthy) {
       r->next_models_ms = now + (uint64_t)g->cfg.models_interval_ms;
       pending_clear(r);
       r->mc_stage = 1;
       mc_send(g, r);
     }
-    metric_set(r->m_healthy, gw_health_usable(&r->h, now) && !r->draining ? 1 : 0);
+    metric_set(r->m_healthy, usable ? 1 : 0);
   }
   for (size_t i = 0; i < g->n_reps; i++)
     if (!g->reps[i]->sources) metric_set(g->reps[i]->m_healthy, 0);
@@ -478,6 +482,7 @@ static void ctl_tick(loop_timer *t) {
 
 static void ctl_first(void *arg) {
   gateway *g = arg;
+  if (g->ctl_stopping) return;  /* loop_destroy runs it when the thread never started */
   if (g->cfg.upstreams_file) file_refresh(g, true);
   ctl_tick(&g->ctl_tick);
 }
@@ -493,12 +498,16 @@ cinfer_status *gw_control_start(gateway *g) {
   if (st) return st;
   g->ctl_tick.fn = ctl_tick;
   if (!loop_post(g->ctl, ctl_first, g)) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
-  return loop_start_thread(g->ctl, "gw-control");
+  st = loop_start_thread(g->ctl, "gw-control");
+  g->ctl_running = st == NULL;
+  return st;
 }
 
 void gw_control_stop(gateway *g) {
   if (!g->ctl) return;
-  loop_join(g->ctl);
+  g->ctl_stopping = true;
+  if (g->ctl_running) loop_join(g->ctl);
+  g->ctl_running = false;
   /* The control thread is gone: this thread is the loop's only user now. */
   for (size_t i = 0; i < g->n_reps; i++) {
     gw_replica *r = g->reps[i];

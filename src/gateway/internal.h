@@ -115,6 +115,8 @@ struct gateway {
   _Atomic bool started;   /* loops[] filled in */
   _Atomic bool draining;
   net_loop *ctl;
+  bool ctl_running;       /* its thread was started */
+  bool ctl_stopping;
   loop_timer ctl_tick;
   uint64_t next_dns_ms, next_file_ms;
   char *health_req;

@@ -320,6 +320,11 @@ class FakeUpstream:
     def close(self):
         self.closing = True
         self.release.set()
+        try:
+            # wakes the accept() of _accept: close() alone leaves the socket listening
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
         for c in self.conns:
             try:
