@@ -46,6 +46,8 @@ void gw_config_defaults(gw_config *c) {
   c->rate_max_keys = 10000;
   c->priority_header = dupstr("X-Priority");
   c->variant_header = dupstr("X-Cinfer-Variant");
+  c->session_header = dupstr("X-Session-Id");
+  c->affinity_load_factor = 1.25;
 }
 
 static void free_canary(gw_canary *k) {
@@ -79,6 +81,7 @@ void gw_config_free(gw_config *c) {
   for (size_t i = 0; i < c->n_canaries; i++) free_canary(&c->canaries[i]);
   free(c->canaries);
   free(c->variant_header);
+  free(c->session_header);
   free(c->admin_token);
   memset(c, 0, sizeof *c);
 }
@@ -407,6 +410,15 @@ static cinfer_status *parse_concurrency(jctx *ctx, gw_config *c, const cJSON *o)
   return err;
 }
 
+static cinfer_status *parse_affinity(jctx *ctx, gw_config *c, const cJSON *o) {
+  static const char *const keys[] = {"session_header", "prefix_bytes", "load_factor", NULL};
+  TRY(check_keys(ctx, o, keys));
+  TRY(get_str(ctx, o, "session_header", &c->session_header));
+  TRY(get_int(ctx, o, "prefix_bytes", 0, 1 << 20, &c->prefix_bytes));
+  TRY(get_double(ctx, o, "load_factor", 1.0, 100.0, &c->affinity_load_factor));
+  return NULL;
+}
+
 static cinfer_status *parse_canary(jctx *ctx, gw_config *c, const cJSON *o) {
   size_t n = (size_t)cJSON_GetArraySize(o);
   if (n > 1024) return FAIL(ctx, "", "more than 1024 models");
@@ -482,12 +494,12 @@ cinfer_status *gw_config_apply_json(gw_config *c, const char *text, size_t len,
   }
   static const char *const keys[] = {"listen", "upstreams", "balancer", "seed", "health",
                                      "outlier", "retry", "rate_limit", "concurrency", "canary",
-                                     "variant_header", "admin_token", NULL};
+                                     "variant_header", "admin_token", "affinity", NULL};
   if ((err = check_keys(&ctx, root, keys))) goto out;
   struct { const char *key; cinfer_status *(*fn)(jctx *, gw_config *, const cJSON *); } sect[] = {
       {"listen", parse_listen}, {"upstreams", parse_upstreams}, {"health", parse_health},
       {"outlier", parse_outlier}, {"retry", parse_retry}, {"rate_limit", parse_rate},
-      {"concurrency", parse_concurrency}, {"canary", parse_canary}};
+      {"concurrency", parse_concurrency}, {"canary", parse_canary}, {"affinity", parse_affinity}};
   for (size_t i = 0; i < sizeof sect / sizeof sect[0] && !err; i++) {
     const cJSON *o = get_obj(root, sect[i].key);
     if (!o) continue;

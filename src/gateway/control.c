@@ -62,6 +62,7 @@ gw_replica *gw_replica_get(gateway *g, const char *host, uint16_t port) {
     return NULL;
   }
   snprintf(r->addr, sizeof r->addr, "%s", addr);
+  r->id_hash = gw_hash64(r->addr, strlen(r->addr));
   snprintf(r->host, sizeof r->host, "%s", host);
   r->port = port;
   r->weight = 1;

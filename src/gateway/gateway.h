@@ -103,6 +103,10 @@ typedef struct gw_config {
   /* canary */
   gw_canary *canaries; size_t n_canaries;
   char *variant_header;     /* default "X-Cinfer-Variant" */
+  /* affinity: session stickiness and LLM prompt-prefix affinity */
+  char *session_header;     /* default "X-Session-Id": same value -> same replica */
+  int prefix_bytes;         /* default 0 (off): OpenAI prompts route on their first N bytes */
+  double affinity_load_factor; /* default 1.25: bounded load, see gw_affinity_pick */
   /* admin */
   char *admin_token;        /* bearer token for the /admin endpoints; NULL = admin disabled */
 } gw_config;
@@ -159,6 +163,15 @@ int gw_balance_pick(gw_balancer kind, size_t n, const uint32_t *outstanding,
  * sum(weights) picks is exact. current[] is caller state (zero-initialised). Returns -1
  * when every weight is 0. */
 int gw_swrr_pick(size_t n, const int *weights, long long *current);
+
+/* Affinity with bounded load (rendezvous hashing): the candidate with the highest
+ * mix(key, ids[i]) wins unless its outstanding count exceeds
+ * load_factor * (mean outstanding + 1), in which case the next-highest candidate under the
+ * bound wins; -1 when none is (the caller falls back to the balancer). Removing one
+ * candidate moves only the keys that were on it. */
+int gw_affinity_pick(size_t n, const uint64_t *ids, uint64_t key, const uint32_t *outstanding,
+                     double load_factor);
+uint64_t gw_hash64(const void *data, size_t len);
 
 /* Replica health as seen by active checks and passive outlier detection. */
 typedef enum gw_health_state { GW_H_UNKNOWN = 0, GW_H_HEALTHY, GW_H_UNHEALTHY } gw_health_state;

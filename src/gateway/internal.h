@@ -48,6 +48,7 @@ typedef struct gw_replica {
   char host[64];
   uint16_t port;
   char group[64];        /* "" = no group */
+  uint64_t id_hash;      /* gw_hash64(addr): identity for affinity hashing */
   int weight;
   gateway *gw;
   unsigned sources;      /* GW_SRC_* bits that list it; 0 = removed */

@@ -129,3 +129,43 @@ bool gw_health_passive(gw_health *h, const gw_health_params *p, bool failure, bo
 bool gw_health_usable(const gw_health *h, uint64_t now_ms) {
   return h->state == GW_H_HEALTHY && h->ejected_until_ms <= now_ms;
 }
+
+uint64_t gw_hash64(const void *data, size_t len) {
+  const unsigned char *p = data;
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ULL;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return h;
+}
+
+static uint64_t mix64(uint64_t a, uint64_t b) {
+  uint64_t x = a ^ (b + 0x9E3779B97F4A7C15ULL + (a << 6) + (a >> 2));
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+int gw_affinity_pick(size_t n, const uint64_t *ids, uint64_t key, const uint32_t *outstanding,
+                     double load_factor) {
+  if (n == 0) return -1;
+  double mean = 0;
+  for (size_t i = 0; i < n; i++) mean += outstanding[i];
+  mean /= (double)n;
+  double bound = load_factor * (mean + 1.0);
+  int best = -1;
+  uint64_t best_score = 0;
+  for (size_t i = 0; i < n; i++) {
+    if ((double)outstanding[i] > bound) continue;
+    uint64_t s = mix64(key, ids[i]);
+    if (best < 0 || s > best_score) {
+      best = (int)i;
+      best_score = s;
+    }
+  }
+  return best;
+}

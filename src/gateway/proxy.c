@@ -59,6 +59,8 @@ struct gw_req {
   uint64_t start_ms, deadline_ms;
   char last_error[200];
   int last_error_status;
+  bool has_affinity;         /* session header or prompt prefix */
+  uint64_t affinity_key;
 };
 
 /* ---- helpers ----------------------------------------------------------------------- */
@@ -151,6 +153,36 @@ static void parse_openai_model(gw_req *q) {
   const cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
   if (cJSON_IsString(m) && m->valuestring[0] && strlen(m->valuestring) < sizeof q->model)
     snprintf(q->model, sizeof q->model, "%s", m->valuestring);
+  size_t want = (size_t)q->g->cfg.prefix_bytes;
+  if (j && want && !q->has_affinity) {
+    /* prompt-prefix affinity: hash the first `want` bytes of the prompt (completions) or
+     * of the messages' contents in order (chat), so shared prefixes meet a warm KV cache */
+    uint64_t h = 1469598103934665603ULL;
+    size_t got = 0;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    const cJSON *one = cJSON_IsString(p) ? p : NULL;
+    const cJSON *it = cJSON_IsArray(msgs) ? msgs->child : NULL;
+    for (;;) {
+      const char *text = NULL;
+      if (one) {
+        text = one->valuestring;
+        one = NULL;
+      } else if (it) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content");
+        text = cJSON_IsString(c) ? c->valuestring : "";
+        it = it->next;
+      } else {
+        break;
+      }
+      for (; *text && got < want; text++, got++) h = (h ^ (unsigned char)*text) * 1099511628211ULL;
+      if (got >= want) break;
+    }
+    if (got) {
+      q->has_affinity = true;
+      q->affinity_key = gw_hash64(&h, sizeof h);
+    }
+  }
   cJSON_Delete(j);
 }
 
@@ -423,7 +455,13 @@ static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
     out[i] = atomic_load_explicit(&cand[i]->outstanding, memory_order_relaxed);
     w[i] = cand[i]->weight;
   }
-  int k = gw_balance_pick(g->cfg.balancer, n, out, w, &g->loops[q->loop].rng, &g->rr_cursor);
+  int k = -1;
+  if (q->has_affinity) {
+    uint64_t ids[GW_MAX_CAND];
+    for (size_t i = 0; i < n; i++) ids[i] = cand[i]->id_hash;
+    k = gw_affinity_pick(n, ids, q->affinity_key, out, g->cfg.affinity_load_factor);
+  }
+  if (k < 0) k = gw_balance_pick(g->cfg.balancer, n, out, w, &g->loops[q->loop].rng, &g->rr_cursor);
   gw_replica *r = k >= 0 ? cand[k] : NULL;
   if (r) atomic_fetch_add(&r->outstanding, 1);
   pthread_mutex_unlock(&g->mu);
@@ -812,6 +850,12 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
     q->id[idlen] = 0;
   } else {
     gen_id(g, loop, q->id);
+  }
+  size_t sl = 0;
+  const char *sess = http_request_header(req, g->cfg.session_header, &sl);
+  if (sess && sl) {
+    q->has_affinity = true;
+    q->affinity_key = gw_hash64(sess, sl);
   }
   size_t name_end = 0;
   parse_model_path(q, &name_end);

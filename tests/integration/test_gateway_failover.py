@@ -166,3 +166,36 @@ def test_dns_name_resolves_to_replicas():
             assert code == 200 and h["x-cinfer-upstream"] == ok.hostport
     finally:
         ok.close()
+
+
+def test_session_and_prompt_prefix_affinity():
+    ups = [FakeUpstream("ok", openai_models=["llm"]) for _ in range(3)]
+    try:
+        cfg = {"upstreams": {"static": [u.hostport for u in ups], "models_interval_ms": 300},
+               "health": {"interval_ms": 100, "timeout_ms": 100, "healthy_threshold": 1},
+               "affinity": {"prefix_bytes": 32}}
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: all("llm" in r["models"] for r in gw.status()["replicas"]), what="models")
+            homes = {}
+            for rnd in range(3):
+                for s in range(12):
+                    code, h, _ = request(gw.port, "POST", "/v2/models/fake/infer", {},
+                                         headers={"X-Session-Id": f"user-{s}"})
+                    assert code == 200
+                    assert homes.setdefault(s, h["x-cinfer-upstream"]) == h["x-cinfer-upstream"]
+            assert len(set(homes.values())) >= 2  # sessions spread over replicas
+            # prompts sharing their first 32 bytes land together
+            system = "You are a helpful assistant. Answer briefly. "
+            seen = set()
+            for q in range(10):
+                code, h, _ = request(gw.port, "POST", "/v1/chat/completions",
+                                     {"model": "llm", "messages": [
+                                         {"role": "system", "content": system},
+                                         {"role": "user", "content": f"question {q}"}]})
+                assert code == 200
+                seen.add(h["x-cinfer-upstream"])
+            assert len(seen) == 1
+    finally:
+        for u in ups:
+            u.close()

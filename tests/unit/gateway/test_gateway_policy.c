@@ -3,6 +3,7 @@
  * arithmetic (rate, burst, nodelay, delay, Retry-After), the health state machine and
  * passive ejection with growing ejection time. */
 #include <math.h>
+#include <stdio.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -208,6 +209,49 @@ static void test_passive_ejection_grows_and_is_capped(void **st) {
   for (int i = 0; i < 10; i++) assert_false(gw_health_passive(&k, &off, true, true, t));
 }
 
+/* ---- affinity ------------------------------------------------------------------------ */
+
+static void test_affinity_sticky_spread_minimal_moves_bounded(void **st) {
+  (void)st;
+  uint64_t ids[5];
+  for (int i = 0; i < 5; i++) {
+    char a[32];
+    snprintf(a, sizeof a, "10.0.0.%d:8000", i + 1);
+    ids[i] = gw_hash64(a, strlen(a));
+  }
+  uint32_t idle[5] = {0};
+  int counts[5] = {0}, before[4000];
+  for (int k = 0; k < 4000; k++) {
+    char key[32];
+    snprintf(key, sizeof key, "session-%d", k);
+    uint64_t h = gw_hash64(key, strlen(key));
+    int a = gw_affinity_pick(5, ids, h, idle, 1.25);
+    assert_int_equal(gw_affinity_pick(5, ids, h, idle, 1.25), a);  /* sticky */
+    before[k] = a;
+    counts[a]++;
+  }
+  for (int i = 0; i < 5; i++) assert_true(counts[i] > 650 && counts[i] < 950);  /* ~800 each */
+  /* remove candidate 2: only its keys move */
+  uint64_t ids4[4] = {ids[0], ids[1], ids[3], ids[4]};
+  int map[5] = {0, 1, -1, 2, 3};
+  for (int k = 0; k < 4000; k++) {
+    char key[32];
+    snprintf(key, sizeof key, "session-%d", k);
+    int a = gw_affinity_pick(4, ids4, gw_hash64(key, strlen(key)), idle, 1.25);
+    if (before[k] != 2) assert_int_equal(a, map[before[k]]);
+  }
+  /* bounded load: a swamped favourite is skipped */
+  uint64_t h = gw_hash64("hot", 3);
+  int fav = gw_affinity_pick(5, ids, h, idle, 1.25);
+  uint32_t load[5] = {2, 2, 2, 2, 2};
+  load[fav] = 10;  /* mean 3.6 -> bound 5.75 */
+  int alt = gw_affinity_pick(5, ids, h, load, 1.25);
+  assert_true(alt >= 0 && alt != fav);
+  load[fav] = 4;  /* mean 2.4 -> bound 4.25 */
+  assert_int_equal(gw_affinity_pick(5, ids, h, load, 1.25), fav);
+  assert_int_equal(gw_affinity_pick(0, ids, h, load, 1.25), -1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_p2c_prefers_less_loaded),
@@ -218,6 +262,7 @@ int main(void) {
       cmocka_unit_test(test_bucket_delay_and_retry_after),
       cmocka_unit_test(test_health_thresholds),
       cmocka_unit_test(test_passive_ejection_grows_and_is_capped),
+      cmocka_unit_test(test_affinity_sticky_spread_minimal_moves_bounded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
