@@ -435,8 +435,20 @@ static cinfer_status *parse_canary(jctx *ctx, gw_config *c, const cJSON *o) {
     a[i].model = strdup(m->string);
     const cJSON *vs = cJSON_IsObject(m) ? get_obj(m, "variants") : NULL;
     if (cJSON_IsObject(m)) {
-      static const char *const mkeys[] = {"variants", NULL};
+      static const char *const mkeys[] = {"variants", "rollback", NULL};
       TRY(check_keys(ctx, m, mkeys));
+      const cJSON *rb = get_obj(m, "rollback");
+      if (rb) {
+        size_t s_rb;
+        push_path(ctx, "rollback", &s_rb);
+        static const char *const rkeys[] = {"max_error_rate", "min_requests", NULL};
+        if (!cJSON_IsObject(rb)) return FAIL(ctx, "", "must be an object");
+        TRY(check_keys(ctx, rb, rkeys));
+        a[i].min_requests = 100;
+        TRY(get_double(ctx, rb, "max_error_rate", 0.0, 1.0, &a[i].max_error_rate));
+        TRY(get_int(ctx, rb, "min_requests", 1, 100000000, &a[i].min_requests));
+        pop_path(ctx, s_rb);
+      }
     }
     if (!vs || !cJSON_IsArray(vs) || cJSON_GetArraySize(vs) < 1 || cJSON_GetArraySize(vs) > 16)
       return FAIL(ctx, "variants", "must be an array of 1 to 16 variants");

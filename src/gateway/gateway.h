@@ -49,6 +49,11 @@ typedef struct gw_canary {
   char *model;
   gw_variant *variants;
   size_t n_variants;
+  /* automatic rollback: a variant whose share of 5xx answers exceeds max_error_rate after
+   * at least min_requests requests gets weight 0 (if another variant keeps weight > 0).
+   * max_error_rate 0 = off. */
+  double max_error_rate;
+  int min_requests;
 } gw_canary;
 
 typedef struct gw_priority_class {

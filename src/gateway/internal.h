@@ -79,6 +79,7 @@ typedef struct gw_replica {
 typedef struct gw_canary_state {
   gw_canary *cfg;         /* points into gateway.cfg.canaries */
   long long current[16];  /* swrr state per variant */
+  long long requests[16], errors[16];  /* answers per variant since the last weight change */
 } gw_canary_state;
 
 typedef struct gw_rate_entry {

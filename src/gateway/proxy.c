@@ -281,8 +281,40 @@ static metric *cached_series(gateway *g, int loop, metric_family *f, const gw_re
   return gw_series(f, labels);  /* cache neighbourhood full: the slow path still works */
 }
 
+/* Counts an answer of a canary variant; rolls the variant back when its error rate crosses
+ * the model's threshold. */
+static void canary_record(gateway *g, gw_req *q, int code) {
+  bool rolled = false;
+  pthread_mutex_lock(&g->mu);
+  for (size_t i = 0; i < g->n_canaries; i++) {
+    gw_canary_state *k = &g->canaries[i];
+    if (strcmp(k->cfg->model, q->model) || (size_t)q->variant >= k->cfg->n_variants) continue;
+    int v = q->variant;
+    k->requests[v]++;
+    if (code >= 500) k->errors[v]++;
+    if (k->cfg->max_error_rate > 0 && k->cfg->variants[v].weight > 0 &&
+        k->requests[v] >= k->cfg->min_requests &&
+        (double)k->errors[v] > k->cfg->max_error_rate * (double)k->requests[v]) {
+      long long others = 0;
+      for (size_t j = 0; j < k->cfg->n_variants; j++)
+        if ((int)j != v) others += k->cfg->variants[j].weight;
+      if (others > 0) {
+        k->cfg->variants[v].weight = 0;
+        memset(k->current, 0, sizeof k->current);
+        rolled = true;
+      }
+    }
+    break;
+  }
+  pthread_mutex_unlock(&g->mu);
+  if (rolled)
+    LOG_W("gateway: canary rollback: model '%s' variant '%s' error rate above threshold: weight set to 0",
+          q->model, q->variant_name);
+}
+
 static void req_metrics(gw_req *q, int code) {
   gateway *g = q->g;
+  if (q->variant >= 0 && code != 499) canary_record(g, q, code);
   char cbuf[8];
   snprintf(cbuf, sizeof cbuf, "%d", code);
   const char *up = q->cur ? q->cur->addr : "none";

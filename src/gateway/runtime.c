@@ -258,6 +258,7 @@ static void admin(gateway *g, http_exchange *ex, const http_request *req) {
       for (size_t v = 0; v < k->cfg->n_variants; v++) {
         k->cfg->variants[v].weight = nw[v];
         k->current[v] = 0;
+        k->requests[v] = k->errors[v] = 0;
       }
     }
   }

@@ -231,3 +231,27 @@ def test_rate_limit_without_nodelay_delays_the_burst_instead_of_rejecting():
             assert all(h.get("retry-after") for code, h in res if code == 429)
     finally:
         up.close()
+
+
+def test_canary_rolls_back_when_its_error_rate_crosses_the_threshold():
+    stable = FakeUpstream("ok")
+    bad = FakeUpstream("503")
+    try:
+        cfg = fast_cfg([{"address": stable.hostport, "group": "stable"},
+                        {"address": bad.hostport, "group": "canary"}],
+                       outlier={"consecutive_failures": 0},
+                       canary={"fake": {"variants": [
+                           {"name": "stable", "group": "stable", "weight": 50},
+                           {"name": "canary", "group": "canary", "weight": 50}],
+                           "rollback": {"max_error_rate": 0.2, "min_requests": 10}}})
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: all(r["models"] for r in gw.status()["replicas"]), what="models")
+            codes = [request(gw.port, "POST", "/v2/models/fake/infer", {})[0] for _ in range(100)]
+            assert codes.count(503) == 10 and codes.count(200) == 90, codes
+            assert codes[-60:] == [200] * 60
+            assert gw.status()["canary"] == {"fake": {"stable": 50, "canary": 0}}
+            assert any("canary rollback" in line for line in gw.log)
+    finally:
+        stable.close()
+        bad.close()
