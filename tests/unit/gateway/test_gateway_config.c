@@ -24,7 +24,8 @@ static void test_full_document(void **st) {
       "\"retry\":{\"retries\":0,\"budget_ratio\":0.5,\"budget_min\":2,\"connect_timeout_ms\":50,\"try_timeout_ms\":60,\"request_timeout_ms\":70,\"max_idle_per_pool\":8},"
       "\"rate_limit\":{\"rate\":12.5,\"burst\":4,\"nodelay\":true,\"key_header\":\"X-Tenant\",\"max_keys\":99},"
       "\"concurrency\":{\"max\":64,\"priority_header\":\"X-P\",\"classes\":[{\"name\":\"hi\",\"share\":1},{\"name\":\"lo\",\"share\":0.25}]},"
-      "\"canary\":{\"m\":{\"variants\":[{\"name\":\"v1\",\"version\":1,\"weight\":90},{\"name\":\"v2\",\"group\":\"canary\",\"weight\":10}]}},"
+      "\"canary\":{\"m\":{\"variants\":[{\"name\":\"v1\",\"version\":1,\"weight\":90},{\"name\":\"v2\",\"group\":\"canary\",\"weight\":10}],\"rollback\":{\"max_error_rate\":0.1,\"min_requests\":50}}},"
+      "\"affinity\":{\"session_header\":\"X-S\",\"prefix_bytes\":64,\"load_factor\":1.5},"
       "\"variant_header\":\"X-V\",\"admin_token\":\"t\"}";
   gw_config c;
   gw_config_defaults(&c);
@@ -57,6 +58,11 @@ static void test_full_document(void **st) {
   assert_int_equal(c.canaries[0].variants[0].version, 1);
   assert_string_equal(c.canaries[0].variants[1].group, "canary");
   assert_string_equal(c.admin_token, "t");
+  assert_true(c.canaries[0].max_error_rate == 0.1);
+  assert_int_equal(c.canaries[0].min_requests, 50);
+  assert_string_equal(c.session_header, "X-S");
+  assert_int_equal(c.prefix_bytes, 64);
+  assert_true(c.affinity_load_factor == 1.5);
   assert_null(gw_config_validate(&c));
   gw_config_free(&c);
   gw_config_free(&c);  /* idempotent */
@@ -97,6 +103,8 @@ static const struct { const char *doc, *want; } bad[] = {
     {"{\"canary\":{\"m\":{\"variants\":[{\"name\":\"a\",\"weight\":1,\"x\":1}]}}}", "canary.m.variants[0].x: unknown key"},
     {"{\"canary\":{\"m\":{\"variants\":[{\"name\":\"a\",\"weight\":0}]}}}", "canary.m.variants: the weights sum to 0"},
     {"{\"seed\":-1}", "seed: must be an integer"},
+    {"{\"affinity\":{\"load_factor\":0.5}}", "affinity.load_factor: must be a number in [1, 100]"},
+    {"{\"canary\":{\"m\":{\"variants\":[{\"name\":\"a\",\"weight\":1}],\"rollback\":{\"max_error_rate\":2}}}}", "canary.m.rollback.max_error_rate: must be a number in [0, 1]"},
     {"[1]", "f: the top level must be a JSON object"},
     {"{\n  \"listen\": {\n    \"port\": 80,\n  }\n}", "f:4:"},
     {"", "f:1:1: invalid JSON"},
