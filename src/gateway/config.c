@@ -201,8 +201,12 @@ static void pop_path(jctx *ctx, size_t saved) { ctx->path[saved] = 0; }
 #define TRY(x) do { cinfer_status *st_ = (x); if (st_) return st_; } while (0)
 
 static cinfer_status *parse_listen(jctx *ctx, gw_config *c, const cJSON *o) {
-  static const char *const keys[] = {"host", "port", "io_threads", "drain_timeout_ms", NULL};
+  static const char *const keys[] = {"host", "port", "io_threads", "drain_timeout_ms",
+                                     "max_body_mb", NULL};
   TRY(check_keys(ctx, o, keys));
+  int mb = 0;
+  TRY(get_int(ctx, o, "max_body_mb", 1, 65536, &mb));
+  if (mb) c->max_body_bytes = (size_t)mb << 20;
   TRY(get_str(ctx, o, "host", &c->host));
   TRY(get_int(ctx, o, "port", 0, 65535, &c->port));
   TRY(get_int(ctx, o, "io_threads", 1, 64, &c->io_threads));

@@ -14,7 +14,7 @@
 static void test_full_document(void **st) {
   (void)st;
   static const char doc[] =
-      "{\"listen\":{\"host\":\"127.0.0.1\",\"port\":9000,\"io_threads\":3,\"drain_timeout_ms\":5000},"
+      "{\"listen\":{\"host\":\"127.0.0.1\",\"port\":9000,\"io_threads\":3,\"drain_timeout_ms\":5000,\"max_body_mb\":2},"
       "\"upstreams\":{\"static\":[\"10.0.0.1:8000\",{\"address\":\"[::1]:8001\",\"group\":\"canary\",\"weight\":3}],"
       "\"dns\":[\"replicas.svc:8000\",{\"name\":\"other\",\"port\":9,\"group\":\"g\"}],"
       "\"dns_interval_ms\":1500,\"file\":\"/tmp/x\",\"file_interval_ms\":200,\"models_interval_ms\":700},"
@@ -34,6 +34,7 @@ static void test_full_document(void **st) {
   assert_string_equal(c.host, "127.0.0.1");
   assert_int_equal(c.port, 9000);
   assert_int_equal(c.io_threads, 3);
+  assert_int_equal(c.max_body_bytes, 2u << 20);
   assert_int_equal(c.n_statics, 2);
   assert_string_equal(c.statics[1].address, "[::1]:8001");
   assert_string_equal(c.statics[1].group, "canary");
