@@ -262,3 +262,22 @@ def test_canary_rolls_back_when_its_error_rate_crosses_the_threshold():
     finally:
         stable.close()
         bad.close()
+
+
+def test_overall_deadline_covers_time_spent_delayed_by_the_rate_limit():
+    up = FakeUpstream("ok")
+    try:
+        cfg = fast_cfg([up.hostport], rate_limit={"rate": 1, "burst": 5},
+                       retry={"try_timeout_ms": 400, "request_timeout_ms": 400})
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: gw.replica(up.hostport)["models"], what="models")
+            res = send_many(gw.port, 3, "/v2/models/fake/infer", {}, workers=3,
+                            headers={"X-API-Key": "k"})
+            # the first goes at once; the others would wait >= 1 s (excess / rate)
+            assert sorted(code for code, _ in res) == [200, 504, 504]
+            code, _, body = request(gw.port, "POST", "/v2/models/fake/infer", {},
+                                    headers={"X-API-Key": "other"})
+            assert code == 200
+    finally:
+        up.close()
