@@ -20,6 +20,7 @@ DEB_PACKAGES=(
   libb64-0d                                   # perf_analyzer's runtime
   librsvg2-bin                                # rsvg-convert: view `cinfer bench --plot` SVGs as PNG
   libpng-dev libjpeg62-turbo-dev              # cinfer bench --images
+  chromium                                    # headless check + screenshot of the gateway status page
 )
 # tritonclient 2.51 is the newest manylinux wheel that carries the perf_analyzer binary
 # and runs on bookworm's glibc 2.36 (later ones need 2.38; PyPI's `perf-analyzer` is an

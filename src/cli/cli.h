@@ -11,6 +11,7 @@ typedef struct cli_command {
 } cli_command;
 
 int cmd_serve(int argc, char **argv);
+int cmd_gateway(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_run(int argc, char **argv);

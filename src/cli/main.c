@@ -10,6 +10,7 @@
 
 static const cli_command commands[] = {
     {"serve", "run the inference server on a model repository", cmd_serve},
+    {"gateway", "route requests to many serve replicas (health, retries, canary, limits)", cmd_gateway},
     {"bench", "load generator: throughput and latency of a server (KServe v2, OpenAI, HTTP)", cmd_bench},
     {"generate", "generate text with a GGUF model (LLM engine quick run)", cmd_generate},
     {"run", "run an ONNX model on test data and compare with reference outputs", cmd_run},

@@ -1,0 +1,224 @@
+/* gateway.h: the contract of `cinfer gateway`, the inference-aware front door in front of
+ * `cinfer serve` replicas. Three layers, each usable alone (the pure ones are unit-tested):
+ *
+ *   1. configuration: gw_config (defaults, JSON file, flags), errors name the key;
+ *   2. policies with no I/O and an injected clock/RNG: token bucket (nginx limit_req
+ *      semantics), balancer choice (power-of-two least-outstanding, round robin, weighted),
+ *      smooth weighted round robin for canary splits, the replica health state machine;
+ *   3. the runtime: gateway_create/gateway_drain/gateway_destroy on src/net loops.
+ *
+ * Times are milliseconds of a monotonic clock passed in by the caller (loop_now_ms in the
+ * runtime, a fake clock in tests), so every policy is deterministic under test.
+ */
+#ifndef CINFER_GATEWAY_H
+#define CINFER_GATEWAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cinfer/types.h"
+
+/* ===================================================================================== */
+/* Configuration                                                                          */
+/* ===================================================================================== */
+
+typedef enum gw_balancer { GW_BAL_P2C = 0, GW_BAL_ROUND_ROBIN, GW_BAL_WEIGHTED } gw_balancer;
+
+typedef struct gw_static_upstream {
+  char *address;  /* "host:port" (IPv6 as "[::1]:port"); owned */
+  char *group;    /* replica group for canary variants; owned, may be NULL */
+  int weight;     /* >= 1, used by the weighted balancer */
+} gw_static_upstream;
+
+typedef struct gw_dns_upstream {
+  char *name;     /* resolved every dns_interval_ms; every A/AAAA record is a replica */
+  uint16_t port;
+  char *group;
+  int weight;
+} gw_dns_upstream;
+
+typedef struct gw_variant {
+  char *name;     /* label in metrics and the value of the force header */
+  char *group;    /* replicas of this group serve the variant (NULL: any replica) */
+  long long version; /* > 0: the request is sent to /v2/models/NAME/versions/V/(rest) */
+  int weight;     /* >= 0; the split is weight / sum(weights) */
+} gw_variant;
+
+typedef struct gw_canary {
+  char *model;
+  gw_variant *variants;
+  size_t n_variants;
+  /* automatic rollback: a variant whose share of 5xx answers exceeds max_error_rate after
+   * at least min_requests requests gets weight 0 (if another variant keeps weight > 0).
+   * max_error_rate 0 = off. */
+  double max_error_rate;
+  int min_requests;
+} gw_canary;
+
+typedef struct gw_priority_class {
+  char *name;     /* value of the priority header */
+  double share;   /* admitted while active < share * max_concurrency; (0, 1] */
+} gw_priority_class;
+
+typedef struct gw_config {
+  /* listen */
+  char *host;               /* default "0.0.0.0" */
+  int port;                 /* default 8080; 0 = ephemeral */
+  int io_threads;           /* default 2 */
+  int drain_timeout_ms;     /* SIGTERM grace period, default 30000 */
+  /* upstreams */
+  gw_static_upstream *statics; size_t n_statics;
+  gw_dns_upstream *dns; size_t n_dns;
+  int dns_interval_ms;      /* default 5000 */
+  char *upstreams_file;     /* one host:port [group] [weight] per line; '#' comments */
+  int file_interval_ms;     /* default 1000 (mtime polled) */
+  int models_interval_ms;   /* model discovery per replica, default 5000 */
+  gw_balancer balancer;     /* default p2c */
+  unsigned seed;            /* RNG seed; 0 = from the clock */
+  /* active health checks */
+  char *health_path;        /* default "/v2/health/ready" */
+  int health_interval_ms;   /* default 2000 */
+  int health_timeout_ms;    /* default 1000 */
+  int unhealthy_threshold;  /* default 2 consecutive failed checks */
+  int healthy_threshold;    /* default 2 consecutive passed checks */
+  /* passive outlier ejection */
+  int eject_consecutive;    /* default 5 consecutive connect failures or 5xx; 0 = off */
+  int eject_base_ms;        /* default 10000; n-th ejection lasts n * base */
+  int eject_max_ms;         /* default 300000 */
+  int eject_max_percent;    /* default 50: never more than this share ejected */
+  /* retries and deadlines */
+  int retries;              /* default 1 (another replica); 0 = off */
+  double retry_budget_ratio;/* default 0.2 of active requests may be retries */
+  int retry_budget_min;     /* default 10 concurrent retries always allowed */
+  int connect_timeout_ms;   /* default 1000 */
+  int try_timeout_ms;       /* default 30000: per-try inactivity bound */
+  int request_timeout_ms;   /* default 60000: overall deadline */
+  int max_idle_per_pool;    /* default 64 idle keep-alive connections per replica per loop */
+  size_t max_body_bytes;    /* default 64 MiB (requests and buffered responses) */
+  /* admission */
+  double rate;              /* requests per second per key; 0 = no rate limit */
+  double burst;             /* default 0 */
+  bool nodelay;             /* default false (nginx: excess requests are delayed) */
+  char *rate_key_header;    /* default "X-API-Key"; else X-Forwarded-For, else "-" */
+  int rate_max_keys;        /* default 10000 buckets (least recently used evicted) */
+  int max_concurrency;      /* 0 = unlimited */
+  char *priority_header;    /* default "X-Priority" */
+  gw_priority_class *classes; size_t n_classes; /* default: none (one class, share 1) */
+  /* canary */
+  gw_canary *canaries; size_t n_canaries;
+  char *variant_header;     /* default "X-Cinfer-Variant" */
+  /* affinity: session stickiness and LLM prompt-prefix affinity */
+  char *session_header;     /* default "X-Session-Id": same value -> same replica */
+  int prefix_bytes;         /* default 0 (off): OpenAI prompts route on their first N bytes */
+  double affinity_load_factor; /* default 1.25: bounded load, see gw_affinity_pick */
+  /* admin */
+  char *admin_token;        /* bearer token for the /admin endpoints; NULL = admin disabled */
+} gw_config;
+
+/* Fills defaults (no upstreams). Caller frees with gw_config_free. */
+void gw_config_defaults(gw_config *c);
+/* Applies a JSON document (text[0..len)) on top of c. Unknown keys, wrong types and values
+ * out of range are errors whose message names the key path, e.g.
+ * "config.json: health.interval_ms: must be an integer in [10, 3600000]". */
+cinfer_status *gw_config_apply_json(gw_config *c, const char *text, size_t len,
+                                    const char *origin);
+cinfer_status *gw_config_load_file(gw_config *c, const char *path);
+/* Final checks after flags (e.g. at least one upstream source). */
+cinfer_status *gw_config_validate(const gw_config *c);
+void gw_config_free(gw_config *c);
+/* Parses "host:port" / "[v6]:port"; host written to host[0..cap). */
+bool gw_parse_hostport(const char *s, char *host, size_t cap, uint16_t *port);
+
+/* ===================================================================================== */
+/* Policies (pure)                                                                        */
+/* ===================================================================================== */
+
+/* xorshift64* RNG; state must not be 0. */
+uint64_t gw_rand(uint64_t *state);
+
+/* nginx limit_req: `excess` counts requests above the rate (in requests); each request
+ * first leaks rate * elapsed, then adds one. excess > burst -> reject; otherwise admit,
+ * after a delay of (excess / rate) unless nodelay. Zero-initialise, then use. */
+typedef struct gw_bucket {
+  double excess;
+  uint64_t last_ms;
+  bool used;
+} gw_bucket;
+
+typedef struct gw_bucket_result {
+  bool admitted;
+  uint64_t delay_ms;       /* admitted without nodelay: wait this long before forwarding */
+  uint64_t retry_after_s;  /* rejected: seconds until one more request would be admitted */
+} gw_bucket_result;
+
+gw_bucket_result gw_bucket_take(gw_bucket *b, double rate, double burst, bool nodelay,
+                                uint64_t now_ms);
+
+/* Balancer over candidates (indexes into outstanding/weights). Returns the chosen position
+ * in [0, n) or -1 when n == 0.
+ *  P2C: two distinct random candidates, the one with fewer outstanding requests (ties:
+ *       the first drawn); weights are ignored;
+ *  ROUND_ROBIN: *rr_cursor advanced modulo n;
+ *  WEIGHTED: random with probability weight / sum(weights). */
+int gw_balance_pick(gw_balancer kind, size_t n, const uint32_t *outstanding,
+                    const int *weights, uint64_t *rng, uint64_t *rr_cursor);
+
+/* Smooth weighted round robin (nginx): deterministic, the split over any window of
+ * sum(weights) picks is exact. current[] is caller state (zero-initialised). Returns -1
+ * when every weight is 0. */
+int gw_swrr_pick(size_t n, const int *weights, long long *current);
+
+/* Affinity with bounded load (rendezvous hashing): the candidate with the highest
+ * mix(key, ids[i]) wins unless its outstanding count exceeds
+ * load_factor * (mean outstanding + 1), in which case the next-highest candidate under the
+ * bound wins; -1 when none is (the caller falls back to the balancer). Removing one
+ * candidate moves only the keys that were on it. */
+int gw_affinity_pick(size_t n, const uint64_t *ids, uint64_t key, const uint32_t *outstanding,
+                     double load_factor);
+uint64_t gw_hash64(const void *data, size_t len);
+
+/* Replica health as seen by active checks and passive outlier detection. */
+typedef enum gw_health_state { GW_H_UNKNOWN = 0, GW_H_HEALTHY, GW_H_UNHEALTHY } gw_health_state;
+
+typedef struct gw_health {
+  gw_health_state state;
+  int check_ok_run, check_fail_run;   /* consecutive active results */
+  int passive_fail_run;               /* consecutive connect failures / 5xx */
+  int ejections;                      /* times ejected so far (grows the ejection time) */
+  uint64_t ejected_until_ms;          /* 0 = not ejected */
+} gw_health;
+
+typedef struct gw_health_params {
+  int healthy_threshold, unhealthy_threshold;
+  int eject_consecutive, eject_base_ms, eject_max_ms;
+} gw_health_params;
+
+/* Active check result. The first check decides at once (a replica is not used before its
+ * first passed check); afterwards thresholds apply. Returns true when the state changed. */
+bool gw_health_check_result(gw_health *h, const gw_health_params *p, bool ok);
+/* Passive result of a proxied try (failure = connect failure or 5xx). may_eject: the cap on
+ * the ejected share allows one more ejection. Returns true when this call ejected. */
+bool gw_health_passive(gw_health *h, const gw_health_params *p, bool failure, bool may_eject,
+                       uint64_t now_ms);
+/* Usable for new requests: healthy by active checks and not ejected at now_ms. */
+bool gw_health_usable(const gw_health *h, uint64_t now_ms);
+
+/* ===================================================================================== */
+/* Runtime                                                                                */
+/* ===================================================================================== */
+
+typedef struct gateway gateway;
+
+/* Starts listening and the control thread (discovery, health checks). Takes ownership of
+ * *cfg (moved: *cfg is zeroed, also on failure). Static upstream names are resolved here;
+ * failing that is an error naming the entry. */
+cinfer_status *gateway_create(gw_config *cfg, gateway **out);
+uint16_t gateway_port(const gateway *g);
+/* Not ready (/readyz 503), stop accepting, let in-flight requests finish (up to
+ * drain_timeout_ms). Returns the number of connections that had to be forced. */
+int gateway_drain(gateway *g);
+/* Frees everything. NULL is a no-op. */
+void gateway_destroy(gateway *g);
+
+#endif

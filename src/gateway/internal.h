@@ -1,0 +1,170 @@
+/* internal.h: shared state of the gateway runtime (runtime.c, proxy.c, control.c). Private.
+ *
+ * Threads: N I/O loops (the http_server's, requests and upstream pools live there) and one
+ * control loop (discovery, active health checks, model discovery).
+ *
+ * Invariants:
+ *  1. g->mu guards the replica table (g->reps, g->n_reps), every replica's health, models,
+ *     group/weight/sources, the canary table and the round-robin cursor. It is held only
+ *     for short, allocation-free sections (choice, state updates), never across I/O.
+ *  2. Replica records are never freed before gateway_destroy: a replica that leaves
+ *     discovery keeps its record with sources == 0 (not routable), so pointers held by
+ *     in-flight tries and pooled connections stay valid. The table grows only with
+ *     distinct addresses ever seen (bounded by GW_MAX_REPLICAS).
+ *  3. r->idle[i] (pooled keep-alive connections) is touched only on I/O loop i.
+ *  4. Every exchange is answered exactly once, after its upstream connection was released
+ *     or destroyed, so draining the server implies no connection is in use.
+ */
+#ifndef CINFER_GATEWAY_INTERNAL_H
+#define CINFER_GATEWAY_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "gateway/gateway.h"
+#include "metrics/metrics.h"
+#include "net/http.h"
+#include "net/loop.h"
+
+#define GW_MAX_REPLICAS 4096
+#define GW_MAX_LOOPS 64
+#define GW_SRC_STATIC 1u
+#define GW_SRC_FILE 2u
+#define GW_SRC_DNS0 4u /* DNS name k uses bit (2 + k), k < 30 */
+
+typedef struct gw_req gw_req;
+typedef struct gateway gateway;
+
+typedef struct gw_conn {
+  http_client *c;
+  struct gw_replica *r;
+  int loop;
+  gw_req *req;           /* the try using this connection, NULL when idle */
+  struct gw_conn *next;  /* idle list */
+} gw_conn;
+
+typedef struct gw_replica {
+  char addr[80];         /* "ip:port" / "[v6]:port": identity and metrics label */
+  char host[64];
+  uint16_t port;
+  char group[64];        /* "" = no group */
+  uint64_t id_hash;      /* gw_hash64(addr): identity for affinity hashing */
+  int weight;
+  gateway *gw;
+  unsigned sources;      /* GW_SRC_* bits that list it; 0 = removed */
+  bool mark;             /* scratch for apply_source */
+  gw_health h;
+  bool draining;         /* last check answered not ready */
+  _Atomic uint32_t outstanding;
+  _Atomic uint64_t n_requests, n_failures;
+  /* models ready on it: "name" and "name@version" strings, owned; replaced under g->mu */
+  char **models;
+  size_t n_models;
+  bool models_known;
+  /* control loop only */
+  http_client *hc, *mc;
+  int mc_stage;          /* 0 idle, 1 repository index, 2 /v1/models */
+  char *mbuf; size_t mlen, mcap;
+  char **pending; size_t n_pending;  /* models being collected */
+  int hc_status, mc_status;
+  uint64_t next_check_ms, next_models_ms;
+  bool check_now;         /* set by any thread (atomic builtins) */
+  /* per loop pools (invariant 3) */
+  gw_conn **idle;
+  int *n_idle;
+  /* metrics */
+  metric *m_healthy, *m_ejections;
+} gw_replica;
+
+typedef struct gw_canary_state {
+  gw_canary *cfg;         /* points into gateway.cfg.canaries */
+  long long current[16];  /* swrr state per variant */
+  long long requests[16], errors[16];  /* answers per variant since the last weight change */
+} gw_canary_state;
+
+typedef struct gw_rate_entry {
+  char key[96];
+  uint64_t hash;
+  gw_bucket b;
+  uint64_t last_use_ms;
+  bool used;
+} gw_rate_entry;
+
+/* Per-loop cache of metric series for the request path, so that answering a request
+ * neither allocates nor takes the registry lock once its series exists. */
+#define GW_MCACHE_SLOTS 1024
+typedef struct gw_mcache_entry {
+  uint64_t hash;
+  const metric_family *f;
+  const struct gw_replica *r;
+  int code;
+  char model[128];
+  char variant[64];
+  metric *m;
+} gw_mcache_entry;
+
+typedef struct gw_loop_ctx {
+  net_loop *loop;
+  uint64_t rng;
+  gw_mcache_entry *mcache;  /* GW_MCACHE_SLOTS entries, loop thread only; NULL = off */
+} gw_loop_ctx;
+
+struct gateway {
+  gw_config cfg;          /* owned deep copy (strings shared with nothing) */
+  http_server *srv;
+  int n_loops;
+  gw_loop_ctx loops[GW_MAX_LOOPS];
+  _Atomic bool started;   /* loops[] filled in */
+  _Atomic bool draining;
+  net_loop *ctl;
+  bool ctl_running;       /* its thread was started */
+  bool ctl_stopping;
+  loop_timer ctl_tick;
+  uint64_t next_dns_ms, next_file_ms;
+  char *health_req;
+  size_t health_req_len;
+  time_t file_mtime;
+  long file_mtime_ns;
+  off_t file_size;
+
+  pthread_mutex_t mu;     /* invariant 1 */
+  gw_replica **reps;
+  size_t n_reps;
+  uint64_t rr_cursor;
+  gw_canary_state *canaries;
+  size_t n_canaries;
+
+  pthread_mutex_t rate_mu;
+  gw_rate_entry *rate;    /* open addressing, cfg.rate_max_keys * 2 slots */
+  size_t rate_slots, rate_used;
+
+  _Atomic long long active;          /* admitted requests in flight */
+  _Atomic long long retries_active;  /* of which on a retry try */
+
+  metrics_registry *reg;
+  metric_family *f_requests, *f_duration, *f_healthy, *f_ejections, *f_retries, *f_rate,
+      *f_shed, *f_active, *f_up_outstanding;
+  metric *m_active;
+  uint64_t start_ms;
+};
+
+/* control.c */
+cinfer_status *gw_control_start(gateway *g);
+cinfer_status *gw_static_resolve(gateway *g);
+void gw_control_stop(gateway *g);
+/* Schedules an immediate active check of r (any thread). */
+void gw_replica_check_soon(gateway *g, gw_replica *r);
+/* Finds or adds the replica; g->mu held. NULL when the table is full. */
+gw_replica *gw_replica_get(gateway *g, const char *host, uint16_t port);
+bool gw_replica_has_model(const gw_replica *r, const char *model, long long version);
+
+/* proxy.c */
+void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop);
+void gw_pools_free_on_loop(gateway *g, int loop);
+
+/* runtime.c */
+void gw_respond_error(http_exchange *ex, int status, const char *request_id, const char *fmt,
+                      ...) __attribute__((format(printf, 4, 5)));
+metric *gw_series(metric_family *f, const char *const *labels);
+
+#endif

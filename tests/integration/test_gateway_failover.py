@@ -1,0 +1,201 @@
+"""Failover under steady load through the gateway, three real `cinfer serve` replicas:
+kill -9 of one -> zero failed client requests and the replica is taken out (ejected or
+marked unhealthy); SIGTERM of one -> zero failed client requests (it drains); a 503 from
+an upstream is retried on another replica; a replica added to the watched upstreams file
+receives traffic."""
+import os
+import signal
+import tempfile
+
+from test_gateway_common import (INFER_SIM, FakeUpstream, Gateway, LoadGen, fast_sim_repo,
+                                 replica, request, wait_for)
+
+
+def cluster_cfg(hostports, **extra):
+    cfg = {"upstreams": {"static": hostports, "models_interval_ms": 500},
+           "health": {"interval_ms": 200, "timeout_ms": 200, "unhealthy_threshold": 2,
+                      "healthy_threshold": 1},
+           "outlier": {"consecutive_failures": 3, "base_ejection_ms": 30000,
+                       "max_ejected_percent": 50},
+           "retry": {"budget_min": 50}}
+    cfg.update(extra)
+    return cfg
+
+
+def steady_load_then(gw, fault, workers=6):
+    """Runs load, waits until every replica served some, applies fault(), keeps the load
+    going until `after` more successes, returns the LoadGen."""
+    load = LoadGen(gw.port, "/v2/models/sim_detector/infer", INFER_SIM, workers).start()
+    try:
+        wait_for(lambda: len(load.by_upstream) >= 3 and load.count() >= 200, 30, "load on all replicas")
+        fault()
+        base = load.count()
+        wait_for(lambda: load.count() >= base + 600, 40, "load after the fault")
+    finally:
+        load.stop()
+    return load
+
+
+def test_kill_9_of_one_replica_loses_no_request_and_ejects_it():
+    repo = fast_sim_repo()
+    with replica(repo) as a, replica(repo) as b:
+        c = replica(repo).start()
+        try:
+            for s in (a, b, c):
+                s.wait_ready()
+            with Gateway(cluster_cfg([a.hostport, b.hostport, c.hostport])) as gw:
+                gw.wait_ready()
+                wait_for(lambda: all(r["models"] for r in gw.status()["replicas"]), what="models")
+                load = steady_load_then(gw, lambda: c.proc.kill())
+                assert load.failures == [], load.failures[:5]
+                r = gw.replica(c.hostport)
+                assert r["state"] in ("ejected", "unhealthy"), r
+                assert r["failures"] > 0, r  # the kill was felt by proxied requests
+                assert load.by_upstream.get(c.hostport, 0) > 0
+                m = gw.metrics()
+                assert f'cinfer_gateway_upstream_healthy{{upstream="{c.hostport}"}} 0' in m
+                # traffic after the kill went to the two survivors only
+                before = dict(load.by_upstream)
+                load2 = LoadGen(gw.port, "/v2/models/sim_detector/infer", INFER_SIM, 2).start()
+                wait_for(lambda: load2.count() >= 100, 30, "more load")
+                load2.stop()
+                assert load2.failures == []
+                assert c.hostport not in load2.by_upstream, (before, load2.by_upstream)
+        finally:
+            c.stop(signal.SIGKILL)
+
+
+def test_sigterm_of_one_replica_loses_no_request():
+    repo = fast_sim_repo()
+    with replica(repo) as a, replica(repo) as b:
+        c = replica(repo).start()
+        try:
+            for s in (a, b, c):
+                s.wait_ready()
+            with Gateway(cluster_cfg([a.hostport, b.hostport, c.hostport])) as gw:
+                gw.wait_ready()
+                wait_for(lambda: all(r["models"] for r in gw.status()["replicas"]), what="models")
+                load = steady_load_then(gw, lambda: c.proc.send_signal(signal.SIGTERM))
+                assert load.failures == [], load.failures[:5]
+                assert c.proc.wait(30) == 0
+                wait_for(lambda: gw.replica(c.hostport)["state"] != "healthy", 10, "c out")
+        finally:
+            c.stop()
+
+
+def test_503_is_retried_on_another_replica_and_counted():
+    busy = FakeUpstream("503")
+    ok = FakeUpstream("ok")
+    try:
+        cfg = cluster_cfg([busy.hostport, ok.hostport], balancer="round_robin")
+        cfg["outlier"]["consecutive_failures"] = 0  # keep the busy one in rotation
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: all(r["models"] for r in gw.status()["replicas"]), what="models")
+            for _ in range(20):
+                code, h, body = request(gw.port, "POST", "/v2/models/fake/infer", {})
+                assert code == 200 and body == b'{"ok":true}'
+                assert h["x-cinfer-upstream"] == ok.hostport
+            assert busy.inference_hits >= 5
+            m = gw.metrics()
+            line = [x for x in m.splitlines()
+                    if x.startswith(f'cinfer_gateway_retries_total{{upstream="{busy.hostport}",model="fake"}}')]
+            assert line and float(line[0].split()[-1]) == busy.inference_hits
+        # with only the busy replica the 503 comes back to the client as it was
+        cfg = cluster_cfg([busy.hostport])
+        cfg["outlier"]["consecutive_failures"] = 0
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: gw.status()["replicas"][0]["models"], what="models")
+            code, _, body = request(gw.port, "POST", "/v2/models/fake/infer", {})
+            assert code == 503 and b"busy" in body
+    finally:
+        busy.close()
+        ok.close()
+
+
+def test_replica_added_to_the_watched_file_gets_traffic_and_removed_one_none():
+    ok = FakeUpstream("ok")
+    ok2 = FakeUpstream("ok")
+    fd, path = tempfile.mkstemp(suffix=".upstreams")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(f"# replicas\n{ok.hostport}\n")
+        cfg = {"upstreams": {"file": path, "file_interval_ms": 100, "models_interval_ms": 300},
+               "health": {"interval_ms": 100, "timeout_ms": 100, "healthy_threshold": 1,
+                          "unhealthy_threshold": 1}}
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: gw.replica(ok.hostport)["models"], what="models")
+            with open(path, "a") as f:
+                f.write(f"{ok2.hostport} group=b weight=2\nnot-an-address\n")
+            wait_for(lambda: gw.replica(ok2.hostport) and gw.replica(ok2.hostport)["models"],
+                     what="the new replica discovered")
+            assert gw.replica(ok2.hostport)["group"] == "b"
+            seen = set()
+            for _ in range(30):
+                code, h, _ = request(gw.port, "POST", "/v2/models/fake/infer", {})
+                assert code == 200
+                seen.add(h["x-cinfer-upstream"])
+            assert seen == {ok.hostport, ok2.hostport}
+            assert any("not-an-address" in line and "line ignored" in line for line in gw.log)
+            # remove ok2 from the file: it stops receiving traffic
+            with open(path, "w") as f:
+                f.write(f"{ok.hostport}\n")
+            wait_for(lambda: gw.replica(ok2.hostport)["state"] == "removed", what="removal")
+            for _ in range(10):
+                code, h, _ = request(gw.port, "POST", "/v2/models/fake/infer", {})
+                assert code == 200 and h["x-cinfer-upstream"] == ok.hostport
+    finally:
+        os.unlink(path)
+        ok.close()
+        ok2.close()
+
+
+def test_dns_name_resolves_to_replicas():
+    ok = FakeUpstream("ok")
+    try:
+        cfg = {"upstreams": {"dns": [f"localhost:{ok.port}"], "dns_interval_ms": 200,
+                             "models_interval_ms": 300},
+               "health": {"interval_ms": 100, "timeout_ms": 100, "healthy_threshold": 1}}
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: gw.replica(ok.hostport) and gw.replica(ok.hostport)["models"],
+                     what="the resolved replica")
+            code, h, _ = request(gw.port, "POST", "/v2/models/fake/infer", {})
+            assert code == 200 and h["x-cinfer-upstream"] == ok.hostport
+    finally:
+        ok.close()
+
+
+def test_session_and_prompt_prefix_affinity():
+    ups = [FakeUpstream("ok", openai_models=["llm"]) for _ in range(3)]
+    try:
+        cfg = {"upstreams": {"static": [u.hostport for u in ups], "models_interval_ms": 300},
+               "health": {"interval_ms": 100, "timeout_ms": 100, "healthy_threshold": 1},
+               "affinity": {"prefix_bytes": 32}}
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: all("llm" in r["models"] for r in gw.status()["replicas"]), what="models")
+            homes = {}
+            for rnd in range(3):
+                for s in range(12):
+                    code, h, _ = request(gw.port, "POST", "/v2/models/fake/infer", {},
+                                         headers={"X-Session-Id": f"user-{s}"})
+                    assert code == 200
+                    assert homes.setdefault(s, h["x-cinfer-upstream"]) == h["x-cinfer-upstream"]
+            assert len(set(homes.values())) >= 2  # sessions spread over replicas
+            # prompts sharing their first 32 bytes land together
+            system = "You are a helpful assistant. Answer briefly. "
+            seen = set()
+            for q in range(10):
+                code, h, _ = request(gw.port, "POST", "/v1/chat/completions",
+                                     {"model": "llm", "messages": [
+                                         {"role": "system", "content": system},
+                                         {"role": "user", "content": f"question {q}"}]})
+                assert code == 200
+                seen.add(h["x-cinfer-upstream"])
+            assert len(seen) == 1
+    finally:
+        for u in ups:
+            u.close()
