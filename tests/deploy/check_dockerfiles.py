@@ -141,10 +141,10 @@ def check_binary_libs(binary, pkgs):
     # under sanitizers the binary also links the compiler's runtimes: not shipped in images
     libs = [p for p in libs if not re.search(r"lib(asan|ubsan|lsan|tsan)", p)]
     for lib in libs:
-        real = subprocess.run(["realpath", lib], capture_output=True, text=True).stdout.strip()
-        res = subprocess.run(["dpkg", "-S", real], capture_output=True, text=True)
-        if res.returncode != 0:
-            res = subprocess.run(["dpkg", "-S", lib], capture_output=True, text=True)
+        # match by multiarch directory + file name, as Dockerfile.cuda does: dpkg records
+        # /lib/... or /usr/lib/... depending on the package, and ldd reports either
+        p = pathlib.PurePosixPath(lib)
+        res = subprocess.run(["dpkg", "-S", f"*/{p.parent.name}/{p.name}"], capture_output=True, text=True)
         owner = res.stdout.split(":")[0].strip() if res.returncode == 0 else None
         if owner is None:
             errs.append(f"{binary}: links {lib}, which no Debian package owns: it cannot be in the image")

@@ -20,6 +20,7 @@ Usage: check_manifests.py --repo ROOT --kustomize "kubectl kustomize" [--self-te
 """
 import argparse
 import copy
+import functools
 import json
 import pathlib
 import re
@@ -34,6 +35,12 @@ import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import crd_schemas  # noqa: E402
+
+# kubernetes-validate re-reads and re-parses the schema files (including the multi-megabyte
+# _definitions.json) on every call; the files never change during a run and the parsed
+# schemas are only read, so memoise them. Cuts the run's CPU time several-fold.
+kvu.schema_contents = functools.lru_cache(maxsize=None)(kvu.schema_contents)
+kvu.all_versions = functools.lru_cache(maxsize=None)(kvu.all_versions)
 
 OVERLAYS = ["cpu", "gpu", "gpu-llm", "cpu-keda"]
 GPU_OVERLAYS = {"gpu", "gpu-llm"}
