@@ -31,7 +31,6 @@ import contextlib
 import http.server
 import json
 import math
-import os
 import pathlib
 import shutil
 import signal
