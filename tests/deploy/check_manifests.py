@@ -404,6 +404,9 @@ def check_overlay(overlay, docs):
     sos = [s for s in by_kind.get("ScaledObject", []) if s["spec"]["scaleTargetRef"]["name"] == "cinfer-server"]
     if len(hpas) + len(sos) != 1:
         E(f"{overlay}: {len(hpas)} HPAs and {len(sos)} ScaledObjects scale cinfer-server, want exactly 1")
+    if (hpas or sos) and "replicas" in srv["spec"]:
+        E(f"{overlay}: Deployment/cinfer-server sets spec.replicas although an autoscaler owns it "
+          "(every apply would reset the fleet)")
     provided = adapter_metric_names(docs)
     for h in hpas:
         hw = f"{overlay}: {key(h)}"
@@ -570,6 +573,10 @@ def _m_two_scalers(r):
     r["cpu-keda"].append(copy.deepcopy(find(r["cpu"], "HorizontalPodAutoscaler", "cinfer-server")))
 
 
+def _m_fixed_replicas(r):
+    find(r["gpu"], "Deployment", "cinfer-server")["spec"]["replicas"] = 3
+
+
 def _m_namespace(r):
     find(r["gpu"], "PodDisruptionBudget", "cinfer-server")["metadata"]["namespace"] = "default"
 
@@ -595,6 +602,7 @@ MUTATIONS = [
     (_m_root, r"runs as uid 0"),
     (_m_two_scalers, r"1 HPAs and 1 ScaledObjects"),
     (_m_namespace, r"namespace is 'default'"),
+    (_m_fixed_replicas, r"sets spec.replicas although an autoscaler owns it"),
 ]
 
 
