@@ -265,6 +265,20 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
       bin += t->byte_size;
       bin_left -= t->byte_size;
       if ((st = cinfer_tensor_check(t))) goto fail;
+      /* Zero copy when the bytes sit at an address aligned for their element type; the
+       * JSON header's length decides that, so otherwise copy them to aligned memory
+       * (kernels read typed elements). */
+      size_t es = cinfer_dtype_size(t->dtype);
+      if (es > 1 && ((uintptr_t)t->data % es) != 0) {
+        void *copy = NULL;
+        if (posix_memalign(&copy, 64, t->byte_size ? t->byte_size : 64)) {
+          st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+          goto fail;
+        }
+        memcpy(copy, t->data, t->byte_size);
+        t->data = copy;
+        ki->owned = copy;
+      }
       continue;
     }
     if (!data) { st = BAD("input '%s' has neither 'data' nor binary_data_size", t->name); goto fail; }
