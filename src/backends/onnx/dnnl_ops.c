@@ -178,9 +178,8 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     }
   }
   if (!pd) {
-    bool plain = getenv("CINFER_ONNX_FIRST_PLAIN") && x->dims[1] <= 4;
     DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
-                                                  plain ? &x_plain : &x_any, &w_any, b ? &b_md : NULL, plain ? &y_plain : &y_any, strides, dil, pl, pr));
+                                                  &x_any, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
     DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
   }
   dnnl_post_ops_destroy(po);
