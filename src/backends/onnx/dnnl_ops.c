@@ -178,9 +178,8 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     }
   }
   if (!pd) {
-    bool plain = getenv("CINFER_ONNX_FIRST_PLAIN") && x->dims[1] <= 4;
     DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
-                                                  plain ? &x_plain : &x_any, &w_any, b ? &b_md : NULL, plain ? &y_plain : &y_any, strides, dil, pl, pr));
+                                                  &x_any, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
     DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
   }
   dnnl_post_ops_destroy(po);
@@ -408,19 +407,30 @@ static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, fast_kernel **out
   dnnl_memory_desc_t x_md, y_md;
   dnnl_pooling_v2_desc_t pdsc;
   dnnl_primitive_desc_t pd = NULL;
+  /* oneDNN's jit pooling wants the blocked layout (its NCHW pooling is a slow generic
+   * one): reorder in, pool, reorder out */
+  dnnl_memory_desc_t xb_md, yb_md;
   DN(dnnl_memory_desc_init_by_tag(&x_md, 4, xd, dnnl_f32, dnnl_nchw));
   DN(dnnl_memory_desc_init_by_tag(&y_md, 4, yd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_memory_desc_init_by_tag(&xb_md, 4, xd, dnnl_f32, dnnl_aBcd8b));
+  DN(dnnl_memory_desc_init_by_tag(&yb_md, 4, yd, dnnl_f32, dnnl_aBcd8b));
   DN(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_inference,
                                        maxp ? dnnl_pooling_max : incl ? dnnl_pooling_avg_include_padding
                                                                        : dnnl_pooling_avg_exclude_padding,
-                                       &x_md, &y_md, strides, kern, dil, pl, pr));
+                                       &xb_md, &yb_md, strides, kern, dil, pl, pr));
   DN(dnnl_primitive_desc_create(&pd, &pdsc, NULL, engine(), NULL));
   dnnl_status_t r = dnnl_primitive_create(&k->prim, pd);
   dnnl_primitive_desc_destroy(pd);
   DN(r);
   DN(dnnl_stream_create(&k->stream, engine(), dnnl_stream_default_flags));
-  DN(dnnl_memory_create(&k->src_mem, &x_md, engine(), DNNL_MEMORY_NONE));
-  DN(dnnl_memory_create(&k->dst_mem, &y_md, engine(), DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&k->src_user, &x_md, engine(), DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&k->dst_user, &y_md, engine(), DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&k->src_mem, &xb_md, engine(), DNNL_MEMORY_NONE));
+  DN(dnnl_memory_create(&k->dst_mem, &yb_md, engine(), DNNL_MEMORY_NONE));
+  DN(make_reorder(&x_md, &xb_md, &k->src_reorder));
+  DN(make_reorder(&yb_md, &y_md, &k->dst_reorder));
+  s->temp_bytes[0] = dnnl_memory_desc_get_size(&xb_md);
+  s->temp_bytes[1] = dnnl_memory_desc_get_size(&yb_md);
   *out = k;
   return NULL;
 fail:
@@ -429,11 +439,17 @@ fail:
 }
 
 static cinfer_status *pool_run(fast_kernel *k, plan_step *s) {
-  if (dnnl_memory_set_data_handle(k->src_mem, s->in[0]->data) != dnnl_success ||
-      dnnl_memory_set_data_handle(k->dst_mem, s->out[0]->data) != dnnl_success)
+  if (dnnl_memory_set_data_handle(k->src_user, s->in[0]->data) != dnnl_success ||
+      dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data) != dnnl_success ||
+      dnnl_memory_set_data_handle(k->src_mem, s->temp[0]) != dnnl_success ||
+      dnnl_memory_set_data_handle(k->dst_mem, s->temp[1]) != dnnl_success)
     return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN memory handle");
+  dnnl_exec_arg_t in_[] = {{DNNL_ARG_FROM, k->src_user}, {DNNL_ARG_TO, k->src_mem}};
   dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, k->src_mem}, {DNNL_ARG_DST, k->dst_mem}};
-  if (dnnl_primitive_execute(k->prim, k->stream, 2, a) != dnnl_success ||
+  dnnl_exec_arg_t out_[] = {{DNNL_ARG_FROM, k->dst_mem}, {DNNL_ARG_TO, k->dst_user}};
+  if (dnnl_primitive_execute(k->src_reorder, k->stream, 2, in_) != dnnl_success ||
+      dnnl_primitive_execute(k->prim, k->stream, 2, a) != dnnl_success ||
+      dnnl_primitive_execute(k->dst_reorder, k->stream, 2, out_) != dnnl_success ||
       dnnl_stream_wait(k->stream) != dnnl_success)
     return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN pooling failed");
   return NULL;

@@ -539,7 +539,7 @@ static bool shape_like_operand(const onnx_node *n, int j) {
                                       "TopK", "CumSum", "Slice", "Pad", "Resize", "Upsample",
                                       "Dropout", "ReduceSum", "ReduceMean", "ReduceMax",
                                       "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                                      "ReduceLogSumExp", "ReduceLogSum", "ReduceSumSquare", "Clip"};
+                                      "ReduceLogSumExp", "ReduceLogSum", "ReduceSumSquare", "Clip", "Trilu"};
   if (!strcmp(n->op_type, "ConstantOfShape") || !strcmp(n->op_type, "Range")) return true;
   for (size_t i = 0; i < sizeof from1 / sizeof from1[0]; i++)
     if (!strcmp(n->op_type, from1[i])) return j >= 1;

@@ -1458,6 +1458,85 @@ static cinfer_status *cumsum_exec(onnx_exec *x, const onnx_node *n, ot **in, ot 
   return NULL;
 }
 
+/* GatherElements(data, indices, axis): out has the indices' shape */
+static cinfer_status *gel_infer(const onnx_node *n, ot **in, ot **out) {
+  int r = in[0]->ndim;
+  if (norm_axis(attr_i(n, "axis", 0), r) < 0 || in[1]->ndim != r)
+    return NODE_ERR(n, CINFER_INVALID_ARG, "axis out of range or rank mismatch");
+  REQUIRE_DTYPE(n, in[1], in[1]->dtype == CINFER_TYPE_INT64 || in[1]->dtype == CINFER_TYPE_INT32);
+  set_shape(out[0], in[0]->dtype, r, in[1]->dims);
+  return NULL;
+}
+static cinfer_status *gel_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
+  int r = in[0]->ndim, a = norm_axis(attr_i(n, "axis", 0), r);
+  size_t es = cinfer_dtype_size(in[0]->dtype);
+  int64_t istr[OT_MAX_DIMS], acc = 1, total = ot_numel(out[0]), idx[OT_MAX_DIMS] = {0};
+  for (int d = r - 1; d >= 0; d--) { istr[d] = acc; acc *= in[0]->dims[d]; }
+  for (int64_t o = 0; o < total; o++) {
+    int64_t off = 0, j = ot_get_i(in[1], o), D = in[0]->dims[a];
+    if (j < 0) j += D;
+    if (j < 0 || j >= D) return NODE_ERR(n, CINFER_INVALID_ARG, "index %lld out of range", (long long)ot_get_i(in[1], o));
+    for (int d = 0; d < r; d++) {
+      int64_t i = d == a ? j : idx[d];
+      if (i >= in[0]->dims[d]) return NODE_ERR(n, CINFER_INVALID_ARG, "indices shape exceeds data");
+      off += i * istr[d];
+    }
+    memcpy((char *)out[0]->data + (size_t)o * es, (char *)in[0]->data + (size_t)off * es, es);
+    for (int d = r - 1; d >= 0; d--) { if (++idx[d] < out[0]->dims[d]) break; idx[d] = 0; }
+  }
+  return NULL;
+}
+
+/* Trilu(input, k): keep the upper (j - i >= k) or lower (j - i <= k) triangle */
+static cinfer_status *trilu_infer(const onnx_node *n, ot **in, ot **out) {
+  if (in[0]->ndim < 2) return NODE_ERR(n, CINFER_INVALID_ARG, "rank < 2");
+  if (n->n_in > 1 && in[1]) REQUIRE_STATIC(n, in[1], "k");
+  copy_shape(out[0], in[0]);
+  return NULL;
+}
+static cinfer_status *trilu_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
+  int64_t k = n->n_in > 1 && in[1] && ot_numel(in[1]) > 0 ? ot_get_i(in[1], 0) : 0;
+  bool upper = attr_i(n, "upper", 1) != 0;
+  int r = in[0]->ndim;
+  int64_t R = in[0]->dims[r - 2], C = in[0]->dims[r - 1], mats = prod(in[0]->dims, 0, r - 2);
+  size_t es = cinfer_dtype_size(in[0]->dtype);
+  for (int64_t m = 0; m < mats; m++)
+    for (int64_t i = 0; i < R; i++)
+      for (int64_t j = 0; j < C; j++) {
+        size_t off = (size_t)((m * R + i) * C + j) * es;
+        bool keep = upper ? j - i >= k : j - i <= k;
+        if (keep) memcpy((char *)out[0]->data + off, (char *)in[0]->data + off, es);
+        else memset((char *)out[0]->data + off, 0, es);
+      }
+  return NULL;
+}
+
+/* CastLike(input, target): Cast to the target's type */
+static cinfer_status *castlike_infer(const onnx_node *n, ot **in, ot **out) {
+  if (in[1]->dtype == CINFER_TYPE_FP16 || in[0]->dtype == CINFER_TYPE_FP16 ||
+      !cinfer_dtype_size(in[1]->dtype) || !cinfer_dtype_size(in[0]->dtype))
+    return NODE_ERR(n, CINFER_UNSUPPORTED, "cast between %s and %s", cinfer_dtype_name(in[0]->dtype),
+                    cinfer_dtype_name(in[1]->dtype));
+  copy_shape(out[0], in[0]);
+  out[0]->dtype = in[1]->dtype;
+  return NULL;
+}
+
+/* Shrink: x < -lambd -> x + bias; x > lambd -> x - bias; else 0 */
+static cinfer_status *shrink_infer(const onnx_node *n, ot **in, ot **out) {
+  REQUIRE_DTYPE(n, in[0], dt_is_numeric(in[0]->dtype));
+  copy_shape(out[0], in[0]);
+  return NULL;
+}
+static cinfer_status *shrink_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
+  double l = attr_f(n, "lambd", 0.5f), b = attr_f(n, "bias", 0.0f);
+  for (int64_t i = 0; i < ot_numel(in[0]); i++) {
+    double v = ot_get_f(in[0], i);
+    ot_set_f(out[0], i, v < -l ? v + b : v > l ? v - b : 0);
+  }
+  return NULL;
+}
+
 /* ======================= operator table ======================= */
 
 #define NN_OP(fn) cinfer_status *fn##_infer(const onnx_node *, ot **, ot **); \
@@ -1532,6 +1611,10 @@ static const onnx_op op_table[] = {
     {"DepthToSpace", 1, 1, 1, d2s_infer, d2s_exec, 0},
     {"SpaceToDepth", 1, 1, 1, d2s_infer, d2s_exec, 0},
     {"CumSum", 11, 2, 2, cumsum_infer, cumsum_exec, 0},
+    {"GatherElements", 11, 2, 2, gel_infer, gel_exec, 0},
+    {"Trilu", 14, 1, 2, trilu_infer, trilu_exec, 0},
+    {"CastLike", 15, 2, 2, castlike_infer, cast_exec, 0},
+    {"Shrink", 9, 1, 1, shrink_infer, shrink_exec, 0},
     {"Conv", 1, 2, 3, conv_infer, conv_exec, 0},
     {"ConvTranspose", 1, 2, 3, convt_infer, convt_exec, 0},
     {"MaxPool", 1, 1, 1, pool_infer, pool_exec, 0},

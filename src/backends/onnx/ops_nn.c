@@ -383,7 +383,9 @@ cinfer_status *bn_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
     for (int64_t nn = 0; nn < N; nn++) {
       const float *s = X + (nn * C + c) * S;
       float *d = Y + (nn * C + c) * S;
-      if (x->fused) for (int64_t i = 0; i < S; i++) d[i] = act_apply(x->fused, s[i] * a + bb);
+      if (x->fused && x->fused->act == ACT_RELU)
+        for (int64_t i = 0; i < S; i++) { float v = s[i] * a + bb; d[i] = v > 0 ? v : 0; }
+      else if (x->fused) for (int64_t i = 0; i < S; i++) d[i] = act_apply(x->fused, s[i] * a + bb);
       else for (int64_t i = 0; i < S; i++) d[i] = s[i] * a + bb;
     }
   }
