@@ -309,17 +309,6 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 int cmd_run(int argc, char **argv) {
-  /* oneDNN runs on OpenMP here. libgomp's default is to spin at barriers, which on a
-   * shared or oversubscribed host makes 2 threads 10x slower than 1 (measured: RetinaFace
-   * p50 1015 ms spinning vs 75 ms passive). The policy is read when libgomp loads, so set
-   * it and re-exec once; an explicit OMP_WAIT_POLICY from the user wins. main() passes
-   * argv + 1, so argv - 1 is the original vector. */
-  if (!getenv("OMP_WAIT_POLICY") && !getenv("CINFER_NO_REEXEC")) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    setenv("CINFER_NO_REEXEC", "1", 1);
-    execv("/proc/self/exe", argv - 1);
-    /* exec failed: carry on with the default policy */
-  }
   run_opts o = {.rtol = 1e-4, .atol = 1e-5, .threads = 1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
