@@ -204,6 +204,7 @@ typedef struct {
   const uint8_t *w;
   size_t wrow, xrow;
   llm_vec_dot_fn dot;
+  llm_vec_dot4_fn dot4; /* NULL: use dot */
   int n_out, k, n_tok;
   const uint8_t *xq;
   float *y;
@@ -217,7 +218,15 @@ static void mm_task(void *c, int ith, int nth) {
   int r1 = c1 * 16 < m->n_out ? c1 * 16 : m->n_out;
   for (int r = c0 * 16; r < r1; r++) {
     const uint8_t *wr = m->w + (size_t)r * m->wrow;
-    for (int t = 0; t < m->n_tok; t++) m->y[(size_t)t * m->n_out + r] = m->dot(m->k, wr, m->xq + (size_t)t * m->xrow);
+    int t = 0;
+    if (m->dot4)
+      for (; t + 1 < m->n_tok; t += 4) {
+        float y4[4];
+        int nt = m->n_tok - t < 4 ? m->n_tok - t : 4;
+        m->dot4(m->k, wr, m->xq + (size_t)t * m->xrow, m->xrow, nt, y4);
+        for (int j = 0; j < nt; j++) m->y[(size_t)(t + j) * m->n_out + r] = y4[j];
+      }
+    for (; t < m->n_tok; t++) m->y[(size_t)t * m->n_out + r] = m->dot(m->k, wr, m->xq + (size_t)t * m->xrow);
   }
 }
 
@@ -227,7 +236,7 @@ void llm_matmul(llm_pool *pool, const void *w, llm_type wt, int n_out, int k, co
   size_t xrow = llm_row_bytes(vt, k);
   for (int t = 0; t < n_tok; t++) llm_quantize_row(vt, x + (size_t)t * k, (uint8_t *)xq + (size_t)t * xrow, k);
   mm_ctx c = {w, llm_row_bytes(wt, k), xrow, reference ? llm_vec_dot_get_ref(wt) : llm_vec_dot_get(wt),
-              n_out, k, n_tok, xq, y};
+              reference ? NULL : llm_vec_dot4_get(wt), n_out, k, n_tok, xq, y};
   if (pool) llm_pool_run(pool, mm_task, &c);
   else mm_task(&c, 0, 1);
 }

@@ -585,6 +585,53 @@ static float dot_q8_0_avx2(int64_t n, const void *w, const void *a) {
   }
   return hsum8(acc);
 }
+/* One weight row against up to 4 activation rows: the weight block is unpacked once and
+ * used for every row. Per row the operations and their order are those of the single-row
+ * kernel above, so results are bit-identical to it. */
+static void dot4_q4_0_avx2(int64_t n, const void *w, const void *a, size_t as, int nt, float *y) {
+  const blk_q4_0 *x = w;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < n / QK; i++) {
+    float dx = H2F(x[i].d);
+    __m256i qx = _mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8));
+    for (int j = 0; j < nt; j++) {
+      const blk_q8_0 *yb = (const blk_q8_0 *)((const uint8_t *)a + (size_t)j * as) + i;
+      __m256 d = _mm256_set1_ps(dx * H2F(yb->d));
+      acc[j] = _mm256_fmadd_ps(d, sum_i8_pairs(qx, _mm256_loadu_si256((const __m256i *)yb->qs)), acc[j]);
+    }
+  }
+  for (int j = 0; j < nt; j++) y[j] = hsum8(acc[j]);
+}
+static void dot4_q4_1_avx2(int64_t n, const void *w, const void *a, size_t as, int nt, float *y) {
+  const blk_q4_1 *x = w;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  float summs[4] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < n / QK; i++) {
+    float dx = H2F(x[i].d), mx = H2F(x[i].m);
+    __m256i qx = nibbles32(x[i].qs);
+    for (int j = 0; j < nt; j++) {
+      const blk_q8_1 *yb = (const blk_q8_1 *)((const uint8_t *)a + (size_t)j * as) + i;
+      summs[j] += mx * H2F(yb->s);
+      __m256 d = _mm256_set1_ps(dx * H2F(yb->d));
+      acc[j] = _mm256_fmadd_ps(d, sum_u8_i8_pairs(qx, _mm256_loadu_si256((const __m256i *)yb->qs)), acc[j]);
+    }
+  }
+  for (int j = 0; j < nt; j++) y[j] = hsum8(acc[j]) + summs[j];
+}
+static void dot4_q8_0_avx2(int64_t n, const void *w, const void *a, size_t as, int nt, float *y) {
+  const blk_q8_0 *x = w;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < n / QK; i++) {
+    float dx = H2F(x[i].d);
+    __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+    for (int j = 0; j < nt; j++) {
+      const blk_q8_0 *yb = (const blk_q8_0 *)((const uint8_t *)a + (size_t)j * as) + i;
+      __m256 d = _mm256_set1_ps(dx * H2F(yb->d));
+      acc[j] = _mm256_fmadd_ps(d, sum_i8_pairs(qx, _mm256_loadu_si256((const __m256i *)yb->qs)), acc[j]);
+    }
+  }
+  for (int j = 0; j < nt; j++) y[j] = hsum8(acc[j]);
+}
 static float dot_f32_avx2(int64_t n, const void *w, const void *a) {
   const float *x = w, *y = a;
   __m256 acc = _mm256_setzero_ps();
@@ -632,6 +679,19 @@ llm_vec_dot_fn llm_vec_dot_get(llm_type t) {
   }
 #endif
   return llm_vec_dot_get_ref(t);
+}
+
+llm_vec_dot4_fn llm_vec_dot4_get(llm_type t) {
+#ifdef LLM_AVX2
+  switch (t) {
+    case LLM_Q4_0: return dot4_q4_0_avx2;
+    case LLM_Q4_1: return dot4_q4_1_avx2;
+    case LLM_Q8_0: return dot4_q8_0_avx2;
+    default: break;
+  }
+#endif
+  (void)t;
+  return NULL;
 }
 
 float llm_dot_f16_ref(int n, const uint16_t *x, const uint16_t *y) {

@@ -637,10 +637,13 @@ cinfer_status *llm_chat_render(const llm_tokenizer *t, const char *override, con
   }
   /* SmolLM2-style templates insert a default system message when the first is not one. */
   char *def_sys = NULL;
-  const char *marker = "messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n";
+  const char *marker = "messages[0]['role'] != 'system' %}{{ '<|im_start|>system";
   const char *m = strstr(tpl, marker);
   if (m) {
     m += strlen(marker);
+    /* the newline is either a Jinja escape (backslash, n) or a raw newline */
+    if (m[0] == '\\' && m[1] == 'n') m += 2;
+    else if (m[0] == '\n') m++;
     const char *e = strstr(m, "<|im_end|>");
     if (e) {
       def_sys = strndup(m, (size_t)(e - m));

@@ -511,5 +511,6 @@ int main(void) {
       cmocka_unit_test(test_cancel_stop_length),  cmocka_unit_test(test_sampling_seed_logprobs),
       cmocka_unit_test(test_logprobs),            cmocka_unit_test(test_bad_input),
   };
+  if (getenv("CINFER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINFER_TEST_FILTER")); /* e.g. "test_greedy*" */
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
