@@ -246,6 +246,32 @@ static void matmul_t(llm_pool *pool, llm_scratch *s, const llm_gguf_tensor *t, c
   llm_matmul(pool, t->data, t->type, (int)t->ne[1], (int)t->ne[0], x, n_tok, s->xq, y, false);
 }
 
+typedef struct { mm_ctx c[3]; int n; } mm_multi;
+static void mm_multi_task(void *c, int ith, int nth) {
+  mm_multi *m = c;
+  for (int i = 0; i < m->n; i++) mm_task(&m->c[i], ith, nth);
+}
+
+/* Several matrices over the same input (Q/K/V, gate/up): one quantisation of x and one
+ * pool dispatch. Falls back to separate calls when their activation types differ. */
+static void matmul_same_input(llm_pool *pool, llm_scratch *s, const llm_gguf_tensor *const *t, float *const *y,
+                              int n, const float *x, int n_tok) {
+  llm_type vt = llm_type_vec_dot_type(t[0]->type);
+  for (int i = 1; i < n; i++)
+    if (llm_type_vec_dot_type(t[i]->type) != vt) {
+      for (int j = 0; j < n; j++) matmul_t(pool, s, t[j], x, n_tok, y[j]);
+      return;
+    }
+  int k = (int)t[0]->ne[0];
+  size_t xrow = llm_row_bytes(vt, k);
+  for (int j = 0; j < n_tok; j++) llm_quantize_row(vt, x + (size_t)j * k, (uint8_t *)s->xq + (size_t)j * xrow, k);
+  mm_multi m = {.n = n};
+  for (int i = 0; i < n; i++)
+    m.c[i] = (mm_ctx){t[i]->data, llm_row_bytes(t[i]->type, k), xrow, llm_vec_dot_get(t[i]->type),
+                      llm_vec_dot4_get(t[i]->type), (int)t[i]->ne[1], k, n_tok, s->xq, y[i]};
+  llm_pool_run(pool, mm_multi_task, &m);
+}
+
 static void rmsnorm(float *o, const float *x, const float *w, int n, float eps) {
   double sum = 0;
   for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
@@ -338,9 +364,9 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
     const layer_w *L = &m->layers[l];
     const float *an = L->attn_norm->data, *fn = L->ffn_norm->data;
     for (int i = 0; i < n; i++) rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, an, dim, hp->norm_eps);
-    matmul_t(pool, s, L->wq, s->xb, n, s->q);
-    matmul_t(pool, s, L->wk, s->xb, n, s->k);
-    matmul_t(pool, s, L->wv, s->xb, n, s->v);
+    const llm_gguf_tensor *qkv[3] = {L->wq, L->wk, L->wv};
+    float *qkv_out[3] = {s->q, s->k, s->v};
+    matmul_same_input(pool, s, qkv, qkv_out, 3, s->xb, n);
     for (int i = 0; i < n; i++) {
       const float *cs = s->rope + (size_t)i * hp->rope_dims;
       rope_apply(s->q + (size_t)i * dim, hp->n_heads, hp->head_dim, cs, hp->rope_dims);
@@ -357,8 +383,9 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
     matmul_t(pool, s, L->wo, s->xb2, n, s->xb);
     for (size_t i = 0; i < (size_t)n * dim; i++) s->x[i] += s->xb[i];
     for (int i = 0; i < n; i++) rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, fn, dim, hp->norm_eps);
-    matmul_t(pool, s, L->w_gate, s->xb, n, s->hb);
-    matmul_t(pool, s, L->w_up, s->xb, n, s->hb2);
+    const llm_gguf_tensor *gu[2] = {L->w_gate, L->w_up};
+    float *gu_out[2] = {s->hb, s->hb2};
+    matmul_same_input(pool, s, gu, gu_out, 2, s->xb, n);
     for (size_t i = 0; i < (size_t)n * hp->ffn_dim; i++) {
       float g = s->hb[i];
       s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
