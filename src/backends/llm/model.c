@@ -23,6 +23,7 @@ struct llm_scratch {
   void *xq;
   float **att;       /* per thread: max_ctx scores */
   uint16_t **att16;  /* per thread: max_ctx probabilities (fp16) + head_dim q */
+  float **att_acc;   /* per thread: 32 lanes x head_dim accumulators */
 };
 
 const llm_hparams *llm_model_hparams(const llm_model *m) { return &m->hp; }
@@ -153,6 +154,8 @@ void llm_scratch_destroy(llm_scratch *s) {
   free(s->hb); free(s->hb2); free(s->xo); free(s->xq); free(s->rope);
   for (int i = 0; s->att && i < s->n_threads; i++) free(s->att[i]);
   for (int i = 0; s->att16 && i < s->n_threads; i++) free(s->att16[i]);
+  for (int i = 0; s->att_acc && i < s->n_threads; i++) free(s->att_acc[i]);
+  free(s->att_acc);
   free(s->att);
   free(s->att16);
   free(s);
@@ -184,12 +187,14 @@ cinfer_status *llm_scratch_create(const llm_model *m, int max_tokens, int max_ct
   s->rope = malloc(T * (size_t)hp->rope_dims * 4);
   s->att = calloc((size_t)n_threads, sizeof *s->att);
   s->att16 = calloc((size_t)n_threads, sizeof *s->att16);
+  s->att_acc = calloc((size_t)n_threads, sizeof *s->att_acc);
   bool ok = s->x && s->xb && s->xb2 && s->xo && s->q && s->k && s->v && s->hb && s->hb2 && s->xq && s->rope &&
-            s->att && s->att16;
+            s->att && s->att16 && s->att_acc;
   for (int i = 0; ok && i < n_threads; i++) {
-    s->att[i] = malloc((size_t)max_ctx * 4);
+    s->att[i] = malloc(((size_t)max_ctx + 8) * 4);
     s->att16[i] = malloc(((size_t)max_ctx + (size_t)hp->head_dim) * 2);
-    ok = s->att[i] && s->att16[i];
+    s->att_acc[i] = malloc((size_t)32 * hp->head_dim * 4);
+    ok = s->att[i] && s->att16[i] && s->att_acc[i];
   }
   if (!ok) {
     llm_scratch_destroy(s);
@@ -311,21 +316,33 @@ static void att_task(void *c, int ith, int nth) {
       sc[p] = v;
       if (v > mx) mx = v;
     }
-    double sum = 0;
-    for (int p = 0; p < npos; p++) {
-      float e = expf(sc[p] - mx);
-      sc[p] = e;
-      sum += (double)e;
-    }
+    /* softmax as ggml: vectorised exp over groups of 8 (padding is masked, exp -> 0) */
+    int npad = (npos + 7) & ~7;
+    for (int p = npos; p < npad; p++) sc[p] = -INFINITY;
+    double sum = llm_softmax_exp(npad, sc, mx);
     float inv = (float)(1.0 / sum);
     for (int p = 0; p < npos; p++) p16[p] = llm_fp32_to_fp16(sc[p] * inv);
-    float *o = s->xb2 + (size_t)i * hp->dim + (size_t)h * hd;
-    for (int d = 0; d < hd; d++) o[d] = 0;
+    /* out[d] = sum_p p[p] * v[p][d] in ggml_vec_dot_f16's order over positions: 32 lanes
+     * (lane = p mod 32) accumulated with FMA, then the fixed reduction tree */
+    float *acc = s->att_acc[ith];
+    memset(acc, 0, (size_t)32 * hd * sizeof *acc);
     for (int p = 0; p < npos; p++) {
       const uint16_t *vr = llm_kv_v(a->kv, a->layer, table[p / bs]) + (size_t)(p % bs) * kvd + (size_t)kvh * hd;
       float pw = llm_fp16_to_fp32(p16[p]);
-      if (pw == 0.0f) continue;
-      for (int d = 0; d < hd; d++) o[d] += pw * llm_fp16_to_fp32(vr[d]);
+      if (pw == 0.0f) continue; /* fma(v, 0, acc) == acc */
+      float *al = acc + (size_t)(p & 31) * hd;
+      for (int d = 0; d < hd; d++) al[d] = fmaf(llm_fp16_to_fp32(vr[d]), pw, al[d]);
+    }
+    float *o = s->xb2 + (size_t)i * hp->dim + (size_t)h * hd;
+    for (int d = 0; d < hd; d++) {
+      float r[8];
+      for (int e = 0; e < 8; e++) {
+        float x0 = acc[(size_t)e * hd + d] + acc[(size_t)(16 + e) * hd + d];
+        float x1 = acc[(size_t)(8 + e) * hd + d] + acc[(size_t)(24 + e) * hd + d];
+        r[e] = x0 + x1;
+      }
+      float t0 = r[0] + r[4], t1 = r[1] + r[5], t2 = r[2] + r[6], t3 = r[3] + r[7];
+      o[d] = (t0 + t1) + (t2 + t3);
     }
   }
 }
@@ -386,10 +403,8 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
     const llm_gguf_tensor *gu[2] = {L->w_gate, L->w_up};
     float *gu_out[2] = {s->hb, s->hb2};
     matmul_same_input(pool, s, gu, gu_out, 2, s->xb, n);
-    for (size_t i = 0; i < (size_t)n * hp->ffn_dim; i++) {
-      float g = s->hb[i];
-      s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
-    }
+    for (int i = 0; i < n; i++)
+      llm_swiglu(hp->ffn_dim, s->hb + (size_t)i * hp->ffn_dim, s->hb2 + (size_t)i * hp->ffn_dim);
     matmul_t(pool, s, L->w_down, s->hb, n, s->xb);
     for (size_t i = 0; i < (size_t)n * dim; i++) s->x[i] += s->xb[i];
   }

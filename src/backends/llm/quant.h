@@ -59,4 +59,10 @@ llm_vec_dot4_fn llm_vec_dot4_get(llm_type t);
 float llm_dot_f16(int n, const uint16_t *x, const uint16_t *y);
 float llm_dot_f16_ref(int n, const uint16_t *x, const uint16_t *y);
 
+/* exp(x[i] - max) in place, returning the sum (double), with ggml's vectorised exp
+ * (softmax). Pad x to a multiple of 8 with -INFINITY to get ggml's values everywhere. */
+double llm_softmax_exp(int n, float *x, float max);
+/* g[i] = silu(g[i]) * u[i] with ggml's vectorised exp (SwiGLU). */
+void llm_swiglu(int n, float *g, const float *u);
+
 #endif

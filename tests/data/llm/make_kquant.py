@@ -34,6 +34,18 @@ PROMPTS = [
 ]
 
 
+def top_logprobs(logits, k=5):
+    """[[id, logprob], ...] of the k most likely tokens: lets the test tell a real
+    difference from a near tie that float summation order can flip."""
+    l = logits.astype(np.float64)
+    lp = l - (np.log(np.exp(l - l.max()).sum()) + l.max())
+    return [[int(i), round(float(lp[i]), 5)] for i in np.argsort(-lp)[:k]]
+
+
+def last_logits(llm):
+    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
+
+
 def fixtures(model, out_path):
     llm = llama_cpp.Llama(model_path=model, n_ctx=512, n_batch=512, n_threads=1, verbose=False, flash_attn=False)
     gold = {"meta": {"llama_cpp_python": llama_cpp.__version__, "model": "SmolLM2-135M-Instruct Q4_1 requantised "
@@ -45,15 +57,17 @@ def fixtures(model, out_path):
         llm.reset()
         ids = llm.tokenize(p["text"].encode(), add_bos=False, special=p["special"])
         llm.eval(ids)
-        out = []
+        out, top = [], []
         for _ in range(p["n"]):
-            t = int(np.argmax(np.array(llm.scores[llm.n_tokens - 1])))
+            logits = last_logits(llm)
+            t = int(np.argmax(logits))
             out.append(t)
+            top.append(top_logprobs(logits))
             if t == llm.token_eos() or t == 2:
                 break
             llm.eval([t])
         gold["cases"].append({"name": p["name"], "text": p["text"], "special": p["special"], "prompt_ids": ids,
-                              "output_ids": out})
+                              "output_ids": out, "top_logprobs": top})
     with open(out_path, "w") as f:
         json.dump(gold, f, indent=1)
 
