@@ -31,6 +31,9 @@
 #ifndef LLM_Q4KM_PATH
 #define LLM_Q4KM_PATH "build/smollm2-q4km.gguf"
 #endif
+#ifndef LLM_BINARY_DIR
+#define LLM_BINARY_DIR "build"
+#endif
 #ifndef LLM_SOURCE_DIR
 #define LLM_SOURCE_DIR "."
 #endif
@@ -44,7 +47,7 @@ static const char *model_path(void) {
     snprintf(g_model, sizeof g_model, "%s", env);
     return g_model;
   }
-  FILE *p = popen(LLM_SOURCE_DIR "/scripts/find_smollm2.sh", "r");
+  FILE *p = popen(LLM_SOURCE_DIR "/scripts/find_smollm2.sh \"" LLM_BINARY_DIR "\"", "r");
   if (p && fgets(g_model, sizeof g_model, p)) g_model[strcspn(g_model, "\n")] = 0;
   if (p) pclose(p);
   if (!g_model[0]) fail_msg("SmolLM2 GGUF not found: run scripts/setup.sh or set CINFER_SMOLLM2_GGUF");
