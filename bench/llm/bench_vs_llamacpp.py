@@ -30,7 +30,7 @@ def llamacpp_run(llm, prompt_ids, n_gen):
     t1 = time.perf_counter()
     out = []
     for _ in range(n_gen):
-        t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        t = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))))
         out.append(t)
         if len(out) == n_gen:
             break

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/llm/llm.h"
 #include "cli/cli.h"
@@ -14,6 +15,7 @@
 typedef struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  int pending; /* sequences not finished (--parallel) */
   bool done, ids, quiet;
   int n_tokens;
   llm_event final;
@@ -33,7 +35,8 @@ static void on_event(void *user, const llm_event *ev) {
     g->final = *ev;
     g->final.text = NULL;
     g->final.top = NULL;
-    g->done = true;
+    g->n_tokens += ev->completion_tokens;
+    g->done = --g->pending == 0;
     pthread_cond_signal(&g->cv);
     pthread_mutex_unlock(&g->mu);
   }
@@ -51,7 +54,9 @@ static void usage(FILE *f) {
           "  --chat-template NAME   override the template (chatml)\n"
           "  --ctx N                context length (default min(model, 4096))\n"
           "  --ids                  print generated token ids instead of text\n"
-          "  --tokenize             print the prompt's token ids and exit\n");
+          "  --tokenize             print the prompt's token ids and exit\n"
+          "  --parallel N           run N copies of the request at once (continuous batching);\n"
+          "                         prints aggregate output tokens/s\n");
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -60,9 +65,9 @@ int cmd_generate(int argc, char **argv) {
   llm_sampling_default(&sp);
   sp.temperature = 0;
   sp.max_tokens = 64;
-  int threads = 0, ctx = 0;
+  int threads = 0, ctx = 0, parallel = 1;
   bool ids = false, tokenize_only = false;
-  enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_REP, O_CHAT, O_TMPL, O_CTX, O_IDS, O_TOK, O_INSPECT };
+  enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_SEED, O_REP, O_CHAT, O_TMPL, O_CTX, O_IDS, O_TOK, O_INSPECT, O_PAR };
   static const struct option lo[] = {
       {"model", required_argument, 0, 'm'},  {"prompt", required_argument, 0, 'p'},
       {"max-tokens", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},
@@ -72,7 +77,7 @@ int cmd_generate(int argc, char **argv) {
       {"chat", required_argument, 0, O_CHAT}, {"chat-template", required_argument, 0, O_TMPL},
       {"ctx", required_argument, 0, O_CTX},   {"ids", no_argument, 0, O_IDS},
       {"tokenize", no_argument, 0, O_TOK},    {"inspect", required_argument, 0, O_INSPECT},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+      {"parallel", required_argument, 0, O_PAR}, {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "m:p:n:t:h", lo, NULL)) != -1) {
@@ -93,6 +98,7 @@ int cmd_generate(int argc, char **argv) {
       case O_IDS: ids = true; break;
       case O_TOK: tokenize_only = true; break;
       case O_INSPECT: inspect = optarg; break;
+      case O_PAR: parallel = atoi(optarg); break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -110,7 +116,12 @@ int cmd_generate(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  llm_engine_opts o = {.threads = threads, .ctx_len = ctx, .max_seqs = 4, .chat_template = tmpl};
+  if (parallel < 1 || parallel > 1024) {
+    fprintf(stderr, "cinfer generate: --parallel must be 1..1024\n");
+    return 2;
+  }
+  llm_engine_opts o = {.threads = threads, .ctx_len = ctx, .max_seqs = parallel < 4 ? 4 : parallel,
+                       .chat_template = tmpl};
   llm_engine *e;
   cinfer_status *st = llm_engine_create(model, &o, &e);
   if (st) {
@@ -137,7 +148,7 @@ int cmd_generate(int argc, char **argv) {
     llm_engine_destroy(e);
     return 0;
   }
-  gen_state g = {.ids = ids, .quiet = ids};
+  gen_state g = {.ids = ids, .quiet = ids || parallel > 1, .pending = parallel};
   pthread_mutex_init(&g.mu, NULL);
   pthread_cond_init(&g.cv, NULL);
   g.cap_out = sp.max_tokens + 1;
@@ -149,18 +160,35 @@ int cmd_generate(int argc, char **argv) {
     st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
     goto fail;
   }
-  st = llm_engine_submit(e, &req, on_event, &g, &id);
-  if (st) {
-    free(g.out_ids);
-    goto fail;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < parallel; i++) {
+    if (parallel > 1 && sp.seed >= 0) req.sampling.seed = sp.seed + i;
+    st = llm_engine_submit(e, &req, on_event, &g, &id);
+    if (st) {
+      /* earlier copies are cancelled by llm_engine_destroy, which waits for their events */
+      pthread_mutex_lock(&g.mu);
+      g.pending -= parallel - i;
+      pthread_mutex_unlock(&g.mu);
+      llm_engine_destroy(e);
+      e = NULL;
+      free(g.out_ids);
+      goto fail;
+    }
   }
   pthread_mutex_lock(&g.mu);
   while (!g.done) pthread_cond_wait(&g.cv, &g.mu);
   pthread_mutex_unlock(&g.mu);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
   if (ids) {
     for (int i = 0; i < g.n_out; i++) printf(i ? " %d" : "%d", g.out_ids[i]);
   }
   printf("\n");
+  if (parallel > 1) {
+    double wall = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    fprintf(stderr, "[parallel %d] %d output tokens in %.2f s: %.1f tok/s aggregate\n", parallel, g.n_tokens, wall,
+            g.n_tokens / wall);
+  }
   double dec = g.final.e2e_s - g.final.ttft_s;
   fprintf(stderr, "[%s] prompt %d tokens, generated %d; TTFT %.3f s; decode %.1f tok/s\n",
           llm_finish_name(g.final.finish), g.final.prompt_tokens, g.final.completion_tokens, g.final.ttft_s,

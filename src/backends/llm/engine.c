@@ -542,14 +542,29 @@ static int32_t sample(llm_engine *e, seq *s, float *logits, float *lp, llm_token
   } else {
     int32_t *idx = e->idx;
     float *pbuf = e->pbuf;
-    for (int i = 0; i < n; i++) idx[i] = i;
-    int m = s->sp.top_k > 0 && s->sp.top_k < n ? s->sp.top_k : n;
-    qsort_r(idx, (size_t)n, sizeof *idx, cmp_desc, logits);
-    float t = s->sp.temperature, mx = logits[idx[0]];
+    float t = s->sp.temperature, mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = fmaxf(mx, logits[i]);
     double sum = 0;
-    for (int i = 0; i < m; i++) {
-      pbuf[i] = expf((logits[idx[i]] - mx) / t);
-      sum += pbuf[i];
+    int m = 0;
+    if (s->sp.top_k == 0 && s->sp.top_p >= 1.0f && s->sp.min_p == 0) {
+      /* plain temperature sampling: no ordering needed, one linear pass */
+      for (int i = 0; i < n; i++) {
+        idx[i] = i;
+        pbuf[i] = expf((logits[i] - mx) / t);
+        sum += pbuf[i];
+      }
+      m = n;
+    } else {
+      /* candidates whose probability relative to the best is above e^-40 (the rest hold
+       * < n * 4e-18 of the mass), sorted by logit; then top-k, softmax, min-p, top-p */
+      for (int i = 0; i < n; i++)
+        if ((logits[i] - mx) / t > -40.0f) idx[m++] = i;
+      qsort_r(idx, (size_t)m, sizeof *idx, cmp_desc, logits);
+      if (s->sp.top_k > 0 && s->sp.top_k < m) m = s->sp.top_k;
+      for (int i = 0; i < m; i++) {
+        pbuf[i] = expf((logits[idx[i]] - mx) / t);
+        sum += pbuf[i];
+      }
     }
     /* min_p: drop candidates below min_p * max prob */
     if (s->sp.min_p > 0) {

@@ -23,6 +23,7 @@ struct llm_scratch {
   void *xq;
   float **att;       /* per thread: max_ctx scores */
   uint16_t **att16;  /* per thread: max_ctx probabilities (fp16) + head_dim q */
+  float **att_acc;   /* per thread: 32 lanes x head_dim accumulators */
 };
 
 const llm_hparams *llm_model_hparams(const llm_model *m) { return &m->hp; }
@@ -153,6 +154,8 @@ void llm_scratch_destroy(llm_scratch *s) {
   free(s->hb); free(s->hb2); free(s->xo); free(s->xq); free(s->rope);
   for (int i = 0; s->att && i < s->n_threads; i++) free(s->att[i]);
   for (int i = 0; s->att16 && i < s->n_threads; i++) free(s->att16[i]);
+  for (int i = 0; s->att_acc && i < s->n_threads; i++) free(s->att_acc[i]);
+  free(s->att_acc);
   free(s->att);
   free(s->att16);
   free(s);
@@ -184,12 +187,14 @@ cinfer_status *llm_scratch_create(const llm_model *m, int max_tokens, int max_ct
   s->rope = malloc(T * (size_t)hp->rope_dims * 4);
   s->att = calloc((size_t)n_threads, sizeof *s->att);
   s->att16 = calloc((size_t)n_threads, sizeof *s->att16);
+  s->att_acc = calloc((size_t)n_threads, sizeof *s->att_acc);
   bool ok = s->x && s->xb && s->xb2 && s->xo && s->q && s->k && s->v && s->hb && s->hb2 && s->xq && s->rope &&
-            s->att && s->att16;
+            s->att && s->att16 && s->att_acc;
   for (int i = 0; ok && i < n_threads; i++) {
-    s->att[i] = malloc((size_t)max_ctx * 4);
+    s->att[i] = malloc(((size_t)max_ctx + 8) * 4);
     s->att16[i] = malloc(((size_t)max_ctx + (size_t)hp->head_dim) * 2);
-    ok = s->att[i] && s->att16[i];
+    s->att_acc[i] = malloc((size_t)32 * hp->head_dim * 4);
+    ok = s->att[i] && s->att16[i] && s->att_acc[i];
   }
   if (!ok) {
     llm_scratch_destroy(s);
@@ -204,6 +209,7 @@ typedef struct {
   const uint8_t *w;
   size_t wrow, xrow;
   llm_vec_dot_fn dot;
+  llm_vec_dot4_fn dot4; /* NULL: use dot */
   int n_out, k, n_tok;
   const uint8_t *xq;
   float *y;
@@ -217,7 +223,15 @@ static void mm_task(void *c, int ith, int nth) {
   int r1 = c1 * 16 < m->n_out ? c1 * 16 : m->n_out;
   for (int r = c0 * 16; r < r1; r++) {
     const uint8_t *wr = m->w + (size_t)r * m->wrow;
-    for (int t = 0; t < m->n_tok; t++) m->y[(size_t)t * m->n_out + r] = m->dot(m->k, wr, m->xq + (size_t)t * m->xrow);
+    int t = 0;
+    if (m->dot4)
+      for (; t + 1 < m->n_tok; t += 4) {
+        float y4[4];
+        int nt = m->n_tok - t < 4 ? m->n_tok - t : 4;
+        m->dot4(m->k, wr, m->xq + (size_t)t * m->xrow, m->xrow, nt, y4);
+        for (int j = 0; j < nt; j++) m->y[(size_t)(t + j) * m->n_out + r] = y4[j];
+      }
+    for (; t < m->n_tok; t++) m->y[(size_t)t * m->n_out + r] = m->dot(m->k, wr, m->xq + (size_t)t * m->xrow);
   }
 }
 
@@ -227,7 +241,7 @@ void llm_matmul(llm_pool *pool, const void *w, llm_type wt, int n_out, int k, co
   size_t xrow = llm_row_bytes(vt, k);
   for (int t = 0; t < n_tok; t++) llm_quantize_row(vt, x + (size_t)t * k, (uint8_t *)xq + (size_t)t * xrow, k);
   mm_ctx c = {w, llm_row_bytes(wt, k), xrow, reference ? llm_vec_dot_get_ref(wt) : llm_vec_dot_get(wt),
-              n_out, k, n_tok, xq, y};
+              reference ? NULL : llm_vec_dot4_get(wt), n_out, k, n_tok, xq, y};
   if (pool) llm_pool_run(pool, mm_task, &c);
   else mm_task(&c, 0, 1);
 }
@@ -235,6 +249,32 @@ void llm_matmul(llm_pool *pool, const void *w, llm_type wt, int n_out, int k, co
 static void matmul_t(llm_pool *pool, llm_scratch *s, const llm_gguf_tensor *t, const float *x, int n_tok,
                      float *y) {
   llm_matmul(pool, t->data, t->type, (int)t->ne[1], (int)t->ne[0], x, n_tok, s->xq, y, false);
+}
+
+typedef struct { mm_ctx c[3]; int n; } mm_multi;
+static void mm_multi_task(void *c, int ith, int nth) {
+  mm_multi *m = c;
+  for (int i = 0; i < m->n; i++) mm_task(&m->c[i], ith, nth);
+}
+
+/* Several matrices over the same input (Q/K/V, gate/up): one quantisation of x and one
+ * pool dispatch. Falls back to separate calls when their activation types differ. */
+static void matmul_same_input(llm_pool *pool, llm_scratch *s, const llm_gguf_tensor *const *t, float *const *y,
+                              int n, const float *x, int n_tok) {
+  llm_type vt = llm_type_vec_dot_type(t[0]->type);
+  for (int i = 1; i < n; i++)
+    if (llm_type_vec_dot_type(t[i]->type) != vt) {
+      for (int j = 0; j < n; j++) matmul_t(pool, s, t[j], x, n_tok, y[j]);
+      return;
+    }
+  int k = (int)t[0]->ne[0];
+  size_t xrow = llm_row_bytes(vt, k);
+  for (int j = 0; j < n_tok; j++) llm_quantize_row(vt, x + (size_t)j * k, (uint8_t *)s->xq + (size_t)j * xrow, k);
+  mm_multi m = {.n = n};
+  for (int i = 0; i < n; i++)
+    m.c[i] = (mm_ctx){t[i]->data, llm_row_bytes(t[i]->type, k), xrow, llm_vec_dot_get(t[i]->type),
+                      llm_vec_dot4_get(t[i]->type), (int)t[i]->ne[1], k, n_tok, s->xq, y[i]};
+  llm_pool_run(pool, mm_multi_task, &m);
 }
 
 static void rmsnorm(float *o, const float *x, const float *w, int n, float eps) {
@@ -276,21 +316,33 @@ static void att_task(void *c, int ith, int nth) {
       sc[p] = v;
       if (v > mx) mx = v;
     }
-    double sum = 0;
-    for (int p = 0; p < npos; p++) {
-      float e = expf(sc[p] - mx);
-      sc[p] = e;
-      sum += (double)e;
-    }
+    /* softmax as ggml: vectorised exp over groups of 8 (padding is masked, exp -> 0) */
+    int npad = (npos + 7) & ~7;
+    for (int p = npos; p < npad; p++) sc[p] = -INFINITY;
+    double sum = llm_softmax_exp(npad, sc, mx);
     float inv = (float)(1.0 / sum);
     for (int p = 0; p < npos; p++) p16[p] = llm_fp32_to_fp16(sc[p] * inv);
-    float *o = s->xb2 + (size_t)i * hp->dim + (size_t)h * hd;
-    for (int d = 0; d < hd; d++) o[d] = 0;
+    /* out[d] = sum_p p[p] * v[p][d] in ggml_vec_dot_f16's order over positions: 32 lanes
+     * (lane = p mod 32) accumulated with FMA, then the fixed reduction tree */
+    float *acc = s->att_acc[ith];
+    memset(acc, 0, (size_t)32 * hd * sizeof *acc);
     for (int p = 0; p < npos; p++) {
       const uint16_t *vr = llm_kv_v(a->kv, a->layer, table[p / bs]) + (size_t)(p % bs) * kvd + (size_t)kvh * hd;
       float pw = llm_fp16_to_fp32(p16[p]);
-      if (pw == 0.0f) continue;
-      for (int d = 0; d < hd; d++) o[d] += pw * llm_fp16_to_fp32(vr[d]);
+      if (pw == 0.0f) continue; /* fma(v, 0, acc) == acc */
+      float *al = acc + (size_t)(p & 31) * hd;
+      for (int d = 0; d < hd; d++) al[d] = fmaf(llm_fp16_to_fp32(vr[d]), pw, al[d]);
+    }
+    float *o = s->xb2 + (size_t)i * hp->dim + (size_t)h * hd;
+    for (int d = 0; d < hd; d++) {
+      float r[8];
+      for (int e = 0; e < 8; e++) {
+        float x0 = acc[(size_t)e * hd + d] + acc[(size_t)(16 + e) * hd + d];
+        float x1 = acc[(size_t)(8 + e) * hd + d] + acc[(size_t)(24 + e) * hd + d];
+        r[e] = x0 + x1;
+      }
+      float t0 = r[0] + r[4], t1 = r[1] + r[5], t2 = r[2] + r[6], t3 = r[3] + r[7];
+      o[d] = (t0 + t1) + (t2 + t3);
     }
   }
 }
@@ -329,9 +381,9 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
     const layer_w *L = &m->layers[l];
     const float *an = L->attn_norm->data, *fn = L->ffn_norm->data;
     for (int i = 0; i < n; i++) rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, an, dim, hp->norm_eps);
-    matmul_t(pool, s, L->wq, s->xb, n, s->q);
-    matmul_t(pool, s, L->wk, s->xb, n, s->k);
-    matmul_t(pool, s, L->wv, s->xb, n, s->v);
+    const llm_gguf_tensor *qkv[3] = {L->wq, L->wk, L->wv};
+    float *qkv_out[3] = {s->q, s->k, s->v};
+    matmul_same_input(pool, s, qkv, qkv_out, 3, s->xb, n);
     for (int i = 0; i < n; i++) {
       const float *cs = s->rope + (size_t)i * hp->rope_dims;
       rope_apply(s->q + (size_t)i * dim, hp->n_heads, hp->head_dim, cs, hp->rope_dims);
@@ -348,12 +400,11 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
     matmul_t(pool, s, L->wo, s->xb2, n, s->xb);
     for (size_t i = 0; i < (size_t)n * dim; i++) s->x[i] += s->xb[i];
     for (int i = 0; i < n; i++) rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, fn, dim, hp->norm_eps);
-    matmul_t(pool, s, L->w_gate, s->xb, n, s->hb);
-    matmul_t(pool, s, L->w_up, s->xb, n, s->hb2);
-    for (size_t i = 0; i < (size_t)n * hp->ffn_dim; i++) {
-      float g = s->hb[i];
-      s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
-    }
+    const llm_gguf_tensor *gu[2] = {L->w_gate, L->w_up};
+    float *gu_out[2] = {s->hb, s->hb2};
+    matmul_same_input(pool, s, gu, gu_out, 2, s->xb, n);
+    for (int i = 0; i < n; i++)
+      llm_swiglu(hp->ffn_dim, s->hb + (size_t)i * hp->ffn_dim, s->hb2 + (size_t)i * hp->ffn_dim);
     matmul_t(pool, s, L->w_down, s->hb, n, s->xb);
     for (size_t i = 0; i < (size_t)n * dim; i++) s->x[i] += s->xb[i];
   }

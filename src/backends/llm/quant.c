@@ -585,6 +585,53 @@ static float dot_q8_0_avx2(int64_t n, const void *w, const void *a) {
   }
   return hsum8(acc);
 }
+/* One weight row against up to 4 activation rows: the weight block is unpacked once and
+ * used for every row. Per row the operations and their order are those of the single-row
+ * kernel above, so results are bit-identical to it. */
+static void dot4_q4_0_avx2(int64_t n, const void *w, const void *a, size_t as, int nt, float *y) {
+  const blk_q4_0 *x = w;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < n / QK; i++) {
+    float dx = H2F(x[i].d);
+    __m256i qx = _mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8));
+    for (int j = 0; j < nt; j++) {
+      const blk_q8_0 *yb = (const blk_q8_0 *)((const uint8_t *)a + (size_t)j * as) + i;
+      __m256 d = _mm256_set1_ps(dx * H2F(yb->d));
+      acc[j] = _mm256_fmadd_ps(d, sum_i8_pairs(qx, _mm256_loadu_si256((const __m256i *)yb->qs)), acc[j]);
+    }
+  }
+  for (int j = 0; j < nt; j++) y[j] = hsum8(acc[j]);
+}
+static void dot4_q4_1_avx2(int64_t n, const void *w, const void *a, size_t as, int nt, float *y) {
+  const blk_q4_1 *x = w;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  float summs[4] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < n / QK; i++) {
+    float dx = H2F(x[i].d), mx = H2F(x[i].m);
+    __m256i qx = nibbles32(x[i].qs);
+    for (int j = 0; j < nt; j++) {
+      const blk_q8_1 *yb = (const blk_q8_1 *)((const uint8_t *)a + (size_t)j * as) + i;
+      summs[j] += mx * H2F(yb->s);
+      __m256 d = _mm256_set1_ps(dx * H2F(yb->d));
+      acc[j] = _mm256_fmadd_ps(d, sum_u8_i8_pairs(qx, _mm256_loadu_si256((const __m256i *)yb->qs)), acc[j]);
+    }
+  }
+  for (int j = 0; j < nt; j++) y[j] = hsum8(acc[j]) + summs[j];
+}
+static void dot4_q8_0_avx2(int64_t n, const void *w, const void *a, size_t as, int nt, float *y) {
+  const blk_q8_0 *x = w;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < n / QK; i++) {
+    float dx = H2F(x[i].d);
+    __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+    for (int j = 0; j < nt; j++) {
+      const blk_q8_0 *yb = (const blk_q8_0 *)((const uint8_t *)a + (size_t)j * as) + i;
+      __m256 d = _mm256_set1_ps(dx * H2F(yb->d));
+      acc[j] = _mm256_fmadd_ps(d, sum_i8_pairs(qx, _mm256_loadu_si256((const __m256i *)yb->qs)), acc[j]);
+    }
+  }
+  for (int j = 0; j < nt; j++) y[j] = hsum8(acc[j]);
+}
 static float dot_f32_avx2(int64_t n, const void *w, const void *a) {
   const float *x = w, *y = a;
   __m256 acc = _mm256_setzero_ps();
@@ -634,25 +681,108 @@ llm_vec_dot_fn llm_vec_dot_get(llm_type t) {
   return llm_vec_dot_get_ref(t);
 }
 
+llm_vec_dot4_fn llm_vec_dot4_get(llm_type t) {
+#ifdef LLM_AVX2
+  switch (t) {
+    case LLM_Q4_0: return dot4_q4_0_avx2;
+    case LLM_Q4_1: return dot4_q4_1_avx2;
+    case LLM_Q8_0: return dot4_q8_0_avx2;
+    default: break;
+  }
+#endif
+  (void)t;
+  return NULL;
+}
+
 float llm_dot_f16_ref(int n, const uint16_t *x, const uint16_t *y) {
   float s = 0;
   for (int i = 0; i < n; i++) s += H2F(x[i]) * H2F(y[i]);
   return s;
 }
 
+/* ggml_vec_dot_f16's order: 4 accumulators of 8 lanes over steps of 32, reduced as
+ * (a0+a2)+(a1+a3), then halves and two horizontal adds; the tail adds in double. */
 float llm_dot_f16(int n, const uint16_t *x, const uint16_t *y) {
 #if defined(LLM_AVX2) && defined(__F16C__)
-  __m256 acc = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-    __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
-    acc = _mm256_fmadd_ps(a, b, acc);
-  }
-  float s = hsum8(acc);
-  for (; i < n; i++) s += H2F(x[i]) * H2F(y[i]);
-  return s;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int np = n & ~31;
+  for (int i = 0; i < np; i += 32)
+    for (int j = 0; j < 4; j++) {
+      __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + j * 8)));
+      __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + j * 8)));
+      acc[j] = _mm256_fmadd_ps(a, b, acc[j]);
+    }
+  acc[0] = _mm256_add_ps(acc[0], acc[2]);
+  acc[1] = _mm256_add_ps(acc[1], acc[3]);
+  acc[0] = _mm256_add_ps(acc[0], acc[1]);
+  __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
+  __m128 t1 = _mm_hadd_ps(t0, t0);
+  double s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+  for (int i = np; i < n; i++) s += (double)(H2F(x[i]) * H2F(y[i]));
+  return (float)s;
 #else
   return llm_dot_f16_ref(n, x, y);
 #endif
+}
+
+/* ggml_v_expf (AVX2): the vectorised exp ggml uses in softmax and SiLU, so probabilities
+ * match llama.cpp bit for bit. Scalar fallback: expf. */
+#ifdef LLM_AVX2
+static inline __m256 v_expf(__m256 x) {
+  const __m256 r = _mm256_set1_ps(0x1.8p23f);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+  const __m256 n = _mm256_sub_ps(z, r);
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+  const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+  const __m256i c = _mm256_castps_si256(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(126), _CMP_GT_OQ));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                      _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+      u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+  if (!_mm256_movemask_ps(_mm256_castsi256_ps(c))) return _mm256_fmadd_ps(j, k, k);
+  const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                     _mm256_set1_epi32((int)0x82000000u));
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+  const __m256i d = _mm256_castps_si256(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(192), _CMP_GT_OQ));
+  return _mm256_or_ps(
+      _mm256_and_ps(_mm256_castsi256_ps(d), _mm256_mul_ps(s1, s1)),
+      _mm256_andnot_ps(_mm256_castsi256_ps(d),
+                       _mm256_or_ps(_mm256_and_ps(_mm256_castsi256_ps(c), _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                                    _mm256_andnot_ps(_mm256_castsi256_ps(c), _mm256_fmadd_ps(k, j, k)))));
+}
+#endif
+
+double llm_softmax_exp(int n, float *x, float max) {
+  int i = 0;
+  double sum = 0;
+#ifdef LLM_AVX2
+  for (; i + 7 < n; i += 8) {
+    __m256 v = v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(max)));
+    _mm256_storeu_ps(x + i, v);
+    __m128 h = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    sum += (double)_mm_cvtss_f32(h);
+  }
+#endif
+  for (; i < n; i++) {
+    x[i] = expf(x[i] - max);
+    sum += (double)x[i];
+  }
+  return sum;
+}
+
+void llm_swiglu(int n, float *g, const float *u) {
+  int i = 0;
+#ifdef LLM_AVX2
+  for (; i + 7 < n; i += 8) {
+    __m256 x = _mm256_loadu_ps(g + i);
+    __m256 s = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1), v_expf(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+  }
+#endif
+  for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }

@@ -50,9 +50,19 @@ typedef float (*llm_vec_dot_fn)(int64_t n, const void *w, const void *a);
 llm_vec_dot_fn llm_vec_dot_get(llm_type t);      /* fastest available */
 llm_vec_dot_fn llm_vec_dot_get_ref(llm_type t);  /* scalar reference */
 bool llm_cpu_has_avx2(void);
+/* One weight row against nt <= 4 activation rows (a + j*a_stride): y[j]. Bit-identical to
+ * nt calls of llm_vec_dot_get(t); NULL when the type has no such kernel. */
+typedef void (*llm_vec_dot4_fn)(int64_t n, const void *w, const void *a, size_t a_stride, int nt, float *y);
+llm_vec_dot4_fn llm_vec_dot4_get(llm_type t);
 
 /* fp16 dot (attention scores) and y += a*x over fp16 x (attention values). */
 float llm_dot_f16(int n, const uint16_t *x, const uint16_t *y);
 float llm_dot_f16_ref(int n, const uint16_t *x, const uint16_t *y);
+
+/* exp(x[i] - max) in place, returning the sum (double), with ggml's vectorised exp
+ * (softmax). Pad x to a multiple of 8 with -INFINITY to get ggml's values everywhere. */
+double llm_softmax_exp(int n, float *x, float max);
+/* g[i] = silu(g[i]) * u[i] with ggml's vectorised exp (SwiGLU). */
+void llm_swiglu(int n, float *g, const float *u);
 
 #endif

@@ -129,9 +129,9 @@ void llm_tokenizer_destroy(llm_tokenizer *t) {
   free(t);
 }
 
-static const llm_tokenizer *g_sort_tok;
-static int cmp_special(const void *a, const void *b) {
-  uint64_t la = g_sort_tok->text[*(const int32_t *)a].n, lb = g_sort_tok->text[*(const int32_t *)b].n;
+static int cmp_special(const void *a, const void *b, void *ctx) {
+  const llm_tokenizer *t = ctx;
+  uint64_t la = t->text[*(const int32_t *)a].n, lb = t->text[*(const int32_t *)b].n;
   if (la != lb) return la > lb ? -1 : 1;
   return *(const int32_t *)a - *(const int32_t *)b;
 }
@@ -238,8 +238,7 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
   }
   for (int32_t i = 0; i < t->n_vocab; i++)
     if ((t->ttype[i] == TT_CONTROL || t->ttype[i] == TT_USER) && t->text[i].n > 0) t->special[t->n_special++] = i;
-  g_sort_tok = t;
-  qsort(t->special, (size_t)t->n_special, sizeof *t->special, cmp_special);
+  qsort_r(t->special, (size_t)t->n_special, sizeof *t->special, cmp_special, t);
   uint32_t v;
   t->bos = llm_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v) && v < (uint32_t)t->n_vocab ? (int32_t)v : -1;
   t->eos = llm_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v) && v < (uint32_t)t->n_vocab ? (int32_t)v : -1;
@@ -637,10 +636,13 @@ cinfer_status *llm_chat_render(const llm_tokenizer *t, const char *override, con
   }
   /* SmolLM2-style templates insert a default system message when the first is not one. */
   char *def_sys = NULL;
-  const char *marker = "messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n";
+  const char *marker = "messages[0]['role'] != 'system' %}{{ '<|im_start|>system";
   const char *m = strstr(tpl, marker);
   if (m) {
     m += strlen(marker);
+    /* the newline is either a Jinja escape (backslash, n) or a raw newline */
+    if (m[0] == '\\' && m[1] == 'n') m += 2;
+    else if (m[0] == '\n') m++;
     const char *e = strstr(m, "<|im_end|>");
     if (e) {
       def_sys = strndup(m, (size_t)(e - m));

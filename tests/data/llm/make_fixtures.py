@@ -21,7 +21,7 @@ import numpy as np
 
 MODEL = sys.argv[1]
 OUT = os.path.dirname(os.path.abspath(__file__))
-THREADS = 2
+THREADS = 1  # results do not depend on it (each row is computed by one thread); 1 is fastest on a busy machine
 
 CORPUS = [
     "Hello world",
@@ -71,6 +71,19 @@ PROMPTS = [
 ]
 
 
+def top_logprobs(logits, k=5):
+    """[[id, logprob], ...] of the k most likely tokens: lets the test tell a real
+    difference from a near tie that float summation order can flip."""
+    l = logits.astype(np.float64)
+    lp = l - (np.log(np.exp(l - l.max()).sum()) + l.max())
+    return [[int(i), round(float(lp[i]), 5)] for i in np.argsort(-lp)[:k]]
+
+
+def last_logits(llm):
+    # llama-cpp-python >= 0.3.x no longer copies logits into llm.scores unless logits_all
+    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
+
+
 def main():
     llm = llama_cpp.Llama(model_path=MODEL, n_ctx=1024, n_batch=512, n_threads=THREADS, verbose=False,
                           flash_attn=False)
@@ -97,16 +110,17 @@ def main():
         llm.reset()
         ids = llm.tokenize(p["text"].encode("utf-8"), add_bos=False, special=p["special"])
         llm.eval(ids)
-        out = []
+        out, top = [], []
         for _ in range(p["n"]):
-            logits = np.array(llm.scores[llm.n_tokens - 1])
+            logits = last_logits(llm)
             t = int(np.argmax(logits))
             out.append(t)
+            top.append(top_logprobs(logits))
             if t == eos or t == 2:
                 break
             llm.eval([t])
         gold["cases"].append({"name": p["name"], "text": p["text"], "special": p["special"], "prompt_ids": ids,
-                              "output_ids": out,
+                              "output_ids": out, "top_logprobs": top,
                               "output_text": llm.detokenize(out).decode("utf-8", errors="replace")})
     with open(os.path.join(OUT, "greedy_smollm2.json"), "w", encoding="utf-8") as f:
         json.dump(gold, f, ensure_ascii=False, indent=1)

@@ -124,12 +124,43 @@ static void test_matmul_threads(void **s) {
   llm_pool_destroy(NULL);
 }
 
+static void test_dot4_matches_single(void **s) {
+  /* the multi-row kernels give bit-identical results to the single-row fast path */
+  llm_type ts[] = {LLM_Q4_0, LLM_Q4_1, LLM_Q8_0};
+  for (int k = 0; k < 3; k++) {
+    llm_vec_dot4_fn d4 = llm_vec_dot4_get(ts[k]);
+    if (!d4) {
+      assert_false(llm_cpu_has_avx2()); /* only absent without AVX2 */
+      continue;
+    }
+    enum { N = 512 };
+    uint8_t w[N * 2], a[4][N * 2];
+    float x[N];
+    llm_type vt = llm_type_vec_dot_type(ts[k]);
+    size_t as = sizeof a[0];
+    make_weights(ts[k], w, N);
+    for (int j = 0; j < 4; j++) {
+      for (int i = 0; i < N; i++) x[i] = frand();
+      llm_quantize_row(vt, x, a[j], N);
+    }
+    for (int nt = 1; nt <= 4; nt++) {
+      float y[4];
+      d4(N, w, a, as, nt, y);
+      for (int j = 0; j < nt; j++) {
+        float one = llm_vec_dot_get(ts[k])(N, w, a[j]);
+        assert_memory_equal(&one, &y[j], 4);
+      }
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q5_0),
       cmocka_unit_test(test_q5_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_q4_K),
       cmocka_unit_test(test_q5_K), cmocka_unit_test(test_q6_K), cmocka_unit_test(test_activation_quant_error),
       cmocka_unit_test(test_fp16), cmocka_unit_test(test_matmul_threads),
+      cmocka_unit_test(test_dot4_matches_single),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
