@@ -81,6 +81,7 @@ static void fill_info(onnx_io_info *info, const Onnx__ValueInfoProto *vi, const 
 
 static cinfer_status *copy_attr(onnx_attr *a, const Onnx__AttributeProto *p, const char *base,
                                 const char *node) {
+  free(a->name); /* set already when called again below for an untyped attribute */
   a->name = strdup(p->name ? p->name : "");
   if (!a->name) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
   switch (p->type) {

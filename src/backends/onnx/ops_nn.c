@@ -157,6 +157,8 @@ static cinfer_status *convt_make(const onnx_node *n, ot **in, convt_geom *cg) {
   if (G <= 0 || x->dims[1] != w->dims[0] || w->dims[0] % G)
     return NODE_ERR(n, CINFER_INVALID_ARG, "W shape does not match input channels/group");
   g->sp = sp; g->N = x->dims[0]; g->C = x->dims[1]; g->G = G; g->M = w->dims[1] * G;
+  if (n->n_in > 2 && in[2] && (in[2]->ndim != 1 || in[2]->dims[0] != g->M))
+    return NODE_ERR(n, CINFER_INVALID_ARG, "B must have shape [%lld]", (long long)g->M);
   const int64_t *st, *dl, *pd, *op, *os;
   int nst = attr_ints(n, "strides", &st), ndl = attr_ints(n, "dilations", &dl);
   int npd = attr_ints(n, "pads", &pd), nop = attr_ints(n, "output_padding", &op);
@@ -177,6 +179,8 @@ static cinfer_status *convt_make(const onnx_node *n, ot **in, convt_geom *cg) {
     int64_t full = g->stride[i] * (g->in[i] - 1) + cg->opad[i] + (g->k[i] - 1) * g->dil[i] + 1;
     if (nos == sp || nos == sp + 2) {
       int64_t want = os[nos - sp + i];
+      if (want <= 0 || want > (int64_t)1 << 24)
+        return NODE_ERR(n, CINFER_INVALID_ARG, "invalid output_shape");
       int64_t tot = full - want;
       if (tot < 0) tot = 0;
       if (!strcmp(ap, "SAME_UPPER")) { g->pb[i] = tot / 2; g->pe[i] = tot - tot / 2; }
