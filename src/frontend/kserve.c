@@ -438,6 +438,36 @@ void kbuf_json_string(kbuf *b, const char *s, size_t n) {
   b->len = (size_t)(o - b->data);
 }
 
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not one. */
+static size_t utf8_valid_len(const unsigned char *s, size_t n) {
+  unsigned char c = s[0];
+  size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (!l || l > n || (l == 2 && c < 0xc2) || (l == 4 && c > 0xf4)) return 0;
+  for (size_t i = 1; i < l; i++)
+    if ((s[i] & 0xc0) != 0x80) return 0;
+  if (l == 3 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0))) return 0;
+  if (l == 4 && ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] >= 0x90))) return 0;
+  return l;
+}
+
+void kbuf_json_string_utf8(kbuf *b, const char *s, size_t n) {
+  kbuf t = {0};
+  const unsigned char *p = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    size_t l = utf8_valid_len(p + i, n - i);
+    if (l) {
+      kbuf_put(&t, p + i, l);
+      i += l;
+    } else {
+      kbuf_put(&t, "\xef\xbf\xbd", 3); /* U+FFFD */
+      i++;
+    }
+  }
+  kbuf_json_string(b, t.data ? t.data : "", t.len);
+  if (t.oom) b->oom = true;
+  kbuf_free(&t);
+}
+
 void kbuf_free(kbuf *b) {
   free(b->data);
   memset(b, 0, sizeof *b);

@@ -60,6 +60,9 @@ void kbuf_put(kbuf *b, const void *p, size_t n);
 void kbuf_puts(kbuf *b, const char *s);
 void kbuf_printf(kbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void kbuf_json_string(kbuf *b, const char *s, size_t n); /* quoted and escaped */
+/* The same, and bytes that are not valid UTF-8 become U+FFFD (for text that may hold a
+ * partial character, e.g. a single token's bytes). */
+void kbuf_json_string_utf8(kbuf *b, const char *s, size_t n);
 void kbuf_free(kbuf *b);
 
 /* Encodes a successful response. `binary` says per output whether it goes to the binary

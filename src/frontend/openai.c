@@ -246,7 +246,7 @@ static void put_token_text(kbuf *b, llm_engine *e, int32_t id) {
     kbuf_puts(b, "\"\"");
     return;
   }
-  kbuf_json_string(b, s, n);
+  kbuf_json_string_utf8(b, s, n);
   free(s);
 }
 

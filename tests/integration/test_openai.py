@@ -2,6 +2,7 @@
 SmolLM2-135M-Instruct (Q4_1 GGUF) through the LLM engine."""
 import http.client
 import json
+import os
 import socket
 import time
 import urllib.request
@@ -40,12 +41,24 @@ def test_models(client):
     assert ids == [MODEL]
 
 
-def test_chat_greedy(client):
+def llama_cpp_golden(name):
+    """Greedy output of llama.cpp for a fixture prompt (tests/data/llm, made with llama-cpp-python)."""
+    path = os.path.join(os.environ.get("CINFER_SOURCE_DIR", "."), "tests", "data", "llm", "greedy_smollm2.json")
+    with open(path) as f:
+        return next(c for c in json.load(f)["cases"] if c["name"] == name)
+
+
+def test_chat_greedy_matches_llama_cpp(client):
+    # The chat template renders SmolLM2's default system prompt, exactly the prompt of the
+    # llama.cpp fixture chat_france; greedy decoding must give llama.cpp's text.
+    golden = llama_cpp_golden("chat_france")
     r = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=24,
                                        messages=[{"role": "user", "content": "What is the capital of France?"}])
     assert r.object == "chat.completion"
     assert r.choices[0].message.role == "assistant"
-    assert "Paris" in r.choices[0].message.content
+    text = r.choices[0].message.content
+    assert len(text) > 20 and golden["output_text"].startswith(text), (text, golden["output_text"])
+    assert r.usage.prompt_tokens == len(golden["prompt_ids"])
     assert r.choices[0].finish_reason in ("stop", "length")
     assert r.usage.prompt_tokens > 5
     assert r.usage.completion_tokens > 0
