@@ -10,9 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
-const double metrics_latency_buckets[] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                          0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
-                                          1,      2.5,     5,      10,    30,     60};
+const double metrics_latency_buckets[] = {
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004,
+    0.005,   0.0075,   0.01,    0.015,  0.025,   0.05,   0.075, 0.1,   0.25,  0.5,
+    1,       2.5,      5,       10,     30,      60};
 const size_t metrics_latency_buckets_n =
     sizeof metrics_latency_buckets / sizeof metrics_latency_buckets[0];
 const double metrics_batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
