@@ -126,6 +126,9 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     int64_t in_ = xd[2 + i], k_ = i == 0 ? KH : KW, o_ = yd[2 + i];
     pr[i] = (o_ - 1) * strides[i] + (k_ - 1) * (dil[i] + 1) + 1 - in_ - pl[i];
   }
+  /* Before the first DN(): its error path releases these. */
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
   dnnl_memory_desc_t x_plain, x_any, w_plain, w_any, b_md, y_plain, y_any;
   DN(dnnl_memory_desc_init_by_tag(&x_plain, 4, xd, dnnl_f32, dnnl_nchw));
   DN(dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_f32, dnnl_format_tag_any));
@@ -144,8 +147,6 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   DN(dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_x));
   const dnnl_memory_desc_t *x_have = p->layout[s->in_id[0]] ? p->layout[s->in_id[0]] : &x_plain;
 
-  dnnl_primitive_attr_t attr = NULL;
-  dnnl_post_ops_t po = NULL;
   DN(dnnl_primitive_attr_create(&attr));
   DN(dnnl_post_ops_create(&po));
   if (s->sum_id >= 0) DN(dnnl_post_ops_append_sum(po, 1.0f));
