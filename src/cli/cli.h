@@ -4,11 +4,18 @@
 #ifndef CINFER_CLI_H
 #define CINFER_CLI_H
 
+#include <stdbool.h>
+
 typedef struct cli_command {
   const char *name;
   const char *summary;
   int (*run)(int argc, char **argv);
 } cli_command;
+
+/* Parses flag value s as an integer in [lo, hi]; on error prints
+ * "cinfer CMD: FLAG: 'S' is not an integer in [LO, HI]" and returns false. */
+bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi,
+                   long long *out);
 
 int cmd_serve(int argc, char **argv);
 int cmd_gateway(int argc, char **argv);

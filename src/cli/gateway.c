@@ -47,18 +47,6 @@ static void gw_usage(FILE *f) {
           "  -h, --help                 this help\n");
 }
 
-static bool flag_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || !*s || *end || v < lo || v > hi) {
-    fprintf(stderr, "cinfer gateway: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s, lo, hi);
-    return false;
-  }
-  *out = v;
-  return true;
-}
-
 static bool flag_double(const char *flag, const char *s, double lo, double hi, double *out) {
   char *end;
   errno = 0;
@@ -128,8 +116,8 @@ int cmd_gateway(int argc, char **argv) {
     switch (c) {
       case O_CONFIG: break;
       case O_HOST: if (!set_str(&cfg.host, optarg)) goto oom; break;
-      case O_PORT: if (!flag_int("--port", optarg, 0, 65535, &v)) goto out; cfg.port = (int)v; break;
-      case O_IO: if (!flag_int("--io-threads", optarg, 1, 64, &v)) goto out; cfg.io_threads = (int)v; break;
+      case O_PORT: if (!cli_parse_int("gateway", "--port", optarg, 0, 65535, &v)) goto out; cfg.port = (int)v; break;
+      case O_IO: if (!cli_parse_int("gateway", "--io-threads", optarg, 1, 64, &v)) goto out; cfg.io_threads = (int)v; break;
       case O_UP: {
         char host[256];
         uint16_t port;
@@ -158,7 +146,7 @@ int cmd_gateway(int argc, char **argv) {
         if (!n[cfg.n_dns++].name) goto oom;
         break;
       }
-      case O_DNSI: if (!flag_int("--dns-interval-ms", optarg, 100, 86400000, &v)) goto out; cfg.dns_interval_ms = (int)v; break;
+      case O_DNSI: if (!cli_parse_int("gateway", "--dns-interval-ms", optarg, 100, 86400000, &v)) goto out; cfg.dns_interval_ms = (int)v; break;
       case O_FILE: if (!set_str(&cfg.upstreams_file, optarg)) goto oom; break;
       case O_BAL:
         if (!strcmp(optarg, "p2c")) cfg.balancer = GW_BAL_P2C;
@@ -169,16 +157,16 @@ int cmd_gateway(int argc, char **argv) {
           goto out;
         }
         break;
-      case O_HI: if (!flag_int("--health-interval-ms", optarg, 10, 3600000, &v)) goto out; cfg.health_interval_ms = (int)v; break;
-      case O_HT: if (!flag_int("--health-timeout-ms", optarg, 10, 3600000, &v)) goto out; cfg.health_timeout_ms = (int)v; break;
+      case O_HI: if (!cli_parse_int("gateway", "--health-interval-ms", optarg, 10, 3600000, &v)) goto out; cfg.health_interval_ms = (int)v; break;
+      case O_HT: if (!cli_parse_int("gateway", "--health-timeout-ms", optarg, 10, 3600000, &v)) goto out; cfg.health_timeout_ms = (int)v; break;
       case O_RATE: if (!flag_double("--rate", optarg, 0.001, 1e9, &cfg.rate)) goto out; break;
       case O_BURST: if (!flag_double("--burst", optarg, 0, 1e9, &cfg.burst)) goto out; break;
       case O_NODELAY: cfg.nodelay = true; break;
-      case O_MAXC: if (!flag_int("--max-concurrency", optarg, 0, 100000000, &v)) goto out; cfg.max_concurrency = (int)v; break;
+      case O_MAXC: if (!cli_parse_int("gateway", "--max-concurrency", optarg, 0, 100000000, &v)) goto out; cfg.max_concurrency = (int)v; break;
       case O_TOKEN: if (!set_str(&cfg.admin_token, optarg)) goto oom; break;
-      case O_SEED: if (!flag_int("--seed", optarg, 0, 2147483647, &v)) goto out; cfg.seed = (unsigned)v; break;
+      case O_SEED: if (!cli_parse_int("gateway", "--seed", optarg, 0, 2147483647, &v)) goto out; cfg.seed = (unsigned)v; break;
       case O_LOGF: log_format = optarg; break;
-      case O_LOGV: if (!flag_int("--log-verbose", optarg, 0, 10, &verbose)) goto out; break;
+      case O_LOGV: if (!cli_parse_int("gateway", "--log-verbose", optarg, 0, 10, &verbose)) goto out; break;
       case O_CHECK: check_only = true; break;
       case 'h': gw_usage(stdout); rc = 0; goto out;
       default: fprintf(stderr, "Run 'cinfer gateway --help' for the options.\n"); goto out;

@@ -48,18 +48,6 @@ static void serve_usage(FILE *f) {
           "  -h, --help                   this help\n");
 }
 
-static bool parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || !*s || *end || v < lo || v > hi) {
-    fprintf(stderr, "cinfer serve: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s, lo, hi);
-    return false;
-  }
-  *out = v;
-  return true;
-}
-
 int cmd_serve(int argc, char **argv) {
   enum {
     O_REPO = 256, O_HOST, O_PORT, O_MPORT, O_MODE, O_LOAD, O_POLL, O_THREADS, O_IO,
@@ -102,8 +90,8 @@ int cmd_serve(int argc, char **argv) {
     switch (c) {
       case O_REPO: repo = optarg; break;
       case O_HOST: host = optarg; break;
-      case O_PORT: if (!parse_int("--http-port", optarg, 0, 65535, &port)) goto out; break;
-      case O_MPORT: if (!parse_int("--metrics-port", optarg, 0, 65535, &mport)) goto out; break;
+      case O_PORT: if (!cli_parse_int("serve", "--http-port", optarg, 0, 65535, &port)) goto out; break;
+      case O_MPORT: if (!cli_parse_int("serve", "--metrics-port", optarg, 0, 65535, &mport)) goto out; break;
       case O_MODE:
         if (!strcmp(optarg, "none")) mode = CINFER_MODEL_CONTROL_NONE;
         else if (!strcmp(optarg, "poll")) mode = CINFER_MODEL_CONTROL_POLL;
@@ -114,9 +102,9 @@ int cmd_serve(int argc, char **argv) {
         }
         break;
       case O_LOAD: load[n_load++] = optarg; break;
-      case O_POLL: if (!parse_int("--repository-poll-secs", optarg, 1, 86400, &poll)) goto out; break;
-      case O_THREADS: if (!parse_int("--threads", optarg, 1, 4096, &threads)) goto out; break;
-      case O_IO: if (!parse_int("--io-threads", optarg, 1, 256, &io)) goto out; break;
+      case O_POLL: if (!cli_parse_int("serve", "--repository-poll-secs", optarg, 1, 86400, &poll)) goto out; break;
+      case O_THREADS: if (!cli_parse_int("serve", "--threads", optarg, 1, 4096, &threads)) goto out; break;
+      case O_IO: if (!cli_parse_int("serve", "--io-threads", optarg, 1, 256, &io)) goto out; break;
       case O_STRICT:
         if (!strcmp(optarg, "true") || !strcmp(optarg, "1")) strict = true;
         else if (!strcmp(optarg, "false") || !strcmp(optarg, "0")) strict = false;
@@ -125,14 +113,14 @@ int cmd_serve(int argc, char **argv) {
           goto out;
         }
         break;
-      case O_EXIT: if (!parse_int("--exit-timeout-secs", optarg, 0, 3600, &exit_to)) goto out; break;
-      case O_BODY: if (!parse_int("--max-body-bytes", optarg, 1024, 1ll << 40, &body)) goto out; break;
-      case O_ELEMS: if (!parse_int("--max-tensor-elements", optarg, 1, 1ll << 40, &elems)) goto out; break;
-      case O_HTO: if (!parse_int("--http-header-timeout-ms", optarg, 1, 3600000, &hto)) goto out; break;
-      case O_BTO: if (!parse_int("--http-body-timeout-ms", optarg, 1, 3600000, &bto)) goto out; break;
-      case O_ITO: if (!parse_int("--http-idle-timeout-ms", optarg, 1, 86400000, &ito)) goto out; break;
+      case O_EXIT: if (!cli_parse_int("serve", "--exit-timeout-secs", optarg, 0, 3600, &exit_to)) goto out; break;
+      case O_BODY: if (!cli_parse_int("serve", "--max-body-bytes", optarg, 1024, 1ll << 40, &body)) goto out; break;
+      case O_ELEMS: if (!cli_parse_int("serve", "--max-tensor-elements", optarg, 1, 1ll << 40, &elems)) goto out; break;
+      case O_HTO: if (!cli_parse_int("serve", "--http-header-timeout-ms", optarg, 1, 3600000, &hto)) goto out; break;
+      case O_BTO: if (!cli_parse_int("serve", "--http-body-timeout-ms", optarg, 1, 3600000, &bto)) goto out; break;
+      case O_ITO: if (!cli_parse_int("serve", "--http-idle-timeout-ms", optarg, 1, 86400000, &ito)) goto out; break;
       case O_LOGF: log_format = optarg; break;
-      case O_LOGV: if (!parse_int("--log-verbose", optarg, 0, 10, &verbose)) goto out; break;
+      case O_LOGV: if (!cli_parse_int("serve", "--log-verbose", optarg, 0, 10, &verbose)) goto out; break;
       case 'h': serve_usage(stdout); rc = 0; goto out;
       default: fprintf(stderr, "Run 'cinfer serve --help' for the options.\n"); goto out;
     }
