@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,7 @@ typedef struct infer_ctx {
   uint64_t t0;
   cinfer_response *resp;  /* the FINAL response, handed to the I/O loop */
   _Atomic bool answered;
+  loop_task task;         /* the one hand-off to the I/O loop (no allocation per request) */
 } infer_ctx;
 
 static void ctx_free(void *arg) {
@@ -118,6 +120,16 @@ static void ctx_free(void *arg) {
   kserve_request_free(c->kreq);
   cinfer_model_release(c->model);
   free(c);
+}
+
+#define CTX_OF(t) ((infer_ctx *)((char *)(t) - offsetof(infer_ctx, task)))
+
+static void ctx_free_task(loop_task *t) { ctx_free(CTX_OF(t)); }
+
+/* Frees c on its exchange's loop, after whatever that loop still has to do for it. */
+static void ctx_free_on_loop(infer_ctx *c, net_loop *loop) {
+  c->task.fn = ctx_free_task;
+  loop_post_task(loop, &c->task);
 }
 
 static void on_cancel(void *arg) {
@@ -192,6 +204,8 @@ static void respond_task(void *arg) {
   ctx_free(c);
 }
 
+static void respond_task_fn(loop_task *t) { respond_task(CTX_OF(t)); }
+
 static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
   infer_ctx *c = user;
   if (!(flags & CINFER_RESPONSE_FINAL)) { /* decoupled partials are not sent over KServe HTTP */
@@ -200,7 +214,8 @@ static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
   }
   atomic_store(&c->answered, true);
   c->resp = resp;
-  if (!loop_post(http_exchange_loop(c->ex), respond_task, c)) respond_task(c);
+  c->task.fn = respond_task_fn;
+  loop_post_task(http_exchange_loop(c->ex), &c->task);
 }
 
 static void handle_infer(frontend *fe, http_exchange *ex, const http_request *req,
@@ -241,7 +256,7 @@ static void handle_infer(frontend *fe, http_exchange *ex, const http_request *re
     atomic_store(&c->answered, true);
     net_loop *loop = http_exchange_loop(ex);
     respond_status(ex, st);
-    if (!loop_post(loop, ctx_free, c)) ctx_free(c);
+    ctx_free_on_loop(c, loop);
   }
   return;
 bad_hlen:
