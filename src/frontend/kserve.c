@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "core/numfmt.h"
 
 struct kserve_request {
   cJSON *root;
@@ -473,10 +474,26 @@ void kbuf_free(kbuf *b) {
   memset(b, 0, sizeof *b);
 }
 
-static void put_double(kbuf *b, double d, int prec) {
+/* Shortest text that reads back as the same float (fp32: true) or double. JSON has no
+ * spelling for non-finite numbers; these are the ones Python's json and cJSON accept. */
+static void put_real(kbuf *b, double d, bool fp32) {
   if (isnan(d)) kbuf_puts(b, "NaN");
   else if (isinf(d)) kbuf_puts(b, d > 0 ? "Infinity" : "-Infinity");
-  else kbuf_printf(b, "%.*g", prec, d);
+  else {
+    char t[NUMFMT_BUF];
+    kbuf_put(b, t, fp32 ? numfmt_float(t, (float)d) : numfmt_double(t, d));
+  }
+}
+
+static void put_u64(kbuf *b, uint64_t v) {
+  char t[20], *o = t + sizeof t;
+  do *--o = (char)('0' + v % 10); while (v /= 10);
+  kbuf_put(b, o, (size_t)(t + sizeof t - o));
+}
+
+static void put_i64(kbuf *b, int64_t v) {
+  if (v < 0) kbuf_put(b, "-", 1);
+  put_u64(b, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
 }
 
 static void encode_data(kbuf *b, const cinfer_tensor *t) {
@@ -488,26 +505,26 @@ static void encode_data(kbuf *b, const cinfer_tensor *t) {
     if (i) kbuf_put(b, ",", 1);
     switch (t->dtype) {
       case CINFER_TYPE_BOOL: kbuf_puts(b, p[i] ? "true" : "false"); break;
-      case CINFER_TYPE_UINT8: kbuf_printf(b, "%u", p[i]); break;
-      case CINFER_TYPE_INT8: kbuf_printf(b, "%d", (int8_t)p[i]); break;
-#define NUM(T, ctype, fmt, cast)                         \
+      case CINFER_TYPE_UINT8: put_u64(b, p[i]); break;
+      case CINFER_TYPE_INT8: put_i64(b, (int8_t)p[i]); break;
+#define NUM(T, ctype, put)                               \
   case T: {                                              \
     ctype v;                                             \
     memcpy(&v, p + (size_t)i * sizeof v, sizeof v);      \
-    kbuf_printf(b, fmt, (cast)v);                        \
+    put(b, v);                                           \
     break;                                               \
   }
-      NUM(CINFER_TYPE_UINT16, uint16_t, "%u", unsigned)
-      NUM(CINFER_TYPE_UINT32, uint32_t, "%u", unsigned)
-      NUM(CINFER_TYPE_UINT64, uint64_t, "%llu", unsigned long long)
-      NUM(CINFER_TYPE_INT16, int16_t, "%d", int)
-      NUM(CINFER_TYPE_INT32, int32_t, "%d", int)
-      NUM(CINFER_TYPE_INT64, int64_t, "%lld", long long)
+      NUM(CINFER_TYPE_UINT16, uint16_t, put_u64)
+      NUM(CINFER_TYPE_UINT32, uint32_t, put_u64)
+      NUM(CINFER_TYPE_UINT64, uint64_t, put_u64)
+      NUM(CINFER_TYPE_INT16, int16_t, put_i64)
+      NUM(CINFER_TYPE_INT32, int32_t, put_i64)
+      NUM(CINFER_TYPE_INT64, int64_t, put_i64)
 #undef NUM
-      case CINFER_TYPE_FP32: { float v; memcpy(&v, p + (size_t)i * 4, 4); put_double(b, v, 9); break; }
-      case CINFER_TYPE_FP64: { double v; memcpy(&v, p + (size_t)i * 8, 8); put_double(b, v, 17); break; }
-      case CINFER_TYPE_FP16: { uint16_t v; memcpy(&v, p + (size_t)i * 2, 2); put_double(b, half_to_float(v), 9); break; }
-      case CINFER_TYPE_BF16: { uint16_t v; memcpy(&v, p + (size_t)i * 2, 2); put_double(b, bf16_to_float(v), 9); break; }
+      case CINFER_TYPE_FP32: { float v; memcpy(&v, p + (size_t)i * 4, 4); put_real(b, v, true); break; }
+      case CINFER_TYPE_FP64: { double v; memcpy(&v, p + (size_t)i * 8, 8); put_real(b, v, false); break; }
+      case CINFER_TYPE_FP16: { uint16_t v; memcpy(&v, p + (size_t)i * 2, 2); put_real(b, half_to_float(v), true); break; }
+      case CINFER_TYPE_BF16: { uint16_t v; memcpy(&v, p + (size_t)i * 2, 2); put_real(b, bf16_to_float(v), true); break; }
       case CINFER_TYPE_BYTES: {
         if (t->byte_size - off < 4) { i = n; break; }
         uint32_t l = (uint32_t)p[off] | (uint32_t)p[off + 1] << 8 | (uint32_t)p[off + 2] << 16 |
@@ -534,18 +551,27 @@ bool kserve_encode_response(kbuf *out, size_t *json_len, const char *model, int6
   }
   kbuf_puts(out, "\"model_name\":");
   kbuf_json_string(out, model, strlen(model));
-  kbuf_printf(out, ",\"model_version\":\"%lld\",\"outputs\":[", (long long)version);
+  kbuf_puts(out, ",\"model_version\":\"");
+  put_i64(out, version);
+  kbuf_puts(out, "\",\"outputs\":[");
   uint32_t n = cinfer_response_output_count(resp);
   for (uint32_t i = 0; i < n; i++) {
     const cinfer_tensor *t = cinfer_response_output(resp, i);
     if (i) kbuf_put(out, ",", 1);
     kbuf_puts(out, "{\"name\":");
     kbuf_json_string(out, t->name, strlen(t->name));
-    kbuf_printf(out, ",\"datatype\":\"%s\",\"shape\":[", cinfer_dtype_name(t->dtype));
-    for (int d = 0; d < t->ndim; d++) kbuf_printf(out, d ? ",%lld" : "%lld", (long long)t->shape[d]);
+    kbuf_puts(out, ",\"datatype\":\"");
+    kbuf_puts(out, cinfer_dtype_name(t->dtype));
+    kbuf_puts(out, "\",\"shape\":[");
+    for (int d = 0; d < t->ndim; d++) {
+      if (d) kbuf_put(out, ",", 1);
+      put_i64(out, t->shape[d]);
+    }
     kbuf_puts(out, "]");
     if (binary && binary[i]) {
-      kbuf_printf(out, ",\"parameters\":{\"binary_data_size\":%zu}}", t->byte_size);
+      kbuf_puts(out, ",\"parameters\":{\"binary_data_size\":");
+      put_u64(out, t->byte_size);
+      kbuf_puts(out, "}}");
     } else {
       kbuf_puts(out, ",\"data\":");
       encode_data(out, t);

@@ -2,6 +2,7 @@
  * with compare-and-swap, so concurrent increments never lose updates. */
 #include "metrics/metrics.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -9,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "core/numfmt.h"
 
 const double metrics_latency_buckets[] = {
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004,
@@ -234,8 +237,12 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   }
 }
 
+/* Prometheus text: shortest round-trip decimal, NaN / +Inf / -Inf spelled its way. */
 static const char *fmt_double(char *tmp, size_t n, double v) {
-  if (v == (double)(int64_t)v && v < 1e15 && v > -1e15) snprintf(tmp, n, "%lld", (long long)v);
+  if (isnan(v)) snprintf(tmp, n, "NaN");
+  else if (isinf(v)) snprintf(tmp, n, v > 0 ? "+Inf" : "-Inf");
+  else if (v < 1e15 && v > -1e15 && v == (double)(int64_t)v) snprintf(tmp, n, "%lld", (long long)v);
+  else if (n >= NUMFMT_BUF) numfmt_double(tmp, v);
   else snprintf(tmp, n, "%.17g", v);
   return tmp;
 }

@@ -1,4 +1,6 @@
-/* test_core.c: status objects, dtype names and tensor byte-size checks. */
+/* test_core.c: status objects, dtype names, tensor byte-size checks, number formatting. */
+#include <float.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +9,7 @@
 #include <cmocka.h>
 
 #include "cinfer/types.h"
+#include "core/numfmt.h"
 
 static void test_status(void **s) {
   assert_null(NULL);
@@ -58,11 +61,71 @@ static void test_tensor_check(void **s) {
   cinfer_status_free(st);
 }
 
+/* The fast shortest-text paths against the printf/strtod loops, byte for byte: random
+ * bit patterns (all exponents, and a bias toward the magnitudes models produce), every
+ * power of two, values next to powers of ten, subnormals, signed zeros and non-finite. */
+static uint64_t xs = 88172645463325252ull;
+static uint64_t xrand(void) { xs ^= xs << 13; xs ^= xs >> 7; xs ^= xs << 17; return xs; }
+
+static void check_f(float f) {
+  char a[NUMFMT_BUF], b[NUMFMT_BUF];
+  size_t na = numfmt_float(a, f), nb = numfmt_float_ref(b, f);
+  if (na != nb || strcmp(a, b)) fail_msg("float %a: fast '%s' reference '%s'", (double)f, a, b);
+}
+static void check_d(double d) {
+  char a[NUMFMT_BUF], b[NUMFMT_BUF];
+  size_t na = numfmt_double(a, d), nb = numfmt_double_ref(b, d);
+  if (na != nb || strcmp(a, b)) fail_msg("double %a: fast '%s' reference '%s'", d, a, b);
+}
+
+static void test_numfmt(void **s) {
+  (void)s;
+  char buf[NUMFMT_BUF];
+  assert_int_equal(numfmt_float(buf, 0.5f), 3), assert_string_equal(buf, "0.5");
+  numfmt_float(buf, 0.1f), assert_string_equal(buf, "0.1");
+  numfmt_float(buf, -0.0f), assert_string_equal(buf, "-0");
+  numfmt_float(buf, 1e9f), assert_string_equal(buf, "1e+09");
+  numfmt_float(buf, 123456792.0f), assert_string_equal(buf, "1.2345679e+08");
+  numfmt_float(buf, 1.0f / 3.0f), assert_string_equal(buf, "0.33333334");
+  numfmt_double(buf, 0.1), assert_string_equal(buf, "0.1");
+  numfmt_double(buf, 1.0 / 3.0), assert_string_equal(buf, "0.3333333333333333");
+  numfmt_double(buf, 1e-7), assert_string_equal(buf, "1e-07");
+  for (int i = 0; i < 50000; i++) {
+    uint32_t u = (uint32_t)xrand();
+    if (i % 3 == 0) u = (u & 0x807fffffu) | (uint32_t)(100 + xrand() % 60) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    check_f(f);
+    uint64_t v = xrand();
+    if (i % 2 == 0) v = (v & 0x800fffffffffffffull) | (uint64_t)(983 + xrand() % 80) << 52;
+    if (i % 5 == 0) v &= ~0xffffffffull; /* short mantissas: few digits */
+    double d;
+    memcpy(&d, &v, 8);
+    check_d(d);
+  }
+  for (int ex = -149; ex <= 127; ex++) {
+    float f = ldexpf(1.0f, ex);
+    check_f(f), check_f(nextafterf(f, 0)), check_f(nextafterf(f, INFINITY));
+  }
+  for (int ex = -1074; ex <= 1023; ex++) check_d(ldexp(1.0, ex));
+  for (int k = -45; k <= 38; k++) {
+    float f = (float)pow(10, k);
+    check_f(f), check_f(nextafterf(f, 0)), check_f(nextafterf(f, INFINITY));
+    double d = pow(10, k);
+    check_d(d), check_d(nextafter(d, 0)), check_d(nextafter(d, INFINITY));
+  }
+  const float sf[] = {0.0f, -0.0f, 1.4e-45f, FLT_MIN, FLT_MAX, -FLT_MAX, INFINITY, -INFINITY};
+  for (size_t i = 0; i < sizeof sf / sizeof *sf; i++) check_f(sf[i]);
+  const double sd[] = {0.0, -0.0, 4.9e-324, DBL_MIN, DBL_MAX, -DBL_MAX, INFINITY, -INFINITY};
+  for (size_t i = 0; i < sizeof sd / sizeof *sd; i++) check_d(sd[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status),
       cmocka_unit_test(test_dtype),
       cmocka_unit_test(test_tensor_check),
+      cmocka_unit_test(test_numfmt),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
