@@ -2,10 +2,9 @@
  *
  * Invariants: every shape is checked (non-negative dims, element count within limits,
  * no overflow) before a buffer is sized from it; every binary_data_size is checked against
- * what remains of the binary section; JSON nesting is bounded before cJSON recurses. */
+ * what remains of the binary section; JSON nesting is bounded by the parser (core/json). */
 #include "frontend/kserve.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,40 +12,21 @@
 #include <string.h>
 
 #include "core/half.h"
+#include "core/json.h"
 #include "core/numfmt.h"
 
 struct kserve_request {
-  cJSON *root;
+  json_doc *doc;
   const char *id;
   kserve_input *inputs;
   size_t n_inputs;
   kserve_output_req *outputs;
   size_t n_outputs;
   bool binary_default;
-  cJSON *params;
+  const json_value *params;
 };
 
 #define BAD(...) cinfer_status_new(CINFER_INVALID_ARG, __VA_ARGS__)
-
-/* Rejects nesting deeper than max before cJSON (recursive) sees the text. */
-static cinfer_status *check_depth(const char *s, size_t n, int max) {
-  int depth = 0;
-  bool in_str = false;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (in_str) {
-      if (c == '\\') i++;
-      else if (c == '"') in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max) return BAD("JSON nesting is deeper than %d levels", max);
-    } else if (c == ']' || c == '}') {
-      depth--;
-    }
-  }
-  return NULL;
-}
 
 typedef struct {
   cinfer_dtype dt;
@@ -56,16 +36,16 @@ typedef struct {
   const char *name;
 } flat_ctx;
 
-static cinfer_status *put_elem(flat_ctx *c, const cJSON *v) {
+static cinfer_status *put_elem(flat_ctx *c, const json_value *v) {
   if (c->count >= c->want)
     return BAD("input '%s': 'data' has more elements than the shape's %lld", c->name,
                (long long)c->want);
   c->count++;
   cinfer_dtype dt = c->dt;
   if (dt == CINFER_TYPE_BYTES) {
-    if (!cJSON_IsString(v))
+    if (!json_is(v, JSON_STRING))
       return BAD("input '%s': BYTES data must be strings", c->name);
-    size_t n = strlen(v->valuestring);
+    size_t n = v->len;
     if (n > UINT32_MAX) return BAD("input '%s': string element too long", c->name);
     if (c->cap - c->pos < 4 + n) {
       size_t ncap = c->cap * 2 + 4 + n;
@@ -78,20 +58,20 @@ static cinfer_status *put_elem(flat_ctx *c, const cJSON *v) {
     unsigned char *p = c->out + c->pos;
     p[0] = (unsigned char)l, p[1] = (unsigned char)(l >> 8), p[2] = (unsigned char)(l >> 16),
     p[3] = (unsigned char)(l >> 24);
-    memcpy(p + 4, v->valuestring, n);
+    memcpy(p + 4, v->u.str, n);
     c->pos += 4 + n;
     return NULL;
   }
   unsigned char *p = c->out + c->pos;
   c->pos += cinfer_dtype_size(dt);
   if (dt == CINFER_TYPE_BOOL) {
-    if (!cJSON_IsBool(v)) return BAD("input '%s': BOOL data must be true or false", c->name);
-    *p = cJSON_IsTrue(v) ? 1 : 0;
+    if (!json_is_bool(v)) return BAD("input '%s': BOOL data must be true or false", c->name);
+    *p = v->type == JSON_TRUE;
     return NULL;
   }
-  if (!cJSON_IsNumber(v))
+  if (!json_is(v, JSON_NUMBER))
     return BAD("input '%s': %s data must be numbers", c->name, cinfer_dtype_name(dt));
-  double d = v->valuedouble;
+  double d = v->u.num;
   switch (dt) {
     case CINFER_TYPE_FP32: { float f = (float)d; memcpy(p, &f, 4); return NULL; }
     case CINFER_TYPE_FP64: memcpy(p, &d, 8); return NULL;
@@ -125,27 +105,27 @@ static cinfer_status *put_elem(flat_ctx *c, const cJSON *v) {
   return BAD("input '%s': unsupported datatype", c->name);
 }
 
-static cinfer_status *flatten(flat_ctx *c, const cJSON *v) {
-  if (!cJSON_IsArray(v)) return put_elem(c, v);
-  for (const cJSON *e = v->child; e; e = e->next) {
+static cinfer_status *flatten(flat_ctx *c, const json_value *v) {
+  if (!json_is(v, JSON_ARRAY)) return put_elem(c, v);
+  for (const json_value *e = v->u.child; e; e = e->next) {
     cinfer_status *st = flatten(c, e);
     if (st) return st;
   }
   return NULL;
 }
 
-static cinfer_status *parse_shape(const cJSON *shape, const char *name, cinfer_tensor *t,
+static cinfer_status *parse_shape(const json_value *shape, const char *name, cinfer_tensor *t,
                                   const kserve_limits *lim) {
-  if (!cJSON_IsArray(shape)) return BAD("input '%s': 'shape' must be an array of integers", name);
-  int nd = cJSON_GetArraySize(shape);
+  if (!json_is(shape, JSON_ARRAY)) return BAD("input '%s': 'shape' must be an array of integers", name);
+  int nd = shape->len > CINFER_MAX_DIMS ? CINFER_MAX_DIMS + 1 : (int)shape->len;
   if (nd > CINFER_MAX_DIMS)
     return BAD("input '%s': shape has %d dimensions (at most %d)", name, nd, CINFER_MAX_DIMS);
   int i = 0;
-  for (const cJSON *d = shape->child; d; d = d->next, i++) {
-    if (!cJSON_IsNumber(d) || d->valuedouble != floor(d->valuedouble) || d->valuedouble < 0 ||
-        d->valuedouble > 9.0e15)
+  for (const json_value *d = shape->u.child; d; d = d->next, i++) {
+    if (!json_is(d, JSON_NUMBER) || d->u.num != floor(d->u.num) || d->u.num < 0 ||
+        d->u.num > 9.0e15)
       return BAD("input '%s': shape[%d] must be a non-negative integer", name, i);
-    t->shape[i] = (int64_t)d->valuedouble;
+    t->shape[i] = (int64_t)d->u.num;
   }
   t->ndim = nd;
   int64_t el = cinfer_shape_elements(t->shape, nd);
@@ -161,14 +141,14 @@ void kserve_request_free(kserve_request *k) {
   for (size_t i = 0; i < k->n_inputs; i++) free(k->inputs[i].owned);
   free(k->inputs);
   free(k->outputs);
-  cJSON_Delete(k->root);
+  json_doc_free(k->doc);
   free(k);
 }
 
-static bool get_bool_param(const cJSON *params, const char *key, bool *out) {
-  const cJSON *v = params ? cJSON_GetObjectItemCaseSensitive(params, key) : NULL;
-  if (!cJSON_IsBool(v)) return false;
-  *out = cJSON_IsTrue(v);
+static bool get_bool_param(const json_value *params, const char *key, bool *out) {
+  const json_value *v = json_get(params, key);
+  if (!json_is_bool(v)) return false;
+  *out = v->type == JSON_TRUE;
   return true;
 }
 
@@ -183,85 +163,79 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
     jlen = (size_t)header_len;
   }
   if (jlen == 0) return BAD("empty request body: expected a JSON object");
-  cinfer_status *st = check_depth(body, jlen, lim->max_json_depth);
-  if (st) return st;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(body, jlen, &end, 0);
-  if (!root) {
-    size_t off = end && end >= body ? (size_t)(end - body) : 0;
-    return BAD("malformed JSON in request body near byte %zu", off);
-  }
+  json_doc *doc;
+  cinfer_status *st = json_parse(body, jlen, lim->max_json_depth, &doc);
+  if (st) return cinfer_status_prefix(st, "request body");
+  const json_value *root = json_root(doc);
   kserve_request *k = calloc(1, sizeof *k);
   if (!k) {
-    cJSON_Delete(root);
+    json_doc_free(doc);
     return cinfer_status_new(CINFER_INTERNAL, "out of memory");
   }
-  k->root = root;
+  k->doc = doc;
   const char *bin = body + jlen;
   size_t bin_left = body_len - jlen;
 
-  if (!cJSON_IsObject(root)) { st = BAD("request body must be a JSON object"); goto fail; }
-  const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+  if (!json_is(root, JSON_OBJECT)) { st = BAD("request body must be a JSON object"); goto fail; }
+  const json_value *id = json_get(root, "id");
   if (id) {
-    if (!cJSON_IsString(id)) { st = BAD("'id' must be a string"); goto fail; }
-    k->id = id->valuestring;
+    if (!json_is(id, JSON_STRING)) { st = BAD("'id' must be a string"); goto fail; }
+    k->id = id->u.str;
   }
-  k->params = cJSON_GetObjectItemCaseSensitive(root, "parameters");
-  if (k->params && !cJSON_IsObject(k->params)) {
+  k->params = json_get(root, "parameters");
+  if (k->params && !json_is(k->params, JSON_OBJECT)) {
     st = BAD("'parameters' must be an object");
     goto fail;
   }
   get_bool_param(k->params, "binary_data_output", &k->binary_default);
 
-  const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(root, "inputs");
-  if (!cJSON_IsArray(inputs) || !inputs->child) {
+  const json_value *inputs = json_get(root, "inputs");
+  if (!json_is(inputs, JSON_ARRAY) || !inputs->len) {
     st = BAD("request must have a non-empty 'inputs' array");
     goto fail;
   }
-  int nin = cJSON_GetArraySize(inputs);
-  k->inputs = calloc((size_t)nin, sizeof *k->inputs);
+  k->inputs = calloc(inputs->len, sizeof *k->inputs);
   if (!k->inputs) { st = cinfer_status_new(CINFER_INTERNAL, "out of memory"); goto fail; }
-  for (const cJSON *in = inputs->child; in; in = in->next) {
+  for (const json_value *in = inputs->u.child; in; in = in->next) {
     kserve_input *ki = &k->inputs[k->n_inputs];
     cinfer_tensor *t = &ki->t;
-    if (!cJSON_IsObject(in)) { st = BAD("inputs[%zu] must be an object", k->n_inputs); goto fail; }
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
-    if (!cJSON_IsString(name) || !name->valuestring[0]) {
+    if (!json_is(in, JSON_OBJECT)) { st = BAD("inputs[%zu] must be an object", k->n_inputs); goto fail; }
+    const json_value *name = json_get(in, "name");
+    if (!json_is(name, JSON_STRING) || !name->u.str[0]) {
       st = BAD("inputs[%zu] needs a non-empty string 'name'", k->n_inputs);
       goto fail;
     }
-    t->name = name->valuestring;
+    t->name = name->u.str;
     for (size_t j = 0; j < k->n_inputs; j++)
       if (!strcmp(k->inputs[j].t.name, t->name)) {
         st = BAD("input '%s' appears more than once", t->name);
         goto fail;
       }
     k->n_inputs++;
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "datatype");
-    if (!cJSON_IsString(dt)) { st = BAD("input '%s' needs a string 'datatype'", t->name); goto fail; }
-    t->dtype = cinfer_dtype_parse(dt->valuestring, strlen(dt->valuestring));
-    if (t->dtype == CINFER_TYPE_INVALID || strncmp(dt->valuestring, "TYPE_", 5) == 0) {
-      st = BAD("input '%s': unknown datatype '%s'", t->name, dt->valuestring);
+    const json_value *dt = json_get(in, "datatype");
+    if (!json_is(dt, JSON_STRING)) { st = BAD("input '%s' needs a string 'datatype'", t->name); goto fail; }
+    t->dtype = cinfer_dtype_parse(dt->u.str, dt->len);
+    if (t->dtype == CINFER_TYPE_INVALID || strncmp(dt->u.str, "TYPE_", 5) == 0) {
+      st = BAD("input '%s': unknown datatype '%s'", t->name, dt->u.str);
       goto fail;
     }
-    if ((st = parse_shape(cJSON_GetObjectItemCaseSensitive(in, "shape"), t->name, t, lim)))
+    if ((st = parse_shape(json_get(in, "shape"), t->name, t, lim)))
       goto fail;
     int64_t elems = cinfer_shape_elements(t->shape, t->ndim);
-    const cJSON *ip = cJSON_GetObjectItemCaseSensitive(in, "parameters");
-    const cJSON *bds = cJSON_IsObject(ip) ? cJSON_GetObjectItemCaseSensitive(ip, "binary_data_size") : NULL;
-    const cJSON *data = cJSON_GetObjectItemCaseSensitive(in, "data");
+    const json_value *bds = json_get(json_get(in, "parameters"), "binary_data_size");
+    const json_value *data = json_get(in, "data");
     if (bds) {
-      if (!cJSON_IsNumber(bds) || bds->valuedouble < 0 || bds->valuedouble != floor(bds->valuedouble)) {
+      if (!json_is(bds, JSON_NUMBER) || !(bds->u.num >= 0) || bds->u.num != floor(bds->u.num)) {
         st = BAD("input '%s': binary_data_size must be a non-negative integer", t->name);
         goto fail;
       }
       if (data) { st = BAD("input '%s' has both 'data' and binary_data_size", t->name); goto fail; }
-      if (bds->valuedouble > (double)bin_left) {
+      if (bds->u.num > (double)bin_left) {
         st = BAD("input '%s': binary_data_size %.0f exceeds the %zu bytes of binary data left",
-                 t->name, bds->valuedouble, bin_left);
+                 t->name, bds->u.num, bin_left);
         goto fail;
       }
-      t->byte_size = (size_t)bds->valuedouble;
+      t->byte_size = (size_t)bds->u.num;
       t->data = bin;
       bin += t->byte_size;
       bin_left -= t->byte_size;
@@ -304,28 +278,27 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
     goto fail;
   }
 
-  const cJSON *outputs = cJSON_GetObjectItemCaseSensitive(root, "outputs");
+  const json_value *outputs = json_get(root, "outputs");
   if (outputs) {
-    if (!cJSON_IsArray(outputs)) { st = BAD("'outputs' must be an array"); goto fail; }
-    int nout = cJSON_GetArraySize(outputs);
-    k->outputs = calloc((size_t)nout + 1, sizeof *k->outputs);
+    if (!json_is(outputs, JSON_ARRAY)) { st = BAD("'outputs' must be an array"); goto fail; }
+    k->outputs = calloc((size_t)outputs->len + 1, sizeof *k->outputs);
     if (!k->outputs) { st = cinfer_status_new(CINFER_INTERNAL, "out of memory"); goto fail; }
-    for (const cJSON *o = outputs->child; o; o = o->next) {
-      const cJSON *name = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : NULL;
-      if (!cJSON_IsString(name)) {
+    for (const json_value *o = outputs->u.child; o; o = o->next) {
+      const json_value *name = json_get(o, "name");
+      if (!json_is(name, JSON_STRING)) {
         st = BAD("outputs[%zu] needs a string 'name'", k->n_outputs);
         goto fail;
       }
       kserve_output_req *ko = &k->outputs[k->n_outputs++];
-      ko->name = name->valuestring;
+      ko->name = name->u.str;
       ko->binary = k->binary_default;
-      const cJSON *op = cJSON_GetObjectItemCaseSensitive(o, "parameters");
-      if (op && !cJSON_IsObject(op)) {
+      const json_value *op = json_get(o, "parameters");
+      if (op && !json_is(op, JSON_OBJECT)) {
         st = BAD("output '%s': 'parameters' must be an object", ko->name);
         goto fail;
       }
       get_bool_param(op, "binary_data", &ko->binary);
-      if (op && cJSON_GetObjectItemCaseSensitive(op, "classification")) {
+      if (json_get(op, "classification")) {
         st = cinfer_status_new(CINFER_UNSUPPORTED,
                                "output '%s': the classification extension is not supported",
                                ko->name);
@@ -364,16 +337,16 @@ cinfer_status *kserve_apply(kserve_request *k, cinfer_request *r) {
   for (size_t i = 0; i < k->n_outputs; i++)
     if ((st = cinfer_request_add_output(r, k->outputs[i].name))) return st;
   if (k->params) {
-    for (const cJSON *p = k->params->child; p; p = p->next) {
-      const char *key = p->string;
+    for (const json_value *p = k->params->u.child; p; p = p->next) {
+      const char *key = p->key;
       if (!strcmp(key, "binary_data_output")) continue;
-      if (cJSON_IsBool(p)) st = cinfer_request_set_param_bool(r, key, cJSON_IsTrue(p));
-      else if (cJSON_IsString(p))
-        st = cinfer_request_set_param_string(r, key, p->valuestring, strlen(p->valuestring));
-      else if (cJSON_IsNumber(p) && p->valuedouble == floor(p->valuedouble) &&
-               fabs(p->valuedouble) < 9.0e15)
-        st = cinfer_request_set_param_int(r, key, (int64_t)p->valuedouble);
-      else if (cJSON_IsNumber(p)) st = cinfer_request_set_param_double(r, key, p->valuedouble);
+      if (json_is_bool(p)) st = cinfer_request_set_param_bool(r, key, p->type == JSON_TRUE);
+      else if (json_is(p, JSON_STRING))
+        st = cinfer_request_set_param_string(r, key, p->u.str, p->len);
+      else if (json_is(p, JSON_NUMBER) && p->u.num == floor(p->u.num) &&
+               fabs(p->u.num) < 9.0e15)
+        st = cinfer_request_set_param_int(r, key, (int64_t)p->u.num);
+      else if (json_is(p, JSON_NUMBER)) st = cinfer_request_set_param_double(r, key, p->u.num);
       else st = BAD("parameter '%s' must be a string, number or boolean", key);
       if (st) return st;
     }
@@ -475,7 +448,7 @@ void kbuf_free(kbuf *b) {
 }
 
 /* Shortest text that reads back as the same float (fp32: true) or double. JSON has no
- * spelling for non-finite numbers; these are the ones Python's json and cJSON accept. */
+ * spelling for non-finite numbers; these are the ones Python's json and core/json accept. */
 static void put_real(kbuf *b, double d, bool fp32) {
   if (isnan(d)) kbuf_puts(b, "NaN");
   else if (isinf(d)) kbuf_puts(b, d > 0 ? "Infinity" : "-Infinity");
