@@ -133,6 +133,14 @@ void cinfer_request_cancel(cinfer_request *r);
  * submitted and no callback runs. Either way the caller keeps its own reference. */
 cinfer_status *cinfer_server_infer_async(cinfer_server *s, cinfer_request *r);
 
+/* Coalesced wake-ups, per calling thread: between begin and flush, requests submitted by
+ * this thread are queued as usual but the model's workers are woken once, at flush,
+ * instead of once per request. A thread that submits several requests in a burst (an
+ * I/O thread handling one epoll batch) saves a futex wake and a context switch per
+ * request and hands the batcher the whole burst at once. flush without begin is a no-op. */
+void cinfer_server_defer_wakeups_begin(void);
+void cinfer_server_defer_wakeups_flush(void);
+
 /* ---- responses --------------------------------------------------------------------- */
 
 const cinfer_status *cinfer_response_error(const cinfer_response *resp); /* borrowed */

@@ -558,6 +558,16 @@ static void route_metrics_only(http_exchange *ex, const http_request *req, void 
   respond_error(ex, 404, "not found");
 }
 
+/* One worker wake-up per epoll batch of requests instead of one per request. */
+static void batch_begin(void *arg) {
+  (void)arg;
+  cinfer_server_defer_wakeups_begin();
+}
+static void batch_end(void *arg) {
+  (void)arg;
+  cinfer_server_defer_wakeups_flush();
+}
+
 cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend **out) {
   frontend *fe = calloc(1, sizeof *fe);
   if (!fe) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
@@ -568,7 +578,9 @@ cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend
                          .max_body_bytes = o->max_body_bytes,
                          .header_timeout_ms = o->header_timeout_ms,
                          .body_timeout_ms = o->body_timeout_ms,
-                         .idle_keepalive_ms = o->idle_timeout_ms};
+                         .idle_keepalive_ms = o->idle_timeout_ms,
+                         .batch_begin = batch_begin,
+                         .batch_end = batch_end};
   cinfer_status *st = http_server_create(&ho, route, fe, &fe->http);
   if (st) {
     free(fe);

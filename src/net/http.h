@@ -158,6 +158,11 @@ typedef struct http_server_opts {
   int idle_keepalive_ms;       /* 0 = 60000; idle keep-alive connection closed */
   int max_connections;         /* 0 = 10000; further connections are closed at accept */
   int backlog;                 /* 0 = 1024 */
+  /* Optional, run on each I/O thread around every batch of ready events: see
+   * loop_set_batch_hooks. */
+  void (*batch_begin)(void *arg);
+  void (*batch_end)(void *arg);
+  void *batch_arg;
 } http_server_opts;
 
 /* Called on an I/O thread for each complete request. req (and everything it points to,

@@ -1070,6 +1070,7 @@ cinfer_status *http_server_create(const http_server_opts *opts, http_handler han
     st = loop_create(&t->loop);
     if (st) break;
     s->n = i + 1;
+    loop_set_batch_hooks(t->loop, o->batch_begin, o->batch_end, o->batch_arg);
     st = make_listener(o, port, &t->lfd);
     if (st) break;
     if (i == 0) {

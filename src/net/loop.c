@@ -48,6 +48,8 @@ struct net_loop {
    * watcher it removes, so a callback may free any watcher's owner (libuv does the same) */
   struct epoll_event *batch;
   int batch_pos, batch_len;
+  void (*batch_begin)(void *), (*batch_end)(void *);
+  void *batch_arg;
 };
 
 static __thread const net_loop *tls_loop;
@@ -60,6 +62,12 @@ uint64_t loop_clock_ms(void) {
 
 uint64_t loop_now_ms(const net_loop *loop) {
   return tls_loop == loop ? loop->now_ms : loop_clock_ms();
+}
+
+void loop_set_batch_hooks(net_loop *loop, void (*begin)(void *), void (*end)(void *), void *arg) {
+  loop->batch_begin = begin;
+  loop->batch_end = end;
+  loop->batch_arg = arg;
 }
 
 bool loop_in_thread(const net_loop *loop) { return tls_loop == loop; }
@@ -333,10 +341,12 @@ void loop_run(net_loop *loop) {
     loop->now_ms = loop_clock_ms();
     loop->batch = evs;
     loop->batch_len = n > 0 ? n : 0;
+    if (n > 0 && loop->batch_begin) loop->batch_begin(loop->batch_arg);
     for (loop->batch_pos = 0; loop->batch_pos < loop->batch_len; loop->batch_pos++) {
       loop_io *io = evs[loop->batch_pos].data.ptr;
       if (io) io->fn(io, evs[loop->batch_pos].events);  /* NULL: removed earlier in the batch */
     }
+    if (n > 0 && loop->batch_end) loop->batch_end(loop->batch_arg);
     loop->batch_len = 0;
     run_timers(loop);
   }

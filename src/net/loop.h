@@ -33,6 +33,11 @@ void loop_stop(net_loop *loop);
 /* Starts a thread running loop_run(loop); loop_join stops it and waits. */
 cinfer_status *loop_start_thread(net_loop *loop, const char *name);
 void loop_join(net_loop *loop);
+/* Before the loop thread starts: begin(arg) runs before each batch of ready events is
+ * dispatched and end(arg) after it (posted tasks included), on the loop thread. Lets a
+ * caller coalesce per-event work, e.g. wake a worker once per batch instead of once per
+ * request. */
+void loop_set_batch_hooks(net_loop *loop, void (*begin)(void *), void (*end)(void *), void *arg);
 /* True when called on the thread that runs this loop. */
 bool loop_in_thread(const net_loop *loop);
 /* Monotonic milliseconds, cached once per loop iteration (cheap). Any thread may call it

@@ -683,6 +683,40 @@ static uint64_t shape_key(const cinfer_request *r, int bd) {
   return h;
 }
 
+/* ---- coalesced wake-ups (cinfer_server_defer_wakeups_begin) ---------------------------- */
+
+#define DEFER_MAX 8
+static _Thread_local struct {
+  bool on;
+  int n;
+  cinfer_model *models[DEFER_MAX]; /* each holds a reference until the flush */
+} tl_defer;
+
+void cinfer_server_defer_wakeups_begin(void) { tl_defer.on = true; }
+
+void cinfer_server_defer_wakeups_flush(void) {
+  tl_defer.on = false;
+  for (int i = 0; i < tl_defer.n; i++) {
+    cinfer_model *m = tl_defer.models[i];
+    /* Without the mutex is fine: the items were queued under it, and a worker checks the
+     * queue under it before it waits. */
+    pthread_cond_signal(&m->cv);
+    cinfer_model_release(m);
+  }
+  tl_defer.n = 0;
+}
+
+/* With m->mu held: true when the wake-up of m's workers is left to the flush. */
+static bool defer_wakeup(cinfer_model *m) {
+  if (!tl_defer.on) return false;
+  for (int i = 0; i < tl_defer.n; i++)
+    if (tl_defer.models[i] == m) return true;
+  if (tl_defer.n == DEFER_MAX) return false;
+  model_ref(m);
+  tl_defer.models[tl_defer.n++] = m;
+  return true;
+}
+
 cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
   /* Completeness: required inputs present, one batch size across inputs. */
   for (int ci = 0; ci < m->n_inputs; ci++) {
@@ -732,7 +766,7 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
   }
   r->has_seq = m->order != NULL;
   update_pending_locked(m);
-  pthread_cond_signal(&m->cv);
+  if (!defer_wakeup(m)) pthread_cond_signal(&m->cv);
   pthread_mutex_unlock(&m->mu);
   return NULL;
 }
