@@ -87,6 +87,10 @@ bool gw_replica_has_model(const gw_replica *r, const char *model, long long vers
   return false;
 }
 
+bool gw_replica_usable(const gw_replica *r, uint64_t now_ms) {
+  return r->sources && !r->draining && gw_health_usable(&r->h, now_ms);
+}
+
 void gw_replica_check_soon(gateway *g, gw_replica *r) {
   (void)g;
   __atomic_store_n(&r->check_now, true, __ATOMIC_RELAXED);
@@ -108,6 +112,9 @@ static void apply_source(gateway *g, unsigned bit, const gw_found *found, size_t
       r->draining = false;
       r->next_check_ms = 0;
       r->next_models_ms = 0;
+      r->added_ms = loop_clock_ms();
+      r->healthy_ms = r->models_ms = r->out_ms = r->unhealthy_ms = r->ejected_ms = 0;
+      atomic_store(&r->first_ok_ms, 0);
       LOG_I("gateway: upstream %s added", r->addr);
     }
     r->sources |= bit;
@@ -286,11 +293,15 @@ static void hc_done(void *user, http_client_error err, const char *msg) {
   bool ok = err == HTTP_CLIENT_OK && r->hc_status == 200;
   gw_health_params p = {g->cfg.healthy_threshold, g->cfg.unhealthy_threshold,
                         g->cfg.eject_consecutive, g->cfg.eject_base_ms, g->cfg.eject_max_ms};
+  uint64_t now = loop_clock_ms();
   pthread_mutex_lock(&g->mu);
-  bool was_draining = r->draining;
+  bool was_draining = r->draining, was_usable = gw_replica_usable(r, now);
   r->draining = !ok;
   bool changed = gw_health_check_result(&r->h, &p, ok);
   gw_health_state s = r->h.state;
+  if (changed && s == GW_H_HEALTHY) r->healthy_ms = now;
+  if (changed && s == GW_H_UNHEALTHY) r->unhealthy_ms = now;
+  if (was_usable && !gw_replica_usable(r, now)) r->out_ms = now;
   pthread_mutex_unlock(&g->mu);
   if (changed) {
     if (s == GW_H_HEALTHY) {
@@ -397,6 +408,7 @@ static void mc_done(void *user, http_client_error err, const char *msg) {
   r->models = r->pending;
   r->n_models = r->n_pending;
   r->models_known = true;
+  if (!r->models_ms) r->models_ms = loop_clock_ms();
   pthread_mutex_unlock(&g->mu);
   r->pending = NULL;
   r->n_pending = 0;

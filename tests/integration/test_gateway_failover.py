@@ -8,7 +8,7 @@ import signal
 import tempfile
 
 from test_gateway_common import (INFER_SIM, FakeUpstream, Gateway, LoadGen, fast_sim_repo,
-                                 replica, request, wait_for)
+                                 replica, request, steady_load_then, wait_for)
 
 
 def cluster_cfg(hostports, **extra):
@@ -22,20 +22,6 @@ def cluster_cfg(hostports, **extra):
     return cfg
 
 
-def steady_load_then(gw, fault, workers=6):
-    """Runs load, waits until every replica served some, applies fault(), keeps the load
-    going until `after` more successes, returns the LoadGen."""
-    load = LoadGen(gw.port, "/v2/models/sim_detector/infer", INFER_SIM, workers).start()
-    try:
-        wait_for(lambda: len(load.by_upstream) >= 3 and load.count() >= 200, 30, "load on all replicas")
-        fault()
-        base = load.count()
-        wait_for(lambda: load.count() >= base + 600, 40, "load after the fault")
-    finally:
-        load.stop()
-    return load
-
-
 def test_kill_9_of_one_replica_loses_no_request_and_ejects_it():
     repo = fast_sim_repo()
     with replica(repo) as a, replica(repo) as b:
@@ -46,7 +32,7 @@ def test_kill_9_of_one_replica_loses_no_request_and_ejects_it():
             with Gateway(cluster_cfg([a.hostport, b.hostport, c.hostport])) as gw:
                 gw.wait_ready()
                 wait_for(lambda: all(r["models"] for r in gw.status()["replicas"]), what="models")
-                load = steady_load_then(gw, lambda: c.proc.kill())
+                _, load = steady_load_then(gw.port, lambda: c.proc.kill())
                 assert load.failures == [], load.failures[:5]
                 r = gw.replica(c.hostport)
                 assert r["state"] in ("ejected", "unhealthy"), r
@@ -75,7 +61,7 @@ def test_sigterm_of_one_replica_loses_no_request():
             with Gateway(cluster_cfg([a.hostport, b.hostport, c.hostport])) as gw:
                 gw.wait_ready()
                 wait_for(lambda: all(r["models"] for r in gw.status()["replicas"]), what="models")
-                load = steady_load_then(gw, lambda: c.proc.send_signal(signal.SIGTERM))
+                _, load = steady_load_then(gw.port, lambda: c.proc.send_signal(signal.SIGTERM))
                 assert load.failures == [], load.failures[:5]
                 assert c.proc.wait(30) == 0
                 wait_for(lambda: gw.replica(c.hostport)["state"] != "healthy", 10, "c out")
