@@ -5,8 +5,9 @@ every client thread it starts, enters the load host's namespace with setns(2)). 
 request crosses real interfaces between separate network stacks, as between machines.
 
   (a) kill -9 of one replica under steady load: zero failed client requests; the replica
-      is out of rotation within one health interval + timeout, unhealthy within
-      unhealthy_threshold x interval + timeout, and ejected (outlier detection);
+      is out of rotation (outlier ejection or a failed check) within one health interval +
+      timeout, unhealthy within unhealthy_threshold x interval + timeout, and no try goes
+      to it afterwards;
   (b) SIGTERM of one replica under steady load: zero failed client requests; it drains;
   (c) a replica added to the watched upstreams file serves its first request within one
       discovery interval (file_interval_ms + 2 control ticks) plus one health interval;
@@ -252,19 +253,25 @@ def test_a_kill_9_of_one_replica_loses_no_request_and_ejects_it(cl):
     out = r["out_ms"] - t_kill
     unhealthy = r["unhealthy_ms"] - t_kill
     ejected = r["ejected_ms"] - t_kill if r["ejected_ms"] is not None else None
-    print(f"\n(a) kill -9 at gateway t={t_kill} ms: out of rotation after {out} ms, ejected after "
-          f"{ejected} ms ({r['failures']} failed tries, all retried), unhealthy after "
-          f"{unhealthy} ms; {load.count()} requests, 0 failed")
-    # out of rotation (failed check, or ejection) within one check period: the next
+    how = f"ejected (outlier) after {ejected} ms" if ejected is not None else "by a failed check"
+    print(f"\n(a) kill -9 at gateway t={t_kill} ms: out of rotation after {out} ms, {how} "
+          f"({r['failures']} failed tries, all retried), unhealthy after {unhealthy} ms; "
+          f"{load.count()} requests, 0 failed")
+    # out of rotation (failed check, or outlier ejection) within one check period: the next
     # periodic check (<= interval) fails within its timeout; a failed try makes it at once
     assert 0 <= out <= h["interval_ms"] + h["timeout_ms"] + CTL_TICK_MS, r
     assert unhealthy <= h["unhealthy_threshold"] * h["interval_ms"] + h["timeout_ms"] + CTL_TICK_MS, r
-    # passive outlier ejection: consecutive_failures failed tries under load eject it
-    assert r["ejections"] == 1 and ejected is not None, r
-    assert 0 <= ejected <= h["interval_ms"] + h["timeout_ms"] + CTL_TICK_MS, r
-    assert r["failures"] >= cfg["outlier"]["consecutive_failures"], r
+    # Which mechanism took it out first depends on a race (consecutive_failures failed tries
+    # vs. the immediate check that the first refused connection asks for); both are bounded
+    # above. Outlier ejection needs consecutive_failures failed tries and happens once.
+    assert r["ejections"] in (0, 1), r
+    if r["ejections"]:
+        assert 0 <= ejected <= h["interval_ms"] + h["timeout_ms"] + CTL_TICK_MS, r
+        assert r["failures"] >= cfg["outlier"]["consecutive_failures"], r
+    else:
+        assert r["out_ms"] <= r["unhealthy_ms"], r  # out at its first failed check
     m = cl.metrics()
-    assert metric_value(m, "cinfer_gateway_ejections_total", upstream=rep(3)) == 1
+    assert metric_value(m, "cinfer_gateway_ejections_total", upstream=rep(3)) == r["ejections"]
     assert metric_value(m, "cinfer_gateway_upstream_healthy", upstream=rep(3)) == 0
     # and no try goes to it any more while the load goes on
     tries = r["requests"]
