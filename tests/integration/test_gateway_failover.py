@@ -34,9 +34,14 @@ def test_kill_9_of_one_replica_loses_no_request_and_ejects_it():
                 wait_for(lambda: all(r["models"] for r in gw.status()["replicas"]), what="models")
                 _, load = steady_load_then(gw.port, lambda: c.proc.kill())
                 assert load.failures == [], load.failures[:5]
-                r = gw.replica(c.hostport)
+                st = gw.status()
+                r = [x for x in st["replicas"] if x["upstream"] == c.hostport][0]
                 assert r["state"] in ("ejected", "unhealthy"), r
                 assert r["failures"] > 0, r  # the kill was felt by proxied requests
+                # event times (ms since the gateway started) in order, none in the future
+                assert r["added_ms"] <= r["healthy_ms"] <= r["models_ms"] <= r["first_ok_ms"]
+                assert r["first_ok_ms"] < r["out_ms"] <= st["uptime_ms"], r
+                assert (r["ejected_ms"] is not None) == (r["ejections"] == 1), r
                 assert load.by_upstream.get(c.hostport, 0) > 0
                 m = gw.metrics()
                 assert f'cinfer_gateway_upstream_healthy{{upstream="{c.hostport}"}} 0' in m
@@ -117,13 +122,15 @@ def test_replica_added_to_the_watched_file_gets_traffic_and_removed_one_none():
                 f.write(f"{ok2.hostport} group=b weight=2\nnot-an-address\n")
             wait_for(lambda: gw.replica(ok2.hostport) and gw.replica(ok2.hostport)["models"],
                      what="the new replica discovered")
-            assert gw.replica(ok2.hostport)["group"] == "b"
+            r2 = gw.replica(ok2.hostport)
+            assert r2["group"] == "b" and r2["added_ms"] <= r2["healthy_ms"] <= r2["models_ms"]
             seen = set()
             for _ in range(30):
                 code, h, _ = request(gw.port, "POST", "/v2/models/fake/infer", {})
                 assert code == 200
                 seen.add(h["x-cinfer-upstream"])
             assert seen == {ok.hostport, ok2.hostport}
+            assert gw.replica(ok2.hostport)["first_ok_ms"] >= r2["models_ms"]
             assert any("not-an-address" in line and "line ignored" in line for line in gw.log)
             # remove ok2 from the file: it stops receiving traffic
             with open(path, "w") as f:
