@@ -7,8 +7,9 @@
  * lock and writes it under g->mu (internal.h invariant 1). Replica fields hc, mc, mbuf,
  * pending, next_* belong to this thread alone.
  *
- * A replica whose readiness check answers anything but 200 is marked draining at once (no
- * new requests; in-flight ones finish); thresholds decide the health state itself.
+ * A replica whose readiness check answers anything but 200, or refuses the connection, is
+ * marked draining at once (no new requests; in-flight ones finish); thresholds decide the
+ * health state itself, and alone act on checks that time out.
  * DNS resolution uses getaddrinfo on this thread: a slow resolver delays health checks by
  * that long but never blocks request processing. A failed resolution keeps the previous
  * set (a DNS blip does not empty the cluster).
@@ -296,7 +297,11 @@ static void hc_done(void *user, http_client_error err, const char *msg) {
   uint64_t now = loop_clock_ms();
   pthread_mutex_lock(&g->mu);
   bool was_draining = r->draining, was_usable = gw_replica_usable(r, now);
-  r->draining = !ok;
+  /* Out at once: an answer other than 200 (a draining server's 503) or a refused connection
+   * (nothing listens). A timeout or reset is ambiguous (a slow or stalled replica): only the
+   * thresholds act on it, so one slow check does not take a replica out. */
+  if (ok) r->draining = false;
+  else if (err == HTTP_CLIENT_OK || err == HTTP_CLIENT_CONNECT_REFUSED) r->draining = true;
   bool changed = gw_health_check_result(&r->h, &p, ok);
   gw_health_state s = r->h.state;
   if (changed && s == GW_H_HEALTHY) r->healthy_ms = now;
@@ -311,8 +316,9 @@ static void hc_done(void *user, http_client_error err, const char *msg) {
       LOG_W("gateway: upstream %s unhealthy: %s", r->addr,
             err == HTTP_CLIENT_OK ? "readiness check not 200" : msg);
     }
-  } else if (!was_draining && !ok && s == GW_H_HEALTHY) {
-    LOG_I("gateway: upstream %s not ready (draining): no new requests", r->addr);
+  } else if (!was_draining && r->draining && s == GW_H_HEALTHY) {
+    LOG_I("gateway: upstream %s %s: no new requests", r->addr,
+          err == HTTP_CLIENT_OK ? "not ready (draining)" : "refused the connection");
   }
 }
 

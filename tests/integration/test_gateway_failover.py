@@ -6,6 +6,7 @@ receives traffic."""
 import os
 import signal
 import tempfile
+import time
 
 from test_gateway_common import (INFER_SIM, FakeUpstream, Gateway, LoadGen, fast_sim_repo,
                                  replica, request, steady_load_then, wait_for)
@@ -72,6 +73,38 @@ def test_sigterm_of_one_replica_loses_no_request():
                 wait_for(lambda: gw.replica(c.hostport)["state"] != "healthy", 10, "c out")
         finally:
             c.stop()
+
+
+def test_one_slow_check_does_not_take_a_stalled_replica_out():
+    """A replica that stalls (SIGSTOP) longer than the check timeout fails one or two checks
+    by timeout; with unhealthy_threshold 3 it must stay in rotation (a timeout is not an
+    answer: only the thresholds act on it), and requests sent meanwhile wait and succeed."""
+    repo = fast_sim_repo()
+    with replica(repo) as a:
+        a.wait_ready()
+        cfg = cluster_cfg([a.hostport])
+        cfg["health"] = {"interval_ms": 500, "timeout_ms": 200, "unhealthy_threshold": 3,
+                         "healthy_threshold": 1}
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: gw.replica(a.hostport)["models"], what="models")
+            load = LoadGen(gw.port, "/v2/models/sim_detector/infer", INFER_SIM, 2).start()
+            try:
+                wait_for(lambda: load.count() >= 50, 30, "load")
+                # stalled for >= interval + timeout: at least one check is sent and times out;
+                # < 2 x interval: at most two are, fewer than the threshold
+                a.proc.send_signal(signal.SIGSTOP)
+                t0 = time.monotonic()
+                wait_for(lambda: time.monotonic() - t0 >= 0.9, 5, "the stall")
+                a.proc.send_signal(signal.SIGCONT)
+                base = load.count()
+                wait_for(lambda: load.count() >= base + 50, 30, "load after the stall")
+            finally:
+                a.proc.send_signal(signal.SIGCONT)
+                load.stop()
+            assert load.failures == [], load.failures[:5]
+            r = gw.replica(a.hostport)
+            assert r["state"] == "healthy" and r["out_ms"] is None, r
 
 
 def test_503_is_retried_on_another_replica_and_counted():
