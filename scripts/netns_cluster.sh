@@ -139,8 +139,14 @@ cmd_exec() {
   ip netns exec "$(ns "$host")" "$@"
 }
 
+running() {  # name: started here and not ended (its rc file is written when it ends, so a
+               # recycled pid is never signalled)
+  [ -e "$STATE/$1.pid" ] && [ ! -e "$STATE/$1.rc" ]
+}
+
 cmd_kill() {
   local k=$1 sig=${2:-KILL}
+  running "r$k" || die "replica $k is not running"
   kill -s "$sig" "$(cat "$STATE/r$k.pid")"
 }
 
@@ -150,17 +156,18 @@ cmd_add() {
   echo "$NET.1$k:8000 $*" >> "$STATE/upstreams"
 }
 
-cmd_stop() {  # SIGTERM to every process (the gateway first), wait (bounded), then SIGKILL
-  local f pid
+cmd_stop() {  # SIGTERM to every running process (the gateway first), wait (bounded), SIGKILL
+  local f name
   for f in "$STATE"/gw.pid "$STATE"/r*.pid; do
-    if [ -e "$f" ]; then kill -TERM "$(cat "$f")" 2>/dev/null || true; fi
+    name=$(basename "$f" .pid)
+    if running "$name"; then kill -TERM "$(cat "$f")" 2>/dev/null || true; fi
   done
   for f in "$STATE"/gw.pid "$STATE"/r*.pid; do
     [ -e "$f" ] || continue
-    pid=$(cat "$f")
-    for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$pid" 2>/dev/null || true
-    for _ in $(seq 1 200); do [ -e "${f%.pid}.rc" ] && break; sleep 0.01; done
+    name=$(basename "$f" .pid)
+    for _ in $(seq 1 300); do running "$name" || break; sleep 0.05; done
+    if running "$name"; then kill -KILL "$(cat "$f")" 2>/dev/null || true; fi
+    for _ in $(seq 1 200); do [ -e "$STATE/$name.rc" ] && break; sleep 0.01; done
     rm -f "$f"
   done
 }

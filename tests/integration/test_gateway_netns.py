@@ -99,6 +99,7 @@ class Cluster:
     def kill(self, k, sig):
         """`netns_cluster.sh kill K SIG`, without the shell's start-up time (the tests time
         what follows the signal)."""
+        assert self.rc(f"r{k}") is None, f"replica {k} is not running"
         if sig == signal.SIGKILL:
             self.killed.add(f"r{k}")
         os.kill(int(open(os.path.join(self.state, f"r{k}.pid")).read()), sig)
