@@ -23,8 +23,9 @@ rotation, turned unhealthy and was ejected. The test reads `uptime_ms` just befo
 
 Needs root and `ip netns`: CMake registers this test only where both exist (see
 tests/integration/CMakeLists.txt); run by hand without root, it fails with that message.
-Namespace names carry a random prefix, so concurrent runs cannot collide; the fixture always
-tears the namespaces down."""
+Namespace names carry a per-run prefix (process id + a random digit), so concurrent runs
+cannot collide; the fixture always tears the namespaces down, and reaps those of an earlier
+run whose process died before its finalizer."""
 import collections
 import ctypes
 import json
