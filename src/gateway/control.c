@@ -7,8 +7,9 @@
  * lock and writes it under g->mu (internal.h invariant 1). Replica fields hc, mc, mbuf,
  * pending, next_* belong to this thread alone.
  *
- * A replica whose readiness check answers anything but 200 is marked draining at once (no
- * new requests; in-flight ones finish); thresholds decide the health state itself.
+ * A replica whose readiness check answers anything but 200, or refuses the connection, is
+ * marked draining at once (no new requests; in-flight ones finish); thresholds decide the
+ * health state itself, and alone act on checks that time out.
  * DNS resolution uses getaddrinfo on this thread: a slow resolver delays health checks by
  * that long but never blocks request processing. A failed resolution keeps the previous
  * set (a DNS blip does not empty the cluster).
@@ -87,6 +88,10 @@ bool gw_replica_has_model(const gw_replica *r, const char *model, long long vers
   return false;
 }
 
+bool gw_replica_usable(const gw_replica *r, uint64_t now_ms) {
+  return r->sources && !r->draining && gw_health_usable(&r->h, now_ms);
+}
+
 void gw_replica_check_soon(gateway *g, gw_replica *r) {
   (void)g;
   __atomic_store_n(&r->check_now, true, __ATOMIC_RELAXED);
@@ -108,6 +113,9 @@ static void apply_source(gateway *g, unsigned bit, const gw_found *found, size_t
       r->draining = false;
       r->next_check_ms = 0;
       r->next_models_ms = 0;
+      r->added_ms = loop_clock_ms();
+      r->healthy_ms = r->models_ms = r->out_ms = r->unhealthy_ms = r->ejected_ms = 0;
+      atomic_store(&r->first_ok_ms, 0);
       LOG_I("gateway: upstream %s added", r->addr);
     }
     r->sources |= bit;
@@ -286,11 +294,19 @@ static void hc_done(void *user, http_client_error err, const char *msg) {
   bool ok = err == HTTP_CLIENT_OK && r->hc_status == 200;
   gw_health_params p = {g->cfg.healthy_threshold, g->cfg.unhealthy_threshold,
                         g->cfg.eject_consecutive, g->cfg.eject_base_ms, g->cfg.eject_max_ms};
+  uint64_t now = loop_clock_ms();
   pthread_mutex_lock(&g->mu);
-  bool was_draining = r->draining;
-  r->draining = !ok;
+  bool was_draining = r->draining, was_usable = gw_replica_usable(r, now);
+  /* Out at once: an answer other than 200 (a draining server's 503) or a refused connection
+   * (nothing listens). A timeout or reset is ambiguous (a slow or stalled replica): only the
+   * thresholds act on it, so one slow check does not take a replica out. */
+  if (ok) r->draining = false;
+  else if (err == HTTP_CLIENT_OK || err == HTTP_CLIENT_CONNECT_REFUSED) r->draining = true;
   bool changed = gw_health_check_result(&r->h, &p, ok);
   gw_health_state s = r->h.state;
+  if (changed && s == GW_H_HEALTHY) r->healthy_ms = now;
+  if (changed && s == GW_H_UNHEALTHY) r->unhealthy_ms = now;
+  if (was_usable && !gw_replica_usable(r, now)) r->out_ms = now;
   pthread_mutex_unlock(&g->mu);
   if (changed) {
     if (s == GW_H_HEALTHY) {
@@ -300,8 +316,9 @@ static void hc_done(void *user, http_client_error err, const char *msg) {
       LOG_W("gateway: upstream %s unhealthy: %s", r->addr,
             err == HTTP_CLIENT_OK ? "readiness check not 200" : msg);
     }
-  } else if (!was_draining && !ok && s == GW_H_HEALTHY) {
-    LOG_I("gateway: upstream %s not ready (draining): no new requests", r->addr);
+  } else if (!was_draining && r->draining && s == GW_H_HEALTHY) {
+    LOG_I("gateway: upstream %s %s: no new requests", r->addr,
+          err == HTTP_CLIENT_OK ? "not ready (draining)" : "refused the connection");
   }
 }
 
@@ -397,6 +414,7 @@ static void mc_done(void *user, http_client_error err, const char *msg) {
   r->models = r->pending;
   r->n_models = r->n_pending;
   r->models_known = true;
+  if (!r->models_ms) r->models_ms = loop_clock_ms();
   pthread_mutex_unlock(&g->mu);
   r->pending = NULL;
   r->n_pending = 0;

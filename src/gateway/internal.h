@@ -61,6 +61,15 @@ typedef struct gw_replica {
   char **models;
   size_t n_models;
   bool models_known;
+  /* Event times on loop_clock_ms(), for /status.json (0 = not since it last joined).
+   * Under g->mu, except first_ok_ms (atomic, set once by the I/O loop that sees it). */
+  uint64_t added_ms;      /* last (re)joined discovery */
+  uint64_t healthy_ms;    /* last turned healthy by checks */
+  uint64_t models_ms;     /* first model list learnt since joining */
+  uint64_t out_ms;        /* last stopped taking new requests (failed check, ejection) */
+  uint64_t unhealthy_ms;  /* last turned unhealthy by checks */
+  uint64_t ejected_ms;    /* last ejected */
+  _Atomic uint64_t first_ok_ms;  /* first successful proxied answer since joining */
   /* control loop only */
   http_client *hc, *mc;
   int mc_stage;          /* 0 idle, 1 repository index, 2 /v1/models */
@@ -157,6 +166,8 @@ void gw_replica_check_soon(gateway *g, gw_replica *r);
 /* Finds or adds the replica; g->mu held. NULL when the table is full. */
 gw_replica *gw_replica_get(gateway *g, const char *host, uint16_t port);
 bool gw_replica_has_model(const gw_replica *r, const char *model, long long version);
+/* Takes new requests at now_ms: listed, not draining, healthy and not ejected; g->mu held. */
+bool gw_replica_usable(const gw_replica *r, uint64_t now_ms);
 
 /* proxy.c */
 void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop);

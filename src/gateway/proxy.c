@@ -545,7 +545,12 @@ static void passive(gateway *g, gw_replica *r, bool failure, uint64_t now) {
   bool may = (ejected + 1) * 100 <= (size_t)g->cfg.eject_max_percent * present;
   gw_health_params p = {g->cfg.healthy_threshold, g->cfg.unhealthy_threshold,
                         g->cfg.eject_consecutive, g->cfg.eject_base_ms, g->cfg.eject_max_ms};
+  bool was_usable = gw_replica_usable(r, now);
   bool ej = gw_health_passive(&r->h, &p, failure, may, now);
+  if (ej) {
+    r->ejected_ms = loop_clock_ms();
+    if (was_usable) r->out_ms = r->ejected_ms;
+  }
   pthread_mutex_unlock(&g->mu);
   if (ej) {
     metric_inc(r->m_ejections, 1);
@@ -639,6 +644,10 @@ static void up_done(void *user, http_client_error err, const char *msg) {
   bool failure = err != HTTP_CLIENT_OK || (q->head_seen && q->status >= 500);
   atomic_fetch_add(&r->n_requests, 1);
   if (failure) atomic_fetch_add(&r->n_failures, 1);
+  else if (!atomic_load_explicit(&r->first_ok_ms, memory_order_relaxed)) {
+    uint64_t zero = 0;
+    atomic_compare_exchange_strong(&r->first_ok_ms, &zero, loop_clock_ms());
+  }
   passive(g, r, failure, now);
   if (connect_fail || (err == HTTP_CLIENT_OK && q->status == 503)) gw_replica_check_soon(g, r);
 
@@ -861,6 +870,21 @@ static void canary_pick(gateway *g, gw_req *q) {
   pthread_mutex_unlock(&g->mu);
 }
 
+/* Admission answers (429, shed) come before routing. Their model label follows the rule of
+ * every gateway metric: set when some replica lists the model or it has a canary
+ * configuration, so made-up names cannot create series. Rejected requests only (g->mu). */
+static const char *admission_model(gateway *g, gw_req *q) {
+  if (q->model[0] && !q->model_known) {
+    pthread_mutex_lock(&g->mu);
+    for (size_t i = 0; i < g->n_canaries && !q->model_known; i++)
+      if (!strcmp(g->canaries[i].cfg->model, q->model)) q->model_known = true;
+    for (size_t i = 0; i < g->n_reps && !q->model_known; i++)
+      if (g->reps[i]->sources && gw_replica_has_model(g->reps[i], q->model, 0)) q->model_known = true;
+    pthread_mutex_unlock(&g->mu);
+  }
+  return q->model_known ? q->model : "";
+}
+
 void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) {
   gw_req *q = calloc(1, sizeof *q);
   if (!q) {
@@ -912,7 +936,7 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
     }
     gw_bucket_result br = rate_take(g, key, kl, now);
     if (!br.admitted) {
-      const char *labels[] = {"model", "", NULL};
+      const char *labels[] = {"model", admission_model(g, q), NULL};
       metric_inc(gw_series(g->f_rate, labels), 1);
       q->done = true;
       req_metrics(q, 429);
@@ -946,7 +970,7 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
     long long prev = atomic_fetch_add(&g->active, 1);
     if (prev >= limit) {
       atomic_fetch_sub(&g->active, 1);
-      const char *labels[] = {"model", "", NULL};
+      const char *labels[] = {"model", admission_model(g, q), NULL};
       metric_inc(gw_series(g->f_shed, labels), 1);
       req_fail(q, 503, "gateway overloaded: request shed (concurrency limit for its priority class)");
       return;

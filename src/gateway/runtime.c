@@ -49,6 +49,12 @@ static void tb_printf(tbuf *b, const char *fmt, ...) {
 
 /* HTML/JSON-safe text: replica addresses, model and group names come from config and
  * upstreams, so they are escaped. */
+/* ,"key":ms since the gateway started, or null for 0 (the event has not happened). */
+static void tb_time(tbuf *b, const char *key, uint64_t t, uint64_t start_ms) {
+  if (t) tb_printf(b, ",\"%s\":%llu", key, (unsigned long long)(t >= start_ms ? t - start_ms : 0));
+  else tb_printf(b, ",\"%s\":null", key);
+}
+
 static void tb_esc(tbuf *b, const char *s, bool json) {
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
@@ -89,7 +95,8 @@ static void status_render(gateway *g, tbuf *b, bool json) {
   uint64_t now = loop_clock_ms();
   pthread_mutex_lock(&g->mu);
   if (json) {
-    tb_printf(b, "{\"active\":%lld,\"draining\":%s,\"replicas\":[", (long long)atomic_load(&g->active),
+    tb_printf(b, "{\"uptime_ms\":%llu,\"active\":%lld,\"draining\":%s,\"replicas\":[",
+              (unsigned long long)(now - g->start_ms), (long long)atomic_load(&g->active),
               atomic_load(&g->draining) ? "true" : "false");
   } else {
     tb_printf(b,
@@ -113,10 +120,18 @@ static void status_render(gateway *g, tbuf *b, bool json) {
       tb_printf(b, "\",\"state\":\"%s\",\"group\":\"", st);
       tb_esc(b, r->group, true);
       tb_printf(b, "\",\"weight\":%d,\"outstanding\":%u,\"requests\":%llu,\"failures\":%llu,"
-                   "\"ejections\":%d,\"models\":[",
+                   "\"ejections\":%d",
                 r->weight, atomic_load(&r->outstanding),
                 (unsigned long long)atomic_load(&r->n_requests),
                 (unsigned long long)atomic_load(&r->n_failures), r->h.ejections);
+      tb_time(b, "added_ms", r->added_ms, g->start_ms);
+      tb_time(b, "healthy_ms", r->healthy_ms, g->start_ms);
+      tb_time(b, "models_ms", r->models_ms, g->start_ms);
+      tb_time(b, "first_ok_ms", atomic_load(&r->first_ok_ms), g->start_ms);
+      tb_time(b, "out_ms", r->out_ms, g->start_ms);
+      tb_time(b, "unhealthy_ms", r->unhealthy_ms, g->start_ms);
+      tb_time(b, "ejected_ms", r->ejected_ms, g->start_ms);
+      tb_printf(b, ",\"models\":[");
       for (size_t k = 0; k < r->n_models; k++) {
         tb_printf(b, "%s\"", k ? "," : "");
         tb_esc(b, r->models[k], true);

@@ -109,10 +109,10 @@ class Gateway:
         assert rc == 0, f"cinfer gateway exited with {rc}:\n{text}"
 
 
-def request(port, method, path, body=None, headers=None, timeout=30, conn=None):
+def request(port, method, path, body=None, headers=None, timeout=30, conn=None, host="127.0.0.1"):
     """One HTTP request; returns (status, headers dict (lower-case), body bytes)."""
     own = conn is None
-    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c = conn or http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
         c.request(method, path, body=data, headers=headers or {})
@@ -163,8 +163,9 @@ class LoadGen:
     """Steady closed-loop load: `workers` threads, each with its own keep-alive connection,
     send the same request until stopped; every non-200 answer or exception is recorded."""
 
-    def __init__(self, port, path, body, workers=4):
+    def __init__(self, port, path, body, workers=4, host="127.0.0.1"):
         self.port, self.path, self.body, self.workers = port, path, body, workers
+        self.host = host
         self.ok = 0
         self.failures = []
         self.by_upstream = {}
@@ -173,7 +174,7 @@ class LoadGen:
         self.threads = []
 
     def _run(self):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
         data = json.dumps(self.body).encode()
         while not self.stop_ev.is_set():
             try:
@@ -191,7 +192,7 @@ class LoadGen:
                 with self.lock:
                     self.failures.append(("exception", repr(e)))
                 conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
         conn.close()
 
     def start(self):
@@ -209,6 +210,93 @@ class LoadGen:
         self.stop_ev.set()
         for t in self.threads:
             t.join(60)
+
+
+def steady_load_then(port, fault, workers=6, replicas=3, host="127.0.0.1",
+                     path="/v2/models/sim_detector/infer", body=INFER_SIM):
+    """Runs load, waits until `replicas` replicas served some, applies fault() (its result is
+    returned first), keeps the load going for 600 more successes; returns (result, LoadGen)."""
+    load = LoadGen(port, path, body, workers, host=host).start()
+    try:
+        wait_for(lambda: len(load.by_upstream) >= replicas and load.count() >= 200, 30,
+                 "load on all replicas")
+        res = fault()
+        base = load.count()
+        wait_for(lambda: load.count() >= base + 600, 40, "load after the fault")
+    finally:
+        load.stop()
+    return res, load
+
+
+def send_many(port, n, path, body, workers=4, headers=None, host="127.0.0.1"):
+    """n requests over `workers` keep-alive connections; returns a list of
+    (status, headers) in completion order."""
+    out, lock = [], threading.Lock()
+    per = [n // workers + (1 if i < n % workers else 0) for i in range(workers)]
+    data = json.dumps(body).encode()
+
+    def run(k):
+        c = http.client.HTTPConnection(host, port, timeout=30)
+        res = []
+        for _ in range(k):
+            c.request("POST", path, body=data, headers=headers or {})
+            r = c.getresponse()
+            r.read()
+            res.append((r.status, {a.lower(): b for a, b in r.getheaders()}))
+        c.close()
+        with lock:
+            out.extend(res)
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in per]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    return out
+
+
+def saturate(port, path, body, headers, seconds, workers=4, host="127.0.0.1"):
+    """Closed-loop load for `seconds` (every answer must be 200 or 429). Returns a dict:
+    admitted, limited, retry_after (set of values), and window: the time in which the
+    gateway admitted, from the first request sent to the last 200 received."""
+    stop = threading.Event()
+    admitted, limited, lock = [0], [0], threading.Lock()
+    retry_after, bad = set(), []
+    first_send, last_ok = [], [0.0]
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+
+    def run():
+        c = http.client.HTTPConnection(host, port, timeout=30)
+        while not stop.is_set():
+            t_send = time.monotonic()
+            c.request("POST", path, body=data, headers=headers)
+            r = c.getresponse()
+            r.read()
+            t_done = time.monotonic()
+            with lock:
+                if not first_send:
+                    first_send.append(t_send)
+                if r.status == 200:
+                    admitted[0] += 1
+                    last_ok[0] = max(last_ok[0], t_done)
+                elif r.status == 429:
+                    limited[0] += 1
+                    retry_after.add(r.getheader("Retry-After"))
+                else:
+                    bad.append(r.status)
+        c.close()
+
+    ts = [threading.Thread(target=run) for _ in range(workers)]
+    t0 = time.monotonic()
+    for t in ts:
+        t.start()
+    wait_for(lambda: time.monotonic() - t0 >= seconds, seconds + 10, f"{seconds} s of load")
+    stop.set()
+    for t in ts:
+        t.join(30)
+    assert bad == [], bad[:10]
+    return {"admitted": admitted[0], "limited": limited[0], "retry_after": retry_after,
+            "window": last_ok[0] - first_send[0]}
 
 
 class FakeUpstream:

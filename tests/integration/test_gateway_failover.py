@@ -6,9 +6,10 @@ receives traffic."""
 import os
 import signal
 import tempfile
+import time
 
 from test_gateway_common import (INFER_SIM, FakeUpstream, Gateway, LoadGen, fast_sim_repo,
-                                 replica, request, wait_for)
+                                 replica, request, steady_load_then, wait_for)
 
 
 def cluster_cfg(hostports, **extra):
@@ -22,20 +23,6 @@ def cluster_cfg(hostports, **extra):
     return cfg
 
 
-def steady_load_then(gw, fault, workers=6):
-    """Runs load, waits until every replica served some, applies fault(), keeps the load
-    going until `after` more successes, returns the LoadGen."""
-    load = LoadGen(gw.port, "/v2/models/sim_detector/infer", INFER_SIM, workers).start()
-    try:
-        wait_for(lambda: len(load.by_upstream) >= 3 and load.count() >= 200, 30, "load on all replicas")
-        fault()
-        base = load.count()
-        wait_for(lambda: load.count() >= base + 600, 40, "load after the fault")
-    finally:
-        load.stop()
-    return load
-
-
 def test_kill_9_of_one_replica_loses_no_request_and_ejects_it():
     repo = fast_sim_repo()
     with replica(repo) as a, replica(repo) as b:
@@ -46,11 +33,16 @@ def test_kill_9_of_one_replica_loses_no_request_and_ejects_it():
             with Gateway(cluster_cfg([a.hostport, b.hostport, c.hostport])) as gw:
                 gw.wait_ready()
                 wait_for(lambda: all(r["models"] for r in gw.status()["replicas"]), what="models")
-                load = steady_load_then(gw, lambda: c.proc.kill())
+                _, load = steady_load_then(gw.port, lambda: c.proc.kill())
                 assert load.failures == [], load.failures[:5]
-                r = gw.replica(c.hostport)
+                st = gw.status()
+                r = [x for x in st["replicas"] if x["upstream"] == c.hostport][0]
                 assert r["state"] in ("ejected", "unhealthy"), r
                 assert r["failures"] > 0, r  # the kill was felt by proxied requests
+                # event times (ms since the gateway started) in order, none in the future
+                assert r["added_ms"] <= r["healthy_ms"] <= r["models_ms"] <= r["first_ok_ms"]
+                assert r["first_ok_ms"] < r["out_ms"] <= st["uptime_ms"], r
+                assert (r["ejected_ms"] is not None) == (r["ejections"] == 1), r
                 assert load.by_upstream.get(c.hostport, 0) > 0
                 m = gw.metrics()
                 assert f'cinfer_gateway_upstream_healthy{{upstream="{c.hostport}"}} 0' in m
@@ -75,12 +67,44 @@ def test_sigterm_of_one_replica_loses_no_request():
             with Gateway(cluster_cfg([a.hostport, b.hostport, c.hostport])) as gw:
                 gw.wait_ready()
                 wait_for(lambda: all(r["models"] for r in gw.status()["replicas"]), what="models")
-                load = steady_load_then(gw, lambda: c.proc.send_signal(signal.SIGTERM))
+                _, load = steady_load_then(gw.port, lambda: c.proc.send_signal(signal.SIGTERM))
                 assert load.failures == [], load.failures[:5]
                 assert c.proc.wait(30) == 0
                 wait_for(lambda: gw.replica(c.hostport)["state"] != "healthy", 10, "c out")
         finally:
             c.stop()
+
+
+def test_one_slow_check_does_not_take_a_stalled_replica_out():
+    """A replica that stalls (SIGSTOP) longer than the check timeout fails one or two checks
+    by timeout; with unhealthy_threshold 3 it must stay in rotation (a timeout is not an
+    answer: only the thresholds act on it), and requests sent meanwhile wait and succeed."""
+    repo = fast_sim_repo()
+    with replica(repo) as a:
+        a.wait_ready()
+        cfg = cluster_cfg([a.hostport])
+        cfg["health"] = {"interval_ms": 500, "timeout_ms": 200, "unhealthy_threshold": 3,
+                         "healthy_threshold": 1}
+        with Gateway(cfg) as gw:
+            gw.wait_ready()
+            wait_for(lambda: gw.replica(a.hostport)["models"], what="models")
+            load = LoadGen(gw.port, "/v2/models/sim_detector/infer", INFER_SIM, 2).start()
+            try:
+                wait_for(lambda: load.count() >= 50, 30, "load")
+                # stalled for >= interval + timeout: at least one check is sent and times out;
+                # < 2 x interval: at most two are, fewer than the threshold
+                a.proc.send_signal(signal.SIGSTOP)
+                t0 = time.monotonic()
+                wait_for(lambda: time.monotonic() - t0 >= 0.9, 5, "the stall")
+                a.proc.send_signal(signal.SIGCONT)
+                base = load.count()
+                wait_for(lambda: load.count() >= base + 50, 30, "load after the stall")
+            finally:
+                a.proc.send_signal(signal.SIGCONT)
+                load.stop()
+            assert load.failures == [], load.failures[:5]
+            r = gw.replica(a.hostport)
+            assert r["state"] == "healthy" and r["out_ms"] is None, r
 
 
 def test_503_is_retried_on_another_replica_and_counted():
@@ -131,13 +155,15 @@ def test_replica_added_to_the_watched_file_gets_traffic_and_removed_one_none():
                 f.write(f"{ok2.hostport} group=b weight=2\nnot-an-address\n")
             wait_for(lambda: gw.replica(ok2.hostport) and gw.replica(ok2.hostport)["models"],
                      what="the new replica discovered")
-            assert gw.replica(ok2.hostport)["group"] == "b"
+            r2 = gw.replica(ok2.hostport)
+            assert r2["group"] == "b" and r2["added_ms"] <= r2["healthy_ms"] <= r2["models_ms"]
             seen = set()
             for _ in range(30):
                 code, h, _ = request(gw.port, "POST", "/v2/models/fake/infer", {})
                 assert code == 200
                 seen.add(h["x-cinfer-upstream"])
             assert seen == {ok.hostport, ok2.hostport}
+            assert gw.replica(ok2.hostport)["first_ok_ms"] >= r2["models_ms"]
             assert any("not-an-address" in line and "line ignored" in line for line in gw.log)
             # remove ok2 from the file: it stops receiving traffic
             with open(path, "w") as f:
