@@ -148,8 +148,13 @@ static void fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st) 
 
 /* ---- execution ------------------------------------------------------------------------ */
 
-/* Builds responses viewing each request's rows of the batch outputs and delivers them. */
-static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, batch_block *bl) {
+/* Builds responses viewing each request's rows of the batch outputs and delivers them.
+ * t0..t2: the batch's input assembly and execution. Each request's statistics (success,
+ * queue, compute input/infer/output) are added under one lock just before its response
+ * goes out, so a statistics snapshot never sees the compute counts differ (perf_analyzer
+ * refuses a window where they do) and a client that has its response sees it counted. */
+static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, batch_block *bl,
+                          uint64_t t0, uint64_t t1, uint64_t t2) {
   int64_t row0 = 0;
   for (uint32_t k = 0; k < n; k++) {
     cinfer_request *r = reqs[k];
@@ -200,6 +205,10 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
     uint64_t t_end = now_ns();
     pthread_mutex_lock(&m->stats_mu);
     stat_add(&m->stats.success, 1, t_end - r->t_arrival);
+    stat_add(&m->stats.queue, 1, r->t_exec_start - r->t_arrival);
+    stat_add(&m->stats.compute_input, 1, t1 - t0);
+    stat_add(&m->stats.compute_infer, 1, t2 - t1);
+    stat_add(&m->stats.compute_output, 1, t_end - t2);
     pthread_mutex_unlock(&m->stats_mu);
     metric_inc(m->m.success, 1);
     metric_observe(m->m.request_dur, (double)(t_end - r->t_arrival) * 1e-9);
@@ -264,10 +273,12 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
   m->stats.execution_count++;
   m->stats.inference_count += (uint64_t)rows;
   m->stats.last_inference_ms = unix_ms();
-  for (uint32_t k = 0; k < n; k++) {
+  for (uint32_t k = 0; decoupled && !st && k < n; k++) {
+    /* The backend streams the responses itself: the compute phases end here. */
     stat_add(&m->stats.queue, 1, reqs[k]->t_exec_start - reqs[k]->t_arrival);
     stat_add(&m->stats.compute_input, 1, t1 - t0);
     stat_add(&m->stats.compute_infer, 1, t2 - t1);
+    stat_add(&m->stats.compute_output, 1, 0);
   }
   pthread_mutex_unlock(&m->stats_mu);
   metric_inc(m->m.execution_count, 1);
@@ -294,7 +305,7 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
     }
     return;
   }
-  deliver_batch(m, reqs, n, core.block);
+  deliver_batch(m, reqs, n, core.block, t0, t1, t2);
   if (core.block) { /* drop the batch's own reference */
     batch_block *bl = core.block;
     if (atomic_fetch_sub(&bl->refs, 1) == 1) {
@@ -302,10 +313,6 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
       free(bl);
     }
   }
-  uint64_t t3 = now_ns();
-  pthread_mutex_lock(&m->stats_mu);
-  stat_add(&m->stats.compute_output, n, (t3 - t2) * n);
-  pthread_mutex_unlock(&m->stats_mu);
 }
 
 /* Fails requests whose REJECT timeout passed while queued. Called with m->mu held;

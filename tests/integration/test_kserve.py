@@ -179,6 +179,46 @@ def test_statistics_count_inferences(client):
     assert any(m["name"] == "identity_int16" for m in allstats["model_stats"])
 
 
+def test_statistics_snapshots_are_consistent(server):
+    """Under load, every statistics snapshot has equal success / queue / compute counts
+    (perf_analyzer rejects a window where the compute counts differ)."""
+    import threading
+    stop = threading.Event()
+    errors = []
+
+    def load():
+        c = httpclient.InferenceServerClient(server.hostport)
+        inp = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        try:
+            while not stop.is_set():
+                c.infer("identity", [inp])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    poll = httpclient.InferenceServerClient(server.hostport)
+    try:
+        seen = set()
+        for _ in range(1500):  # the old split-lock code failed within ~300 polls
+            s = poll.get_inference_statistics("identity")["model_stats"][0]["inference_stats"]
+            counts = {k: s[k]["count"] for k in ("success", "queue", "compute_input",
+                                                 "compute_infer", "compute_output")}
+            assert len(set(counts.values())) == 1, counts
+            seen.add(counts["success"])
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        poll.close()
+    assert not errors, errors
+    assert len(seen) > 10  # the counts moved while we looked
+
+
 def test_metrics_endpoint(server, client):
     x = np.ones((1, 3), dtype=np.float32)
     inp = httpclient.InferInput("INPUT0", [1, 3], "FP32")
