@@ -165,6 +165,50 @@ static size_t fast(char *buf, bool neg, uint64_t m, int e, bool lower_close, int
   return 0;
 }
 
+/* The same search in 64-bit arithmetic for the common float case: value = m·2^e with
+ * m < 2^24 and -40 <= e < 0, i.e. below 2^24 (X <= 7), and X >= -3 so that a = m·10^s
+ * stays below 2^24·10^12 < 2^64 for every s the search reaches (s <= 8-X+1). b is 2^-e,
+ * times 10^-s while s < 0 (at most 2^40·10^7 < 2^64). Returns 0 outside that range. */
+static size_t fast_float64(char *buf, bool neg, uint32_t m, int e, bool lower_close) {
+  if (e >= 0 || e < -40) return 0;
+  int mbits = 32 - __builtin_clz(m);
+  int k = e + mbits;
+  int x = k >= 0 ? (k * 78913) >> 18 : -((-k * 78913 + (1 << 18) - 1) >> 18);
+  if (x < -3 || x > 8) return 0;
+  int ne = -e, s = -x, shift;
+  uint64_t a, b, u;
+  if (s >= 0) a = (uint64_t)m * P10[s], b = 1ull << ne, u = P10[s], shift = ne;
+  else a = m, b = (1ull << ne) * P10[-s], u = 1, shift = -1;
+#define NEXT_DIGIT64()                         \
+  do {                                         \
+    if (s >= 0) a *= 10, u *= 10;              \
+    else if ((b /= 10, s == -1)) shift = ne;   \
+    s++;                                       \
+  } while (0)
+  if (a < b) { /* x was one too big */
+    x--;
+    NEXT_DIGIT64();
+  }
+  bool even = (m & 1) == 0;
+  for (int p = 1; p <= 9; p++) {
+    if (p > 1) NEXT_DIGIT64();
+    uint64_t q, r;
+    if (shift >= 0) q = a >> shift, r = a & (b - 1);
+    else q = a / b, r = a % b;
+    if (2 * r > b || (2 * r == b && (q & 1))) q++;
+    uint64_t qb = q * b;
+    bool above = qb >= a;
+    uint64_t d = above ? qb - a : a - qb;
+    uint64_t dd = (!above && lower_close) ? 4 * d : 2 * d;
+    if (dd < u || (dd == u && even)) {
+      if (q == P10[p]) return layout(buf, neg, P10[p - 1], p, x + 1);
+      return layout(buf, neg, q, p, x);
+    }
+  }
+#undef NEXT_DIGIT64
+  return 0;
+}
+
 size_t numfmt_float_ref(char *buf, float f) {
   int n = 0;
   for (int p = 1; p <= 9; p++) {
@@ -193,9 +237,10 @@ size_t numfmt_float(char *buf, float f) {
     memcpy(buf, neg ? "-0" : "0", neg ? 3 : 2);
     return neg ? 2 : 1;
   }
-  uint64_t m = ex ? (frac | 0x800000u) : frac;
+  uint32_t m = ex ? (frac | 0x800000u) : frac;
   int e = ex ? (int)ex - 150 : -149;
-  size_t n = fast(buf, neg, m, e, frac == 0 && ex > 1, 9);
+  size_t n = fast_float64(buf, neg, m, e, frac == 0 && ex > 1);
+  if (!n) n = fast(buf, neg, m, e, frac == 0 && ex > 1, 9);
   return n ? n : numfmt_float_ref(buf, f);
 }
 
