@@ -85,6 +85,7 @@ cinfer_status *conv_infer(const onnx_node *n, ot **in, ot **out) {
                     (long long)G, (long long)g.C, (long long)w->dims[0], (long long)w->dims[1]);
   for (int i = 0; i < g.sp; i++)
     if (w->dims[2 + i] != g.k[i]) return NODE_ERR(n, CINFER_INVALID_ARG, "kernel_shape disagrees with W");
+  if (n->n_in > 2 && in[2]) NEED_F32(n, in[2]);
   if (n->n_in > 2 && in[2] && (in[2]->ndim != 1 || in[2]->dims[0] != w->dims[0]))
     return NODE_ERR(n, CINFER_INVALID_ARG, "bias shape must be [%lld]", (long long)w->dims[0]);
   int64_t d[OT_MAX_DIMS] = {g.N, w->dims[0]};
@@ -201,7 +202,12 @@ static cinfer_status *convt_make(const onnx_node *n, ot **in, convt_geom *cg) {
   return NULL;
 }
 cinfer_status *convt_infer(const onnx_node *n, ot **in, ot **out) {
+  /* X, W and B are all read as float: a W or B of another type (the fuzzing finding
+   * tests/data/onnx_findings/convtranspose_overread.onnx has a FLOAT16 W) would be read
+   * past its end. */
   NEED_F32(n, in[0]);
+  NEED_F32(n, in[1]);
+  if (n->n_in > 2 && in[2]) NEED_F32(n, in[2]);
   convt_geom cg;
   cinfer_status *st = convt_make(n, in, &cg);
   if (st) return st;
