@@ -254,10 +254,32 @@ fail:
   return st;
 }
 
-/* Small-K convolutions (Cin <= 4 and Cin*KH*KW <= 32: the first layer of vision models) read raw
- * pixels, and their rounding error is amplified by the whole network. They are computed
- * with double accumulation in the reference's order (so the result is bit-identical to
- * ref_conv), vectorised over the output row through a per-thread im2col row. */
+/* Small-K convolutions (Cin <= 4 and Cin*KH*KW <= 32: the first layer of vision models)
+ * read raw pixels, and their rounding error is amplified by the whole network (RetinaFace's
+ * landmark outputs move by ~4e-5 when this layer is summed in oneDNN's order). They are
+ * computed in float in ONNX Runtime's order, so they round like the ORT runs that produced
+ * the models' reference outputs:
+ *   M % 8 == 0 (MLAS NCHWc "NCHW input" algorithm): per input channel c a fused-multiply-add
+ *     chain over (kh, kw) from 0, channels summed in order (s0 + s1) + s2 ..., then + bias;
+ *   otherwise (MLAS im2col + SGEMM): one FMA chain over k = (c, kh, kw) from 0, then + bias;
+ * padded taps contribute exact zeros. Vectorised over 8 output pixels of a row (the row is
+ * gathered per thread into an im2col strip P[k][ow], width padded to 8), 4 output channels
+ * per pass. The scalar twin `kdir_scalar` (same order) and ref_conv are its references in
+ * tests/unit/onnx/test_onnx_kernels.c. */
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8fu __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+static inline v8f v8_fma(v8f a, v8f b, v8f c) {
+#if defined(__FMA__)
+  return __builtin_ia32_vfmaddps256(a, b, c);
+#else
+  v8f r;
+  for (int i = 0; i < 8; i++) r[i] = __builtin_fmaf(a[i], b[i], c[i]);
+  return r;
+#endif
+}
 
 static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, fast_kernel **out) {
   fast_kernel *k = calloc(1, sizeof *k);
@@ -265,117 +287,140 @@ static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, fast_kernel **out)
   cinfer_status *st = conv_geom_make(s->node, s->in[0], s->in[1]->dims + 2, false, &k->g);
   if (st) { free(k); return st; }
   k->kind = 1;
-  int64_t K = s->in[1]->dims[1] * s->in[1]->dims[2] * s->in[1]->dims[3], M = s->in[1]->dims[0];
-  int64_t OW = k->g.out[1], Mp = (M + 15) / 16 * 16;
-  /* weights as double, transposed to [K+1][Mp] (row K: bias), zero padded to 16 lanes */
-  double *wt = aligned_alloc(64, sizeof(double) * (size_t)((K + 1) * Mp));
-  if (!wt) { free(k); return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
-  memset(wt, 0, sizeof(double) * (size_t)((K + 1) * Mp));
-  const float *W = s->in[1]->data, *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
-  for (int64_t m = 0; m < M; m++) {
-    for (int64_t kk = 0; kk < K; kk++) wt[kk * Mp + m] = W[m * K + kk];
-    wt[K * Mp + m] = B ? B[m] : 0;
-  }
-  k->w_data = wt;
-  s->temp_bytes[0] = (size_t)p->threads * ((size_t)(K * OW) * sizeof(float) + (size_t)(M * OW) * sizeof(double) + 128);
+  int64_t K = s->in[1]->dims[1] * s->in[1]->dims[2] * s->in[1]->dims[3];
+  int64_t OWp = (k->g.out[1] + 15) / 16 * 16;
+  s->temp_bytes[0] = (size_t)p->threads * ((size_t)(K * OWp) * sizeof(float) + 64);
   *out = k;
   return NULL;
+}
+
+/* Stores 8 lanes (n valid) of channel row y: + sum operand, activation. */
+static inline void kdir_store(v8f v, float *y, const float *sr, int64_t n, const onnx_fused *f) {
+  if (n == 8 && (!f || f->act == ACT_NONE || f->act == ACT_RELU)) {
+    if (sr) v = v + *(const v8fu *)sr;
+    if (f && f->act == ACT_RELU) v = (v8f)((v8i)v & (v8i)(v > 0)); /* v > 0 ? v : 0, NaN -> 0 */
+    *(v8fu *)y = v;
+    return;
+  }
+  float r[8];
+  __builtin_memcpy(r, &v, sizeof r);
+  for (int64_t q = 0; q < n; q++) {
+    float o = r[q];
+    if (sr) o += sr[q];
+    y[q] = f ? act_apply(f, o) : o;
+  }
+}
+
+/* MB output channels x 16 output pixels: 2*MB independent FMA chains */
+static inline __attribute__((always_inline)) void kdir_block(int MB, bool per_c, int64_t C, int64_t T,
+                                                             int64_t K, const float *W, const float *P,
+                                                             int64_t OWp, int64_t ow, v8f out[8]) {
+  v8f t[8] = {0}, acc[8] = {0};
+  for (int64_t c = 0; c < C; c++) {
+    if (per_c || c == 0)
+      for (int j = 0; j < 2 * MB; j++) acc[j] = (v8f){0};
+    for (int64_t kk = c * T; kk < (c + 1) * T; kk++) {
+      v8f x0 = *(const v8fu *)(P + kk * OWp + ow), x1 = *(const v8fu *)(P + kk * OWp + ow + 8);
+#pragma GCC unroll 4
+      for (int j = 0; j < MB; j++) {
+        v8f wv = (v8f){0} + W[j * K + kk];
+        acc[2 * j] = v8_fma(x0, wv, acc[2 * j]);
+        acc[2 * j + 1] = v8_fma(x1, wv, acc[2 * j + 1]);
+      }
+    }
+    if (per_c)
+      for (int j = 0; j < 2 * MB; j++) t[j] = c == 0 ? acc[j] : acc[j] + t[j];
+  }
+  for (int j = 0; j < 2 * MB; j++) out[j] = per_c ? t[j] : acc[j];
+}
+
+/* one output row of the small-K conv: Y[m][ow] for m in [0, M), from the strip P
+ * (OWp: a multiple of 16) */
+static void kdir_row(const conv_geom *g, const float *W, const float *B, const float *P, int64_t OWp,
+                     int64_t M, int64_t OW, float *Yrow, size_t ystride, const float *Srow,
+                     const onnx_fused *f) {
+  int64_t C = g->C, T = g->k[0] * g->k[1], K = C * T;
+  bool per_c = M % 8 == 0;
+  for (int64_t m0 = 0; m0 < M; m0 += 4) {
+    int64_t mb = M - m0 < 4 ? M - m0 : 4;
+    for (int64_t ow = 0; ow < OW; ow += 16) {
+      v8f o[8];
+      const float *Wm = W + m0 * K;
+      if (mb == 4 && per_c) kdir_block(4, true, C, T, K, Wm, P, OWp, ow, o);
+      else if (mb == 4) kdir_block(4, false, C, T, K, Wm, P, OWp, ow, o);
+      else if (per_c) kdir_block(1, true, C, T, K, Wm, P, OWp, ow, o); /* not reached: M % 8 == 0 */
+      else {
+        for (int64_t j = 0; j < mb; j++) {
+          v8f one[8];
+          kdir_block(1, false, C, T, K, Wm + j * K, P, OWp, ow, one);
+          o[2 * j] = one[0];
+          o[2 * j + 1] = one[1];
+        }
+      }
+      for (int64_t j = 0; j < mb; j++) {
+        float *y = Yrow + (size_t)(m0 + j) * ystride + ow;
+        const float *sr = Srow ? Srow + (size_t)(m0 + j) * ystride + ow : NULL;
+        float bj = B ? B[m0 + j] : 0.0f;
+        int64_t n0 = OW - ow < 8 ? OW - ow : 8, n1 = OW - ow - 8 < 8 ? OW - ow - 8 : 8;
+        kdir_store(B ? o[2 * j] + bj : o[2 * j], y, sr, n0, f);
+        if (n1 > 0) kdir_store(B ? o[2 * j + 1] + bj : o[2 * j + 1], y + 8, sr ? sr + 8 : NULL, n1, f);
+      }
+    }
+  }
+}
+
+/* the im2col strip of output row (n, oh): P[(c*KH + kh)*KW + kw][ow], zeros for padding
+ * and for ow in [OW, OWp) */
+static void kdir_strip(const conv_geom *g, const float *X, int64_t n, int64_t oh, float *P, int64_t OWp) {
+  int64_t C = g->C, KH = g->k[0], KW = g->k[1], OW = g->out[1], IH = g->in[0], IW = g->in[1];
+  int64_t sw = g->stride[1];
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t kh = 0; kh < KH; kh++) {
+      int64_t ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
+      for (int64_t kw = 0; kw < KW; kw++) {
+        float *pr = P + ((c * KH + kh) * KW + kw) * OWp;
+        if (ih < 0 || ih >= IH) { memset(pr, 0, sizeof(float) * (size_t)OWp); continue; }
+        const float *xr = X + ((n * C + c) * IH + ih) * IW;
+        int64_t off = kw * g->dil[1] - g->pb[1]; /* iw = ow * sw + off */
+        /* valid ow: 0 <= ow*sw + off < IW */
+        int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        int64_t hi = IW - off <= 0 ? 0 : (IW - off + sw - 1) / sw;
+        if (lo > OW) lo = OW;
+        if (hi > OW) hi = OW;
+        if (hi < lo) hi = lo;
+        int64_t ow = 0;
+        for (; ow < lo; ow++) pr[ow] = 0.0f;
+        if (sw == 1) memcpy(pr + lo, xr + lo + off, sizeof(float) * (size_t)(hi - lo));
+        else if (sw == 2)
+          for (ow = lo; ow < hi; ow++) pr[ow] = xr[2 * ow + off];
+        else
+          for (ow = lo; ow < hi; ow++) pr[ow] = xr[ow * sw + off];
+        for (ow = hi; ow < OWp; ow++) pr[ow] = 0.0f;
+      }
+    }
 }
 
 static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
   const conv_geom *g = &k->g;
   const ot *w = s->in[1];
-  const float *X = s->in[0]->data;
+  const float *X = s->in[0]->data, *W = w->data;
+  const float *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
   const onnx_fused *f = s->has_fused ? &s->fused : NULL;
   const float *S = f && f->sum ? f->sum->data : NULL;
   float *Y = s->out[0]->data;
-  int64_t C = g->C, KH = g->k[0], KW = g->k[1], K = C * KH * KW, M = w->dims[0];
-  int64_t OH = g->out[0], OW = g->out[1], IH = g->in[0], IW = g->in[1];
-  size_t per = ((size_t)(K * OW) * sizeof(float) + (size_t)(M * OW) * sizeof(double) + 128) & ~(size_t)63;
+  int64_t K = g->C * g->k[0] * g->k[1], M = w->dims[0];
+  int64_t OH = g->out[0], OW = g->out[1], OWp = (OW + 15) / 16 * 16;
+  size_t per = ((size_t)(K * OWp) * sizeof(float) + 64) & ~(size_t)63;
+  if (f && f->act == ACT_NONE && !S) f = NULL;
 #pragma omp parallel num_threads(threads)
   {
-    int t = omp_get_thread_num();
-    char *base = (char *)s->temp[0] + per * (size_t)t;
-    double *acc = (double *)base;
-    float *P = (float *)(base + (size_t)(M * OW) * sizeof(double));
+    float *P = (float *)((char *)s->temp[0] + per * (size_t)omp_get_thread_num());
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < g->N * OH; row++) {
       int64_t n = row / OH, oh = row % OH;
-      for (int64_t c = 0; c < C; c++)
-        for (int64_t kh = 0; kh < KH; kh++) {
-          int64_t ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
-          for (int64_t kw = 0; kw < KW; kw++) {
-            float *pr = P + ((c * KH + kh) * KW + kw) * OW;
-            if (ih < 0 || ih >= IH) { memset(pr, 0, sizeof(float) * (size_t)OW); continue; }
-            const float *xr = X + ((n * C + c) * IH + ih) * IW;
-            for (int64_t ow = 0; ow < OW; ow++) {
-              int64_t iw = ow * g->stride[1] - g->pb[1] + kw * g->dil[1];
-              pr[ow] = iw >= 0 && iw < IW ? xr[iw] : 0.0f;
-            }
-          }
-        }
-      /* 16 output channels per pass, held in four 4-double registers; every sum runs
-       * bias, then kk = 0..K-1, exactly like ref_conv (float*float is exact in double) */
-      typedef double v4d __attribute__((vector_size(32)));
-      typedef double v4du __attribute__((vector_size(32), aligned(8)));
-      const double *wt = k->w_data;
-      int64_t Mp = (M + 15) / 16 * 16;
-      (void)acc;
-      for (int64_t m0 = 0; m0 < Mp; m0 += 16) {
-        const double *bias = wt + K * Mp + m0;
-        int64_t ow = 0;
-        /* two pixels at a time: eight independent FMA chains hide the FMA latency */
-        for (; ow + 1 < OW; ow += 2) {
-          v4d a0 = *(const v4du *)(bias), a1 = *(const v4du *)(bias + 4);
-          v4d a2 = *(const v4du *)(bias + 8), a3 = *(const v4du *)(bias + 12);
-          v4d b0 = a0, b1 = a1, b2 = a2, b3 = a3;
-          for (int64_t kk = 0; kk < K; kk++) {
-            double xs = P[kk * OW + ow], ys = P[kk * OW + ow + 1];
-            v4d xv = {xs, xs, xs, xs}, yv = {ys, ys, ys, ys};
-            const double *wk = wt + kk * Mp + m0;
-            v4d w0 = *(const v4du *)(wk), w1 = *(const v4du *)(wk + 4);
-            v4d w2 = *(const v4du *)(wk + 8), w3 = *(const v4du *)(wk + 12);
-            a0 += xv * w0; a1 += xv * w1; a2 += xv * w2; a3 += xv * w3;
-            b0 += yv * w0; b1 += yv * w1; b2 += yv * w2; b3 += yv * w3;
-          }
-          v4d va[4] = {a0, a1, a2, a3}, vb[4] = {b0, b1, b2, b3};
-          double r0[16], r1[16];
-          __builtin_memcpy(r0, va, sizeof r0);
-          __builtin_memcpy(r1, vb, sizeof r1);
-          int64_t mend = M - m0 < 16 ? M - m0 : 16;
-          for (int64_t q = 0; q < mend; q++) {
-            int64_t yi = ((n * M + m0 + q) * OH + oh) * OW + ow;
-            float v0 = (float)r0[q], v1 = (float)r1[q];
-            if (S) { v0 += S[yi]; v1 += S[yi + 1]; }
-            Y[yi] = f ? act_apply(f, v0) : v0;
-            Y[yi + 1] = f ? act_apply(f, v1) : v1;
-          }
-        }
-        for (; ow < OW; ow++) {
-          v4d a0 = *(const v4du *)(bias), a1 = *(const v4du *)(bias + 4);
-          v4d a2 = *(const v4du *)(bias + 8), a3 = *(const v4du *)(bias + 12);
-          for (int64_t kk = 0; kk < K; kk++) {
-            double xs = P[kk * OW + ow];
-            v4d xv = {xs, xs, xs, xs};
-            const double *wk = wt + kk * Mp + m0;
-            a0 += xv * *(const v4du *)(wk);
-            a1 += xv * *(const v4du *)(wk + 4);
-            a2 += xv * *(const v4du *)(wk + 8);
-            a3 += xv * *(const v4du *)(wk + 12);
-          }
-          v4d a[4] = {a0, a1, a2, a3};
-          double r[16];
-          __builtin_memcpy(r, a, sizeof r);
-          int64_t mend = M - m0 < 16 ? M - m0 : 16;
-          for (int64_t q = 0; q < mend; q++) {
-            int64_t m = m0 + q;
-            int64_t yi = ((n * M + m) * OH + oh) * OW + ow;
-            float v = (float)r[q];
-            if (S) v += S[yi];
-            Y[yi] = f ? act_apply(f, v) : v;
-          }
-        }
-      }
+      kdir_strip(g, X, n, oh, P, OWp);
+      size_t base = (size_t)((n * M * OH + oh) * OW);
+      kdir_row(g, W, B, P, OWp, M, OW, Y + base, (size_t)(OH * OW), S ? S + base : NULL, f);
     }
   }
 }

@@ -176,6 +176,10 @@ static void test_conv_shapes(void **state) {
       /* N  C  H  W   M  KH KW sh sw pt pl pb pr dh dw g  bias act chain 1d */
       {1, 3, 17, 23, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},   /* small-K first layer */
       {1, 3, 16, 16, 16, 3, 3, 2, 2, 0, 1, 1, 0, 1, 1, 1, 1, 2, 1, 0},  /* asym pads + chain */
+      /* small-K float kernel: M % 8 != 0 (GEMM order, 4+2 channel blocks), row tails */
+      {1, 3, 19, 37, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
+      {2, 1, 20, 41, 16, 5, 5, 3, 3, 2, 0, 1, 2, 1, 1, 1, 0, 3, 0, 0},  /* C=1, stride 3, leaky */
+      {1, 4, 9, 50, 9, 2, 4, 1, 2, 0, 3, 1, 0, 2, 1, 1, 1, 2, 0, 0},    /* K=32, dilated, clip */
       {2, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},
       {1, 8, 15, 9, 8, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 8, 1, 1, 0, 0},   /* depthwise dilated */
       {1, 12, 10, 14, 18, 3, 5, 2, 1, 1, 2, 0, 3, 1, 2, 3, 0, 0, 0, 0}, /* grouped */
