@@ -25,6 +25,12 @@ struct fast_kernel {
   dnnl_primitive_t prim;
   dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
   dnnl_memory_t src_user, src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user;
+  /* Conv+PRelu: oneDNN 2.6 runs convolutions with a prelu post-op only in its reference
+   * implementation, so PRelu is applied here to the conv's destination in its own layout
+   * (prelu_blk: 1 plain NCHW, 8/16 nChw8c/nChw16c) with slopes padded to the block */
+  int prelu_blk;
+  float *prelu_slope;
+  int64_t prelu_n, prelu_c, prelu_hw;
   dnnl_stream_t stream;
   void *w_data;
   bool sum_copy; /* sum operand has dst's layout: memcpy */
@@ -54,6 +60,7 @@ void fast_destroy(fast_kernel *k) {
   for (size_t i = 0; i < 4; i++) if (prims[i]) dnnl_primitive_destroy(prims[i]);
   dnnl_memory_t mems[] = {k->src_user, k->src_mem, k->w_mem, k->b_mem, k->dst_mem, k->dst_user, k->sum_user};
   for (size_t i = 0; i < 7; i++) if (mems[i]) dnnl_memory_destroy(mems[i]);
+  free(k->prelu_slope);
   if (k->stream) dnnl_stream_destroy(k->stream);
   free(k->w_data);
   free(k);
@@ -101,6 +108,8 @@ static dnnl_status_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_mem
       goto fail;                                                                      \
     }                                                                                 \
   } while (0)
+
+static void prelu_inplace(const fast_kernel *k, float *y, int threads);
 
 static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   cinfer_status *st = NULL;
@@ -161,7 +170,7 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
       case ACT_TANH: alg = dnnl_eltwise_tanh; break;
       default: break;
     }
-    DN(dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, bb));
+    if (s->fused.act != ACT_PRELU) DN(dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, bb));
   }
   DN(dnnl_primitive_attr_set_post_ops(attr, po));
   dnnl_convolution_desc_t cd;
@@ -237,6 +246,25 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     DN(make_reorder(&yg, &y_plain, &k->dst_reorder));
     s->temp_bytes[1] = k->dst_bytes;
   }
+  if (s->has_fused && s->fused.act == ACT_PRELU) {
+    /* the layout PRelu sees: the primitive's destination (before any reorder to plain) */
+    dnnl_memory_desc_t b8, b16;
+    DN(dnnl_memory_desc_init_by_tag(&b8, 4, yd, dnnl_f32, dnnl_aBcd8b));
+    DN(dnnl_memory_desc_init_by_tag(&b16, 4, yd, dnnl_f32, dnnl_aBcd16b));
+    k->prelu_blk = dnnl_memory_desc_equal(&yg, &y_plain) ? 1 : dnnl_memory_desc_equal(&yg, &b8) ? 8
+                   : dnnl_memory_desc_equal(&yg, &b16) ? 16 : 0;
+    if (!k->prelu_blk) {
+      st = NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN chose a destination layout PRelu does not handle");
+      goto fail;
+    }
+    int64_t C = yd[1], Cp = (C + 15) / 16 * 16;
+    k->prelu_slope = calloc((size_t)Cp, sizeof(float));
+    if (!k->prelu_slope) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto fail; }
+    for (int64_t c = 0; c < C; c++) k->prelu_slope[c] = s->fused.slope[s->fused.slope_n == 1 ? 0 : c];
+    k->prelu_n = yd[0];
+    k->prelu_c = C;
+    k->prelu_hw = yd[2] * yd[3];
+  }
   if (s->sum_id >= 0) {
     const dnnl_memory_desc_t *sl = p->layout[s->sum_id] ? p->layout[s->sum_id] : &y_plain;
     if (dnnl_memory_desc_equal(sl, &yg)) k->sum_copy = true;
@@ -295,10 +323,16 @@ static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, fast_kernel **out)
 }
 
 /* Stores 8 lanes (n valid) of channel row y: + sum operand, activation. */
-static inline void kdir_store(v8f v, float *y, const float *sr, int64_t n, const onnx_fused *f) {
-  if (n == 8 && (!f || f->act == ACT_NONE || f->act == ACT_RELU)) {
+static inline void kdir_store(v8f v, float *y, const float *sr, int64_t n, const onnx_fused *f,
+                              int64_t m) {
+  if (n == 8 && (!f || f->act == ACT_NONE || f->act == ACT_RELU || f->act == ACT_PRELU)) {
     if (sr) v = v + *(const v8fu *)sr;
     if (f && f->act == ACT_RELU) v = (v8f)((v8i)v & (v8i)(v > 0)); /* v > 0 ? v : 0, NaN -> 0 */
+    if (f && f->act == ACT_PRELU) { /* v < 0 ? v * slope : v */
+      v8i neg = (v8i)(v < 0);
+      v8f sv = v * f->slope[f->slope_n == 1 ? 0 : m];
+      v = (v8f)(((v8i)sv & neg) | ((v8i)v & ~neg));
+    }
     *(v8fu *)y = v;
     return;
   }
@@ -307,7 +341,7 @@ static inline void kdir_store(v8f v, float *y, const float *sr, int64_t n, const
   for (int64_t q = 0; q < n; q++) {
     float o = r[q];
     if (sr) o += sr[q];
-    y[q] = f ? act_apply(f, o) : o;
+    y[q] = f ? act_apply_c(f, o, m) : o;
   }
 }
 
@@ -362,8 +396,8 @@ static void kdir_row(const conv_geom *g, const float *W, const float *B, const f
         const float *sr = Srow ? Srow + (size_t)(m0 + j) * ystride + ow : NULL;
         float bj = B ? B[m0 + j] : 0.0f;
         int64_t n0 = OW - ow < 8 ? OW - ow : 8, n1 = OW - ow - 8 < 8 ? OW - ow - 8 : 8;
-        kdir_store(B ? o[2 * j] + bj : o[2 * j], y, sr, n0, f);
-        if (n1 > 0) kdir_store(B ? o[2 * j + 1] + bj : o[2 * j + 1], y + 8, sr ? sr + 8 : NULL, n1, f);
+        kdir_store(B ? o[2 * j] + bj : o[2 * j], y, sr, n0, f, m0 + j);
+        if (n1 > 0) kdir_store(B ? o[2 * j + 1] + bj : o[2 * j + 1], y + 8, sr ? sr + 8 : NULL, n1, f, m0 + j);
       }
     }
   }
@@ -501,6 +535,30 @@ static cinfer_status *pool_run(fast_kernel *k, plan_step *s) {
   return NULL;
 }
 
+/* y = y < 0 ? y * slope[c] : y over the conv destination, in its layout (prelu_blk) */
+static void prelu_inplace(const fast_kernel *k, float *y, int threads) {
+  int64_t N = k->prelu_n, C = k->prelu_c, HW = k->prelu_hw, blk = k->prelu_blk;
+  const float *sl = k->prelu_slope;
+  if (blk == 1) {
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t c = 0; c < C; c++) {
+        float *p = y + (n * C + c) * HW, a = sl[c];
+        for (int64_t i = 0; i < HW; i++) p[i] = p[i] < 0 ? p[i] * a : p[i];
+      }
+    return;
+  }
+  int64_t CB = (C + blk - 1) / blk;
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t cb = 0; cb < CB; cb++) {
+      float *p = y + (n * CB + cb) * HW * blk;
+      const float *a = sl + cb * blk;
+      for (int64_t i = 0; i < HW; i++, p += blk)
+        for (int64_t j = 0; j < blk; j++) p[j] = p[j] < 0 ? p[j] * a[j] : p[j];
+    }
+}
+
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
   *k = NULL;
   if (!p->no_fast && (!strcmp(s->node->op_type, "MaxPool") || !strcmp(s->node->op_type, "AveragePool")) &&
@@ -552,6 +610,10 @@ cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
   int na = 3;
   if (k->b_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, k->b_mem};
   RUN(dnnl_primitive_execute(k->prim, k->stream, na, args));
+  if (k->prelu_blk) {
+    RUN(dnnl_stream_wait(k->stream));
+    prelu_inplace(k, dst, threads);
+  }
   if (k->dst_reorder) {
     RUN(dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data));
     dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->dst_mem}, {DNNL_ARG_TO, k->dst_user}};

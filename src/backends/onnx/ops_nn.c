@@ -134,7 +134,7 @@ cinfer_status *ref_conv(const onnx_node *n, const ot *x, const ot *w, const ot *
             int64_t oi = (nn * M + m) * osz + (o0 * g.out[1] + o1) * g.out[2] + o2;
             float v = (float)acc;
             if (S) v += S[oi];
-            Y[oi] = f ? act_apply(f, v) : v;
+            Y[oi] = f ? act_apply_c(f, v, m) : v;
           }
     }
   return NULL;
@@ -395,7 +395,7 @@ cinfer_status *bn_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
       float *d = Y + (nn * C + c) * S;
       if (x->fused && x->fused->act == ACT_RELU)
         for (int64_t i = 0; i < S; i++) { float v = s[i] * a + bb; d[i] = v > 0 ? v : 0; }
-      else if (x->fused) for (int64_t i = 0; i < S; i++) d[i] = act_apply(x->fused, s[i] * a + bb);
+      else if (x->fused) for (int64_t i = 0; i < S; i++) d[i] = act_apply_c(x->fused, s[i] * a + bb, c);
       else for (int64_t i = 0; i < S; i++) d[i] = s[i] * a + bb;
     }
   }

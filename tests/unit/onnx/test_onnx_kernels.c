@@ -29,7 +29,8 @@ static float *rand_buf(int64_t n) {
 
 typedef struct conv_cfg {
   int64_t N, C, H, W, M, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, group;
-  int bias, act; /* act: 0 none, 1 Relu, 2 Clip(0,6), 3 LeakyRelu */
+  int bias, act; /* act: 0 none, 1 Relu, 2 Clip(0,6), 3 LeakyRelu, 4 PRelu (slope [M,1,1]),
+                    5 PRelu (one slope), 6 Tanh, 7 Sigmoid */
   int chain;     /* append 1x1 conv + Add(+Relu) + depthwise 3x3: blocked layouts, sum fusion */
   int one_d;     /* 1-D conv (uses H as length) */
 } conv_cfg;
@@ -80,6 +81,16 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
     const char *ci[3] = {"y0", "lo", "hi"};
     mb_node(&b, "Clip", "act", 3, ci, 1, &y1);
   }
+  float *slope = NULL;
+  if (c->act == 4 || c->act == 5) {
+    slope = rand_buf(c->M);
+    int64_t sd[3] = {c->M, 1, 1};
+    mb_init_f(&b, "slope", c->act == 4 ? 3 : 1, c->act == 4 ? sd : (int64_t[]){1}, slope);
+    const char *pi[2] = {"y0", "slope"};
+    mb_node(&b, "PRelu", "act", 2, pi, 1, &y1);
+  }
+  if (c->act == 6) mb_node(&b, "Tanh", "act", 1, &y0, 1, &y1);
+  if (c->act == 7) mb_node(&b, "Sigmoid", "act", 1, &y0, 1, &y1);
   if (!c->act && c->chain) y1 = "y0";
   float *w1 = NULL, *w2 = NULL;
   if (c->chain) {
@@ -106,6 +117,7 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
   free(bias);
   free(w1);
   free(w2);
+  free(slope);
   mb_done(&b);
   return buf;
 }
@@ -180,6 +192,14 @@ static void test_conv_shapes(void **state) {
       {1, 3, 19, 37, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
       {2, 1, 20, 41, 16, 5, 5, 3, 3, 2, 0, 1, 2, 1, 1, 1, 0, 3, 0, 0},  /* C=1, stride 3, leaky */
       {1, 4, 9, 50, 9, 2, 4, 1, 2, 0, 3, 1, 0, 2, 1, 1, 1, 2, 0, 0},    /* K=32, dilated, clip */
+      {1, 3, 12, 21, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 0, 0},  /* small-K + PRelu */
+      {1, 3, 12, 21, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 5, 0, 0},   /* small-K + scalar PRelu */
+      {1, 3, 11, 19, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 0, 0},  /* small-K + Tanh */
+      {1, 3, 11, 19, 8, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 7, 0, 0},   /* small-K + Sigmoid */
+      {1, 16, 9, 11, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 0},  /* oneDNN + PRelu, blocked chain */
+      {2, 8, 7, 9, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 4, 0, 0},    /* oneDNN 1x1 + PRelu, plain out */
+      {1, 10, 6, 7, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 10, 0, 5, 1, 0},  /* depthwise + scalar PRelu */
+      {1, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 1, 0},   /* oneDNN + Tanh */
       {2, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},
       {1, 8, 15, 9, 8, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 8, 1, 1, 0, 0},   /* depthwise dilated */
       {1, 12, 10, 14, 18, 3, 5, 2, 1, 1, 2, 0, 3, 1, 2, 3, 0, 0, 0, 0}, /* grouped */
