@@ -211,6 +211,11 @@ static cinfer_status *unary_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
   if (in[0]->dtype == CINFER_TYPE_FP32 && out[0]->dtype == CINFER_TYPE_FP32) {
     const float *s = in[0]->data;
     float *d = out[0]->data;
+    if (u == U_RELU) { /* a loop of its own vectorises */
+#pragma omp parallel for if (cnt > 65536) num_threads(x->threads)
+      for (int64_t i = 0; i < cnt; i++) d[i] = s[i] > 0 ? s[i] : 0;
+      return NULL;
+    }
 #pragma omp parallel for if (cnt > 65536) num_threads(x->threads)
     for (int64_t i = 0; i < cnt; i++) d[i] = unary_f(u, s[i], a, b);
     return NULL;
@@ -308,6 +313,7 @@ static void bin_row_f32(void *vc, int64_t o, int64_t ia, int64_t ib, int64_t ic,
       case B_MUL: for (int64_t i = 0; i < n; i++) O[i] = A[i] * y; return;
       case B_SUB: for (int64_t i = 0; i < n; i++) O[i] = A[i] - y; return;
       case B_DIV: for (int64_t i = 0; i < n; i++) O[i] = A[i] / y; return;
+      case B_PRELU: for (int64_t i = 0; i < n; i++) O[i] = A[i] >= 0 ? A[i] : A[i] * y; return;
       default: break;
     }
   }

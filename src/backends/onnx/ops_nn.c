@@ -844,10 +844,20 @@ cinfer_status *resize_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) 
     float *D = out[0]->data;
     int64_t W = p.out[r - 1], inW = in[0]->dims[r - 1];
     int64_t idx[OT_MAX_DIMS] = {0};
+    /* the column index rule is the same for every row: tabulate it (rows up to 1024 wide);
+     * an output row reading the same source row as the previous one is a copy of it */
+    int64_t col[1024];
+    bool tab = W <= 1024;
+    if (tab)
+      for (int64_t xo = 0; xo < W; xo++) col[xo] = resize_nearest(&p, r - 1, xo, inW, W);
+    int64_t prev = -1;
     for (int64_t o = 0; o < total; o += W) {
       int64_t base = 0;
       for (int d = 0; d < r - 1; d++) base += resize_nearest(&p, d, idx[d], in[0]->dims[d], p.out[d]) * istr[d];
-      for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + resize_nearest(&p, r - 1, xo, inW, W)];
+      if (base == prev) memcpy(D + o, D + o - W, sizeof(float) * (size_t)W);
+      else if (tab) for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + col[xo]];
+      else for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + resize_nearest(&p, r - 1, xo, inW, W)];
+      prev = base;
       for (int d = r - 2; d >= 0; d--) { if (++idx[d] < p.out[d]) break; idx[d] = 0; }
     }
     return NULL;
