@@ -562,7 +562,14 @@ static cinfer_status *pool_run(fast_kernel *k, plan_step *s) {
   return NULL;
 }
 
-/* y = y < 0 ? y * slope[c] : y over the conv destination, in its layout (prelu_blk) */
+/* v < 0 ? v * a : v, branch-free (half the values are negative: a branch mispredicts) */
+static inline v8f v8_prelu(v8f v, v8f a) {
+  v8i neg = (v8i)(v < 0);
+  return (v8f)(((v8i)(v * a) & neg) | ((v8i)v & ~neg));
+}
+
+/* y = y < 0 ? y * slope[c] : y over the conv destination, in its layout (prelu_blk);
+ * same rule as act_apply_c (NaN stays NaN) */
 static void prelu_inplace(const fast_kernel *k, float *y, int threads) {
   int64_t N = k->prelu_n, C = k->prelu_c, HW = k->prelu_hw, blk = k->prelu_blk;
   const float *sl = k->prelu_slope;
@@ -571,18 +578,19 @@ static void prelu_inplace(const fast_kernel *k, float *y, int threads) {
     for (int64_t n = 0; n < N; n++)
       for (int64_t c = 0; c < C; c++) {
         float *p = y + (n * C + c) * HW, a = sl[c];
-        for (int64_t i = 0; i < HW; i++) p[i] = p[i] < 0 ? p[i] * a : p[i];
+        int64_t i = 0;
+        for (; i + 8 <= HW; i += 8) *(v8fu *)(p + i) = v8_prelu(*(const v8fu *)(p + i), (v8f){0} + a);
+        for (; i < HW; i++) p[i] = p[i] < 0 ? p[i] * a : p[i];
       }
     return;
   }
-  int64_t CB = (C + blk - 1) / blk;
+  int64_t CB = (C + blk - 1) / blk, L = HW * blk / 8; /* blk is 8 or 16: whole vectors */
 #pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
   for (int64_t n = 0; n < N; n++)
     for (int64_t cb = 0; cb < CB; cb++) {
       float *p = y + (n * CB + cb) * HW * blk;
-      const float *a = sl + cb * blk;
-      for (int64_t i = 0; i < HW; i++, p += blk)
-        for (int64_t j = 0; j < blk; j++) p[j] = p[j] < 0 ? p[j] * a[j] : p[j];
+      v8f a0 = *(const v8fu *)(sl + cb * blk), a1 = blk == 16 ? *(const v8fu *)(sl + cb * blk + 8) : a0;
+      for (int64_t i = 0; i < L; i++) *(v8fu *)(p + 8 * i) = v8_prelu(*(const v8fu *)(p + 8 * i), i & 1 ? a1 : a0);
     }
 }
 
