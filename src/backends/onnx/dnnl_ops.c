@@ -2,11 +2,13 @@
  * set per run with omp_set_num_threads in plan_run).
  *
  * Conv (1-D/2-D, grouped, depthwise, dilated, strided, padded) with fused post-ops
- * (sum for Conv+Add, then relu/leaky/clip/sigmoid/tanh). Weights are reordered once at
- * plan time into the layout the primitive prefers. Activations stay in oneDNN's blocked
- * layout between consecutive convolutions (plan->layout[v]); a value goes back to plain
- * NCHW as soon as any consumer is not a oneDNN convolution. Every path here has a
- * reference in ops_nn.c and is compared with it in tests/unit/onnx. */
+ * (sum for Conv+Add, then relu/leaky/clip/sigmoid/tanh; PRelu applied by us after the
+ * primitive). Weights are reordered once at plan time into the layout the primitive
+ * prefers. Activations stay in oneDNN's blocked layout between consecutive convolutions
+ * (plan->layout[v]); a value goes back to plain NCHW as soon as any consumer is not a
+ * oneDNN convolution. First layers (small K) run on our own float kernel summed in ONNX
+ * Runtime's order (see kdir_*). oneDNN pooling. Every path here has a reference in
+ * ops_nn.c and is compared with it in tests/unit/onnx. No allocation in fast_run. */
 #include <stdlib.h>
 #include <string.h>
 
