@@ -177,6 +177,9 @@ void ref_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
               int64_t ldc);
 cinfer_status *conv_infer(const onnx_node *n, ot **in, ot **out);
+/* Pad whose pads (attribute or static input, concrete shapes in `in`) are all zero: an
+ * identity, which the plan lets share its input's bytes (ssrnet has five) */
+bool pad_is_noop(const onnx_node *n, ot **in);
 
 /* ---- broadcasting helpers (ops.c) ---- */
 cinfer_status *bcast_shape(const ot *a, const ot *b, ot *out, const onnx_node *n);

@@ -1153,11 +1153,24 @@ static cinfer_status *pad_infer(const onnx_node *n, ot **in, ot **out) {
   set_shape(out[0], in[0]->dtype, r, d);
   return NULL;
 }
+bool pad_is_noop(const onnx_node *n, ot **in) {
+  int64_t pads[2 * OT_MAX_DIMS];
+  double v;
+  cinfer_status *st = pad_params(n, in, pads, &v);
+  if (st) { cinfer_status_free(st); return false; }
+  for (int i = 0; i < 2 * in[0]->ndim; i++)
+    if (pads[i]) return false;
+  return true;
+}
+
 static cinfer_status *pad_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   int64_t pads[2 * OT_MAX_DIMS];
   double v;
   cinfer_status *st = pad_params(n, in, pads, &v);
   if (st) return st;
+  bool noop = true;
+  for (int i = 0; i < 2 * in[0]->ndim; i++) noop = noop && !pads[i];
+  if (noop) return copy_exec(x, n, in, out); /* may share its input's bytes (plan.c) */
   const char *mode = attr_s(n, "mode", "constant");
   int md = !strcmp(mode, "reflect") ? 1 : !strcmp(mode, "edge") ? 2 : 0;
   int r = out[0]->ndim;

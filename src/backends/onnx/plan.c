@@ -374,7 +374,9 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
     plan_step *ps = &p->steps[s];
     if (ps->sum_id >= 0) ps->fused.sum = &p->vals[ps->sum_id];
     if (ps->has_fused) ps->fused_names = ps->fused_buf; /* steps moved: point at our copy */
-    if ((ps->node->op->flags & OP_ALIAS) && ps->in_id[0] >= 0 && !p->is_static[ps->in_id[0]])
+    bool alias = (ps->node->op->flags & OP_ALIAS) ||
+                 (!strcmp(ps->node->op_type, "Pad") && !ps->has_fused && pad_is_noop(ps->node, ps->in));
+    if (alias && ps->in_id[0] >= 0 && !p->is_static[ps->in_id[0]])
       p->root[ps->out_id[0]] = p->root[ps->in_id[0]];
   }
   if (!no_fast) {

@@ -295,11 +295,66 @@ static void test_batch_rows(void **state) {
   onnx_model_destroy(m);
 }
 
+/* A Pad whose pads are all zero shares its input's bytes (plan aliasing); the graph output
+ * read through it must still be x -> Relu, and the input must stay untouched. A non-zero
+ * Pad in the same graph still pads. */
+static void test_noop_pad_alias(void **state) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){1, 2, 3, 4});
+  int64_t zero[8] = {0}, one[8] = {0, 0, 1, 0, 0, 0, 0, 1};
+  Onnx__TensorProto *t0 = mb_init_f(&b, "p0", 1, (int64_t[]){8}, NULL);
+  t0->data_type = 7;
+  t0->n_int64_data = 8;
+  t0->int64_data = zero;
+  Onnx__TensorProto *t1 = mb_init_f(&b, "p1", 1, (int64_t[]){8}, NULL);
+  t1->data_type = 7;
+  t1->n_int64_data = 8;
+  t1->int64_data = one;
+  const char *x = "x", *r = "r", *pi0[2] = {"r", "p0"}, *o0 = "same", *pi1[2] = {"same", "p1"}, *o1 = "padded";
+  mb_node(&b, "Relu", "relu", 1, &x, 1, &r);
+  mb_node(&b, "Pad", "pad0", 2, pi0, 1, &o0);
+  mb_node(&b, "Pad", "pad1", 2, pi1, 1, &o1);
+  mb_output(&b, "same");
+  mb_output(&b, "padded");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  onnx_session *s;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1}, &s));
+  float xv[24], keep[24];
+  for (int i = 0; i < 24; i++) xv[i] = keep[i] = (float)(i % 5) - 2.0f;
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 2, 3, 4}, .data = xv, .byte_size = sizeof xv};
+  cinfer_tensor out[2];
+  st = onnx_session_run(s, &in, 1, out);
+  if (st) fail_msg("run: %s", cinfer_status_message(st));
+  assert_memory_equal(xv, keep, sizeof xv);
+  const float *same = out[0].data, *pad = out[1].data;
+  assert_int_equal(out[0].byte_size, sizeof xv);
+  for (int i = 0; i < 24; i++) assert_true(same[i] == (xv[i] > 0 ? xv[i] : 0));
+  assert_int_equal(out[1].ndim, 4);
+  assert_int_equal(out[1].shape[2], 4);
+  assert_int_equal(out[1].shape[3], 5);
+  for (int c = 0; c < 2; c++)
+    for (int h = 0; h < 4; h++)
+      for (int w = 0; w < 5; w++) {
+        float want = h == 0 || w == 4 ? 0.0f : same[(c * 3 + h - 1) * 4 + w];
+        assert_true(pad[(c * 4 + h) * 5 + w] == want);
+      }
+  onnx_session_destroy(s);
+  onnx_model_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
       cmocka_unit_test(test_batch_rows),
       cmocka_unit_test(test_pool_shapes),
+      cmocka_unit_test(test_noop_pad_alias),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
