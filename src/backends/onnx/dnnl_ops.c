@@ -87,7 +87,12 @@ static bool small_k(const onnx_plan *p, const plan_step *s) {
          w->dims[1] <= 4 && w->dims[1] * w->dims[2] * w->dims[3] <= 32 && !getenv("CINFER_ONNX_NO_K64");
 }
 
+static bool pool_geom(const onnx_plan *p, const plan_step *s, conv_geom *g, dnnl_dims_t pr);
+
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
+  conv_geom g;
+  dnnl_dims_t pr;
+  if (j == 0 && pool_geom(p, s, &g, pr)) return true;
   return conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in) &&
          !(j == 0 && small_k(p, s));
 }
@@ -577,24 +582,39 @@ static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
 /* MaxPool / AveragePool (2-D, float, plain NCHW in and out). Average pooling whose
  * ceil_mode window reaches past the declared end padding stays on the reference kernel
  * (oneDNN would count the extra cells). */
-static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, fast_kernel **out) {
+/* Whether the pooling fast path takes step s, and its geometry (right pads as oneDNN
+ * wants them). The single source of that decision: fast_can_take_blocked relies on it. */
+static bool pool_geom(const onnx_plan *p, const plan_step *s, conv_geom *g, dnnl_dims_t pr) {
+  if (p->no_fast || (strcmp(s->node->op_type, "MaxPool") && strcmp(s->node->op_type, "AveragePool")) ||
+      getenv("CINFER_ONNX_NO_FAST_POOL"))
+    return false;
+  const ot *x = s->in[0], *y = s->out[0];
+  bool maxp = !strcmp(s->node->op_type, "MaxPool");
+  if (x->ndim != 4 || x->dtype != CINFER_TYPE_FP32 || ot_numel(y) == 0 || (s->n_out > 1 && s->out[1]))
+    return false;
+  cinfer_status *st = conv_geom_make(s->node, x, NULL, true, g);
+  if (st) { cinfer_status_free(st); return false; } /* the reference kernel reports it */
+  for (int i = 0; i < 2; i++) {
+    pr[i] = (y->dims[2 + i] - 1) * g->stride[i] + (g->k[i] - 1) * g->dil[i] + 1 - x->dims[2 + i] - g->pb[i];
+    if (!maxp && pr[i] != g->pe[i]) return false;
+    if (pr[i] < 0) pr[i] = 0;
+  }
+  return true;
+}
+
+/* keep: every consumer takes the blocked layout: the output stays nChw8c. A blocked input
+ * (from a conv) is read as is (or reordered from another blocking). */
+static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   cinfer_status *st = NULL;
   const ot *x = s->in[0], *y = s->out[0];
   bool maxp = !strcmp(s->node->op_type, "MaxPool");
-  if (x->ndim != 4 || x->dtype != CINFER_TYPE_FP32 || p->layout[s->in_id[0]] || ot_numel(y) == 0 ||
-      (s->n_out > 1 && s->out[1]))
-    return NULL;
   conv_geom g;
-  if ((st = conv_geom_make(s->node, x, NULL, true, &g))) return st;
+  dnnl_dims_t pr;
+  if (!pool_geom(p, s, &g, pr)) return NULL;
   dnnl_dims_t xd = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]};
   dnnl_dims_t yd = {y->dims[0], y->dims[1], y->dims[2], y->dims[3]};
   dnnl_dims_t strides = {g.stride[0], g.stride[1]}, kern = {g.k[0], g.k[1]};
-  dnnl_dims_t dil = {g.dil[0] - 1, g.dil[1] - 1}, pl = {g.pb[0], g.pb[1]}, pr;
-  for (int i = 0; i < 2; i++) {
-    pr[i] = (yd[2 + i] - 1) * strides[i] + (kern[i] - 1) * (dil[i] + 1) + 1 - xd[2 + i] - pl[i];
-    if (!maxp && pr[i] != g.pe[i]) return NULL;
-    if (pr[i] < 0) pr[i] = 0;
-  }
+  dnnl_dims_t dil = {g.dil[0] - 1, g.dil[1] - 1}, pl = {g.pb[0], g.pb[1]};
   bool incl = attr_i(s->node, "count_include_pad", 0) != 0;
   fast_kernel *k = calloc(1, sizeof *k);
   if (!k) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
@@ -618,14 +638,25 @@ static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, fast_kernel **out
   dnnl_primitive_desc_destroy(pd);
   DN(r);
   DN(dnnl_stream_create(&k->stream, engine(), dnnl_stream_default_flags));
-  DN(dnnl_memory_create(&k->src_user, &x_md, engine(), DNNL_MEMORY_NONE));
-  DN(dnnl_memory_create(&k->dst_user, &y_md, engine(), DNNL_MEMORY_NONE));
+  const dnnl_memory_desc_t *x_have = p->layout[s->in_id[0]] ? p->layout[s->in_id[0]] : &x_md;
   DN(dnnl_memory_create(&k->src_mem, &xb_md, engine(), DNNL_MEMORY_NONE));
   DN(dnnl_memory_create(&k->dst_mem, &yb_md, engine(), DNNL_MEMORY_NONE));
-  DN(make_reorder(&x_md, &xb_md, &k->src_reorder));
-  DN(make_reorder(&yb_md, &y_md, &k->dst_reorder));
-  s->temp_bytes[0] = dnnl_memory_desc_get_size(&xb_md);
-  s->temp_bytes[1] = dnnl_memory_desc_get_size(&yb_md);
+  if (!dnnl_memory_desc_equal(x_have, &xb_md)) {
+    DN(dnnl_memory_create(&k->src_user, x_have, engine(), DNNL_MEMORY_NONE));
+    DN(make_reorder(x_have, &xb_md, &k->src_reorder));
+    s->temp_bytes[0] = dnnl_memory_desc_get_size(&xb_md);
+  }
+  if (keep && !getenv("CINFER_ONNX_PLAIN")) {
+    dnnl_memory_desc_t *l = malloc(sizeof *l);
+    if (!l) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto fail; }
+    *l = yb_md;
+    p->layout[s->out_id[0]] = l;
+    p->bytes[s->out_id[0]] = dnnl_memory_desc_get_size(&yb_md);
+  } else {
+    DN(dnnl_memory_create(&k->dst_user, &y_md, engine(), DNNL_MEMORY_NONE));
+    DN(make_reorder(&yb_md, &y_md, &k->dst_reorder));
+    s->temp_bytes[1] = dnnl_memory_desc_get_size(&yb_md);
+  }
   *out = k;
   return NULL;
 fail:
@@ -634,17 +665,18 @@ fail:
 }
 
 static cinfer_status *pool_run(fast_kernel *k, plan_step *s) {
-  if (dnnl_memory_set_data_handle(k->src_user, s->in[0]->data) != dnnl_success ||
-      dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data) != dnnl_success ||
-      dnnl_memory_set_data_handle(k->src_mem, s->temp[0]) != dnnl_success ||
-      dnnl_memory_set_data_handle(k->dst_mem, s->temp[1]) != dnnl_success)
+  void *src = k->src_reorder ? s->temp[0] : s->in[0]->data, *dst = k->dst_reorder ? s->temp[1] : s->out[0]->data;
+  if ((k->src_user && dnnl_memory_set_data_handle(k->src_user, s->in[0]->data) != dnnl_success) ||
+      (k->dst_user && dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data) != dnnl_success) ||
+      dnnl_memory_set_data_handle(k->src_mem, src) != dnnl_success ||
+      dnnl_memory_set_data_handle(k->dst_mem, dst) != dnnl_success)
     return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN memory handle");
   dnnl_exec_arg_t in_[] = {{DNNL_ARG_FROM, k->src_user}, {DNNL_ARG_TO, k->src_mem}};
   dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, k->src_mem}, {DNNL_ARG_DST, k->dst_mem}};
   dnnl_exec_arg_t out_[] = {{DNNL_ARG_FROM, k->dst_mem}, {DNNL_ARG_TO, k->dst_user}};
-  if (dnnl_primitive_execute(k->src_reorder, k->stream, 2, in_) != dnnl_success ||
+  if ((k->src_reorder && dnnl_primitive_execute(k->src_reorder, k->stream, 2, in_) != dnnl_success) ||
       dnnl_primitive_execute(k->prim, k->stream, 2, a) != dnnl_success ||
-      dnnl_primitive_execute(k->dst_reorder, k->stream, 2, out_) != dnnl_success ||
+      (k->dst_reorder && dnnl_primitive_execute(k->dst_reorder, k->stream, 2, out_) != dnnl_success) ||
       dnnl_stream_wait(k->stream) != dnnl_success)
     return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN pooling failed");
   return NULL;
@@ -684,9 +716,8 @@ static void prelu_inplace(const fast_kernel *k, float *y, int threads) {
 
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
   *k = NULL;
-  if (!p->no_fast && (!strcmp(s->node->op_type, "MaxPool") || !strcmp(s->node->op_type, "AveragePool")) &&
-      !getenv("CINFER_ONNX_NO_FAST_POOL")) {
-    cinfer_status *st = pool_prepare(p, s, k);
+  if (!strcmp(s->node->op_type, "MaxPool") || !strcmp(s->node->op_type, "AveragePool")) {
+    cinfer_status *st = pool_prepare(p, s, keep, k);
     if (st || *k) return st;
   }
   if (conv_eligible(p, s) && small_k(p, s)) return k64_prepare(p, s, keep, k);

@@ -270,6 +270,62 @@ static void test_pool_shapes(void **state) {
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_pool(&cfgs[i]);
 }
 
+/* Pools inside a conv chain take and keep oneDNN's blocked layout: x -> Conv(C -> M, 3x3)
+ * -> MaxPool 2x2 -> Conv 1x1 -> AveragePool 3x3 s2 (pads) -> out, fast vs reference.
+ * M = 10 exercises a padded channel block. */
+static void check_pool_chain(int64_t C, int64_t M, int64_t H, int64_t W) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){2, C, H, W});
+  float *w0 = rand_buf(M * C * 9), *w1 = rand_buf(M * M);
+  mb_init_f(&b, "w0", 4, (int64_t[]){M, C, 3, 3}, w0);
+  mb_init_f(&b, "w1", 4, (int64_t[]){M, M, 1, 1}, w1);
+  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *p0o = "p0", *c1i[2] = {"p0", "w1"}, *c1o = "c1", *out = "out";
+  Onnx__NodeProto *n = mb_node(&b, "Conv", "conv0", 2, c0i, 1, &c0o);
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  n = mb_node(&b, "MaxPool", "pool0", 1, &c0o, 1, &p0o);
+  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){2, 2});
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){2, 2});
+  mb_node(&b, "Conv", "conv1", 2, c1i, 1, &c1o);
+  n = mb_node(&b, "AveragePool", "pool1", 1, &c1o, 1, &out);
+  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){3, 3});
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){2, 2});
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  free(w0);
+  free(w1);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int64_t shape[4] = {2, C, H, W};
+  float *x = rand_buf(cinfer_shape_elements(shape, 4)), *ref, *fast;
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, shape, 4, &ref, &nr, &fr);
+  run(m, true, x, shape, 4, &fast, &nf, &ff);
+  assert_true(ff);
+  assert_int_equal(nr, nf);
+  double mx = 0, md = 0;
+  for (size_t i = 0; i < nr; i++) {
+    mx = fmax(mx, fabs(ref[i]));
+    md = fmax(md, fabs(ref[i] - fast[i]));
+  }
+  if (md > 1e-5 * fmax(1.0, mx)) fail_msg("pool chain C%lld M%lld: max diff %g (max %g)", (long long)C, (long long)M, md, mx);
+  free(x);
+  free(ref);
+  free(fast);
+  onnx_model_destroy(m);
+}
+
+static void test_pool_chain(void **state) {
+  check_pool_chain(8, 16, 12, 14);
+  check_pool_chain(5, 10, 11, 9);
+}
+
 /* batch of 3 == three batch-1 runs */
 static void test_batch_rows(void **state) {
   conv_cfg c = {1, 4, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
@@ -355,6 +411,7 @@ int main(void) {
       cmocka_unit_test(test_batch_rows),
       cmocka_unit_test(test_pool_shapes),
       cmocka_unit_test(test_noop_pad_alias),
+      cmocka_unit_test(test_pool_chain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
