@@ -307,6 +307,10 @@ typedef float v8f __attribute__((vector_size(32)));
 typedef float v8fu __attribute__((vector_size(32), aligned(4)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
+/* one float in 8 lanes: a single vbroadcastss (`(v8f){0} + x` costs an extra add, which
+ * the compiler must keep because 0 + -0 is +0) */
+static inline v8f v8_splat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
+
 static inline v8f v8_fma(v8f a, v8f b, v8f c) {
 #if defined(__FMA__)
   return __builtin_ia32_vfmaddps256(a, b, c);
@@ -364,7 +368,7 @@ static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, bool keep, fast_ke
  * 40% of its time in libm). */
 static inline v8f v8_tanh(v8f x) {
   v8i nan = (v8i)(x != x);
-  v8f lo = (v8f){0} - 9.0f, hi = (v8f){0} + 9.0f;
+  v8f lo = v8_splat(-9.0f), hi = v8_splat(9.0f);
   x = (v8f)(((v8i)lo & (v8i)(x < lo)) | ((v8i)x & ~(v8i)(x < lo)));
   x = (v8f)(((v8i)hi & (v8i)(x > hi)) | ((v8i)x & ~(v8i)(x > hi)));
   v8f x2 = x * x;
@@ -420,7 +424,7 @@ static inline __attribute__((always_inline)) void kdir_block(int MB, bool per_c,
       v8f x0 = *(const v8fu *)(P + kk * OWp + ow), x1 = *(const v8fu *)(P + kk * OWp + ow + 8);
 #pragma GCC unroll 4
       for (int j = 0; j < MB; j++) {
-        v8f wv = (v8f){0} + W[j * K + kk];
+        v8f wv = v8_splat(W[j * K + kk]);
         acc[2 * j] = v8_fma(x0, wv, acc[2 * j]);
         acc[2 * j + 1] = v8_fma(x1, wv, acc[2 * j + 1]);
       }
@@ -535,7 +539,7 @@ static void kdir_row_blk(const conv_geom *g, const float *wb, int64_t M, const f
         for (int64_t kk = c * T; kk < (c + 1) * T; kk++) {
           v8f wv = *(const v8fu *)(w + kk * 8);
           const float *x = P + kk * OWp + ow;
-          for (int q = 0; q < 6; q++) acc[q] = v8_fma((v8f){0} + x[q], wv, acc[q]);
+          for (int q = 0; q < 6; q++) acc[q] = v8_fma(v8_splat(x[q]), wv, acc[q]);
         }
         for (int q = 0; q < 6; q++) t[q] = c == 0 ? acc[q] : acc[q] + t[q];
       }
@@ -699,7 +703,7 @@ static void prelu_inplace(const fast_kernel *k, float *y, int threads) {
       for (int64_t c = 0; c < C; c++) {
         float *p = y + (n * C + c) * HW, a = sl[c];
         int64_t i = 0;
-        for (; i + 8 <= HW; i += 8) *(v8fu *)(p + i) = v8_prelu(*(const v8fu *)(p + i), (v8f){0} + a);
+        for (; i + 8 <= HW; i += 8) *(v8fu *)(p + i) = v8_prelu(*(const v8fu *)(p + i), v8_splat(a));
         for (; i < HW; i++) p[i] = p[i] < 0 ? p[i] * a : p[i];
       }
     return;
