@@ -337,7 +337,8 @@ static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, bool keep, fast_ke
   s->temp_bytes[0] = (size_t)p->threads * ((size_t)(K * kdir_owp(k->g.out[1])) * sizeof(float) + 64);
   if (keep && M % 8 == 0 && s->sum_id < 0 && !getenv("CINFER_ONNX_PLAIN")) {
     /* weights [M/8][K][8], bias [M], PRelu slopes [M] */
-    float *wb = aligned_alloc(64, sizeof(float) * (size_t)((K + 2) * M + 64));
+    size_t wbytes = sizeof(float) * (size_t)((K + 2) * M);
+    float *wb = aligned_alloc(64, (wbytes + 63) & ~(size_t)63); /* size: a multiple of 64 */
     dnnl_memory_desc_t *l = malloc(sizeof *l);
     dnnl_dims_t yd = {s->out[0]->dims[0], M, s->out[0]->dims[2], s->out[0]->dims[3]};
     if (!wb || !l || dnnl_memory_desc_init_by_tag(l, 4, yd, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
