@@ -97,7 +97,7 @@ struct onnx_model {
   int64_t ir_version;
   char *producer;
   int64_t n_params;
-  int n_folded, n_dead, n_bn_fused; /* compile statistics */
+  int n_folded, n_dead, n_bn_fused, n_mul_fused; /* compile statistics */
   bool *key_input;         /* per model input: its values shape the plan (see plan.c) */
   bool batchable;
   bool batch_probe;        /* analysis relied on plan-time shapes: verify with plan_probe */

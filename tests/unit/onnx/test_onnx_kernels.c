@@ -326,6 +326,70 @@ static void test_pool_chain(void **state) {
   check_pool_chain(5, 10, 11, 9);
 }
 
+/* Conv -> Mul(constant) is folded into W and B at load time; the result must equal the
+ * same graph with the scale fed as a graph input (not foldable). sdims: the scale's shape
+ * ([M,1,1], scalar, or [W]: broadcast along width, which must not be folded). */
+static float *conv_mul_out(int64_t M, const int64_t *sdims, int snd, bool as_input, const float *x,
+                           const float *w, const float *bias, const float *scale, size_t *n) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){1, 3, 6, 7});
+  if (as_input) mb_input(&b, "s", snd, sdims);
+  else mb_init_f(&b, "s", snd, sdims, scale);
+  mb_init_f(&b, "w", 4, (int64_t[]){M, 3, 3, 3}, w);
+  mb_init_f(&b, "b", 1, &M, bias);
+  const char *ci[3] = {"x", "w", "b"}, *co = "c", *mi[2] = {"c", "s"}, *mo = "out";
+  Onnx__NodeProto *nd = mb_node(&b, "Conv", "conv", 3, ci, 1, &co);
+  mb_attr_ints(&b, nd, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  mb_node(&b, "Mul", "mul", 2, mi, 1, &mo);
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  onnx_session *s;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1}, &s));
+  int64_t sn = cinfer_shape_elements(sdims, snd);
+  cinfer_tensor in[2] = {{.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 3, 6, 7}, .data = x,
+                          .byte_size = 3 * 6 * 7 * 4},
+                         {.name = "s", .dtype = CINFER_TYPE_FP32, .ndim = snd, .data = scale, .byte_size = (size_t)sn * 4}};
+  memcpy(in[1].shape, sdims, sizeof(int64_t) * (size_t)snd);
+  cinfer_tensor o;
+  st = onnx_session_run(s, in, as_input ? 2 : 1, &o);
+  if (st) fail_msg("run: %s", cinfer_status_message(st));
+  float *r = malloc(o.byte_size);
+  memcpy(r, o.data, o.byte_size);
+  *n = o.byte_size / 4;
+  onnx_session_destroy(s);
+  onnx_model_destroy(m);
+  return r;
+}
+
+static void test_conv_mul_fold(void **state) {
+  const int64_t M = 7;
+  float *x = rand_buf(3 * 6 * 7), *w = rand_buf(M * 27), *bias = rand_buf(M), *scale = rand_buf(M);
+  const int64_t shapes[3][3] = {{M, 1, 1}, {0}, {7}};
+  const int nds[3] = {3, 0, 1};
+  for (int k = 0; k < 3; k++) {
+    size_t n1, n2;
+    float *folded = conv_mul_out(M, shapes[k], nds[k], false, x, w, bias, scale, &n1);
+    float *plain = conv_mul_out(M, shapes[k], nds[k], true, x, w, bias, scale, &n2);
+    assert_int_equal(n1, n2);
+    for (size_t i = 0; i < n1; i++)
+      if (fabsf(folded[i] - plain[i]) > 1e-5f * fmaxf(1.0f, fabsf(plain[i])))
+        fail_msg("scale shape %d: element %zu folded %g plain %g", k, i, folded[i], plain[i]);
+    free(folded);
+    free(plain);
+  }
+  free(x);
+  free(w);
+  free(bias);
+  free(scale);
+}
+
 /* batch of 3 == three batch-1 runs */
 static void test_batch_rows(void **state) {
   conv_cfg c = {1, 4, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
@@ -412,6 +476,7 @@ int main(void) {
       cmocka_unit_test(test_pool_shapes),
       cmocka_unit_test(test_noop_pad_alias),
       cmocka_unit_test(test_pool_chain),
+      cmocka_unit_test(test_conv_mul_fold),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
