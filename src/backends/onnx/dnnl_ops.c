@@ -2,11 +2,13 @@
  * set per run with omp_set_num_threads in plan_run).
  *
  * Conv (1-D/2-D, grouped, depthwise, dilated, strided, padded) with fused post-ops
- * (sum for Conv+Add, then relu/leaky/clip/sigmoid/tanh). Weights are reordered once at
- * plan time into the layout the primitive prefers. Activations stay in oneDNN's blocked
- * layout between consecutive convolutions (plan->layout[v]); a value goes back to plain
- * NCHW as soon as any consumer is not a oneDNN convolution. Every path here has a
- * reference in ops_nn.c and is compared with it in tests/unit/onnx. */
+ * (sum for Conv+Add, then relu/leaky/clip/sigmoid/tanh; PRelu applied by us after the
+ * primitive). Weights are reordered once at plan time into the layout the primitive
+ * prefers. Activations stay in oneDNN's blocked layout between consecutive convolutions
+ * (plan->layout[v]); a value goes back to plain NCHW as soon as any consumer is not a
+ * oneDNN convolution. First layers (small K) run on our own float kernel summed in ONNX
+ * Runtime's order (see kdir_*). oneDNN pooling. Every path here has a reference in
+ * ops_nn.c and is compared with it in tests/unit/onnx. No allocation in fast_run. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +27,16 @@ struct fast_kernel {
   dnnl_primitive_t prim;
   dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
   dnnl_memory_t src_user, src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user;
+  /* Conv+PRelu: oneDNN 2.6 runs convolutions with a prelu post-op only in its reference
+   * implementation, so PRelu is applied here to the conv's destination in its own layout
+   * (prelu_blk: 1 plain NCHW, 8/16 nChw8c/nChw16c) with slopes padded to the block */
+  int prelu_blk;
+  float *prelu_slope;
+  int64_t prelu_n, prelu_c, prelu_hw;
   dnnl_stream_t stream;
   void *w_data;
   bool sum_copy; /* sum operand has dst's layout: memcpy */
+  bool blocked_out; /* kind 1: writes nChw8c (w_data: [M/8][K][8] weights, bias, slopes) */
   size_t dst_bytes;
 };
 
@@ -54,6 +63,7 @@ void fast_destroy(fast_kernel *k) {
   for (size_t i = 0; i < 4; i++) if (prims[i]) dnnl_primitive_destroy(prims[i]);
   dnnl_memory_t mems[] = {k->src_user, k->src_mem, k->w_mem, k->b_mem, k->dst_mem, k->dst_user, k->sum_user};
   for (size_t i = 0; i < 7; i++) if (mems[i]) dnnl_memory_destroy(mems[i]);
+  free(k->prelu_slope);
   if (k->stream) dnnl_stream_destroy(k->stream);
   free(k->w_data);
   free(k);
@@ -77,7 +87,12 @@ static bool small_k(const onnx_plan *p, const plan_step *s) {
          w->dims[1] <= 4 && w->dims[1] * w->dims[2] * w->dims[3] <= 32 && !getenv("CINFER_ONNX_NO_K64");
 }
 
+static bool pool_geom(const onnx_plan *p, const plan_step *s, conv_geom *g, dnnl_dims_t pr);
+
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
+  conv_geom g;
+  dnnl_dims_t pr;
+  if (j == 0 && pool_geom(p, s, &g, pr)) return true;
   return conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in) &&
          !(j == 0 && small_k(p, s));
 }
@@ -101,6 +116,8 @@ static dnnl_status_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_mem
       goto fail;                                                                      \
     }                                                                                 \
   } while (0)
+
+static void prelu_inplace(const fast_kernel *k, float *y, int threads);
 
 static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   cinfer_status *st = NULL;
@@ -161,7 +178,7 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
       case ACT_TANH: alg = dnnl_eltwise_tanh; break;
       default: break;
     }
-    DN(dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, bb));
+    if (s->fused.act != ACT_PRELU) DN(dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, bb));
   }
   DN(dnnl_primitive_attr_set_post_ops(attr, po));
   dnnl_convolution_desc_t cd;
@@ -237,6 +254,25 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     DN(make_reorder(&yg, &y_plain, &k->dst_reorder));
     s->temp_bytes[1] = k->dst_bytes;
   }
+  if (s->has_fused && s->fused.act == ACT_PRELU) {
+    /* the layout PRelu sees: the primitive's destination (before any reorder to plain) */
+    dnnl_memory_desc_t b8, b16;
+    DN(dnnl_memory_desc_init_by_tag(&b8, 4, yd, dnnl_f32, dnnl_aBcd8b));
+    DN(dnnl_memory_desc_init_by_tag(&b16, 4, yd, dnnl_f32, dnnl_aBcd16b));
+    k->prelu_blk = dnnl_memory_desc_equal(&yg, &y_plain) ? 1 : dnnl_memory_desc_equal(&yg, &b8) ? 8
+                   : dnnl_memory_desc_equal(&yg, &b16) ? 16 : 0;
+    if (!k->prelu_blk) {
+      st = NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN chose a destination layout PRelu does not handle");
+      goto fail;
+    }
+    int64_t C = yd[1], Cp = (C + 15) / 16 * 16;
+    k->prelu_slope = calloc((size_t)Cp, sizeof(float));
+    if (!k->prelu_slope) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto fail; }
+    for (int64_t c = 0; c < C; c++) k->prelu_slope[c] = s->fused.slope[s->fused.slope_n == 1 ? 0 : c];
+    k->prelu_n = yd[0];
+    k->prelu_c = C;
+    k->prelu_hw = yd[2] * yd[3];
+  }
   if (s->sum_id >= 0) {
     const dnnl_memory_desc_t *sl = p->layout[s->sum_id] ? p->layout[s->sum_id] : &y_plain;
     if (dnnl_memory_desc_equal(sl, &yg)) k->sum_copy = true;
@@ -254,128 +290,296 @@ fail:
   return st;
 }
 
-/* Small-K convolutions (Cin <= 4 and Cin*KH*KW <= 32: the first layer of vision models) read raw
- * pixels, and their rounding error is amplified by the whole network. They are computed
- * with double accumulation in the reference's order (so the result is bit-identical to
- * ref_conv), vectorised over the output row through a per-thread im2col row. */
+/* Small-K convolutions (Cin <= 4 and Cin*KH*KW <= 32: the first layer of vision models)
+ * read raw pixels, and their rounding error is amplified by the whole network (RetinaFace's
+ * landmark outputs move by ~4e-5 when this layer is summed in oneDNN's order). They are
+ * computed in float in ONNX Runtime's order, so they round like the ORT runs that produced
+ * the models' reference outputs:
+ *   M % 8 == 0 (MLAS NCHWc "NCHW input" algorithm): per input channel c a fused-multiply-add
+ *     chain over (kh, kw) from 0, channels summed in order (s0 + s1) + s2 ..., then + bias;
+ *   otherwise (MLAS im2col + SGEMM): one FMA chain over k = (c, kh, kw) from 0, then + bias;
+ * padded taps contribute exact zeros. Vectorised over 8 output pixels of a row (the row is
+ * gathered per thread into an im2col strip P[k][ow], width padded to 8), 4 output channels
+ * per pass. The scalar twin `kdir_scalar` (same order) and ref_conv are its references in
+ * tests/unit/onnx/test_onnx_kernels.c. */
 
-static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, fast_kernel **out) {
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8fu __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* one float in 8 lanes: a single vbroadcastss (`(v8f){0} + x` costs an extra add, which
+ * the compiler must keep because 0 + -0 is +0) */
+static inline v8f v8_splat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
+
+static inline v8f v8_fma(v8f a, v8f b, v8f c) {
+#if defined(__FMA__)
+  return __builtin_ia32_vfmaddps256(a, b, c);
+#else
+  v8f r;
+  for (int i = 0; i < 8; i++) r[i] = __builtin_fmaf(a[i], b[i], c[i]);
+  return r;
+#endif
+}
+
+/* width of the per-thread im2col strip: both row kernels read whole 16- or 6-pixel groups */
+static int64_t kdir_owp(int64_t OW) { return ((OW + 5) / 6 * 6 + 15) / 16 * 16; }
+
+/* keep: every consumer takes oneDNN's blocked layout; with M % 8 == 0 (the MLAS NCHWc
+ * order) and no fused Add the output is then written in nChw8c directly (RetinaFace's
+ * first layer: saves a 6.5 MB reorder per image) */
+static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   fast_kernel *k = calloc(1, sizeof *k);
   if (!k) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
   cinfer_status *st = conv_geom_make(s->node, s->in[0], s->in[1]->dims + 2, false, &k->g);
   if (st) { free(k); return st; }
   k->kind = 1;
   int64_t K = s->in[1]->dims[1] * s->in[1]->dims[2] * s->in[1]->dims[3], M = s->in[1]->dims[0];
-  int64_t OW = k->g.out[1], Mp = (M + 15) / 16 * 16;
-  /* weights as double, transposed to [K+1][Mp] (row K: bias), zero padded to 16 lanes */
-  double *wt = aligned_alloc(64, sizeof(double) * (size_t)((K + 1) * Mp));
-  if (!wt) { free(k); return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
-  memset(wt, 0, sizeof(double) * (size_t)((K + 1) * Mp));
-  const float *W = s->in[1]->data, *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
-  for (int64_t m = 0; m < M; m++) {
-    for (int64_t kk = 0; kk < K; kk++) wt[kk * Mp + m] = W[m * K + kk];
-    wt[K * Mp + m] = B ? B[m] : 0;
+  s->temp_bytes[0] = (size_t)p->threads * ((size_t)(K * kdir_owp(k->g.out[1])) * sizeof(float) + 64);
+  if (keep && M % 8 == 0 && s->sum_id < 0 && !getenv("CINFER_ONNX_PLAIN")) {
+    /* weights [M/8][K][8], bias [M], PRelu slopes [M] */
+    size_t wbytes = sizeof(float) * (size_t)((K + 2) * M);
+    float *wb = aligned_alloc(64, (wbytes + 63) & ~(size_t)63); /* size: a multiple of 64 */
+    dnnl_memory_desc_t *l = malloc(sizeof *l);
+    dnnl_dims_t yd = {s->out[0]->dims[0], M, s->out[0]->dims[2], s->out[0]->dims[3]};
+    if (!wb || !l || dnnl_memory_desc_init_by_tag(l, 4, yd, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
+      free(wb);
+      free(l);
+      free(k);
+      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    const float *W = s->in[1]->data, *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
+    for (int64_t m = 0; m < M; m++) {
+      for (int64_t kk = 0; kk < K; kk++) wb[((m / 8) * K + kk) * 8 + m % 8] = W[m * K + kk];
+      wb[K * M + m] = B ? B[m] : 0.0f;
+      wb[(K + 1) * M + m] = s->has_fused && s->fused.act == ACT_PRELU
+                                ? s->fused.slope[s->fused.slope_n == 1 ? 0 : m] : 0.0f;
+    }
+    k->w_data = wb;
+    k->blocked_out = true;
+    p->layout[s->out_id[0]] = l;
+    p->bytes[s->out_id[0]] = dnnl_memory_desc_get_size(l);
   }
-  k->w_data = wt;
-  s->temp_bytes[0] = (size_t)p->threads * ((size_t)(K * OW) * sizeof(float) + (size_t)(M * OW) * sizeof(double) + 128);
   *out = k;
   return NULL;
+}
+
+/* tanh on 8 lanes: Eigen's float rational approximation (odd degree-13 numerator, even
+ * degree-6 denominator, input clamped to [-9, 9]; also what MLAS uses), within a few ulp of
+ * tanhf; NaN stays NaN. Replaces one libm tanhf call per element (ssrnet's Conv+Tanh spent
+ * 40% of its time in libm). */
+static inline v8f v8_tanh(v8f x) {
+  v8i nan = (v8i)(x != x);
+  v8f lo = v8_splat(-9.0f), hi = v8_splat(9.0f);
+  x = (v8f)(((v8i)lo & (v8i)(x < lo)) | ((v8i)x & ~(v8i)(x < lo)));
+  x = (v8f)(((v8i)hi & (v8i)(x > hi)) | ((v8i)x & ~(v8i)(x > hi)));
+  v8f x2 = x * x;
+  v8f p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  p = p * x;
+  v8f q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  v8f r = p / q;
+  return (v8f)((nan & (v8i)x) | (~nan & (v8i)r));
+}
+
+/* Stores 8 lanes (n valid) of channel row y: + sum operand, activation. */
+static inline void kdir_store(v8f v, float *y, const float *sr, int64_t n, const onnx_fused *f,
+                              int64_t m) {
+  if (n == 8 && (!f || f->act == ACT_NONE || f->act == ACT_RELU || f->act == ACT_PRELU ||
+                 f->act == ACT_TANH || f->act == ACT_SIGMOID)) {
+    if (sr) v = v + *(const v8fu *)sr;
+    if (f && f->act == ACT_RELU) v = (v8f)((v8i)v & (v8i)(v > 0)); /* v > 0 ? v : 0, NaN -> 0 */
+    if (f && f->act == ACT_TANH) v = v8_tanh(v);
+    if (f && f->act == ACT_SIGMOID) v = v8_tanh(v * 0.5f) * 0.5f + 0.5f;
+    if (f && f->act == ACT_PRELU) { /* v < 0 ? v * slope : v */
+      v8i neg = (v8i)(v < 0);
+      v8f sv = v * f->slope[f->slope_n == 1 ? 0 : m];
+      v = (v8f)(((v8i)sv & neg) | ((v8i)v & ~neg));
+    }
+    *(v8fu *)y = v;
+    return;
+  }
+  float r[8];
+  __builtin_memcpy(r, &v, sizeof r);
+  for (int64_t q = 0; q < n; q++) {
+    float o = r[q];
+    if (sr) o += sr[q];
+    y[q] = f ? act_apply_c(f, o, m) : o;
+  }
+}
+
+/* MB output channels x 16 output pixels: 2*MB independent FMA chains */
+static inline __attribute__((always_inline)) void kdir_block(int MB, bool per_c, int64_t C, int64_t T,
+                                                             int64_t K, const float *W, const float *P,
+                                                             int64_t OWp, int64_t ow, v8f out[8]) {
+  v8f t[8] = {0}, acc[8] = {0};
+  for (int64_t c = 0; c < C; c++) {
+    if (per_c || c == 0)
+      for (int j = 0; j < 2 * MB; j++) acc[j] = (v8f){0};
+    for (int64_t kk = c * T; kk < (c + 1) * T; kk++) {
+      v8f x0 = *(const v8fu *)(P + kk * OWp + ow), x1 = *(const v8fu *)(P + kk * OWp + ow + 8);
+#pragma GCC unroll 4
+      for (int j = 0; j < MB; j++) {
+        v8f wv = v8_splat(W[j * K + kk]);
+        acc[2 * j] = v8_fma(x0, wv, acc[2 * j]);
+        acc[2 * j + 1] = v8_fma(x1, wv, acc[2 * j + 1]);
+      }
+    }
+    if (per_c)
+      for (int j = 0; j < 2 * MB; j++) t[j] = c == 0 ? acc[j] : acc[j] + t[j];
+  }
+  for (int j = 0; j < 2 * MB; j++) out[j] = per_c ? t[j] : acc[j];
+}
+
+/* one output row of the small-K conv: Y[m][ow] for m in [0, M), from the strip P
+ * (OWp: a multiple of 16) */
+static void kdir_row(const conv_geom *g, const float *W, const float *B, const float *P, int64_t OWp,
+                     int64_t M, int64_t OW, float *Yrow, size_t ystride, const float *Srow,
+                     const onnx_fused *f) {
+  int64_t C = g->C, T = g->k[0] * g->k[1], K = C * T;
+  bool per_c = M % 8 == 0;
+  for (int64_t m0 = 0; m0 < M; m0 += 4) {
+    int64_t mb = M - m0 < 4 ? M - m0 : 4;
+    for (int64_t ow = 0; ow < OW; ow += 16) {
+      v8f o[8];
+      const float *Wm = W + m0 * K;
+      if (mb == 4 && per_c) kdir_block(4, true, C, T, K, Wm, P, OWp, ow, o);
+      else if (mb == 4) kdir_block(4, false, C, T, K, Wm, P, OWp, ow, o);
+      else if (per_c) kdir_block(1, true, C, T, K, Wm, P, OWp, ow, o); /* not reached: M % 8 == 0 */
+      else {
+        for (int64_t j = 0; j < mb; j++) {
+          v8f one[8];
+          kdir_block(1, false, C, T, K, Wm + j * K, P, OWp, ow, one);
+          o[2 * j] = one[0];
+          o[2 * j + 1] = one[1];
+        }
+      }
+      for (int64_t j = 0; j < mb; j++) {
+        float *y = Yrow + (size_t)(m0 + j) * ystride + ow;
+        const float *sr = Srow ? Srow + (size_t)(m0 + j) * ystride + ow : NULL;
+        float bj = B ? B[m0 + j] : 0.0f;
+        int64_t n0 = OW - ow < 8 ? OW - ow : 8, n1 = OW - ow - 8 < 8 ? OW - ow - 8 : 8;
+        kdir_store(B ? o[2 * j] + bj : o[2 * j], y, sr, n0, f, m0 + j);
+        if (n1 > 0) kdir_store(B ? o[2 * j + 1] + bj : o[2 * j + 1], y + 8, sr ? sr + 8 : NULL, n1, f, m0 + j);
+      }
+    }
+  }
+}
+
+/* the im2col strip of output row (n, oh): P[(c*KH + kh)*KW + kw][ow], zeros for padding
+ * and for ow in [OW, OWp) */
+static void kdir_strip(const conv_geom *g, const float *X, int64_t n, int64_t oh, float *P, int64_t OWp) {
+  int64_t C = g->C, KH = g->k[0], KW = g->k[1], OW = g->out[1], IH = g->in[0], IW = g->in[1];
+  int64_t sw = g->stride[1];
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t kh = 0; kh < KH; kh++) {
+      int64_t ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
+      for (int64_t kw = 0; kw < KW; kw++) {
+        float *pr = P + ((c * KH + kh) * KW + kw) * OWp;
+        if (ih < 0 || ih >= IH) { memset(pr, 0, sizeof(float) * (size_t)OWp); continue; }
+        const float *xr = X + ((n * C + c) * IH + ih) * IW;
+        int64_t off = kw * g->dil[1] - g->pb[1]; /* iw = ow * sw + off */
+        /* valid ow: 0 <= ow*sw + off < IW */
+        int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        int64_t hi = IW - off <= 0 ? 0 : (IW - off + sw - 1) / sw;
+        if (lo > OW) lo = OW;
+        if (hi > OW) hi = OW;
+        if (hi < lo) hi = lo;
+        int64_t ow = 0;
+        for (; ow < lo; ow++) pr[ow] = 0.0f;
+        if (sw == 1) memcpy(pr + lo, xr + lo + off, sizeof(float) * (size_t)(hi - lo));
+        else if (sw == 2)
+          for (ow = lo; ow < hi; ow++) pr[ow] = xr[2 * ow + off];
+        else
+          for (ow = lo; ow < hi; ow++) pr[ow] = xr[ow * sw + off];
+        for (ow = hi; ow < OWp; ow++) pr[ow] = 0.0f;
+      }
+    }
+}
+
+/* activation on 8 output channels (a channel block) */
+static inline v8f v8_act(v8f v, const onnx_fused *f, const float *slope8) {
+  switch (f->act) {
+    case ACT_RELU: return (v8f)((v8i)v & (v8i)(v > 0));
+    case ACT_PRELU: {
+      v8i neg = (v8i)(v < 0);
+      return (v8f)(((v8i)(v * *(const v8fu *)slope8) & neg) | ((v8i)v & ~neg));
+    }
+    case ACT_TANH: return v8_tanh(v);
+    case ACT_SIGMOID: return v8_tanh(v * 0.5f) * 0.5f + 0.5f;
+    default: {
+      float r[8];
+      __builtin_memcpy(r, &v, sizeof r);
+      for (int i = 0; i < 8; i++) r[i] = act_apply(f, r[i]);
+      __builtin_memcpy(&v, r, sizeof r);
+      return v;
+    }
+  }
+}
+
+/* One output row into nChw8c (Yb: channel block 0 of row (n, oh); blocks bstride apart),
+ * vectorised over the 8 channels of a block like MLAS (broadcast input, 6 output pixels
+ * per pass); per output element the same order as kdir_block with per_c. */
+static void kdir_row_blk(const conv_geom *g, const float *wb, int64_t M, const float *P, int64_t OWp,
+                         int64_t OW, float *Yb, size_t bstride, const onnx_fused *f) {
+  int64_t C = g->C, T = g->k[0] * g->k[1], K = C * T;
+  const float *bias = wb + K * M, *slope = bias + M;
+  for (int64_t cb = 0; cb < M / 8; cb++) {
+    const float *w = wb + cb * K * 8;
+    v8f bv = *(const v8fu *)(bias + cb * 8);
+    float *yb = Yb + (size_t)cb * bstride;
+    for (int64_t ow = 0; ow < OW; ow += 6) {
+      v8f t[6] = {0}, acc[6] = {0};
+      for (int64_t c = 0; c < C; c++) {
+        for (int q = 0; q < 6; q++) acc[q] = (v8f){0};
+        for (int64_t kk = c * T; kk < (c + 1) * T; kk++) {
+          v8f wv = *(const v8fu *)(w + kk * 8);
+          const float *x = P + kk * OWp + ow;
+          for (int q = 0; q < 6; q++) acc[q] = v8_fma(v8_splat(x[q]), wv, acc[q]);
+        }
+        for (int q = 0; q < 6; q++) t[q] = c == 0 ? acc[q] : acc[q] + t[q];
+      }
+      int64_t np = OW - ow < 6 ? OW - ow : 6;
+      for (int64_t q = 0; q < np; q++) {
+        v8f v = t[q] + bv;
+        if (f) v = v8_act(v, f, slope + cb * 8);
+        *(v8fu *)(yb + (ow + q) * 8) = v;
+      }
+    }
+  }
 }
 
 static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
   const conv_geom *g = &k->g;
   const ot *w = s->in[1];
-  const float *X = s->in[0]->data;
+  const float *X = s->in[0]->data, *W = w->data;
+  const float *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
   const onnx_fused *f = s->has_fused ? &s->fused : NULL;
   const float *S = f && f->sum ? f->sum->data : NULL;
   float *Y = s->out[0]->data;
-  int64_t C = g->C, KH = g->k[0], KW = g->k[1], K = C * KH * KW, M = w->dims[0];
-  int64_t OH = g->out[0], OW = g->out[1], IH = g->in[0], IW = g->in[1];
-  size_t per = ((size_t)(K * OW) * sizeof(float) + (size_t)(M * OW) * sizeof(double) + 128) & ~(size_t)63;
+  int64_t K = g->C * g->k[0] * g->k[1], M = w->dims[0];
+  int64_t OH = g->out[0], OW = g->out[1], OWp = kdir_owp(OW);
+  size_t per = ((size_t)(K * OWp) * sizeof(float) + 64) & ~(size_t)63;
+  if (f && f->act == ACT_NONE && !S) f = NULL;
+  bool blk = k->blocked_out;
 #pragma omp parallel num_threads(threads)
   {
-    int t = omp_get_thread_num();
-    char *base = (char *)s->temp[0] + per * (size_t)t;
-    double *acc = (double *)base;
-    float *P = (float *)(base + (size_t)(M * OW) * sizeof(double));
+    float *P = (float *)((char *)s->temp[0] + per * (size_t)omp_get_thread_num());
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < g->N * OH; row++) {
       int64_t n = row / OH, oh = row % OH;
-      for (int64_t c = 0; c < C; c++)
-        for (int64_t kh = 0; kh < KH; kh++) {
-          int64_t ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
-          for (int64_t kw = 0; kw < KW; kw++) {
-            float *pr = P + ((c * KH + kh) * KW + kw) * OW;
-            if (ih < 0 || ih >= IH) { memset(pr, 0, sizeof(float) * (size_t)OW); continue; }
-            const float *xr = X + ((n * C + c) * IH + ih) * IW;
-            for (int64_t ow = 0; ow < OW; ow++) {
-              int64_t iw = ow * g->stride[1] - g->pb[1] + kw * g->dil[1];
-              pr[ow] = iw >= 0 && iw < IW ? xr[iw] : 0.0f;
-            }
-          }
-        }
-      /* 16 output channels per pass, held in four 4-double registers; every sum runs
-       * bias, then kk = 0..K-1, exactly like ref_conv (float*float is exact in double) */
-      typedef double v4d __attribute__((vector_size(32)));
-      typedef double v4du __attribute__((vector_size(32), aligned(8)));
-      const double *wt = k->w_data;
-      int64_t Mp = (M + 15) / 16 * 16;
-      (void)acc;
-      for (int64_t m0 = 0; m0 < Mp; m0 += 16) {
-        const double *bias = wt + K * Mp + m0;
-        int64_t ow = 0;
-        /* two pixels at a time: eight independent FMA chains hide the FMA latency */
-        for (; ow + 1 < OW; ow += 2) {
-          v4d a0 = *(const v4du *)(bias), a1 = *(const v4du *)(bias + 4);
-          v4d a2 = *(const v4du *)(bias + 8), a3 = *(const v4du *)(bias + 12);
-          v4d b0 = a0, b1 = a1, b2 = a2, b3 = a3;
-          for (int64_t kk = 0; kk < K; kk++) {
-            double xs = P[kk * OW + ow], ys = P[kk * OW + ow + 1];
-            v4d xv = {xs, xs, xs, xs}, yv = {ys, ys, ys, ys};
-            const double *wk = wt + kk * Mp + m0;
-            v4d w0 = *(const v4du *)(wk), w1 = *(const v4du *)(wk + 4);
-            v4d w2 = *(const v4du *)(wk + 8), w3 = *(const v4du *)(wk + 12);
-            a0 += xv * w0; a1 += xv * w1; a2 += xv * w2; a3 += xv * w3;
-            b0 += yv * w0; b1 += yv * w1; b2 += yv * w2; b3 += yv * w3;
-          }
-          v4d va[4] = {a0, a1, a2, a3}, vb[4] = {b0, b1, b2, b3};
-          double r0[16], r1[16];
-          __builtin_memcpy(r0, va, sizeof r0);
-          __builtin_memcpy(r1, vb, sizeof r1);
-          int64_t mend = M - m0 < 16 ? M - m0 : 16;
-          for (int64_t q = 0; q < mend; q++) {
-            int64_t yi = ((n * M + m0 + q) * OH + oh) * OW + ow;
-            float v0 = (float)r0[q], v1 = (float)r1[q];
-            if (S) { v0 += S[yi]; v1 += S[yi + 1]; }
-            Y[yi] = f ? act_apply(f, v0) : v0;
-            Y[yi + 1] = f ? act_apply(f, v1) : v1;
-          }
-        }
-        for (; ow < OW; ow++) {
-          v4d a0 = *(const v4du *)(bias), a1 = *(const v4du *)(bias + 4);
-          v4d a2 = *(const v4du *)(bias + 8), a3 = *(const v4du *)(bias + 12);
-          for (int64_t kk = 0; kk < K; kk++) {
-            double xs = P[kk * OW + ow];
-            v4d xv = {xs, xs, xs, xs};
-            const double *wk = wt + kk * Mp + m0;
-            a0 += xv * *(const v4du *)(wk);
-            a1 += xv * *(const v4du *)(wk + 4);
-            a2 += xv * *(const v4du *)(wk + 8);
-            a3 += xv * *(const v4du *)(wk + 12);
-          }
-          v4d a[4] = {a0, a1, a2, a3};
-          double r[16];
-          __builtin_memcpy(r, a, sizeof r);
-          int64_t mend = M - m0 < 16 ? M - m0 : 16;
-          for (int64_t q = 0; q < mend; q++) {
-            int64_t m = m0 + q;
-            int64_t yi = ((n * M + m) * OH + oh) * OW + ow;
-            float v = (float)r[q];
-            if (S) v += S[yi];
-            Y[yi] = f ? act_apply(f, v) : v;
-          }
-        }
+      kdir_strip(g, X, n, oh, P, OWp);
+      if (blk) {
+        kdir_row_blk(g, k->w_data, M, P, OWp, OW, Y + (size_t)((n * M * OH + oh * 8) * OW), (size_t)(OH * OW * 8), f);
+        continue;
       }
+      size_t base = (size_t)((n * M * OH + oh) * OW);
+      kdir_row(g, W, B, P, OWp, M, OW, Y + base, (size_t)(OH * OW), S ? S + base : NULL, f);
     }
   }
 }
@@ -383,24 +587,39 @@ static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
 /* MaxPool / AveragePool (2-D, float, plain NCHW in and out). Average pooling whose
  * ceil_mode window reaches past the declared end padding stays on the reference kernel
  * (oneDNN would count the extra cells). */
-static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, fast_kernel **out) {
+/* Whether the pooling fast path takes step s, and its geometry (right pads as oneDNN
+ * wants them). The single source of that decision: fast_can_take_blocked relies on it. */
+static bool pool_geom(const onnx_plan *p, const plan_step *s, conv_geom *g, dnnl_dims_t pr) {
+  if (p->no_fast || (strcmp(s->node->op_type, "MaxPool") && strcmp(s->node->op_type, "AveragePool")) ||
+      getenv("CINFER_ONNX_NO_FAST_POOL"))
+    return false;
+  const ot *x = s->in[0], *y = s->out[0];
+  bool maxp = !strcmp(s->node->op_type, "MaxPool");
+  if (x->ndim != 4 || x->dtype != CINFER_TYPE_FP32 || ot_numel(y) == 0 || (s->n_out > 1 && s->out[1]))
+    return false;
+  cinfer_status *st = conv_geom_make(s->node, x, NULL, true, g);
+  if (st) { cinfer_status_free(st); return false; } /* the reference kernel reports it */
+  for (int i = 0; i < 2; i++) {
+    pr[i] = (y->dims[2 + i] - 1) * g->stride[i] + (g->k[i] - 1) * g->dil[i] + 1 - x->dims[2 + i] - g->pb[i];
+    if (!maxp && pr[i] != g->pe[i]) return false;
+    if (pr[i] < 0) pr[i] = 0;
+  }
+  return true;
+}
+
+/* keep: every consumer takes the blocked layout: the output stays nChw8c. A blocked input
+ * (from a conv) is read as is (or reordered from another blocking). */
+static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   cinfer_status *st = NULL;
   const ot *x = s->in[0], *y = s->out[0];
   bool maxp = !strcmp(s->node->op_type, "MaxPool");
-  if (x->ndim != 4 || x->dtype != CINFER_TYPE_FP32 || p->layout[s->in_id[0]] || ot_numel(y) == 0 ||
-      (s->n_out > 1 && s->out[1]))
-    return NULL;
   conv_geom g;
-  if ((st = conv_geom_make(s->node, x, NULL, true, &g))) return st;
+  dnnl_dims_t pr;
+  if (!pool_geom(p, s, &g, pr)) return NULL;
   dnnl_dims_t xd = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]};
   dnnl_dims_t yd = {y->dims[0], y->dims[1], y->dims[2], y->dims[3]};
   dnnl_dims_t strides = {g.stride[0], g.stride[1]}, kern = {g.k[0], g.k[1]};
-  dnnl_dims_t dil = {g.dil[0] - 1, g.dil[1] - 1}, pl = {g.pb[0], g.pb[1]}, pr;
-  for (int i = 0; i < 2; i++) {
-    pr[i] = (yd[2 + i] - 1) * strides[i] + (kern[i] - 1) * (dil[i] + 1) + 1 - xd[2 + i] - pl[i];
-    if (!maxp && pr[i] != g.pe[i]) return NULL;
-    if (pr[i] < 0) pr[i] = 0;
-  }
+  dnnl_dims_t dil = {g.dil[0] - 1, g.dil[1] - 1}, pl = {g.pb[0], g.pb[1]};
   bool incl = attr_i(s->node, "count_include_pad", 0) != 0;
   fast_kernel *k = calloc(1, sizeof *k);
   if (!k) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
@@ -424,14 +643,25 @@ static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, fast_kernel **out
   dnnl_primitive_desc_destroy(pd);
   DN(r);
   DN(dnnl_stream_create(&k->stream, engine(), dnnl_stream_default_flags));
-  DN(dnnl_memory_create(&k->src_user, &x_md, engine(), DNNL_MEMORY_NONE));
-  DN(dnnl_memory_create(&k->dst_user, &y_md, engine(), DNNL_MEMORY_NONE));
+  const dnnl_memory_desc_t *x_have = p->layout[s->in_id[0]] ? p->layout[s->in_id[0]] : &x_md;
   DN(dnnl_memory_create(&k->src_mem, &xb_md, engine(), DNNL_MEMORY_NONE));
   DN(dnnl_memory_create(&k->dst_mem, &yb_md, engine(), DNNL_MEMORY_NONE));
-  DN(make_reorder(&x_md, &xb_md, &k->src_reorder));
-  DN(make_reorder(&yb_md, &y_md, &k->dst_reorder));
-  s->temp_bytes[0] = dnnl_memory_desc_get_size(&xb_md);
-  s->temp_bytes[1] = dnnl_memory_desc_get_size(&yb_md);
+  if (!dnnl_memory_desc_equal(x_have, &xb_md)) {
+    DN(dnnl_memory_create(&k->src_user, x_have, engine(), DNNL_MEMORY_NONE));
+    DN(make_reorder(x_have, &xb_md, &k->src_reorder));
+    s->temp_bytes[0] = dnnl_memory_desc_get_size(&xb_md);
+  }
+  if (keep && !getenv("CINFER_ONNX_PLAIN")) {
+    dnnl_memory_desc_t *l = malloc(sizeof *l);
+    if (!l) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto fail; }
+    *l = yb_md;
+    p->layout[s->out_id[0]] = l;
+    p->bytes[s->out_id[0]] = dnnl_memory_desc_get_size(&yb_md);
+  } else {
+    DN(dnnl_memory_create(&k->dst_user, &y_md, engine(), DNNL_MEMORY_NONE));
+    DN(make_reorder(&yb_md, &y_md, &k->dst_reorder));
+    s->temp_bytes[1] = dnnl_memory_desc_get_size(&yb_md);
+  }
   *out = k;
   return NULL;
 fail:
@@ -440,30 +670,62 @@ fail:
 }
 
 static cinfer_status *pool_run(fast_kernel *k, plan_step *s) {
-  if (dnnl_memory_set_data_handle(k->src_user, s->in[0]->data) != dnnl_success ||
-      dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data) != dnnl_success ||
-      dnnl_memory_set_data_handle(k->src_mem, s->temp[0]) != dnnl_success ||
-      dnnl_memory_set_data_handle(k->dst_mem, s->temp[1]) != dnnl_success)
+  void *src = k->src_reorder ? s->temp[0] : s->in[0]->data, *dst = k->dst_reorder ? s->temp[1] : s->out[0]->data;
+  if ((k->src_user && dnnl_memory_set_data_handle(k->src_user, s->in[0]->data) != dnnl_success) ||
+      (k->dst_user && dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data) != dnnl_success) ||
+      dnnl_memory_set_data_handle(k->src_mem, src) != dnnl_success ||
+      dnnl_memory_set_data_handle(k->dst_mem, dst) != dnnl_success)
     return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN memory handle");
   dnnl_exec_arg_t in_[] = {{DNNL_ARG_FROM, k->src_user}, {DNNL_ARG_TO, k->src_mem}};
   dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, k->src_mem}, {DNNL_ARG_DST, k->dst_mem}};
   dnnl_exec_arg_t out_[] = {{DNNL_ARG_FROM, k->dst_mem}, {DNNL_ARG_TO, k->dst_user}};
-  if (dnnl_primitive_execute(k->src_reorder, k->stream, 2, in_) != dnnl_success ||
+  if ((k->src_reorder && dnnl_primitive_execute(k->src_reorder, k->stream, 2, in_) != dnnl_success) ||
       dnnl_primitive_execute(k->prim, k->stream, 2, a) != dnnl_success ||
-      dnnl_primitive_execute(k->dst_reorder, k->stream, 2, out_) != dnnl_success ||
+      (k->dst_reorder && dnnl_primitive_execute(k->dst_reorder, k->stream, 2, out_) != dnnl_success) ||
       dnnl_stream_wait(k->stream) != dnnl_success)
     return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN pooling failed");
   return NULL;
 }
 
+/* v < 0 ? v * a : v, branch-free (half the values are negative: a branch mispredicts) */
+static inline v8f v8_prelu(v8f v, v8f a) {
+  v8i neg = (v8i)(v < 0);
+  return (v8f)(((v8i)(v * a) & neg) | ((v8i)v & ~neg));
+}
+
+/* y = y < 0 ? y * slope[c] : y over the conv destination, in its layout (prelu_blk);
+ * same rule as act_apply_c (NaN stays NaN) */
+static void prelu_inplace(const fast_kernel *k, float *y, int threads) {
+  int64_t N = k->prelu_n, C = k->prelu_c, HW = k->prelu_hw, blk = k->prelu_blk;
+  const float *sl = k->prelu_slope;
+  if (blk == 1) {
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t c = 0; c < C; c++) {
+        float *p = y + (n * C + c) * HW, a = sl[c];
+        int64_t i = 0;
+        for (; i + 8 <= HW; i += 8) *(v8fu *)(p + i) = v8_prelu(*(const v8fu *)(p + i), v8_splat(a));
+        for (; i < HW; i++) p[i] = p[i] < 0 ? p[i] * a : p[i];
+      }
+    return;
+  }
+  int64_t CB = (C + blk - 1) / blk, L = HW * blk / 8; /* blk is 8 or 16: whole vectors */
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t cb = 0; cb < CB; cb++) {
+      float *p = y + (n * CB + cb) * HW * blk;
+      v8f a0 = *(const v8fu *)(sl + cb * blk), a1 = blk == 16 ? *(const v8fu *)(sl + cb * blk + 8) : a0;
+      for (int64_t i = 0; i < L; i++) *(v8fu *)(p + 8 * i) = v8_prelu(*(const v8fu *)(p + 8 * i), i & 1 ? a1 : a0);
+    }
+}
+
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
   *k = NULL;
-  if (!p->no_fast && (!strcmp(s->node->op_type, "MaxPool") || !strcmp(s->node->op_type, "AveragePool")) &&
-      !getenv("CINFER_ONNX_NO_FAST_POOL")) {
-    cinfer_status *st = pool_prepare(p, s, k);
+  if (!strcmp(s->node->op_type, "MaxPool") || !strcmp(s->node->op_type, "AveragePool")) {
+    cinfer_status *st = pool_prepare(p, s, keep, k);
     if (st || *k) return st;
   }
-  if (conv_eligible(p, s) && small_k(p, s)) return k64_prepare(p, s, k);
+  if (conv_eligible(p, s) && small_k(p, s)) return k64_prepare(p, s, keep, k);
   if (conv_eligible(p, s)) return conv_prepare(p, s, keep && s->in[0]->ndim == 4, k);
   /* a reference kernel must never see a blocked tensor */
   for (int j = 0; j < s->n_in; j++)
@@ -507,6 +769,10 @@ cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
   int na = 3;
   if (k->b_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, k->b_mem};
   RUN(dnnl_primitive_execute(k->prim, k->stream, na, args));
+  if (k->prelu_blk) {
+    RUN(dnnl_stream_wait(k->stream));
+    prelu_inplace(k, dst, threads);
+  }
   if (k->dst_reorder) {
     RUN(dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data));
     dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->dst_mem}, {DNNL_ARG_TO, k->dst_user}};

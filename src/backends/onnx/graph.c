@@ -2,7 +2,10 @@
  *   1. topological order (Kahn), rejecting cycles with the name of a node on one;
  *   2. constant folding: a node whose inputs are all constants is evaluated once with its
  *      reference kernel and replaced by the resulting constant(s);
- *   3. Conv+BatchNormalization folding (BN's affine transform merged into W and B);
+ *   3. Conv+BatchNormalization folding (BN's affine transform merged into W and B), then
+ *      Conv+Mul folding (a constant scale per output channel or one scale: W and B scaled,
+ *      as ONNX Runtime's ConvMulFusion does; UltraFace's RFB blocks scale a conv before
+ *      the residual Add, which then fuses into the conv);
  *   4. dead-node removal (nodes that no graph output depends on);
  *   5. batchability analysis (graph_analyse_batch), which may rewrite a Reshape whose
  *      constant shape hard-codes a batch of 1 into the "copy dim 0" form.
@@ -264,6 +267,75 @@ static cinfer_status *fuse_conv_bn(onnx_model *m) {
   return NULL;
 }
 
+/* Conv -> Mul(conv output, constant s) with s one value or one per output channel
+ * ([M,1,1], [1,M,1,1], [M] only for 1-D convs is not taken): W[o] *= s[o], B[o] *= s[o]
+ * in float, like ONNX Runtime's ConvMulFusion (so numerics follow it). */
+static cinfer_status *fuse_conv_mul(onnx_model *m) {
+  count_uses(m);
+  bool *drop = calloc((size_t)m->n_nodes + 1, sizeof *drop);
+  if (!drop) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  for (int i = 0; i < m->n_nodes; i++) {
+    onnx_node *mul = &m->nodes[i];
+    if (strcmp(mul->op_type, "Mul") || mul->n_in != 2 || mul->in[0] < 0 || mul->in[1] < 0) continue;
+    int side = m->values[mul->in[0]].kind == VAL_NODE ? 0 : 1;
+    int xv = mul->in[side];
+    const ot *S = m->values[mul->in[1 - side]].cval;
+    if (m->values[xv].kind != VAL_NODE || m->values[xv].n_uses != 1 || m->values[xv].is_output || !S ||
+        S->dtype != CINFER_TYPE_FP32)
+      continue;
+    onnx_node *cv = &m->nodes[m->values[xv].producer];
+    if (strcmp(cv->op_type, "Conv")) continue;
+    const ot *W = m->values[cv->in[1]].cval;
+    const ot *B = cv->n_in > 2 && cv->in[2] >= 0 ? m->values[cv->in[2]].cval : NULL;
+    if (!W || W->dtype != CINFER_TYPE_FP32 || W->ndim != 4 || (cv->n_in > 2 && cv->in[2] >= 0 && !B)) continue;
+    int64_t M = W->dims[0], ns = ot_numel(S);
+    if (B && (B->dtype != CINFER_TYPE_FP32 || ot_numel(B) != M)) continue;
+    /* the scale must broadcast over [N, M, H, W] without changing its shape: one value,
+     * or M values on axis 1 ([M,1,1] or [1,M,1,1]) */
+    bool ok = S->ndim <= 4 && (ns == 1 || ns == M);
+    if (ok && ns == M && M > 1) {
+      ok = S->ndim >= 3;
+      for (int d = 0; d < S->ndim && ok; d++) {
+        int axis = 4 - S->ndim + d;
+        ok = S->dims[d] == (axis == 1 ? M : 1);
+      }
+    }
+    if (!ok) continue;
+    ot *W2 = ot_clone(W), *B2 = B ? ot_clone(B) : NULL;
+    if (!W2 || (B && !B2)) {
+      ot_free(W2);
+      ot_free(B2);
+      free(drop);
+      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    int64_t per = ot_numel(W) / M;
+    const float *sv = S->data;
+    for (int64_t o = 0; o < M; o++) {
+      float a = sv[ns == 1 ? 0 : o];
+      for (int64_t j = 0; j < per; j++) ((float *)W2->data)[o * per + j] *= a;
+      if (B2) ((float *)B2->data)[o] *= a;
+    }
+    int wid = add_const(m, "mulfold_w", W2);
+    if (wid < 0) { ot_free(W2); ot_free(B2); free(drop); return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+    int bid = -1;
+    if (B2 && (bid = add_const(m, "mulfold_b", B2)) < 0) {
+      ot_free(B2);
+      free(drop);
+      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    cv = &m->nodes[m->values[xv].producer]; /* values may have moved, nodes did not */
+    cv->in[1] = wid;
+    if (bid >= 0) cv->in[2] = bid;
+    cv->out[0] = mul->out[0];
+    m->values[mul->out[0]].producer = m->values[xv].producer;
+    drop[i] = true;
+    m->n_mul_fused++;
+  }
+  compact(m, drop);
+  free(drop);
+  return NULL;
+}
+
 static cinfer_status *remove_dead(onnx_model *m) {
   bool *live = calloc((size_t)m->n_values + 1, sizeof *live);
   bool *drop = calloc((size_t)m->n_nodes + 1, sizeof *drop);
@@ -301,6 +373,7 @@ cinfer_status *graph_compile(onnx_model *m) {
   cinfer_status *st = topo_sort(m);
   if (!st) st = graph_fold_constants(m);
   if (!st) st = fuse_conv_bn(m);
+  if (!st) st = fuse_conv_mul(m);
   if (!st) st = remove_dead(m);
   if (!st) count_uses(m);
   return st;

@@ -97,7 +97,7 @@ struct onnx_model {
   int64_t ir_version;
   char *producer;
   int64_t n_params;
-  int n_folded, n_dead, n_bn_fused; /* compile statistics */
+  int n_folded, n_dead, n_bn_fused, n_mul_fused; /* compile statistics */
   bool *key_input;         /* per model input: its values shape the plan (see plan.c) */
   bool batchable;
   bool batch_probe;        /* analysis relied on plan-time shapes: verify with plan_probe */
@@ -139,10 +139,12 @@ int onnx_op_count(void);
 const onnx_op *onnx_op_at(int i);
 
 /* Activation fused into Conv/Gemm at plan time. */
-typedef enum { ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_SIGMOID, ACT_TANH } act_kind;
+typedef enum { ACT_NONE, ACT_RELU, ACT_CLIP, ACT_LEAKY, ACT_SIGMOID, ACT_TANH, ACT_PRELU } act_kind;
 typedef struct onnx_fused {
   act_kind act;
   float a, b;        /* clip min/max, leaky alpha */
+  const float *slope; /* PRelu (Conv and BatchNormalization only): slope_n == 1 or channels, */
+  int64_t slope_n;    /* borrowed from a static value of the plan */
   ot *sum;           /* Conv+Add: tensor added to the conv output before act */
 } onnx_fused;
 
@@ -158,8 +160,14 @@ static inline float act_apply(const onnx_fused *f, float v) {
     case ACT_LEAKY: return v >= 0 ? v : v * f->a;
     case ACT_SIGMOID: return 1.0f / (1.0f + __builtin_expf(-v));
     case ACT_TANH: return __builtin_tanhf(v);
+    case ACT_PRELU: return v < 0 ? v * f->slope[0] : v; /* slope_n == 1 */
     default: return v;
   }
+}
+/* act_apply for output channel ch (PRelu's slope may be per channel) */
+static inline float act_apply_c(const onnx_fused *f, float v, int64_t ch) {
+  if (f->act == ACT_PRELU) return v < 0 ? v * f->slope[f->slope_n == 1 ? 0 : ch] : v;
+  return act_apply(f, v);
 }
 
 /* kernels shared between the reference ops and tests */
@@ -169,6 +177,9 @@ void ref_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
               int64_t ldc);
 cinfer_status *conv_infer(const onnx_node *n, ot **in, ot **out);
+/* Pad whose pads (attribute or static input, concrete shapes in `in`) are all zero: an
+ * identity, which the plan lets share its input's bytes (ssrnet has five) */
+bool pad_is_noop(const onnx_node *n, ot **in);
 
 /* ---- broadcasting helpers (ops.c) ---- */
 cinfer_status *bcast_shape(const ot *a, const ot *b, ot *out, const onnx_node *n);

@@ -211,6 +211,11 @@ static cinfer_status *unary_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
   if (in[0]->dtype == CINFER_TYPE_FP32 && out[0]->dtype == CINFER_TYPE_FP32) {
     const float *s = in[0]->data;
     float *d = out[0]->data;
+    if (u == U_RELU) { /* a loop of its own vectorises */
+#pragma omp parallel for if (cnt > 65536) num_threads(x->threads)
+      for (int64_t i = 0; i < cnt; i++) d[i] = s[i] > 0 ? s[i] : 0;
+      return NULL;
+    }
 #pragma omp parallel for if (cnt > 65536) num_threads(x->threads)
     for (int64_t i = 0; i < cnt; i++) d[i] = unary_f(u, s[i], a, b);
     return NULL;
@@ -308,6 +313,7 @@ static void bin_row_f32(void *vc, int64_t o, int64_t ia, int64_t ib, int64_t ic,
       case B_MUL: for (int64_t i = 0; i < n; i++) O[i] = A[i] * y; return;
       case B_SUB: for (int64_t i = 0; i < n; i++) O[i] = A[i] - y; return;
       case B_DIV: for (int64_t i = 0; i < n; i++) O[i] = A[i] / y; return;
+      case B_PRELU: for (int64_t i = 0; i < n; i++) O[i] = A[i] >= 0 ? A[i] : A[i] * y; return;
       default: break;
     }
   }
@@ -1147,11 +1153,24 @@ static cinfer_status *pad_infer(const onnx_node *n, ot **in, ot **out) {
   set_shape(out[0], in[0]->dtype, r, d);
   return NULL;
 }
+bool pad_is_noop(const onnx_node *n, ot **in) {
+  int64_t pads[2 * OT_MAX_DIMS];
+  double v;
+  cinfer_status *st = pad_params(n, in, pads, &v);
+  if (st) { cinfer_status_free(st); return false; }
+  for (int i = 0; i < 2 * in[0]->ndim; i++)
+    if (pads[i]) return false;
+  return true;
+}
+
 static cinfer_status *pad_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   int64_t pads[2 * OT_MAX_DIMS];
   double v;
   cinfer_status *st = pad_params(n, in, pads, &v);
   if (st) return st;
+  bool noop = true;
+  for (int i = 0; i < 2 * in[0]->ndim; i++) noop = noop && !pads[i];
+  if (noop) return copy_exec(x, n, in, out); /* may share its input's bytes (plan.c) */
   const char *mode = attr_s(n, "mode", "constant");
   int md = !strcmp(mode, "reflect") ? 1 : !strcmp(mode, "edge") ? 2 : 0;
   int r = out[0]->ndim;

@@ -85,6 +85,7 @@ cinfer_status *conv_infer(const onnx_node *n, ot **in, ot **out) {
                     (long long)G, (long long)g.C, (long long)w->dims[0], (long long)w->dims[1]);
   for (int i = 0; i < g.sp; i++)
     if (w->dims[2 + i] != g.k[i]) return NODE_ERR(n, CINFER_INVALID_ARG, "kernel_shape disagrees with W");
+  if (n->n_in > 2 && in[2]) NEED_F32(n, in[2]);
   if (n->n_in > 2 && in[2] && (in[2]->ndim != 1 || in[2]->dims[0] != w->dims[0]))
     return NODE_ERR(n, CINFER_INVALID_ARG, "bias shape must be [%lld]", (long long)w->dims[0]);
   int64_t d[OT_MAX_DIMS] = {g.N, w->dims[0]};
@@ -133,7 +134,7 @@ cinfer_status *ref_conv(const onnx_node *n, const ot *x, const ot *w, const ot *
             int64_t oi = (nn * M + m) * osz + (o0 * g.out[1] + o1) * g.out[2] + o2;
             float v = (float)acc;
             if (S) v += S[oi];
-            Y[oi] = f ? act_apply(f, v) : v;
+            Y[oi] = f ? act_apply_c(f, v, m) : v;
           }
     }
   return NULL;
@@ -201,7 +202,12 @@ static cinfer_status *convt_make(const onnx_node *n, ot **in, convt_geom *cg) {
   return NULL;
 }
 cinfer_status *convt_infer(const onnx_node *n, ot **in, ot **out) {
+  /* X, W and B are all read as float: a W or B of another type (the fuzzing finding
+   * tests/data/onnx_findings/convtranspose_overread.onnx has a FLOAT16 W) would be read
+   * past its end. */
   NEED_F32(n, in[0]);
+  NEED_F32(n, in[1]);
+  if (n->n_in > 2 && in[2]) NEED_F32(n, in[2]);
   convt_geom cg;
   cinfer_status *st = convt_make(n, in, &cg);
   if (st) return st;
@@ -389,7 +395,7 @@ cinfer_status *bn_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
       float *d = Y + (nn * C + c) * S;
       if (x->fused && x->fused->act == ACT_RELU)
         for (int64_t i = 0; i < S; i++) { float v = s[i] * a + bb; d[i] = v > 0 ? v : 0; }
-      else if (x->fused) for (int64_t i = 0; i < S; i++) d[i] = act_apply(x->fused, s[i] * a + bb);
+      else if (x->fused) for (int64_t i = 0; i < S; i++) d[i] = act_apply_c(x->fused, s[i] * a + bb, c);
       else for (int64_t i = 0; i < S; i++) d[i] = s[i] * a + bb;
     }
   }
@@ -838,10 +844,20 @@ cinfer_status *resize_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) 
     float *D = out[0]->data;
     int64_t W = p.out[r - 1], inW = in[0]->dims[r - 1];
     int64_t idx[OT_MAX_DIMS] = {0};
+    /* the column index rule is the same for every row: tabulate it (rows up to 1024 wide);
+     * an output row reading the same source row as the previous one is a copy of it */
+    int64_t col[1024];
+    bool tab = W <= 1024;
+    if (tab)
+      for (int64_t xo = 0; xo < W; xo++) col[xo] = resize_nearest(&p, r - 1, xo, inW, W);
+    int64_t prev = -1;
     for (int64_t o = 0; o < total; o += W) {
       int64_t base = 0;
       for (int d = 0; d < r - 1; d++) base += resize_nearest(&p, d, idx[d], in[0]->dims[d], p.out[d]) * istr[d];
-      for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + resize_nearest(&p, r - 1, xo, inW, W)];
+      if (base == prev) memcpy(D + o, D + o - W, sizeof(float) * (size_t)W);
+      else if (tab) for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + col[xo]];
+      else for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + resize_nearest(&p, r - 1, xo, inW, W)];
+      prev = base;
       for (int d = r - 2; d >= 0; d--) { if (++idx[d] < p.out[d]) break; idx[d] = 0; }
     }
     return NULL;

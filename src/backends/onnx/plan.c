@@ -63,6 +63,25 @@ bool plan_matches(const onnx_plan *p, const cinfer_tensor *inputs, const int *ma
   return true;
 }
 
+/* PRelu(x, slope) as a per-channel activation: slope static float, one value or one per
+ * channel of x (axis 1, every other broadcast dim 1). Sets *slope / *n. */
+static bool prelu_channelwise(const onnx_plan *p, const plan_step *c, const float **slope, int64_t *n) {
+  if (c->n_in != 2 || c->in_id[1] < 0 || !p->is_static[c->in_id[1]]) return false;
+  const ot *x = c->in[0], *sl = c->in[1];
+  if (sl->dtype != CINFER_TYPE_FP32 || x->dtype != CINFER_TYPE_FP32 || x->ndim < 3 || sl->ndim > x->ndim)
+    return false;
+  int64_t cnt = ot_numel(sl);
+  if (cnt == 1) { *slope = sl->data; *n = 1; return true; }
+  if (cnt != x->dims[1]) return false;
+  for (int i = 0; i < sl->ndim; i++) {
+    int axis = x->ndim - sl->ndim + i;
+    if (sl->dims[i] != (axis == 1 ? x->dims[1] : 1)) return false;
+  }
+  *slope = sl->data;
+  *n = cnt;
+  return true;
+}
+
 static act_kind act_of(const onnx_plan *p, const plan_step *c, float *a, float *b) {
   const char *t = c->node->op_type;
   *a = 0;
@@ -128,9 +147,16 @@ static void fuse_steps(onnx_plan *p, bool *skip) {
       }
       float a, b;
       act_kind k = act_of(p, c, &a, &b);
+      const float *slope = NULL;
+      int64_t slope_n = 0;
+      if (k == ACT_NONE && !gemm && !strcmp(c->node->op_type, "PRelu") && c->in_id[0] == v &&
+          prelu_channelwise(p, c, &slope, &slope_n))
+        k = ACT_PRELU;
       if (k == ACT_NONE) break;
       st->has_fused = true;
       st->fused.act = k;
+      st->fused.slope = slope;
+      st->fused.slope_n = slope_n;
       st->fused.a = a;
       st->fused.b = b;
       st->out_id[0] = c->out_id[0];
@@ -348,7 +374,9 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
     plan_step *ps = &p->steps[s];
     if (ps->sum_id >= 0) ps->fused.sum = &p->vals[ps->sum_id];
     if (ps->has_fused) ps->fused_names = ps->fused_buf; /* steps moved: point at our copy */
-    if ((ps->node->op->flags & OP_ALIAS) && ps->in_id[0] >= 0 && !p->is_static[ps->in_id[0]])
+    bool alias = (ps->node->op->flags & OP_ALIAS) ||
+                 (!strcmp(ps->node->op_type, "Pad") && !ps->has_fused && pad_is_noop(ps->node, ps->in));
+    if (alias && ps->in_id[0] >= 0 && !p->is_static[ps->in_id[0]])
       p->root[ps->out_id[0]] = p->root[ps->in_id[0]];
   }
   if (!no_fast) {

@@ -213,7 +213,7 @@ void onnx_model_describe(const onnx_model *m, FILE *f) {
   fprintf(f, "operators (%d nodes in the file):\n", total);
   for (int i = 0; i < m->n_hist; i++) fprintf(f, "  %-24s %d\n", m->hist_name[i], m->hist_count[i]);
   fprintf(f, "parameters: %lld\n", (long long)m->n_params);
-  fprintf(f, "compiled: %d nodes after folding %d constant nodes, fusing %d BatchNorm, removing %d dead\n",
-          m->n_nodes, m->n_folded, m->n_bn_fused, m->n_dead);
+  fprintf(f, "compiled: %d nodes after folding %d constant nodes, fusing %d BatchNorm and %d Mul into Conv, "
+          "removing %d dead\n", m->n_nodes, m->n_folded, m->n_bn_fused, m->n_mul_fused, m->n_dead);
   fprintf(f, "batchable: %s (%s)\n", m->batchable ? "yes" : "no", m->batch_note);
 }

@@ -237,12 +237,38 @@ static void test_bad_reshape_at_run(void **s) {
   mb_done(&b);
 }
 
+/* Fuzzing finding tests/data/onnx_findings/convtranspose_overread.onnx: ConvTranspose whose
+ * W is a FLOAT16 graph input. The kernel reads W as float, i.e. twice its byte size past
+ * the buffer; the run must instead fail naming the node and the type. Without the type
+ * check the run succeeds (and ASan reports the over-read), so this test fails. */
+static void test_finding_convtranspose_fp16_weights(void **s) {
+  onnx_model *m = NULL;
+  cinfer_status *st = onnx_model_load_file(ONNX_FINDINGS_DIR "/convtranspose_overread.onnx", &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  onnx_session *sess;
+  assert_null(onnx_session_create(m, NULL, &sess));
+  float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  uint16_t w[18];
+  for (int i = 0; i < 18; i++) w[i] = 0x3c00; /* 1.0 in binary16 */
+  cinfer_tensor in[2] = {
+      {.name = "X", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 1, 3, 3}, .data = x, .byte_size = sizeof x},
+      {.name = "W", .dtype = CINFER_TYPE_FP16, .ndim = 4, .shape = {1, 2, 3, 3}, .data = w, .byte_size = sizeof w}};
+  cinfer_tensor out;
+  st = onnx_session_run(sess, in, 2, &out);
+  if (!st) fail_msg("ran a ConvTranspose with FLOAT16 weights as float");
+  assert_non_null(strstr(cinfer_status_message(st), "(ConvTranspose): input type"));
+  assert_non_null(strstr(cinfer_status_message(st), cinfer_dtype_name(CINFER_TYPE_FP16)));
+  cinfer_status_free(st);
+  onnx_session_destroy(sess);
+  onnx_model_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_garbage_and_truncated), cmocka_unit_test(test_huge_dims),
       cmocka_unit_test(test_raw_data_mismatch),     cmocka_unit_test(test_cycle_and_names),
       cmocka_unit_test(test_unsupported_op),        cmocka_unit_test(test_external_data),
-      cmocka_unit_test(test_bad_reshape_at_run),
+      cmocka_unit_test(test_bad_reshape_at_run),   cmocka_unit_test(test_finding_convtranspose_fp16_weights),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,7 +29,8 @@ static float *rand_buf(int64_t n) {
 
 typedef struct conv_cfg {
   int64_t N, C, H, W, M, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, group;
-  int bias, act; /* act: 0 none, 1 Relu, 2 Clip(0,6), 3 LeakyRelu */
+  int bias, act; /* act: 0 none, 1 Relu, 2 Clip(0,6), 3 LeakyRelu, 4 PRelu (slope [M,1,1]),
+                    5 PRelu (one slope), 6 Tanh, 7 Sigmoid */
   int chain;     /* append 1x1 conv + Add(+Relu) + depthwise 3x3: blocked layouts, sum fusion */
   int one_d;     /* 1-D conv (uses H as length) */
 } conv_cfg;
@@ -80,6 +81,16 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
     const char *ci[3] = {"y0", "lo", "hi"};
     mb_node(&b, "Clip", "act", 3, ci, 1, &y1);
   }
+  float *slope = NULL;
+  if (c->act == 4 || c->act == 5) {
+    slope = rand_buf(c->M);
+    int64_t sd[3] = {c->M, 1, 1};
+    mb_init_f(&b, "slope", c->act == 4 ? 3 : 1, c->act == 4 ? sd : (int64_t[]){1}, slope);
+    const char *pi[2] = {"y0", "slope"};
+    mb_node(&b, "PRelu", "act", 2, pi, 1, &y1);
+  }
+  if (c->act == 6) mb_node(&b, "Tanh", "act", 1, &y0, 1, &y1);
+  if (c->act == 7) mb_node(&b, "Sigmoid", "act", 1, &y0, 1, &y1);
   if (!c->act && c->chain) y1 = "y0";
   float *w1 = NULL, *w2 = NULL;
   if (c->chain) {
@@ -106,6 +117,7 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
   free(bias);
   free(w1);
   free(w2);
+  free(slope);
   mb_done(&b);
   return buf;
 }
@@ -176,6 +188,23 @@ static void test_conv_shapes(void **state) {
       /* N  C  H  W   M  KH KW sh sw pt pl pb pr dh dw g  bias act chain 1d */
       {1, 3, 17, 23, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},   /* small-K first layer */
       {1, 3, 16, 16, 16, 3, 3, 2, 2, 0, 1, 1, 0, 1, 1, 1, 1, 2, 1, 0},  /* asym pads + chain */
+      /* small-K float kernel: M % 8 != 0 (GEMM order, 4+2 channel blocks), row tails */
+      {1, 3, 19, 37, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0},
+      {2, 1, 20, 41, 16, 5, 5, 3, 3, 2, 0, 1, 2, 1, 1, 1, 0, 3, 0, 0},  /* C=1, stride 3, leaky */
+      {1, 4, 9, 50, 9, 2, 4, 1, 2, 0, 3, 1, 0, 2, 1, 1, 1, 2, 0, 0},    /* K=32, dilated, clip */
+      {1, 3, 12, 21, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 0, 0},  /* small-K + PRelu */
+      {1, 3, 12, 21, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 5, 0, 0},   /* small-K + scalar PRelu */
+      {1, 3, 11, 19, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 0, 0},  /* small-K + Tanh */
+      {1, 3, 11, 19, 8, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 7, 0, 0},   /* small-K + Sigmoid */
+      {1, 16, 9, 11, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 0},  /* oneDNN + PRelu, blocked chain */
+      /* small-K writing nChw8c for a blocked consumer chain (M % 8 == 0), row tails of 6 */
+      {1, 3, 13, 23, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+      {2, 3, 9, 17, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 0},
+      {1, 2, 8, 10, 24, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 6, 1, 0},
+      {1, 3, 9, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0},
+      {2, 8, 7, 9, 24, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 4, 0, 0},    /* oneDNN 1x1 + PRelu, plain out */
+      {1, 10, 6, 7, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 10, 0, 5, 1, 0},  /* depthwise + scalar PRelu */
+      {1, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 1, 0},   /* oneDNN + Tanh */
       {2, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},
       {1, 8, 15, 9, 8, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 8, 1, 1, 0, 0},   /* depthwise dilated */
       {1, 12, 10, 14, 18, 3, 5, 2, 1, 1, 2, 0, 3, 1, 2, 3, 0, 0, 0, 0}, /* grouped */
@@ -241,6 +270,126 @@ static void test_pool_shapes(void **state) {
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_pool(&cfgs[i]);
 }
 
+/* Pools inside a conv chain take and keep oneDNN's blocked layout: x -> Conv(C -> M, 3x3)
+ * -> MaxPool 2x2 -> Conv 1x1 -> AveragePool 3x3 s2 (pads) -> out, fast vs reference.
+ * M = 10 exercises a padded channel block. */
+static void check_pool_chain(int64_t C, int64_t M, int64_t H, int64_t W) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){2, C, H, W});
+  float *w0 = rand_buf(M * C * 9), *w1 = rand_buf(M * M);
+  mb_init_f(&b, "w0", 4, (int64_t[]){M, C, 3, 3}, w0);
+  mb_init_f(&b, "w1", 4, (int64_t[]){M, M, 1, 1}, w1);
+  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *p0o = "p0", *c1i[2] = {"p0", "w1"}, *c1o = "c1", *out = "out";
+  Onnx__NodeProto *n = mb_node(&b, "Conv", "conv0", 2, c0i, 1, &c0o);
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  n = mb_node(&b, "MaxPool", "pool0", 1, &c0o, 1, &p0o);
+  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){2, 2});
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){2, 2});
+  mb_node(&b, "Conv", "conv1", 2, c1i, 1, &c1o);
+  n = mb_node(&b, "AveragePool", "pool1", 1, &c1o, 1, &out);
+  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){3, 3});
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){2, 2});
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  free(w0);
+  free(w1);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int64_t shape[4] = {2, C, H, W};
+  float *x = rand_buf(cinfer_shape_elements(shape, 4)), *ref, *fast;
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, shape, 4, &ref, &nr, &fr);
+  run(m, true, x, shape, 4, &fast, &nf, &ff);
+  assert_true(ff);
+  assert_int_equal(nr, nf);
+  double mx = 0, md = 0;
+  for (size_t i = 0; i < nr; i++) {
+    mx = fmax(mx, fabs(ref[i]));
+    md = fmax(md, fabs(ref[i] - fast[i]));
+  }
+  if (md > 1e-5 * fmax(1.0, mx)) fail_msg("pool chain C%lld M%lld: max diff %g (max %g)", (long long)C, (long long)M, md, mx);
+  free(x);
+  free(ref);
+  free(fast);
+  onnx_model_destroy(m);
+}
+
+static void test_pool_chain(void **state) {
+  check_pool_chain(8, 16, 12, 14);
+  check_pool_chain(5, 10, 11, 9);
+}
+
+/* Conv -> Mul(constant) is folded into W and B at load time; the result must equal the
+ * same graph with the scale fed as a graph input (not foldable). sdims: the scale's shape
+ * ([M,1,1], scalar, or [W]: broadcast along width, which must not be folded). */
+static float *conv_mul_out(int64_t M, const int64_t *sdims, int snd, bool as_input, const float *x,
+                           const float *w, const float *bias, const float *scale, size_t *n) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){1, 3, 6, 7});
+  if (as_input) mb_input(&b, "s", snd, sdims);
+  else mb_init_f(&b, "s", snd, sdims, scale);
+  mb_init_f(&b, "w", 4, (int64_t[]){M, 3, 3, 3}, w);
+  mb_init_f(&b, "b", 1, &M, bias);
+  const char *ci[3] = {"x", "w", "b"}, *co = "c", *mi[2] = {"c", "s"}, *mo = "out";
+  Onnx__NodeProto *nd = mb_node(&b, "Conv", "conv", 3, ci, 1, &co);
+  mb_attr_ints(&b, nd, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  mb_node(&b, "Mul", "mul", 2, mi, 1, &mo);
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  onnx_session *s;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1}, &s));
+  int64_t sn = cinfer_shape_elements(sdims, snd);
+  cinfer_tensor in[2] = {{.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 3, 6, 7}, .data = x,
+                          .byte_size = 3 * 6 * 7 * 4},
+                         {.name = "s", .dtype = CINFER_TYPE_FP32, .ndim = snd, .data = scale, .byte_size = (size_t)sn * 4}};
+  memcpy(in[1].shape, sdims, sizeof(int64_t) * (size_t)snd);
+  cinfer_tensor o;
+  st = onnx_session_run(s, in, as_input ? 2 : 1, &o);
+  if (st) fail_msg("run: %s", cinfer_status_message(st));
+  float *r = malloc(o.byte_size);
+  memcpy(r, o.data, o.byte_size);
+  *n = o.byte_size / 4;
+  onnx_session_destroy(s);
+  onnx_model_destroy(m);
+  return r;
+}
+
+static void test_conv_mul_fold(void **state) {
+  const int64_t M = 7;
+  float *x = rand_buf(3 * 6 * 7), *w = rand_buf(M * 27), *bias = rand_buf(M), *scale = rand_buf(M);
+  const int64_t shapes[3][3] = {{M, 1, 1}, {0}, {7}};
+  const int nds[3] = {3, 0, 1};
+  for (int k = 0; k < 3; k++) {
+    size_t n1, n2;
+    float *folded = conv_mul_out(M, shapes[k], nds[k], false, x, w, bias, scale, &n1);
+    float *plain = conv_mul_out(M, shapes[k], nds[k], true, x, w, bias, scale, &n2);
+    assert_int_equal(n1, n2);
+    for (size_t i = 0; i < n1; i++)
+      if (fabsf(folded[i] - plain[i]) > 1e-5f * fmaxf(1.0f, fabsf(plain[i])))
+        fail_msg("scale shape %d: element %zu folded %g plain %g", k, i, folded[i], plain[i]);
+    free(folded);
+    free(plain);
+  }
+  free(x);
+  free(w);
+  free(bias);
+  free(scale);
+}
+
 /* batch of 3 == three batch-1 runs */
 static void test_batch_rows(void **state) {
   conv_cfg c = {1, 4, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
@@ -266,11 +415,68 @@ static void test_batch_rows(void **state) {
   onnx_model_destroy(m);
 }
 
+/* A Pad whose pads are all zero shares its input's bytes (plan aliasing); the graph output
+ * read through it must still be x -> Relu, and the input must stay untouched. A non-zero
+ * Pad in the same graph still pads. */
+static void test_noop_pad_alias(void **state) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){1, 2, 3, 4});
+  int64_t zero[8] = {0}, one[8] = {0, 0, 1, 0, 0, 0, 0, 1};
+  Onnx__TensorProto *t0 = mb_init_f(&b, "p0", 1, (int64_t[]){8}, NULL);
+  t0->data_type = 7;
+  t0->n_int64_data = 8;
+  t0->int64_data = zero;
+  Onnx__TensorProto *t1 = mb_init_f(&b, "p1", 1, (int64_t[]){8}, NULL);
+  t1->data_type = 7;
+  t1->n_int64_data = 8;
+  t1->int64_data = one;
+  const char *x = "x", *r = "r", *pi0[2] = {"r", "p0"}, *o0 = "same", *pi1[2] = {"same", "p1"}, *o1 = "padded";
+  mb_node(&b, "Relu", "relu", 1, &x, 1, &r);
+  mb_node(&b, "Pad", "pad0", 2, pi0, 1, &o0);
+  mb_node(&b, "Pad", "pad1", 2, pi1, 1, &o1);
+  mb_output(&b, "same");
+  mb_output(&b, "padded");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  onnx_session *s;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1}, &s));
+  float xv[24], keep[24];
+  for (int i = 0; i < 24; i++) xv[i] = keep[i] = (float)(i % 5) - 2.0f;
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 2, 3, 4}, .data = xv, .byte_size = sizeof xv};
+  cinfer_tensor out[2];
+  st = onnx_session_run(s, &in, 1, out);
+  if (st) fail_msg("run: %s", cinfer_status_message(st));
+  assert_memory_equal(xv, keep, sizeof xv);
+  const float *same = out[0].data, *pad = out[1].data;
+  assert_int_equal(out[0].byte_size, sizeof xv);
+  for (int i = 0; i < 24; i++) assert_true(same[i] == (xv[i] > 0 ? xv[i] : 0));
+  assert_int_equal(out[1].ndim, 4);
+  assert_int_equal(out[1].shape[2], 4);
+  assert_int_equal(out[1].shape[3], 5);
+  for (int c = 0; c < 2; c++)
+    for (int h = 0; h < 4; h++)
+      for (int w = 0; w < 5; w++) {
+        float want = h == 0 || w == 4 ? 0.0f : same[(c * 3 + h - 1) * 4 + w];
+        assert_true(pad[(c * 4 + h) * 5 + w] == want);
+      }
+  onnx_session_destroy(s);
+  onnx_model_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
       cmocka_unit_test(test_batch_rows),
       cmocka_unit_test(test_pool_shapes),
+      cmocka_unit_test(test_noop_pad_alias),
+      cmocka_unit_test(test_pool_chain),
+      cmocka_unit_test(test_conv_mul_fold),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
