@@ -404,6 +404,8 @@ cinfer_status *bn_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
 
 cinfer_status *inorm_infer(const onnx_node *n, ot **in, ot **out) {
   NEED_F32(n, in[0]);
+  NEED_F32(n, in[1]);
+  NEED_F32(n, in[2]);
   if (in[0]->ndim < 3) return NODE_ERR(n, CINFER_INVALID_ARG, "rank < 3");
   if (ot_numel(in[1]) != in[0]->dims[1] || ot_numel(in[2]) != in[0]->dims[1])
     return NODE_ERR(n, CINFER_INVALID_ARG, "scale/B must have C values");
@@ -433,6 +435,8 @@ cinfer_status *lnorm_infer(const onnx_node *n, ot **in, ot **out) {
   int r = in[0]->ndim, a = norm_axis(attr_i(n, "axis", -1), r);
   if (a < 0) return NODE_ERR(n, CINFER_INVALID_ARG, "axis out of range");
   int64_t inner = prod(in[0]->dims, a, r);
+  NEED_F32(n, in[1]);
+  if (n->n_in > 2 && in[2]) NEED_F32(n, in[2]);
   if (ot_numel(in[1]) != inner || (n->n_in > 2 && in[2] && ot_numel(in[2]) != inner))
     return NODE_ERR(n, CINFER_UNSUPPORTED, "scale/bias must cover the normalised dims exactly");
   copy_shape(out[0], in[0]);

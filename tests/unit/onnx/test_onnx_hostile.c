@@ -263,9 +263,53 @@ static void test_finding_convtranspose_fp16_weights(void **s) {
   onnx_model_destroy(m);
 }
 
+/* Runs a model the way the fuzz harness does: zero inputs of the declared shapes
+ * (unknown dims = 1), reference kernels, one thread. Returns the run's status. */
+static cinfer_status *run_like_fuzzer(const char *path) {
+  onnx_model *m = NULL;
+  cinfer_status *st = onnx_model_load_file(path, &m);
+  if (st) fail_msg("load %s: %s", path, cinfer_status_message(st));
+  int n = onnx_model_input_count(m);
+  assert_true(n <= 8);
+  cinfer_tensor in[8];
+  void *bufs[8] = {0};
+  for (int i = 0; i < n; i++) {
+    const onnx_io_info *info = onnx_model_input(m, i);
+    memset(&in[i], 0, sizeof in[i]);
+    in[i].name = info->name;
+    in[i].dtype = info->dtype;
+    in[i].ndim = info->ndim;
+    for (int d = 0; d < info->ndim; d++) in[i].shape[d] = info->shape[d] < 0 ? 1 : info->shape[d];
+    in[i].byte_size = (size_t)cinfer_shape_elements(in[i].shape, in[i].ndim) * cinfer_dtype_size(info->dtype);
+    bufs[i] = calloc(1, in[i].byte_size + 1);
+    in[i].data = bufs[i];
+  }
+  onnx_session *sess = NULL;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .no_fast = true}, &sess));
+  cinfer_tensor *out = calloc((size_t)onnx_model_output_count(m) + 1, sizeof *out);
+  st = onnx_session_run(sess, in, n, out);
+  free(out);
+  onnx_session_destroy(sess);
+  for (int i = 0; i < 8; i++) free(bufs[i]);
+  onnx_model_destroy(m);
+  return st;
+}
+
+/* Fuzzing finding tests/data/onnx_findings/instancenorm_fp16_scale.onnx (the harness's
+ * run mode): an InstanceNormalization whose scale/B are not float was read as float past
+ * their end. The run must fail naming the node type and the input type instead. */
+static void test_finding_instancenorm_nonfloat_scale(void **s) {
+  (void)s;
+  cinfer_status *st = run_like_fuzzer(ONNX_FINDINGS_DIR "/instancenorm_fp16_scale.onnx");
+  if (!st) fail_msg("ran an InstanceNormalization with non-float scale/B");
+  assert_non_null(strstr(cinfer_status_message(st), "(InstanceNormalization): input type"));
+  cinfer_status_free(st);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_garbage_and_truncated), cmocka_unit_test(test_huge_dims),
+      cmocka_unit_test(test_garbage_and_truncated),
+      cmocka_unit_test(test_finding_instancenorm_nonfloat_scale), cmocka_unit_test(test_huge_dims),
       cmocka_unit_test(test_raw_data_mismatch),     cmocka_unit_test(test_cycle_and_names),
       cmocka_unit_test(test_unsupported_op),        cmocka_unit_test(test_external_data),
       cmocka_unit_test(test_bad_reshape_at_run),   cmocka_unit_test(test_finding_convtranspose_fp16_weights),
