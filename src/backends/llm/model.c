@@ -210,6 +210,7 @@ typedef struct {
   size_t wrow, xrow;
   llm_vec_dot_fn dot;
   llm_vec_dot4_fn dot4; /* NULL: use dot */
+  llm_gemm_fn gemm;     /* NULL: use dot4 / dot */
   int n_out, k, n_tok;
   const uint8_t *xq;
   float *y;
@@ -221,6 +222,12 @@ static void mm_task(void *c, int ith, int nth) {
   int nchunk = (m->n_out + 15) / 16;
   int c0 = (int)((int64_t)nchunk * ith / nth), c1 = (int)((int64_t)nchunk * (ith + 1) / nth);
   int r1 = c1 * 16 < m->n_out ? c1 * 16 : m->n_out;
+  if (m->gemm) {
+    if (r1 > c0 * 16)
+      m->gemm(m->k, m->w + (size_t)c0 * 16 * m->wrow, m->wrow, r1 - c0 * 16, m->xq, m->xrow, m->n_tok, m->y + c0 * 16,
+              (size_t)m->n_out);
+    return;
+  }
   for (int r = c0 * 16; r < r1; r++) {
     const uint8_t *wr = m->w + (size_t)r * m->wrow;
     int t = 0;
@@ -241,7 +248,7 @@ void llm_matmul(llm_pool *pool, const void *w, llm_type wt, int n_out, int k, co
   size_t xrow = llm_row_bytes(vt, k);
   for (int t = 0; t < n_tok; t++) llm_quantize_row(vt, x + (size_t)t * k, (uint8_t *)xq + (size_t)t * xrow, k);
   mm_ctx c = {w, llm_row_bytes(wt, k), xrow, reference ? llm_vec_dot_get_ref(wt) : llm_vec_dot_get(wt),
-              reference ? NULL : llm_vec_dot4_get(wt), n_out, k, n_tok, xq, y};
+              reference ? NULL : llm_vec_dot4_get(wt), reference ? NULL : llm_gemm_get(wt), n_out, k, n_tok, xq, y};
   if (pool) llm_pool_run(pool, mm_task, &c);
   else mm_task(&c, 0, 1);
 }
@@ -273,7 +280,8 @@ static void matmul_same_input(llm_pool *pool, llm_scratch *s, const llm_gguf_ten
   mm_multi m = {.n = n};
   for (int i = 0; i < n; i++)
     m.c[i] = (mm_ctx){t[i]->data, llm_row_bytes(t[i]->type, k), xrow, llm_vec_dot_get(t[i]->type),
-                      llm_vec_dot4_get(t[i]->type), (int)t[i]->ne[1], k, n_tok, s->xq, y[i]};
+                      llm_vec_dot4_get(t[i]->type), llm_gemm_get(t[i]->type), (int)t[i]->ne[1], k, n_tok, s->xq,
+                      y[i]};
   llm_pool_run(pool, mm_multi_task, &m);
 }
 

@@ -566,7 +566,7 @@ static float dot_q4_1_avx2(int64_t n, const void *w, const void *a) {
   __m256 acc = _mm256_setzero_ps();
   float summs = 0;
   for (int64_t i = 0; i < n / QK; i++) {
-    summs += H2F(x[i].m) * H2F(y[i].s);
+    summs = fmaf(H2F(x[i].m), H2F(y[i].s), summs);
     __m256 d = _mm256_set1_ps(H2F(x[i].d) * H2F(y[i].d));
     __m256i qx = nibbles32(x[i].qs);
     __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
@@ -611,7 +611,7 @@ static void dot4_q4_1_avx2(int64_t n, const void *w, const void *a, size_t as, i
     __m256i qx = nibbles32(x[i].qs);
     for (int j = 0; j < nt; j++) {
       const blk_q8_1 *yb = (const blk_q8_1 *)((const uint8_t *)a + (size_t)j * as) + i;
-      summs[j] += mx * H2F(yb->s);
+      summs[j] = fmaf(mx, H2F(yb->s), summs[j]);
       __m256 d = _mm256_set1_ps(dx * H2F(yb->d));
       acc[j] = _mm256_fmadd_ps(d, sum_u8_i8_pairs(qx, _mm256_loadu_si256((const __m256i *)yb->qs)), acc[j]);
     }
@@ -632,6 +632,136 @@ static void dot4_q8_0_avx2(int64_t n, const void *w, const void *a, size_t as, i
   }
   for (int j = 0; j < nt; j++) y[j] = hsum8(acc[j]);
 }
+/* ---- tiled GEMM (weights x activations), AVX2 ----
+ * A tile of RM weight rows x RN activation rows keeps RM*RN 8-lane accumulators in
+ * registers: each weight block is unpacked once per tile and each activation block loaded
+ * once per tile, instead of once per output. The per-output operations and their order
+ * (block by block: d = dx*dy, acc = fma(d, int-dot, acc); Q4_1's min term fma'd into a
+ * scalar) are those of the single-row kernels above, and the integer dot of two blocks is
+ * exact whichever operand carries the sign, so every output is bit-identical to
+ * llm_vec_dot_get(t) and hence to llama.cpp's own vec_dot on this CPU. */
+#define GEMM_RN 2 /* activation rows per tile (RM = 4 weight rows): 8 accumulators, no spills in 16 ymm */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 4") /* tile loops: fully unrolled, arrays in registers */
+
+/* exact 32-lane int8 x int8 dot summed per 4-byte group as floats: u (= |v|, unsigned) x
+ * sign(x, v) */
+static ALWAYS_INLINE __m256 dot_i8_abs(__m256i u, __m256i x, __m256i v) {
+  __m256i dot = _mm256_maddubs_epi16(u, _mm256_sign_epi8(x, v));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)));
+}
+
+static ALWAYS_INLINE void tile_q4_1(int64_t nb, const uint8_t *w, size_t wrow, const uint8_t *a, size_t arow,
+                                    float *y, size_t ldy, const int RM, const int RN) {
+  __m256 acc[4][GEMM_RN];
+  __m128 summs[GEMM_RN]; /* lane r: row r's min term (lanes >= RM unused) */
+  UNROLL for (int t = 0; t < RN; t++) {
+    summs[t] = _mm_setzero_ps();
+    UNROLL for (int r = 0; r < RM; r++) acc[r][t] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; i++) {
+    __m256i qx[4];
+    float dx[4], mx[4];
+    UNROLL for (int r = 0; r < RM; r++) {
+      const blk_q4_1 *b = (const blk_q4_1 *)(w + (size_t)r * wrow) + i;
+      dx[r] = H2F(b->d);
+      mx[r] = H2F(b->m);
+      qx[r] = nibbles32(b->qs);
+    }
+    __m128 mx4 = RM == 4 ? _mm_setr_ps(mx[0], mx[1], mx[2], mx[3]) : _mm_set_ss(mx[0]);
+    UNROLL for (int t = 0; t < RN; t++) {
+      const blk_q8_1 *yb = (const blk_q8_1 *)(a + (size_t)t * arow) + i;
+      float dy = H2F(yb->d);
+      __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs);
+      summs[t] = _mm_fmadd_ps(mx4, _mm_set1_ps(H2F(yb->s)), summs[t]); /* lane-wise fmaf(mx[r], sy, .) */
+      UNROLL for (int r = 0; r < RM; r++)
+        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dx[r] * dy), sum_u8_i8_pairs(qx[r], qy), acc[r][t]);
+    }
+  }
+  UNROLL for (int t = 0; t < RN; t++) {
+    float sm[4];
+    _mm_storeu_ps(sm, summs[t]);
+    UNROLL for (int r = 0; r < RM; r++) y[(size_t)t * ldy + r] = hsum8(acc[r][t]) + sm[r];
+  }
+}
+
+/* Q4_0 (nibble - 8) and Q8_0 weights against Q8_0 activations. Q4_0 puts the sign on the
+ * weight (|y| x sign(x, y), y never -128); Q8_0 weights may hold -128, so there the sign
+ * goes on the activation as in the single-row kernel (|x| x sign(y, x)). */
+static ALWAYS_INLINE void tile_q8a(int64_t nb, const uint8_t *w, size_t wrow, const uint8_t *a, size_t arow,
+                                   float *y, size_t ldy, const int RM, const int RN, const bool q4) {
+  __m256 acc[4][GEMM_RN];
+  UNROLL for (int r = 0; r < RM; r++)
+    UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+    __m256i qx[4];
+    const __m256i *px[4];
+    float dx[4];
+    UNROLL for (int r = 0; r < RM; r++) {
+      if (q4) {
+        const blk_q4_0 *b = (const blk_q4_0 *)(w + (size_t)r * wrow) + i;
+        dx[r] = H2F(b->d);
+        qx[r] = _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8));
+      } else {
+        const blk_q8_0 *b = (const blk_q8_0 *)(w + (size_t)r * wrow) + i;
+        dx[r] = H2F(b->d);
+        px[r] = (const __m256i *)b->qs;
+        qx[r] = _mm256_loadu_si256(px[r]);
+        qx[r] = _mm256_sign_epi8(qx[r], qx[r]);
+      }
+    }
+    UNROLL for (int t = 0; t < RN; t++) {
+      const blk_q8_0 *yb = (const blk_q8_0 *)(a + (size_t)t * arow) + i;
+      float dy = H2F(yb->d);
+      __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs), ay = q4 ? _mm256_sign_epi8(qy, qy) : qy;
+      UNROLL for (int r = 0; r < RM; r++) {
+        __m256 p = q4 ? dot_i8_abs(ay, qx[r], qy) : dot_i8_abs(qx[r], qy, _mm256_loadu_si256(px[r]));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dx[r] * dy), p, acc[r][t]);
+      }
+    }
+  }
+  UNROLL for (int r = 0; r < RM; r++)
+    UNROLL for (int t = 0; t < RN; t++) y[(size_t)t * ldy + r] = hsum8(acc[r][t]);
+}
+
+/* Instantiates the tiles for (RM in {4, 1}) x (RN in {1, 2}) and walks the output: rows in
+ * groups of 4 outermost (they stay in L1 while all activation rows pass). */
+#define GEMM_DEFINE(NAME, TILE, ...)                                                                            \
+  static void NAME##_t41(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
+                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 4, 1 __VA_ARGS__); }                        \
+  static void NAME##_t42(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
+                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 4, 2 __VA_ARGS__); }                        \
+  static void NAME##_t11(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
+                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 1, 1 __VA_ARGS__); }                        \
+  static void NAME##_t12(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
+                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 1, 2 __VA_ARGS__); }                        \
+  static void NAME(int64_t n, const void *wv, size_t wrow, int nr, const void *av, size_t arow, int nt, float *y, \
+                   size_t ldy) {                                                                                \
+    const uint8_t *w = wv, *a = av;                                                                             \
+    int64_t nb = n / QK;                                                                                        \
+    int r = 0;                                                                                                  \
+    for (; r < nr; r += 4) {                                                                                    \
+      const uint8_t *wr = w + (size_t)r * wrow;                                                                 \
+      bool four = r + 4 <= nr;                                                                                  \
+      int t = 0;                                                                                                \
+      for (; t + 2 <= nt; t += 2)                                                                               \
+        if (four) NAME##_t42(nb, wr, wrow, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy);           \
+        else                                                                                                    \
+          for (int rr = r; rr < nr; rr++)                                                                       \
+            NAME##_t12(nb, w + (size_t)rr * wrow, wrow, a + (size_t)t * arow, arow, y + (size_t)t * ldy + rr, ldy); \
+      if (t < nt) {                                                                                             \
+        if (four) NAME##_t41(nb, wr, wrow, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy);           \
+        else                                                                                                    \
+          for (int rr = r; rr < nr; rr++)                                                                       \
+            NAME##_t11(nb, w + (size_t)rr * wrow, wrow, a + (size_t)t * arow, arow, y + (size_t)t * ldy + rr, ldy); \
+      }                                                                                                         \
+    }                                                                                                           \
+  }
+_Static_assert(GEMM_RN == 2, "GEMM_DEFINE instantiates RN = 1, 2");
+GEMM_DEFINE(gemm_q4_1, tile_q4_1)
+GEMM_DEFINE(gemm_q4_0, tile_q8a, , true)
+GEMM_DEFINE(gemm_q8_0, tile_q8a, , false)
+
 static float dot_f32_avx2(int64_t n, const void *w, const void *a) {
   const float *x = w, *y = a;
   __m256 acc = _mm256_setzero_ps();
@@ -679,6 +809,19 @@ llm_vec_dot_fn llm_vec_dot_get(llm_type t) {
   }
 #endif
   return llm_vec_dot_get_ref(t);
+}
+
+llm_gemm_fn llm_gemm_get(llm_type t) {
+#ifdef LLM_AVX2
+  switch (t) {
+    case LLM_Q4_0: return gemm_q4_0;
+    case LLM_Q4_1: return gemm_q4_1;
+    case LLM_Q8_0: return gemm_q8_0;
+    default: break;
+  }
+#endif
+  (void)t;
+  return NULL;
 }
 
 llm_vec_dot4_fn llm_vec_dot4_get(llm_type t) {

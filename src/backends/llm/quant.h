@@ -55,6 +55,15 @@ bool llm_cpu_has_avx2(void);
 typedef void (*llm_vec_dot4_fn)(int64_t n, const void *w, const void *a, size_t a_stride, int nt, float *y);
 llm_vec_dot4_fn llm_vec_dot4_get(llm_type t);
 
+/* Tiled matrix product: y[t * ldy + r] = W[r] . A[t] for r < nr, t < nt, where weight row r
+ * (type t) is at w + r * wrow and activation row t (type llm_type_vec_dot_type(t), as
+ * llm_quantize_row writes it) at a + t * arow; n elements per row. Each output is
+ * bit-identical to llm_vec_dot_get(t) on the same rows. NULL when the type has no tiled
+ * kernel (callers then use the vec_dot kernels). */
+typedef void (*llm_gemm_fn)(int64_t n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt,
+                            float *y, size_t ldy);
+llm_gemm_fn llm_gemm_get(llm_type t);
+
 /* fp16 dot (attention scores) and y += a*x over fp16 x (attention values). */
 float llm_dot_f16(int n, const uint16_t *x, const uint16_t *y);
 float llm_dot_f16_ref(int n, const uint16_t *x, const uint16_t *y);

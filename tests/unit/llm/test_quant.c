@@ -154,13 +154,58 @@ static void test_dot4_matches_single(void **s) {
   }
 }
 
+/* The tiled GEMM against per-output dot products, for every shape class the tiling has:
+ * rows a multiple of 4 or not, activation rows 1..10 (full tiles of 3 and every tail),
+ * strided output. Bit-identical to the single-row fast kernel and close to the scalar
+ * reference. */
+static void test_gemm_matches_dot(void **s) {
+  llm_type ts[] = {LLM_Q4_0, LLM_Q4_1, LLM_Q8_0};
+  enum { K = 512, MAXR = 11, MAXT = 10, LDY = 13 };
+  static uint8_t w[MAXR * K * 2], a[MAXT * K * 2];
+  static float x[K], y[MAXT * LDY];
+  for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
+    llm_gemm_fn gemm = llm_gemm_get(ts[k]);
+    if (!gemm) {
+      assert_false(llm_cpu_has_avx2()); /* only absent without AVX2 */
+      continue;
+    }
+    llm_type vt = llm_type_vec_dot_type(ts[k]);
+    size_t wrow = llm_row_bytes(ts[k], K), arow = llm_row_bytes(vt, K);
+    for (int r = 0; r < MAXR; r++) make_weights(ts[k], w + r * wrow, K);
+    for (int t = 0; t < MAXT; t++) {
+      for (int i = 0; i < K; i++) x[i] = frand() * (t % 3 == 0 ? 5.0f : 1.0f);
+      llm_quantize_row(vt, x, a + t * arow, K);
+    }
+    int rows[] = {1, 3, 4, 5, 8, 11};
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+      for (int nt = 1; nt <= MAXT; nt++) {
+        for (int i = 0; i < MAXT * LDY; i++) y[i] = -12345.0f;
+        gemm(K, w, wrow, rows[ri], a, arow, nt, y, LDY);
+        for (int t = 0; t < MAXT; t++)
+          for (int r = 0; r < LDY; r++) {
+            float got = y[t * LDY + r];
+            if (t >= nt || r >= rows[ri]) { /* nothing outside the nr x nt block is written */
+              assert_true(got == -12345.0f);
+              continue;
+            }
+            float one = llm_vec_dot_get(ts[k])(K, w + r * wrow, a + t * arow);
+            float ref = llm_vec_dot_get_ref(ts[k])(K, w + r * wrow, a + t * arow);
+            if (memcmp(&one, &got, 4))
+              fail_msg("%s: rows %d nt %d (%d,%d): gemm %.9g vs vec_dot %.9g", llm_type_name(ts[k]), rows[ri], nt, r, t,
+                       got, one);
+            assert_true(fabsf(got - ref) <= 1e-4f * (1.0f + fabsf(ref)));
+          }
+      }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q5_0),
       cmocka_unit_test(test_q5_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_q4_K),
       cmocka_unit_test(test_q5_K), cmocka_unit_test(test_q6_K), cmocka_unit_test(test_activation_quant_error),
       cmocka_unit_test(test_fp16), cmocka_unit_test(test_matmul_threads),
-      cmocka_unit_test(test_dot4_matches_single),
+      cmocka_unit_test(test_dot4_matches_single), cmocka_unit_test(test_gemm_matches_dot),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
