@@ -7,6 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define MODEL_SIMD 1 /* vectorised attention loops; the scalar loops are their reference */
+#else
+#define MODEL_SIMD 0
+#endif
+
 typedef struct {
   const llm_gguf_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
 } layer_w;
@@ -339,10 +346,31 @@ static void att_task(void *c, int ith, int nth) {
       float pw = llm_fp16_to_fp32(p16[p]);
       if (pw == 0.0f) continue; /* fma(v, 0, acc) == acc */
       float *al = acc + (size_t)(p & 31) * hd;
-      for (int d = 0; d < hd; d++) al[d] = fmaf(llm_fp16_to_fp32(vr[d]), pw, al[d]);
+      int d = 0;
+#if MODEL_SIMD
+      __m256 pv = _mm256_set1_ps(pw); /* lane-wise the same fmaf as the scalar loop */
+      for (; d + 8 <= hd; d += 8)
+        _mm256_storeu_ps(al + d, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + d))), pv,
+                                                 _mm256_loadu_ps(al + d)));
+#endif
+      for (; d < hd; d++) al[d] = fmaf(llm_fp16_to_fp32(vr[d]), pw, al[d]);
     }
     float *o = s->xb2 + (size_t)i * hp->dim + (size_t)h * hd;
-    for (int d = 0; d < hd; d++) {
+    int d0 = 0;
+#if MODEL_SIMD
+    for (; d0 + 8 <= hd; d0 += 8) { /* the scalar tree below, 8 values of d at a time */
+      __m256 r[8];
+      for (int e = 0; e < 8; e++) {
+        __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(acc + (size_t)e * hd + d0), _mm256_loadu_ps(acc + (size_t)(16 + e) * hd + d0));
+        __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(acc + (size_t)(8 + e) * hd + d0), _mm256_loadu_ps(acc + (size_t)(24 + e) * hd + d0));
+        r[e] = _mm256_add_ps(x0, x1);
+      }
+      __m256 t0 = _mm256_add_ps(r[0], r[4]), t1 = _mm256_add_ps(r[1], r[5]), t2 = _mm256_add_ps(r[2], r[6]),
+             t3 = _mm256_add_ps(r[3], r[7]);
+      _mm256_storeu_ps(o + d0, _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
+    }
+#endif
+    for (int d = d0; d < hd; d++) {
       float r[8];
       for (int e = 0; e < 8; e++) {
         float x0 = acc[(size_t)e * hd + d] + acc[(size_t)(16 + e) * hd + d];

@@ -651,6 +651,56 @@ static ALWAYS_INLINE __m256 dot_i8_abs(__m256i u, __m256i x, __m256i v) {
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)));
 }
 
+/* Both nibble halves of a 16-byte block: one broadcast load, a per-half shift, a mask. */
+static ALWAYS_INLINE __m256i nibbles32b(const uint8_t *p) {
+  __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0xF));
+}
+static ALWAYS_INLINE uint32_t ld32(const void *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+/* lane r of v in all 8 lanes of a ymm */
+static ALWAYS_INLINE __m256 bcast_lane(__m128 v, const int r) {
+  return _mm256_broadcastss_ps(r == 0 ? v : r == 1 ? _mm_movehdup_ps(v) : r == 2 ? _mm_movehl_ps(v, v)
+                                                                              : _mm_shuffle_ps(v, v, 0xFF));
+}
+
+/* A 4-row tile's weights are contiguous (4 * wrow bytes) and the next tiles follow. While
+ * at block i, prefetch the matching 4 blocks' worth of bytes GEMM_PF tiles ahead, so the
+ * stream of weights (the whole model per decode step) arrives before it is needed. */
+#define GEMM_PF 8
+static ALWAYS_INLINE void gemm_prefetch(const uint8_t *w, size_t wrow, int64_t i, size_t bb) {
+  const char *p = (const char *)w + GEMM_PF * 4 * wrow + (size_t)i * 4 * bb;
+  _mm_prefetch(p, _MM_HINT_T0);
+  _mm_prefetch(p + 64, _MM_HINT_T0);
+}
+
+/* Scales of RM (4 or 1) weight rows at block i: fp16 words at `off` in each block, two per
+ * row when `pair` (Q4_1's d and m). One conversion for all rows. Lane r of *d (and *m) is
+ * H2F of row r's word, the value the single-row kernels compute. */
+static ALWAYS_INLINE void row_scales(const uint8_t *w, size_t wrow, size_t bbytes, int64_t i, const int RM,
+                                     const bool pair, __m128 *d, __m128 *m) {
+  const uint8_t *b = w + (size_t)i * bbytes;
+  if (pair) {
+    __m128i dm = RM == 4 ? _mm_setr_epi32((int)ld32(b), (int)ld32(b + wrow), (int)ld32(b + 2 * wrow), (int)ld32(b + 3 * wrow))
+                         : _mm_cvtsi32_si128((int)ld32(b));
+    __m256 f = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(dm), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+    *d = _mm256_castps256_ps128(f);
+    *m = _mm256_extractf128_ps(f, 1);
+  } else {
+    uint16_t h;
+    memcpy(&h, b, 2);
+    __m128i v = _mm_cvtsi32_si128(h);
+    UNROLL for (int r = 1; r < RM; r++) {
+      memcpy(&h, b + (size_t)r * wrow, 2);
+      v = _mm_insert_epi16(v, h, r);
+    }
+    *d = _mm_cvtph_ps(v);
+  }
+}
+
 static ALWAYS_INLINE void tile_q4_1(int64_t nb, const uint8_t *w, size_t wrow, const uint8_t *a, size_t arow,
                                     float *y, size_t ldy, const int RM, const int RN) {
   __m256 acc[4][GEMM_RN];
@@ -661,21 +711,18 @@ static ALWAYS_INLINE void tile_q4_1(int64_t nb, const uint8_t *w, size_t wrow, c
   }
   for (int64_t i = 0; i < nb; i++) {
     __m256i qx[4];
-    float dx[4], mx[4];
-    UNROLL for (int r = 0; r < RM; r++) {
-      const blk_q4_1 *b = (const blk_q4_1 *)(w + (size_t)r * wrow) + i;
-      dx[r] = H2F(b->d);
-      mx[r] = H2F(b->m);
-      qx[r] = nibbles32(b->qs);
-    }
-    __m128 mx4 = RM == 4 ? _mm_setr_ps(mx[0], mx[1], mx[2], mx[3]) : _mm_set_ss(mx[0]);
+    __m128 dx4, mx4;
+    if (RM == 4) gemm_prefetch(w, wrow, i, sizeof(blk_q4_1));
+    row_scales(w, wrow, sizeof(blk_q4_1), i, RM, true, &dx4, &mx4);
+    UNROLL for (int r = 0; r < RM; r++) qx[r] = nibbles32b(((const blk_q4_1 *)(w + (size_t)r * wrow) + i)->qs);
     UNROLL for (int t = 0; t < RN; t++) {
       const blk_q8_1 *yb = (const blk_q8_1 *)(a + (size_t)t * arow) + i;
-      float dy = H2F(yb->d);
+      __m128 ys = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ld32(yb))); /* dy, sy */
+      __m128 d4 = _mm_mul_ps(dx4, _mm_broadcastss_ps(ys));          /* lane r: dx[r] * dy */
+      summs[t] = _mm_fmadd_ps(mx4, _mm_permute_ps(ys, 0x55), summs[t]); /* lane r: fmaf(mx[r], sy, .) */
       __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs);
-      summs[t] = _mm_fmadd_ps(mx4, _mm_set1_ps(H2F(yb->s)), summs[t]); /* lane-wise fmaf(mx[r], sy, .) */
       UNROLL for (int r = 0; r < RM; r++)
-        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dx[r] * dy), sum_u8_i8_pairs(qx[r], qy), acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(bcast_lane(d4, r), sum_u8_i8_pairs(qx[r], qy), acc[r][t]);
     }
   }
   UNROLL for (int t = 0; t < RN; t++) {
@@ -693,30 +740,30 @@ static ALWAYS_INLINE void tile_q8a(int64_t nb, const uint8_t *w, size_t wrow, co
   __m256 acc[4][GEMM_RN];
   UNROLL for (int r = 0; r < RM; r++)
     UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+  const size_t bb = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
   for (int64_t i = 0; i < nb; i++) {
     __m256i qx[4];
     const __m256i *px[4];
-    float dx[4];
+    __m128 dx4, unused;
+    if (RM == 4) gemm_prefetch(w, wrow, i, bb);
+    row_scales(w, wrow, bb, i, RM, false, &dx4, &unused);
     UNROLL for (int r = 0; r < RM; r++) {
+      const uint8_t *b = w + (size_t)r * wrow + (size_t)i * bb;
       if (q4) {
-        const blk_q4_0 *b = (const blk_q4_0 *)(w + (size_t)r * wrow) + i;
-        dx[r] = H2F(b->d);
-        qx[r] = _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8));
+        qx[r] = _mm256_sub_epi8(nibbles32b(((const blk_q4_0 *)b)->qs), _mm256_set1_epi8(8));
       } else {
-        const blk_q8_0 *b = (const blk_q8_0 *)(w + (size_t)r * wrow) + i;
-        dx[r] = H2F(b->d);
-        px[r] = (const __m256i *)b->qs;
+        px[r] = (const __m256i *)((const blk_q8_0 *)b)->qs;
         qx[r] = _mm256_loadu_si256(px[r]);
         qx[r] = _mm256_sign_epi8(qx[r], qx[r]);
       }
     }
     UNROLL for (int t = 0; t < RN; t++) {
       const blk_q8_0 *yb = (const blk_q8_0 *)(a + (size_t)t * arow) + i;
-      float dy = H2F(yb->d);
+      __m128 d4 = _mm_mul_ps(dx4, _mm_set1_ps(H2F(yb->d))); /* lane r: dx[r] * dy */
       __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs), ay = q4 ? _mm256_sign_epi8(qy, qy) : qy;
       UNROLL for (int r = 0; r < RM; r++) {
         __m256 p = q4 ? dot_i8_abs(ay, qx[r], qy) : dot_i8_abs(qx[r], qy, _mm256_loadu_si256(px[r]));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dx[r] * dy), p, acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(bcast_lane(d4, r), p, acc[r][t]);
       }
     }
   }
