@@ -632,6 +632,119 @@ static void dot4_q8_0_avx2(int64_t n, const void *w, const void *a, size_t as, i
   }
   for (int j = 0; j < nt; j++) y[j] = hsum8(acc[j]);
 }
+/* Q5_0's fifth bits as ggml's AVX2 kernel applies them: byte j = 0xF0 where bit j of qh is
+ * clear, so nibble | that = (nibble | bit << 4) - 16 as a signed byte. */
+static inline __m256i q5_high(const uint8_t *qh) {
+  uint32_t x32;
+  memcpy(&x32, qh, 4);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  __m256i set = _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+  return _mm256_andnot_si256(set, _mm256_set1_epi8((char)0xF0));
+}
+static float dot_q5_0_avx2(int64_t n, const void *w, const void *a) {
+  const blk_q5_0 *x = w;
+  const blk_q8_0 *y = a;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK; i++) {
+    __m256 d = _mm256_set1_ps(H2F(x[i].d) * H2F(y[i].d));
+    __m256i qx = _mm256_or_si256(nibbles32(x[i].qs), q5_high(x[i].qh));
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+    acc = _mm256_fmadd_ps(d, sum_i8_pairs(qx, qy), acc);
+  }
+  return hsum8(acc);
+}
+
+/* Q4_K x Q8_K and Q6_K x Q8_K: ggml's AVX2 kernels (integer sums per 256-block with the
+ * 6-bit scales applied by madd, one float fma per block; Q4_K's mins from the block sums). */
+static float dot_q4_K_avx2(int64_t n, const void *w, const void *a) {
+  const blk_q4_K *x = w;
+  const blk_q8_K *y = a;
+  const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 acc_m = _mm_setzero_ps();
+  for (int64_t i = 0; i < n / QKK; i++) {
+    const float d = y[i].d * H2F(x[i].d), dmin = -y[i].d * H2F(x[i].dmin);
+    uint32_t utmp[4];
+    memcpy(utmp, x[i].scales, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+    const uint8_t *q4 = x[i].qs;
+    const int8_t *q8 = y[i].qs;
+    const __m256i mins_and_scales =
+        _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
+    const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+    const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+    const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), q8s);
+    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+    const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+    const __m256i scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < QKK / 64; ++j) {
+      /* 16-bit scale 2j (low nibbles) and 2j+1 (high nibbles) in every lane */
+      const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)((4 * j + 1) << 8 | 4 * j)));
+      const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)((4 * j + 3) << 8 | (4 * j + 2))));
+      const __m256i q4bits = _mm256_loadu_si256((const __m256i *)q4);
+      q4 += 32;
+      const __m256i q4l = _mm256_and_si256(q4bits, m4), q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+      __m256i p16l = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *)q8));
+      q8 += 32;
+      __m256i p16h = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *)q8));
+      q8 += 32;
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(scale_l, p16l), _mm256_madd_epi16(scale_h, p16h)));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+  return hsum8(acc) + _mm_cvtss_f32(acc_m);
+}
+static float dot_q6_K_avx2(int64_t n, const void *w, const void *a) {
+  const blk_q6_K *x = w;
+  const blk_q8_K *y = a;
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32s = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QKK; i++) {
+    const float d = y[i].d * H2F(x[i].d);
+    const uint8_t *q4 = x[i].ql, *qh = x[i].qh;
+    const int8_t *q8 = y[i].qs;
+    const __m128i scales = _mm_loadu_si128((const __m128i *)x[i].scales);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < QKK / 128; ++j) {
+      __m256i sc[4];
+      for (int k = 0; k < 4; k++) /* scales 8j+2k (first 16 values) and 8j+2k+1 (next 16) */
+        sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+            scales, _mm_set_epi64x((long long)(0x0101010101010101ull * (uint64_t)(8 * j + 2 * k + 1)),
+                                   (long long)(0x0101010101010101ull * (uint64_t)(8 * j + 2 * k)))));
+      const __m256i q4bits1 = _mm256_loadu_si256((const __m256i *)q4), q4bits2 = _mm256_loadu_si256((const __m256i *)(q4 + 32));
+      const __m256i q4bitsH = _mm256_loadu_si256((const __m256i *)qh);
+      q4 += 64;
+      qh += 32;
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(q4bits1, m4), _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(q4bits2, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 6), m2), 4));
+      for (int k = 0; k < 4; k++) {
+        const __m256i q8k = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
+        __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], q8k), _mm256_maddubs_epi16(m32s, q8k));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[k], p16));
+      }
+      q8 += 128;
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum8(acc);
+}
+
 /* ---- tiled GEMM (weights x activations), AVX2 ----
  * A tile of RM weight rows x RN activation rows keeps RM*RN 8-lane accumulators in
  * registers: each weight block is unpacked once per tile and each activation block loaded
@@ -736,11 +849,12 @@ static ALWAYS_INLINE void tile_q4_1(int64_t nb, const uint8_t *w, size_t wrow, c
  * weight (|y| x sign(x, y), y never -128); Q8_0 weights may hold -128, so there the sign
  * goes on the activation as in the single-row kernel (|x| x sign(y, x)). */
 static ALWAYS_INLINE void tile_q8a(int64_t nb, const uint8_t *w, size_t wrow, const uint8_t *a, size_t arow,
-                                   float *y, size_t ldy, const int RM, const int RN, const bool q4) {
+                                   float *y, size_t ldy, const int RM, const int RN, const int kind) {
+  const bool q4 = kind != 8; /* Q4_0 and Q5_0: small signed weights, sign on the weight */
   __m256 acc[4][GEMM_RN];
   UNROLL for (int r = 0; r < RM; r++)
     UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
-  const size_t bb = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0);
+  const size_t bb = kind == 4 ? sizeof(blk_q4_0) : kind == 5 ? sizeof(blk_q5_0) : sizeof(blk_q8_0);
   for (int64_t i = 0; i < nb; i++) {
     __m256i qx[4];
     const __m256i *px[4];
@@ -749,8 +863,11 @@ static ALWAYS_INLINE void tile_q8a(int64_t nb, const uint8_t *w, size_t wrow, co
     row_scales(w, wrow, bb, i, RM, false, &dx4, &unused);
     UNROLL for (int r = 0; r < RM; r++) {
       const uint8_t *b = w + (size_t)r * wrow + (size_t)i * bb;
-      if (q4) {
+      if (kind == 4) {
         qx[r] = _mm256_sub_epi8(nibbles32b(((const blk_q4_0 *)b)->qs), _mm256_set1_epi8(8));
+      } else if (kind == 5) {
+        const blk_q5_0 *b5 = (const blk_q5_0 *)b;
+        qx[r] = _mm256_or_si256(nibbles32b(b5->qs), q5_high(b5->qh));
       } else {
         px[r] = (const __m256i *)((const blk_q8_0 *)b)->qs;
         qx[r] = _mm256_loadu_si256(px[r]);
@@ -806,8 +923,24 @@ static ALWAYS_INLINE void tile_q8a(int64_t nb, const uint8_t *w, size_t wrow, co
   }
 _Static_assert(GEMM_RN == 2, "GEMM_DEFINE instantiates RN = 1, 2");
 GEMM_DEFINE(gemm_q4_1, tile_q4_1)
-GEMM_DEFINE(gemm_q4_0, tile_q8a, , true)
-GEMM_DEFINE(gemm_q8_0, tile_q8a, , false)
+GEMM_DEFINE(gemm_q4_0, tile_q8a, , 4)
+GEMM_DEFINE(gemm_q5_0, tile_q8a, , 5)
+GEMM_DEFINE(gemm_q8_0, tile_q8a, , 8)
+
+/* K-quants: one weight row at a time against every activation row (the per-row kernels
+ * below), with the weight stream prefetched GEMM_PF * 4 rows ahead. */
+#define GEMM_ROWWISE(NAME, DOT, BLK)                                                                            \
+  static void NAME(int64_t n, const void *wv, size_t wrow, int nr, const void *av, size_t arow, int nt, float *y, \
+                   size_t ldy) {                                                                                \
+    const uint8_t *w = wv, *a = av;                                                                             \
+    for (int r = 0; r < nr; r++) {                                                                              \
+      const char *pf = (const char *)w + (size_t)(r + GEMM_PF * 4) * wrow;                                     \
+      for (size_t o = 0; o < wrow; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);                                  \
+      for (int t = 0; t < nt; t++) y[(size_t)t * ldy + r] = DOT(n, w + (size_t)r * wrow, a + (size_t)t * arow);  \
+    }                                                                                                           \
+  }
+GEMM_ROWWISE(gemm_q4_K, dot_q4_K_avx2, blk_q4_K)
+GEMM_ROWWISE(gemm_q6_K, dot_q6_K_avx2, blk_q6_K)
 
 static float dot_f32_avx2(int64_t n, const void *w, const void *a) {
   const float *x = w, *y = a;
@@ -851,7 +984,10 @@ llm_vec_dot_fn llm_vec_dot_get(llm_type t) {
     case LLM_F32: return dot_f32_avx2;
     case LLM_Q4_0: return dot_q4_0_avx2;
     case LLM_Q4_1: return dot_q4_1_avx2;
+    case LLM_Q5_0: return dot_q5_0_avx2;
     case LLM_Q8_0: return dot_q8_0_avx2;
+    case LLM_Q4_K: return dot_q4_K_avx2;
+    case LLM_Q6_K: return dot_q6_K_avx2;
     default: break;
   }
 #endif
@@ -863,7 +999,10 @@ llm_gemm_fn llm_gemm_get(llm_type t) {
   switch (t) {
     case LLM_Q4_0: return gemm_q4_0;
     case LLM_Q4_1: return gemm_q4_1;
+    case LLM_Q5_0: return gemm_q5_0;
     case LLM_Q8_0: return gemm_q8_0;
+    case LLM_Q4_K: return gemm_q4_K;
+    case LLM_Q6_K: return gemm_q6_K;
     default: break;
   }
 #endif

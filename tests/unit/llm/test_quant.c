@@ -159,7 +159,7 @@ static void test_dot4_matches_single(void **s) {
  * strided output. Bit-identical to the single-row fast kernel and close to the scalar
  * reference. */
 static void test_gemm_matches_dot(void **s) {
-  llm_type ts[] = {LLM_Q4_0, LLM_Q4_1, LLM_Q8_0};
+  llm_type ts[] = {LLM_Q4_0, LLM_Q4_1, LLM_Q5_0, LLM_Q8_0, LLM_Q4_K, LLM_Q6_K};
   enum { K = 512, MAXR = 11, MAXT = 10, LDY = 13 };
   static uint8_t w[MAXR * K * 2], a[MAXT * K * 2];
   static float x[K], y[MAXT * LDY];
