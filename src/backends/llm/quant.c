@@ -278,7 +278,39 @@ void llm_dequant_row(llm_type t, const void *src, float *y, int64_t n) {
 }
 
 /* ---- activation quantisation ---- */
+static void quant_q8_ref(const float *x, int8_t *q, float *d_out, int *sum_out);
 static void quant_q8(const float *x, int8_t *q, float *d_out, int *sum_out) {
+#ifdef LLM_AVX2
+  /* the scalar code below, 32 lanes at once: max and the integer sum are exact, the
+   * product and round-half-even are the same IEEE operations */
+  __m256 v[4], am = _mm256_setzero_ps();
+  for (int k = 0; k < 4; k++) {
+    v[k] = _mm256_loadu_ps(x + 8 * k);
+    am = _mm256_max_ps(am, _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v[k]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float vmax = _mm_cvtss_f32(m4);
+  const float vd = vmax / 127.f, vid = vmax != 0.0f ? 127.f / vmax : 0.0f;
+  __m256i iv[4], isum = _mm256_setzero_si256();
+  for (int k = 0; k < 4; k++) {
+    iv[k] = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(vid)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    isum = _mm256_add_epi32(isum, iv[k]);
+  }
+  __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+  _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+  *d_out = vd;
+  *sum_out = _mm_cvtsi128_si32(s4);
+#else
+  quant_q8_ref(x, q, d_out, sum_out);
+#endif
+}
+static void quant_q8_ref(const float *x, int8_t *q, float *d_out, int *sum_out) {
   float amax = 0;
   for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
   float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
@@ -299,14 +331,15 @@ static inline int nearest_int(float fval) {
   return (i & 0x007fffff) - 0x00400000;
 }
 
-void llm_quantize_row(llm_type t, const float *x, void *dst, int64_t n) {
+static void quantize_row(llm_type t, const float *x, void *dst, int64_t n, bool ref) {
+  void (*quant_q8_fn)(const float *, int8_t *, float *, int *) = ref ? quant_q8_ref : quant_q8;
   switch (t) {
     case LLM_Q8_0: {
       blk_q8_0 *b = dst;
       for (int64_t i = 0; i < n / QK; i++) {
         float d;
         int s;
-        quant_q8(x + i * QK, b[i].qs, &d, &s);
+        quant_q8_fn(x + i * QK, b[i].qs, &d, &s);
         b[i].d = llm_fp32_to_fp16(d);
       }
       return;
@@ -316,7 +349,7 @@ void llm_quantize_row(llm_type t, const float *x, void *dst, int64_t n) {
       for (int64_t i = 0; i < n / QK; i++) {
         float d;
         int s;
-        quant_q8(x + i * QK, b[i].qs, &d, &s);
+        quant_q8_fn(x + i * QK, b[i].qs, &d, &s);
         b[i].d = llm_fp32_to_fp16(d);
         b[i].s = llm_fp32_to_fp16(d * (float)s);
       }
@@ -356,6 +389,8 @@ void llm_quantize_row(llm_type t, const float *x, void *dst, int64_t n) {
     default: memcpy(dst, x, (size_t)n * 4); return;
   }
 }
+void llm_quantize_row(llm_type t, const float *x, void *dst, int64_t n) { quantize_row(t, x, dst, n, false); }
+void llm_quantize_row_ref(llm_type t, const float *x, void *dst, int64_t n) { quantize_row(t, x, dst, n, true); }
 
 /* ---- scalar reference dot products ---- */
 static float dot_f32_ref(int64_t n, const void *w, const void *a) {

@@ -44,6 +44,8 @@ void llm_dequant_row(llm_type t, const void *src, float *dst, int64_t n);
  * it copies). dst holds llm_row_bytes(t, n). Q8_0/Q8_1 follow ggml's x86 SIMD quantiser
  * (scale 127/amax, round half to even), which is what llama.cpp runs on this CPU. */
 void llm_quantize_row(llm_type t, const float *src, void *dst, int64_t n);
+/* Scalar reference of llm_quantize_row (same bytes). */
+void llm_quantize_row_ref(llm_type t, const float *src, void *dst, int64_t n);
 
 /* Dot of weight row w (type t) with activation row a (type llm_type_vec_dot_type(t)). */
 typedef float (*llm_vec_dot_fn)(int64_t n, const void *w, const void *a);

@@ -199,6 +199,30 @@ static void test_gemm_matches_dot(void **s) {
   }
 }
 
+static void test_quantize_matches_ref(void **s) {
+  /* the vectorised activation quantiser writes the reference's bytes: random rows of
+   * several magnitudes, an all-zero block, exact halves (round half to even) */
+  enum { N = 256 };
+  float x[N];
+  uint8_t q[2][N * 2];
+  llm_type ts[] = {LLM_Q8_0, LLM_Q8_1, LLM_Q8_K};
+  for (int rep = 0; rep < 50; rep++) {
+    float mag = rep % 5 == 0 ? 1e-3f : rep % 5 == 1 ? 100.0f : 1.0f;
+    for (int i = 0; i < N; i++) x[i] = frand() * mag;
+    if (rep == 1)
+      for (int i = 0; i < 32; i++) x[i] = 0;
+    if (rep == 2)
+      for (int i = 0; i < 32; i++) x[i] = (i == 0 ? 127.0f : (float)(i % 7) - 2.5f); /* v * 127/127: halves */
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
+      size_t bytes = llm_row_bytes(ts[k], N);
+      memset(q, 0, sizeof q);
+      llm_quantize_row(ts[k], x, q[0], N);
+      llm_quantize_row_ref(ts[k], x, q[1], N);
+      assert_memory_equal(q[0], q[1], bytes);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q5_0),
@@ -206,6 +230,7 @@ int main(void) {
       cmocka_unit_test(test_q5_K), cmocka_unit_test(test_q6_K), cmocka_unit_test(test_activation_quant_error),
       cmocka_unit_test(test_fp16), cmocka_unit_test(test_matmul_threads),
       cmocka_unit_test(test_dot4_matches_single), cmocka_unit_test(test_gemm_matches_dot),
+      cmocka_unit_test(test_quantize_matches_ref),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
