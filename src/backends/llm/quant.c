@@ -962,20 +962,151 @@ GEMM_DEFINE(gemm_q4_0, tile_q8a, , 4)
 GEMM_DEFINE(gemm_q5_0, tile_q8a, , 5)
 GEMM_DEFINE(gemm_q8_0, tile_q8a, , 8)
 
-/* K-quants: one weight row at a time against every activation row (the per-row kernels
- * below), with the weight stream prefetched GEMM_PF * 4 rows ahead. */
-#define GEMM_ROWWISE(NAME, DOT, BLK)                                                                            \
+/* K-quants: one weight row against up to 4 activation rows. The weight block is unpacked
+ * (nibbles, high bits, scales) once and used for every activation row; per row the
+ * integer sums (exact) and the float operations and their order are those of the
+ * single-row kernels above, so results are bit-identical to them. */
+static ALWAYS_INLINE void multi_q4_K(int64_t n, const uint8_t *w, const uint8_t *a, size_t arow, float *y,
+                                     size_t ldy, const int RN) {
+  const blk_q4_K *x = (const blk_q4_K *)w;
+  const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 acc[4];
+  __m128 acc_m[4];
+  UNROLL for (int t = 0; t < RN; t++) {
+    acc[t] = _mm256_setzero_ps();
+    acc_m[t] = _mm_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / QKK; i++) {
+    const float xd = H2F(x[i].d), xmin = H2F(x[i].dmin);
+    uint32_t utmp[4];
+    memcpy(utmp, x[i].scales, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+    const __m256i mins_and_scales =
+        _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
+    const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
+    const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+    const __m256i scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+    __m256i sumi[4];
+    UNROLL for (int t = 0; t < RN; t++) {
+      const blk_q8_K *yb = (const blk_q8_K *)(a + (size_t)t * arow) + i;
+      const __m256i q8sums = _mm256_loadu_si256((const __m256i *)yb->bsums);
+      const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+      const float dmin = -yb->d * xmin;
+      acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[t]);
+      sumi[t] = _mm256_setzero_si256();
+    }
+    const uint8_t *q4 = x[i].qs;
+    for (int j = 0; j < QKK / 64; ++j) {
+      const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)((4 * j + 1) << 8 | 4 * j)));
+      const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)((4 * j + 3) << 8 | (4 * j + 2))));
+      const __m256i q4bits = _mm256_loadu_si256((const __m256i *)(q4 + 32 * j));
+      const __m256i q4l = _mm256_and_si256(q4bits, m4), q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+      UNROLL for (int t = 0; t < RN; t++) {
+        const int8_t *q8 = ((const blk_q8_K *)(a + (size_t)t * arow) + i)->qs + 64 * j;
+        __m256i p16l = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *)q8));
+        __m256i p16h = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(scale_l, p16l), _mm256_madd_epi16(scale_h, p16h)));
+      }
+    }
+    UNROLL for (int t = 0; t < RN; t++) {
+      const float d = ((const blk_q8_K *)(a + (size_t)t * arow) + i)->d * xd;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+  }
+  UNROLL for (int t = 0; t < RN; t++) {
+    __m128 m = _mm_add_ps(acc_m[t], _mm_movehl_ps(acc_m[t], acc_m[t]));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    y[(size_t)t * ldy] = hsum8(acc[t]) + _mm_cvtss_f32(m);
+  }
+}
+
+static ALWAYS_INLINE void multi_q6_K(int64_t n, const uint8_t *w, const uint8_t *a, size_t arow, float *y,
+                                     size_t ldy, const int RN) {
+  const blk_q6_K *x = (const blk_q6_K *)w;
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32s = _mm256_set1_epi8(32);
+  __m256 acc[4];
+  UNROLL for (int t = 0; t < RN; t++) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QKK; i++) {
+    const float xd = H2F(x[i].d);
+    const uint8_t *q4 = x[i].ql, *qh = x[i].qh;
+    const __m128i scales = _mm_loadu_si128((const __m128i *)x[i].scales);
+    __m256i sumi[4];
+    UNROLL for (int t = 0; t < RN; t++) sumi[t] = _mm256_setzero_si256();
+    for (int j = 0; j < QKK / 128; ++j) {
+      __m256i sc[4];
+      for (int k = 0; k < 4; k++)
+        sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+            scales, _mm_set_epi64x((long long)(0x0101010101010101ull * (uint64_t)(8 * j + 2 * k + 1)),
+                                   (long long)(0x0101010101010101ull * (uint64_t)(8 * j + 2 * k)))));
+      const __m256i q4bits1 = _mm256_loadu_si256((const __m256i *)q4), q4bits2 = _mm256_loadu_si256((const __m256i *)(q4 + 32));
+      const __m256i q4bitsH = _mm256_loadu_si256((const __m256i *)qh);
+      q4 += 64;
+      qh += 32;
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(q4bits1, m4), _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(q4bits2, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 6), m2), 4));
+      UNROLL for (int t = 0; t < RN; t++) {
+        const int8_t *q8 = ((const blk_q8_K *)(a + (size_t)t * arow) + i)->qs + 128 * j;
+        for (int k = 0; k < 4; k++) {
+          const __m256i q8k = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
+          __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], q8k), _mm256_maddubs_epi16(m32s, q8k));
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sc[k], p16));
+        }
+      }
+    }
+    UNROLL for (int t = 0; t < RN; t++) {
+      const float d = ((const blk_q8_K *)(a + (size_t)t * arow) + i)->d * xd;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+  }
+  UNROLL for (int t = 0; t < RN; t++) y[(size_t)t * ldy] = hsum8(acc[t]);
+}
+
+/* K-quant GEMM: rows one at a time (the weight stream prefetched GEMM_PF * 4 rows ahead),
+ * activation rows in groups of up to 4 per unpacked weight block. */
+#define GEMM_KQ(NAME, MULTI)                                                                                    \
+  static void NAME##_m1(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
+    MULTI(n, w, a, ar, y, ldy, 1);                                                                              \
+  }                                                                                                             \
+  static void NAME##_m2(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
+    MULTI(n, w, a, ar, y, ldy, 2);                                                                              \
+  }                                                                                                             \
+  static void NAME##_m3(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
+    MULTI(n, w, a, ar, y, ldy, 3);                                                                              \
+  }                                                                                                             \
+  static void NAME##_m4(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
+    MULTI(n, w, a, ar, y, ldy, 4);                                                                              \
+  }                                                                                                             \
   static void NAME(int64_t n, const void *wv, size_t wrow, int nr, const void *av, size_t arow, int nt, float *y, \
                    size_t ldy) {                                                                                \
     const uint8_t *w = wv, *a = av;                                                                             \
     for (int r = 0; r < nr; r++) {                                                                              \
+      const uint8_t *wr = w + (size_t)r * wrow;                                                                 \
       const char *pf = (const char *)w + (size_t)(r + GEMM_PF * 4) * wrow;                                     \
       for (size_t o = 0; o < wrow; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);                                  \
-      for (int t = 0; t < nt; t++) y[(size_t)t * ldy + r] = DOT(n, w + (size_t)r * wrow, a + (size_t)t * arow);  \
+      int t = 0;                                                                                                \
+      for (; t + 4 <= nt; t += 4) NAME##_m4(n, wr, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy);   \
+      switch (nt - t) {                                                                                         \
+        case 3: NAME##_m3(n, wr, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy); break;             \
+        case 2: NAME##_m2(n, wr, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy); break;             \
+        case 1: NAME##_m1(n, wr, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy); break;             \
+        default: break;                                                                                         \
+      }                                                                                                         \
     }                                                                                                           \
   }
-GEMM_ROWWISE(gemm_q4_K, dot_q4_K_avx2, blk_q4_K)
-GEMM_ROWWISE(gemm_q6_K, dot_q6_K_avx2, blk_q6_K)
+GEMM_KQ(gemm_q4_K, multi_q4_K)
+GEMM_KQ(gemm_q6_K, multi_q6_K)
+
 
 static float dot_f32_avx2(int64_t n, const void *w, const void *a) {
   const float *x = w, *y = a;
