@@ -317,6 +317,16 @@ static void rmsnorm(float *o, const float *x, const float *w, int n, float eps) 
   for (int i = 0; i < n; i++) o[i] = (x[i] * scale) * w[i];
 }
 
+/* o[i] = fp16(x[i]), round to nearest even (vcvtps2ph with mode 0 is llm_fp32_to_fp16). */
+static void to_fp16(uint16_t *o, const float *x, int n) {
+  int i = 0;
+#if MODEL_SIMD
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+  for (; i < n; i++) o[i] = llm_fp32_to_fp16(x[i]);
+}
+
 typedef struct {
   const llm_model *m;
   llm_kv *kv;
@@ -341,7 +351,7 @@ static void att_task(void *c, int ith, int nth, int tid) {
     int npos = a->b->pos[i] + 1;
     const int32_t *table = a->b->tables[a->b->seq[i]];
     const float *q = s->q + (size_t)i * hp->dim + (size_t)h * hd;
-    for (int d = 0; d < hd; d++) q16[d] = llm_fp32_to_fp16(q[d]);
+    to_fp16(q16, q, hd);
     float mx = -INFINITY;
     for (int p = 0; p < npos; p++) {
       const uint16_t *kr = llm_kv_k(a->kv, a->layer, table[p / bs]) + (size_t)(p % bs) * kvd + (size_t)kvh * hd;
@@ -444,10 +454,8 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
       rope_apply(s->k + (size_t)i * kvd, hp->n_kv_heads, hp->head_dim, cs, hp->rope_dims);
       int p = b->pos[i], blk = b->tables[b->seq[i]][p / bs];
       uint16_t *kr = llm_kv_k(kv, l, blk) + (size_t)(p % bs) * kvd, *vr = llm_kv_v(kv, l, blk) + (size_t)(p % bs) * kvd;
-      for (int d = 0; d < kvd; d++) {
-        kr[d] = llm_fp32_to_fp16(s->k[(size_t)i * kvd + d]);
-        vr[d] = llm_fp32_to_fp16(s->v[(size_t)i * kvd + d]);
-      }
+      to_fp16(kr, s->k + (size_t)i * kvd, kvd);
+      to_fp16(vr, s->v + (size_t)i * kvd, kvd);
     }
     att_ctx ac = {m, kv, s, b, l};
     int att_parts = 4 * llm_pool_size(pool) < n * hp->n_heads ? 4 * llm_pool_size(pool) : n * hp->n_heads;
