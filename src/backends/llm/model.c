@@ -7,13 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define MODEL_SIMD 1 /* vectorised attention loops; the scalar loops are their reference */
-#else
-#define MODEL_SIMD 0
-#endif
-
 typedef struct {
   const llm_gguf_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
 } layer_w;
@@ -317,16 +310,6 @@ static void rmsnorm(float *o, const float *x, const float *w, int n, float eps) 
   for (int i = 0; i < n; i++) o[i] = (x[i] * scale) * w[i];
 }
 
-/* o[i] = fp16(x[i]), round to nearest even (vcvtps2ph with mode 0 is llm_fp32_to_fp16). */
-static void to_fp16(uint16_t *o, const float *x, int n) {
-  int i = 0;
-#if MODEL_SIMD
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-#endif
-  for (; i < n; i++) o[i] = llm_fp32_to_fp16(x[i]);
-}
-
 typedef struct {
   const llm_model *m;
   llm_kv *kv;
@@ -351,7 +334,7 @@ static void att_task(void *c, int ith, int nth, int tid) {
     int npos = a->b->pos[i] + 1;
     const int32_t *table = a->b->tables[a->b->seq[i]];
     const float *q = s->q + (size_t)i * hp->dim + (size_t)h * hd;
-    to_fp16(q16, q, hd);
+    llm_fp32_to_fp16_row(q16, q, hd);
     float mx = -INFINITY;
     for (int p = 0; p < npos; p++) {
       const uint16_t *kr = llm_kv_k(a->kv, a->layer, table[p / bs]) + (size_t)(p % bs) * kvd + (size_t)kvh * hd;
@@ -373,41 +356,9 @@ static void att_task(void *c, int ith, int nth, int tid) {
       const uint16_t *vr = llm_kv_v(a->kv, a->layer, table[p / bs]) + (size_t)(p % bs) * kvd + (size_t)kvh * hd;
       float pw = llm_fp16_to_fp32(p16[p]);
       if (pw == 0.0f) continue; /* fma(v, 0, acc) == acc */
-      float *al = acc + (size_t)(p & 31) * hd;
-      int d = 0;
-#if MODEL_SIMD
-      __m256 pv = _mm256_set1_ps(pw); /* lane-wise the same fmaf as the scalar loop */
-      for (; d + 8 <= hd; d += 8)
-        _mm256_storeu_ps(al + d, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + d))), pv,
-                                                 _mm256_loadu_ps(al + d)));
-#endif
-      for (; d < hd; d++) al[d] = fmaf(llm_fp16_to_fp32(vr[d]), pw, al[d]);
+      llm_axpy_f16(hd, acc + (size_t)(p & 31) * hd, vr, pw);
     }
-    float *o = s->xb2 + (size_t)i * hp->dim + (size_t)h * hd;
-    int d0 = 0;
-#if MODEL_SIMD
-    for (; d0 + 8 <= hd; d0 += 8) { /* the scalar tree below, 8 values of d at a time */
-      __m256 r[8];
-      for (int e = 0; e < 8; e++) {
-        __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(acc + (size_t)e * hd + d0), _mm256_loadu_ps(acc + (size_t)(16 + e) * hd + d0));
-        __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(acc + (size_t)(8 + e) * hd + d0), _mm256_loadu_ps(acc + (size_t)(24 + e) * hd + d0));
-        r[e] = _mm256_add_ps(x0, x1);
-      }
-      __m256 t0 = _mm256_add_ps(r[0], r[4]), t1 = _mm256_add_ps(r[1], r[5]), t2 = _mm256_add_ps(r[2], r[6]),
-             t3 = _mm256_add_ps(r[3], r[7]);
-      _mm256_storeu_ps(o + d0, _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
-    }
-#endif
-    for (int d = d0; d < hd; d++) {
-      float r[8];
-      for (int e = 0; e < 8; e++) {
-        float x0 = acc[(size_t)e * hd + d] + acc[(size_t)(16 + e) * hd + d];
-        float x1 = acc[(size_t)(8 + e) * hd + d] + acc[(size_t)(24 + e) * hd + d];
-        r[e] = x0 + x1;
-      }
-      float t0 = r[0] + r[4], t1 = r[1] + r[5], t2 = r[2] + r[6], t3 = r[3] + r[7];
-      o[d] = (t0 + t1) + (t2 + t3);
-    }
+    llm_reduce_lanes32(hd, acc, s->xb2 + (size_t)i * hp->dim + (size_t)h * hd);
   }
 }
 
@@ -454,8 +405,8 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
       rope_apply(s->k + (size_t)i * kvd, hp->n_kv_heads, hp->head_dim, cs, hp->rope_dims);
       int p = b->pos[i], blk = b->tables[b->seq[i]][p / bs];
       uint16_t *kr = llm_kv_k(kv, l, blk) + (size_t)(p % bs) * kvd, *vr = llm_kv_v(kv, l, blk) + (size_t)(p % bs) * kvd;
-      to_fp16(kr, s->k + (size_t)i * kvd, kvd);
-      to_fp16(vr, s->v + (size_t)i * kvd, kvd);
+      llm_fp32_to_fp16_row(kr, s->k + (size_t)i * kvd, kvd);
+      llm_fp32_to_fp16_row(vr, s->v + (size_t)i * kvd, kvd);
     }
     att_ctx ac = {m, kv, s, b, l};
     int att_parts = 4 * llm_pool_size(pool) < n * hp->n_heads ? 4 * llm_pool_size(pool) : n * hp->n_heads;

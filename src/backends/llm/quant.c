@@ -1281,3 +1281,62 @@ void llm_swiglu(int n, float *g, const float *u) {
 #endif
   for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
+
+/* ---- attention helpers (fp16 K/V rows) ---- */
+void llm_fp32_to_fp16_row_ref(uint16_t *o, const float *x, int n) {
+  for (int i = 0; i < n; i++) o[i] = llm_fp32_to_fp16(x[i]);
+}
+void llm_fp32_to_fp16_row(uint16_t *o, const float *x, int n) {
+  int i = 0;
+#if defined(LLM_AVX2) && defined(__F16C__)
+  for (; i + 8 <= n; i += 8) /* vcvtps2ph mode 0: round to nearest even, as _cvtss_sh(x, 0) */
+    _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+  llm_fp32_to_fp16_row_ref(o + i, x + i, n - i);
+}
+
+void llm_axpy_f16_ref(int n, float *acc, const uint16_t *v, float p) {
+  for (int d = 0; d < n; d++) acc[d] = fmaf(H2F(v[d]), p, acc[d]);
+}
+void llm_axpy_f16(int n, float *acc, const uint16_t *v, float p) {
+  int d = 0;
+#if defined(LLM_AVX2) && defined(__F16C__)
+  __m256 pv = _mm256_set1_ps(p); /* lane-wise the same fmaf */
+  for (; d + 8 <= n; d += 8)
+    _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + d))), pv,
+                                              _mm256_loadu_ps(acc + d)));
+#endif
+  llm_axpy_f16_ref(n - d, acc + d, v + d, p);
+}
+
+/* lane l of position-lane set e is acc[e * n + d]; ggml_vec_dot_f16's reduction tree */
+static void reduce_lanes32_from(int n, int d0, const float *acc, float *o) {
+  for (int d = d0; d < n; d++) {
+    float r[8];
+    for (int e = 0; e < 8; e++) {
+      float x0 = acc[(size_t)e * n + d] + acc[(size_t)(16 + e) * n + d];
+      float x1 = acc[(size_t)(8 + e) * n + d] + acc[(size_t)(24 + e) * n + d];
+      r[e] = x0 + x1;
+    }
+    float t0 = r[0] + r[4], t1 = r[1] + r[5], t2 = r[2] + r[6], t3 = r[3] + r[7];
+    o[d] = (t0 + t1) + (t2 + t3);
+  }
+}
+void llm_reduce_lanes32_ref(int n, const float *acc, float *o) { reduce_lanes32_from(n, 0, acc, o); }
+void llm_reduce_lanes32(int n, const float *acc, float *o) {
+  int d0 = 0;
+#ifdef LLM_AVX2
+  for (; d0 + 8 <= n; d0 += 8) { /* the scalar tree, 8 values of d at a time */
+    __m256 r[8];
+    for (int e = 0; e < 8; e++) {
+      __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(acc + (size_t)e * n + d0), _mm256_loadu_ps(acc + (size_t)(16 + e) * n + d0));
+      __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(acc + (size_t)(8 + e) * n + d0), _mm256_loadu_ps(acc + (size_t)(24 + e) * n + d0));
+      r[e] = _mm256_add_ps(x0, x1);
+    }
+    __m256 t0 = _mm256_add_ps(r[0], r[4]), t1 = _mm256_add_ps(r[1], r[5]), t2 = _mm256_add_ps(r[2], r[6]),
+           t3 = _mm256_add_ps(r[3], r[7]);
+    _mm256_storeu_ps(o + d0, _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
+  }
+#endif
+  reduce_lanes32_from(n, d0, acc, o);
+}

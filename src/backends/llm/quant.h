@@ -70,6 +70,16 @@ llm_gemm_fn llm_gemm_get(llm_type t);
 float llm_dot_f16(int n, const uint16_t *x, const uint16_t *y);
 float llm_dot_f16_ref(int n, const uint16_t *x, const uint16_t *y);
 
+/* Attention helpers, each with a scalar reference giving the same bits:
+ * o[i] = fp16(x[i]) (round to nearest even); acc[d] = fmaf(v[d], p, acc[d]) over fp16 v;
+ * o[d] = ggml's f16-dot reduction tree over 32 position lanes, lane e at acc[e * n + d]. */
+void llm_fp32_to_fp16_row(uint16_t *o, const float *x, int n);
+void llm_fp32_to_fp16_row_ref(uint16_t *o, const float *x, int n);
+void llm_axpy_f16(int n, float *acc, const uint16_t *v, float p);
+void llm_axpy_f16_ref(int n, float *acc, const uint16_t *v, float p);
+void llm_reduce_lanes32(int n, const float *acc, float *o);
+void llm_reduce_lanes32_ref(int n, const float *acc, float *o);
+
 /* exp(x[i] - max) in place, returning the sum (double), with ggml's vectorised exp
  * (softmax). Pad x to a multiple of 8 with -INFINITY to get ggml's values everywhere. */
 double llm_softmax_exp(int n, float *x, float max);

@@ -223,6 +223,33 @@ static void test_quantize_matches_ref(void **s) {
   }
 }
 
+static void test_attention_helpers_match_ref(void **s) {
+  /* fp16 row conversion, fp16 axpy and the 32-lane reduction: fast == reference, bit for
+   * bit, for lengths with and without a tail */
+  enum { MAXN = 77 };
+  float x[MAXN], acc[2][32 * MAXN], o[2][MAXN];
+  uint16_t h[2][MAXN], v[MAXN];
+  int ns[] = {1, 8, 13, 64, 77};
+  for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+    int n = ns[k];
+    for (int i = 0; i < n; i++) x[i] = frand() * (i % 5 == 0 ? 70000.0f : 3.0f);
+    llm_fp32_to_fp16_row(h[0], x, n);
+    llm_fp32_to_fp16_row_ref(h[1], x, n);
+    assert_memory_equal(h[0], h[1], (size_t)n * 2);
+    for (int i = 0; i < 32 * n; i++) acc[0][i] = acc[1][i] = frand();
+    for (int rep = 0; rep < 40; rep++) {
+      for (int i = 0; i < n; i++) v[i] = llm_fp32_to_fp16(frand() * 4);
+      float p = frand();
+      llm_axpy_f16(n, acc[0] + (rep & 31) * n, v, p);
+      llm_axpy_f16_ref(n, acc[1] + (rep & 31) * n, v, p);
+    }
+    assert_memory_equal(acc[0], acc[1], (size_t)32 * n * 4);
+    llm_reduce_lanes32(n, acc[0], o[0]);
+    llm_reduce_lanes32_ref(n, acc[1], o[1]);
+    assert_memory_equal(o[0], o[1], (size_t)n * 4);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q5_0),
@@ -230,7 +257,7 @@ int main(void) {
       cmocka_unit_test(test_q5_K), cmocka_unit_test(test_q6_K), cmocka_unit_test(test_activation_quant_error),
       cmocka_unit_test(test_fp16), cmocka_unit_test(test_matmul_threads),
       cmocka_unit_test(test_dot4_matches_single), cmocka_unit_test(test_gemm_matches_dot),
-      cmocka_unit_test(test_quantize_matches_ref),
+      cmocka_unit_test(test_quantize_matches_ref), cmocka_unit_test(test_attention_helpers_match_ref),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
