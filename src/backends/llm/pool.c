@@ -155,10 +155,18 @@ void llm_pool_run_chunks(llm_pool *p, llm_chunk_fn fn, void *ctx, int n_chunks) 
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
   publish(p, (uint64_t)n_chunks);
   work(p, 0);
-  int spins = 0;
-  while (atomic_load_explicit(&p->done, memory_order_acquire) < n_chunks) {
-    /* a worker holds the last chunks; if it was descheduled, give it the CPU */
-    if (++spins > 4000) sched_yield();
+  /* Workers hold the last chunks. Spin while they make progress; when none has finished a
+   * chunk for ~20000 pauses (far longer than a chunk), one was probably descheduled: yield
+   * the CPU to it. Yielding earlier costs a whole time slice on a busy machine. */
+  int spins = 0, last = -1;
+  for (;;) {
+    int d = atomic_load_explicit(&p->done, memory_order_acquire);
+    if (d >= n_chunks) break;
+    if (d != last) {
+      last = d;
+      spins = 0;
+    }
+    if (++spins > 20000) sched_yield();
     else CPU_RELAX();
   }
 }
