@@ -7,11 +7,14 @@ the generated ids are identical.
 Usage: build/venv/bin/python bench/llm/bench_vs_llamacpp.py [--threads N] [--prompt-tokens N]
                                                              [--gen N] [--reps N] [MODEL.gguf]
 cinfer is timed through `cinfer generate --ids` (TTFT -> prefill tok/s; the rest -> decode).
-Prints a markdown table; docs/benchmarks-llm.md records results with this command.
+Also reports tokens per CPU-second (process CPU time, all threads; for cinfer by difference
+of runs so model loading is excluded), which a shared, loaded machine distorts far less than
+wall time. Prints a markdown table; docs/benchmarks-llm.md records results with this command.
 """
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -24,10 +27,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def llamacpp_run(llm, prompt_ids, n_gen):
+    """wall tok/s (prefill, decode), CPU tok/s (tokens per CPU-second of the process, all
+    threads), generated ids"""
     llm.reset()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     llm.eval(prompt_ids)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     out = []
     for _ in range(n_gen):
         t = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))))
@@ -35,16 +40,36 @@ def llamacpp_run(llm, prompt_ids, n_gen):
         if len(out) == n_gen:
             break
         llm.eval([t])
-    t2 = time.perf_counter()
-    return len(prompt_ids) / (t1 - t0), (n_gen - 1) / (t2 - t1), out
+    t2, c2 = time.perf_counter(), time.process_time()
+    n = len(prompt_ids)
+    return (n / (t1 - t0), (n_gen - 1) / (t2 - t1)), (n / (c1 - c0), (n_gen - 1) / (c2 - c1)), out
+
+
+def child_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def cinfer_once(binary, model, prompt, n_gen, threads):
+    c0 = child_cpu()
+    r = subprocess.run([binary, "generate", "-m", model, "-p", prompt, "-n", str(n_gen), "-t", str(threads),
+                        "--ids"], capture_output=True, text=True, check=True)
+    cpu = child_cpu() - c0
+    m = re.search(r"prompt (\d+) tokens, generated (\d+); TTFT ([0-9.]+) s; decode ([0-9.]+) tok/s", r.stderr)
+    n_prompt, _, ttft, dec = int(m.group(1)), int(m.group(2)), float(m.group(3)), float(m.group(4))
+    return n_prompt, ttft, dec, cpu, [int(x) for x in r.stdout.split()]
 
 
 def cinfer_run(binary, model, prompt, n_gen, threads):
-    r = subprocess.run([binary, "generate", "-m", model, "-p", prompt, "-n", str(n_gen), "-t", str(threads),
-                        "--ids"], capture_output=True, text=True, check=True)
-    m = re.search(r"prompt (\d+) tokens, generated (\d+); TTFT ([0-9.]+) s; decode ([0-9.]+) tok/s", r.stderr)
-    n_prompt, _, ttft, dec = int(m.group(1)), int(m.group(2)), float(m.group(3)), float(m.group(4))
-    return n_prompt / ttft, dec, [int(x) for x in r.stdout.split()]
+    """as llamacpp_run. CPU time of the child process by difference, so model loading is
+    excluded: prefill = (prompt, 1 token) - (one-word prompt, 1 token); decode = (prompt,
+    n_gen tokens) - (prompt, 1 token)."""
+    n_prompt, ttft, dec, cpu_full, ids = cinfer_once(binary, model, prompt, n_gen, threads)
+    _, _, _, cpu_one, _ = cinfer_once(binary, model, prompt, 1, threads)
+    n_tiny, _, _, cpu_tiny, _ = cinfer_once(binary, model, prompt.split()[0], 1, threads)
+    cpu_prefill = max(cpu_one - cpu_tiny, 1e-6)
+    cpu_decode = max(cpu_full - cpu_one, 1e-6)
+    return (n_prompt / ttft, dec), ((n_prompt - n_tiny) / cpu_prefill, (n_gen - 1) / cpu_decode), ids
 
 
 def main():
@@ -67,21 +92,23 @@ def main():
     res = {"llama.cpp": [], "cinfer": []}
     same = True
     for _ in range(a.reps):
-        p, d, out_l = llamacpp_run(llm, ids, a.gen)
-        res["llama.cpp"].append((p, d))
-        p, d, out_c = cinfer_run(a.cinfer, model, prompt, a.gen, a.threads)
-        res["cinfer"].append((p, d))
+        wall, cpu, out_l = llamacpp_run(llm, ids, a.gen)
+        res["llama.cpp"].append(wall + cpu)
+        wall, cpu, out_c = cinfer_run(a.cinfer, model, prompt, a.gen, a.threads)
+        res["cinfer"].append(wall + cpu)
         same &= out_l == out_c[:len(out_l)]
     print(f"model {os.path.basename(model)}, threads {a.threads}, prompt {len(ids)} tokens, "
-          f"generate {a.gen}, median of {a.reps}; llama-cpp-python {llama_cpp.__version__}")
-    print("| engine | prefill tok/s | decode tok/s |")
-    print("| --- | --- | --- |")
+          f"generate {a.gen}, median of {a.reps}; llama-cpp-python {llama_cpp.__version__}; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| engine | prefill tok/s | decode tok/s | prefill tok/CPU-s | decode tok/CPU-s |")
+    print("| --- | --- | --- | --- | --- |")
     med = {}
     for k, v in res.items():
-        med[k] = (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
-        print(f"| {k} | {med[k][0]:.1f} | {med[k][1]:.1f} |")
-    print(f"decode ratio cinfer/llama.cpp: {med['cinfer'][1] / med['llama.cpp'][1]:.2f}x; "
-          f"prefill ratio: {med['cinfer'][0] / med['llama.cpp'][0]:.2f}x; identical greedy ids: {same}")
+        med[k] = [statistics.median(x[i] for x in v) for i in range(4)]
+        print(f"| {k} | " + " | ".join(f"{m:.1f}" for m in med[k]) + " |")
+    r = [med["cinfer"][i] / med["llama.cpp"][i] for i in range(4)]
+    print(f"cinfer/llama.cpp: wall prefill {r[0]:.2f}x, decode {r[1]:.2f}x; per CPU-second prefill {r[2]:.2f}x, "
+          f"decode {r[3]:.2f}x; identical greedy ids: {same}")
 
 
 if __name__ == "__main__":

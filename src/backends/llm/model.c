@@ -210,6 +210,7 @@ typedef struct {
   size_t wrow, xrow;
   llm_vec_dot_fn dot;
   llm_vec_dot4_fn dot4; /* NULL: use dot */
+  llm_gemm_fn gemm;     /* NULL: use dot4 / dot */
   int n_out, k, n_tok;
   const uint8_t *xq;
   float *y;
@@ -221,6 +222,12 @@ static void mm_task(void *c, int ith, int nth) {
   int nchunk = (m->n_out + 15) / 16;
   int c0 = (int)((int64_t)nchunk * ith / nth), c1 = (int)((int64_t)nchunk * (ith + 1) / nth);
   int r1 = c1 * 16 < m->n_out ? c1 * 16 : m->n_out;
+  if (m->gemm) {
+    if (r1 > c0 * 16)
+      m->gemm(m->k, m->w + (size_t)c0 * 16 * m->wrow, m->wrow, r1 - c0 * 16, m->xq, m->xrow, m->n_tok, m->y + c0 * 16,
+              (size_t)m->n_out);
+    return;
+  }
   for (int r = c0 * 16; r < r1; r++) {
     const uint8_t *wr = m->w + (size_t)r * m->wrow;
     int t = 0;
@@ -235,14 +242,26 @@ static void mm_task(void *c, int ith, int nth) {
   }
 }
 
+/* Parts a matrix's rows are split into for the pool: several per thread (claimed
+ * dynamically, so a descheduled thread delays a run by one part at most), each at least
+ * 16 rows. */
+static int mm_parts(llm_pool *pool, int n_out) {
+  int want = 4 * llm_pool_size(pool), groups = (n_out + 15) / 16;
+  return want < groups ? want : groups;
+}
+static void mm_chunk(void *c, int chunk, int n, int tid) {
+  (void)tid;
+  mm_task(c, chunk, n);
+}
+
 void llm_matmul(llm_pool *pool, const void *w, llm_type wt, int n_out, int k, const float *x, int n_tok, void *xq,
                 float *y, bool reference) {
   llm_type vt = llm_type_vec_dot_type(wt);
   size_t xrow = llm_row_bytes(vt, k);
   for (int t = 0; t < n_tok; t++) llm_quantize_row(vt, x + (size_t)t * k, (uint8_t *)xq + (size_t)t * xrow, k);
   mm_ctx c = {w, llm_row_bytes(wt, k), xrow, reference ? llm_vec_dot_get_ref(wt) : llm_vec_dot_get(wt),
-              reference ? NULL : llm_vec_dot4_get(wt), n_out, k, n_tok, xq, y};
-  if (pool) llm_pool_run(pool, mm_task, &c);
+              reference ? NULL : llm_vec_dot4_get(wt), reference ? NULL : llm_gemm_get(wt), n_out, k, n_tok, xq, y};
+  if (pool) llm_pool_run_chunks(pool, mm_chunk, &c, mm_parts(pool, n_out));
   else mm_task(&c, 0, 1);
 }
 
@@ -251,10 +270,15 @@ static void matmul_t(llm_pool *pool, llm_scratch *s, const llm_gguf_tensor *t, c
   llm_matmul(pool, t->data, t->type, (int)t->ne[1], (int)t->ne[0], x, n_tok, s->xq, y, false);
 }
 
-typedef struct { mm_ctx c[3]; int n; } mm_multi;
-static void mm_multi_task(void *c, int ith, int nth) {
+typedef struct { mm_ctx c[3]; int parts[3], n, total; } mm_multi;
+/* chunk -> (matrix, part of that matrix) */
+static void mm_multi_chunk(void *c, int chunk, int n, int tid) {
+  (void)n;
+  (void)tid;
   mm_multi *m = c;
-  for (int i = 0; i < m->n; i++) mm_task(&m->c[i], ith, nth);
+  int i = 0;
+  while (chunk >= m->parts[i]) chunk -= m->parts[i++];
+  mm_task(&m->c[i], chunk, m->parts[i]);
 }
 
 /* Several matrices over the same input (Q/K/V, gate/up): one quantisation of x and one
@@ -273,8 +297,10 @@ static void matmul_same_input(llm_pool *pool, llm_scratch *s, const llm_gguf_ten
   mm_multi m = {.n = n};
   for (int i = 0; i < n; i++)
     m.c[i] = (mm_ctx){t[i]->data, llm_row_bytes(t[i]->type, k), xrow, llm_vec_dot_get(t[i]->type),
-                      llm_vec_dot4_get(t[i]->type), (int)t[i]->ne[1], k, n_tok, s->xq, y[i]};
-  llm_pool_run(pool, mm_multi_task, &m);
+                      llm_vec_dot4_get(t[i]->type), llm_gemm_get(t[i]->type), (int)t[i]->ne[1], k, n_tok, s->xq,
+                      y[i]};
+  for (int i = 0; i < n; i++) m.total += (m.parts[i] = mm_parts(pool, m.c[i].n_out));
+  llm_pool_run_chunks(pool, mm_multi_chunk, &m, m.total);
 }
 
 static void rmsnorm(float *o, const float *x, const float *w, int n, float eps) {
@@ -292,7 +318,7 @@ typedef struct {
   int layer;
 } att_ctx;
 
-static void att_task(void *c, int ith, int nth) {
+static void att_task(void *c, int ith, int nth, int tid) {
   att_ctx *a = c;
   const llm_hparams *hp = &a->m->hp;
   llm_scratch *s = a->s;
@@ -301,14 +327,14 @@ static void att_task(void *c, int ith, int nth) {
   float scale = 1.0f / sqrtf((float)hd);
   int total = a->b->n * nh;
   int j0 = (int)((int64_t)total * ith / nth), j1 = (int)((int64_t)total * (ith + 1) / nth);
-  float *sc = s->att[ith];
-  uint16_t *p16 = s->att16[ith], *q16 = p16 + s->max_ctx;
+  float *sc = s->att[tid];
+  uint16_t *p16 = s->att16[tid], *q16 = p16 + s->max_ctx;
   for (int j = j0; j < j1; j++) {
     int i = j / nh, h = j % nh, kvh = h / grp;
     int npos = a->b->pos[i] + 1;
     const int32_t *table = a->b->tables[a->b->seq[i]];
     const float *q = s->q + (size_t)i * hp->dim + (size_t)h * hd;
-    for (int d = 0; d < hd; d++) q16[d] = llm_fp32_to_fp16(q[d]);
+    llm_fp32_to_fp16_row(q16, q, hd);
     float mx = -INFINITY;
     for (int p = 0; p < npos; p++) {
       const uint16_t *kr = llm_kv_k(a->kv, a->layer, table[p / bs]) + (size_t)(p % bs) * kvd + (size_t)kvh * hd;
@@ -324,26 +350,15 @@ static void att_task(void *c, int ith, int nth) {
     for (int p = 0; p < npos; p++) p16[p] = llm_fp32_to_fp16(sc[p] * inv);
     /* out[d] = sum_p p[p] * v[p][d] in ggml_vec_dot_f16's order over positions: 32 lanes
      * (lane = p mod 32) accumulated with FMA, then the fixed reduction tree */
-    float *acc = s->att_acc[ith];
+    float *acc = s->att_acc[tid];
     memset(acc, 0, (size_t)32 * hd * sizeof *acc);
     for (int p = 0; p < npos; p++) {
       const uint16_t *vr = llm_kv_v(a->kv, a->layer, table[p / bs]) + (size_t)(p % bs) * kvd + (size_t)kvh * hd;
       float pw = llm_fp16_to_fp32(p16[p]);
       if (pw == 0.0f) continue; /* fma(v, 0, acc) == acc */
-      float *al = acc + (size_t)(p & 31) * hd;
-      for (int d = 0; d < hd; d++) al[d] = fmaf(llm_fp16_to_fp32(vr[d]), pw, al[d]);
+      llm_axpy_f16(hd, acc + (size_t)(p & 31) * hd, vr, pw);
     }
-    float *o = s->xb2 + (size_t)i * hp->dim + (size_t)h * hd;
-    for (int d = 0; d < hd; d++) {
-      float r[8];
-      for (int e = 0; e < 8; e++) {
-        float x0 = acc[(size_t)e * hd + d] + acc[(size_t)(16 + e) * hd + d];
-        float x1 = acc[(size_t)(8 + e) * hd + d] + acc[(size_t)(24 + e) * hd + d];
-        r[e] = x0 + x1;
-      }
-      float t0 = r[0] + r[4], t1 = r[1] + r[5], t2 = r[2] + r[6], t3 = r[3] + r[7];
-      o[d] = (t0 + t1) + (t2 + t3);
-    }
+    llm_reduce_lanes32(hd, acc, s->xb2 + (size_t)i * hp->dim + (size_t)h * hd);
   }
 }
 
@@ -390,13 +405,12 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
       rope_apply(s->k + (size_t)i * kvd, hp->n_kv_heads, hp->head_dim, cs, hp->rope_dims);
       int p = b->pos[i], blk = b->tables[b->seq[i]][p / bs];
       uint16_t *kr = llm_kv_k(kv, l, blk) + (size_t)(p % bs) * kvd, *vr = llm_kv_v(kv, l, blk) + (size_t)(p % bs) * kvd;
-      for (int d = 0; d < kvd; d++) {
-        kr[d] = llm_fp32_to_fp16(s->k[(size_t)i * kvd + d]);
-        vr[d] = llm_fp32_to_fp16(s->v[(size_t)i * kvd + d]);
-      }
+      llm_fp32_to_fp16_row(kr, s->k + (size_t)i * kvd, kvd);
+      llm_fp32_to_fp16_row(vr, s->v + (size_t)i * kvd, kvd);
     }
     att_ctx ac = {m, kv, s, b, l};
-    llm_pool_run(pool, att_task, &ac);
+    int att_parts = 4 * llm_pool_size(pool) < n * hp->n_heads ? 4 * llm_pool_size(pool) : n * hp->n_heads;
+    llm_pool_run_chunks(pool, att_task, &ac, att_parts);
     matmul_t(pool, s, L->wo, s->xb2, n, s->xb);
     for (size_t i = 0; i < (size_t)n * dim; i++) s->x[i] += s->xb[i];
     for (int i = 0; i < n; i++) rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, fn, dim, hp->norm_eps);

@@ -46,7 +46,9 @@ cinfer_status *llm_scratch_create(const llm_model *m, int max_tokens, int max_ct
                                   llm_scratch **out);
 void llm_scratch_destroy(llm_scratch *s);
 
-/* Runs the batch; logits receives one row per wanted token. No allocation. */
+/* Runs the batch; logits receives one row per wanted token. No allocation. The scratch
+ * must have been created with n_threads >= llm_pool_size(pool) (per-thread attention
+ * buffers are indexed by the pool's thread id). */
 void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scratch *s, const llm_batch *b,
                        float *logits);
 

@@ -1,11 +1,24 @@
-/* pool.c: thread pool (see pool.h). Workers wait on a generation counter: each run bumps
- * it under the mutex and broadcasts; workers spin briefly before sleeping so back-to-back
- * kernels in one forward pass do not pay a futex wake each. `pending` counts workers
- * still inside the current run; the caller waits for it to reach zero. */
+/* pool.c: thread pool with dynamically claimed chunks (see pool.h).
+ *
+ * One 64-bit word `ticket` describes the current run: generation (24 bits) | number of
+ * chunks (20 bits) | next unclaimed chunk (20 bits). The caller publishes a run by storing
+ * a new ticket (after fn/ctx, with release order); every thread, caller included, claims
+ * chunks with fetch_add until the claimed index reaches the chunk count, and counts each
+ * finished chunk in `done`. The caller returns when done == n.
+ * Invariants: fn/ctx change only between runs (after done == n), and a thread that claimed
+ * a valid chunk of run G holds run G open until it finishes that chunk, so reading fn/ctx
+ * after a successful claim always sees run G's values. A claim past the end (idx >= n) is
+ * harmless: at most one per thread per run, far below the 20-bit field.
+ * Workers spin briefly on the ticket, then sleep on a condition variable; the caller
+ * broadcasts only when some worker sleeps (seq_cst on `sleepers` and `ticket` on both
+ * sides, so a worker going to sleep re-checks the ticket under the mutex and cannot miss
+ * a run). */
 #include "backends/llm/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #if defined(__x86_64__)
@@ -15,47 +28,62 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
+#define GEN_SHIFT 40
+#define N_SHIFT 20
+#define FIELD 0xFFFFFull
+
 struct llm_pool {
   int n;
   pthread_t *th;
   pthread_mutex_t mu;
-  pthread_cond_t cv, done_cv;
-  atomic_uint gen;
-  atomic_int pending;
-  llm_task_fn fn;
+  pthread_cond_t cv;
+  _Atomic uint64_t ticket;
+  atomic_int done;
+  atomic_int sleepers;
+  atomic_bool stop;
+  llm_chunk_fn fn;
   void *ctx;
-  bool stop;
+  /* llm_pool_run's adapter */
+  llm_task_fn task;
+  void *task_ctx;
 };
 
 typedef struct { llm_pool *p; int ith; } warg;
 
+/* Claims and runs chunks of the run published in the ticket until none is left. */
+static uint64_t work(llm_pool *p, int tid) {
+  uint64_t gen = 0;
+  for (;;) {
+    uint64_t t = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_acq_rel);
+    gen = t >> GEN_SHIFT;
+    int n = (int)((t >> N_SHIFT) & FIELD), idx = (int)(t & FIELD);
+    if (idx >= n) return gen;
+    p->fn(p->ctx, idx, n, tid);
+    atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+  }
+}
+
 static void *worker(void *arg) {
   llm_pool *p = ((warg *)arg)->p;
-  int ith = ((warg *)arg)->ith;
+  int tid = ((warg *)arg)->ith;
   free(arg);
-  unsigned seen = 0;
+  uint64_t seen = 0;
   for (;;) {
-    unsigned g;
     int spins = 0;
-    while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && spins < 20000) {
+    while ((atomic_load_explicit(&p->ticket, memory_order_acquire) >> GEN_SHIFT) == seen && spins < 20000) {
       CPU_RELAX();
       spins++;
     }
-    if (g == seen) {
+    if ((atomic_load(&p->ticket) >> GEN_SHIFT) == seen) {
       pthread_mutex_lock(&p->mu);
-      while ((g = atomic_load(&p->gen)) == seen && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
-      bool stop = p->stop;
-      pthread_mutex_unlock(&p->mu);
-      if (stop && g == seen) return NULL;
-    }
-    seen = g;
-    if (p->stop) return NULL;
-    p->fn(p->ctx, ith, p->n);
-    if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
-      pthread_mutex_lock(&p->mu);
-      pthread_cond_signal(&p->done_cv);
+      atomic_fetch_add(&p->sleepers, 1);
+      while ((atomic_load(&p->ticket) >> GEN_SHIFT) == seen && !atomic_load(&p->stop))
+        pthread_cond_wait(&p->cv, &p->mu);
+      atomic_fetch_sub(&p->sleepers, 1);
       pthread_mutex_unlock(&p->mu);
     }
+    if (atomic_load(&p->stop)) return NULL;
+    seen = work(p, tid);
   }
 }
 
@@ -68,7 +96,6 @@ cinfer_status *llm_pool_create(int n_threads, llm_pool **out) {
   p->n = n_threads;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
-  pthread_cond_init(&p->done_cv, NULL);
   p->th = calloc((size_t)n_threads, sizeof *p->th);
   if (!p->th) {
     llm_pool_destroy(p);
@@ -87,45 +114,71 @@ cinfer_status *llm_pool_create(int n_threads, llm_pool **out) {
   return NULL;
 }
 
+/* Publishes a run of n chunks (n = 0: a wake-up with no work). */
+static void publish(llm_pool *p, uint64_t n) {
+  uint64_t gen = ((atomic_load_explicit(&p->ticket, memory_order_relaxed) >> GEN_SHIFT) + 1) & 0xFFFFFFull;
+  if (gen == 0) gen = 1; /* workers start with seen = 0 */
+  atomic_store(&p->ticket, gen << GEN_SHIFT | n << N_SHIFT);
+  if (atomic_load(&p->sleepers) > 0) {
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
 void llm_pool_destroy(llm_pool *p) {
   if (!p) return;
+  atomic_store(&p->stop, true);
+  publish(p, 0);
   pthread_mutex_lock(&p->mu);
-  p->stop = true;
-  atomic_fetch_add(&p->gen, 1);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
   for (int i = 1; i < p->n; i++)
     if (p->th && p->th[i]) pthread_join(p->th[i], NULL);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
-  pthread_cond_destroy(&p->done_cv);
   free(p->th);
   free(p);
 }
 
 int llm_pool_size(const llm_pool *p) { return p->n; }
 
-void llm_pool_run(llm_pool *p, llm_task_fn fn, void *ctx) {
-  if (p->n == 1) {
-    fn(ctx, 0, 1);
+void llm_pool_run_chunks(llm_pool *p, llm_chunk_fn fn, void *ctx, int n_chunks) {
+  if (n_chunks <= 0) return;
+  if (p->n == 1 || n_chunks == 1) {
+    for (int c = 0; c < n_chunks; c++) fn(ctx, c, n_chunks, 0);
     return;
   }
+  if (n_chunks > LLM_POOL_MAX_CHUNKS) n_chunks = LLM_POOL_MAX_CHUNKS; /* callers stay below; never overflow */
   p->fn = fn;
   p->ctx = ctx;
-  atomic_store(&p->pending, p->n - 1);
-  pthread_mutex_lock(&p->mu);
-  atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  fn(ctx, 0, p->n);
-  int spins = 0;
-  while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0 && spins < 20000) {
-    CPU_RELAX();
-    spins++;
+  atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+  publish(p, (uint64_t)n_chunks);
+  work(p, 0);
+  /* Workers hold the last chunks. Spin while they make progress; when none has finished a
+   * chunk for ~20000 pauses (far longer than a chunk), one was probably descheduled: yield
+   * the CPU to it. Yielding earlier costs a whole time slice on a busy machine. */
+  int spins = 0, last = -1;
+  for (;;) {
+    int d = atomic_load_explicit(&p->done, memory_order_acquire);
+    if (d >= n_chunks) break;
+    if (d != last) {
+      last = d;
+      spins = 0;
+    }
+    if (++spins > 20000) sched_yield();
+    else CPU_RELAX();
   }
-  if (atomic_load(&p->pending) > 0) {
-    pthread_mutex_lock(&p->mu);
-    while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done_cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-  }
+}
+
+static void task_adapter(void *ctx, int c, int n, int tid) {
+  (void)tid;
+  llm_pool *p = ctx;
+  p->task(p->task_ctx, c, n);
+}
+
+void llm_pool_run(llm_pool *p, llm_task_fn fn, void *ctx) {
+  p->task = fn;
+  p->task_ctx = ctx;
+  llm_pool_run_chunks(p, task_adapter, p, p->n);
 }

@@ -278,7 +278,39 @@ void llm_dequant_row(llm_type t, const void *src, float *y, int64_t n) {
 }
 
 /* ---- activation quantisation ---- */
+static void quant_q8_ref(const float *x, int8_t *q, float *d_out, int *sum_out);
 static void quant_q8(const float *x, int8_t *q, float *d_out, int *sum_out) {
+#ifdef LLM_AVX2
+  /* the scalar code below, 32 lanes at once: max and the integer sum are exact, the
+   * product and round-half-even are the same IEEE operations */
+  __m256 v[4], am = _mm256_setzero_ps();
+  for (int k = 0; k < 4; k++) {
+    v[k] = _mm256_loadu_ps(x + 8 * k);
+    am = _mm256_max_ps(am, _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v[k]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float vmax = _mm_cvtss_f32(m4);
+  const float vd = vmax / 127.f, vid = vmax != 0.0f ? 127.f / vmax : 0.0f;
+  __m256i iv[4], isum = _mm256_setzero_si256();
+  for (int k = 0; k < 4; k++) {
+    iv[k] = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(vid)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    isum = _mm256_add_epi32(isum, iv[k]);
+  }
+  __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+  _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+  *d_out = vd;
+  *sum_out = _mm_cvtsi128_si32(s4);
+#else
+  quant_q8_ref(x, q, d_out, sum_out);
+#endif
+}
+static void quant_q8_ref(const float *x, int8_t *q, float *d_out, int *sum_out) {
   float amax = 0;
   for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
   float d = amax / 127.f, id = amax != 0.0f ? 127.f / amax : 0.0f;
@@ -299,14 +331,15 @@ static inline int nearest_int(float fval) {
   return (i & 0x007fffff) - 0x00400000;
 }
 
-void llm_quantize_row(llm_type t, const float *x, void *dst, int64_t n) {
+static void quantize_row(llm_type t, const float *x, void *dst, int64_t n, bool ref) {
+  void (*quant_q8_fn)(const float *, int8_t *, float *, int *) = ref ? quant_q8_ref : quant_q8;
   switch (t) {
     case LLM_Q8_0: {
       blk_q8_0 *b = dst;
       for (int64_t i = 0; i < n / QK; i++) {
         float d;
         int s;
-        quant_q8(x + i * QK, b[i].qs, &d, &s);
+        quant_q8_fn(x + i * QK, b[i].qs, &d, &s);
         b[i].d = llm_fp32_to_fp16(d);
       }
       return;
@@ -316,7 +349,7 @@ void llm_quantize_row(llm_type t, const float *x, void *dst, int64_t n) {
       for (int64_t i = 0; i < n / QK; i++) {
         float d;
         int s;
-        quant_q8(x + i * QK, b[i].qs, &d, &s);
+        quant_q8_fn(x + i * QK, b[i].qs, &d, &s);
         b[i].d = llm_fp32_to_fp16(d);
         b[i].s = llm_fp32_to_fp16(d * (float)s);
       }
@@ -356,6 +389,8 @@ void llm_quantize_row(llm_type t, const float *x, void *dst, int64_t n) {
     default: memcpy(dst, x, (size_t)n * 4); return;
   }
 }
+void llm_quantize_row(llm_type t, const float *x, void *dst, int64_t n) { quantize_row(t, x, dst, n, false); }
+void llm_quantize_row_ref(llm_type t, const float *x, void *dst, int64_t n) { quantize_row(t, x, dst, n, true); }
 
 /* ---- scalar reference dot products ---- */
 static float dot_f32_ref(int64_t n, const void *w, const void *a) {
@@ -566,7 +601,7 @@ static float dot_q4_1_avx2(int64_t n, const void *w, const void *a) {
   __m256 acc = _mm256_setzero_ps();
   float summs = 0;
   for (int64_t i = 0; i < n / QK; i++) {
-    summs += H2F(x[i].m) * H2F(y[i].s);
+    summs = fmaf(H2F(x[i].m), H2F(y[i].s), summs);
     __m256 d = _mm256_set1_ps(H2F(x[i].d) * H2F(y[i].d));
     __m256i qx = nibbles32(x[i].qs);
     __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
@@ -611,7 +646,7 @@ static void dot4_q4_1_avx2(int64_t n, const void *w, const void *a, size_t as, i
     __m256i qx = nibbles32(x[i].qs);
     for (int j = 0; j < nt; j++) {
       const blk_q8_1 *yb = (const blk_q8_1 *)((const uint8_t *)a + (size_t)j * as) + i;
-      summs[j] += mx * H2F(yb->s);
+      summs[j] = fmaf(mx, H2F(yb->s), summs[j]);
       __m256 d = _mm256_set1_ps(dx * H2F(yb->d));
       acc[j] = _mm256_fmadd_ps(d, sum_u8_i8_pairs(qx, _mm256_loadu_si256((const __m256i *)yb->qs)), acc[j]);
     }
@@ -632,6 +667,447 @@ static void dot4_q8_0_avx2(int64_t n, const void *w, const void *a, size_t as, i
   }
   for (int j = 0; j < nt; j++) y[j] = hsum8(acc[j]);
 }
+/* Q5_0's fifth bits as ggml's AVX2 kernel applies them: byte j = 0xF0 where bit j of qh is
+ * clear, so nibble | that = (nibble | bit << 4) - 16 as a signed byte. */
+static inline __m256i q5_high(const uint8_t *qh) {
+  uint32_t x32;
+  memcpy(&x32, qh, 4);
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  __m256i set = _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+  return _mm256_andnot_si256(set, _mm256_set1_epi8((char)0xF0));
+}
+static float dot_q5_0_avx2(int64_t n, const void *w, const void *a) {
+  const blk_q5_0 *x = w;
+  const blk_q8_0 *y = a;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK; i++) {
+    __m256 d = _mm256_set1_ps(H2F(x[i].d) * H2F(y[i].d));
+    __m256i qx = _mm256_or_si256(nibbles32(x[i].qs), q5_high(x[i].qh));
+    __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+    acc = _mm256_fmadd_ps(d, sum_i8_pairs(qx, qy), acc);
+  }
+  return hsum8(acc);
+}
+
+/* Q4_K x Q8_K and Q6_K x Q8_K: ggml's AVX2 kernels (integer sums per 256-block with the
+ * 6-bit scales applied by madd, one float fma per block; Q4_K's mins from the block sums). */
+static float dot_q4_K_avx2(int64_t n, const void *w, const void *a) {
+  const blk_q4_K *x = w;
+  const blk_q8_K *y = a;
+  const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 acc_m = _mm_setzero_ps();
+  for (int64_t i = 0; i < n / QKK; i++) {
+    const float d = y[i].d * H2F(x[i].d), dmin = -y[i].d * H2F(x[i].dmin);
+    uint32_t utmp[4];
+    memcpy(utmp, x[i].scales, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+    const uint8_t *q4 = x[i].qs;
+    const int8_t *q8 = y[i].qs;
+    const __m256i mins_and_scales =
+        _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
+    const __m256i q8sums = _mm256_loadu_si256((const __m256i *)y[i].bsums);
+    const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+    const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), q8s);
+    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+    const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+    const __m256i scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < QKK / 64; ++j) {
+      /* 16-bit scale 2j (low nibbles) and 2j+1 (high nibbles) in every lane */
+      const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)((4 * j + 1) << 8 | 4 * j)));
+      const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)((4 * j + 3) << 8 | (4 * j + 2))));
+      const __m256i q4bits = _mm256_loadu_si256((const __m256i *)q4);
+      q4 += 32;
+      const __m256i q4l = _mm256_and_si256(q4bits, m4), q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+      __m256i p16l = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *)q8));
+      q8 += 32;
+      __m256i p16h = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *)q8));
+      q8 += 32;
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_madd_epi16(scale_l, p16l), _mm256_madd_epi16(scale_h, p16h)));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+  return hsum8(acc) + _mm_cvtss_f32(acc_m);
+}
+static float dot_q6_K_avx2(int64_t n, const void *w, const void *a) {
+  const blk_q6_K *x = w;
+  const blk_q8_K *y = a;
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32s = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QKK; i++) {
+    const float d = y[i].d * H2F(x[i].d);
+    const uint8_t *q4 = x[i].ql, *qh = x[i].qh;
+    const int8_t *q8 = y[i].qs;
+    const __m128i scales = _mm_loadu_si128((const __m128i *)x[i].scales);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < QKK / 128; ++j) {
+      __m256i sc[4];
+      for (int k = 0; k < 4; k++) /* scales 8j+2k (first 16 values) and 8j+2k+1 (next 16) */
+        sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+            scales, _mm_set_epi64x((long long)(0x0101010101010101ull * (uint64_t)(8 * j + 2 * k + 1)),
+                                   (long long)(0x0101010101010101ull * (uint64_t)(8 * j + 2 * k)))));
+      const __m256i q4bits1 = _mm256_loadu_si256((const __m256i *)q4), q4bits2 = _mm256_loadu_si256((const __m256i *)(q4 + 32));
+      const __m256i q4bitsH = _mm256_loadu_si256((const __m256i *)qh);
+      q4 += 64;
+      qh += 32;
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(q4bits1, m4), _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(q4bits2, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 6), m2), 4));
+      for (int k = 0; k < 4; k++) {
+        const __m256i q8k = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
+        __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], q8k), _mm256_maddubs_epi16(m32s, q8k));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc[k], p16));
+      }
+      q8 += 128;
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum8(acc);
+}
+
+/* ---- tiled GEMM (weights x activations), AVX2 ----
+ * A tile of RM weight rows x RN activation rows keeps RM*RN 8-lane accumulators in
+ * registers: each weight block is unpacked once per tile and each activation block loaded
+ * once per tile, instead of once per output. The per-output operations and their order
+ * (block by block: d = dx*dy, acc = fma(d, int-dot, acc); Q4_1's min term fma'd into a
+ * scalar) are those of the single-row kernels above, and the integer dot of two blocks is
+ * exact whichever operand carries the sign, so every output is bit-identical to
+ * llm_vec_dot_get(t) and hence to llama.cpp's own vec_dot on this CPU. */
+#define GEMM_RN 2 /* activation rows per tile (RM = 4 weight rows): 8 accumulators, no spills in 16 ymm */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 4") /* tile loops: fully unrolled, arrays in registers */
+
+/* exact 32-lane int8 x int8 dot summed per 4-byte group as floats: u (= |v|, unsigned) x
+ * sign(x, v) */
+static ALWAYS_INLINE __m256 dot_i8_abs(__m256i u, __m256i x, __m256i v) {
+  __m256i dot = _mm256_maddubs_epi16(u, _mm256_sign_epi8(x, v));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)));
+}
+
+/* Both nibble halves of a 16-byte block: one broadcast load, a per-half shift, a mask. */
+static ALWAYS_INLINE __m256i nibbles32b(const uint8_t *p) {
+  __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0xF));
+}
+static ALWAYS_INLINE uint32_t ld32(const void *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+/* lane r of v in all 8 lanes of a ymm */
+static ALWAYS_INLINE __m256 bcast_lane(__m128 v, const int r) {
+  return _mm256_broadcastss_ps(r == 0 ? v : r == 1 ? _mm_movehdup_ps(v) : r == 2 ? _mm_movehl_ps(v, v)
+                                                                              : _mm_shuffle_ps(v, v, 0xFF));
+}
+
+/* A 4-row tile's weights are contiguous (4 * wrow bytes) and the next tiles follow. While
+ * at block i, prefetch the matching 4 blocks' worth of bytes GEMM_PF tiles ahead, so the
+ * stream of weights (the whole model per decode step) arrives before it is needed. */
+#define GEMM_PF 8
+static ALWAYS_INLINE void gemm_prefetch(const uint8_t *w, size_t wrow, int64_t i, size_t bb) {
+  const char *p = (const char *)w + GEMM_PF * 4 * wrow + (size_t)i * 4 * bb;
+  _mm_prefetch(p, _MM_HINT_T0);
+  _mm_prefetch(p + 64, _MM_HINT_T0);
+}
+
+/* Scales of RM (4 or 1) weight rows at block i: fp16 words at `off` in each block, two per
+ * row when `pair` (Q4_1's d and m). One conversion for all rows. Lane r of *d (and *m) is
+ * H2F of row r's word, the value the single-row kernels compute. */
+static ALWAYS_INLINE void row_scales(const uint8_t *w, size_t wrow, size_t bbytes, int64_t i, const int RM,
+                                     const bool pair, __m128 *d, __m128 *m) {
+  const uint8_t *b = w + (size_t)i * bbytes;
+  if (pair) {
+    __m128i dm = RM == 4 ? _mm_setr_epi32((int)ld32(b), (int)ld32(b + wrow), (int)ld32(b + 2 * wrow), (int)ld32(b + 3 * wrow))
+                         : _mm_cvtsi32_si128((int)ld32(b));
+    __m256 f = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(dm), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+    *d = _mm256_castps256_ps128(f);
+    *m = _mm256_extractf128_ps(f, 1);
+  } else {
+    uint16_t h;
+    memcpy(&h, b, 2);
+    __m128i v = _mm_cvtsi32_si128(h);
+    UNROLL for (int r = 1; r < RM; r++) {
+      memcpy(&h, b + (size_t)r * wrow, 2);
+      v = _mm_insert_epi16(v, h, r);
+    }
+    *d = _mm_cvtph_ps(v);
+  }
+}
+
+static ALWAYS_INLINE void tile_q4_1(int64_t nb, const uint8_t *w, size_t wrow, const uint8_t *a, size_t arow,
+                                    float *y, size_t ldy, const int RM, const int RN) {
+  __m256 acc[4][GEMM_RN];
+  __m128 summs[GEMM_RN]; /* lane r: row r's min term (lanes >= RM unused) */
+  UNROLL for (int t = 0; t < RN; t++) {
+    summs[t] = _mm_setzero_ps();
+    UNROLL for (int r = 0; r < RM; r++) acc[r][t] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; i++) {
+    __m256i qx[4];
+    __m128 dx4, mx4;
+    if (RM == 4) gemm_prefetch(w, wrow, i, sizeof(blk_q4_1));
+    row_scales(w, wrow, sizeof(blk_q4_1), i, RM, true, &dx4, &mx4);
+    UNROLL for (int r = 0; r < RM; r++) qx[r] = nibbles32b(((const blk_q4_1 *)(w + (size_t)r * wrow) + i)->qs);
+    UNROLL for (int t = 0; t < RN; t++) {
+      const blk_q8_1 *yb = (const blk_q8_1 *)(a + (size_t)t * arow) + i;
+      __m128 ys = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ld32(yb))); /* dy, sy */
+      __m128 d4 = _mm_mul_ps(dx4, _mm_broadcastss_ps(ys));          /* lane r: dx[r] * dy */
+      summs[t] = _mm_fmadd_ps(mx4, _mm_permute_ps(ys, 0x55), summs[t]); /* lane r: fmaf(mx[r], sy, .) */
+      __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs);
+      UNROLL for (int r = 0; r < RM; r++)
+        acc[r][t] = _mm256_fmadd_ps(bcast_lane(d4, r), sum_u8_i8_pairs(qx[r], qy), acc[r][t]);
+    }
+  }
+  UNROLL for (int t = 0; t < RN; t++) {
+    float sm[4];
+    _mm_storeu_ps(sm, summs[t]);
+    UNROLL for (int r = 0; r < RM; r++) y[(size_t)t * ldy + r] = hsum8(acc[r][t]) + sm[r];
+  }
+}
+
+/* Q4_0 (nibble - 8) and Q8_0 weights against Q8_0 activations. Q4_0 puts the sign on the
+ * weight (|y| x sign(x, y), y never -128); Q8_0 weights may hold -128, so there the sign
+ * goes on the activation as in the single-row kernel (|x| x sign(y, x)). */
+static ALWAYS_INLINE void tile_q8a(int64_t nb, const uint8_t *w, size_t wrow, const uint8_t *a, size_t arow,
+                                   float *y, size_t ldy, const int RM, const int RN, const int kind) {
+  const bool q4 = kind != 8; /* Q4_0 and Q5_0: small signed weights, sign on the weight */
+  __m256 acc[4][GEMM_RN];
+  UNROLL for (int r = 0; r < RM; r++)
+    UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+  const size_t bb = kind == 4 ? sizeof(blk_q4_0) : kind == 5 ? sizeof(blk_q5_0) : sizeof(blk_q8_0);
+  for (int64_t i = 0; i < nb; i++) {
+    __m256i qx[4];
+    const __m256i *px[4];
+    __m128 dx4, unused;
+    if (RM == 4) gemm_prefetch(w, wrow, i, bb);
+    row_scales(w, wrow, bb, i, RM, false, &dx4, &unused);
+    UNROLL for (int r = 0; r < RM; r++) {
+      const uint8_t *b = w + (size_t)r * wrow + (size_t)i * bb;
+      if (kind == 4) {
+        qx[r] = _mm256_sub_epi8(nibbles32b(((const blk_q4_0 *)b)->qs), _mm256_set1_epi8(8));
+      } else if (kind == 5) {
+        const blk_q5_0 *b5 = (const blk_q5_0 *)b;
+        qx[r] = _mm256_or_si256(nibbles32b(b5->qs), q5_high(b5->qh));
+      } else {
+        px[r] = (const __m256i *)((const blk_q8_0 *)b)->qs;
+        qx[r] = _mm256_loadu_si256(px[r]);
+        qx[r] = _mm256_sign_epi8(qx[r], qx[r]);
+      }
+    }
+    UNROLL for (int t = 0; t < RN; t++) {
+      const blk_q8_0 *yb = (const blk_q8_0 *)(a + (size_t)t * arow) + i;
+      __m128 d4 = _mm_mul_ps(dx4, _mm_set1_ps(H2F(yb->d))); /* lane r: dx[r] * dy */
+      __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs), ay = q4 ? _mm256_sign_epi8(qy, qy) : qy;
+      UNROLL for (int r = 0; r < RM; r++) {
+        __m256 p = q4 ? dot_i8_abs(ay, qx[r], qy) : dot_i8_abs(qx[r], qy, _mm256_loadu_si256(px[r]));
+        acc[r][t] = _mm256_fmadd_ps(bcast_lane(d4, r), p, acc[r][t]);
+      }
+    }
+  }
+  UNROLL for (int r = 0; r < RM; r++)
+    UNROLL for (int t = 0; t < RN; t++) y[(size_t)t * ldy + r] = hsum8(acc[r][t]);
+}
+
+/* Instantiates the tiles for (RM in {4, 1}) x (RN in {1, 2}) and walks the output: rows in
+ * groups of 4 outermost (they stay in L1 while all activation rows pass). */
+#define GEMM_DEFINE(NAME, TILE, ...)                                                                            \
+  static void NAME##_t41(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
+                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 4, 1 __VA_ARGS__); }                        \
+  static void NAME##_t42(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
+                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 4, 2 __VA_ARGS__); }                        \
+  static void NAME##_t11(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
+                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 1, 1 __VA_ARGS__); }                        \
+  static void NAME##_t12(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
+                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 1, 2 __VA_ARGS__); }                        \
+  static void NAME(int64_t n, const void *wv, size_t wrow, int nr, const void *av, size_t arow, int nt, float *y, \
+                   size_t ldy) {                                                                                \
+    const uint8_t *w = wv, *a = av;                                                                             \
+    int64_t nb = n / QK;                                                                                        \
+    int r = 0;                                                                                                  \
+    for (; r < nr; r += 4) {                                                                                    \
+      const uint8_t *wr = w + (size_t)r * wrow;                                                                 \
+      bool four = r + 4 <= nr;                                                                                  \
+      int t = 0;                                                                                                \
+      for (; t + 2 <= nt; t += 2)                                                                               \
+        if (four) NAME##_t42(nb, wr, wrow, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy);           \
+        else                                                                                                    \
+          for (int rr = r; rr < nr; rr++)                                                                       \
+            NAME##_t12(nb, w + (size_t)rr * wrow, wrow, a + (size_t)t * arow, arow, y + (size_t)t * ldy + rr, ldy); \
+      if (t < nt) {                                                                                             \
+        if (four) NAME##_t41(nb, wr, wrow, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy);           \
+        else                                                                                                    \
+          for (int rr = r; rr < nr; rr++)                                                                       \
+            NAME##_t11(nb, w + (size_t)rr * wrow, wrow, a + (size_t)t * arow, arow, y + (size_t)t * ldy + rr, ldy); \
+      }                                                                                                         \
+    }                                                                                                           \
+  }
+_Static_assert(GEMM_RN == 2, "GEMM_DEFINE instantiates RN = 1, 2");
+GEMM_DEFINE(gemm_q4_1, tile_q4_1)
+GEMM_DEFINE(gemm_q4_0, tile_q8a, , 4)
+GEMM_DEFINE(gemm_q5_0, tile_q8a, , 5)
+GEMM_DEFINE(gemm_q8_0, tile_q8a, , 8)
+
+/* K-quants: one weight row against up to 4 activation rows. The weight block is unpacked
+ * (nibbles, high bits, scales) once and used for every activation row; per row the
+ * integer sums (exact) and the float operations and their order are those of the
+ * single-row kernels above, so results are bit-identical to them. */
+static ALWAYS_INLINE void multi_q4_K(int64_t n, const uint8_t *w, const uint8_t *a, size_t arow, float *y,
+                                     size_t ldy, const int RN) {
+  const blk_q4_K *x = (const blk_q4_K *)w;
+  const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 acc[4];
+  __m128 acc_m[4];
+  UNROLL for (int t = 0; t < RN; t++) {
+    acc[t] = _mm256_setzero_ps();
+    acc_m[t] = _mm_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / QKK; i++) {
+    const float xd = H2F(x[i].d), xmin = H2F(x[i].dmin);
+    uint32_t utmp[4];
+    memcpy(utmp, x[i].scales, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+    const __m256i mins_and_scales =
+        _mm256_cvtepu8_epi16(_mm_set_epi32((int)utmp[3], (int)utmp[2], (int)utmp[1], (int)utmp[0]));
+    const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
+    const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+    const __m256i scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+    __m256i sumi[4];
+    UNROLL for (int t = 0; t < RN; t++) {
+      const blk_q8_K *yb = (const blk_q8_K *)(a + (size_t)t * arow) + i;
+      const __m256i q8sums = _mm256_loadu_si256((const __m256i *)yb->bsums);
+      const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+      const float dmin = -yb->d * xmin;
+      acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s)), acc_m[t]);
+      sumi[t] = _mm256_setzero_si256();
+    }
+    const uint8_t *q4 = x[i].qs;
+    for (int j = 0; j < QKK / 64; ++j) {
+      const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)((4 * j + 1) << 8 | 4 * j)));
+      const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)((4 * j + 3) << 8 | (4 * j + 2))));
+      const __m256i q4bits = _mm256_loadu_si256((const __m256i *)(q4 + 32 * j));
+      const __m256i q4l = _mm256_and_si256(q4bits, m4), q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+      UNROLL for (int t = 0; t < RN; t++) {
+        const int8_t *q8 = ((const blk_q8_K *)(a + (size_t)t * arow) + i)->qs + 64 * j;
+        __m256i p16l = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *)q8));
+        __m256i p16h = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(scale_l, p16l), _mm256_madd_epi16(scale_h, p16h)));
+      }
+    }
+    UNROLL for (int t = 0; t < RN; t++) {
+      const float d = ((const blk_q8_K *)(a + (size_t)t * arow) + i)->d * xd;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+  }
+  UNROLL for (int t = 0; t < RN; t++) {
+    __m128 m = _mm_add_ps(acc_m[t], _mm_movehl_ps(acc_m[t], acc_m[t]));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    y[(size_t)t * ldy] = hsum8(acc[t]) + _mm_cvtss_f32(m);
+  }
+}
+
+static ALWAYS_INLINE void multi_q6_K(int64_t n, const uint8_t *w, const uint8_t *a, size_t arow, float *y,
+                                     size_t ldy, const int RN) {
+  const blk_q6_K *x = (const blk_q6_K *)w;
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32s = _mm256_set1_epi8(32);
+  __m256 acc[4];
+  UNROLL for (int t = 0; t < RN; t++) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QKK; i++) {
+    const float xd = H2F(x[i].d);
+    const uint8_t *q4 = x[i].ql, *qh = x[i].qh;
+    const __m128i scales = _mm_loadu_si128((const __m128i *)x[i].scales);
+    __m256i sumi[4];
+    UNROLL for (int t = 0; t < RN; t++) sumi[t] = _mm256_setzero_si256();
+    for (int j = 0; j < QKK / 128; ++j) {
+      __m256i sc[4];
+      for (int k = 0; k < 4; k++)
+        sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+            scales, _mm_set_epi64x((long long)(0x0101010101010101ull * (uint64_t)(8 * j + 2 * k + 1)),
+                                   (long long)(0x0101010101010101ull * (uint64_t)(8 * j + 2 * k)))));
+      const __m256i q4bits1 = _mm256_loadu_si256((const __m256i *)q4), q4bits2 = _mm256_loadu_si256((const __m256i *)(q4 + 32));
+      const __m256i q4bitsH = _mm256_loadu_si256((const __m256i *)qh);
+      q4 += 64;
+      qh += 32;
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(q4bits1, m4), _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(q4bits2, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 6), m2), 4));
+      UNROLL for (int t = 0; t < RN; t++) {
+        const int8_t *q8 = ((const blk_q8_K *)(a + (size_t)t * arow) + i)->qs + 128 * j;
+        for (int k = 0; k < 4; k++) {
+          const __m256i q8k = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
+          __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], q8k), _mm256_maddubs_epi16(m32s, q8k));
+          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sc[k], p16));
+        }
+      }
+    }
+    UNROLL for (int t = 0; t < RN; t++) {
+      const float d = ((const blk_q8_K *)(a + (size_t)t * arow) + i)->d * xd;
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
+  }
+  UNROLL for (int t = 0; t < RN; t++) y[(size_t)t * ldy] = hsum8(acc[t]);
+}
+
+/* K-quant GEMM: rows one at a time (the weight stream prefetched GEMM_PF * 4 rows ahead),
+ * activation rows in groups of up to 4 per unpacked weight block. */
+#define GEMM_KQ(NAME, MULTI)                                                                                    \
+  static void NAME##_m1(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
+    MULTI(n, w, a, ar, y, ldy, 1);                                                                              \
+  }                                                                                                             \
+  static void NAME##_m2(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
+    MULTI(n, w, a, ar, y, ldy, 2);                                                                              \
+  }                                                                                                             \
+  static void NAME##_m3(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
+    MULTI(n, w, a, ar, y, ldy, 3);                                                                              \
+  }                                                                                                             \
+  static void NAME##_m4(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
+    MULTI(n, w, a, ar, y, ldy, 4);                                                                              \
+  }                                                                                                             \
+  static void NAME(int64_t n, const void *wv, size_t wrow, int nr, const void *av, size_t arow, int nt, float *y, \
+                   size_t ldy) {                                                                                \
+    const uint8_t *w = wv, *a = av;                                                                             \
+    for (int r = 0; r < nr; r++) {                                                                              \
+      const uint8_t *wr = w + (size_t)r * wrow;                                                                 \
+      const char *pf = (const char *)w + (size_t)(r + GEMM_PF * 4) * wrow;                                     \
+      for (size_t o = 0; o < wrow; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);                                  \
+      int t = 0;                                                                                                \
+      for (; t + 4 <= nt; t += 4) NAME##_m4(n, wr, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy);   \
+      switch (nt - t) {                                                                                         \
+        case 3: NAME##_m3(n, wr, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy); break;             \
+        case 2: NAME##_m2(n, wr, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy); break;             \
+        case 1: NAME##_m1(n, wr, a + (size_t)t * arow, arow, y + (size_t)t * ldy + r, ldy); break;             \
+        default: break;                                                                                         \
+      }                                                                                                         \
+    }                                                                                                           \
+  }
+GEMM_KQ(gemm_q4_K, multi_q4_K)
+GEMM_KQ(gemm_q6_K, multi_q6_K)
+
+
 static float dot_f32_avx2(int64_t n, const void *w, const void *a) {
   const float *x = w, *y = a;
   __m256 acc = _mm256_setzero_ps();
@@ -674,11 +1150,30 @@ llm_vec_dot_fn llm_vec_dot_get(llm_type t) {
     case LLM_F32: return dot_f32_avx2;
     case LLM_Q4_0: return dot_q4_0_avx2;
     case LLM_Q4_1: return dot_q4_1_avx2;
+    case LLM_Q5_0: return dot_q5_0_avx2;
     case LLM_Q8_0: return dot_q8_0_avx2;
+    case LLM_Q4_K: return dot_q4_K_avx2;
+    case LLM_Q6_K: return dot_q6_K_avx2;
     default: break;
   }
 #endif
   return llm_vec_dot_get_ref(t);
+}
+
+llm_gemm_fn llm_gemm_get(llm_type t) {
+#ifdef LLM_AVX2
+  switch (t) {
+    case LLM_Q4_0: return gemm_q4_0;
+    case LLM_Q4_1: return gemm_q4_1;
+    case LLM_Q5_0: return gemm_q5_0;
+    case LLM_Q8_0: return gemm_q8_0;
+    case LLM_Q4_K: return gemm_q4_K;
+    case LLM_Q6_K: return gemm_q6_K;
+    default: break;
+  }
+#endif
+  (void)t;
+  return NULL;
 }
 
 llm_vec_dot4_fn llm_vec_dot4_get(llm_type t) {
@@ -785,4 +1280,63 @@ void llm_swiglu(int n, float *g, const float *u) {
   }
 #endif
   for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* ---- attention helpers (fp16 K/V rows) ---- */
+void llm_fp32_to_fp16_row_ref(uint16_t *o, const float *x, int n) {
+  for (int i = 0; i < n; i++) o[i] = llm_fp32_to_fp16(x[i]);
+}
+void llm_fp32_to_fp16_row(uint16_t *o, const float *x, int n) {
+  int i = 0;
+#if defined(LLM_AVX2) && defined(__F16C__)
+  for (; i + 8 <= n; i += 8) /* vcvtps2ph mode 0: round to nearest even, as _cvtss_sh(x, 0) */
+    _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+  llm_fp32_to_fp16_row_ref(o + i, x + i, n - i);
+}
+
+void llm_axpy_f16_ref(int n, float *acc, const uint16_t *v, float p) {
+  for (int d = 0; d < n; d++) acc[d] = fmaf(H2F(v[d]), p, acc[d]);
+}
+void llm_axpy_f16(int n, float *acc, const uint16_t *v, float p) {
+  int d = 0;
+#if defined(LLM_AVX2) && defined(__F16C__)
+  __m256 pv = _mm256_set1_ps(p); /* lane-wise the same fmaf */
+  for (; d + 8 <= n; d += 8)
+    _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + d))), pv,
+                                              _mm256_loadu_ps(acc + d)));
+#endif
+  llm_axpy_f16_ref(n - d, acc + d, v + d, p);
+}
+
+/* lane l of position-lane set e is acc[e * n + d]; ggml_vec_dot_f16's reduction tree */
+static void reduce_lanes32_from(int n, int d0, const float *acc, float *o) {
+  for (int d = d0; d < n; d++) {
+    float r[8];
+    for (int e = 0; e < 8; e++) {
+      float x0 = acc[(size_t)e * n + d] + acc[(size_t)(16 + e) * n + d];
+      float x1 = acc[(size_t)(8 + e) * n + d] + acc[(size_t)(24 + e) * n + d];
+      r[e] = x0 + x1;
+    }
+    float t0 = r[0] + r[4], t1 = r[1] + r[5], t2 = r[2] + r[6], t3 = r[3] + r[7];
+    o[d] = (t0 + t1) + (t2 + t3);
+  }
+}
+void llm_reduce_lanes32_ref(int n, const float *acc, float *o) { reduce_lanes32_from(n, 0, acc, o); }
+void llm_reduce_lanes32(int n, const float *acc, float *o) {
+  int d0 = 0;
+#ifdef LLM_AVX2
+  for (; d0 + 8 <= n; d0 += 8) { /* the scalar tree, 8 values of d at a time */
+    __m256 r[8];
+    for (int e = 0; e < 8; e++) {
+      __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(acc + (size_t)e * n + d0), _mm256_loadu_ps(acc + (size_t)(16 + e) * n + d0));
+      __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(acc + (size_t)(8 + e) * n + d0), _mm256_loadu_ps(acc + (size_t)(24 + e) * n + d0));
+      r[e] = _mm256_add_ps(x0, x1);
+    }
+    __m256 t0 = _mm256_add_ps(r[0], r[4]), t1 = _mm256_add_ps(r[1], r[5]), t2 = _mm256_add_ps(r[2], r[6]),
+           t3 = _mm256_add_ps(r[3], r[7]);
+    _mm256_storeu_ps(o + d0, _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
+  }
+#endif
+  reduce_lanes32_from(n, d0, acc, o);
 }

@@ -44,6 +44,8 @@ void llm_dequant_row(llm_type t, const void *src, float *dst, int64_t n);
  * it copies). dst holds llm_row_bytes(t, n). Q8_0/Q8_1 follow ggml's x86 SIMD quantiser
  * (scale 127/amax, round half to even), which is what llama.cpp runs on this CPU. */
 void llm_quantize_row(llm_type t, const float *src, void *dst, int64_t n);
+/* Scalar reference of llm_quantize_row (same bytes). */
+void llm_quantize_row_ref(llm_type t, const float *src, void *dst, int64_t n);
 
 /* Dot of weight row w (type t) with activation row a (type llm_type_vec_dot_type(t)). */
 typedef float (*llm_vec_dot_fn)(int64_t n, const void *w, const void *a);
@@ -55,9 +57,28 @@ bool llm_cpu_has_avx2(void);
 typedef void (*llm_vec_dot4_fn)(int64_t n, const void *w, const void *a, size_t a_stride, int nt, float *y);
 llm_vec_dot4_fn llm_vec_dot4_get(llm_type t);
 
+/* Tiled matrix product: y[t * ldy + r] = W[r] . A[t] for r < nr, t < nt, where weight row r
+ * (type t) is at w + r * wrow and activation row t (type llm_type_vec_dot_type(t), as
+ * llm_quantize_row writes it) at a + t * arow; n elements per row. Each output is
+ * bit-identical to llm_vec_dot_get(t) on the same rows. NULL when the type has no tiled
+ * kernel (callers then use the vec_dot kernels). */
+typedef void (*llm_gemm_fn)(int64_t n, const void *w, size_t wrow, int nr, const void *a, size_t arow, int nt,
+                            float *y, size_t ldy);
+llm_gemm_fn llm_gemm_get(llm_type t);
+
 /* fp16 dot (attention scores) and y += a*x over fp16 x (attention values). */
 float llm_dot_f16(int n, const uint16_t *x, const uint16_t *y);
 float llm_dot_f16_ref(int n, const uint16_t *x, const uint16_t *y);
+
+/* Attention helpers, each with a scalar reference giving the same bits:
+ * o[i] = fp16(x[i]) (round to nearest even); acc[d] = fmaf(v[d], p, acc[d]) over fp16 v;
+ * o[d] = ggml's f16-dot reduction tree over 32 position lanes, lane e at acc[e * n + d]. */
+void llm_fp32_to_fp16_row(uint16_t *o, const float *x, int n);
+void llm_fp32_to_fp16_row_ref(uint16_t *o, const float *x, int n);
+void llm_axpy_f16(int n, float *acc, const uint16_t *v, float p);
+void llm_axpy_f16_ref(int n, float *acc, const uint16_t *v, float p);
+void llm_reduce_lanes32(int n, const float *acc, float *o);
+void llm_reduce_lanes32_ref(int n, const float *acc, float *o);
 
 /* exp(x[i] - max) in place, returning the sum (double), with ggml's vectorised exp
  * (softmax). Pad x to a multiple of 8 with -INFINITY to get ggml's values everywhere. */

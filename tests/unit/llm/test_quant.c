@@ -154,13 +154,110 @@ static void test_dot4_matches_single(void **s) {
   }
 }
 
+/* The tiled GEMM against per-output dot products, for every shape class the tiling has:
+ * rows a multiple of 4 or not, activation rows 1..10 (full tiles of 3 and every tail),
+ * strided output. Bit-identical to the single-row fast kernel and close to the scalar
+ * reference. */
+static void test_gemm_matches_dot(void **s) {
+  llm_type ts[] = {LLM_Q4_0, LLM_Q4_1, LLM_Q5_0, LLM_Q8_0, LLM_Q4_K, LLM_Q6_K};
+  enum { K = 512, MAXR = 11, MAXT = 10, LDY = 13 };
+  static uint8_t w[MAXR * K * 2], a[MAXT * K * 2];
+  static float x[K], y[MAXT * LDY];
+  for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
+    llm_gemm_fn gemm = llm_gemm_get(ts[k]);
+    if (!gemm) {
+      assert_false(llm_cpu_has_avx2()); /* only absent without AVX2 */
+      continue;
+    }
+    llm_type vt = llm_type_vec_dot_type(ts[k]);
+    size_t wrow = llm_row_bytes(ts[k], K), arow = llm_row_bytes(vt, K);
+    for (int r = 0; r < MAXR; r++) make_weights(ts[k], w + r * wrow, K);
+    for (int t = 0; t < MAXT; t++) {
+      for (int i = 0; i < K; i++) x[i] = frand() * (t % 3 == 0 ? 5.0f : 1.0f);
+      llm_quantize_row(vt, x, a + t * arow, K);
+    }
+    int rows[] = {1, 3, 4, 5, 8, 11};
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+      for (int nt = 1; nt <= MAXT; nt++) {
+        for (int i = 0; i < MAXT * LDY; i++) y[i] = -12345.0f;
+        gemm(K, w, wrow, rows[ri], a, arow, nt, y, LDY);
+        for (int t = 0; t < MAXT; t++)
+          for (int r = 0; r < LDY; r++) {
+            float got = y[t * LDY + r];
+            if (t >= nt || r >= rows[ri]) { /* nothing outside the nr x nt block is written */
+              assert_true(got == -12345.0f);
+              continue;
+            }
+            float one = llm_vec_dot_get(ts[k])(K, w + r * wrow, a + t * arow);
+            float ref = llm_vec_dot_get_ref(ts[k])(K, w + r * wrow, a + t * arow);
+            if (memcmp(&one, &got, 4))
+              fail_msg("%s: rows %d nt %d (%d,%d): gemm %.9g vs vec_dot %.9g", llm_type_name(ts[k]), rows[ri], nt, r, t,
+                       got, one);
+            assert_true(fabsf(got - ref) <= 1e-4f * (1.0f + fabsf(ref)));
+          }
+      }
+  }
+}
+
+static void test_quantize_matches_ref(void **s) {
+  /* the vectorised activation quantiser writes the reference's bytes: random rows of
+   * several magnitudes, an all-zero block, exact halves (round half to even) */
+  enum { N = 256 };
+  float x[N];
+  uint8_t q[2][N * 2];
+  llm_type ts[] = {LLM_Q8_0, LLM_Q8_1, LLM_Q8_K};
+  for (int rep = 0; rep < 50; rep++) {
+    float mag = rep % 5 == 0 ? 1e-3f : rep % 5 == 1 ? 100.0f : 1.0f;
+    for (int i = 0; i < N; i++) x[i] = frand() * mag;
+    if (rep == 1)
+      for (int i = 0; i < 32; i++) x[i] = 0;
+    if (rep == 2)
+      for (int i = 0; i < 32; i++) x[i] = (i == 0 ? 127.0f : (float)(i % 7) - 2.5f); /* v * 127/127: halves */
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
+      size_t bytes = llm_row_bytes(ts[k], N);
+      memset(q, 0, sizeof q);
+      llm_quantize_row(ts[k], x, q[0], N);
+      llm_quantize_row_ref(ts[k], x, q[1], N);
+      assert_memory_equal(q[0], q[1], bytes);
+    }
+  }
+}
+
+static void test_attention_helpers_match_ref(void **s) {
+  /* fp16 row conversion, fp16 axpy and the 32-lane reduction: fast == reference, bit for
+   * bit, for lengths with and without a tail */
+  enum { MAXN = 77 };
+  float x[MAXN], acc[2][32 * MAXN], o[2][MAXN];
+  uint16_t h[2][MAXN], v[MAXN];
+  int ns[] = {1, 8, 13, 64, 77};
+  for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+    int n = ns[k];
+    for (int i = 0; i < n; i++) x[i] = frand() * (i % 5 == 0 ? 70000.0f : 3.0f);
+    llm_fp32_to_fp16_row(h[0], x, n);
+    llm_fp32_to_fp16_row_ref(h[1], x, n);
+    assert_memory_equal(h[0], h[1], (size_t)n * 2);
+    for (int i = 0; i < 32 * n; i++) acc[0][i] = acc[1][i] = frand();
+    for (int rep = 0; rep < 40; rep++) {
+      for (int i = 0; i < n; i++) v[i] = llm_fp32_to_fp16(frand() * 4);
+      float p = frand();
+      llm_axpy_f16(n, acc[0] + (rep & 31) * n, v, p);
+      llm_axpy_f16_ref(n, acc[1] + (rep & 31) * n, v, p);
+    }
+    assert_memory_equal(acc[0], acc[1], (size_t)32 * n * 4);
+    llm_reduce_lanes32(n, acc[0], o[0]);
+    llm_reduce_lanes32_ref(n, acc[1], o[1]);
+    assert_memory_equal(o[0], o[1], (size_t)n * 4);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q5_0),
       cmocka_unit_test(test_q5_1), cmocka_unit_test(test_q8_0), cmocka_unit_test(test_q4_K),
       cmocka_unit_test(test_q5_K), cmocka_unit_test(test_q6_K), cmocka_unit_test(test_activation_quant_error),
       cmocka_unit_test(test_fp16), cmocka_unit_test(test_matmul_threads),
-      cmocka_unit_test(test_dot4_matches_single),
+      cmocka_unit_test(test_dot4_matches_single), cmocka_unit_test(test_gemm_matches_dot),
+      cmocka_unit_test(test_quantize_matches_ref), cmocka_unit_test(test_attention_helpers_match_ref),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
