@@ -12,10 +12,12 @@ then llama.cpp, so both see the same machine load), the script:
   3. drives /v1/completions with `cinfer bench --openai completions --stream` (the SAME
      client, same prompts, temperature 0, max_tokens N with ignore_eos so both servers
      generate exactly N tokens per request), C connections in a closed loop,
-     --requests-per-stream x C requests in all;
+     max(--requests-per-stream x C, --min-requests) requests in all;
   4. reads the peak RSS of the server process (VmHWM in /proc/PID/status) and stops it.
 It reports aggregate output tokens/s, TTFT p50/p99, inter-token latency p50/p99, peak RSS and
-the cinfer/llama.cpp ratios; writes everything as JSON and two SVG charts.
+the cinfer/llama.cpp ratios; writes everything as JSON and three SVG charts
+(PREFIX-throughput.svg, PREFIX-ttft.svg, PREFIX-itl.svg). The servers' own load on the
+machine matters: the 1-minute load average before and after each run is recorded.
 
 Usage:
   bench/llm/build_llama_server.sh            # once (bench-only; builds build/llama.cpp/bin/llama-server)
@@ -122,7 +124,7 @@ def start_llama(a, model, conc, tmp, log):
 
 
 def run_bench(a, base, model, conc, out_json):
-    n_req = conc * a.requests_per_stream
+    n_req = max(conc * a.requests_per_stream, a.min_requests)
     cmd = [a.cinfer, "bench", "--url", base, "--openai", "completions", "--model", model, "--stream",
            "--max-tokens", str(a.max_tokens), "--prompt-len", str(a.prompt_len), "--concurrency", str(conc),
            "--requests", str(n_req), "--timeout-ms", "600000", "--threads", "1", "--json", out_json]
@@ -150,9 +152,11 @@ def svg_chart(path, title, ylabel, series, log_y=False):
         fy = lambda v: (math.log10(max(v, 10 ** y0)) - y0) / max(y1 - y0, 1e-9)
         ticks = [10 ** e for e in range(y0, y1 + 1)]
     else:
-        top = max(ys) * 1.1
+        step = 10 ** math.floor(math.log10(max(ys) / 5))  # 5-ish ticks at 1, 2 or 5 x 10^k
+        step = next(m * step for m in (1, 2, 5, 10) if max(ys) * 1.05 <= 5 * m * step)
+        top = step * math.ceil(max(ys) * 1.05 / step)
         fy = lambda v: v / top
-        ticks = [top * i / 5 for i in range(6)]
+        ticks = [step * i for i in range(int(round(top / step)) + 1)]
     px = lambda x: L + (math.log2(x) - x0) / max(x1 - x0, 1e-9) * (W - L - R)
     py = lambda v: H - B - fy(v) * (H - B - T)
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
@@ -191,6 +195,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (ignore_eos)")
     ap.add_argument("--prompt-len", type=int, default=32, help="prompt words (cinfer bench --prompt-len)")
     ap.add_argument("--requests-per-stream", type=int, default=2)
+    ap.add_argument("--min-requests", type=int, default=8, help="at least this many requests per level")
     ap.add_argument("--ctx-per-stream", type=int, default=256, help="context per stream/slot for both servers")
     ap.add_argument("--max-step-tokens", type=int, default=512, help="cinfer's per-step token budget")
     ap.add_argument("--servers", default="cinfer,llama.cpp")
@@ -216,7 +221,7 @@ def main():
         llama_version = " ".join((r.stdout + r.stderr).split())
     tmp = tempfile.mkdtemp(prefix="cinfer-llm-serving-")
     results = {"model": model, "threads": a.threads, "max_tokens": a.max_tokens, "prompt_len_words": a.prompt_len,
-               "requests_per_stream": a.requests_per_stream, "ctx_per_stream": a.ctx_per_stream,
+               "requests_per_stream": a.requests_per_stream, "min_requests": a.min_requests, "ctx_per_stream": a.ctx_per_stream,
                "llama_server_version": llama_version, "client": "cinfer bench --openai completions --stream",
                "cpus": os.cpu_count(), "rows": []}
     starters = {"cinfer": start_cinfer, "llama.cpp": start_llama}
