@@ -116,7 +116,7 @@ def start_llama(a, model, conc, tmp, log):
     port = free_port()
     cmd = [a.llama_server, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(a.threads),
            "-tb", str(a.threads), "--parallel", str(conc), "-c", str(conc * a.ctx_per_stream), "--cont-batching",
-           "--no-webui", "-a", "smollm2"]
+           "--no-webui", "-a", "smollm2"] + a.llama_args.split()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     wait_ready(base + "/health", proc)
@@ -199,12 +199,20 @@ def main():
     ap.add_argument("--ctx-per-stream", type=int, default=256, help="context per stream/slot for both servers")
     ap.add_argument("--max-step-tokens", type=int, default=512, help="cinfer's per-step token budget")
     ap.add_argument("--servers", default="cinfer,llama.cpp")
+    ap.add_argument("--llama-args", default="", help="extra llama-server flags, e.g. '--kv-unified'")
     ap.add_argument("--cinfer", default=os.path.join(ROOT, "build/src/cli/cinfer"))
     ap.add_argument("--llama-server", default=os.path.join(ROOT, "build/llama.cpp/bin/llama-server"))
     ap.add_argument("--json", default=os.path.join(ROOT, "build/bench-serving-llm.json"))
     ap.add_argument("--plot-prefix", default=None, help="writes PREFIX-throughput.svg and PREFIX-latency.svg")
     ap.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
+    ap.add_argument("--replot", metavar="JSON", help="only redraw the plots of an earlier run's JSON")
     a = ap.parse_args()
+    if a.replot:
+        if not a.plot_prefix:
+            ap.error("--replot needs --plot-prefix")
+        with open(a.replot) as f:
+            plot(json.load(f), a.plot_prefix)
+        return 0
     model = a.model or subprocess.run([os.path.join(ROOT, "scripts/find_smollm2.sh")], capture_output=True,
                                       text=True, check=True).stdout.strip()
     model = os.path.realpath(model)
@@ -275,23 +283,30 @@ def main():
     with open(a.json, "w") as f:
         json.dump(results, f, indent=1)
     if a.plot_prefix:
-        colors = {"cinfer": "#1f77b4", "llama.cpp": "#d62728"}
-        pts = lambda name, k: [(c, rows[(name, c)][k]) for c in levels]
-        svg_chart(f"{a.plot_prefix}-throughput.svg",
-                  f"Aggregate output tokens/s ({os.path.basename(model)}, {a.threads} threads)", "output tokens/s",
-                  {n: (colors[n], False, pts(n, "output_tok_s")) for n in servers})
-        lat = {}
-        for n in servers:
-            lat[f"{n} TTFT p50"] = (colors[n], False, pts(n, "ttft_p50_ms"))
-            lat[f"{n} TTFT p99"] = (colors[n], True, pts(n, "ttft_p99_ms"))
-        svg_chart(f"{a.plot_prefix}-ttft.svg", "Time to first token", "ms (log scale)", lat, log_y=True)
-        lat = {}
-        for n in servers:
-            lat[f"{n} ITL p50"] = (colors[n], False, pts(n, "itl_p50_ms"))
-            lat[f"{n} ITL p99"] = (colors[n], True, pts(n, "itl_p99_ms"))
-        svg_chart(f"{a.plot_prefix}-itl.svg", "Inter-token latency", "ms (log scale)", lat, log_y=True)
-        print(f"plots: {a.plot_prefix}-throughput.svg, -ttft.svg, -itl.svg")
+        plot(results, a.plot_prefix)
     return 0
+
+
+def plot(results, prefix):
+    rows = {(r["server"], r["concurrency"]): r for r in results["rows"]}
+    servers = list(dict.fromkeys(r["server"] for r in results["rows"]))
+    levels = sorted({r["concurrency"] for r in results["rows"]})
+    colors = {"cinfer": "#1f77b4", "llama.cpp": "#d62728"}
+    pts = lambda name, k: [(c, rows[(name, c)][k]) for c in levels]
+    svg_chart(f"{prefix}-throughput.svg",
+              f"Aggregate output tokens/s ({os.path.basename(results['model'])}, {results['threads']} threads)",
+              "output tokens/s", {n: (colors[n], False, pts(n, "output_tok_s")) for n in servers})
+    lat = {}
+    for n in servers:
+        lat[f"{n} TTFT p50"] = (colors[n], False, pts(n, "ttft_p50_ms"))
+        lat[f"{n} TTFT p99"] = (colors[n], True, pts(n, "ttft_p99_ms"))
+    svg_chart(f"{prefix}-ttft.svg", "Time to first token", "ms (log scale)", lat, log_y=True)
+    lat = {}
+    for n in servers:
+        lat[f"{n} ITL p50"] = (colors[n], False, pts(n, "itl_p50_ms"))
+        lat[f"{n} ITL p99"] = (colors[n], True, pts(n, "itl_p99_ms"))
+    svg_chart(f"{prefix}-itl.svg", "Inter-token latency", "ms (log scale)", lat, log_y=True)
+    print(f"plots: {prefix}-throughput.svg, -ttft.svg, -itl.svg")
 
 
 if __name__ == "__main__":
