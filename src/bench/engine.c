@@ -6,6 +6,11 @@
  *                  IDLE --send request--> BUSY --response complete--> IDLE (keep-alive)
  *                  any error or Connection: close --> CLOSED (closed loop: reconnect at
  *                  retry_at; open loop: reopened on demand)
+ * A reused keep-alive connection that the server closes before sending any byte of the
+ * answer (llama.cpp's server does this after every streamed response while still saying
+ * "Keep-Alive") is stale, not a failed request: the request is handed back (same prompt
+ * variant, same intended time in the open loop) and goes out on a fresh connection. A fresh
+ * connection that fails the same way is an error, so this cannot loop.
  * Closed loop: every IDLE connection immediately sends the next request.
  * Open loop: arrivals (constant spacing or exponential gaps, seeded) go into a fixed ring
  * of intended send times; IDLE connections take from it, new connections are opened up
@@ -58,6 +63,7 @@ typedef struct conn {
   size_t sent;
   uint64_t t_intended, t_first, t_last, deadline, retry_at;
   uint32_t chunks;
+  uint32_t n_done;     /* responses completed on this connection (> 0: reused keep-alive) */
   int64_t usage_out, usage_in;
   bench_http_resp resp;
   char *rbuf;
@@ -233,6 +239,7 @@ static void conn_open(conn *c) {
   c->fd = fd;
   c->want_out = true;
   c->rlen = 0;
+  c->n_done = 0;
   struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
   int rc = connect(fd, (const struct sockaddr *)&a->sa, a->len);
   if (rc < 0 && errno != EINPROGRESS) {
@@ -253,6 +260,30 @@ static void conn_idle(conn *c) {
   c->w->idle[c->w->nidle++] = (int)(c - c->w->conns);
 }
 
+/* The connection broke (EOF, reset, send error) while c was BUSY. If it was a reused
+ * keep-alive connection and nothing of the answer has arrived, the server closed it as idle
+ * (see the file comment): hand the request back and reconnect. Returns false when the break
+ * is a real error for the caller to count; on true, c is closed (and reopening). */
+static bool conn_stale_retry(conn *c) {
+  worker *w = c->w;
+  bench_engine *e = w->e;
+  if (c->state != C_BUSY || c->n_done == 0 || c->rlen > 0 || c->resp.header_done) return false;
+  c->req_idx = (c->req_idx + e->rs->n - 1) % e->rs->n; /* resend the same variant */
+  if (e->ls.open) {
+    if (w->ring_len < RING_CAP) { /* back to the front of the arrivals, same intended time */
+      w->ring_head = (w->ring_head + RING_CAP - 1) % RING_CAP;
+      w->ring[w->ring_head] = c->t_intended;
+      w->ring_len++;
+    } else {
+      return false;
+    }
+  } else if (e->ls.requests > 0) {
+    atomic_fetch_sub(&e->issued, 1); /* claimed again by whichever connection is idle next */
+  }
+  conn_close(c, 0);
+  return true;
+}
+
 /* Sends (the rest of) the current request. */
 static void conn_write(conn *c) {
   const bench_req *r = c->req;
@@ -267,6 +298,7 @@ static void conn_write(conn *c) {
       conn_set_events(c, true);
       return;
     }
+    if (conn_stale_retry(c)) return;
     note_error(c->w, BENCH_ERR_RESET, "send: %s", strerror(errno));
     count_finished(c->w->e);
     conn_close(c, 0);
@@ -362,6 +394,7 @@ static void complete(conn *c) {
 /* After a response: keep the connection or close it, then it is ready for the next. */
 static void finish_response(conn *c, size_t leftover) {
   complete(c);
+  c->n_done++;
   if (c->resp.conn_close || leftover) {
     /* leftover bytes would be an unsolicited response; we never pipeline */
     conn_close(c, 0);
@@ -384,6 +417,7 @@ static void conn_read(conn *c) {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (conn_stale_retry(c)) return;
       char msg[120];
       snprintf(msg, sizeof msg, "recv: %s", strerror(errno));
       conn_fail(c, BENCH_ERR_RESET, msg);
@@ -395,6 +429,7 @@ static void conn_read(conn *c) {
         conn_close(c, 0);
         return;
       }
+      if (conn_stale_retry(c)) return;
       conn_fail(c, BENCH_ERR_RESET, c->state == C_BUSY ? "server closed the connection before the response ended"
                                                        : "server closed the connection");
       return;

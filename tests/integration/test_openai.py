@@ -99,6 +99,29 @@ def test_completions_stream_and_max_tokens(client):
     assert text == r.choices[0].text
 
 
+def test_ignore_eos_generates_exactly_max_tokens(client):
+    # The serving benchmark (bench/llm/bench_serving_vs_llamacpp.py) relies on ignore_eos
+    # (vLLM's and llama-server's name) so that every server generates the same token count.
+    # A question the model answers briefly ends with the end-of-turn token well before 64...
+    msgs = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    short = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=64, messages=msgs)
+    assert short.choices[0].finish_reason == "stop"
+    assert short.usage.completion_tokens < 64
+    # ...and with ignore_eos it goes on to max_tokens, whole and streamed alike.
+    whole = client.chat.completions.create(model=MODEL, temperature=0, max_tokens=64, messages=msgs,
+                                           extra_body={"ignore_eos": True})
+    assert whole.choices[0].finish_reason == "length"
+    assert whole.usage.completion_tokens == 64
+    assert whole.choices[0].message.content.startswith(short.choices[0].message.content)
+    usage, finish = None, None
+    for chunk in client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=64,
+                                           temperature=0, stream=True, stream_options={"include_usage": True},
+                                           extra_body={"ignore_eos": True}):
+        usage = chunk.usage or usage
+        finish = next((c.finish_reason for c in chunk.choices if c.finish_reason), finish)
+    assert finish == "length" and usage.completion_tokens == 64
+
+
 def test_stop_string(client):
     base = client.completions.create(model=MODEL, prompt="1, 2, 3, 4,", max_tokens=16, temperature=0)
     full = base.choices[0].text

@@ -26,6 +26,7 @@ lock = threading.Lock()
 counts = {"infer": 0, "bad": 0, "chat": 0, "completions": 0, "total": 0, "binary": 0,
           "first_values": None, "errors": []}
 fail_after = None
+close_after_stream = False
 
 
 def check_infer(body, headers):
@@ -180,12 +181,16 @@ class H(BaseHTTPRequestHandler):
             chunk({"choices": [], "usage": usage})
             chunk("[DONE]")
             self.wfile.write(b"0\r\n\r\n")
+            # llama.cpp's server closes the connection after a streamed answer although it
+            # answered HTTP/1.1 without "Connection: close" (it even says Keep-Alive)
+            self.close_connection = close_after_stream
             return
         self.send(404, {"error": "not found"})
 
 
 def main():
-    global fail_after
+    global fail_after, close_after_stream
+    close_after_stream = "--close-after-stream" in sys.argv
     if "--fail-after" in sys.argv:
         fail_after = int(sys.argv[sys.argv.index("--fail-after") + 1])
     ThreadingHTTPServer.request_queue_size = 128  # many clients connect at once

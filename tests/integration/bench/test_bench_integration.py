@@ -345,6 +345,25 @@ def test_mock():
         p.terminate()
         p.wait()
 
+    # a server that closes every connection after a streamed answer without saying so
+    # (llama.cpp's server): the next request on the stale connection is resent on a new one,
+    # not counted as an error, and no request is lost or sent twice
+    p, port = start_mock("--close-after-stream")
+    try:
+        for conc in (1, 3):
+            before = mock_counts(port)["completions"]
+            rc, out, err = bench("--url", f"http://127.0.0.1:{port}", "--openai", "completions", "--model", "m",
+                                 "--stream", "--max-tokens", 4, "--concurrency", conc, "--requests", 9,
+                                 "--json", j, "--quiet")
+            lv = json.load(open(j))["levels"][0]
+            sent = mock_counts(port)["completions"] - before
+            check(rc == 0 and lv["errors"] == 0 and lv["requests"] == 9 and lv["output_tokens"] == 36 and sent == 9,
+                  f"server closing after each stream, c={conc}: {rc} {lv['errors_by_kind']} "
+                  f"{lv['requests']} {sent} {err}")
+    finally:
+        p.terminate()
+        p.wait()
+
     # a server that starts failing mid-run
     p, port = start_mock("--fail-after", "30")
     try:
