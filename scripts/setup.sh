@@ -17,6 +17,7 @@ DEB_PACKAGES=(
   nginx-light wrk prometheus yamllint         # benchmark peers and deployment checks
   python3 python3-venv python3-pip
   curl procps iproute2
+  valgrind                                    # bench/http/callgrind_identity.sh: hot-path instruction counts
   libb64-0d                                   # perf_analyzer's runtime
   librsvg2-bin                                # rsvg-convert: view `cinfer bench --plot` SVGs as PNG
   libpng-dev libjpeg62-turbo-dev              # cinfer bench --images
