@@ -1,11 +1,17 @@
-/* tokenizer.c: byte-level BPE from GGUF metadata, matching llama.cpp's llm_tokenizer_bpe.
+/* tokenizer.c: the tokenizers of GGUF metadata, matching llama.cpp (llama-vocab.cpp):
+ * byte-level BPE (`gpt2`, llm_tokenizer_bpe) and SentencePiece (`llama`, llm_tokenizer_spm).
  *
- * Pipeline: (1) split the text on special-token spellings (longest token first, as
- * llama.cpp's tokenizer_st_partition does); (2) pre-tokenise raw fragments: optional
- * \p{N} isolation, then the GPT-2 regex implemented by hand as llama.cpp's
- * unicode_regex_split_custom_gpt2; (3) map each word's bytes to GPT-2's byte alphabet and
- * merge adjacent symbols by rank (min-heap on (rank, left position)); (4) map symbols to ids,
- * falling back to single-byte tokens.
+ * Both start by splitting the text on special-token spellings (longest token first, as
+ * llama.cpp's tokenizer_st_partition does).
+ * BPE: (2) pre-tokenise raw fragments: optional \p{N} isolation, then the GPT-2 regex
+ * implemented by hand as llama.cpp's unicode_regex_split_custom_gpt2; (3) map each word's
+ * bytes to GPT-2's byte alphabet and merge adjacent symbols by rank (min-heap on (rank, left
+ * position)); (4) map symbols to ids, falling back to single-byte tokens.
+ * SentencePiece: (2) each raw fragment gets a leading space when add_space_prefix and it
+ * starts the text or follows a special token; spaces become U+2581; (3) start from one
+ * symbol per UTF-8 character and repeatedly merge the adjacent pair whose concatenation is
+ * the vocabulary token of highest score (max-heap on (score, -left position)); (4) symbols
+ * that are not tokens become <0xXX> byte tokens.
  * Invariants: every token id stored is in [0, n_vocab); hash tables point into the GGUF
  * mapping, which outlives the tokenizer. */
 #include "backends/llm/tokenizer.h"
@@ -30,8 +36,11 @@ struct llm_tokenizer {
   hmap vocab, merges;
   int32_t *special;        /* control + user-defined ids, longest text first */
   int32_t n_special;
-  int32_t bos, eos, eot;
-  bool add_bos, split_digits;
+  float *score;            /* SentencePiece only: n_vocab merge scores */
+  int32_t bos, eos, eot, unk;
+  bool add_bos, add_eos, split_digits;
+  bool spm;                /* tokenizer.ggml.model = llama */
+  bool add_space_prefix;   /* SentencePiece: prefix raw text with a space (default true) */
   int32_t byte_tok[256];   /* id of the single-byte token for each raw byte, -1 if none */
   char *chat_template;
 };
@@ -125,6 +134,7 @@ void llm_tokenizer_destroy(llm_tokenizer *t) {
   free(t->vocab.e);
   free(t->merges.e);
   free(t->special);
+  free(t->score);
   free(t->chat_template);
   free(t);
 }
@@ -134,6 +144,13 @@ static int cmp_special(const void *a, const void *b, void *ctx) {
   uint64_t la = t->text[*(const int32_t *)a].n, lb = t->text[*(const int32_t *)b].n;
   if (la != lb) return la > lb ? -1 : 1;
   return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+static int hexval(uint8_t c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
 }
 
 static cinfer_status *tok_err(llm_tokenizer *t, const char *fmt, const char *arg) {
@@ -149,14 +166,17 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
   llm_gguf_str model = {0}, pre = {0};
   if (!llm_gguf_get_str(g, "tokenizer.ggml.model", &model))
     return tok_err(t, "tokenizer: %s missing", "tokenizer.ggml.model");
-  if (!(model.n == 4 && !memcmp(model.p, "gpt2", 4))) {
+  t->spm = model.n == 5 && !memcmp(model.p, "llama", 5);
+  if (!t->spm && !(model.n == 4 && !memcmp(model.p, "gpt2", 4))) {
     char m[64];
     snprintf(m, sizeof m, "%.*s", (int)(model.n < 60 ? model.n : 60), model.p);
-    return tok_err(t, "tokenizer: model '%s' not supported (only byte-level BPE 'gpt2')", m);
+    return tok_err(t, "tokenizer: tokenizer.ggml.model '%s' not supported (supported: 'gpt2' byte-level BPE, "
+                      "'llama' SentencePiece)", m);
   }
   static const char *digit_pre[] = {"smollm", "starcoder", "refact", "codeshell", "exaone",
                                     "minerva", "command-r"};
-  if (llm_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) {
+  /* llama.cpp ignores tokenizer.ggml.pre for SentencePiece */
+  if (!t->spm && llm_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) {
     bool ok = pre.n == 4 && !memcmp(pre.p, "gpt2", 4);
     for (size_t i = 0; i < sizeof digit_pre / sizeof *digit_pre; i++)
       if (pre.n == strlen(digit_pre[i]) && !memcmp(pre.p, digit_pre[i], pre.n)) ok = t->split_digits = true;
@@ -201,7 +221,23 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
     t->piece_off[i] = (uint32_t)off;
     const uint8_t *s = (const uint8_t *)t->text[i].p;
     size_t n = t->text[i].n;
-    if (t->ttype[i] == TT_NORMAL || t->ttype[i] == TT_BYTE) {
+    if (t->spm) {
+      /* as llama.cpp's token_to_piece: normal -> U+2581 unescaped to spaces; byte ->
+       * the byte of <0xXX>; unused -> nothing; control/unknown/user-defined -> the text */
+      int hi, lo;
+      if (t->ttype[i] == TT_NORMAL) {
+        for (size_t k = 0; k < n;) {
+          if (n - k >= 3 && !memcmp(s + k, "\xE2\x96\x81", 3)) { t->pieces[off++] = ' '; k += 3; }
+          else t->pieces[off++] = (char)s[k++];
+        }
+      } else if (t->ttype[i] == TT_BYTE && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' &&
+                 (hi = hexval(s[3])) >= 0 && (lo = hexval(s[4])) >= 0) {
+        t->pieces[off++] = (char)(hi << 4 | lo);
+      } else if (t->ttype[i] != TT_UNUSED) {
+        memcpy(t->pieces + off, s, n);
+        off += n;
+      }
+    } else if (t->ttype[i] == TT_NORMAL || t->ttype[i] == TT_BYTE) {
       for (size_t k = 0; k < n;) {
         uint32_t cp;
         int l = utf8_dec(s + k, n - k, &cp);
@@ -216,32 +252,70 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
     }
   }
   t->piece_off[t->n_vocab] = (uint32_t)off;
+  uint32_t v;
+  t->unk = -1;
+  if (t->spm) {
+    /* llama.cpp's SentencePiece defaults when the keys are absent */
+    t->bos = 1;
+    t->eos = 2;
+    t->unk = 0;
+    t->add_bos = true;
+    t->add_space_prefix = true;
+  }
+  if (llm_gguf_get_u32(g, "tokenizer.ggml.unknown_token_id", &v)) t->unk = (int32_t)v;
+  if (t->unk >= t->n_vocab) t->unk = -1;
   for (int b = 0; b < 256; b++) {
-    char buf[4];
+    char buf[8];
     int l = utf8_enc(byte_to_cp[b], buf);
-    t->byte_tok[b] = hmap_get(&t->vocab, buf, (size_t)l);
+    if (t->spm) {
+      /* <0xXX>, else the byte itself as a token (llama.cpp's byte_to_token), else <unk> */
+      snprintf(buf, sizeof buf, "<0x%02X>", b);
+      t->byte_tok[b] = hmap_get(&t->vocab, buf, 6);
+      char c = (char)b;
+      if (t->byte_tok[b] < 0) t->byte_tok[b] = hmap_get(&t->vocab, &c, 1);
+      if (t->byte_tok[b] < 0) t->byte_tok[b] = t->unk;
+    } else {
+      t->byte_tok[b] = hmap_get(&t->vocab, buf, (size_t)l);
+    }
   }
-  const llm_gguf_kv *mg = llm_gguf_find(g, "tokenizer.ggml.merges");
-  if (!mg || mg->type != GGUF_ARRAY || mg->arr_type != GGUF_STRING)
-    return tok_err(t, "tokenizer: %s missing", "tokenizer.ggml.merges");
-  if (!hmap_init(&t->merges, (size_t)mg->arr_n + 1)) {
-    llm_tokenizer_destroy(t);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenizer: out of memory");
+  if (t->spm) {
+    /* merge scores; llama.cpp uses 0 for every token when the key is absent */
+    const llm_gguf_kv *sc = llm_gguf_find(g, "tokenizer.ggml.scores");
+    if (sc && (sc->type != GGUF_ARRAY || sc->arr_type != GGUF_F32 || sc->arr_n != toks->arr_n))
+      return tok_err(t, "tokenizer: %s is not an f32 array as long as tokens", "tokenizer.ggml.scores");
+    t->score = calloc((size_t)t->n_vocab, sizeof *t->score);
+    if (!t->score) {
+      llm_tokenizer_destroy(t);
+      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenizer: out of memory");
+    }
+    if (sc) memcpy(t->score, sc->data, (size_t)t->n_vocab * sizeof *t->score);
   }
-  for (uint64_t i = 0; i < mg->arr_n && i < INT32_MAX; i++)
-    hmap_put(&t->merges, mg->strs[i].p, (uint32_t)(mg->strs[i].n > UINT32_MAX ? 0 : mg->strs[i].n), (int32_t)i);
-  /* special tokens */
+  if (!t->spm) {
+    const llm_gguf_kv *mg = llm_gguf_find(g, "tokenizer.ggml.merges");
+    if (!mg || mg->type != GGUF_ARRAY || mg->arr_type != GGUF_STRING)
+      return tok_err(t, "tokenizer: %s missing", "tokenizer.ggml.merges");
+    if (!hmap_init(&t->merges, (size_t)mg->arr_n + 1)) {
+      llm_tokenizer_destroy(t);
+      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenizer: out of memory");
+    }
+    for (uint64_t i = 0; i < mg->arr_n && i < INT32_MAX; i++)
+      hmap_put(&t->merges, mg->strs[i].p, (uint32_t)(mg->strs[i].n > UINT32_MAX ? 0 : mg->strs[i].n), (int32_t)i);
+  }
+  /* special tokens (llama.cpp's cache_special_tokens: control, user-defined, unknown) */
   t->special = malloc((size_t)t->n_vocab * sizeof *t->special);
   if (!t->special) {
     llm_tokenizer_destroy(t);
     return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenizer: out of memory");
   }
   for (int32_t i = 0; i < t->n_vocab; i++)
-    if ((t->ttype[i] == TT_CONTROL || t->ttype[i] == TT_USER) && t->text[i].n > 0) t->special[t->n_special++] = i;
+    if ((t->ttype[i] == TT_CONTROL || t->ttype[i] == TT_USER || t->ttype[i] == TT_UNKNOWN) && t->text[i].n > 0)
+      t->special[t->n_special++] = i;
   qsort_r(t->special, (size_t)t->n_special, sizeof *t->special, cmp_special, t);
-  uint32_t v;
-  t->bos = llm_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v) && v < (uint32_t)t->n_vocab ? (int32_t)v : -1;
-  t->eos = llm_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v) && v < (uint32_t)t->n_vocab ? (int32_t)v : -1;
+  if (!t->spm) t->bos = t->eos = -1;
+  if (llm_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v)) t->bos = (int32_t)v;
+  if (llm_gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v)) t->eos = (int32_t)v;
+  if (t->bos >= t->n_vocab) t->bos = -1;
+  if (t->eos >= t->n_vocab) t->eos = -1;
   t->eot = llm_gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &v) && v < (uint32_t)t->n_vocab ? (int32_t)v : -1;
   if (t->eot < 0) {
     static const char *eots[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|endoftext|>"};
@@ -250,9 +324,12 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
       if (id >= 0 && t->ttype[id] == TT_CONTROL && id != t->eos) t->eot = id;
     }
   }
-  t->add_bos = false;
   bool b;
-  if (llm_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b)) t->add_bos = b && t->bos >= 0;
+  if (llm_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b)) t->add_bos = b;
+  if (llm_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b)) t->add_eos = b;
+  if (llm_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) && t->spm) t->add_space_prefix = b;
+  t->add_bos = t->add_bos && t->bos >= 0;
+  t->add_eos = t->add_eos && t->eos >= 0;
   llm_gguf_str ct;
   if (llm_gguf_get_str(g, "tokenizer.chat_template", &ct)) {
     t->chat_template = malloc(ct.n + 1);
@@ -269,6 +346,7 @@ int32_t llm_tokenizer_n_vocab(const llm_tokenizer *t) { return t->n_vocab; }
 int32_t llm_tokenizer_bos(const llm_tokenizer *t) { return t->bos; }
 int32_t llm_tokenizer_eos(const llm_tokenizer *t) { return t->eos; }
 bool llm_tokenizer_add_bos(const llm_tokenizer *t) { return t->add_bos; }
+bool llm_tokenizer_add_space_prefix(const llm_tokenizer *t) { return t->add_space_prefix; }
 bool llm_tokenizer_is_eog(const llm_tokenizer *t, int32_t id) {
   return id >= 0 && (id == t->eos || id == t->eot);
 }
@@ -512,6 +590,123 @@ static cinfer_status *tokenize_raw(const llm_tokenizer *t, bpe_ws *w, const uint
   return NULL;
 }
 
+/* ---- SentencePiece (llama.cpp's llm_tokenizer_spm_session) ---- */
+typedef struct { float score; int32_t left, right, size; } spm_bigram;
+typedef struct {
+  const llm_tokenizer *t;
+  char *text;          /* escaped fragment */
+  size_t text_cap;
+  sym *syms;           /* off/n index text */
+  size_t syms_cap;
+  spm_bigram *heap;    /* max-heap on (score, then lower left first) */
+  size_t heap_n, heap_cap;
+  bool oom;
+} spm_ws;
+
+static bool spm_before(const spm_bigram *a, const spm_bigram *b) {
+  return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+static void spm_try_bigram(spm_ws *w, int32_t l, int32_t r) {
+  if (l < 0 || r < 0) return;
+  const sym *a = &w->syms[l], *b = &w->syms[r];
+  size_t n = (size_t)a->n + b->n; /* a and b are adjacent in text */
+  int32_t id = hmap_get(&w->t->vocab, w->text + a->off, n);
+  if (id < 0) return;
+  if (!grow((void **)&w->heap, &w->heap_cap, w->heap_n + 1, sizeof *w->heap)) { w->oom = true; return; }
+  spm_bigram bg = {w->t->score[id], l, r, (int32_t)n};
+  size_t i = w->heap_n++;
+  while (i && spm_before(&bg, &w->heap[(i - 1) / 2])) {
+    w->heap[i] = w->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  w->heap[i] = bg;
+}
+static spm_bigram spm_pop(spm_ws *w) {
+  spm_bigram top = w->heap[0], last = w->heap[--w->heap_n];
+  size_t i = 0;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= w->heap_n) break;
+    if (c + 1 < w->heap_n && spm_before(&w->heap[c + 1], &w->heap[c])) c++;
+    if (!spm_before(&w->heap[c], &last)) break;
+    w->heap[i] = w->heap[c];
+    i = c;
+  }
+  if (w->heap_n) w->heap[i] = last;
+  return top;
+}
+
+/* Tokenises one raw fragment s[0..n) (valid UTF-8): optional leading space, spaces escaped
+ * to U+2581, then bigram merging by score. */
+static void spm_fragment(spm_ws *w, const uint8_t *s, size_t n, bool prefix, ivec *out) {
+  const llm_tokenizer *t = w->t;
+  size_t need = (n + 1) * 3; /* every byte a space at worst */
+  if (!grow((void **)&w->text, &w->text_cap, need, 1)) { w->oom = true; return; }
+  size_t tl = 0;
+  if (prefix) { memcpy(w->text, "\xE2\x96\x81", 3); tl = 3; }
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == ' ') { memcpy(w->text + tl, "\xE2\x96\x81", 3); tl += 3; }
+    else w->text[tl++] = (char)s[i];
+  }
+  if (!grow((void **)&w->syms, &w->syms_cap, tl + 1, sizeof *w->syms)) { w->oom = true; return; }
+  int32_t ns = 0;
+  for (size_t k = 0; k < tl;) {
+    size_t l = (size_t)utf8_len((uint8_t)w->text[k]);
+    if (!l || l > tl - k) l = 1; /* cannot happen on validated input; kept as llama.cpp's min() */
+    w->syms[ns] = (sym){(uint32_t)k, (uint32_t)l, ns - 1, k + l == tl ? -1 : ns + 1};
+    ns++;
+    k += l;
+  }
+  w->heap_n = 0;
+  for (int32_t i = 1; i < ns; i++) spm_try_bigram(w, i - 1, i);
+  while (w->heap_n && !w->oom) {
+    spm_bigram b = spm_pop(w);
+    sym *l = &w->syms[b.left], *r = &w->syms[b.right];
+    /* stale: one side already merged elsewhere (sizes only grow, so a size mismatch or an
+     * emptied symbol identifies it, as in llama.cpp) */
+    if (!l->n || !r->n || (int32_t)(l->n + r->n) != b.size) continue;
+    l->n += r->n;
+    r->n = 0;
+    l->next = r->next;
+    if (r->next >= 0) w->syms[r->next].prev = b.left;
+    spm_try_bigram(w, l->prev, b.left);
+    spm_try_bigram(w, b.left, l->next);
+  }
+  /* every merged symbol is a token by construction; single characters that are not fall
+   * back to their bytes (llama.cpp's resegment) */
+  for (int32_t i = 0; ns && i != -1; i = w->syms[i].next) {
+    const sym *y = &w->syms[i];
+    int32_t id = hmap_get(&t->vocab, w->text + y->off, y->n);
+    if (id >= 0) { ivec_push(out, id); continue; }
+    for (uint32_t k = 0; k < y->n; k++) {
+      int32_t bid = t->byte_tok[(uint8_t)w->text[y->off + k]];
+      if (bid >= 0) ivec_push(out, bid);
+    }
+  }
+}
+
+static cinfer_status *check_utf8(const uint8_t *s, size_t n, size_t base) {
+  for (size_t k = 0; k < n;) {
+    uint32_t cp;
+    int l = utf8_dec(s + k, n - k, &cp);
+    if (!l) return cinfer_status_new(CINFER_INVALID_ARG, "tokenize: invalid UTF-8 at byte %zu", base + k);
+    k += (size_t)l;
+  }
+  return NULL;
+}
+
+static cinfer_status *raw_fragment(const llm_tokenizer *t, bpe_ws *w, spm_ws *sw, const uint8_t *s, size_t n,
+                                   size_t base, bool *prev_special, ivec *out) {
+  if (!t->spm) return tokenize_raw(t, w, s, n, base, out);
+  /* escaped text (3 bytes per space, + prefix) must index with uint32 offsets and int32 symbols */
+  if (n > INT32_MAX / 3 - 1) return cinfer_status_new(CINFER_INVALID_ARG, "tokenize: text fragment too long");
+  cinfer_status *st = check_utf8(s, n, base);
+  if (st) return st;
+  spm_fragment(sw, s, n, t->add_space_prefix && *prev_special, out);
+  *prev_special = false;
+  return NULL;
+}
+
 cinfer_status *llm_tokenize(const llm_tokenizer *t, const char *text, size_t n, bool add_special,
                             bool parse_special, int32_t **out, size_t *n_out) {
   *out = NULL;
@@ -519,7 +714,9 @@ cinfer_status *llm_tokenize(const llm_tokenizer *t, const char *text, size_t n, 
   if (n > UINT32_MAX / 2) return cinfer_status_new(CINFER_INVALID_ARG, "tokenize: text too long");
   ivec res = {0};
   bpe_ws w = {.t = t};
+  spm_ws sw = {.t = t};
   cinfer_status *st = NULL;
+  bool prev_special = true; /* SentencePiece: a raw fragment here gets the space prefix */
   if (add_special && t->add_bos) ivec_push(&res, t->bos);
   /* fragments: iterate the text, at each position find the longest special token that
    * starts here among those allowed. Equivalent to llama.cpp's partition for
@@ -537,17 +734,22 @@ cinfer_status *llm_tokenize(const llm_tokenizer *t, const char *text, size_t n, 
       }
     }
     if (hit < 0) { i++; continue; }
-    if (i > raw_start) st = tokenize_raw(t, &w, s + raw_start, i - raw_start, raw_start, &res);
+    if (i > raw_start) st = raw_fragment(t, &w, &sw, s + raw_start, i - raw_start, raw_start, &prev_special, &res);
     ivec_push(&res, hit);
+    prev_special = true;
     i += t->text[hit].n;
     raw_start = i;
   }
-  if (!st && n > raw_start) st = tokenize_raw(t, &w, s + raw_start, n - raw_start, raw_start, &res);
-  if (!st && (w.oom || res.oom)) st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenize: out of memory");
+  if (!st && n > raw_start) st = raw_fragment(t, &w, &sw, s + raw_start, n - raw_start, raw_start, &prev_special, &res);
+  if (!st && add_special && t->add_eos) ivec_push(&res, t->eos);
+  if (!st && (w.oom || sw.oom || res.oom)) st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenize: out of memory");
   free(w.buf);
   free(w.syms);
   free(w.heap);
   free(w.pair);
+  free(sw.text);
+  free(sw.syms);
+  free(sw.heap);
   if (st) {
     free(res.v);
     return st;
@@ -589,6 +791,10 @@ static size_t emit_utf8(const uint8_t *b, size_t n, bool final, char *out) {
 size_t llm_detok_push(const llm_tokenizer *t, llm_detok *st, int32_t id, bool special, char *out, size_t cap) {
   size_t len;
   const char *p = llm_token_piece(t, id, special, &len);
+  if (st->lstrip && !st->started && len && p[0] == ' ') { /* llama_detokenize's remove_space */
+    p++;
+    len--;
+  }
   size_t need = ((size_t)st->npend + len) * 3 + 8;
   if (cap < need) return need;
   /* work buffer: pending + piece; output at most 3 bytes per input byte */
@@ -602,6 +808,7 @@ size_t llm_detok_push(const llm_tokenizer *t, llm_detok *st, int32_t id, bool sp
   size_t o = r & 0xFFFFFFFFu, k = r >> 32;
   st->npend = (int)(n - k);
   memcpy(st->pend, b + k, (size_t)st->npend);
+  st->started = true;
   if (b != stackbuf) free(b);
   return o;
 }
