@@ -6,7 +6,8 @@
  *  - each token's piece equals llama_token_to_piece's; streaming detokenisation with the
  *    leading-space strip equals llama_detokenize and emits only complete UTF-8;
  *  - byte fallback: characters absent from the vocabulary become their <0xXX> tokens;
- *  - BOS is added by default; an unknown tokenizer.ggml.model is an error naming it. */
+ *  - BOS is added by default; an unknown tokenizer.ggml.model or bad scores are errors
+ *    naming the value or field. */
 #include <cjson/cJSON.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -213,42 +214,70 @@ static void test_byte_fallback_and_bos(void **state) {
   cinfer_status_free(st);
 }
 
-/* A minimal GGUF v3 with string metadata only. */
+/* A minimal GGUF v3: tokenizer.ggml.model = model, tokens ["a", "b"], and when
+ * scores_type >= 0 a tokenizer.ggml.scores array of that GGUF type with n_scores 4-byte
+ * elements. */
 static size_t put_str(uint8_t *b, size_t o, const char *s) {
   uint64_t n = strlen(s);
   memcpy(b + o, &n, 8);
   memcpy(b + o + 8, s, n);
   return o + 8 + n;
 }
-static void test_unknown_model_is_named(void **state) {
-  (void)state;
+static size_t put_u32(uint8_t *b, size_t o, uint32_t v) { return memcpy(b + o, &v, 4), o + 4; }
+static size_t put_u64(uint8_t *b, size_t o, uint64_t v) { return memcpy(b + o, &v, 8), o + 8; }
+static cinfer_status *create_from(const char *model, int scores_type, uint64_t n_scores) {
   uint8_t b[512];
-  size_t o = 0;
-  uint32_t u32;
-  uint64_t u64;
   memcpy(b, "GGUF", 4);
-  u32 = 3, memcpy(b + 4, &u32, 4);
-  u64 = 0, memcpy(b + 8, &u64, 8);  /* tensors */
-  u64 = 2, memcpy(b + 16, &u64, 8); /* kv */
-  o = put_str(b, 24, "tokenizer.ggml.model");
-  u32 = 8, memcpy(b + o, &u32, 4), o += 4; /* string */
-  o = put_str(b, o, "wordpiece-x");
+  size_t o = put_u32(b, 4, 3);
+  o = put_u64(b, o, 0);                    /* tensors */
+  o = put_u64(b, o, scores_type >= 0 ? 3 : 2); /* kv */
+  o = put_str(b, o, "tokenizer.ggml.model");
+  o = put_u32(b, o, 8); /* string */
+  o = put_str(b, o, model);
   o = put_str(b, o, "tokenizer.ggml.tokens");
-  u32 = 9, memcpy(b + o, &u32, 4), o += 4; /* array */
-  u32 = 8, memcpy(b + o, &u32, 4), o += 4; /* of strings */
-  u64 = 1, memcpy(b + o, &u64, 8), o += 8;
+  o = put_u32(b, o, 9); /* array */
+  o = put_u32(b, o, 8); /* of strings */
+  o = put_u64(b, o, 2);
   o = put_str(b, o, "a");
+  o = put_str(b, o, "b");
+  if (scores_type >= 0) {
+    o = put_str(b, o, "tokenizer.ggml.scores");
+    o = put_u32(b, o, 9);
+    o = put_u32(b, o, (uint32_t)scores_type);
+    o = put_u64(b, o, n_scores);
+    for (uint64_t i = 0; i < n_scores; i++) o = put_u32(b, o, 0);
+  }
   llm_gguf *g;
   cinfer_status *st = llm_gguf_open_memory(b, o, &g);
   if (st) fail_msg("gguf: %s", cinfer_status_message(st));
-  llm_tokenizer *t;
+  llm_tokenizer *t = (llm_tokenizer *)1;
   st = llm_tokenizer_create(g, &t);
+  if (st) assert_null(t);
+  llm_tokenizer_destroy(t);
+  llm_gguf_close(g);
+  return st;
+}
+
+static void test_bad_metadata_is_named(void **state) {
+  (void)state;
+  cinfer_status *st = create_from("wordpiece-x", -1, 0);
   assert_non_null(st);
-  assert_null(t);
   assert_int_equal(cinfer_status_code(st), CINFER_UNSUPPORTED);
   assert_non_null(strstr(cinfer_status_message(st), "'wordpiece-x'"));
   cinfer_status_free(st);
-  llm_gguf_close(g);
+  /* scores must be f32 (type 6) and as long as tokens */
+  st = create_from("llama", 5, 2);
+  assert_non_null(st);
+  assert_non_null(strstr(cinfer_status_message(st), "tokenizer.ggml.scores"));
+  cinfer_status_free(st);
+  st = create_from("llama", 6, 3);
+  assert_non_null(st);
+  assert_non_null(strstr(cinfer_status_message(st), "tokenizer.ggml.scores"));
+  cinfer_status_free(st);
+  /* without scores (all 0 then, as in llama.cpp) and without byte tokens, a SentencePiece
+   * vocabulary still loads, as in llama.cpp */
+  assert_null(create_from("llama", -1, 0));
+  assert_null(create_from("llama", 6, 2));
 }
 
 int main(void) {
@@ -256,7 +285,7 @@ int main(void) {
       cmocka_unit_test(test_ids_match_llama_cpp),
       cmocka_unit_test(test_detok_matches_llama_cpp),
       cmocka_unit_test(test_byte_fallback_and_bos),
-      cmocka_unit_test(test_unknown_model_is_named),
+      cmocka_unit_test(test_bad_metadata_is_named),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
