@@ -974,6 +974,9 @@ cinfer_status *llm_engine_detokenize(const llm_engine *e, const int32_t *ids, si
     o += l;
   }
   b[o] = 0;
+  /* SentencePiece vocabularies with add_space_prefix: the space the tokenizer added before
+   * the text is not part of it (llama_detokenize drops it too). */
+  if (o && b[0] == ' ' && llm_tokenizer_add_space_prefix(e->tok)) memmove(b, b + 1, o--);
   *out = b;
   *out_len = o;
   return NULL;
