@@ -23,6 +23,7 @@
 
 #include "backends/onnx/onnx.h"
 #include "cli/cli.h"
+#include "core/elem.h"
 
 typedef struct run_opts {
   const char *model, *data_dir, *out_dir;
@@ -87,21 +88,7 @@ static double cpu_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static double get_d(const cinfer_tensor *t, size_t i) {
-  switch (t->dtype) {
-    case CINFER_TYPE_FP32: return ((const float *)t->data)[i];
-    case CINFER_TYPE_FP64: return ((const double *)t->data)[i];
-    case CINFER_TYPE_INT64: return (double)((const int64_t *)t->data)[i];
-    case CINFER_TYPE_INT32: return ((const int32_t *)t->data)[i];
-    case CINFER_TYPE_INT16: return ((const int16_t *)t->data)[i];
-    case CINFER_TYPE_INT8: return ((const int8_t *)t->data)[i];
-    case CINFER_TYPE_UINT8: case CINFER_TYPE_BOOL: return ((const uint8_t *)t->data)[i];
-    case CINFER_TYPE_UINT16: return ((const uint16_t *)t->data)[i];
-    case CINFER_TYPE_UINT32: return ((const uint32_t *)t->data)[i];
-    case CINFER_TYPE_UINT64: return (double)((const uint64_t *)t->data)[i];
-    default: return NAN;
-  }
-}
+static double get_d(const cinfer_tensor *t, size_t i) { return cinfer_elem_f64(t->dtype, t->data, i, NAN); }
 
 static void shape_str(const cinfer_tensor *t, char *b, size_t n) {
   size_t o = (size_t)snprintf(b, n, "[");

@@ -11,6 +11,7 @@
 
 #include "backends/onnx/onnx_impl.h"
 #include "backends/onnx/tensor_pb.h"
+#include "core/elem.h"
 
 int64_t ot_numel(const ot *t) {
   int64_t n = 1;
@@ -62,21 +63,7 @@ ot *ot_clone(const ot *t) {
   return c;
 }
 
-double ot_get_f(const ot *t, int64_t i) {
-  switch (t->dtype) {
-    case CINFER_TYPE_FP32: return ((const float *)t->data)[i];
-    case CINFER_TYPE_FP64: return ((const double *)t->data)[i];
-    case CINFER_TYPE_INT64: return (double)((const int64_t *)t->data)[i];
-    case CINFER_TYPE_INT32: return ((const int32_t *)t->data)[i];
-    case CINFER_TYPE_INT16: return ((const int16_t *)t->data)[i];
-    case CINFER_TYPE_INT8: return ((const int8_t *)t->data)[i];
-    case CINFER_TYPE_UINT8: case CINFER_TYPE_BOOL: return ((const uint8_t *)t->data)[i];
-    case CINFER_TYPE_UINT16: return ((const uint16_t *)t->data)[i];
-    case CINFER_TYPE_UINT32: return ((const uint32_t *)t->data)[i];
-    case CINFER_TYPE_UINT64: return (double)((const uint64_t *)t->data)[i];
-    default: return 0;
-  }
-}
+double ot_get_f(const ot *t, int64_t i) { return cinfer_elem_f64(t->dtype, t->data, (size_t)i, 0); }
 
 int64_t ot_get_i(const ot *t, int64_t i) {
   switch (t->dtype) {
