@@ -14,20 +14,21 @@ SRC = os.environ.get("CINFER_SOURCE_DIR", ".")
 EXAMPLES = os.path.join(SRC, "examples", "model_repository")
 
 
-class Server:
-    """A running `cinfer serve`. Use as a context manager; .url is http://127.0.0.1:PORT."""
+class CinferProcess:
+    """A `cinfer` subcommand started on an ephemeral loopback port: reads the port from its
+    log line `http_port=N`, keeps the log, and on exit fails the test on a sanitizer report,
+    a crash or a non-zero exit. Subclasses build the command line in start()."""
 
-    def __init__(self, repo=EXAMPLES, args=(), startup_timeout=60):
-        self.repo = repo
+    what = "cinfer"
+
+    def __init__(self, args=(), startup_timeout=60):
         self.args = list(args)
         self.startup_timeout = startup_timeout
         self.proc = None
         self.port = None
         self.log = []
 
-    def start(self):
-        cmd = [BIN, "serve", "--model-repository", self.repo, "--host", "127.0.0.1",
-               "--http-port", "0"] + self.args
+    def _launch(self, cmd):
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, bufsize=1)
         port_seen = threading.Event()
@@ -45,22 +46,10 @@ class Server:
         self.reader.start()
         if not port_seen.wait(self.startup_timeout) or self.port is None:
             self.stop()
-            raise RuntimeError("cinfer serve did not start:\n" + "".join(self.log))
+            raise RuntimeError(f"{self.what} did not start:\n" + "".join(self.log))
         self.url = f"http://127.0.0.1:{self.port}"
         self.hostport = f"127.0.0.1:{self.port}"
         return self
-
-    def wait_ready(self, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except Exception:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("server never became ready:\n" + "".join(self.log))
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc and self.proc.poll() is None:
@@ -84,7 +73,33 @@ class Server:
         assert "ERROR: AddressSanitizer" not in text, text
         assert "runtime error:" not in text, text
         assert "ERROR: LeakSanitizer" not in text, text
-        assert rc == 0, f"cinfer serve exited with {rc}:\n{text}"
+        assert rc == 0, f"{self.what} exited with {rc}:\n{text}"
+
+
+class Server(CinferProcess):
+    """A running `cinfer serve`. Use as a context manager; .url is http://127.0.0.1:PORT."""
+
+    what = "cinfer serve"
+
+    def __init__(self, repo=EXAMPLES, args=(), startup_timeout=60):
+        super().__init__(args, startup_timeout)
+        self.repo = repo
+
+    def start(self):
+        return self._launch([BIN, "serve", "--model-repository", self.repo, "--host", "127.0.0.1",
+                             "--http-port", "0"] + self.args)
+
+    def wait_ready(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/v2/health/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except Exception:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("server never became ready:\n" + "".join(self.log))
 
 
 def _copy_keep_links(src, dst):

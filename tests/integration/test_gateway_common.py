@@ -8,12 +8,11 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import threading
 import time
 
-from cinfer_server import BIN, EXAMPLES, Server  # noqa: F401  (re-exported)
+from cinfer_server import BIN, EXAMPLES, CinferProcess, Server  # noqa: F401  (re-exported)
 
 
 def wait_for(cond, timeout=20.0, what="condition"):
@@ -27,42 +26,21 @@ def wait_for(cond, timeout=20.0, what="condition"):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-class Gateway:
+class Gateway(CinferProcess):
     """A running `cinfer gateway` on an ephemeral loopback port, from a config dict."""
 
+    what = "cinfer gateway"
+
     def __init__(self, config, args=()):
+        super().__init__(args, startup_timeout=30)
         self.config = config
-        self.args = list(args)
-        self.proc = None
-        self.log = []
 
     def start(self):
         fd, self.cfg_path = tempfile.mkstemp(prefix="cinfer-gw-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(self.config, f)
-        cmd = [BIN, "gateway", "--config", self.cfg_path, "--host", "127.0.0.1", "--port", "0",
-               "--log-verbose", "1"] + self.args
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, bufsize=1)
-        seen = threading.Event()
-        self.port = None
-
-        def pump():
-            for line in self.proc.stdout:
-                self.log.append(line)
-                m = re.search(r"http_port=(\d+)", line)
-                if m and not seen.is_set():
-                    self.port = int(m.group(1))
-                    seen.set()
-            seen.set()
-
-        self.reader = threading.Thread(target=pump, daemon=True)
-        self.reader.start()
-        if not seen.wait(30) or self.port is None:
-            self.stop()
-            raise RuntimeError("gateway did not start:\n" + "".join(self.log))
-        self.url = f"http://127.0.0.1:{self.port}"
-        return self
+        return self._launch([BIN, "gateway", "--config", self.cfg_path, "--host", "127.0.0.1",
+                             "--port", "0", "--log-verbose", "1"] + self.args)
 
     def wait_ready(self, timeout=20):
         wait_for(lambda: get(self.port, "/readyz")[0] == 200, timeout, "gateway /readyz")
@@ -82,31 +60,12 @@ class Gateway:
         return get(self.port, "/metrics")[2].decode()
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if getattr(self, "reader", None):
-            self.reader.join(5)
+        rc = super().stop(sig, timeout)
         try:
             os.unlink(self.cfg_path)
-        except OSError:
+        except (OSError, AttributeError):
             pass
-        return self.proc.returncode if self.proc else None
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        rc = self.stop()
-        text = "".join(self.log)
-        assert "ERROR: AddressSanitizer" not in text, text
-        assert "runtime error:" not in text, text
-        assert "ERROR: LeakSanitizer" not in text, text
-        assert rc == 0, f"cinfer gateway exited with {rc}:\n{text}"
+        return rc
 
 
 def request(port, method, path, body=None, headers=None, timeout=30, conn=None, host="127.0.0.1"):
