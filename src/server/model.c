@@ -148,11 +148,21 @@ static void fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st) 
 
 /* ---- execution ------------------------------------------------------------------------ */
 
+/* With stats_mu held: r's queue and compute phases, added together so that a statistics
+ * snapshot never sees the compute counts differ (perf_analyzer refuses a window where they
+ * do). t0..t2: the batch's input assembly and execution; t_out: end of its output phase. */
+static void stat_phases_locked(cinfer_model *m, const cinfer_request *r, uint64_t t0, uint64_t t1,
+                               uint64_t t2, uint64_t t_out) {
+  stat_add(&m->stats.queue, 1, r->t_exec_start - r->t_arrival);
+  stat_add(&m->stats.compute_input, 1, t1 - t0);
+  stat_add(&m->stats.compute_infer, 1, t2 - t1);
+  stat_add(&m->stats.compute_output, 1, t_out - t2);
+}
+
 /* Builds responses viewing each request's rows of the batch outputs and delivers them.
- * t0..t2: the batch's input assembly and execution. Each request's statistics (success,
- * queue, compute input/infer/output) are added under one lock just before its response
- * goes out, so a statistics snapshot never sees the compute counts differ (perf_analyzer
- * refuses a window where they do) and a client that has its response sees it counted. */
+ * t0..t2: the batch's input assembly and execution. Each request's statistics are added
+ * under one lock just before its response goes out, so a client that has its response
+ * sees it counted. */
 static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, batch_block *bl,
                           uint64_t t0, uint64_t t1, uint64_t t2) {
   int64_t row0 = 0;
@@ -205,10 +215,7 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
     uint64_t t_end = now_ns();
     pthread_mutex_lock(&m->stats_mu);
     stat_add(&m->stats.success, 1, t_end - r->t_arrival);
-    stat_add(&m->stats.queue, 1, r->t_exec_start - r->t_arrival);
-    stat_add(&m->stats.compute_input, 1, t1 - t0);
-    stat_add(&m->stats.compute_infer, 1, t2 - t1);
-    stat_add(&m->stats.compute_output, 1, t_end - t2);
+    stat_phases_locked(m, r, t0, t1, t2, t_end);
     pthread_mutex_unlock(&m->stats_mu);
     metric_inc(m->m.success, 1);
     metric_observe(m->m.request_dur, (double)(t_end - r->t_arrival) * 1e-9);
@@ -273,13 +280,8 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
   m->stats.execution_count++;
   m->stats.inference_count += (uint64_t)rows;
   m->stats.last_inference_ms = unix_ms();
-  for (uint32_t k = 0; decoupled && !st && k < n; k++) {
-    /* The backend streams the responses itself: the compute phases end here. */
-    stat_add(&m->stats.queue, 1, reqs[k]->t_exec_start - reqs[k]->t_arrival);
-    stat_add(&m->stats.compute_input, 1, t1 - t0);
-    stat_add(&m->stats.compute_infer, 1, t2 - t1);
-    stat_add(&m->stats.compute_output, 1, 0);
-  }
+  /* A decoupled backend streams the responses itself: the compute phases end here. */
+  for (uint32_t k = 0; decoupled && !st && k < n; k++) stat_phases_locked(m, reqs[k], t0, t1, t2, t2);
   pthread_mutex_unlock(&m->stats_mu);
   metric_inc(m->m.execution_count, 1);
   metric_inc(m->m.inference_count, (double)rows);
