@@ -481,7 +481,12 @@ static bool claim(worker *w) {
   bench_engine *e = w->e;
   if (atomic_load_explicit(&e->stop, memory_order_relaxed)) return false;
   if (e->ls.requests <= 0) return true;
-  if (atomic_fetch_add(&e->issued, 1) < e->ls.requests) return true;
+  /* Never past the count: a request handed back (conn_stale_retry: issued - 1) must be
+   * claimable again, which an overshoot by idle connections' failed claims would prevent
+   * (the run then waited forever for its last request). */
+  int_fast64_t cur = atomic_load(&e->issued);
+  while (cur < e->ls.requests)
+    if (atomic_compare_exchange_weak(&e->issued, &cur, cur + 1)) return true;
   return false;
 }
 
