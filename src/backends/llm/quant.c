@@ -809,12 +809,6 @@ static ALWAYS_INLINE uint32_t ld32(const void *p) {
   memcpy(&v, p, 4);
   return v;
 }
-/* lane r of v in all 8 lanes of a ymm */
-static ALWAYS_INLINE __m256 bcast_lane(__m128 v, const int r) {
-  return _mm256_broadcastss_ps(r == 0 ? v : r == 1 ? _mm_movehdup_ps(v) : r == 2 ? _mm_movehl_ps(v, v)
-                                                                              : _mm_shuffle_ps(v, v, 0xFF));
-}
-
 /* A 4-row tile's weights are contiguous (4 * wrow bytes) and the next tiles follow. While
  * at block i, prefetch the matching 4 blocks' worth of bytes GEMM_PF tiles ahead, so the
  * stream of weights (the whole model per decode step) arrives before it is needed. */
@@ -825,58 +819,54 @@ static ALWAYS_INLINE void gemm_prefetch(const uint8_t *w, size_t wrow, int64_t i
   _mm_prefetch(p + 64, _MM_HINT_T0);
 }
 
-/* Scales of RM (4 or 1) weight rows at block i: fp16 words at `off` in each block, two per
- * row when `pair` (Q4_1's d and m). One conversion for all rows. Lane r of *d (and *m) is
- * H2F of row r's word, the value the single-row kernels compute. */
-static ALWAYS_INLINE void row_scales(const uint8_t *w, size_t wrow, size_t bbytes, int64_t i, const int RM,
-                                     const bool pair, __m128 *d, __m128 *m) {
+/* The first 4 bytes of block i of RM (4 or 1) weight rows, converted as 2 fp16 words each:
+ * lane 2r is row r's d (H2F, the value the single-row kernels compute), lane 2r+1 Q4_1's m
+ * (for the other types two quant bytes, never used). One conversion for all rows. */
+static ALWAYS_INLINE __m256 row_scales(const uint8_t *w, size_t wrow, size_t bbytes, int64_t i, const int RM) {
   const uint8_t *b = w + (size_t)i * bbytes;
-  if (pair) {
-    __m128i dm = RM == 4 ? _mm_setr_epi32((int)ld32(b), (int)ld32(b + wrow), (int)ld32(b + 2 * wrow), (int)ld32(b + 3 * wrow))
-                         : _mm_cvtsi32_si128((int)ld32(b));
-    __m256 f = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(dm), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-    *d = _mm256_castps256_ps128(f);
-    *m = _mm256_extractf128_ps(f, 1);
-  } else {
-    uint16_t h;
-    memcpy(&h, b, 2);
-    __m128i v = _mm_cvtsi32_si128(h);
-    UNROLL for (int r = 1; r < RM; r++) {
-      memcpy(&h, b + (size_t)r * wrow, 2);
-      v = _mm_insert_epi16(v, h, r);
-    }
-    *d = _mm_cvtph_ps(v);
-  }
+  __m128i dm = RM == 4 ? _mm_setr_epi32((int)ld32(b), (int)ld32(b + wrow), (int)ld32(b + 2 * wrow), (int)ld32(b + 3 * wrow))
+                       : _mm_cvtsi32_si128((int)ld32(b));
+  return _mm256_cvtph_ps(dm);
 }
+
+/* Per-block scales of a tile without shuffles: the products d[r] * dy (lanes 2r of one
+ * multiply of the row scales by dy) are stored to a small table and each output's factor
+ * is a broadcast load from it, which runs on a load port instead of a shuffle unit. */
+static ALWAYS_INLINE __m256 bcast_from(const float *tab, int lane) { return _mm256_broadcast_ss(tab + lane); }
 
 static ALWAYS_INLINE void tile_q4_1(int64_t nb, const uint8_t *w, size_t wrow, const uint8_t *a, size_t arow,
                                     float *y, size_t ldy, const int RM, const int RN) {
   __m256 acc[4][GEMM_RN];
-  __m128 summs[GEMM_RN]; /* lane r: row r's min term (lanes >= RM unused) */
+  __m256 summs[GEMM_RN]; /* lane 2r+1: fmaf chain of m[r] * sy, row r's min term */
+  float dtab[GEMM_RN][8] __attribute__((aligned(32)));
   UNROLL for (int t = 0; t < RN; t++) {
-    summs[t] = _mm_setzero_ps();
+    summs[t] = _mm256_setzero_ps();
     UNROLL for (int r = 0; r < RM; r++) acc[r][t] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < nb; i++) {
-    __m256i qx[4];
-    __m128 dx4, mx4;
     if (RM == 4) gemm_prefetch(w, wrow, i, sizeof(blk_q4_1));
-    row_scales(w, wrow, sizeof(blk_q4_1), i, RM, true, &dx4, &mx4);
-    UNROLL for (int r = 0; r < RM; r++) qx[r] = nibbles32b(((const blk_q4_1 *)(w + (size_t)r * wrow) + i)->qs);
+    __m256 dm = row_scales(w, wrow, sizeof(blk_q4_1), i, RM); /* d0 m0 d1 m1 ... */
     UNROLL for (int t = 0; t < RN; t++) {
       const blk_q8_1 *yb = (const blk_q8_1 *)(a + (size_t)t * arow) + i;
-      __m128 ys = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ld32(yb))); /* dy, sy */
-      __m128 d4 = _mm_mul_ps(dx4, _mm_broadcastss_ps(ys));          /* lane r: dx[r] * dy */
-      summs[t] = _mm_fmadd_ps(mx4, _mm_permute_ps(ys, 0x55), summs[t]); /* lane r: fmaf(mx[r], sy, .) */
-      __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs);
-      UNROLL for (int r = 0; r < RM; r++)
-        acc[r][t] = _mm256_fmadd_ps(bcast_lane(d4, r), sum_u8_i8_pairs(qx[r], qy), acc[r][t]);
+      /* (dy, sy) in every lane pair: lane 2r = d[r] * dy, lane 2r+1 = fmaf(m[r], sy, .) */
+      __m256 ys = _mm256_castpd_ps(
+          _mm256_broadcastsd_pd(_mm_castps_pd(_mm_cvtph_ps(_mm_cvtsi32_si128((int)ld32(yb))))));
+      _mm256_store_ps(dtab[t], _mm256_mul_ps(dm, ys));
+      summs[t] = _mm256_fmadd_ps(dm, ys, summs[t]);
+    }
+    UNROLL for (int r = 0; r < RM; r++) {
+      __m256i qx = nibbles32b(((const blk_q4_1 *)(w + (size_t)r * wrow) + i)->qs);
+      UNROLL for (int t = 0; t < RN; t++) {
+        const blk_q8_1 *yb = (const blk_q8_1 *)(a + (size_t)t * arow) + i;
+        __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs);
+        acc[r][t] = _mm256_fmadd_ps(bcast_from(dtab[t], 2 * r), sum_u8_i8_pairs(qx, qy), acc[r][t]);
+      }
     }
   }
   UNROLL for (int t = 0; t < RN; t++) {
-    float sm[4];
-    _mm_storeu_ps(sm, summs[t]);
-    UNROLL for (int r = 0; r < RM; r++) y[(size_t)t * ldy + r] = hsum8(acc[r][t]) + sm[r];
+    float sm[8];
+    _mm256_storeu_ps(sm, summs[t]);
+    UNROLL for (int r = 0; r < RM; r++) y[(size_t)t * ldy + r] = hsum8(acc[r][t]) + sm[2 * r + 1];
   }
 }
 
@@ -887,15 +877,18 @@ static ALWAYS_INLINE void tile_q8a(int64_t nb, const uint8_t *w, size_t wrow, co
                                    float *y, size_t ldy, const int RM, const int RN, const int kind) {
   const bool q4 = kind != 8; /* Q4_0 and Q5_0: small signed weights, sign on the weight */
   __m256 acc[4][GEMM_RN];
+  float dtab[GEMM_RN][8] __attribute__((aligned(32)));
   UNROLL for (int r = 0; r < RM; r++)
     UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
   const size_t bb = kind == 4 ? sizeof(blk_q4_0) : kind == 5 ? sizeof(blk_q5_0) : sizeof(blk_q8_0);
   for (int64_t i = 0; i < nb; i++) {
-    __m256i qx[4];
-    const __m256i *px[4];
-    __m128 dx4, unused;
     if (RM == 4) gemm_prefetch(w, wrow, i, bb);
-    row_scales(w, wrow, bb, i, RM, false, &dx4, &unused);
+    __m256 dx = row_scales(w, wrow, bb, i, RM); /* lane 2r: d[r] */
+    UNROLL for (int t = 0; t < RN; t++) {
+      const blk_q8_0 *yb = (const blk_q8_0 *)(a + (size_t)t * arow) + i;
+      _mm256_store_ps(dtab[t], _mm256_mul_ps(dx, _mm256_set1_ps(H2F(yb->d)))); /* lane 2r: dx[r] * dy */
+    }
+    __m256i qx[4], sx[4];
     UNROLL for (int r = 0; r < RM; r++) {
       const uint8_t *b = w + (size_t)r * wrow + (size_t)i * bb;
       if (kind == 4) {
@@ -904,18 +897,16 @@ static ALWAYS_INLINE void tile_q8a(int64_t nb, const uint8_t *w, size_t wrow, co
         const blk_q5_0 *b5 = (const blk_q5_0 *)b;
         qx[r] = _mm256_or_si256(nibbles32b(b5->qs), q5_high(b5->qh));
       } else {
-        px[r] = (const __m256i *)((const blk_q8_0 *)b)->qs;
-        qx[r] = _mm256_loadu_si256(px[r]);
-        qx[r] = _mm256_sign_epi8(qx[r], qx[r]);
+        sx[r] = _mm256_loadu_si256((const __m256i *)((const blk_q8_0 *)b)->qs);
+        qx[r] = _mm256_sign_epi8(sx[r], sx[r]);
       }
     }
     UNROLL for (int t = 0; t < RN; t++) {
       const blk_q8_0 *yb = (const blk_q8_0 *)(a + (size_t)t * arow) + i;
-      __m128 d4 = _mm_mul_ps(dx4, _mm_set1_ps(H2F(yb->d))); /* lane r: dx[r] * dy */
       __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs), ay = q4 ? _mm256_sign_epi8(qy, qy) : qy;
       UNROLL for (int r = 0; r < RM; r++) {
-        __m256 p = q4 ? dot_i8_abs(ay, qx[r], qy) : dot_i8_abs(qx[r], qy, _mm256_loadu_si256(px[r]));
-        acc[r][t] = _mm256_fmadd_ps(bcast_lane(d4, r), p, acc[r][t]);
+        __m256 p = q4 ? dot_i8_abs(ay, qx[r], qy) : dot_i8_abs(qx[r], qy, sx[r]);
+        acc[r][t] = _mm256_fmadd_ps(bcast_from(dtab[t], 2 * r), p, acc[r][t]);
       }
     }
   }
