@@ -284,7 +284,7 @@ static void mm_multi_chunk(void *c, int chunk, int n, int tid) {
 /* Several matrices over the same input (Q/K/V, gate/up): one quantisation of x and one
  * pool dispatch. Falls back to separate calls when their activation types differ. */
 static void matmul_same_input(llm_pool *pool, llm_scratch *s, const llm_gguf_tensor *const *t, float *const *y,
-                              int n, const float *x, int n_tok) {
+                              int n, const float *x, int n_tok, llm_type prepared) {
   llm_type vt = llm_type_vec_dot_type(t[0]->type);
   for (int i = 1; i < n; i++)
     if (llm_type_vec_dot_type(t[i]->type) != vt) {
@@ -293,7 +293,8 @@ static void matmul_same_input(llm_pool *pool, llm_scratch *s, const llm_gguf_ten
     }
   int k = (int)t[0]->ne[0];
   size_t xrow = llm_row_bytes(vt, k);
-  for (int j = 0; j < n_tok; j++) llm_quantize_row(vt, x + (size_t)j * k, (uint8_t *)s->xq + (size_t)j * xrow, k);
+  if (prepared != vt)
+    for (int j = 0; j < n_tok; j++) llm_quantize_row(vt, x + (size_t)j * k, (uint8_t *)s->xq + (size_t)j * xrow, k);
   mm_multi m = {.n = n};
   for (int i = 0; i < n; i++)
     m.c[i] = (mm_ctx){t[i]->data, llm_row_bytes(t[i]->type, k), xrow, llm_vec_dot_get(t[i]->type),
@@ -309,6 +310,49 @@ static void rmsnorm(float *o, const float *x, const float *w, int n, float eps) 
   float scale = 1.0f / sqrtf((float)(sum / n) + eps);
   for (int i = 0; i < n; i++) o[i] = (x[i] * scale) * w[i];
 }
+
+/* Per-token row operations between the matrix products, run over the pool by rows (each
+ * row independent): x += res; o = rmsnorm(x) * w; o = swiglu(o, u); xq = quantise(o, qt).
+ * Each op is optional (NULL / LLM_TYPE_COUNT_); the order is fixed as listed. */
+typedef struct {
+  float *x;             /* residual stream row base (dim wide), or NULL */
+  const float *res;     /* added to x when not NULL */
+  const float *norm_w;  /* o = rmsnorm(x) * norm_w when not NULL */
+  float *o;             /* output rows (width n) */
+  const float *u;       /* o = swiglu(o, u) when not NULL */
+  llm_type qt;          /* quantise o into xq when != LLM_TYPE_COUNT_ */
+  void *xq;
+  int n, n_rows;
+  float eps;
+} rows_ctx;
+
+static void rows_chunk(void *c, int chunk, int nchunks, int tid) {
+  (void)tid;
+  rows_ctx *r = c;
+  int i0 = (int)((int64_t)r->n_rows * chunk / nchunks), i1 = (int)((int64_t)r->n_rows * (chunk + 1) / nchunks);
+  size_t qrow = r->qt != LLM_TYPE_COUNT_ ? llm_row_bytes(r->qt, r->n) : 0;
+  for (int i = i0; i < i1; i++) {
+    float *o = r->o + (size_t)i * r->n;
+    if (r->x) {
+      float *x = r->x + (size_t)i * r->n;
+      if (r->res) {
+        const float *a = r->res + (size_t)i * r->n;
+        for (int d = 0; d < r->n; d++) x[d] += a[d];
+      }
+      if (r->norm_w) rmsnorm(o, x, r->norm_w, r->n, r->eps);
+    }
+    if (r->u) llm_swiglu(r->n, o, r->u + (size_t)i * r->n);
+    if (qrow) llm_quantize_row(r->qt, o, (uint8_t *)r->xq + (size_t)i * qrow, r->n);
+  }
+}
+
+static void rows_run(llm_pool *pool, rows_ctx *r) {
+  int parts = 2 * llm_pool_size(pool) < r->n_rows ? 2 * llm_pool_size(pool) : r->n_rows;
+  llm_pool_run_chunks(pool, rows_chunk, r, parts);
+}
+
+/* vec-dot type a tensor's input is quantised to */
+static llm_type in_type(const llm_gguf_tensor *t) { return llm_type_vec_dot_type(t->type); }
 
 typedef struct {
   const llm_model *m;
@@ -373,10 +417,39 @@ static void rope_apply(float *v, int n_heads, int hd, const float *cs, int rope_
   }
 }
 
+/* RoPE on a token's q and k rows, then its k and v rows into the KV cache (fp16). Rows
+ * are independent (each token owns its cache slot), so the pool splits them. */
+typedef struct {
+  const llm_hparams *hp;
+  llm_kv *kv;
+  llm_scratch *s;
+  const llm_batch *b;
+  int layer;
+} rope_ctx;
+
+static void rope_chunk(void *c, int chunk, int nchunks, int tid) {
+  (void)tid;
+  rope_ctx *r = c;
+  const llm_hparams *hp = r->hp;
+  llm_scratch *s = r->s;
+  int n = r->b->n, dim = hp->dim, kvd = hp->n_kv_heads * hp->head_dim, bs = llm_kv_block_size(r->kv);
+  int i0 = (int)((int64_t)n * chunk / nchunks), i1 = (int)((int64_t)n * (chunk + 1) / nchunks);
+  for (int i = i0; i < i1; i++) {
+    const float *cs = s->rope + (size_t)i * hp->rope_dims;
+    rope_apply(s->q + (size_t)i * dim, hp->n_heads, hp->head_dim, cs, hp->rope_dims);
+    rope_apply(s->k + (size_t)i * kvd, hp->n_kv_heads, hp->head_dim, cs, hp->rope_dims);
+    int p = r->b->pos[i], blk = r->b->tables[r->b->seq[i]][p / bs];
+    uint16_t *kr = llm_kv_k(r->kv, r->layer, blk) + (size_t)(p % bs) * kvd;
+    uint16_t *vr = llm_kv_v(r->kv, r->layer, blk) + (size_t)(p % bs) * kvd;
+    llm_fp32_to_fp16_row(kr, s->k + (size_t)i * kvd, kvd);
+    llm_fp32_to_fp16_row(vr, s->v + (size_t)i * kvd, kvd);
+  }
+}
+
 void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scratch *s, const llm_batch *b,
                        float *logits) {
   const llm_hparams *hp = &m->hp;
-  int n = b->n, dim = hp->dim, kvd = hp->n_kv_heads * hp->head_dim, bs = llm_kv_block_size(kv);
+  int n = b->n, dim = hp->dim;
   size_t erow = llm_row_bytes(m->tok_embd->type, dim);
   for (int i = 0; i < n; i++)
     llm_dequant_row(m->tok_embd->type, (const uint8_t *)m->tok_embd->data + (size_t)b->token[i] * erow,
@@ -392,35 +465,39 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
     }
   }
   const float *no = m->out_norm->data;
+  /* x -> xb = rmsnorm(x) -> xq (quantised for Q/K/V) */
+  rows_ctx rc = {s->x, NULL, m->layers[0].attn_norm->data, s->xb, NULL, in_type(m->layers[0].wq), s->xq, dim, n,
+                 hp->norm_eps};
+  rows_run(pool, &rc);
   for (int l = 0; l < hp->n_layers; l++) {
     const layer_w *L = &m->layers[l];
-    const float *an = L->attn_norm->data, *fn = L->ffn_norm->data;
-    for (int i = 0; i < n; i++) rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, an, dim, hp->norm_eps);
     const llm_gguf_tensor *qkv[3] = {L->wq, L->wk, L->wv};
     float *qkv_out[3] = {s->q, s->k, s->v};
-    matmul_same_input(pool, s, qkv, qkv_out, 3, s->xb, n);
-    for (int i = 0; i < n; i++) {
-      const float *cs = s->rope + (size_t)i * hp->rope_dims;
-      rope_apply(s->q + (size_t)i * dim, hp->n_heads, hp->head_dim, cs, hp->rope_dims);
-      rope_apply(s->k + (size_t)i * kvd, hp->n_kv_heads, hp->head_dim, cs, hp->rope_dims);
-      int p = b->pos[i], blk = b->tables[b->seq[i]][p / bs];
-      uint16_t *kr = llm_kv_k(kv, l, blk) + (size_t)(p % bs) * kvd, *vr = llm_kv_v(kv, l, blk) + (size_t)(p % bs) * kvd;
-      llm_fp32_to_fp16_row(kr, s->k + (size_t)i * kvd, kvd);
-      llm_fp32_to_fp16_row(vr, s->v + (size_t)i * kvd, kvd);
-    }
+    matmul_same_input(pool, s, qkv, qkv_out, 3, s->xb, n, rc.qt);
+    rope_ctx rp = {hp, kv, s, b, l};
+    llm_pool_run_chunks(pool, rope_chunk, &rp, 2 * llm_pool_size(pool) < n ? 2 * llm_pool_size(pool) : n);
     att_ctx ac = {m, kv, s, b, l};
     int att_parts = 4 * llm_pool_size(pool) < n * hp->n_heads ? 4 * llm_pool_size(pool) : n * hp->n_heads;
     llm_pool_run_chunks(pool, att_task, &ac, att_parts);
-    matmul_t(pool, s, L->wo, s->xb2, n, s->xb);
-    for (size_t i = 0; i < (size_t)n * dim; i++) s->x[i] += s->xb[i];
-    for (int i = 0; i < n; i++) rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, fn, dim, hp->norm_eps);
+    /* xb2 (attention output) -> xq for wo */
+    rc = (rows_ctx){NULL, NULL, NULL, s->xb2, NULL, in_type(L->wo), s->xq, dim, n, hp->norm_eps};
+    rows_run(pool, &rc);
+    matmul_same_input(pool, s, &L->wo, &s->xb, 1, s->xb2, n, rc.qt);
+    /* x += xb; xb = rmsnorm(x) -> xq for gate/up */
+    rc = (rows_ctx){s->x, s->xb, L->ffn_norm->data, s->xb, NULL, in_type(L->w_gate), s->xq, dim, n, hp->norm_eps};
+    rows_run(pool, &rc);
     const llm_gguf_tensor *gu[2] = {L->w_gate, L->w_up};
     float *gu_out[2] = {s->hb, s->hb2};
-    matmul_same_input(pool, s, gu, gu_out, 2, s->xb, n);
-    for (int i = 0; i < n; i++)
-      llm_swiglu(hp->ffn_dim, s->hb + (size_t)i * hp->ffn_dim, s->hb2 + (size_t)i * hp->ffn_dim);
-    matmul_t(pool, s, L->w_down, s->hb, n, s->xb);
-    for (size_t i = 0; i < (size_t)n * dim; i++) s->x[i] += s->xb[i];
+    matmul_same_input(pool, s, gu, gu_out, 2, s->xb, n, rc.qt);
+    /* hb = swiglu(hb, hb2) -> xq for down */
+    rc = (rows_ctx){NULL, NULL, NULL, s->hb, s->hb2, in_type(L->w_down), s->xq, hp->ffn_dim, n, hp->norm_eps};
+    rows_run(pool, &rc);
+    matmul_same_input(pool, s, &L->w_down, &s->xb, 1, s->hb, n, rc.qt);
+    /* x += xb; then the next layer's xb = rmsnorm(x) -> xq (the last layer: the add only) */
+    bool last = l + 1 == hp->n_layers;
+    rc = (rows_ctx){s->x, s->xb, last ? NULL : m->layers[l + 1].attn_norm->data, s->xb, NULL,
+                    last ? LLM_TYPE_COUNT_ : in_type(m->layers[l + 1].wq), s->xq, dim, n, hp->norm_eps};
+    rows_run(pool, &rc);
   }
   int nw = 0;
   for (int i = 0; i < n; i++)
