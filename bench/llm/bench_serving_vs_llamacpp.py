@@ -32,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -198,6 +199,9 @@ def main():
     ap.add_argument("--min-requests", type=int, default=8, help="at least this many requests per level")
     ap.add_argument("--ctx-per-stream", type=int, default=256, help="context per stream/slot for both servers")
     ap.add_argument("--max-step-tokens", type=int, default=512, help="cinfer's per-step token budget")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure each level this many times, alternating which server goes first; the tables "
+                         "show per-metric medians and the ratio's median and range over the rounds")
     ap.add_argument("--servers", default="cinfer,llama.cpp")
     ap.add_argument("--llama-args", default="", help="extra llama-server flags, e.g. '--kv-unified'")
     ap.add_argument("--cinfer", default=os.path.join(ROOT, "build/src/cli/cinfer"))
@@ -231,27 +235,37 @@ def main():
     results = {"model": model, "threads": a.threads, "max_tokens": a.max_tokens, "prompt_len_words": a.prompt_len,
                "requests_per_stream": a.requests_per_stream, "min_requests": a.min_requests, "ctx_per_stream": a.ctx_per_stream,
                "llama_server_version": llama_version, "client": "cinfer bench --openai completions --stream",
-               "cpus": os.cpu_count(), "rows": []}
+               "cpus": os.cpu_count(), "rounds": a.rounds, "rows": [], "raw_rows": []}
     starters = {"cinfer": start_cinfer, "llama.cpp": start_llama}
     try:
         for conc in levels:
+            for rnd in range(a.rounds):
+                order = servers if rnd % 2 == 0 else servers[::-1]  # alternate who runs first
+                for name in order:
+                    log_path = os.path.join(tmp, f"{name}-{conc}-{rnd}.log")
+                    with open(log_path, "w") as log:
+                        load0 = os.getloadavg()[0]
+                        proc, base, mname, info = starters[name](a, model, conc, tmp, log)
+                        try:
+                            warmup(base, mname, a.max_tokens)
+                            row = run_bench(a, base, mname, conc, os.path.join(tmp, f"{name}-{conc}-{rnd}.json"))
+                            row["rss_mib"] = vm_hwm_kib(proc.pid) / 1024.0
+                        finally:
+                            stop(proc)
+                    row.update({"server": name, "concurrency": conc, "round": rnd, "loadavg_1m_before": load0,
+                                "loadavg_1m_after": os.getloadavg()[0], "server_info": info})
+                    results["raw_rows"].append(row)
+                    print(f"{name:9s} C={conc:3d} r{rnd}: {row['output_tok_s']:7.1f} out tok/s  TTFT p50 "
+                          f"{row['ttft_p50_ms']:8.1f} p99 {row['ttft_p99_ms']:8.1f} ms  ITL p50 {row['itl_p50_ms']:6.1f} "
+                          f"p99 {row['itl_p99_ms']:7.1f} ms  RSS {row['rss_mib']:6.1f} MiB  errors {row['errors']}  "
+                          f"load {load0:.2f}", flush=True)
             for name in servers:
-                log_path = os.path.join(tmp, f"{name}-{conc}.log")
-                with open(log_path, "w") as log:
-                    load0 = os.getloadavg()[0]
-                    proc, base, mname, info = starters[name](a, model, conc, tmp, log)
-                    try:
-                        warmup(base, mname, a.max_tokens)
-                        row = run_bench(a, base, mname, conc, os.path.join(tmp, f"{name}-{conc}.json"))
-                        row["rss_mib"] = vm_hwm_kib(proc.pid) / 1024.0
-                    finally:
-                        stop(proc)
-                row.update({"server": name, "concurrency": conc, "loadavg_1m_before": load0,
-                            "loadavg_1m_after": os.getloadavg()[0], "server_info": info})
-                results["rows"].append(row)
-                print(f"{name:9s} C={conc:3d}: {row['output_tok_s']:7.1f} out tok/s  TTFT p50 {row['ttft_p50_ms']:8.1f} "
-                      f"p99 {row['ttft_p99_ms']:8.1f} ms  ITL p50 {row['itl_p50_ms']:6.1f} p99 {row['itl_p99_ms']:7.1f} ms"
-                      f"  RSS {row['rss_mib']:6.1f} MiB  errors {row['errors']}  load {load0:.2f}", flush=True)
+                rr = [r for r in results["raw_rows"] if r["server"] == name and r["concurrency"] == conc]
+                med = {k: statistics.median(r[k] for r in rr) for k in
+                       ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "rss_mib")}
+                med.update({"server": name, "concurrency": conc, "rounds": len(rr),
+                            "errors": sum(r["errors"] for r in rr)})
+                results["rows"].append(med)
     finally:
         if a.keep_logs:
             print(f"server logs in {tmp}")
@@ -270,15 +284,22 @@ def main():
                   f"{r['itl_p50_ms']:.1f} | {r['itl_p99_ms']:.1f} | {r['rss_mib']:.0f} |")
     if len(servers) == 2:
         results["ratios"] = []
-        print("\n| streams | tok/s cinfer/llama.cpp | TTFT p50 ratio | ITL p50 ratio | RSS ratio |")
+        print(f"\n(medians over {a.rounds} round(s); tok/s ratio: median of the per-round ratios, [min, max])")
+        print("| streams | tok/s cinfer/llama.cpp | TTFT p50 ratio | ITL p50 ratio | RSS ratio |")
         print("| --- | --- | --- | --- | --- |")
         for conc in levels:
             c, l = rows[("cinfer", conc)], rows[("llama.cpp", conc)]
-            q = {"concurrency": conc, "output_tok_s": c["output_tok_s"] / l["output_tok_s"],
+            per = []
+            for rnd in range(a.rounds):
+                rc = [r for r in results["raw_rows"] if (r["server"], r["concurrency"], r["round"]) == ("cinfer", conc, rnd)]
+                rl = [r for r in results["raw_rows"] if (r["server"], r["concurrency"], r["round"]) == ("llama.cpp", conc, rnd)]
+                per.append(rc[0]["output_tok_s"] / rl[0]["output_tok_s"])
+            q = {"concurrency": conc, "output_tok_s": statistics.median(per), "output_tok_s_rounds": per,
                  "ttft_p50": c["ttft_p50_ms"] / l["ttft_p50_ms"], "itl_p50": c["itl_p50_ms"] / l["itl_p50_ms"],
                  "rss": c["rss_mib"] / l["rss_mib"]}
             results["ratios"].append(q)
-            print(f"| {conc} | {q['output_tok_s']:.2f}x | {q['ttft_p50']:.2f}x | {q['itl_p50']:.2f}x | {q['rss']:.2f}x |")
+            rng = f" [{min(per):.2f}, {max(per):.2f}]" if len(per) > 1 else ""
+            print(f"| {conc} | {q['output_tok_s']:.2f}x{rng} | {q['ttft_p50']:.2f}x | {q['itl_p50']:.2f}x | {q['rss']:.2f}x |")
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump(results, f, indent=1)

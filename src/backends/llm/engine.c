@@ -537,8 +537,7 @@ static int32_t sample(llm_engine *e, seq *s, float *logits, float *lp, llm_token
   apply_penalties(s, logits);
   int32_t chosen = 0;
   if (s->sp.temperature == 0.0f) {
-    for (int i = 1; i < n; i++)
-      if (logits[i] > logits[chosen]) chosen = i;
+    chosen = llm_argmax(logits, n);
   } else {
     int32_t *idx = e->idx;
     float *pbuf = e->pbuf;

@@ -1261,6 +1261,39 @@ double llm_softmax_exp(int n, float *x, float max) {
   return sum;
 }
 
+int32_t llm_argmax_ref(const float *x, int n) {
+  int32_t best = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i])) best = i;
+  return best;
+}
+
+int32_t llm_argmax(const float *x, int n) {
+#ifdef LLM_AVX2
+  if (n >= 16) {
+    /* pass 1: the maximum (max_ps drops a NaN in its first operand); pass 2: its first index */
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float mx = _mm_cvtss_f32(h);
+    for (; i < n; i++)
+      if (x[i] > mx) mx = x[i];
+    if (mx == -INFINITY) return llm_argmax_ref(x, n); /* all -inf or NaN: the reference's choice */
+    __m256 vm = _mm256_set1_ps(mx);
+    for (i = 0; i + 8 <= n; i += 8) {
+      int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+      if (bits) return i + __builtin_ctz((unsigned)bits);
+    }
+    for (; i < n; i++)
+      if (x[i] == mx) return i;
+  }
+#endif
+  return llm_argmax_ref(x, n);
+}
+
 void llm_swiglu(int n, float *g, const float *u) {
   int i = 0;
 #ifdef LLM_AVX2

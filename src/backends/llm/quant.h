@@ -86,4 +86,9 @@ double llm_softmax_exp(int n, float *x, float max);
 /* g[i] = silu(g[i]) * u[i] with ggml's vectorised exp (SwiGLU). */
 void llm_swiglu(int n, float *g, const float *u);
 
+/* Index of the largest of x[0..n) (n >= 1), the first one on ties; NaNs are never chosen
+ * unless every element is NaN (then 0). Greedy sampling. */
+int32_t llm_argmax(const float *x, int n);
+int32_t llm_argmax_ref(const float *x, int n);
+
 #endif

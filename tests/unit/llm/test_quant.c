@@ -250,6 +250,37 @@ static void test_attention_helpers_match_ref(void **s) {
   }
 }
 
+/* The vectorised argmax against the scalar loop: every length up to 70 (vector body and
+ * tails), the maximum at every position, ties (the first wins), infinities and NaNs. */
+static void test_argmax_matches_ref(void **s) {
+  (void)s;
+  static float x[49152];
+  for (int n = 1; n <= 70; n++)
+    for (int at = 0; at < n; at++) {
+      for (int i = 0; i < n; i++) x[i] = frand();
+      x[at] = 7.0f;
+      assert_int_equal(llm_argmax(x, n), at);
+      assert_int_equal(llm_argmax_ref(x, n), at);
+      if (at + 1 < n) { /* a later tie does not move the choice */
+        x[n - 1] = 7.0f;
+        assert_int_equal(llm_argmax(x, n), at);
+      }
+      x[at] = NAN; /* a NaN is never chosen: the reference's choice among the rest */
+      assert_int_equal(llm_argmax(x, n), llm_argmax_ref(x, n));
+      if (n > 1) assert_false(llm_argmax(x, n) == at);
+    }
+  for (int i = 0; i < 49152; i++) x[i] = frand() * 30.0f;
+  x[49151] = INFINITY;
+  assert_int_equal(llm_argmax(x, 49152), 49151);
+  for (int i = 0; i < 49152; i++) x[i] = -INFINITY;
+  x[33333] = -1e30f;
+  assert_int_equal(llm_argmax(x, 49152), 33333);
+  x[33333] = -INFINITY;
+  assert_int_equal(llm_argmax(x, 49152), 0);
+  for (int i = 0; i < 100; i++) x[i] = NAN;
+  assert_int_equal(llm_argmax(x, 100), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_q4_0), cmocka_unit_test(test_q4_1), cmocka_unit_test(test_q5_0),
@@ -258,6 +289,7 @@ int main(void) {
       cmocka_unit_test(test_fp16), cmocka_unit_test(test_matmul_threads),
       cmocka_unit_test(test_dot4_matches_single), cmocka_unit_test(test_gemm_matches_dot),
       cmocka_unit_test(test_quantize_matches_ref), cmocka_unit_test(test_attention_helpers_match_ref),
+      cmocka_unit_test(test_argmax_matches_ref),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
