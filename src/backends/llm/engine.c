@@ -873,13 +873,16 @@ int llm_engine_step(llm_engine *e) {
     }
   while (e->n_waiting && e->n_running < e->o.max_seqs && budget > 0 && admit_one(e))
     n = add_chunk(e, e->running[e->n_running - 1], nseq++, n, &budget);
-  if (e->trace)
-    fprintf(stderr, "llm step %llu: %d tokens from %d seqs; running %d waiting %d; kv available %d; preemptions %llu\n",
-            (unsigned long long)e->st.steps_total, n, nseq, e->n_running, e->n_waiting, llm_kv_available(e->kv),
-            (unsigned long long)e->st.preemptions_total);
   if (n > 0) {
     llm_batch b = {n, e->b_token, e->b_pos, e->b_seq, e->b_want, e->b_tables};
+    double t0 = e->trace ? now_s() : 0;
     llm_model_forward(e->model, e->kv, e->pool, e->scratch, &b, e->logits);
+    if (e->trace)
+      fprintf(stderr,
+              "llm step %llu: %d tokens from %d seqs in %.2f ms; running %d waiting %d; kv available %d; "
+              "preemptions %llu\n",
+              (unsigned long long)e->st.steps_total, n, nseq, (now_s() - t0) * 1e3, e->n_running, e->n_waiting,
+              llm_kv_available(e->kv), (unsigned long long)e->st.preemptions_total);
     e->st.steps_total++;
     int row = 0, i = 0;
     for (int k = 0; k < nseq; k++) {
