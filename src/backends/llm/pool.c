@@ -12,11 +12,16 @@
  * Workers spin briefly on the ticket, then sleep on a condition variable; the caller
  * broadcasts only when some worker sleeps (seq_cst on `sleepers` and `ticket` on both
  * sides, so a worker going to sleep re-checks the ticket under the mutex and cannot miss
- * a run). */
+ * a run).
+ * The caller, once no chunk is left to claim, spins for CALLER_SPIN_NS while workers
+ * finish theirs, then sleeps on `done_cv` until done == n; the thread that finishes the
+ * last chunk signals when `caller_sleeps` (the same seq_cst handshake). Sleeping, not
+ * yielding, matters on a shared machine: a worker descheduled behind another process on
+ * its core can then be pulled by the scheduler onto the caller's idle core. */
 #include "backends/llm/pool.h"
 
 #include <pthread.h>
-#include <sched.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,6 +36,7 @@
 #define GEN_SHIFT 40
 #define N_SHIFT 20
 #define FIELD 0xFFFFFull
+#define CALLER_SPIN_NS 50000 /* 50 us */
 
 struct llm_pool {
   int n;
@@ -41,6 +47,8 @@ struct llm_pool {
   atomic_int done;
   atomic_int sleepers;
   atomic_bool stop;
+  atomic_bool caller_sleeps;
+  pthread_cond_t done_cv;  /* with mu: the caller waits for done == n_chunks */
   llm_chunk_fn fn;
   void *ctx;
   /* llm_pool_run's adapter */
@@ -59,7 +67,11 @@ static uint64_t work(llm_pool *p, int tid) {
     int n = (int)((t >> N_SHIFT) & FIELD), idx = (int)(t & FIELD);
     if (idx >= n) return gen;
     p->fn(p->ctx, idx, n, tid);
-    atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    if (atomic_fetch_add(&p->done, 1) + 1 == n && tid != 0 && atomic_load(&p->caller_sleeps)) {
+      pthread_mutex_lock(&p->mu);
+      pthread_cond_signal(&p->done_cv);
+      pthread_mutex_unlock(&p->mu);
+    }
   }
 }
 
@@ -96,6 +108,7 @@ cinfer_status *llm_pool_create(int n_threads, llm_pool **out) {
   p->n = n_threads;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
+  pthread_cond_init(&p->done_cv, NULL);
   p->th = calloc((size_t)n_threads, sizeof *p->th);
   if (!p->th) {
     llm_pool_destroy(p);
@@ -137,6 +150,7 @@ void llm_pool_destroy(llm_pool *p) {
     if (p->th && p->th[i]) pthread_join(p->th[i], NULL);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
+  pthread_cond_destroy(&p->done_cv);
   free(p->th);
   free(p);
 }
@@ -155,20 +169,24 @@ void llm_pool_run_chunks(llm_pool *p, llm_chunk_fn fn, void *ctx, int n_chunks) 
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
   publish(p, (uint64_t)n_chunks);
   work(p, 0);
-  /* Workers hold the last chunks. Spin while they make progress; when none has finished a
-   * chunk for ~20000 pauses (far longer than a chunk), one was probably descheduled: yield
-   * the CPU to it. Yielding earlier costs a whole time slice on a busy machine. */
-  int spins = 0, last = -1;
-  for (;;) {
-    int d = atomic_load_explicit(&p->done, memory_order_acquire);
-    if (d >= n_chunks) break;
-    if (d != last) {
-      last = d;
-      spins = 0;
+  /* Workers hold the last chunks: spin a little (they usually finish within microseconds),
+   * then sleep until the last one signals. */
+  if (atomic_load_explicit(&p->done, memory_order_acquire) >= n_chunks) return;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 1;; i++) {
+    if (atomic_load_explicit(&p->done, memory_order_acquire) >= n_chunks) return;
+    CPU_RELAX();
+    if (i % 64 == 0) {
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > CALLER_SPIN_NS) break;
     }
-    if (++spins > 20000) sched_yield();
-    else CPU_RELAX();
   }
+  pthread_mutex_lock(&p->mu);
+  atomic_store(&p->caller_sleeps, true);
+  while (atomic_load(&p->done) < n_chunks) pthread_cond_wait(&p->done_cv, &p->mu);
+  atomic_store(&p->caller_sleeps, false);
+  pthread_mutex_unlock(&p->mu);
 }
 
 static void task_adapter(void *ctx, int c, int n, int tid) {
