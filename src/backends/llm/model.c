@@ -419,18 +419,10 @@ static void rope_apply(float *v, int n_heads, int hd, const float *cs, int rope_
 
 /* RoPE on a token's q and k rows, then its k and v rows into the KV cache (fp16). Rows
  * are independent (each token owns its cache slot), so the pool splits them. */
-typedef struct {
-  const llm_hparams *hp;
-  llm_kv *kv;
-  llm_scratch *s;
-  const llm_batch *b;
-  int layer;
-} rope_ctx;
-
 static void rope_chunk(void *c, int chunk, int nchunks, int tid) {
   (void)tid;
-  rope_ctx *r = c;
-  const llm_hparams *hp = r->hp;
+  att_ctx *r = c; /* the same context as attention's */
+  const llm_hparams *hp = &r->m->hp;
   llm_scratch *s = r->s;
   int n = r->b->n, dim = hp->dim, kvd = hp->n_kv_heads * hp->head_dim, bs = llm_kv_block_size(r->kv);
   int i0 = (int)((int64_t)n * chunk / nchunks), i1 = (int)((int64_t)n * (chunk + 1) / nchunks);
@@ -474,9 +466,8 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
     const llm_gguf_tensor *qkv[3] = {L->wq, L->wk, L->wv};
     float *qkv_out[3] = {s->q, s->k, s->v};
     matmul_same_input(pool, s, qkv, qkv_out, 3, s->xb, n, rc.qt);
-    rope_ctx rp = {hp, kv, s, b, l};
-    llm_pool_run_chunks(pool, rope_chunk, &rp, 2 * llm_pool_size(pool) < n ? 2 * llm_pool_size(pool) : n);
     att_ctx ac = {m, kv, s, b, l};
+    llm_pool_run_chunks(pool, rope_chunk, &ac, 2 * llm_pool_size(pool) < n ? 2 * llm_pool_size(pool) : n);
     int att_parts = 4 * llm_pool_size(pool) < n * hp->n_heads ? 4 * llm_pool_size(pool) : n * hp->n_heads;
     llm_pool_run_chunks(pool, att_task, &ac, att_parts);
     /* xb2 (attention output) -> xq for wo */
