@@ -880,9 +880,10 @@ int llm_engine_step(llm_engine *e) {
     if (e->trace)
       fprintf(stderr,
               "llm step %llu: %d tokens from %d seqs in %.2f ms; running %d waiting %d; kv available %d; "
-              "preemptions %llu\n",
+              "preemptions %llu; pool ran alone %llu times\n",
               (unsigned long long)e->st.steps_total, n, nseq, (now_s() - t0) * 1e3, e->n_running, e->n_waiting,
-              llm_kv_available(e->kv), (unsigned long long)e->st.preemptions_total);
+              llm_kv_available(e->kv), (unsigned long long)e->st.preemptions_total,
+              (unsigned long long)llm_pool_solo_events(e->pool));
     e->st.steps_total++;
     int row = 0, i = 0;
     for (int k = 0; k < nseq; k++) {

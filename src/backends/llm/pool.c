@@ -17,7 +17,13 @@
  * finish theirs, then sleeps on `done_cv` until done == n; the thread that finishes the
  * last chunk signals when `caller_sleeps` (the same seq_cst handshake). Sleeping, not
  * yielding, matters on a shared machine: a worker descheduled behind another process on
- * its core can then be pulled by the scheduler onto the caller's idle core. */
+ * its core can then be pulled by the scheduler onto the caller's idle core.
+ * Contention guard: the caller measures, per window of GUARD_WINDOW_NS of multi-thread
+ * runs, how long it waited for workers after its own chunks were done. A worker that is
+ * descheduled while it holds a chunk (another process on its core, a CPU quota) makes
+ * every run wait for it; when waiting exceeds GUARD_WAIT_PCT of the window, the caller runs
+ * everything alone for the next GUARD_SOLO_NS and then tries the workers again. Without
+ * contention the wait is the tail of the last chunk, a few percent. */
 #include "backends/llm/pool.h"
 
 #include <pthread.h>
@@ -37,6 +43,9 @@
 #define N_SHIFT 20
 #define FIELD 0xFFFFFull
 #define CALLER_SPIN_NS 50000 /* 50 us */
+#define GUARD_WINDOW_NS 20000000LL /* 20 ms of multi-thread runs */
+#define GUARD_WAIT_PCT 40
+#define GUARD_SOLO_NS 400000000LL /* 400 ms */
 
 struct llm_pool {
   int n;
@@ -48,6 +57,10 @@ struct llm_pool {
   atomic_int sleepers;
   atomic_bool stop;
   atomic_bool caller_sleeps;
+  /* contention guard (caller only) */
+  int64_t g_run_ns, g_wait_ns, solo_until_ns, window_ns, solo_ns;
+  int wait_pct;
+  uint64_t solo_events;
   pthread_cond_t done_cv;  /* with mu: the caller waits for done == n_chunks */
   llm_chunk_fn fn;
   void *ctx;
@@ -106,6 +119,9 @@ cinfer_status *llm_pool_create(int n_threads, llm_pool **out) {
   llm_pool *p = calloc(1, sizeof *p);
   if (!p) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "pool: out of memory");
   p->n = n_threads;
+  p->window_ns = GUARD_WINDOW_NS;
+  p->solo_ns = GUARD_SOLO_NS;
+  p->wait_pct = GUARD_WAIT_PCT;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   pthread_cond_init(&p->done_cv, NULL);
@@ -157,9 +173,33 @@ void llm_pool_destroy(llm_pool *p) {
 
 int llm_pool_size(const llm_pool *p) { return p->n; }
 
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Waits for the workers' last chunks of a run: spins a little (they usually finish within
+ * microseconds), then sleeps until the last one signals. */
+static void wait_done(llm_pool *p, int n_chunks) {
+  int64_t t0 = now_ns();
+  for (int i = 1; atomic_load_explicit(&p->done, memory_order_acquire) < n_chunks; i++) {
+    CPU_RELAX();
+    if (i % 64 == 0 && now_ns() - t0 > CALLER_SPIN_NS) {
+      pthread_mutex_lock(&p->mu);
+      atomic_store(&p->caller_sleeps, true);
+      while (atomic_load(&p->done) < n_chunks) pthread_cond_wait(&p->done_cv, &p->mu);
+      atomic_store(&p->caller_sleeps, false);
+      pthread_mutex_unlock(&p->mu);
+      return;
+    }
+  }
+}
+
 void llm_pool_run_chunks(llm_pool *p, llm_chunk_fn fn, void *ctx, int n_chunks) {
   if (n_chunks <= 0) return;
-  if (p->n == 1 || n_chunks == 1) {
+  int64_t t0 = p->n > 1 && n_chunks > 1 ? now_ns() : 0;
+  if (p->n == 1 || n_chunks == 1 || t0 < p->solo_until_ns) {
     for (int c = 0; c < n_chunks; c++) fn(ctx, c, n_chunks, 0);
     return;
   }
@@ -169,24 +209,30 @@ void llm_pool_run_chunks(llm_pool *p, llm_chunk_fn fn, void *ctx, int n_chunks) 
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
   publish(p, (uint64_t)n_chunks);
   work(p, 0);
-  /* Workers hold the last chunks: spin a little (they usually finish within microseconds),
-   * then sleep until the last one signals. */
-  if (atomic_load_explicit(&p->done, memory_order_acquire) >= n_chunks) return;
-  struct timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (int i = 1;; i++) {
-    if (atomic_load_explicit(&p->done, memory_order_acquire) >= n_chunks) return;
-    CPU_RELAX();
-    if (i % 64 == 0) {
-      clock_gettime(CLOCK_MONOTONIC, &t);
-      if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > CALLER_SPIN_NS) break;
-    }
+  if (atomic_load_explicit(&p->done, memory_order_acquire) >= n_chunks) {
+    p->g_run_ns += now_ns() - t0;
+    return;
   }
-  pthread_mutex_lock(&p->mu);
-  atomic_store(&p->caller_sleeps, true);
-  while (atomic_load(&p->done) < n_chunks) pthread_cond_wait(&p->done_cv, &p->mu);
-  atomic_store(&p->caller_sleeps, false);
-  pthread_mutex_unlock(&p->mu);
+  int64_t t1 = now_ns();
+  wait_done(p, n_chunks);
+  int64_t t2 = now_ns();
+  p->g_run_ns += t2 - t0;
+  p->g_wait_ns += t2 - t1;
+  if (p->g_run_ns >= p->window_ns) {
+    if (p->g_wait_ns * 100 > p->g_run_ns * p->wait_pct) {
+      p->solo_until_ns = t2 + p->solo_ns;
+      p->solo_events++;
+    }
+    p->g_run_ns = p->g_wait_ns = 0;
+  }
+}
+
+uint64_t llm_pool_solo_events(const llm_pool *p) { return p->solo_events; }
+
+void llm_pool_set_guard(llm_pool *p, int64_t window_ns, int wait_pct, int64_t solo_ns) {
+  p->window_ns = window_ns;
+  p->wait_pct = wait_pct;
+  p->solo_ns = solo_ns;
 }
 
 static void task_adapter(void *ctx, int c, int n, int tid) {

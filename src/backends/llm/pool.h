@@ -7,7 +7,13 @@
  * it holds, never by a fixed share of the work. tid < llm_pool_size(p) indexes per-thread
  * scratch. llm_pool_run(p, fn, ctx) is the same with n = llm_pool_size(p) chunks and
  * fn(ctx, c, n): part c of n (on any thread). One run at a time (the engine's step thread
- * owns the pool). n is at most LLM_POOL_MAX_CHUNKS. */
+ * owns the pool). n is at most LLM_POOL_MAX_CHUNKS.
+ *
+ * Contention guard: when, over a window of multi-thread runs, the caller spends more than a
+ * set share of the time waiting for workers to finish chunks they hold (a worker
+ * descheduled behind another process or a CPU quota), the pool runs everything on the
+ * caller alone for a while, then tries its workers again (defaults: 20 ms window, 40%,
+ * 400 ms). llm_pool_solo_events counts the switches to running alone. */
 #ifndef CINFER_LLM_POOL_H
 #define CINFER_LLM_POOL_H
 
@@ -24,5 +30,8 @@ void llm_pool_destroy(llm_pool *p);
 int llm_pool_size(const llm_pool *p);
 void llm_pool_run(llm_pool *p, llm_task_fn fn, void *ctx);
 void llm_pool_run_chunks(llm_pool *p, llm_chunk_fn fn, void *ctx, int n_chunks);
+uint64_t llm_pool_solo_events(const llm_pool *p);
+/* Tests and tuning: window (ns of multi-thread runs), wait share (percent), solo time (ns). */
+void llm_pool_set_guard(llm_pool *p, int64_t window_ns, int wait_pct, int64_t solo_ns);
 
 #endif
