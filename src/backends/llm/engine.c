@@ -718,23 +718,36 @@ static bool admit_one(llm_engine *e) {
       key = k2;
       hits++;
     }
-    if (s->n_generated == 0) {
-      e->st.prefix_queries_total += (uint64_t)n;
-      e->st.prefix_hits_total += (uint64_t)hits * e->bs;
-    }
   }
-  if (llm_kv_available(e->kv) < need_total - hits) {
+  /* the rest of the prompt's next block may begin like a cached block after the same
+   * prefix (an earlier sequence went on past it): copy those rows instead of computing
+   * them, again leaving at least one token to compute */
+  int part_src = -1, part_len = 0, rest = n - 1 - hits * e->bs;
+  if (!e->o.no_prefix_cache && rest > 0)
+    part_src = llm_kv_match_partial(e->kv, key, s->tokens + (size_t)hits * e->bs, rest < e->bs ? rest : e->bs,
+                                    &part_len);
+  if (part_src >= 0 && llm_kv_available(e->kv) < need_total - hits) {
+    llm_kv_release(e->kv, part_src); /* its pin would cost the block this prompt needs */
+    part_src = -1;
+    part_len = 0;
+  }
+  if (llm_kv_available(e->kv) < need_total - hits || !ensure_blocks(e, s, n)) {
+    if (part_src >= 0) llm_kv_release(e->kv, part_src);
     release_blocks(e, s); /* not admitted: shared blocks go back (still cached) */
     return false;
   }
-  if (!ensure_blocks(e, s, n)) {
-    release_blocks(e, s);
-    return false;
+  if (part_src >= 0) {
+    llm_kv_copy_rows(e->kv, part_src, s->blocks[hits], part_len);
+    llm_kv_release(e->kv, part_src);
   }
-  s->n_computed = hits * e->bs;
+  if (!e->o.no_prefix_cache && s->n_generated == 0) { /* counted once, when admitted */
+    e->st.prefix_queries_total += (uint64_t)n;
+    e->st.prefix_hits_total += (uint64_t)(hits * e->bs + part_len);
+  }
+  s->n_computed = hits * e->bs + part_len;
   s->n_published = hits;
   s->pub_key = key;
-  if (s->n_generated == 0) s->cached_tokens = hits * e->bs;
+  if (s->n_generated == 0) s->cached_tokens = hits * e->bs + part_len;
   s->state = S_RUNNING;
   if (s->t_sched == 0) s->t_sched = now_s();
   memmove(&e->waiting[0], &e->waiting[1], (size_t)(e->n_waiting - 1) * sizeof *e->waiting);
@@ -747,8 +760,9 @@ static void publish_blocks(llm_engine *e, seq *s) {
   if (e->o.no_prefix_cache) return;
   while (s->n_published < s->n_computed / e->bs) {
     const int32_t *t = s->tokens + (size_t)s->n_published * e->bs;
-    s->pub_key = llm_kv_hash(s->pub_key, t, e->bs);
-    llm_kv_publish(e->kv, s->blocks[s->n_published], s->pub_key, t);
+    uint64_t parent = s->pub_key;
+    s->pub_key = llm_kv_hash(parent, t, e->bs);
+    llm_kv_publish(e->kv, s->blocks[s->n_published], parent, s->pub_key, t);
     s->n_published++;
   }
 }

@@ -10,7 +10,7 @@
 typedef struct {
   int ref;
   bool published;
-  uint64_t key;
+  uint64_t key, parent;
   int lru_prev, lru_next; /* CACHED only */
 } kvblock;
 
@@ -163,7 +163,7 @@ int llm_kv_lookup(llm_kv *kv, uint64_t key, const int32_t *tokens) {
   }
 }
 
-void llm_kv_publish(llm_kv *kv, int block, uint64_t key, const int32_t *tokens) {
+void llm_kv_publish(llm_kv *kv, int block, uint64_t parent, uint64_t key, const int32_t *tokens) {
   kvblock *b = &kv->b[block];
   if (b->published) return;
   size_t i;
@@ -175,7 +175,38 @@ void llm_kv_publish(llm_kv *kv, int block, uint64_t key, const int32_t *tokens) 
   kv->table[i] = block;
   b->published = true;
   b->key = key;
+  b->parent = parent;
   memcpy(kv->tokens + (size_t)block * kv->bs, tokens, (size_t)kv->bs * sizeof *tokens);
+}
+
+int llm_kv_match_partial(llm_kv *kv, uint64_t parent, const int32_t *tokens, int n, int *len) {
+  int best = -1, best_len = 0;
+  if (n > kv->bs) n = kv->bs;
+  for (int blk = 0; blk < kv->n && best_len < n; blk++) {
+    const kvblock *b = &kv->b[blk];
+    if (!b->published || b->parent != parent) continue;
+    const int32_t *t = kv->tokens + (size_t)blk * kv->bs;
+    int l = 0;
+    while (l < n && t[l] == tokens[l]) l++;
+    if (l > best_len) {
+      best = blk;
+      best_len = l;
+    }
+  }
+  *len = best_len;
+  if (best < 0) return -1;
+  if (kv->b[best].ref == 0) lru_unlink(kv, best);
+  kv->b[best].ref++;
+  return best;
+}
+
+void llm_kv_copy_rows(llm_kv *kv, int src, int dst, int n_rows) {
+  if (src == dst || n_rows <= 0) return;
+  size_t bytes = (size_t)n_rows * (size_t)kv->kv_dim * sizeof(uint16_t);
+  for (int l = 0; l < kv->n_layers; l++) {
+    memcpy(llm_kv_k(kv, l, dst), llm_kv_k(kv, l, src), bytes);
+    memcpy(llm_kv_v(kv, l, dst), llm_kv_v(kv, l, src), bytes);
+  }
 }
 
 void llm_kv_get_stats(const llm_kv *kv, llm_kv_stats *st) {

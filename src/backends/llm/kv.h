@@ -6,7 +6,9 @@
  * list, reusable by a later sequence with the same prefix until evicted).
  * Allocation takes a FREE block first, else evicts the least recently released CACHED one.
  * A published block's key is hash(parent key, its block_size tokens); lookups compare the
- * tokens too, so a hash collision can never share wrong content.
+ * tokens too, so a hash collision can never share wrong content. A published block also
+ * records its parent's key, so a prompt whose last, partial block begins like a cached
+ * block after the same prefix can copy those rows (llm_kv_match_partial).
  * Not thread-safe: the engine's step thread owns it. */
 #ifndef CINFER_LLM_KV_H
 #define CINFER_LLM_KV_H
@@ -39,9 +41,17 @@ uint64_t llm_kv_hash(uint64_t parent, const int32_t *tokens, int n);
 /* Finds a published block with this key and these tokens; returns it with a new reference
  * (reviving it from the LRU list if CACHED) or -1. */
 int llm_kv_lookup(llm_kv *kv, uint64_t key, const int32_t *tokens);
-/* Publishes a full, computed, USED block under key. No-op if the key is already present
- * (another block holds the same content) or the block is already published. */
-void llm_kv_publish(llm_kv *kv, int block, uint64_t key, const int32_t *tokens);
+/* Publishes a full, computed, USED block under key = llm_kv_hash(parent, tokens). No-op if
+ * the key is already present (another block holds the same content) or the block is
+ * already published. */
+void llm_kv_publish(llm_kv *kv, int block, uint64_t parent, uint64_t key, const int32_t *tokens);
+/* Among published blocks whose parent key is `parent`, the one whose first tokens agree
+ * longest with tokens[0..n) (n <= block size); returns it with a new reference (release it
+ * after use) and the length of agreement in *len (>= 1), or -1 when none agrees on even
+ * the first token. A linear scan of the block table: called once per admission. */
+int llm_kv_match_partial(llm_kv *kv, uint64_t parent, const int32_t *tokens, int n, int *len);
+/* Copies the first n_rows positions of every layer's K and V from block src to dst. */
+void llm_kv_copy_rows(llm_kv *kv, int src, int dst, int n_rows);
 void llm_kv_get_stats(const llm_kv *kv, llm_kv_stats *st);
 /* Row pointers: block b, layer l: block_size rows of kv_dim fp16 values. */
 uint16_t *llm_kv_k(llm_kv *kv, int layer, int block);
