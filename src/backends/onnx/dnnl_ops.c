@@ -21,8 +21,9 @@
 #include "backends/onnx/plan.h"
 
 struct fast_kernel {
-  int kind;               /* 0 oneDNN convolution, 1 small-K double-accumulation conv,
-                             2 oneDNN pooling */
+  int kind;               /* 0 oneDNN convolution, 1 small-K float conv, 2 oneDNN pooling,
+                             3 blocked-layout Concat/BN/Relu (blk) */
+  blk_kernel *blk;        /* kind 3 */
   conv_geom g;            /* kind 1 */
   dnnl_primitive_t prim;
   dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
@@ -66,6 +67,7 @@ void fast_destroy(fast_kernel *k) {
   free(k->prelu_slope);
   if (k->stream) dnnl_stream_destroy(k->stream);
   free(k->w_data);
+  blk_destroy(k->blk);
   free(k);
 }
 
@@ -93,6 +95,7 @@ bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
   conv_geom g;
   dnnl_dims_t pr;
   if (j == 0 && pool_geom(p, s, &g, pr)) return true;
+  if (blk_can_take(p, s, j)) return true;
   return conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in) &&
          !(j == 0 && small_k(p, s));
 }
@@ -725,6 +728,21 @@ cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel *
     cinfer_status *st = pool_prepare(p, s, keep, k);
     if (st || *k) return st;
   }
+  if (!strcmp(s->node->op_type, "Concat") || !strcmp(s->node->op_type, "BatchNormalization") ||
+      !strcmp(s->node->op_type, "Relu")) {
+    blk_kernel *b = NULL;
+    cinfer_status *st = blk_prepare(p, s, keep, &b);
+    if (st) return st;
+    if (b) {
+      if (!(*k = calloc(1, sizeof **k))) {
+        blk_destroy(b);
+        return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      }
+      (*k)->kind = 3;
+      (*k)->blk = b;
+      return NULL;
+    }
+  }
   if (conv_eligible(p, s) && small_k(p, s)) return k64_prepare(p, s, keep, k);
   if (conv_eligible(p, s)) return conv_prepare(p, s, keep && s->in[0]->ndim == 4, k);
   /* a reference kernel must never see a blocked tensor */
@@ -746,6 +764,10 @@ cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
     return NULL;
   }
   if (k->kind == 2) return pool_run(k, s);
+  if (k->kind == 3) {
+    blk_run(k->blk, s, threads);
+    return NULL;
+  }
   void *src = s->in[0]->data;
   if (k->src_reorder) {
     RUN(dnnl_memory_set_data_handle(k->src_user, src));

@@ -65,4 +65,12 @@ cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out,
 cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads);
 void fast_destroy(fast_kernel *k);
 void fast_layout_free(void *layout);
+
+/* blocked_ops.c: Concat (axis 1), BatchNormalization(+Relu), Relu on blocked layouts.
+ * blk_prepare returns NULL with *k == NULL when none applies (all plain, or not taken). */
+typedef struct blk_kernel blk_kernel;
+bool blk_can_take(const onnx_plan *p, const plan_step *s, int input_index);
+cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out, blk_kernel **k);
+void blk_run(const blk_kernel *k, plan_step *s, int threads);
+void blk_destroy(blk_kernel *k);
 #endif
