@@ -525,35 +525,55 @@ static inline v8f v8_act(v8f v, const onnx_fused *f, const float *slope8) {
   }
 }
 
+/* NB (1 or 2) channel blocks of 8 x 6 output pixels: per output element the same order as
+ * kdir_block with per_c (an FMA chain per input channel over (kh, kw), channels added in
+ * order, then + bias); two blocks share each broadcast input (12 independent chains). */
+static inline __attribute__((always_inline)) void kdir_blk_pass(int NB, int64_t C, int64_t T, int64_t K,
+                                                                const float *w, const float *P, int64_t OWp,
+                                                                int64_t ow, v8f t[12]) {
+  v8f acc[12];
+  for (int64_t c = 0; c < C; c++) {
+    for (int q = 0; q < 6 * NB; q++) acc[q] = (v8f){0};
+    for (int64_t kk = c * T; kk < (c + 1) * T; kk++) {
+      v8f w0 = *(const v8fu *)(w + kk * 8), w1 = NB == 2 ? *(const v8fu *)(w + (K + kk) * 8) : w0;
+      const float *x = P + kk * OWp + ow;
+      for (int q = 0; q < 6; q++) {
+        v8f xv = v8_splat(x[q]);
+        acc[q] = v8_fma(xv, w0, acc[q]);
+        if (NB == 2) acc[6 + q] = v8_fma(xv, w1, acc[6 + q]);
+      }
+    }
+    for (int q = 0; q < 6 * NB; q++) t[q] = c == 0 ? acc[q] : acc[q] + t[q];
+  }
+}
+
 /* One output row into nChw8c (Yb: channel block 0 of row (n, oh); blocks bstride apart),
  * vectorised over the 8 channels of a block like MLAS (broadcast input, 6 output pixels
- * per pass); per output element the same order as kdir_block with per_c. */
+ * per pass, two blocks per pass where there are two left); per output element the same
+ * order as kdir_block with per_c. */
 static void kdir_row_blk(const conv_geom *g, const float *wb, int64_t M, const float *P, int64_t OWp,
                          int64_t OW, float *Yb, size_t bstride, const onnx_fused *f) {
   int64_t C = g->C, T = g->k[0] * g->k[1], K = C * T;
   const float *bias = wb + K * M, *slope = bias + M;
-  for (int64_t cb = 0; cb < M / 8; cb++) {
+  for (int64_t cb = 0; cb < M / 8;) {
+    int nb = M / 8 - cb >= 2 ? 2 : 1;
     const float *w = wb + cb * K * 8;
-    v8f bv = *(const v8fu *)(bias + cb * 8);
-    float *yb = Yb + (size_t)cb * bstride;
     for (int64_t ow = 0; ow < OW; ow += 6) {
-      v8f t[6] = {0}, acc[6] = {0};
-      for (int64_t c = 0; c < C; c++) {
-        for (int q = 0; q < 6; q++) acc[q] = (v8f){0};
-        for (int64_t kk = c * T; kk < (c + 1) * T; kk++) {
-          v8f wv = *(const v8fu *)(w + kk * 8);
-          const float *x = P + kk * OWp + ow;
-          for (int q = 0; q < 6; q++) acc[q] = v8_fma(v8_splat(x[q]), wv, acc[q]);
-        }
-        for (int q = 0; q < 6; q++) t[q] = c == 0 ? acc[q] : acc[q] + t[q];
-      }
+      v8f t[12];
+      if (nb == 2) kdir_blk_pass(2, C, T, K, w, P, OWp, ow, t);
+      else kdir_blk_pass(1, C, T, K, w, P, OWp, ow, t);
       int64_t np = OW - ow < 6 ? OW - ow : 6;
-      for (int64_t q = 0; q < np; q++) {
-        v8f v = t[q] + bv;
-        if (f) v = v8_act(v, f, slope + cb * 8);
-        *(v8fu *)(yb + (ow + q) * 8) = v;
+      for (int b = 0; b < nb; b++) {
+        v8f bv = *(const v8fu *)(bias + (cb + b) * 8);
+        float *yb = Yb + (size_t)(cb + b) * bstride;
+        for (int64_t q = 0; q < np; q++) {
+          v8f v = t[6 * b + q] + bv;
+          if (f) v = v8_act(v, f, slope + (cb + b) * 8);
+          *(v8fu *)(yb + (ow + q) * 8) = v;
+        }
       }
     }
+    cb += nb;
   }
 }
 
