@@ -496,8 +496,13 @@ static void kdir_strip(const conv_geom *g, const float *X, int64_t n, int64_t oh
         int64_t ow = 0;
         for (; ow < lo; ow++) pr[ow] = 0.0f;
         if (sw == 1) memcpy(pr + lo, xr + lo + off, sizeof(float) * (size_t)(hi - lo));
-        else if (sw == 2)
-          for (ow = lo; ow < hi; ow++) pr[ow] = xr[2 * ow + off];
+        else if (sw == 2) { /* even elements of two vectors */
+          for (ow = lo; ow + 8 <= hi && 2 * ow + off + 16 <= IW; ow += 8) {
+            v8f a = *(const v8fu *)(xr + 2 * ow + off), b = *(const v8fu *)(xr + 2 * ow + off + 8);
+            *(v8fu *)(pr + ow) = __builtin_shuffle(a, b, (v8i){0, 2, 4, 6, 8, 10, 12, 14});
+          }
+          for (; ow < hi; ow++) pr[ow] = xr[2 * ow + off];
+        }
         else
           for (ow = lo; ow < hi; ow++) pr[ow] = xr[ow * sw + off];
         for (ow = hi; ow < OWp; ow++) pr[ow] = 0.0f;
