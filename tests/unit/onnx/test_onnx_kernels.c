@@ -415,6 +415,50 @@ static void test_batch_rows(void **state) {
   onnx_model_destroy(m);
 }
 
+/* Sub-batching (onnx_options.sub_batch): a batch run as consecutive runs of 1 or 2 rows
+ * (5 = 2 + 2 + 1: two plans) gives what the whole batch in one run gives; the gathered
+ * outputs are right again after a larger (buffers grow) and a smaller batch. */
+static void test_sub_batch(void **state) {
+  conv_cfg c = {1, 4, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
+  size_t len;
+  uint8_t *buf = build(&c, &len, -1);
+  onnx_model *m;
+  assert_null(onnx_model_load_buffer(buf, len, NULL, &m));
+  free(buf);
+  assert_true(onnx_model_batchable(m));
+  const int64_t rows_in = 4 * 81;
+  float *x = rand_buf(7 * rows_in);
+  onnx_session *whole, *split[2];
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .sub_batch = -1}, &whole));
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .sub_batch = 1}, &split[0]));
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 2, .sub_batch = 2}, &split[1]));
+  const int64_t batches[4] = {5, 5, 7, 3};
+  for (int k = 0; k < 4; k++) {
+    int64_t n = batches[k];
+    cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {n, 4, 9, 9}, .data = x,
+                        .byte_size = (size_t)(n * rows_in) * 4};
+    cinfer_tensor ow, os;
+    cinfer_status *st = onnx_session_run(whole, &in, 1, &ow);
+    if (st) fail_msg("run: %s", cinfer_status_message(st));
+    for (int j = 0; j < 2; j++) {
+      if ((st = onnx_session_run(split[j], &in, 1, &os))) fail_msg("run: %s", cinfer_status_message(st));
+      assert_int_equal(os.ndim, ow.ndim);
+      assert_memory_equal(os.shape, ow.shape, sizeof(int64_t) * (size_t)ow.ndim);
+      assert_int_equal(os.shape[0], n);
+      assert_int_equal(os.byte_size, ow.byte_size);
+      const float *a = ow.data, *b = os.data;
+      for (size_t i = 0; i < ow.byte_size / 4; i++)
+        if (fabsf(a[i] - b[i]) > 1e-5f * fmaxf(1.0f, fabsf(a[i])))
+          fail_msg("batch %lld sub-batch %d: element %zu whole %g split %g", (long long)n, j + 1, i, a[i], b[i]);
+    }
+  }
+  onnx_session_destroy(whole);
+  onnx_session_destroy(split[0]);
+  onnx_session_destroy(split[1]);
+  free(x);
+  onnx_model_destroy(m);
+}
+
 /* A Pad whose pads are all zero shares its input's bytes (plan aliasing); the graph output
  * read through it must still be x -> Relu, and the input must stay untouched. A non-zero
  * Pad in the same graph still pads. */
@@ -606,6 +650,7 @@ int main(void) {
       cmocka_unit_test(test_pool_chain),
       cmocka_unit_test(test_conv_mul_fold),
       cmocka_unit_test(test_blocked_ops),
+      cmocka_unit_test(test_sub_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
