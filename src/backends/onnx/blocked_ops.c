@@ -10,6 +10,12 @@
  *   - each input is read in whatever layout its producer left (plain, nChw8c, nChw16c;
  *     any other layout is an internal error naming the node); the output is nChw8c when
  *     every consumer takes it (plan.c's keep), else plain;
+ *   - Concat of one image (dim 0 == 1) whose input has the output's layout and is a
+ *     plain intermediate value (produced by one step, not a graph input/output, not
+ *     aliased itself) is written in place: blk_prepare roots the input inside the
+ *     output's storage at its channel offset (plan->root / alias_off), so its producer
+ *     writes straight into the concatenation and the Concat copies nothing for it
+ *     (DenseNet: every dense block becomes one buffer that each layer appends to);
  *   - the arithmetic per element is the reference kernel's (ops.c concat_exec: a copy;
  *     ops_nn.c bn_exec: x * a + b with a = scale / sqrtf(var + eps), b = B - mean * a,
  *     then v > 0 ? v : 0), in the same float operations, so results are identical;
@@ -29,6 +35,7 @@ struct blk_kernel {
   int op;
   int n_in;
   int *in_b;            /* per input: 0 plain, 8 nChw8c, 16 nChw16c */
+  bool *in_place;       /* per input (Concat): already inside the output, nothing to copy */
   int out_b;            /* 0 plain, 8 nChw8c */
   float *scale, *shift; /* BLK_AFFINE: per channel; NULL for a bare Relu */
   bool relu;
@@ -71,6 +78,7 @@ bool blk_can_take(const onnx_plan *p, const plan_step *s, int j) {
 void blk_destroy(blk_kernel *k) {
   if (!k) return;
   free(k->in_b);
+  free(k->in_place);
   free(k->scale);
   free(k->shift);
   free(k);
@@ -90,6 +98,18 @@ static int layout_block(const onnx_plan *p, int v) {
   return -1;
 }
 
+/* the storage root of v and v's byte offset in it, following in-place Concat chains
+ * (plan.c resolves them for good once every step is prepared) */
+static int resolve_root(const onnx_plan *p, int v, size_t *off) {
+  size_t o = 0;
+  for (int hops = 0; p->root[v] != v && hops < p->m->n_values; hops++) {
+    o += p->alias_off[v];
+    v = p->root[v];
+  }
+  *off = o;
+  return v;
+}
+
 cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, blk_kernel **out) {
   *out = NULL;
   bool concat = !strcmp(s->node->op_type, "Concat");
@@ -98,9 +118,11 @@ cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, blk_kernel **o
     if (!blk_can_take(p, s, j)) return NULL;
   bool any_blocked = false;
   for (int j = 0; j < n_in; j++) any_blocked |= p->layout[s->in_id[j]] != NULL;
-  if (!any_blocked && !keep) return NULL; /* plain in, plain out: the reference kernel */
+  bool one_image = concat && s->out[0]->dims[0] == 1 && !getenv("CINFER_ONNX_NO_CONCAT_IN_PLACE");
+  if (!any_blocked && !keep && !one_image) return NULL; /* plain in, plain out: the reference kernel */
   blk_kernel *k = calloc(1, sizeof *k);
-  if (!k || !(k->in_b = calloc((size_t)n_in, sizeof *k->in_b))) {
+  if (!k || !(k->in_b = calloc((size_t)n_in, sizeof *k->in_b)) || !(k->in_place = calloc((size_t)n_in, sizeof *k->in_place))) {
+    if (k) free(k->in_b);
     free(k);
     return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
   }
@@ -143,7 +165,47 @@ cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, blk_kernel **o
     p->layout[s->out_id[0]] = l;
     p->bytes[s->out_id[0]] = ot_nbytes(y); /* C % 8 == 0: no padding */
   }
-  if (!any_blocked && !k->out_b) { /* CINFER_ONNX_PLAIN: nothing blocked after all */
+  bool any_in_place = false;
+  if (one_image) {
+    const onnx_model *m = p->m;
+    int y_id = s->out_id[0];
+    /* an earlier Concat whose inputs are a prefix of ours (torchvision's DenseNet: layer
+     * k concatenates x0, n1..nk; layer k+1 x0, n1..nk+1) becomes a view of our first
+     * bytes: the longest such, with our layout, not aliased itself */
+    const plan_step *pre = NULL;
+    for (const plan_step *q = p->steps; q < s; q++) {
+      if (strcmp(q->node->op_type, "Concat") || q->n_in >= n_in || (pre && q->n_in <= pre->n_in)) continue;
+      int u = q->out_id[0];
+      bool prefix = p->root[u] == u && !m->values[u].is_output && q->out[0]->dims[0] == 1 &&
+                    q->out[0]->ndim == 4 && blk_concat_axis(q) == 1 &&
+                    (p->layout[u] != NULL) == (k->out_b != 0) && (!p->layout[u] || layout_block(p, u) == k->out_b);
+      for (int i = 0; prefix && i < q->n_in; i++) prefix = q->in_id[i] == s->in_id[i];
+      if (prefix) pre = q;
+    }
+    if (pre) {
+      p->root[pre->out_id[0]] = y_id;
+      p->alias_off[pre->out_id[0]] = 0;
+    }
+    size_t off = 0;
+    for (int j = 0; j < n_in; j++) {
+      int v = s->in_id[j];
+      size_t voff;
+      bool dup = false;
+      for (int i = 0; i < j; i++) dup |= s->in_id[i] == v;
+      if (!dup && k->in_b[j] == k->out_b && resolve_root(p, v, &voff) == y_id && voff == off) {
+        k->in_place[j] = true; /* already there (an input of the prefix Concat) */
+        any_in_place = true;
+      } else if (!dup && k->in_b[j] == k->out_b && p->root[v] == v && m->values[v].kind == VAL_NODE &&
+                 !m->values[v].is_output && !p->is_static[v] && v != y_id) {
+        p->root[v] = y_id;
+        p->alias_off[v] = off;
+        k->in_place[j] = true;
+        any_in_place = true;
+      }
+      off += ot_nbytes(s->in[j]); /* C % 8 == 0: blocked bytes == plain bytes */
+    }
+  }
+  if (!any_blocked && !k->out_b && !any_in_place) { /* nothing blocked or in place after all */
     blk_destroy(k);
     return NULL;
   }
@@ -169,6 +231,10 @@ static void concat_run(const blk_kernel *k, plan_step *s, int threads) {
     const float *X = x->data;
     int64_t Cj = x->dims[1];
     int ib = k->in_b[j];
+    if (k->in_place[j]) {
+      off += Cj; /* its producer wrote it into Y */
+      continue;
+    }
     if (ib == ob) {
       /* same layout, channel offsets multiples of the block: one contiguous run per image */
       size_t len = (size_t)(Cj * HW), src = 0, dst = (size_t)(off * HW);

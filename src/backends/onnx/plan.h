@@ -5,7 +5,9 @@
  *               only between consecutive oneDNN kernels; never for graph outputs).
  *   steps[]     nodes to run, in order, with fused activation / sum and fast kernels.
  * Memory plan: each runtime buffer (a root value, or a step's temporary) gets an arena
- * offset; two buffers share bytes only when their step intervals do not overlap. */
+ * offset; two buffers share bytes only when their step intervals do not overlap. A value
+ * aliased at an offset (root[v] != v, alias_off[v]) lies inside its root's bytes; the
+ * root's interval covers every member's. */
 #ifndef CINFER_ONNX_PLAN_H
 #define CINFER_ONNX_PLAN_H
 #include "backends/onnx/onnx_impl.h"
@@ -37,6 +39,8 @@ typedef struct onnx_plan {
   ot *vals;
   bool *is_static;
   int *root;             /* storage root of each value (aliases) */
+  size_t *alias_off;     /* byte offset of a value inside its root's storage (a Concat
+                            input written in place into the Concat's output), else 0 */
   void **layout;         /* dnnl_memory_desc_t* or NULL, owned */
   size_t *bytes;         /* storage bytes when not plain (blocked), else 0 */
   void **owned;          /* plan-time computed data */
