@@ -7,8 +7,10 @@
  * prefers. Activations stay in oneDNN's blocked layout between consecutive convolutions
  * (plan->layout[v]); a value goes back to plain NCHW as soon as any consumer is not a
  * oneDNN convolution. First layers (small K) run on our own float kernel summed in ONNX
- * Runtime's order (see kdir_*). oneDNN pooling. Every path here has a reference in
- * ops_nn.c and is compared with it in tests/unit/onnx. No allocation in fast_run. */
+ * Runtime's order (see kdir_*). oneDNN pooling. Concat/BatchNormalization/Relu on blocked
+ * layouts are blocked_ops.c's (kind 3), dispatched from here. Every path here has a
+ * reference in ops.c/ops_nn.c and is compared with it in tests/unit/onnx. No allocation
+ * in fast_run. */
 #include <stdlib.h>
 #include <string.h>
 
