@@ -41,6 +41,11 @@ struct fast_kernel {
   bool sum_copy; /* sum operand has dst's layout: memcpy */
   bool blocked_out; /* kind 1: writes nChw8c (w_data: [M/8][K][8] weights, bias, slopes) */
   size_t dst_bytes;
+  /* kind 0 with pad_in: the nChw8c input is copied into temp[0] with its padding made
+   * explicit ([N][C/8][ph][pw][8], pt/pl zero rows/columns first) and the primitive runs
+   * unpadded (see conv_prepare) */
+  bool pad_in;
+  int64_t pad_t, pad_l, ph, pw;
 };
 
 static dnnl_engine_t engine(void) {
@@ -124,6 +129,34 @@ static dnnl_status_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_mem
 
 static void prelu_inplace(const fast_kernel *k, float *y, int threads);
 
+/* a primitive oneDNN runs as im2col + GEMM or in its reference implementation */
+static bool impl_slow(dnnl_primitive_desc_t pd) {
+  const char *impl = NULL;
+  return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+         !strncmp(impl, "ref", 3) || strstr(impl, "gemm");
+}
+
+/* X (nChw8c, [N][C/8][H][W][8]) into P ([N][C/8][ph][pw][8]) at row pt, column pl, zeros
+ * around; input pixels past the padded extent (a negative end pad) are left out */
+static void pad_blocked(const float *X, float *P, int64_t N, int64_t C, int64_t H, int64_t W, int64_t pt,
+                        int64_t pl, int64_t ph, int64_t pw, int threads) {
+  int64_t CB = C / 8;
+  int64_t w0 = pl, w1 = pl + W < pw ? pl + W : pw; /* destination columns holding input */
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static) if (threads > 1)
+  for (int64_t nc = 0; nc < N * CB; nc++)
+    for (int64_t y = 0; y < ph; y++) {
+      float *d = P + ((size_t)nc * (size_t)ph + (size_t)y) * (size_t)pw * 8;
+      int64_t h = y - pt;
+      if (h < 0 || h >= H) {
+        memset(d, 0, sizeof(float) * 8 * (size_t)pw);
+        continue;
+      }
+      memset(d, 0, sizeof(float) * 8 * (size_t)w0);
+      memcpy(d + 8 * w0, X + ((size_t)nc * (size_t)H + (size_t)h) * (size_t)W * 8, sizeof(float) * 8 * (size_t)(w1 - w0));
+      memset(d + 8 * w1, 0, sizeof(float) * 8 * (size_t)(pw - w1));
+    }
+}
+
 static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   cinfer_status *st = NULL;
   const ot *x = s->in[0], *w = s->in[1], *b = s->n_in > 2 ? s->in[2] : NULL;
@@ -205,6 +238,36 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
                                                   &x_any, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
     DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
   }
+  /* oneDNN 2.6's AVX2 direct convolution refuses a left padding wider than its 3-pixel
+   * register block (UltraFace's 3x3 dilation-5 convs, pads 5) and falls back to im2col +
+   * GEMM on plain NCHW with reorders around it. With the nChw8c input padded by us into a
+   * temporary, the direct convolution runs unpadded. */
+  dnnl_memory_desc_t x8;
+  if (p->layout[s->in_id[0]] && sp == 2 && (pl[0] > 0 || pl[1] > 0) && impl_slow(pd) &&
+      dnnl_memory_desc_init_by_tag(&x8, 4, xd, dnnl_f32, dnnl_aBcd8b) == dnnl_success &&
+      dnnl_memory_desc_equal(x_have, &x8) && xd[1] % 8 == 0 && !getenv("CINFER_ONNX_NO_PREPAD")) {
+    int64_t ph = (yd[2] - 1) * strides[0] + (KH - 1) * (dil[0] + 1) + 1;
+    int64_t pw = (yd[3] - 1) * strides[1] + (KW - 1) * (dil[1] + 1) + 1;
+    dnnl_dims_t xpd = {xd[0], xd[1], ph, pw}, zero = {0, 0};
+    dnnl_memory_desc_t xp;
+    dnnl_primitive_desc_t pd2 = NULL;
+    if (dnnl_memory_desc_init_by_tag(&xp, 4, xpd, dnnl_f32, dnnl_aBcd8b) == dnnl_success &&
+        dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xp,
+                                                   &w_any, b ? &b_md : NULL, &y_any, strides, dil, zero,
+                                                   zero) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd2, &cd, attr, eng, NULL) == dnnl_success && !impl_slow(pd2) &&
+        dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd2, dnnl_query_src_md, 0), &xp)) {
+      dnnl_primitive_desc_destroy(pd);
+      pd = pd2;
+      k->pad_in = true;
+      k->pad_t = pl[0];
+      k->pad_l = pl[1];
+      k->ph = ph;
+      k->pw = pw;
+    } else if (pd2) {
+      dnnl_primitive_desc_destroy(pd2);
+    }
+  }
   dnnl_post_ops_destroy(po);
   po = NULL;
   dnnl_primitive_attr_destroy(attr);
@@ -239,7 +302,9 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   if (b) DN(dnnl_memory_create(&k->b_mem, &b_md, eng, b->data));
   /* src */
   DN(dnnl_memory_create(&k->src_mem, &xw, eng, DNNL_MEMORY_NONE));
-  if (!dnnl_memory_desc_equal(x_have, &xw)) {
+  if (k->pad_in) {
+    s->temp_bytes[0] = dnnl_memory_desc_get_size(&xw);
+  } else if (!dnnl_memory_desc_equal(x_have, &xw)) {
     DN(dnnl_memory_create(&k->src_user, x_have, eng, DNNL_MEMORY_NONE));
     DN(make_reorder(x_have, &xw, &k->src_reorder));
     s->temp_bytes[0] = dnnl_memory_desc_get_size(&xw);
@@ -796,7 +861,12 @@ cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
     return NULL;
   }
   void *src = s->in[0]->data;
-  if (k->src_reorder) {
+  if (k->pad_in) {
+    const ot *x = s->in[0];
+    pad_blocked(src, s->temp[0], x->dims[0], x->dims[1], x->dims[2], x->dims[3], k->pad_t, k->pad_l, k->ph, k->pw,
+                threads);
+    RUN(dnnl_memory_set_data_handle(k->src_mem, s->temp[0]));
+  } else if (k->src_reorder) {
     RUN(dnnl_memory_set_data_handle(k->src_user, src));
     RUN(dnnl_memory_set_data_handle(k->src_mem, s->temp[0]));
     dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->src_user}, {DNNL_ARG_TO, k->src_mem}};

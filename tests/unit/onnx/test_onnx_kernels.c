@@ -672,6 +672,68 @@ static void test_blocked_ops(void **state) {
   check_blocked_ops(2, 3, 4, true);
 }
 
+/* A conv whose left/top padding is wider than oneDNN's AVX2 direct kernel takes (UltraFace:
+ * 3x3, dilation 5, pads 5) and whose input is blocked (from a 1x1 conv) runs on an input we
+ * pad ourselves (dnnl_ops.c pad_blocked); fast vs reference, asymmetric pads, stride 2 and
+ * an input column the strided window never reaches. */
+typedef struct prepad_cfg { int64_t N, H, W, d, s, pt, pl, pb, pr; } prepad_cfg;
+
+static void check_prepad(const prepad_cfg *c) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){c->N, 8, c->H, c->W});
+  float *w0, *w1;
+  add_conv(&b, "conv0", 16, 8, 1, "x", "c0", &w0);
+  w1 = rand_buf(16 * 16 * 9);
+  mb_init_f(&b, "w1", 4, (int64_t[]){16, 16, 3, 3}, w1);
+  const char *ci[2] = {"c0", "w1"}, *co = "out";
+  Onnx__NodeProto *n = mb_node(&b, "Conv", "conv1", 2, ci, 1, &co);
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
+  mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->d, c->d});
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){c->s, c->s});
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  free(w0);
+  free(w1);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int64_t shape[4] = {c->N, 8, c->H, c->W};
+  float *x = rand_buf(cinfer_shape_elements(shape, 4)), *ref, *fast;
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, shape, 4, &ref, &nr, &fr);
+  run(m, true, x, shape, 4, &fast, &nf, &ff);
+  assert_true(ff);
+  assert_int_equal(nr, nf);
+  double mx = 0, md = 0;
+  for (size_t i = 0; i < nr; i++) {
+    mx = fmax(mx, fabs(ref[i]));
+    md = fmax(md, fabs(ref[i] - fast[i]));
+  }
+  if (md > 1e-5 * fmax(1.0, mx))
+    fail_msg("prepad N%lld %lldx%lld d%lld s%lld pads %lld,%lld,%lld,%lld: max diff %g (max %g)", (long long)c->N,
+             (long long)c->H, (long long)c->W, (long long)c->d, (long long)c->s, (long long)c->pt, (long long)c->pl,
+             (long long)c->pb, (long long)c->pr, md, mx);
+  free(x);
+  free(ref);
+  free(fast);
+  onnx_model_destroy(m);
+}
+
+static void test_prepad_conv(void **state) {
+  const prepad_cfg cfgs[] = {
+      {1, 13, 17, 5, 1, 5, 5, 5, 5}, /* UltraFace's shape of problem */
+      {2, 9, 11, 4, 1, 6, 3, 2, 7},  /* asymmetric */
+      {1, 15, 14, 1, 2, 4, 4, 1, 0}, /* stride 2: the last input column is never read */
+      {1, 7, 6, 3, 1, 0, 6, 9, 0},   /* left pad only on one axis, top only on the other */
+  };
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_prepad(&cfgs[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
@@ -682,6 +744,7 @@ int main(void) {
       cmocka_unit_test(test_conv_mul_fold),
       cmocka_unit_test(test_blocked_ops),
       cmocka_unit_test(test_sub_batch),
+      cmocka_unit_test(test_prepad_conv),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
