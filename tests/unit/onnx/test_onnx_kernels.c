@@ -734,6 +734,57 @@ static void test_prepad_conv(void **state) {
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_prepad(&cfgs[i]);
 }
 
+/* Nearest Resize by 2 along W (the FPN upsampling; ops_nn.c writes each source value twice
+ * with vector shuffles) against the definition out[c][y][x] = in[c][y / 2][x / 2], for
+ * half_pixel (the default) and asymmetric coordinates, widths with and without a tail. */
+static void check_resize2x(int64_t W, const char *ctm) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){1, 2, 3, W});
+  float sc[4] = {1, 1, 2, 2};
+  mb_init_f(&b, "scales", 1, (int64_t[]){4}, sc);
+  const char *ri[3] = {"x", "", "scales"}, *ro = "out";
+  Onnx__NodeProto *n = mb_node(&b, "Resize", "resize", 3, ri, 1, &ro);
+  Onnx__AttributeProto *a = &b.attrs[b.n_attrs++];
+  onnx__attribute_proto__init(a);
+  a->name = mb_str(&b, "coordinate_transformation_mode");
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  a->has_s = 1;
+  a->s.data = (uint8_t *)mb_str(&b, ctm);
+  a->s.len = strlen(ctm);
+  n->attribute[n->n_attribute++] = a;
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int64_t shape[4] = {1, 2, 3, W};
+  float *x = rand_buf(6 * W), *y;
+  size_t ny;
+  bool f;
+  run(m, true, x, shape, 4, &y, &ny, &f);
+  assert_int_equal(ny, (size_t)(2 * 6 * 2 * W));
+  for (int64_t c = 0; c < 2; c++)
+    for (int64_t h = 0; h < 6; h++)
+      for (int64_t w = 0; w < 2 * W; w++)
+        if (y[(c * 6 + h) * 2 * W + w] != x[(c * 3 + h / 2) * W + w / 2])
+          fail_msg("resize 2x W%lld %s: out[%lld][%lld][%lld] = %g, want %g", (long long)W, ctm, (long long)c,
+                   (long long)h, (long long)w, y[(c * 6 + h) * 2 * W + w], x[(c * 3 + h / 2) * W + w / 2]);
+  free(x);
+  free(y);
+  onnx_model_destroy(m);
+}
+
+static void test_resize_2x(void **state) {
+  check_resize2x(19, "half_pixel");
+  check_resize2x(16, "asymmetric");
+  check_resize2x(5, "half_pixel");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
@@ -745,6 +796,7 @@ int main(void) {
       cmocka_unit_test(test_blocked_ops),
       cmocka_unit_test(test_sub_batch),
       cmocka_unit_test(test_prepad_conv),
+      cmocka_unit_test(test_resize_2x),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
