@@ -11,6 +11,7 @@
  * layouts are blocked_ops.c's (kind 3), dispatched from here. Every path here has a
  * reference in ops.c/ops_nn.c and is compared with it in tests/unit/onnx. No allocation
  * in fast_run. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,9 @@
 
 struct fast_kernel {
   int kind;               /* 0 oneDNN convolution, 1 small-K float conv, 2 oneDNN pooling,
-                             3 blocked-layout Concat/BN/Relu (blk) */
+                             3 blocked-layout Concat/BN/Relu (blk), 4 float Softmax over a
+                             short innermost axis (sm_outer rows of sm_d) */
+  int64_t sm_outer, sm_d;
   blk_kernel *blk;        /* kind 3 */
   conv_geom g;            /* kind 1 */
   dnnl_primitive_t prim;
@@ -814,8 +817,49 @@ static void prelu_inplace(const fast_kernel *k, float *y, int threads) {
     }
 }
 
+/* Softmax over a short innermost axis (detection heads: [N, H, W, 2]) in float: per row
+ * m = max, e = expf(x - m), y = e / sum(e) (sum in float, in order). The reference
+ * (ops_nn.c softmax_exec) works in double and calls exp twice per element; this is within
+ * a few ulp of it (test_softmax_fast), as ONNX Runtime's float softmax is. */
+static bool softmax_geom(const onnx_plan *p, const plan_step *s, int64_t *outer, int64_t *d) {
+  if (p->no_fast || strcmp(s->node->op_type, "Softmax") || getenv("CINFER_ONNX_NO_FAST_SOFTMAX")) return false;
+  const ot *x = s->in[0];
+  int r = x->ndim;
+  if (x->dtype != CINFER_TYPE_FP32 || r < 1 || ot_numel(x) <= 0) return false;
+  int64_t a = attr_i(s->node, "axis", s->node->opset < 13 ? 1 : -1);
+  if (a < 0) a += r;
+  if (a < 0 || a >= r) return false;
+  int64_t D = s->node->opset < 13 ? prod(x->dims, (int)a, r) : x->dims[a];
+  if ((s->node->opset >= 13 && a != r - 1) || D > 64) return false; /* innermost, contiguous */
+  *d = D;
+  *outer = ot_numel(x) / D;
+  return true;
+}
+
+static void softmax_run(const fast_kernel *k, plan_step *s, int threads) {
+  const float *X = s->in[0]->data;
+  float *Y = s->out[0]->data;
+  int64_t D = k->sm_d;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && k->sm_outer * D > 65536)
+  for (int64_t o = 0; o < k->sm_outer; o++) {
+    const float *x = X + o * D;
+    float *y = Y + o * D, m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < D; j++) if (x[j] > m) m = x[j];
+    for (int64_t j = 0; j < D; j++) sum += y[j] = expf(x[j] - m);
+    for (int64_t j = 0; j < D; j++) y[j] /= sum;
+  }
+}
+
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
   *k = NULL;
+  int64_t sm_outer, sm_d;
+  if (softmax_geom(p, s, &sm_outer, &sm_d) && !p->layout[s->in_id[0]]) {
+    if (!(*k = calloc(1, sizeof **k))) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    (*k)->kind = 4;
+    (*k)->sm_outer = sm_outer;
+    (*k)->sm_d = sm_d;
+    return NULL;
+  }
   if (!strcmp(s->node->op_type, "MaxPool") || !strcmp(s->node->op_type, "AveragePool")) {
     cinfer_status *st = pool_prepare(p, s, keep, k);
     if (st || *k) return st;
@@ -858,6 +902,10 @@ cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
   if (k->kind == 2) return pool_run(k, s);
   if (k->kind == 3) {
     blk_run(k->blk, s, threads);
+    return NULL;
+  }
+  if (k->kind == 4) {
+    softmax_run(k, s, threads);
     return NULL;
   }
   void *src = s->in[0]->data;

@@ -785,6 +785,53 @@ static void test_resize_2x(void **state) {
   check_resize2x(5, "half_pixel");
 }
 
+/* Softmax over a short innermost axis in float (dnnl_ops.c softmax_run) against the
+ * double-precision reference: last axis (opset 13), the opset-11 coerced 2-D form over the
+ * trailing dims, inputs up to +-100 (overflows unless the max is subtracted), one and 64-wide rows; a 65-wide
+ * axis stays on the reference. */
+static void check_softmax(int opset, int nd, const int64_t *dims, int64_t axis, bool want_fast) {
+  mb b;
+  mb_init(&b, opset);
+  mb_input(&b, "x", nd, dims);
+  const char *i = "x", *o = "out";
+  mb_attr_i(&b, mb_node(&b, "Softmax", "sm", 1, &i, 1, &o), "axis", axis);
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int64_t n = cinfer_shape_elements(dims, nd);
+  float *x = rand_buf(n), *ref, *fast;
+  for (int64_t k = 0; k < n; k++) x[k] *= 100.0f; /* expf overflows past 88.7 */
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, dims, nd, &ref, &nr, &fr);
+  run(m, true, x, dims, nd, &fast, &nf, &ff);
+  assert_int_equal(ff, want_fast);
+  assert_int_equal(nr, nf);
+  for (size_t k = 0; k < nr; k++)
+    if (fabsf(ref[k] - fast[k]) > 1e-6f * fmaxf(fabsf(ref[k]), 1e-30f) + 1e-12f)
+      fail_msg("softmax opset %d axis %lld: element %zu ref %.9g fast %.9g", opset, (long long)axis, k, ref[k], fast[k]);
+  free(x);
+  free(ref);
+  free(fast);
+  onnx_model_destroy(m);
+}
+
+static void test_softmax_fast(void **state) {
+  check_softmax(13, 3, (int64_t[]){3, 5, 2}, -1, true);
+  check_softmax(13, 4, (int64_t[]){1, 7, 9, 2}, 3, true);
+  check_softmax(11, 2, (int64_t[]){2, 7}, 1, true);
+  check_softmax(11, 4, (int64_t[]){4, 3, 2, 5}, 2, true); /* rows of 2 * 5 */
+  check_softmax(13, 2, (int64_t[]){5, 64}, 1, true);
+  check_softmax(13, 2, (int64_t[]){6, 1}, 1, true);
+  check_softmax(13, 3, (int64_t[]){2, 3, 65}, 2, false);
+  check_softmax(13, 3, (int64_t[]){2, 3, 4}, 1, false); /* not the innermost axis */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
@@ -797,6 +844,7 @@ int main(void) {
       cmocka_unit_test(test_sub_batch),
       cmocka_unit_test(test_prepad_conv),
       cmocka_unit_test(test_resize_2x),
+      cmocka_unit_test(test_softmax_fast),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
