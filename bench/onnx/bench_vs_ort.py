@@ -10,8 +10,9 @@ cinfer/ORT and the peak RSS of each process (wait4 ru_maxrss; ORT's includes the
 interpreter, about 30 MB).
 
 A model whose graph fixes batch 1 (no symbolic batch dimension) cannot take a batch of 8
-in ORT: both engines then process the batch as 8 consecutive batch-1 runs. cinfer runs a
-batch as one call when `cinfer inspect` says the model is batchable.
+in ORT: both engines then process the batch as 8 consecutive batch-1 runs (ORT over the 8
+rows of one 8-row array, so both engines read the same amount of input memory). cinfer
+runs a batch as one call when `cinfer inspect` says the model is batchable.
 
 With --rounds R each configuration runs R times, cinfer and ORT alternating, and the table
 keeps each engine's best round (lowest p50 and CPU time, highest throughput): on a shared
@@ -43,10 +44,14 @@ so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 i = s.get_inputs()[0]
 fixed = isinstance(i.shape[0], int)
-loops, feed = (batch, x) if (fixed and batch > 1) else (1, np.repeat(x, batch, axis=0))
+# one buffer of `batch` rows, as cinfer gets it; a fixed-batch-1 model loops over its
+# rows (feeding the same 1-row array every time would read it from the cache each time)
+rows = np.ascontiguousarray(np.repeat(x, batch, axis=0))
+loops = batch if (fixed and batch > 1) else 1
+feeds = [rows[k:k + 1] for k in range(batch)] if loops > 1 else [rows]
 def once():
-    for _ in range(loops):
-        s.run(None, {i.name: feed})
+    for f in feeds:
+        s.run(None, {i.name: f})
 once()
 lat = []
 t0 = time.perf_counter()

@@ -7,8 +7,11 @@
  * prefers. Activations stay in oneDNN's blocked layout between consecutive convolutions
  * (plan->layout[v]); a value goes back to plain NCHW as soon as any consumer is not a
  * oneDNN convolution. First layers (small K) run on our own float kernel summed in ONNX
- * Runtime's order (see kdir_*). oneDNN pooling. Every path here has a reference in
- * ops_nn.c and is compared with it in tests/unit/onnx. No allocation in fast_run. */
+ * Runtime's order (see kdir_*). oneDNN pooling. Concat/BatchNormalization/Relu on blocked
+ * layouts are blocked_ops.c's (kind 3), dispatched from here. Every path here has a
+ * reference in ops.c/ops_nn.c and is compared with it in tests/unit/onnx. No allocation
+ * in fast_run. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +24,11 @@
 #include "backends/onnx/plan.h"
 
 struct fast_kernel {
-  int kind;               /* 0 oneDNN convolution, 1 small-K double-accumulation conv,
-                             2 oneDNN pooling */
+  int kind;               /* 0 oneDNN convolution, 1 small-K float conv, 2 oneDNN pooling,
+                             3 blocked-layout Concat/BN/Relu (blk), 4 float Softmax over a
+                             short innermost axis (sm_outer rows of sm_d) */
+  int64_t sm_outer, sm_d;
+  blk_kernel *blk;        /* kind 3 */
   conv_geom g;            /* kind 1 */
   dnnl_primitive_t prim;
   dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
@@ -38,6 +44,11 @@ struct fast_kernel {
   bool sum_copy; /* sum operand has dst's layout: memcpy */
   bool blocked_out; /* kind 1: writes nChw8c (w_data: [M/8][K][8] weights, bias, slopes) */
   size_t dst_bytes;
+  /* kind 0 with pad_in: the nChw8c input is copied into temp[0] with its padding made
+   * explicit ([N][C/8][ph][pw][8], pt/pl zero rows/columns first) and the primitive runs
+   * unpadded (see conv_prepare) */
+  bool pad_in;
+  int64_t pad_t, pad_l, ph, pw;
 };
 
 static dnnl_engine_t engine(void) {
@@ -66,6 +77,7 @@ void fast_destroy(fast_kernel *k) {
   free(k->prelu_slope);
   if (k->stream) dnnl_stream_destroy(k->stream);
   free(k->w_data);
+  blk_destroy(k->blk);
   free(k);
 }
 
@@ -93,6 +105,7 @@ bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
   conv_geom g;
   dnnl_dims_t pr;
   if (j == 0 && pool_geom(p, s, &g, pr)) return true;
+  if (blk_can_take(p, s, j)) return true;
   return conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in) &&
          !(j == 0 && small_k(p, s));
 }
@@ -118,6 +131,34 @@ static dnnl_status_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_mem
   } while (0)
 
 static void prelu_inplace(const fast_kernel *k, float *y, int threads);
+
+/* a primitive oneDNN runs as im2col + GEMM or in its reference implementation */
+static bool impl_slow(dnnl_primitive_desc_t pd) {
+  const char *impl = NULL;
+  return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+         !strncmp(impl, "ref", 3) || strstr(impl, "gemm");
+}
+
+/* X (nChw8c, [N][C/8][H][W][8]) into P ([N][C/8][ph][pw][8]) at row pt, column pl, zeros
+ * around; input pixels past the padded extent (a negative end pad) are left out */
+static void pad_blocked(const float *X, float *P, int64_t N, int64_t C, int64_t H, int64_t W, int64_t pt,
+                        int64_t pl, int64_t ph, int64_t pw, int threads) {
+  int64_t CB = C / 8;
+  int64_t w0 = pl, w1 = pl + W < pw ? pl + W : pw; /* destination columns holding input */
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static) if (threads > 1)
+  for (int64_t nc = 0; nc < N * CB; nc++)
+    for (int64_t y = 0; y < ph; y++) {
+      float *d = P + ((size_t)nc * (size_t)ph + (size_t)y) * (size_t)pw * 8;
+      int64_t h = y - pt;
+      if (h < 0 || h >= H) {
+        memset(d, 0, sizeof(float) * 8 * (size_t)pw);
+        continue;
+      }
+      memset(d, 0, sizeof(float) * 8 * (size_t)w0);
+      memcpy(d + 8 * w0, X + ((size_t)nc * (size_t)H + (size_t)h) * (size_t)W * 8, sizeof(float) * 8 * (size_t)(w1 - w0));
+      memset(d + 8 * w1, 0, sizeof(float) * 8 * (size_t)(pw - w1));
+    }
+}
 
 static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   cinfer_status *st = NULL;
@@ -200,6 +241,36 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
                                                   &x_any, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
     DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
   }
+  /* oneDNN 2.6's AVX2 direct convolution refuses a left padding wider than its 3-pixel
+   * register block (UltraFace's 3x3 dilation-5 convs, pads 5) and falls back to im2col +
+   * GEMM on plain NCHW with reorders around it. With the nChw8c input padded by us into a
+   * temporary, the direct convolution runs unpadded. */
+  dnnl_memory_desc_t x8;
+  if (p->layout[s->in_id[0]] && sp == 2 && (pl[0] > 0 || pl[1] > 0) && impl_slow(pd) &&
+      dnnl_memory_desc_init_by_tag(&x8, 4, xd, dnnl_f32, dnnl_aBcd8b) == dnnl_success &&
+      dnnl_memory_desc_equal(x_have, &x8) && xd[1] % 8 == 0 && !getenv("CINFER_ONNX_NO_PREPAD")) {
+    int64_t ph = (yd[2] - 1) * strides[0] + (KH - 1) * (dil[0] + 1) + 1;
+    int64_t pw = (yd[3] - 1) * strides[1] + (KW - 1) * (dil[1] + 1) + 1;
+    dnnl_dims_t xpd = {xd[0], xd[1], ph, pw}, zero = {0, 0};
+    dnnl_memory_desc_t xp;
+    dnnl_primitive_desc_t pd2 = NULL;
+    if (dnnl_memory_desc_init_by_tag(&xp, 4, xpd, dnnl_f32, dnnl_aBcd8b) == dnnl_success &&
+        dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xp,
+                                                   &w_any, b ? &b_md : NULL, &y_any, strides, dil, zero,
+                                                   zero) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd2, &cd, attr, eng, NULL) == dnnl_success && !impl_slow(pd2) &&
+        dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd2, dnnl_query_src_md, 0), &xp)) {
+      dnnl_primitive_desc_destroy(pd);
+      pd = pd2;
+      k->pad_in = true;
+      k->pad_t = pl[0];
+      k->pad_l = pl[1];
+      k->ph = ph;
+      k->pw = pw;
+    } else if (pd2) {
+      dnnl_primitive_desc_destroy(pd2);
+    }
+  }
   dnnl_post_ops_destroy(po);
   po = NULL;
   dnnl_primitive_attr_destroy(attr);
@@ -234,7 +305,9 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   if (b) DN(dnnl_memory_create(&k->b_mem, &b_md, eng, b->data));
   /* src */
   DN(dnnl_memory_create(&k->src_mem, &xw, eng, DNNL_MEMORY_NONE));
-  if (!dnnl_memory_desc_equal(x_have, &xw)) {
+  if (k->pad_in) {
+    s->temp_bytes[0] = dnnl_memory_desc_get_size(&xw);
+  } else if (!dnnl_memory_desc_equal(x_have, &xw)) {
     DN(dnnl_memory_create(&k->src_user, x_have, eng, DNNL_MEMORY_NONE));
     DN(make_reorder(x_have, &xw, &k->src_reorder));
     s->temp_bytes[0] = dnnl_memory_desc_get_size(&xw);
@@ -493,8 +566,13 @@ static void kdir_strip(const conv_geom *g, const float *X, int64_t n, int64_t oh
         int64_t ow = 0;
         for (; ow < lo; ow++) pr[ow] = 0.0f;
         if (sw == 1) memcpy(pr + lo, xr + lo + off, sizeof(float) * (size_t)(hi - lo));
-        else if (sw == 2)
-          for (ow = lo; ow < hi; ow++) pr[ow] = xr[2 * ow + off];
+        else if (sw == 2) { /* even elements of two vectors */
+          for (ow = lo; ow + 8 <= hi && 2 * ow + off + 16 <= IW; ow += 8) {
+            v8f a = *(const v8fu *)(xr + 2 * ow + off), b = *(const v8fu *)(xr + 2 * ow + off + 8);
+            *(v8fu *)(pr + ow) = __builtin_shuffle(a, b, (v8i){0, 2, 4, 6, 8, 10, 12, 14});
+          }
+          for (; ow < hi; ow++) pr[ow] = xr[2 * ow + off];
+        }
         else
           for (ow = lo; ow < hi; ow++) pr[ow] = xr[ow * sw + off];
         for (ow = hi; ow < OWp; ow++) pr[ow] = 0.0f;
@@ -522,35 +600,55 @@ static inline v8f v8_act(v8f v, const onnx_fused *f, const float *slope8) {
   }
 }
 
+/* NB (1 or 2) channel blocks of 8 x 6 output pixels: per output element the same order as
+ * kdir_block with per_c (an FMA chain per input channel over (kh, kw), channels added in
+ * order, then + bias); two blocks share each broadcast input (12 independent chains). */
+static inline __attribute__((always_inline)) void kdir_blk_pass(int NB, int64_t C, int64_t T, int64_t K,
+                                                                const float *w, const float *P, int64_t OWp,
+                                                                int64_t ow, v8f t[12]) {
+  v8f acc[12];
+  for (int64_t c = 0; c < C; c++) {
+    for (int q = 0; q < 6 * NB; q++) acc[q] = (v8f){0};
+    for (int64_t kk = c * T; kk < (c + 1) * T; kk++) {
+      v8f w0 = *(const v8fu *)(w + kk * 8), w1 = NB == 2 ? *(const v8fu *)(w + (K + kk) * 8) : w0;
+      const float *x = P + kk * OWp + ow;
+      for (int q = 0; q < 6; q++) {
+        v8f xv = v8_splat(x[q]);
+        acc[q] = v8_fma(xv, w0, acc[q]);
+        if (NB == 2) acc[6 + q] = v8_fma(xv, w1, acc[6 + q]);
+      }
+    }
+    for (int q = 0; q < 6 * NB; q++) t[q] = c == 0 ? acc[q] : acc[q] + t[q];
+  }
+}
+
 /* One output row into nChw8c (Yb: channel block 0 of row (n, oh); blocks bstride apart),
  * vectorised over the 8 channels of a block like MLAS (broadcast input, 6 output pixels
- * per pass); per output element the same order as kdir_block with per_c. */
+ * per pass, two blocks per pass where there are two left); per output element the same
+ * order as kdir_block with per_c. */
 static void kdir_row_blk(const conv_geom *g, const float *wb, int64_t M, const float *P, int64_t OWp,
                          int64_t OW, float *Yb, size_t bstride, const onnx_fused *f) {
   int64_t C = g->C, T = g->k[0] * g->k[1], K = C * T;
   const float *bias = wb + K * M, *slope = bias + M;
-  for (int64_t cb = 0; cb < M / 8; cb++) {
+  for (int64_t cb = 0; cb < M / 8;) {
+    int nb = M / 8 - cb >= 2 ? 2 : 1;
     const float *w = wb + cb * K * 8;
-    v8f bv = *(const v8fu *)(bias + cb * 8);
-    float *yb = Yb + (size_t)cb * bstride;
     for (int64_t ow = 0; ow < OW; ow += 6) {
-      v8f t[6] = {0}, acc[6] = {0};
-      for (int64_t c = 0; c < C; c++) {
-        for (int q = 0; q < 6; q++) acc[q] = (v8f){0};
-        for (int64_t kk = c * T; kk < (c + 1) * T; kk++) {
-          v8f wv = *(const v8fu *)(w + kk * 8);
-          const float *x = P + kk * OWp + ow;
-          for (int q = 0; q < 6; q++) acc[q] = v8_fma(v8_splat(x[q]), wv, acc[q]);
-        }
-        for (int q = 0; q < 6; q++) t[q] = c == 0 ? acc[q] : acc[q] + t[q];
-      }
+      v8f t[12];
+      if (nb == 2) kdir_blk_pass(2, C, T, K, w, P, OWp, ow, t);
+      else kdir_blk_pass(1, C, T, K, w, P, OWp, ow, t);
       int64_t np = OW - ow < 6 ? OW - ow : 6;
-      for (int64_t q = 0; q < np; q++) {
-        v8f v = t[q] + bv;
-        if (f) v = v8_act(v, f, slope + cb * 8);
-        *(v8fu *)(yb + (ow + q) * 8) = v;
+      for (int b = 0; b < nb; b++) {
+        v8f bv = *(const v8fu *)(bias + (cb + b) * 8);
+        float *yb = Yb + (size_t)(cb + b) * bstride;
+        for (int64_t q = 0; q < np; q++) {
+          v8f v = t[6 * b + q] + bv;
+          if (f) v = v8_act(v, f, slope + (cb + b) * 8);
+          *(v8fu *)(yb + (ow + q) * 8) = v;
+        }
       }
     }
+    cb += nb;
   }
 }
 
@@ -719,11 +817,67 @@ static void prelu_inplace(const fast_kernel *k, float *y, int threads) {
     }
 }
 
+/* Softmax over a short innermost axis (detection heads: [N, H, W, 2]) in float: per row
+ * m = max, e = expf(x - m), y = e / sum(e) (sum in float, in order). The reference
+ * (ops_nn.c softmax_exec) works in double and calls exp twice per element; this is within
+ * a few ulp of it (test_softmax_fast), as ONNX Runtime's float softmax is. */
+static bool softmax_geom(const onnx_plan *p, const plan_step *s, int64_t *outer, int64_t *d) {
+  if (p->no_fast || strcmp(s->node->op_type, "Softmax") || getenv("CINFER_ONNX_NO_FAST_SOFTMAX")) return false;
+  const ot *x = s->in[0];
+  int r = x->ndim;
+  if (x->dtype != CINFER_TYPE_FP32 || r < 1 || ot_numel(x) <= 0) return false;
+  int64_t a = attr_i(s->node, "axis", s->node->opset < 13 ? 1 : -1);
+  if (a < 0) a += r;
+  if (a < 0 || a >= r) return false;
+  int64_t D = s->node->opset < 13 ? prod(x->dims, (int)a, r) : x->dims[a];
+  if ((s->node->opset >= 13 && a != r - 1) || D > 64) return false; /* innermost, contiguous */
+  *d = D;
+  *outer = ot_numel(x) / D;
+  return true;
+}
+
+static void softmax_run(const fast_kernel *k, plan_step *s, int threads) {
+  const float *X = s->in[0]->data;
+  float *Y = s->out[0]->data;
+  int64_t D = k->sm_d;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && k->sm_outer * D > 65536)
+  for (int64_t o = 0; o < k->sm_outer; o++) {
+    const float *x = X + o * D;
+    float *y = Y + o * D, m = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < D; j++) if (x[j] > m) m = x[j];
+    for (int64_t j = 0; j < D; j++) sum += y[j] = expf(x[j] - m);
+    for (int64_t j = 0; j < D; j++) y[j] /= sum;
+  }
+}
+
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
   *k = NULL;
+  int64_t sm_outer, sm_d;
+  if (softmax_geom(p, s, &sm_outer, &sm_d) && !p->layout[s->in_id[0]]) {
+    if (!(*k = calloc(1, sizeof **k))) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    (*k)->kind = 4;
+    (*k)->sm_outer = sm_outer;
+    (*k)->sm_d = sm_d;
+    return NULL;
+  }
   if (!strcmp(s->node->op_type, "MaxPool") || !strcmp(s->node->op_type, "AveragePool")) {
     cinfer_status *st = pool_prepare(p, s, keep, k);
     if (st || *k) return st;
+  }
+  if (!strcmp(s->node->op_type, "Concat") || !strcmp(s->node->op_type, "BatchNormalization") ||
+      !strcmp(s->node->op_type, "Relu")) {
+    blk_kernel *b = NULL;
+    cinfer_status *st = blk_prepare(p, s, keep, &b);
+    if (st) return st;
+    if (b) {
+      if (!(*k = calloc(1, sizeof **k))) {
+        blk_destroy(b);
+        return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      }
+      (*k)->kind = 3;
+      (*k)->blk = b;
+      return NULL;
+    }
   }
   if (conv_eligible(p, s) && small_k(p, s)) return k64_prepare(p, s, keep, k);
   if (conv_eligible(p, s)) return conv_prepare(p, s, keep && s->in[0]->ndim == 4, k);
@@ -746,8 +900,21 @@ cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
     return NULL;
   }
   if (k->kind == 2) return pool_run(k, s);
+  if (k->kind == 3) {
+    blk_run(k->blk, s, threads);
+    return NULL;
+  }
+  if (k->kind == 4) {
+    softmax_run(k, s, threads);
+    return NULL;
+  }
   void *src = s->in[0]->data;
-  if (k->src_reorder) {
+  if (k->pad_in) {
+    const ot *x = s->in[0];
+    pad_blocked(src, s->temp[0], x->dims[0], x->dims[1], x->dims[2], x->dims[3], k->pad_t, k->pad_l, k->ph, k->pw,
+                threads);
+    RUN(dnnl_memory_set_data_handle(k->src_mem, s->temp[0]));
+  } else if (k->src_reorder) {
     RUN(dnnl_memory_set_data_handle(k->src_user, src));
     RUN(dnnl_memory_set_data_handle(k->src_mem, s->temp[0]));
     dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->src_user}, {DNNL_ARG_TO, k->src_mem}};

@@ -30,6 +30,12 @@ typedef struct onnx_options {
   int threads;        /* kernel threads; <= 0 means 1 */
   bool no_fast;       /* true: reference kernels only (the oracle) */
   bool profile;       /* accumulate per-node times (onnx_session_profile_print) */
+  /* Batchable models: rows of a batch per graph run. 0: automatic (as many rows as keep
+   * one run's activations within ~1 MiB per thread, at least one row per thread: a batch
+   * whose activations spill out of the caches runs slower per row than single rows); < 0:
+   * the whole batch in one run. The environment variable CINFER_ONNX_SUB_BATCH, when set,
+   * overrides 0. */
+  int sub_batch;
 } onnx_options;
 
 /* One graph input or output as declared by the model. shape[i] < 0: symbolic/unknown
@@ -67,7 +73,9 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
 void onnx_session_destroy(onnx_session *s);
 /* Runs the graph. inputs: one per graph input, matched by name (borrowed for the call).
  * outputs: an array of onnx_model_output_count() entries, filled with views into the
- * session's memory, valid until the next run or destroy. */
+ * session's memory, valid until the next run or destroy. A batch of a batchable model may
+ * run as several graph runs over consecutive rows (onnx_options.sub_batch); the outputs
+ * are then gathered in session buffers that grow to the largest batch seen. */
 cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, int n_inputs,
                                 cinfer_tensor *outputs);
 int onnx_session_output_count(const onnx_session *s);

@@ -43,23 +43,45 @@ static void bstrides(const ot *t, const ot *out, int64_t *s) {
   }
 }
 
-/* Calls f(ctx, out_offset, a_offset, b_offset, count, sa_inner, sb_inner) over rows. */
+/* Calls f(ctx, out_offset, a_offset, b_offset, count, sa_inner, sb_inner) over rows.
+ * Dims of size 1 are dropped and adjacent dims merged wherever every operand is laid out
+ * contiguously across them (outer stride == inner stride * inner dim; broadcast dims
+ * have stride 0 in both), so [1,4420,2] * [1,4420,2] is one row of 8840 rather than
+ * 4420 rows of 2. Visits the same elements in the same order as without merging. */
 typedef void (*row_fn)(void *ctx, int64_t o, int64_t ia, int64_t ib, int64_t ic, int64_t n,
                        int64_t sa, int64_t sb, int64_t sc);
 static void bcast_iter3(const ot *out, const ot *a, const ot *b, const ot *c, row_fn f,
                         void *ctx) {
-  int r = out->ndim;
-  int64_t sa[OT_MAX_DIMS], sb[OT_MAX_DIMS], sc[OT_MAX_DIMS];
-  bstrides(a, out, sa);
-  bstrides(b, out, sb);
-  if (c) bstrides(c, out, sc); else memset(sc, 0, sizeof sc);
+  int r0 = out->ndim;
+  int64_t sa0[OT_MAX_DIMS], sb0[OT_MAX_DIMS], sc0[OT_MAX_DIMS];
+  bstrides(a, out, sa0);
+  bstrides(b, out, sb0);
+  if (c) bstrides(c, out, sc0); else memset(sc0, 0, sizeof sc0);
   int64_t total = ot_numel(out);
   if (total <= 0) return;
+  int64_t dims[OT_MAX_DIMS], sa[OT_MAX_DIMS], sb[OT_MAX_DIMS], sc[OT_MAX_DIMS];
+  int r = 0;
+  for (int d = 0; d < r0; d++) {
+    int64_t n = out->dims[d];
+    if (n == 1) continue;
+    if (r > 0 && sa[r - 1] == sa0[d] * n && sb[r - 1] == sb0[d] * n && sc[r - 1] == sc0[d] * n) {
+      dims[r - 1] *= n;
+      sa[r - 1] = sa0[d];
+      sb[r - 1] = sb0[d];
+      sc[r - 1] = sc0[d];
+      continue;
+    }
+    dims[r] = n;
+    sa[r] = sa0[d];
+    sb[r] = sb0[d];
+    sc[r] = sc0[d];
+    r++;
+  }
   if (r == 0) {
     f(ctx, 0, 0, 0, 0, 1, 0, 0, 0);
     return;
   }
-  int64_t inner = out->dims[r - 1];
+  int64_t inner = dims[r - 1];
   int64_t idx[OT_MAX_DIMS] = {0};
   int64_t oa = 0, ob = 0, oc = 0;
   for (int64_t o = 0; o < total; o += inner) {
@@ -69,7 +91,7 @@ static void bcast_iter3(const ot *out, const ot *a, const ot *b, const ot *c, ro
       oa += sa[d];
       ob += sb[d];
       oc += sc[d];
-      if (idx[d] < out->dims[d]) break;
+      if (idx[d] < dims[d]) break;
       oa -= sa[d] * idx[d];
       ob -= sb[d] * idx[d];
       oc -= sc[d] * idx[d];
@@ -930,7 +952,9 @@ static cinfer_status *slice_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
   const char *S = in[0]->data;
   char *D = out[0]->data;
   for (int64_t o = 0; o < total; o += inner) {
-    if (si == 1) memcpy(D + (size_t)o * es, S + (size_t)off * es, (size_t)inner * es);
+    if (si == 1 && es == 4 && inner <= 16) /* short rows (box coordinates): no memcpy call per row */
+      for (int64_t i = 0; i < inner; i++) ((uint32_t *)(void *)D)[o + i] = ((const uint32_t *)(const void *)S)[off + i];
+    else if (si == 1) memcpy(D + (size_t)o * es, S + (size_t)off * es, (size_t)inner * es);
     else for (int64_t i = 0; i < inner; i++) memcpy(D + (size_t)(o + i) * es, S + (size_t)(off + i * si) * es, es);
     for (int d = r - 2; d >= 0; d--) {
       idx[d]++;

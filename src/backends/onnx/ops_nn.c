@@ -854,12 +854,25 @@ cinfer_status *resize_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) 
     bool tab = W <= 1024;
     if (tab)
       for (int64_t xo = 0; xo < W; xo++) col[xo] = resize_nearest(&p, r - 1, xo, inW, W);
+    /* the FPN's 2x upsampling: col[xo] == xo / 2, every source value written twice */
+    bool dup2 = tab && W == 2 * inW;
+    for (int64_t xo = 0; dup2 && xo < W; xo++) dup2 = col[xo] == xo / 2;
     int64_t prev = -1;
     for (int64_t o = 0; o < total; o += W) {
       int64_t base = 0;
       for (int d = 0; d < r - 1; d++) base += resize_nearest(&p, d, idx[d], in[0]->dims[d], p.out[d]) * istr[d];
       if (base == prev) memcpy(D + o, D + o - W, sizeof(float) * (size_t)W);
-      else if (tab) for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + col[xo]];
+      else if (dup2) {
+        typedef float v8 __attribute__((vector_size(32), aligned(4)));
+        typedef int32_t v8i __attribute__((vector_size(32)));
+        int64_t xi = 0;
+        for (; xi + 8 <= inW; xi += 8) {
+          v8 a = *(const v8 *)(S + base + xi);
+          *(v8 *)(D + o + 2 * xi) = __builtin_shuffle(a, (v8i){0, 0, 1, 1, 2, 2, 3, 3});
+          *(v8 *)(D + o + 2 * xi + 8) = __builtin_shuffle(a, (v8i){4, 4, 5, 5, 6, 6, 7, 7});
+        }
+        for (; xi < inW; xi++) D[o + 2 * xi] = D[o + 2 * xi + 1] = S[base + xi];
+      } else if (tab) for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + col[xo]];
       else for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + resize_nearest(&p, r - 1, xo, inW, W)];
       prev = base;
       for (int d = r - 2; d >= 0; d--) { if (++idx[d] < p.out[d]) break; idx[d] = 0; }

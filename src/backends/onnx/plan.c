@@ -32,6 +32,7 @@ void plan_destroy(onnx_plan *p) {
   free(p->vals);
   free(p->is_static);
   free(p->root);
+  free(p->alias_off);
   free(p->key);
   free(p->arena);
   free(p);
@@ -194,7 +195,7 @@ static cinfer_status *memory_plan(onnx_plan *p) {
       if (v < 0) continue;
       int r = p->root[v];
       if (m->values[r].kind == VAL_INPUT || p->is_static[r]) continue;
-      size_t sz = p->bytes[v] ? p->bytes[v] : ot_nbytes(&p->vals[v]);
+      size_t sz = p->alias_off[v] + (p->bytes[v] ? p->bytes[v] : ot_nbytes(&p->vals[v]));
       if (sz > b[r].size) b[r].size = sz;
       if (b[r].first < 0) b[r].first = s;
       if (b[r].last < s) b[r].last = s;
@@ -247,7 +248,7 @@ static cinfer_status *memory_plan(onnx_plan *p) {
   char *base = p->arena;
   for (int v = 0; v < nv; v++) {
     int r = p->root[v];
-    if (b[r].first >= 0 && !p->is_static[v]) p->vals[v].data = base + b[r].off;
+    if (b[r].first >= 0 && !p->is_static[v]) p->vals[v].data = base + b[r].off + p->alias_off[v];
   }
   for (int s = 0; s < p->n_steps; s++)
     for (int t = 0; t < STEP_MAX_TEMPS; t++)
@@ -273,11 +274,12 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
   p->vals = calloc((size_t)nv + 1, sizeof *p->vals);
   p->is_static = calloc((size_t)nv + 1, sizeof *p->is_static);
   p->root = calloc((size_t)nv + 1, sizeof *p->root);
+  p->alias_off = calloc((size_t)nv + 1, sizeof *p->alias_off);
   p->layout = calloc((size_t)nv + 1, sizeof *p->layout);
   p->bytes = calloc((size_t)nv + 1, sizeof *p->bytes);
   p->steps = calloc((size_t)m->n_nodes + 1, sizeof *p->steps);
   bool *skip = calloc((size_t)m->n_nodes + 1, sizeof *skip);
-  if (!p->key || !p->vals || !p->is_static || !p->root || !p->layout || !p->bytes || !p->steps || !skip) {
+  if (!p->key || !p->vals || !p->is_static || !p->root || !p->alias_off || !p->layout || !p->bytes || !p->steps || !skip) {
     st = oom();
     goto fail;
   }
@@ -405,6 +407,18 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
     free(ncons);
     free(nfast);
     if (st) goto fail;
+    /* Concat inputs written in place (blk_prepare) may chain (DenseNet: each block's
+     * Concat output is the first input of the next): resolve every root to the final one */
+    for (int v = 0; v < nv; v++) {
+      int r = p->root[v];
+      size_t off = p->alias_off[v];
+      for (int hops = 0; p->root[r] != r && hops < nv; hops++) {
+        off += p->alias_off[r];
+        r = p->root[r];
+      }
+      p->root[v] = r;
+      p->alias_off[v] = off;
+    }
   }
   if ((st = memory_plan(p))) goto fail;
   free(skip);

@@ -5,7 +5,9 @@
  *               only between consecutive oneDNN kernels; never for graph outputs).
  *   steps[]     nodes to run, in order, with fused activation / sum and fast kernels.
  * Memory plan: each runtime buffer (a root value, or a step's temporary) gets an arena
- * offset; two buffers share bytes only when their step intervals do not overlap. */
+ * offset; two buffers share bytes only when their step intervals do not overlap. A value
+ * aliased at an offset (root[v] != v, alias_off[v]) lies inside its root's bytes; the
+ * root's interval covers every member's. */
 #ifndef CINFER_ONNX_PLAN_H
 #define CINFER_ONNX_PLAN_H
 #include "backends/onnx/onnx_impl.h"
@@ -37,6 +39,8 @@ typedef struct onnx_plan {
   ot *vals;
   bool *is_static;
   int *root;             /* storage root of each value (aliases) */
+  size_t *alias_off;     /* byte offset of a value inside its root's storage (a Concat
+                            input written in place into the Concat's output), else 0 */
   void **layout;         /* dnnl_memory_desc_t* or NULL, owned */
   size_t *bytes;         /* storage bytes when not plain (blocked), else 0 */
   void **owned;          /* plan-time computed data */
@@ -65,4 +69,12 @@ cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out,
 cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads);
 void fast_destroy(fast_kernel *k);
 void fast_layout_free(void *layout);
+
+/* blocked_ops.c: Concat (axis 1), BatchNormalization(+Relu), Relu on blocked layouts.
+ * blk_prepare returns NULL with *k == NULL when none applies (all plain, or not taken). */
+typedef struct blk_kernel blk_kernel;
+bool blk_can_take(const onnx_plan *p, const plan_step *s, int input_index);
+cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out, blk_kernel **k);
+void blk_run(const blk_kernel *k, plan_step *s, int threads);
+void blk_destroy(blk_kernel *k);
 #endif

@@ -1,6 +1,12 @@
 /* session.c: onnx_session (plan cache keyed by input shapes, input validation, outputs,
- * per-operator profile) and onnx_model_describe (`cinfer inspect`). A session is used by
- * one thread at a time; the model it borrows must outlive it. */
+ * sub-batching, per-operator profile) and onnx_model_describe (`cinfer inspect`). A
+ * session is used by one thread at a time; the model it borrows must outlive it.
+ *
+ * Sub-batching: a batch of a batchable model (rows independent, every input and output
+ * carries the batch in dim 0: graph_analyse_batch) may run as consecutive runs over
+ * `rows` rows each; each run's outputs are copied to out_buf[i] at the run's first row.
+ * out_buf grows (realloc) to the largest batch seen and is reused afterwards, so a
+ * steady stream of batches does not allocate. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +22,9 @@ struct onnx_session {
   int n_plans;
   int *map;         /* model input i -> index in the caller's array */
   onnx_plan *last;
+  size_t row_arena; /* arena bytes of a one-row plan (0: not known yet) */
+  void **out_buf;   /* per output: gathered sub-batch results (owned) */
+  size_t *out_cap;
 };
 
 cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
@@ -26,8 +35,14 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
   s->m = m;
   if (opt) s->opt = *opt;
   if (s->opt.threads <= 0) s->opt.threads = 1;
+  if (s->opt.sub_batch == 0 && getenv("CINFER_ONNX_SUB_BATCH")) s->opt.sub_batch = atoi(getenv("CINFER_ONNX_SUB_BATCH"));
   s->map = calloc((size_t)m->n_inputs + 1, sizeof *s->map);
-  if (!s->map) {
+  s->out_buf = calloc((size_t)m->n_outputs + 1, sizeof *s->out_buf);
+  s->out_cap = calloc((size_t)m->n_outputs + 1, sizeof *s->out_cap);
+  if (!s->map || !s->out_buf || !s->out_cap) {
+    free(s->map);
+    free(s->out_buf);
+    free(s->out_cap);
     free(s);
     return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
   }
@@ -42,6 +57,9 @@ void onnx_session_destroy(onnx_session *s) {
     plan_destroy(s->plans);
     s->plans = n;
   }
+  for (int i = 0; i < s->m->n_outputs; i++) free(s->out_buf[i]);
+  free(s->out_buf);
+  free(s->out_cap);
   free(s->map);
   free(s);
 }
@@ -85,11 +103,10 @@ static cinfer_status *check_inputs(onnx_session *s, const cinfer_tensor *in, int
   return NULL;
 }
 
-cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, int n_inputs,
-                                cinfer_tensor *outputs) {
-  cinfer_status *st = check_inputs(s, inputs, n_inputs);
-  if (st) return st;
+/* the plan for these input shapes: cached (moved to the front) or built */
+static cinfer_status *get_plan(onnx_session *s, const cinfer_tensor *inputs, onnx_plan **out) {
   onnx_plan *p = NULL, *prev = NULL;
+  cinfer_status *st;
   for (onnx_plan *q = s->plans; q; prev = q, q = q->next)
     if (plan_matches(q, inputs, s->map)) {
       p = q;
@@ -108,19 +125,110 @@ cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, in
       s->n_plans--;
     }
   }
-  s->last = p;
-  if ((st = plan_run(p, inputs, s->map, s->opt.profile))) return st;
-  for (int i = 0; i < s->m->n_outputs; i++) {
-    int v = s->m->outputs[i];
-    const ot *o = &p->vals[v];
-    cinfer_tensor *t = &outputs[i];
-    memset(t, 0, sizeof *t);
-    t->name = s->m->values[v].name;
-    t->dtype = o->dtype;
-    t->ndim = o->ndim;
-    memcpy(t->shape, o->dims, sizeof(int64_t) * (size_t)o->ndim);
-    t->data = o->data;
-    t->byte_size = ot_nbytes(o);
+  *out = p;
+  return NULL;
+}
+
+static void set_output(onnx_session *s, int i, const ot *o, void *data, int64_t rows, size_t bytes,
+                       cinfer_tensor *t) {
+  memset(t, 0, sizeof *t);
+  t->name = s->m->values[s->m->outputs[i]].name;
+  t->dtype = o->dtype;
+  t->ndim = o->ndim;
+  memcpy(t->shape, o->dims, sizeof(int64_t) * (size_t)o->ndim);
+  if (rows >= 0) t->shape[0] = rows;
+  t->data = data;
+  t->byte_size = bytes;
+}
+
+/* Rows per graph run for this call: n (everything at once) unless the model is
+ * batchable, every input has the same dim 0 = n > 1, and the automatic or configured
+ * sub-batch is smaller. May build the one-row plan to learn its arena size. */
+static cinfer_status *rows_per_run(onnx_session *s, const cinfer_tensor *inputs, int64_t *n, int64_t *rows) {
+  const onnx_model *m = s->m;
+  *n = *rows = 0;
+  if (!m->batchable || s->opt.sub_batch < 0 || m->n_inputs < 1 || m->n_inputs > 32 || m->n_outputs < 1) return NULL;
+  int64_t N = -1;
+  for (int i = 0; i < m->n_inputs; i++) {
+    const cinfer_tensor *t = &inputs[s->map[i]];
+    if (m->key_input[i] || t->ndim < 1 || (N >= 0 && t->shape[0] != N)) return NULL;
+    N = t->shape[0];
+  }
+  if (N <= 1) return NULL;
+  int64_t r = s->opt.sub_batch;
+  if (r == 0) {
+    if (!s->row_arena) {
+      cinfer_tensor one[32];
+      for (int i = 0; i < m->n_inputs; i++) {
+        one[s->map[i]] = inputs[s->map[i]];
+        one[s->map[i]].shape[0] = 1;
+        one[s->map[i]].byte_size = inputs[s->map[i]].byte_size / (size_t)N;
+      }
+      onnx_plan *p;
+      cinfer_status *st = get_plan(s, one, &p);
+      if (st) return st;
+      s->row_arena = p->arena_bytes ? p->arena_bytes : 1;
+    }
+    size_t budget = (size_t)s->opt.threads << 20;
+    r = (int64_t)(budget / s->row_arena);
+    if (r < s->opt.threads) r = s->opt.threads; /* a row per thread: convs split the batch */
+  }
+  if (r >= N) return NULL;
+  *n = N;
+  *rows = r;
+  return NULL;
+}
+
+cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, int n_inputs,
+                                cinfer_tensor *outputs) {
+  cinfer_status *st = check_inputs(s, inputs, n_inputs);
+  if (st) return st;
+  const onnx_model *m = s->m;
+  onnx_plan *p;
+  int64_t N, rows;
+  if ((st = rows_per_run(s, inputs, &N, &rows))) return st;
+  if (!rows) {
+    if ((st = get_plan(s, inputs, &p))) return st;
+    s->last = p;
+    if ((st = plan_run(p, inputs, s->map, s->opt.profile))) return st;
+    for (int i = 0; i < m->n_outputs; i++) {
+      const ot *o = &p->vals[m->outputs[i]];
+      set_output(s, i, o, o->data, -1, ot_nbytes(o), &outputs[i]);
+    }
+    return NULL;
+  }
+  cinfer_tensor part[32]; /* rows_per_run: n_inputs <= 32 */
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    int64_t b = N - r0 < rows ? N - r0 : rows;
+    for (int i = 0; i < m->n_inputs; i++) {
+      const cinfer_tensor *t = &inputs[s->map[i]];
+      size_t rb = t->byte_size / (size_t)N;
+      part[s->map[i]] = *t;
+      part[s->map[i]].shape[0] = b;
+      part[s->map[i]].byte_size = rb * (size_t)b;
+      part[s->map[i]].data = (const char *)t->data + rb * (size_t)r0;
+    }
+    if ((st = get_plan(s, part, &p))) return st;
+    s->last = p;
+    if ((st = plan_run(p, part, s->map, s->opt.profile))) return st;
+    for (int i = 0; i < m->n_outputs; i++) {
+      const ot *o = &p->vals[m->outputs[i]];
+      size_t nb = ot_nbytes(o), total;
+      if (o->ndim < 1 || o->dims[0] != b)
+        return cinfer_status_new(CINFER_INTERNAL, "output '%s' does not carry the batch in dim 0",
+                                 m->values[m->outputs[i]].name);
+      size_t rb = nb / (size_t)b;
+      if (__builtin_mul_overflow(rb, (size_t)N, &total))
+        return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "output '%s' is too large", m->values[m->outputs[i]].name);
+      if (total > s->out_cap[i]) {
+        void *nbuf = realloc(s->out_buf[i], total);
+        if (!nbuf) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+        s->out_buf[i] = nbuf;
+        s->out_cap[i] = total;
+      }
+      if (nb) memcpy((char *)s->out_buf[i] + rb * (size_t)r0, o->data, nb);
+      if (r0 + b == N) set_output(s, i, o, s->out_buf[i], N, total, &outputs[i]);
+    }
   }
   return NULL;
 }

@@ -11,10 +11,10 @@ typedef struct mb {
   Onnx__ModelProto model;
   Onnx__GraphProto graph;
   Onnx__OperatorSetIdProto opset, *opsets[1];
-  Onnx__NodeProto nodes[32], *node_ptrs[32];
+  Onnx__NodeProto nodes[64], *node_ptrs[64];
   Onnx__AttributeProto attrs[128], *attr_ptrs[128];
   int n_attrs;
-  Onnx__TensorProto inits[32], *init_ptrs[32];
+  Onnx__TensorProto inits[64], *init_ptrs[64];
   Onnx__ValueInfoProto vis[16], *vi_ptrs[16];
   Onnx__TypeProto types[16];
   Onnx__TypeProto__Tensor ttypes[16];
@@ -23,7 +23,7 @@ typedef struct mb {
   int n_vis;
   char *strs[512];
   int n_strs;
-  void *blobs[64];
+  void *blobs[160];
   int n_blobs;
 } mb;
 

@@ -415,6 +415,50 @@ static void test_batch_rows(void **state) {
   onnx_model_destroy(m);
 }
 
+/* Sub-batching (onnx_options.sub_batch): a batch run as consecutive runs of 1 or 2 rows
+ * (5 = 2 + 2 + 1: two plans) gives what the whole batch in one run gives; the gathered
+ * outputs are right again after a larger (buffers grow) and a smaller batch. */
+static void test_sub_batch(void **state) {
+  conv_cfg c = {1, 4, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
+  size_t len;
+  uint8_t *buf = build(&c, &len, -1);
+  onnx_model *m;
+  assert_null(onnx_model_load_buffer(buf, len, NULL, &m));
+  free(buf);
+  assert_true(onnx_model_batchable(m));
+  const int64_t rows_in = 4 * 81;
+  float *x = rand_buf(7 * rows_in);
+  onnx_session *whole, *split[2];
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .sub_batch = -1}, &whole));
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .sub_batch = 1}, &split[0]));
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 2, .sub_batch = 2}, &split[1]));
+  const int64_t batches[4] = {5, 5, 7, 3};
+  for (int k = 0; k < 4; k++) {
+    int64_t n = batches[k];
+    cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {n, 4, 9, 9}, .data = x,
+                        .byte_size = (size_t)(n * rows_in) * 4};
+    cinfer_tensor ow, os;
+    cinfer_status *st = onnx_session_run(whole, &in, 1, &ow);
+    if (st) fail_msg("run: %s", cinfer_status_message(st));
+    for (int j = 0; j < 2; j++) {
+      if ((st = onnx_session_run(split[j], &in, 1, &os))) fail_msg("run: %s", cinfer_status_message(st));
+      assert_int_equal(os.ndim, ow.ndim);
+      assert_memory_equal(os.shape, ow.shape, sizeof(int64_t) * (size_t)ow.ndim);
+      assert_int_equal(os.shape[0], n);
+      assert_int_equal(os.byte_size, ow.byte_size);
+      const float *a = ow.data, *b = os.data;
+      for (size_t i = 0; i < ow.byte_size / 4; i++)
+        if (fabsf(a[i] - b[i]) > 1e-5f * fmaxf(1.0f, fabsf(a[i])))
+          fail_msg("batch %lld sub-batch %d: element %zu whole %g split %g", (long long)n, j + 1, i, a[i], b[i]);
+    }
+  }
+  onnx_session_destroy(whole);
+  onnx_session_destroy(split[0]);
+  onnx_session_destroy(split[1]);
+  free(x);
+  onnx_model_destroy(m);
+}
+
 /* A Pad whose pads are all zero shares its input's bytes (plan aliasing); the graph output
  * read through it must still be x -> Relu, and the input must stay untouched. A non-zero
  * Pad in the same graph still pads. */
@@ -469,6 +513,325 @@ static void test_noop_pad_alias(void **state) {
   onnx_model_destroy(m);
 }
 
+
+/* Concat / BatchNormalization(+Relu) / Relu on blocked layouts (blocked_ops.c), against
+ * the reference, in a DenseNet/RetinaFace-like graph (x: [N, 8, H, W]):
+ *   c0 = Conv3x3(x) 16ch; c1 = Conv1x1(c0) 8ch; cat1 = Concat(c0, c1)        blocked in/out
+ *   r1 = BN+Relu(cat1); c2 = Conv3x3(r1) 16ch                                 blocked BN+Relu
+ *   cat2 = Concat(cat1, c2, x)       (x: a plain graph input mixed with blocked ones)
+ *   b2 = BN(cat2) (no Relu); c3 = Conv1x1(b2) 8ch; c4 = Conv1x1(b2) 8ch
+ *   out = Conv1x1(Relu(Concat(c3, c4)))                                       blocked Relu
+ *   out2 = Concat(c2, c3)            (graph output: blocked inputs, plain output)
+ *   out3 = Relu(BN(cat1))            (graph output: blocked input, plain output)
+ * and torchvision's DenseNet pattern, where each Concat's inputs extend the previous one's
+ * (one image: written in place, each Concat output a prefix view of the next):
+ *   k1 = Concat(c0); n1 = Conv1x1(BN+Relu(k1)) 8ch; k2 = Concat(c0, n1);
+ *   n2 = Conv3x3(BN+Relu(k2)) 8ch; out4 = Concat(c0, n1, n2)
+ *   k5 = Concat(x, n1); out5 = Concat(x, n1, n2)   (x: a graph input, copied) */
+static void add_bn(mb *b, const char *name, int64_t C, const char *in, const char *outn, float **keep) {
+  float *p = rand_buf(4 * C);
+  for (int64_t c = 0; c < C; c++) p[3 * C + c] = fabsf(p[3 * C + c]) + 0.5f; /* variance > 0 */
+  char nm[4][32];
+  const char *bi[5] = {in, nm[0], nm[1], nm[2], nm[3]};
+  for (int i = 0; i < 4; i++) {
+    snprintf(nm[i], sizeof nm[i], "%s_p%d", name, i);
+    mb_init_f(b, nm[i], 1, &C, p + i * C);
+  }
+  mb_node(b, "BatchNormalization", name, 5, bi, 1, &outn);
+  *keep = p;
+}
+
+static void add_conv(mb *b, const char *name, int64_t M, int64_t C, int64_t k, const char *in, const char *outn,
+                     float **keep) {
+  float *w = rand_buf(M * C * k * k);
+  char wn[32];
+  snprintf(wn, sizeof wn, "%s_w", name);
+  mb_init_f(b, wn, 4, (int64_t[]){M, C, k, k}, w);
+  const char *ci[2] = {in, wn};
+  Onnx__NodeProto *n = mb_node(b, "Conv", name, 2, ci, 1, &outn);
+  int64_t pd = k / 2;
+  mb_attr_ints(b, n, "pads", 4, (int64_t[]){pd, pd, pd, pd});
+  *keep = w;
+}
+
+static void check_blocked_ops(int64_t N, int64_t H, int64_t W, bool plain) {
+  if (plain) setenv("CINFER_ONNX_PLAIN", "1", 1); /* read when plans are built */
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){N, 8, H, W});
+  float *keep[16];
+  int nk = 0;
+  add_conv(&b, "conv0", 16, 8, 3, "x", "c0", &keep[nk++]);
+  add_conv(&b, "conv1", 8, 16, 1, "c0", "c1", &keep[nk++]);
+  const char *ci1[2] = {"c0", "c1"}, *cat1 = "cat1";
+  mb_attr_i(&b, mb_node(&b, "Concat", "concat1", 2, ci1, 1, &cat1), "axis", 1);
+  add_bn(&b, "bn1", 24, "cat1", "b1", &keep[nk++]);
+  const char *b1 = "b1", *r1 = "r1";
+  mb_node(&b, "Relu", "relu1", 1, &b1, 1, &r1);
+  add_conv(&b, "conv2", 16, 24, 3, "r1", "c2", &keep[nk++]);
+  const char *ci2[3] = {"cat1", "c2", "x"}, *cat2 = "cat2";
+  mb_attr_i(&b, mb_node(&b, "Concat", "concat2", 3, ci2, 1, &cat2), "axis", 1);
+  add_bn(&b, "bn2", 48, "cat2", "b2", &keep[nk++]);
+  add_conv(&b, "conv3", 8, 48, 1, "b2", "c3", &keep[nk++]);
+  add_conv(&b, "conv4", 8, 48, 1, "b2", "c4", &keep[nk++]);
+  const char *ci3[2] = {"c3", "c4"}, *cat3 = "cat3", *r3 = "r3";
+  mb_attr_i(&b, mb_node(&b, "Concat", "concat3", 2, ci3, 1, &cat3), "axis", 1);
+  mb_node(&b, "Relu", "relu3", 1, &cat3, 1, &r3);
+  add_conv(&b, "conv5", 8, 16, 1, "r3", "out", &keep[nk++]);
+  const char *ci4[2] = {"c2", "c3"}, *out2 = "out2";
+  mb_attr_i(&b, mb_node(&b, "Concat", "concat4", 2, ci4, 1, &out2), "axis", 1);
+  add_bn(&b, "bn3", 24, "cat1", "b3", &keep[nk++]);
+  const char *b3 = "b3", *out3 = "out3";
+  mb_node(&b, "Relu", "relu4", 1, &b3, 1, &out3);
+  const char *k1 = "k1", *k2 = "k2", *ci5[2] = {"c0", "n1"}, *ci6[3] = {"c0", "n1", "n2"}, *out4 = "out4";
+  mb_attr_i(&b, mb_node(&b, "Concat", "concat5", 1, ci5, 1, &k1), "axis", 1);
+  add_bn(&b, "bn4", 16, "k1", "b4", &keep[nk++]);
+  const char *b4 = "b4", *r4 = "r4";
+  mb_node(&b, "Relu", "relu5", 1, &b4, 1, &r4);
+  add_conv(&b, "conv6", 8, 16, 1, "r4", "n1", &keep[nk++]);
+  mb_attr_i(&b, mb_node(&b, "Concat", "concat6", 2, ci5, 1, &k2), "axis", 1);
+  add_bn(&b, "bn5", 24, "k2", "b5", &keep[nk++]);
+  const char *b5 = "b5", *r5 = "r5";
+  mb_node(&b, "Relu", "relu6", 1, &b5, 1, &r5);
+  add_conv(&b, "conv7", 8, 24, 3, "r5", "n2", &keep[nk++]);
+  mb_attr_i(&b, mb_node(&b, "Concat", "concat7", 3, ci6, 1, &out4), "axis", 1);
+  const char *ci8[2] = {"x", "n1"}, *ci9[3] = {"x", "n1", "n2"}, *k5 = "k5", *out5 = "out5";
+  mb_attr_i(&b, mb_node(&b, "Concat", "concat8", 2, ci8, 1, &k5), "axis", 1);
+  add_conv(&b, "conv8", 8, 16, 1, "k5", "out6", &keep[nk++]);
+  mb_attr_i(&b, mb_node(&b, "Concat", "concat9", 3, ci9, 1, &out5), "axis", 1);
+  mb_output(&b, "out");
+  mb_output(&b, "out2");
+  mb_output(&b, "out3");
+  mb_output(&b, "out4");
+  mb_output(&b, "out5");
+  mb_output(&b, "out6");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  for (int i = 0; i < nk; i++) free(keep[i]);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int64_t shape[4] = {N, 8, H, W};
+  float *x = rand_buf(cinfer_shape_elements(shape, 4));
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .data = x,
+                      .byte_size = (size_t)cinfer_shape_elements(shape, 4) * 4};
+  memcpy(in.shape, shape, sizeof shape);
+  float *res[2][6];
+  size_t cnt[2][6];
+  for (int fast = 0; fast < 2; fast++) {
+    onnx_session *s;
+    assert_null(onnx_session_create(m, &(onnx_options){.threads = 1 + fast, .no_fast = !fast, .profile = true}, &s));
+    cinfer_tensor o[6];
+    for (int rep = 0; rep < 2; rep++)
+      if ((st = onnx_session_run(s, &in, 1, o))) fail_msg("run: %s", cinfer_status_message(st));
+    for (int k = 0; k < 6; k++) {
+      cnt[fast][k] = o[k].byte_size / 4;
+      res[fast][k] = malloc(o[k].byte_size);
+      memcpy(res[fast][k], o[k].data, o[k].byte_size);
+    }
+    char *prof = NULL;
+    size_t plen = 0;
+    FILE *f = open_memstream(&prof, &plen);
+    onnx_session_profile_print(s, f);
+    fclose(f);
+    if (fast && !plain) { /* the blocked kernels ran (profile: kernel column of Concat/BN/Relu rows) */
+      assert_non_null(strstr(prof, "Concat                            9   onednn"));
+      assert_non_null(strstr(prof, "BatchNormalization+Relu           4   onednn"));
+      assert_non_null(strstr(prof, "Relu                              1   onednn"));
+    }
+    if (fast && plain && N == 1) /* plain layouts: Concats still run in place (most of them) */
+      assert_non_null(strstr(prof, "Concat                            7   onednn"));
+    free(prof);
+    onnx_session_destroy(s);
+  }
+  for (int k = 0; k < 6; k++) {
+    assert_int_equal(cnt[0][k], cnt[1][k]);
+    double mx = 0, md = 0;
+    for (size_t i = 0; i < cnt[0][k]; i++) {
+      mx = fmax(mx, fabs(res[0][k][i]));
+      md = fmax(md, fabs(res[0][k][i] - res[1][k][i]));
+    }
+    if (md > 1e-5 * fmax(1.0, mx))
+      fail_msg("blocked ops N%lld %lldx%lld plain %d output %d: max diff %g (max %g)", (long long)N, (long long)H,
+               (long long)W, plain, k, md, mx);
+    free(res[0][k]);
+    free(res[1][k]);
+  }
+  free(x);
+  onnx_model_destroy(m);
+  unsetenv("CINFER_ONNX_PLAIN");
+}
+
+static void test_blocked_ops(void **state) {
+  check_blocked_ops(1, 7, 9, false);
+  check_blocked_ops(2, 5, 13, false);
+  check_blocked_ops(3, 1, 1, false);
+  check_blocked_ops(1, 6, 5, true);
+  check_blocked_ops(2, 3, 4, true);
+}
+
+/* A conv whose left/top padding is wider than oneDNN's AVX2 direct kernel takes (UltraFace:
+ * 3x3, dilation 5, pads 5) and whose input is blocked (from a 1x1 conv) runs on an input we
+ * pad ourselves (dnnl_ops.c pad_blocked); fast vs reference, asymmetric pads, stride 2 and
+ * an input column the strided window never reaches. */
+typedef struct prepad_cfg { int64_t N, H, W, d, s, pt, pl, pb, pr; } prepad_cfg;
+
+static void check_prepad(const prepad_cfg *c) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){c->N, 8, c->H, c->W});
+  float *w0, *w1;
+  add_conv(&b, "conv0", 16, 8, 1, "x", "c0", &w0);
+  w1 = rand_buf(16 * 16 * 9);
+  mb_init_f(&b, "w1", 4, (int64_t[]){16, 16, 3, 3}, w1);
+  const char *ci[2] = {"c0", "w1"}, *co = "out";
+  Onnx__NodeProto *n = mb_node(&b, "Conv", "conv1", 2, ci, 1, &co);
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
+  mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->d, c->d});
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){c->s, c->s});
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  free(w0);
+  free(w1);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int64_t shape[4] = {c->N, 8, c->H, c->W};
+  float *x = rand_buf(cinfer_shape_elements(shape, 4)), *ref, *fast;
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, shape, 4, &ref, &nr, &fr);
+  run(m, true, x, shape, 4, &fast, &nf, &ff);
+  assert_true(ff);
+  assert_int_equal(nr, nf);
+  double mx = 0, md = 0;
+  for (size_t i = 0; i < nr; i++) {
+    mx = fmax(mx, fabs(ref[i]));
+    md = fmax(md, fabs(ref[i] - fast[i]));
+  }
+  if (md > 1e-5 * fmax(1.0, mx))
+    fail_msg("prepad N%lld %lldx%lld d%lld s%lld pads %lld,%lld,%lld,%lld: max diff %g (max %g)", (long long)c->N,
+             (long long)c->H, (long long)c->W, (long long)c->d, (long long)c->s, (long long)c->pt, (long long)c->pl,
+             (long long)c->pb, (long long)c->pr, md, mx);
+  free(x);
+  free(ref);
+  free(fast);
+  onnx_model_destroy(m);
+}
+
+static void test_prepad_conv(void **state) {
+  const prepad_cfg cfgs[] = {
+      {1, 13, 17, 5, 1, 5, 5, 5, 5}, /* UltraFace's shape of problem */
+      {2, 9, 11, 4, 1, 6, 3, 2, 7},  /* asymmetric */
+      {1, 15, 14, 1, 2, 4, 4, 1, 0}, /* stride 2: the last input column is never read */
+      {1, 7, 6, 3, 1, 0, 6, 9, 0},   /* left pad only on one axis, top only on the other */
+  };
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_prepad(&cfgs[i]);
+}
+
+/* Nearest Resize by 2 along W (the FPN upsampling; ops_nn.c writes each source value twice
+ * with vector shuffles) against the definition out[c][y][x] = in[c][y / 2][x / 2], for
+ * half_pixel (the default) and asymmetric coordinates, widths with and without a tail. */
+static void check_resize2x(int64_t W, const char *ctm) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){1, 2, 3, W});
+  float sc[4] = {1, 1, 2, 2};
+  mb_init_f(&b, "scales", 1, (int64_t[]){4}, sc);
+  const char *ri[3] = {"x", "", "scales"}, *ro = "out";
+  Onnx__NodeProto *n = mb_node(&b, "Resize", "resize", 3, ri, 1, &ro);
+  Onnx__AttributeProto *a = &b.attrs[b.n_attrs++];
+  onnx__attribute_proto__init(a);
+  a->name = mb_str(&b, "coordinate_transformation_mode");
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  a->has_s = 1;
+  a->s.data = (uint8_t *)mb_str(&b, ctm);
+  a->s.len = strlen(ctm);
+  n->attribute[n->n_attribute++] = a;
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int64_t shape[4] = {1, 2, 3, W};
+  float *x = rand_buf(6 * W), *y;
+  size_t ny;
+  bool f;
+  run(m, true, x, shape, 4, &y, &ny, &f);
+  assert_int_equal(ny, (size_t)(2 * 6 * 2 * W));
+  for (int64_t c = 0; c < 2; c++)
+    for (int64_t h = 0; h < 6; h++)
+      for (int64_t w = 0; w < 2 * W; w++)
+        if (y[(c * 6 + h) * 2 * W + w] != x[(c * 3 + h / 2) * W + w / 2])
+          fail_msg("resize 2x W%lld %s: out[%lld][%lld][%lld] = %g, want %g", (long long)W, ctm, (long long)c,
+                   (long long)h, (long long)w, y[(c * 6 + h) * 2 * W + w], x[(c * 3 + h / 2) * W + w / 2]);
+  free(x);
+  free(y);
+  onnx_model_destroy(m);
+}
+
+static void test_resize_2x(void **state) {
+  check_resize2x(19, "half_pixel");
+  check_resize2x(16, "asymmetric");
+  check_resize2x(5, "half_pixel");
+}
+
+/* Softmax over a short innermost axis in float (dnnl_ops.c softmax_run) against the
+ * double-precision reference: last axis (opset 13), the opset-11 coerced 2-D form over the
+ * trailing dims, inputs up to +-100 (overflows unless the max is subtracted), one and 64-wide rows; a 65-wide
+ * axis stays on the reference. */
+static void check_softmax(int opset, int nd, const int64_t *dims, int64_t axis, bool want_fast) {
+  mb b;
+  mb_init(&b, opset);
+  mb_input(&b, "x", nd, dims);
+  const char *i = "x", *o = "out";
+  mb_attr_i(&b, mb_node(&b, "Softmax", "sm", 1, &i, 1, &o), "axis", axis);
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int64_t n = cinfer_shape_elements(dims, nd);
+  float *x = rand_buf(n), *ref, *fast;
+  for (int64_t k = 0; k < n; k++) x[k] *= 100.0f; /* expf overflows past 88.7 */
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, dims, nd, &ref, &nr, &fr);
+  run(m, true, x, dims, nd, &fast, &nf, &ff);
+  assert_int_equal(ff, want_fast);
+  assert_int_equal(nr, nf);
+  for (size_t k = 0; k < nr; k++)
+    if (fabsf(ref[k] - fast[k]) > 1e-6f * fmaxf(fabsf(ref[k]), 1e-30f) + 1e-12f)
+      fail_msg("softmax opset %d axis %lld: element %zu ref %.9g fast %.9g", opset, (long long)axis, k, ref[k], fast[k]);
+  free(x);
+  free(ref);
+  free(fast);
+  onnx_model_destroy(m);
+}
+
+static void test_softmax_fast(void **state) {
+  check_softmax(13, 3, (int64_t[]){3, 5, 2}, -1, true);
+  check_softmax(13, 4, (int64_t[]){1, 7, 9, 2}, 3, true);
+  check_softmax(11, 2, (int64_t[]){2, 7}, 1, true);
+  check_softmax(11, 4, (int64_t[]){4, 3, 2, 5}, 2, true); /* rows of 2 * 5 */
+  check_softmax(13, 2, (int64_t[]){5, 64}, 1, true);
+  check_softmax(13, 2, (int64_t[]){6, 1}, 1, true);
+  check_softmax(13, 3, (int64_t[]){2, 3, 65}, 2, false);
+  check_softmax(13, 3, (int64_t[]){2, 3, 4}, 1, false); /* not the innermost axis */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
@@ -477,6 +840,11 @@ int main(void) {
       cmocka_unit_test(test_noop_pad_alias),
       cmocka_unit_test(test_pool_chain),
       cmocka_unit_test(test_conv_mul_fold),
+      cmocka_unit_test(test_blocked_ops),
+      cmocka_unit_test(test_sub_batch),
+      cmocka_unit_test(test_prepad_conv),
+      cmocka_unit_test(test_resize_2x),
+      cmocka_unit_test(test_softmax_fast),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,292 @@
+/* blocked_ops.c: Concat (axis 1), BatchNormalization(+Relu) and Relu on oneDNN's blocked
+ * activation layouts (nChw8c, nChw16c), so that conv -> Concat -> BN+Relu -> conv
+ * (DenseNet's dense blocks) or conv -> Concat -> Relu -> conv (RetinaFace's SSH modules)
+ * run without reordering to plain NCHW and back around every reference operator.
+ *
+ * Invariants:
+ *   - an op is taken only for 4-D float tensors whose channel counts are all multiples of
+ *     8, so a blocked output (always nChw8c here) has no padded channels and the same
+ *     byte size as plain NCHW;
+ *   - each input is read in whatever layout its producer left (plain, nChw8c, nChw16c;
+ *     any other layout is an internal error naming the node); the output is nChw8c when
+ *     every consumer takes it (plan.c's keep), else plain;
+ *   - Concat of one image (dim 0 == 1) whose input has the output's layout and is a
+ *     plain intermediate value (produced by one step, not a graph input/output, not
+ *     aliased itself) is written in place: blk_prepare roots the input inside the
+ *     output's storage at its channel offset (plan->root / alias_off), so its producer
+ *     writes straight into the concatenation and the Concat copies nothing for it
+ *     (DenseNet: every dense block becomes one buffer that each layer appends to);
+ *   - the arithmetic per element is the reference kernel's (ops.c concat_exec: a copy;
+ *     ops_nn.c bn_exec: x * a + b with a = scale / sqrtf(var + eps), b = B - mean * a,
+ *     then v > 0 ? v : 0), in the same float operations, so results are identical;
+ *   - no allocation in blk_run. tests/unit/onnx/test_onnx_kernels.c compares whole
+ *     graphs (blocked chains, mixed plain/blocked inputs, batch > 1) with the reference. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <dnnl.h>
+
+#include "backends/onnx/ops_util.h"
+#include "backends/onnx/plan.h"
+
+enum { BLK_CONCAT, BLK_AFFINE };
+
+struct blk_kernel {
+  int op;
+  int n_in;
+  int *in_b;            /* per input: 0 plain, 8 nChw8c, 16 nChw16c */
+  bool *in_place;       /* per input (Concat): already inside the output, nothing to copy */
+  int out_b;            /* 0 plain, 8 nChw8c */
+  float *scale, *shift; /* BLK_AFFINE: per channel; NULL for a bare Relu */
+  bool relu;
+};
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8fu __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+static bool f32_4d_c8(const ot *t) {
+  return t && t->dtype == CINFER_TYPE_FP32 && t->ndim == 4 && t->dims[1] % 8 == 0 && ot_numel(t) > 0;
+}
+
+static int blk_concat_axis(const plan_step *s) {
+  return norm_axis(attr_i(s->node, "axis", s->node->opset < 4 ? 1 : 0), s->in[0] ? s->in[0]->ndim : 0);
+}
+
+bool blk_can_take(const onnx_plan *p, const plan_step *s, int j) {
+  if (p->no_fast || getenv("CINFER_ONNX_NO_BLOCKED_OPS") || j >= s->n_in || !f32_4d_c8(s->out[0]))
+    return false;
+  const char *t = s->node->op_type;
+  if (!strcmp(t, "Concat")) {
+    if (blk_concat_axis(s) != 1) return false;
+    for (int i = 0; i < s->n_in; i++)
+      if (!f32_4d_c8(s->in[i])) return false;
+    return true;
+  }
+  if (j != 0 || !f32_4d_c8(s->in[0]) || s->sum_id >= 0) return false;
+  if (!strcmp(t, "Relu")) return !s->has_fused;
+  if (!strcmp(t, "BatchNormalization")) {
+    if (s->has_fused && s->fused.act != ACT_RELU && s->fused.act != ACT_NONE) return false;
+    for (int i = 1; i < 5; i++)
+      if (i >= s->n_in || s->in_id[i] < 0 || !p->is_static[s->in_id[i]] || s->in[i]->dtype != CINFER_TYPE_FP32)
+        return false;
+    return true;
+  }
+  return false;
+}
+
+void blk_destroy(blk_kernel *k) {
+  if (!k) return;
+  free(k->in_b);
+  free(k->in_place);
+  free(k->scale);
+  free(k->shift);
+  free(k);
+}
+
+/* block size of a (4-D) value's layout: 0 plain, 8, 16; -1 unknown */
+static int layout_block(const onnx_plan *p, int v) {
+  const dnnl_memory_desc_t *l = p->layout[v];
+  if (!l) return 0;
+  const ot *t = &p->vals[v];
+  dnnl_dims_t d = {t->dims[0], t->dims[1], t->dims[2], t->dims[3]};
+  dnnl_memory_desc_t b8, b16;
+  if (dnnl_memory_desc_init_by_tag(&b8, 4, d, dnnl_f32, dnnl_aBcd8b) == dnnl_success && dnnl_memory_desc_equal(l, &b8))
+    return 8;
+  if (dnnl_memory_desc_init_by_tag(&b16, 4, d, dnnl_f32, dnnl_aBcd16b) == dnnl_success && dnnl_memory_desc_equal(l, &b16))
+    return 16;
+  return -1;
+}
+
+/* the storage root of v and v's byte offset in it, following in-place Concat chains
+ * (plan.c resolves them for good once every step is prepared) */
+static int resolve_root(const onnx_plan *p, int v, size_t *off) {
+  size_t o = 0;
+  for (int hops = 0; p->root[v] != v && hops < p->m->n_values; hops++) {
+    o += p->alias_off[v];
+    v = p->root[v];
+  }
+  *off = o;
+  return v;
+}
+
+cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, blk_kernel **out) {
+  *out = NULL;
+  bool concat = !strcmp(s->node->op_type, "Concat");
+  int n_in = concat ? s->n_in : 1;
+  for (int j = 0; j < n_in; j++)
+    if (!blk_can_take(p, s, j)) return NULL;
+  bool any_blocked = false;
+  for (int j = 0; j < n_in; j++) any_blocked |= p->layout[s->in_id[j]] != NULL;
+  bool one_image = concat && s->out[0]->dims[0] == 1 && !getenv("CINFER_ONNX_NO_CONCAT_IN_PLACE");
+  if (!any_blocked && !keep && !one_image) return NULL; /* plain in, plain out: the reference kernel */
+  blk_kernel *k = calloc(1, sizeof *k);
+  if (!k || !(k->in_b = calloc((size_t)n_in, sizeof *k->in_b)) || !(k->in_place = calloc((size_t)n_in, sizeof *k->in_place))) {
+    if (k) free(k->in_b);
+    free(k);
+    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  k->op = concat ? BLK_CONCAT : BLK_AFFINE;
+  k->n_in = n_in;
+  for (int j = 0; j < n_in; j++)
+    if ((k->in_b[j] = layout_block(p, s->in_id[j])) < 0) {
+      blk_destroy(k);
+      return NODE_ERR(s->node, CINFER_INTERNAL, "input %d has a blocked layout this kernel does not read", j);
+    }
+  const ot *y = s->out[0];
+  int64_t C = y->dims[1];
+  if (!concat) {
+    k->relu = !strcmp(s->node->op_type, "Relu") || (s->has_fused && s->fused.act == ACT_RELU);
+    if (!strcmp(s->node->op_type, "BatchNormalization")) {
+      k->scale = malloc(sizeof(float) * (size_t)C);
+      k->shift = malloc(sizeof(float) * (size_t)C);
+      if (!k->scale || !k->shift) {
+        blk_destroy(k);
+        return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      }
+      float eps = attr_f(s->node, "epsilon", 1e-5f);
+      const float *sc = s->in[1]->data, *b = s->in[2]->data, *mu = s->in[3]->data, *var = s->in[4]->data;
+      for (int64_t c = 0; c < C; c++) { /* as bn_exec */
+        float a = sc[c] / sqrtf(var[c] + eps);
+        k->scale[c] = a;
+        k->shift[c] = b[c] - mu[c] * a;
+      }
+    }
+  }
+  if (keep && !getenv("CINFER_ONNX_PLAIN")) {
+    dnnl_memory_desc_t *l = malloc(sizeof *l);
+    dnnl_dims_t d = {y->dims[0], C, y->dims[2], y->dims[3]};
+    if (!l || dnnl_memory_desc_init_by_tag(l, 4, d, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
+      free(l);
+      blk_destroy(k);
+      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    k->out_b = 8;
+    p->layout[s->out_id[0]] = l;
+    p->bytes[s->out_id[0]] = ot_nbytes(y); /* C % 8 == 0: no padding */
+  }
+  bool any_in_place = false;
+  if (one_image) {
+    const onnx_model *m = p->m;
+    int y_id = s->out_id[0];
+    /* an earlier Concat whose inputs are a prefix of ours (torchvision's DenseNet: layer
+     * k concatenates x0, n1..nk; layer k+1 x0, n1..nk+1) becomes a view of our first
+     * bytes: the longest such, with our layout, not aliased itself */
+    const plan_step *pre = NULL;
+    for (const plan_step *q = p->steps; q < s; q++) {
+      if (strcmp(q->node->op_type, "Concat") || q->n_in >= n_in || (pre && q->n_in <= pre->n_in)) continue;
+      int u = q->out_id[0];
+      bool prefix = p->root[u] == u && !m->values[u].is_output && q->out[0]->dims[0] == 1 &&
+                    q->out[0]->ndim == 4 && blk_concat_axis(q) == 1 &&
+                    (p->layout[u] != NULL) == (k->out_b != 0) && (!p->layout[u] || layout_block(p, u) == k->out_b);
+      for (int i = 0; prefix && i < q->n_in; i++) prefix = q->in_id[i] == s->in_id[i];
+      if (prefix) pre = q;
+    }
+    if (pre) {
+      p->root[pre->out_id[0]] = y_id;
+      p->alias_off[pre->out_id[0]] = 0;
+    }
+    size_t off = 0;
+    for (int j = 0; j < n_in; j++) {
+      int v = s->in_id[j];
+      size_t voff;
+      bool dup = false;
+      for (int i = 0; i < j; i++) dup |= s->in_id[i] == v;
+      if (!dup && k->in_b[j] == k->out_b && resolve_root(p, v, &voff) == y_id && voff == off) {
+        k->in_place[j] = true; /* already there (an input of the prefix Concat) */
+        any_in_place = true;
+      } else if (!dup && k->in_b[j] == k->out_b && p->root[v] == v && m->values[v].kind == VAL_NODE &&
+                 !m->values[v].is_output && !p->is_static[v] && v != y_id) {
+        p->root[v] = y_id;
+        p->alias_off[v] = off;
+        k->in_place[j] = true;
+        any_in_place = true;
+      }
+      off += ot_nbytes(s->in[j]); /* C % 8 == 0: blocked bytes == plain bytes */
+    }
+  }
+  if (!any_blocked && !k->out_b && !any_in_place) { /* nothing blocked or in place after all */
+    blk_destroy(k);
+    return NULL;
+  }
+  *out = k;
+  return NULL;
+}
+
+/* element (n, c, hw) of a [N, C, HW] tensor in layout B (0 plain, else nCx<B>c) */
+static inline size_t blk_off(int B, int64_t C, int64_t HW, int64_t n, int64_t c, int64_t hw) {
+  if (!B) return (size_t)((n * C + c) * HW + hw);
+  int64_t CB = (C + B - 1) / B;
+  return (size_t)(((n * CB + c / B) * HW + hw) * B + c % B);
+}
+
+static void concat_run(const blk_kernel *k, plan_step *s, int threads) {
+  const ot *y = s->out[0];
+  int64_t N = y->dims[0], Co = y->dims[1], HW = y->dims[2] * y->dims[3];
+  float *Y = y->data;
+  int ob = k->out_b;
+  int64_t off = 0;
+  for (int j = 0; j < k->n_in; j++) {
+    const ot *x = s->in[j];
+    const float *X = x->data;
+    int64_t Cj = x->dims[1];
+    int ib = k->in_b[j];
+    if (k->in_place[j]) {
+      off += Cj; /* its producer wrote it into Y */
+      continue;
+    }
+    if (ib == ob) {
+      /* same layout, channel offsets multiples of the block: one contiguous run per image */
+      size_t len = (size_t)(Cj * HW), src = 0, dst = (size_t)(off * HW);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && N * Cj * HW > 65536)
+      for (int64_t n = 0; n < N; n++)
+        memcpy(Y + (size_t)n * (size_t)(Co * HW) + dst, X + (size_t)n * len + src, sizeof(float) * len);
+    } else {
+      for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < Cj; c++)
+          for (int64_t i = 0; i < HW; i++) Y[blk_off(ob, Co, HW, n, off + c, i)] = X[blk_off(ib, Cj, HW, n, c, i)];
+    }
+    off += Cj;
+  }
+}
+
+static void affine_run(const blk_kernel *k, plan_step *s, int threads) {
+  const ot *y = s->out[0];
+  int64_t N = y->dims[0], C = y->dims[1], HW = y->dims[2] * y->dims[3];
+  const float *X = s->in[0]->data, *A = k->scale, *B = k->shift;
+  float *Y = y->data;
+  int ib = k->in_b[0], ob = k->out_b;
+  bool relu = k->relu;
+  if (ib == 8 && ob == 8) {
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static) if (threads > 1)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t cb = 0; cb < C / 8; cb++) {
+        size_t base = (size_t)((n * (C / 8) + cb) * HW) * 8;
+        const float *xs = X + base;
+        float *yd = Y + base;
+        v8f a = A ? *(const v8fu *)(A + cb * 8) : (v8f){0}, b = B ? *(const v8fu *)(B + cb * 8) : (v8f){0};
+        for (int64_t i = 0; i < HW; i++) {
+          v8f v = *(const v8fu *)(xs + i * 8);
+          if (A) v = v * a + b;
+          if (relu) v = (v8f)((v8i)v & (v8i)(v > 0)); /* v > 0 ? v : 0, NaN -> 0 */
+          *(v8fu *)(yd + i * 8) = v;
+        }
+      }
+    return;
+  }
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < C; c++) {
+      float a = A ? A[c] : 1.0f, b = B ? B[c] : 0.0f;
+      for (int64_t i = 0; i < HW; i++) {
+        float v = X[blk_off(ib, C, HW, n, c, i)];
+        if (A) v = v * a + b;
+        if (relu) v = v > 0 ? v : 0;
+        Y[blk_off(ob, C, HW, n, c, i)] = v;
+      }
+    }
+}
+
+void blk_run(const blk_kernel *k, plan_step *s, int threads) {
+  if (k->op == BLK_CONCAT) concat_run(k, s, threads);
+  else affine_run(k, s, threads);
+}
