@@ -7,6 +7,8 @@
  * `rows` rows each; each run's outputs are copied to out_buf[i] at the run's first row.
  * out_buf grows (realloc) to the largest batch seen and is reused afterwards, so a
  * steady stream of batches does not allocate. */
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +37,18 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
   s->m = m;
   if (opt) s->opt = *opt;
   if (s->opt.threads <= 0) s->opt.threads = 1;
-  if (s->opt.sub_batch == 0 && getenv("CINFER_ONNX_SUB_BATCH")) s->opt.sub_batch = atoi(getenv("CINFER_ONNX_SUB_BATCH"));
+  const char *env_sb = s->opt.sub_batch == 0 ? getenv("CINFER_ONNX_SUB_BATCH") : NULL;
+  if (env_sb) {
+    char *end;
+    errno = 0;
+    long v = strtol(env_sb, &end, 10);
+    if (end == env_sb || *end || errno || v < INT_MIN || v > INT_MAX) {
+      free(s);
+      return cinfer_status_new(CINFER_INVALID_ARG,
+                               "CINFER_ONNX_SUB_BATCH: '%s' is not an integer (rows per run; -1: whole batch)", env_sb);
+    }
+    s->opt.sub_batch = (int)v;
+  }
   s->map = calloc((size_t)m->n_inputs + 1, sizeof *s->map);
   s->out_buf = calloc((size_t)m->n_outputs + 1, sizeof *s->out_buf);
   s->out_cap = calloc((size_t)m->n_outputs + 1, sizeof *s->out_cap);
