@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
       }
     }
   for (int j = 0; j < nt; j++) {
-    for (int i = 0; i < k; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (int i = 0; i < k; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     llm_quantize_row(vt, x, a + j * arow, k);
   }
   double flop = 2.0 * k * rows * nt, best = 1e30;

@@ -569,7 +569,7 @@ static void kdir_strip(const conv_geom *g, const float *X, int64_t n, int64_t oh
         else if (sw == 2) { /* even elements of two vectors */
           for (ow = lo; ow + 8 <= hi && 2 * ow + off + 16 <= IW; ow += 8) {
             v8f a = *(const v8fu *)(xr + 2 * ow + off), b = *(const v8fu *)(xr + 2 * ow + off + 8);
-            *(v8fu *)(pr + ow) = __builtin_shuffle(a, b, (v8i){0, 2, 4, 6, 8, 10, 12, 14});
+            *(v8fu *)(pr + ow) = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14); /* GCC >= 12, clang */
           }
           for (; ow < hi; ow++) pr[ow] = xr[2 * ow + off];
         }

@@ -864,12 +864,11 @@ cinfer_status *resize_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) 
       if (base == prev) memcpy(D + o, D + o - W, sizeof(float) * (size_t)W);
       else if (dup2) {
         typedef float v8 __attribute__((vector_size(32), aligned(4)));
-        typedef int32_t v8i __attribute__((vector_size(32)));
         int64_t xi = 0;
-        for (; xi + 8 <= inW; xi += 8) {
+        for (; xi + 8 <= inW; xi += 8) { /* __builtin_shufflevector: GCC >= 12 and clang */
           v8 a = *(const v8 *)(S + base + xi);
-          *(v8 *)(D + o + 2 * xi) = __builtin_shuffle(a, (v8i){0, 0, 1, 1, 2, 2, 3, 3});
-          *(v8 *)(D + o + 2 * xi + 8) = __builtin_shuffle(a, (v8i){4, 4, 5, 5, 6, 6, 7, 7});
+          *(v8 *)(D + o + 2 * xi) = __builtin_shufflevector(a, a, 0, 0, 1, 1, 2, 2, 3, 3);
+          *(v8 *)(D + o + 2 * xi + 8) = __builtin_shufflevector(a, a, 4, 4, 5, 5, 6, 6, 7, 7);
         }
         for (; xi < inW; xi++) D[o + 2 * xi] = D[o + 2 * xi + 1] = S[base + xi];
       } else if (tab) for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + col[xo]];
