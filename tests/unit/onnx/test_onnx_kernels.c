@@ -147,6 +147,40 @@ static void run(onnx_model *m, bool fast, const float *x, const int64_t *shape, 
   onnx_session_destroy(s);
 }
 
+/* Packs the builder's model (releasing the builder) and loads it; fails the test on error. */
+static onnx_model *load_built(mb *b) {
+  uint8_t *buf;
+  size_t len = mb_pack(b, &buf);
+  mb_done(b);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  return m;
+}
+
+/* Runs m on x with the reference kernels only and with the fast paths (which must really
+ * run); returns the largest |ref - fast| and in *mx the largest |ref|. */
+static double ref_fast_max_diff(onnx_model *m, const float *x, const int64_t *shape, int nd, double *mx) {
+  float *ref, *fast;
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, shape, nd, &ref, &nr, &fr);
+  run(m, true, x, shape, nd, &fast, &nf, &ff);
+  assert_false(fr);
+  assert_true(ff);
+  assert_int_equal(nr, nf);
+  double md = 0;
+  *mx = 0;
+  for (size_t i = 0; i < nr; i++) {
+    *mx = fmax(*mx, fabs(ref[i]));
+    md = fmax(md, fabs(ref[i] - fast[i]));
+  }
+  free(ref);
+  free(fast);
+  return md;
+}
+
 static void check_cfg(const conv_cfg *c) {
   size_t len;
   uint8_t *buf = build(c, &len, c->N);
@@ -158,19 +192,7 @@ static void check_cfg(const conv_cfg *c) {
   int64_t shape[4] = {c->N, c->C, c->H, c->W};
   if (c->one_d) shape[2] = c->W;
   float *x = rand_buf(cinfer_shape_elements(shape, nd));
-  float *ref, *fast;
-  size_t nr, nf;
-  bool fr, ff;
-  run(m, false, x, shape, nd, &ref, &nr, &fr);
-  run(m, true, x, shape, nd, &fast, &nf, &ff);
-  assert_false(fr);
-  assert_true(ff); /* the fast path really ran */
-  assert_int_equal(nr, nf);
-  double mx = 0, md = 0;
-  for (size_t i = 0; i < nr; i++) {
-    mx = fmax(mx, fabs(ref[i]));
-    md = fmax(md, fabs(ref[i] - fast[i]));
-  }
+  double mx, md = ref_fast_max_diff(m, x, shape, nd, &mx);
   if (md > 1e-5 * fmax(1.0, mx))
     fail_msg("conv N%lld C%lld %lldx%lld M%lld k%lldx%lld s%lld,%lld p%lld,%lld,%lld,%lld d%lld,%lld g%lld act%d chain%d: max diff %g (max %g)",
              (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->M,
@@ -178,8 +200,6 @@ static void check_cfg(const conv_cfg *c) {
              (long long)c->pl, (long long)c->pb, (long long)c->pr, (long long)c->dh, (long long)c->dw,
              (long long)c->group, c->act, c->chain, md, mx);
   free(x);
-  free(ref);
-  free(fast);
   onnx_model_destroy(m);
 }
 
@@ -232,13 +252,7 @@ static void check_pool(const pool_cfg *c) {
   if (c->incl) mb_attr_i(&b, n, "count_include_pad", 1);
   if (c->dh > 1) mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->dh, c->dh});
   mb_output(&b, "out");
-  uint8_t *buf;
-  size_t len = mb_pack(&b, &buf);
-  mb_done(&b);
-  onnx_model *m;
-  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
-  if (st) fail_msg("load: %s", cinfer_status_message(st));
-  free(buf);
+  onnx_model *m = load_built(&b);
   float *x = rand_buf(cinfer_shape_elements(xd, 4)), *ref, *fast;
   size_t nr, nf;
   bool fr, ff;
@@ -292,32 +306,14 @@ static void check_pool_chain(int64_t C, int64_t M, int64_t H, int64_t W) {
   mb_attr_ints(&b, n, "strides", 2, (int64_t[]){2, 2});
   mb_attr_ints(&b, n, "pads", 4, (int64_t[]){1, 1, 1, 1});
   mb_output(&b, "out");
-  uint8_t *buf;
-  size_t len = mb_pack(&b, &buf);
-  mb_done(&b);
+  onnx_model *m = load_built(&b);
   free(w0);
   free(w1);
-  onnx_model *m;
-  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
-  if (st) fail_msg("load: %s", cinfer_status_message(st));
-  free(buf);
   int64_t shape[4] = {2, C, H, W};
-  float *x = rand_buf(cinfer_shape_elements(shape, 4)), *ref, *fast;
-  size_t nr, nf;
-  bool fr, ff;
-  run(m, false, x, shape, 4, &ref, &nr, &fr);
-  run(m, true, x, shape, 4, &fast, &nf, &ff);
-  assert_true(ff);
-  assert_int_equal(nr, nf);
-  double mx = 0, md = 0;
-  for (size_t i = 0; i < nr; i++) {
-    mx = fmax(mx, fabs(ref[i]));
-    md = fmax(md, fabs(ref[i] - fast[i]));
-  }
+  float *x = rand_buf(cinfer_shape_elements(shape, 4));
+  double mx, md = ref_fast_max_diff(m, x, shape, 4, &mx);
   if (md > 1e-5 * fmax(1.0, mx)) fail_msg("pool chain C%lld M%lld: max diff %g (max %g)", (long long)C, (long long)M, md, mx);
   free(x);
-  free(ref);
-  free(fast);
   onnx_model_destroy(m);
 }
 
@@ -343,13 +339,7 @@ static float *conv_mul_out(int64_t M, const int64_t *sdims, int snd, bool as_inp
   mb_attr_ints(&b, nd, "pads", 4, (int64_t[]){1, 1, 1, 1});
   mb_node(&b, "Mul", "mul", 2, mi, 1, &mo);
   mb_output(&b, "out");
-  uint8_t *buf;
-  size_t len = mb_pack(&b, &buf);
-  mb_done(&b);
-  onnx_model *m;
-  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
-  if (st) fail_msg("load: %s", cinfer_status_message(st));
-  free(buf);
+  onnx_model *m = load_built(&b);
   onnx_session *s;
   assert_null(onnx_session_create(m, &(onnx_options){.threads = 1}, &s));
   int64_t sn = cinfer_shape_elements(sdims, snd);
@@ -358,7 +348,7 @@ static float *conv_mul_out(int64_t M, const int64_t *sdims, int snd, bool as_inp
                          {.name = "s", .dtype = CINFER_TYPE_FP32, .ndim = snd, .data = scale, .byte_size = (size_t)sn * 4}};
   memcpy(in[1].shape, sdims, sizeof(int64_t) * (size_t)snd);
   cinfer_tensor o;
-  st = onnx_session_run(s, in, as_input ? 2 : 1, &o);
+  cinfer_status *st = onnx_session_run(s, in, as_input ? 2 : 1, &o);
   if (st) fail_msg("run: %s", cinfer_status_message(st));
   float *r = malloc(o.byte_size);
   memcpy(r, o.data, o.byte_size);
@@ -481,20 +471,14 @@ static void test_noop_pad_alias(void **state) {
   mb_node(&b, "Pad", "pad1", 2, pi1, 1, &o1);
   mb_output(&b, "same");
   mb_output(&b, "padded");
-  uint8_t *buf;
-  size_t len = mb_pack(&b, &buf);
-  mb_done(&b);
-  onnx_model *m;
-  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
-  if (st) fail_msg("load: %s", cinfer_status_message(st));
-  free(buf);
+  onnx_model *m = load_built(&b);
   onnx_session *s;
   assert_null(onnx_session_create(m, &(onnx_options){.threads = 1}, &s));
   float xv[24], keep[24];
   for (int i = 0; i < 24; i++) xv[i] = keep[i] = (float)(i % 5) - 2.0f;
   cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 2, 3, 4}, .data = xv, .byte_size = sizeof xv};
   cinfer_tensor out[2];
-  st = onnx_session_run(s, &in, 1, out);
+  cinfer_status *st = onnx_session_run(s, &in, 1, out);
   if (st) fail_msg("run: %s", cinfer_status_message(st));
   assert_memory_equal(xv, keep, sizeof xv);
   const float *same = out[0].data, *pad = out[1].data;
@@ -605,14 +589,8 @@ static void check_blocked_ops(int64_t N, int64_t H, int64_t W, bool plain) {
   mb_output(&b, "out4");
   mb_output(&b, "out5");
   mb_output(&b, "out6");
-  uint8_t *buf;
-  size_t len = mb_pack(&b, &buf);
-  mb_done(&b);
+  onnx_model *m = load_built(&b);
   for (int i = 0; i < nk; i++) free(keep[i]);
-  onnx_model *m;
-  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
-  if (st) fail_msg("load: %s", cinfer_status_message(st));
-  free(buf);
   int64_t shape[4] = {N, 8, H, W};
   float *x = rand_buf(cinfer_shape_elements(shape, 4));
   cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .data = x,
@@ -624,8 +602,10 @@ static void check_blocked_ops(int64_t N, int64_t H, int64_t W, bool plain) {
     onnx_session *s;
     assert_null(onnx_session_create(m, &(onnx_options){.threads = 1 + fast, .no_fast = !fast, .profile = true}, &s));
     cinfer_tensor o[6];
-    for (int rep = 0; rep < 2; rep++)
-      if ((st = onnx_session_run(s, &in, 1, o))) fail_msg("run: %s", cinfer_status_message(st));
+    for (int rep = 0; rep < 2; rep++) {
+      cinfer_status *st = onnx_session_run(s, &in, 1, o);
+      if (st) fail_msg("run: %s", cinfer_status_message(st));
+    }
     for (int k = 0; k < 6; k++) {
       cnt[fast][k] = o[k].byte_size / 4;
       res[fast][k] = malloc(o[k].byte_size);
@@ -692,35 +672,17 @@ static void check_prepad(const prepad_cfg *c) {
   mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->d, c->d});
   mb_attr_ints(&b, n, "strides", 2, (int64_t[]){c->s, c->s});
   mb_output(&b, "out");
-  uint8_t *buf;
-  size_t len = mb_pack(&b, &buf);
-  mb_done(&b);
+  onnx_model *m = load_built(&b);
   free(w0);
   free(w1);
-  onnx_model *m;
-  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
-  if (st) fail_msg("load: %s", cinfer_status_message(st));
-  free(buf);
   int64_t shape[4] = {c->N, 8, c->H, c->W};
-  float *x = rand_buf(cinfer_shape_elements(shape, 4)), *ref, *fast;
-  size_t nr, nf;
-  bool fr, ff;
-  run(m, false, x, shape, 4, &ref, &nr, &fr);
-  run(m, true, x, shape, 4, &fast, &nf, &ff);
-  assert_true(ff);
-  assert_int_equal(nr, nf);
-  double mx = 0, md = 0;
-  for (size_t i = 0; i < nr; i++) {
-    mx = fmax(mx, fabs(ref[i]));
-    md = fmax(md, fabs(ref[i] - fast[i]));
-  }
+  float *x = rand_buf(cinfer_shape_elements(shape, 4));
+  double mx, md = ref_fast_max_diff(m, x, shape, 4, &mx);
   if (md > 1e-5 * fmax(1.0, mx))
     fail_msg("prepad N%lld %lldx%lld d%lld s%lld pads %lld,%lld,%lld,%lld: max diff %g (max %g)", (long long)c->N,
              (long long)c->H, (long long)c->W, (long long)c->d, (long long)c->s, (long long)c->pt, (long long)c->pl,
              (long long)c->pb, (long long)c->pr, md, mx);
   free(x);
-  free(ref);
-  free(fast);
   onnx_model_destroy(m);
 }
 
@@ -755,13 +717,7 @@ static void check_resize2x(int64_t W, const char *ctm) {
   a->s.len = strlen(ctm);
   n->attribute[n->n_attribute++] = a;
   mb_output(&b, "out");
-  uint8_t *buf;
-  size_t len = mb_pack(&b, &buf);
-  mb_done(&b);
-  onnx_model *m;
-  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
-  if (st) fail_msg("load: %s", cinfer_status_message(st));
-  free(buf);
+  onnx_model *m = load_built(&b);
   int64_t shape[4] = {1, 2, 3, W};
   float *x = rand_buf(6 * W), *y;
   size_t ny;
@@ -796,13 +752,7 @@ static void check_softmax(int opset, int nd, const int64_t *dims, int64_t axis, 
   const char *i = "x", *o = "out";
   mb_attr_i(&b, mb_node(&b, "Softmax", "sm", 1, &i, 1, &o), "axis", axis);
   mb_output(&b, "out");
-  uint8_t *buf;
-  size_t len = mb_pack(&b, &buf);
-  mb_done(&b);
-  onnx_model *m;
-  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
-  if (st) fail_msg("load: %s", cinfer_status_message(st));
-  free(buf);
+  onnx_model *m = load_built(&b);
   int64_t n = cinfer_shape_elements(dims, nd);
   float *x = rand_buf(n), *ref, *fast;
   for (int64_t k = 0; k < n; k++) x[k] *= 100.0f; /* expf overflows past 88.7 */
