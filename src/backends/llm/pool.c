@@ -209,16 +209,14 @@ void llm_pool_run_chunks(llm_pool *p, llm_chunk_fn fn, void *ctx, int n_chunks) 
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
   publish(p, (uint64_t)n_chunks);
   work(p, 0);
-  if (atomic_load_explicit(&p->done, memory_order_acquire) >= n_chunks) {
-    p->g_run_ns += now_ns() - t0;
-    return;
+  int64_t t1 = now_ns(), t2 = t1;
+  if (atomic_load_explicit(&p->done, memory_order_acquire) < n_chunks) {
+    wait_done(p, n_chunks);
+    t2 = now_ns();
   }
-  int64_t t1 = now_ns();
-  wait_done(p, n_chunks);
-  int64_t t2 = now_ns();
   p->g_run_ns += t2 - t0;
   p->g_wait_ns += t2 - t1;
-  if (p->g_run_ns >= p->window_ns) {
+  if (p->g_run_ns >= p->window_ns) { /* a window closes whether or not its last run waited */
     if (p->g_wait_ns * 100 > p->g_run_ns * p->wait_pct) {
       p->solo_until_ns = t2 + p->solo_ns;
       p->solo_events++;
