@@ -724,8 +724,7 @@ static bool admit_one(llm_engine *e) {
    * them, again leaving at least one token to compute */
   int part_src = -1, part_len = 0, rest = n - 1 - hits * e->bs;
   if (!e->o.no_prefix_cache && rest > 0)
-    part_src = llm_kv_match_partial(e->kv, key, s->tokens + (size_t)hits * e->bs, rest < e->bs ? rest : e->bs,
-                                    &part_len);
+    part_src = llm_kv_match_partial(e->kv, key, s->tokens + (size_t)hits * e->bs, rest, &part_len);
   if (part_src >= 0 && llm_kv_available(e->kv) < need_total - hits) {
     llm_kv_release(e->kv, part_src); /* its pin would cost the block this prompt needs */
     part_src = -1;

@@ -46,9 +46,9 @@ int llm_kv_lookup(llm_kv *kv, uint64_t key, const int32_t *tokens);
  * already published. */
 void llm_kv_publish(llm_kv *kv, int block, uint64_t parent, uint64_t key, const int32_t *tokens);
 /* Among published blocks whose parent key is `parent`, the one whose first tokens agree
- * longest with tokens[0..n) (n <= block size); returns it with a new reference (release it
- * after use) and the length of agreement in *len (>= 1), or -1 when none agrees on even
- * the first token. A linear scan of the block table: called once per admission. */
+ * longest with tokens[0..n) (at most block size tokens are compared); returns it with a new
+ * reference (release it after use) and the length of agreement in *len (>= 1), or -1 when
+ * none agrees on even the first token. A linear scan of the block table: called once per admission. */
 int llm_kv_match_partial(llm_kv *kv, uint64_t parent, const int32_t *tokens, int n, int *len);
 /* Copies the first n_rows positions of every layer's K and V from block src to dst. */
 void llm_kv_copy_rows(llm_kv *kv, int src, int dst, int n_rows);
