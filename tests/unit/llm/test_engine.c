@@ -24,6 +24,7 @@
 #include "backends/llm/gguf.h"
 #include "backends/llm/llm.h"
 #include "backends/llm/tokenizer.h"
+#include "utf8_check.h"
 
 #ifndef LLM_TEST_DATA
 #define LLM_TEST_DATA "tests/data/llm"
@@ -94,18 +95,6 @@ typedef struct {
   llm_event final;
   bool utf8_ok;
 } collect;
-
-static bool valid_utf8(const char *s, size_t n) {
-  for (size_t i = 0; i < n;) {
-    unsigned char c = (unsigned char)s[i];
-    int l = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (!l || i + (size_t)l > n) return false;
-    for (int k = 1; k < l; k++)
-      if (((unsigned char)s[i + k] & 0xC0) != 0x80) return false;
-    i += (size_t)l;
-  }
-  return true;
-}
 
 static void on_ev(void *user, const llm_event *ev) {
   collect *c = user;
