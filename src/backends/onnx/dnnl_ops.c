@@ -101,13 +101,15 @@ static bool small_k(const onnx_plan *p, const plan_step *s) {
 
 static bool pool_geom(const onnx_plan *p, const plan_step *s, conv_geom *g, dnnl_dims_t pr);
 
+bool fast_takes_pre(const onnx_plan *p, const plan_step *s) { return conv_eligible(p, s) && small_k(p, s); }
+
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
   conv_geom g;
   dnnl_dims_t pr;
   if (j == 0 && pool_geom(p, s, &g, pr)) return true;
   if (blk_can_take(p, s, j)) return true;
-  return conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in) &&
-         !(j == 0 && small_k(p, s));
+  /* the small-K kernel reads its input and its fused Add operand in plain NCHW */
+  return conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in) && !small_k(p, s);
 }
 
 static dnnl_status_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
@@ -371,10 +373,12 @@ fail:
  *   M % 8 == 0 (MLAS NCHWc "NCHW input" algorithm): per input channel c a fused-multiply-add
  *     chain over (kh, kw) from 0, channels summed in order (s0 + s1) + s2 ..., then + bias;
  *   otherwise (MLAS im2col + SGEMM): one FMA chain over k = (c, kh, kw) from 0, then + bias;
- * padded taps contribute exact zeros. Vectorised over 8 output pixels of a row (the row is
- * gathered per thread into an im2col strip P[k][ow], width padded to 8), 4 output channels
- * per pass. The scalar twin `kdir_scalar` (same order) and ref_conv are its references in
- * tests/unit/onnx/test_onnx_kernels.c. */
+ * padded taps contribute exact zeros. Plain output: vectorised over 16 output pixels of a
+ * row (gathered per thread into an im2col strip P[k][ow]), 4 output channels per pass.
+ * nChw8c output (M % 8 == 0): kdir_row_direct, broadcasting taps from padded input rows.
+ * Element-wise ops with constants in front (step_pre) are applied as the input is read.
+ * ref_conv is the reference in tests/unit/onnx/test_onnx_kernels.c (test_conv_shapes), and
+ * test_pre_exact checks the fused input ops bit for bit against separate ones. */
 
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v8fu __attribute__((vector_size(32), aligned(4)));
@@ -397,6 +401,15 @@ static inline v8f v8_fma(v8f a, v8f b, v8f c) {
 /* width of the per-thread im2col strip: both row kernels read whole 16- or 6-pixel groups */
 static int64_t kdir_owp(int64_t OW) { return ((OW + 5) / 6 * 6 + 15) / 16 * 16; }
 
+static int64_t kdir_rw(const conv_geom *g);
+
+/* per-thread scratch of the small-K conv: the im2col strip, or (blocked output) the padded
+ * input rows and a tail of 2 blocks x 6 pixels; 64-byte multiples */
+static size_t k64_temp_per_thread(const conv_geom *g, int64_t K, bool blocked) {
+  size_t n = blocked ? (size_t)(g->C * g->k[0] * kdir_rw(g) + 96) : (size_t)(K * kdir_owp(g->out[1]));
+  return (n * sizeof(float) + 63) & ~(size_t)63;
+}
+
 /* keep: every consumer takes oneDNN's blocked layout; with M % 8 == 0 (the MLAS NCHWc
  * order) and no fused Add the output is then written in nChw8c directly (RetinaFace's
  * first layer: saves a 6.5 MB reorder per image) */
@@ -407,7 +420,6 @@ static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, bool keep, fast_ke
   if (st) { free(k); return st; }
   k->kind = 1;
   int64_t K = s->in[1]->dims[1] * s->in[1]->dims[2] * s->in[1]->dims[3], M = s->in[1]->dims[0];
-  s->temp_bytes[0] = (size_t)p->threads * ((size_t)(K * kdir_owp(k->g.out[1])) * sizeof(float) + 64);
   if (keep && M % 8 == 0 && s->sum_id < 0 && !getenv("CINFER_ONNX_PLAIN")) {
     /* weights [M/8][K][8], bias [M], PRelu slopes [M] */
     size_t wbytes = sizeof(float) * (size_t)((K + 2) * M);
@@ -432,6 +444,7 @@ static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, bool keep, fast_ke
     p->layout[s->out_id[0]] = l;
     p->bytes[s->out_id[0]] = dnnl_memory_desc_get_size(l);
   }
+  s->temp_bytes[0] = (size_t)p->threads * k64_temp_per_thread(&k->g, K, k->blocked_out);
   *out = k;
   return NULL;
 }
@@ -544,9 +557,34 @@ static void kdir_row(const conv_geom *g, const float *W, const float *B, const f
   }
 }
 
+/* dst[j] = the fused input ops (step_pre) applied to src[j] (channel ch), j < n; dst may be
+ * src. One pass per op (the first one reads src): each result is stored, so it is rounded
+ * to float like the separate op's (a Mul then an Add never contract into one FMA). */
+static void pre_copy(const step_pre *pre, int64_t ch, const float *src, float *dst, int64_t n) {
+  if (!pre->n && dst != src) memcpy(dst, src, sizeof(float) * (size_t)n);
+  for (int i = 0; i < pre->n; i++) {
+    const float *a = i ? dst : src;
+    float k = pre->op[i].c[pre->op[i].per_channel ? ch : 0];
+    bool cf = pre->op[i].c_first;
+    switch (pre->op[i].op) {
+      case '+': for (int64_t j = 0; j < n; j++) dst[j] = a[j] + k; break;
+      case '*': for (int64_t j = 0; j < n; j++) dst[j] = a[j] * k; break;
+      case '-':
+        if (cf) for (int64_t j = 0; j < n; j++) dst[j] = k - a[j];
+        else for (int64_t j = 0; j < n; j++) dst[j] = a[j] - k;
+        break;
+      default:
+        if (cf) for (int64_t j = 0; j < n; j++) dst[j] = k / a[j];
+        else for (int64_t j = 0; j < n; j++) dst[j] = a[j] / k;
+        break;
+    }
+  }
+}
+
 /* the im2col strip of output row (n, oh): P[(c*KH + kh)*KW + kw][ow], zeros for padding
- * and for ow in [OW, OWp) */
-static void kdir_strip(const conv_geom *g, const float *X, int64_t n, int64_t oh, float *P, int64_t OWp) {
+ * and for ow in [OW, OWp); the fused input ops applied to the image's taps */
+static void kdir_strip(const conv_geom *g, const float *X, int64_t n, int64_t oh, float *P, int64_t OWp,
+                       const step_pre *pre) {
   int64_t C = g->C, KH = g->k[0], KW = g->k[1], OW = g->out[1], IH = g->in[0], IW = g->in[1];
   int64_t sw = g->stride[1];
   for (int64_t c = 0; c < C; c++)
@@ -576,6 +614,7 @@ static void kdir_strip(const conv_geom *g, const float *X, int64_t n, int64_t oh
         else
           for (ow = lo; ow < hi; ow++) pr[ow] = xr[ow * sw + off];
         for (ow = hi; ow < OWp; ow++) pr[ow] = 0.0f;
+        pre_copy(pre, c, pr + lo, pr + lo, hi - lo);
       }
     }
 }
@@ -600,53 +639,109 @@ static inline v8f v8_act(v8f v, const onnx_fused *f, const float *slope8) {
   }
 }
 
-/* NB (1 or 2) channel blocks of 8 x 6 output pixels: per output element the same order as
- * kdir_block with per_c (an FMA chain per input channel over (kh, kw), channels added in
- * order, then + bias); two blocks share each broadcast input (12 independent chains). */
-static inline __attribute__((always_inline)) void kdir_blk_pass(int NB, int64_t C, int64_t T, int64_t K,
-                                                                const float *w, const float *P, int64_t OWp,
-                                                                int64_t ow, v8f t[12]) {
-  v8f acc[12];
-  for (int64_t c = 0; c < C; c++) {
-    for (int q = 0; q < 6 * NB; q++) acc[q] = (v8f){0};
-    for (int64_t kk = c * T; kk < (c + 1) * T; kk++) {
-      v8f w0 = *(const v8fu *)(w + kk * 8), w1 = NB == 2 ? *(const v8fu *)(w + (K + kk) * 8) : w0;
-      const float *x = P + kk * OWp + ow;
-      for (int q = 0; q < 6; q++) {
-        v8f xv = v8_splat(x[q]);
-        acc[q] = v8_fma(xv, w0, acc[q]);
-        if (NB == 2) acc[6 + q] = v8_fma(xv, w1, acc[6 + q]);
-      }
+/* Blocked output (nChw8c) without the im2col strip: per output row, the C*KH input rows it
+ * reads are copied once into padded rows (pre-ops applied, zeros for padding; row c*KH+kh
+ * holds iw = j - pl at j), and the kernel broadcasts taps straight from them (stride sw),
+ * like MLAS's NCHW-input kernel. Per output element the order is kdir_block's with per_c:
+ * an FMA chain per input channel over (kh, kw) from 0, channels added in order, + bias.
+ * Width of one padded row: every tap of every group of 6 output pixels. */
+static int64_t kdir_rw(const conv_geom *g) {
+  int64_t OWr = (g->out[1] + 5) / 6 * 6;
+  int64_t need = (OWr - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1, have = g->pb[1] + g->in[1];
+  return ((need > have ? need : have) + 7) & ~(int64_t)7;
+}
+
+static void kdir_rows(const conv_geom *g, const float *X, int64_t n, int64_t oh, float *R, int64_t RW,
+                      const step_pre *pre) {
+  int64_t C = g->C, KH = g->k[0], IH = g->in[0], IW = g->in[1], pl = g->pb[1];
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t kh = 0; kh < KH; kh++) {
+      float *r = R + (c * KH + kh) * RW;
+      int64_t ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
+      if (ih < 0 || ih >= IH) { memset(r, 0, sizeof(float) * (size_t)RW); continue; }
+      memset(r, 0, sizeof(float) * (size_t)pl);
+      pre_copy(pre, c, X + ((n * C + c) * IH + ih) * IW, r + pl, IW);
+      memset(r + pl + IW, 0, sizeof(float) * (size_t)(RW - pl - IW));
     }
-    for (int q = 0; q < 6 * NB; q++) t[q] = c == 0 ? acc[q] : acc[q] + t[q];
+}
+
+/* The FMA chains of one input channel: taps [k0, k1) (off[kk]: the tap's offset in R from
+ * the group's first pixel), 6 pixels sw apart, NB blocks (w: block 0's [K][8] weights). */
+static inline __attribute__((always_inline)) void kdir_chain(int NB, int SW, int64_t sw, const float *w, int64_t K,
+                                                             const float *x0, const int64_t *off, int64_t k0,
+                                                             int64_t k1, v8f acc[12]) {
+  if (SW) sw = SW;
+  for (int q = 0; q < 6 * NB; q++) acc[q] = (v8f){0};
+  for (int64_t kk = k0; kk < k1; kk++) {
+    v8f w0 = *(const v8fu *)(w + kk * 8), w1 = NB == 2 ? *(const v8fu *)(w + (K + kk) * 8) : w0;
+    const float *x = x0 + off[kk];
+    __asm__("" : "+r"(x)); /* one base register, the 6 taps as displacements (no index adds) */
+#pragma GCC unroll 6
+    for (int q = 0; q < 6; q++) {
+      v8f xv = v8_splat(x[q * sw]);
+      acc[q] = v8_fma(xv, w0, acc[q]);
+      if (NB == 2) acc[6 + q] = v8_fma(xv, w1, acc[6 + q]);
+    }
   }
 }
 
-/* One output row into nChw8c (Yb: channel block 0 of row (n, oh); blocks bstride apart),
- * vectorised over the 8 channels of a block like MLAS (broadcast input, 6 output pixels
- * per pass, two blocks per pass where there are two left); per output element the same
- * order as kdir_block with per_c. */
-static void kdir_row_blk(const conv_geom *g, const float *wb, int64_t M, const float *P, int64_t OWp,
-                         int64_t OW, float *Yb, size_t bstride, const onnx_fused *f) {
-  int64_t C = g->C, T = g->k[0] * g->k[1], K = C * T;
+/* NB (1 or 2) channel blocks x 6 output pixels from ow: 6*NB FMA chains per input channel.
+ * The running channel sum lives in y[b] (the output row, or a scratch for a short tail):
+ * the first channel's store brings the output line into the cache while the next channels
+ * compute (measured faster than summing in an L1 scratch and storing once). The last
+ * channel adds the bias and applies the activation (ACT 0 none, 1 Relu, 2 any other). */
+static inline __attribute__((always_inline)) void kdir_direct_pass(int NB, int SW, int ACT, const conv_geom *g,
+                                                                   const float *w, int64_t K, const float *R,
+                                                                   const int64_t *off, int64_t ow, float *y[2],
+                                                                   const float *bias, const float *slope,
+                                                                   const onnx_fused *f) {
+  int64_t C = g->C, T = g->k[0] * g->k[1], sw = g->stride[1];
+  const float *x0 = R + ow * sw;
+  for (int64_t c = 0; c < C; c++) {
+    v8f acc[12];
+    kdir_chain(NB, SW, sw, w, K, x0, off, c * T, (c + 1) * T, acc);
+    bool last = c == C - 1;
+    for (int b = 0; b < NB; b++) {
+      v8f bv = *(const v8fu *)(bias + b * 8);
+#pragma GCC unroll 6
+      for (int q = 0; q < 6; q++) {
+        v8f v = acc[6 * b + q];
+        if (c) v = *(const v8fu *)(y[b] + q * 8) + v;
+        if (last) {
+          v = v + bv;
+          if (ACT == 1) v = (v8f)((v8i)v & (v8i)(v > 0)); /* v > 0 ? v : 0, NaN -> 0 */
+          if (ACT == 2) v = v8_act(v, f, slope + b * 8);
+        }
+        *(v8fu *)(y[b] + q * 8) = v;
+      }
+    }
+  }
+}
+
+static void kdir_row_direct(const conv_geom *g, const float *wb, int64_t M, const float *R, int64_t RW,
+                            int64_t OW, float *Yb, size_t bstride, const onnx_fused *f, float *scratch) {
+  int64_t K = g->C * g->k[0] * g->k[1], KW = g->k[1], sw = g->stride[1];
   const float *bias = wb + K * M, *slope = bias + M;
+  float *tail = scratch;
+  int64_t off[32]; /* K <= 32 (small_k) */
+  for (int64_t kk = 0; kk < K; kk++) off[kk] = (kk / KW) * RW + (kk % KW) * g->dil[1];
+  int act = !f ? 0 : f->act == ACT_RELU ? 1 : 2;
   for (int64_t cb = 0; cb < M / 8;) {
     int nb = M / 8 - cb >= 2 ? 2 : 1;
-    const float *w = wb + cb * K * 8;
+    const float *w = wb + cb * K * 8, *bs = bias + cb * 8, *sl = slope + cb * 8;
     for (int64_t ow = 0; ow < OW; ow += 6) {
-      v8f t[12];
-      if (nb == 2) kdir_blk_pass(2, C, T, K, w, P, OWp, ow, t);
-      else kdir_blk_pass(1, C, T, K, w, P, OWp, ow, t);
       int64_t np = OW - ow < 6 ? OW - ow : 6;
-      for (int b = 0; b < nb; b++) {
-        v8f bv = *(const v8fu *)(bias + (cb + b) * 8);
-        float *yb = Yb + (size_t)(cb + b) * bstride;
-        for (int64_t q = 0; q < np; q++) {
-          v8f v = t[6 * b + q] + bv;
-          if (f) v = v8_act(v, f, slope + (cb + b) * 8);
-          *(v8fu *)(yb + (ow + q) * 8) = v;
-        }
-      }
+      float *y[2];
+      for (int b = 0; b < 2; b++) y[b] = np == 6 ? Yb + (size_t)(cb + b) * bstride + (size_t)ow * 8 : tail + b * 48;
+      if (nb == 2 && sw == 2 && act == 1) kdir_direct_pass(2, 2, 1, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (nb == 2 && sw == 1 && act == 1) kdir_direct_pass(2, 1, 1, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (nb == 2 && act == 0) kdir_direct_pass(2, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (nb == 2) kdir_direct_pass(2, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (act == 0) kdir_direct_pass(1, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
+      else kdir_direct_pass(1, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
+      if (np < 6)
+        for (int b = 0; b < nb; b++)
+          memcpy(Yb + (size_t)(cb + b) * bstride + (size_t)ow * 8, tail + b * 48, sizeof(float) * 8 * (size_t)np);
     }
     cb += nb;
   }
@@ -662,20 +757,23 @@ static void k64_run(const fast_kernel *k, plan_step *s, int threads) {
   float *Y = s->out[0]->data;
   int64_t K = g->C * g->k[0] * g->k[1], M = w->dims[0];
   int64_t OH = g->out[0], OW = g->out[1], OWp = kdir_owp(OW);
-  size_t per = ((size_t)(K * OWp) * sizeof(float) + 64) & ~(size_t)63;
-  if (f && f->act == ACT_NONE && !S) f = NULL;
   bool blk = k->blocked_out;
+  int64_t RW = kdir_rw(g);
+  size_t per = k64_temp_per_thread(g, K, blk);
+  if (f && f->act == ACT_NONE && !S) f = NULL;
 #pragma omp parallel num_threads(threads)
   {
     float *P = (float *)((char *)s->temp[0] + per * (size_t)omp_get_thread_num());
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < g->N * OH; row++) {
       int64_t n = row / OH, oh = row % OH;
-      kdir_strip(g, X, n, oh, P, OWp);
       if (blk) {
-        kdir_row_blk(g, k->w_data, M, P, OWp, OW, Y + (size_t)((n * M * OH + oh * 8) * OW), (size_t)(OH * OW * 8), f);
+        kdir_rows(g, X, n, oh, P, RW, &s->pre);
+        kdir_row_direct(g, k->w_data, M, P, RW, OW, Y + (size_t)((n * M * OH + oh * 8) * OW), (size_t)(OH * OW * 8), f,
+                        P + g->C * g->k[0] * RW);
         continue;
       }
+      kdir_strip(g, X, n, oh, P, OWp, &s->pre);
       size_t base = (size_t)((n * M * OH + oh) * OW);
       kdir_row(g, W, B, P, OWp, M, OW, Y + base, (size_t)(OH * OW), S ? S + base : NULL, f);
     }

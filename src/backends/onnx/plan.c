@@ -172,6 +172,77 @@ static void fuse_steps(onnx_plan *p, bool *skip) {
   free(def);
 }
 
+/* A constant operand of an element-wise op on x [N,C,...] that is one value, or one per
+ * channel (dims right-aligned with x's: C on axis 1, 1 elsewhere). */
+static bool const_per_channel(const ot *c, const ot *x, bool *per_channel) {
+  if (c->dtype != CINFER_TYPE_FP32 || c->ndim > x->ndim) return false;
+  int64_t cnt = ot_numel(c);
+  if (cnt == 1) { *per_channel = false; return true; }
+  if (x->ndim < 2 || cnt != x->dims[1]) return false;
+  for (int i = 0; i < c->ndim; i++) {
+    int axis = x->ndim - c->ndim + i;
+    if (c->dims[i] != (axis == 1 ? x->dims[1] : 1)) return false;
+  }
+  *per_channel = true;
+  return true;
+}
+
+/* Add/Sub/Mul/Div chains with a constant operand in front of a convolution whose fast
+ * kernel applies them as it reads its input (step_pre): their steps and their full-size
+ * intermediate tensors go away. Only values with that single use, not graph outputs, and
+ * element-wise ops that do not broadcast x. */
+static void fuse_pre(onnx_plan *p, bool *skip) {
+  const onnx_model *m = p->m;
+  int *def = malloc(sizeof(int) * ((size_t)m->n_values + 1));
+  if (!def) return;
+  for (int v = 0; v < m->n_values; v++) def[v] = -1;
+  for (int s = 0; s < p->n_steps; s++)
+    if (!skip[s])
+      for (int j = 0; j < p->steps[s].n_out; j++)
+        if (p->steps[s].out_id[j] >= 0) def[p->steps[s].out_id[j]] = s;
+  static const struct { const char *name; char op; } ops[] = {{"Add", '+'}, {"Sub", '-'}, {"Mul", '*'}, {"Div", '/'}};
+  for (int s = 0; s < p->n_steps; s++) {
+    plan_step *st = &p->steps[s];
+    if (skip[s] || !fast_takes_pre(p, st)) continue;
+    char names[64] = "";
+    while (st->pre.n < STEP_MAX_PRE) {
+      int v = st->in_id[0];
+      if (v < 0 || m->values[v].is_output || m->values[v].n_uses != 1 || def[v] < 0) break;
+      plan_step *d = &p->steps[def[v]];
+      char op = 0;
+      for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (!strcmp(d->node->op_type, ops[i].name)) op = ops[i].op;
+      if (!op || d->n_in != 2 || d->in_id[0] < 0 || d->in_id[1] < 0) break;
+      int ci = p->is_static[d->in_id[1]] ? 1 : p->is_static[d->in_id[0]] ? 0 : -1;
+      if (ci < 0 || p->is_static[d->in_id[1 - ci]]) break;
+      const ot *x = d->in[1 - ci], *y = d->out[0];
+      bool per_channel;
+      if (x->dtype != CINFER_TYPE_FP32 || x->ndim != y->ndim ||
+          memcmp(x->dims, y->dims, sizeof(int64_t) * (size_t)x->ndim) || !const_per_channel(d->in[ci], x, &per_channel))
+        break;
+      memmove(&st->pre.op[1], &st->pre.op[0], sizeof st->pre.op[0] * (size_t)st->pre.n);
+      st->pre.op[0].op = op;
+      st->pre.op[0].c_first = ci == 0;
+      st->pre.op[0].per_channel = per_channel;
+      st->pre.op[0].c = d->in[ci]->data;
+      st->pre.n++;
+      st->in_id[0] = d->in_id[1 - ci];
+      st->in[0] = d->in[1 - ci];
+      skip[def[v]] = true;
+      char t[64];
+      snprintf(t, sizeof t, "%s+%s", d->node->op_type, names);
+      memcpy(names, t, sizeof names);
+    }
+    if (st->pre.n) {
+      const char *rest = st->has_fused ? st->fused_buf : st->node->op_type;
+      char t[64];
+      snprintf(t, sizeof t, "%s%s", names, rest);
+      memcpy(st->fused_buf, t, sizeof t);
+    }
+  }
+  free(def);
+}
+
 typedef struct buf { size_t size, off; int first, last; } buf;
 
 static int cmp_size(const void *a, const void *b, void *ctx) {
@@ -361,7 +432,10 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
       continue;
     }
   }
-  if (!getenv("CINFER_ONNX_NOFUSE")) fuse_steps(p, skip);
+  if (!getenv("CINFER_ONNX_NOFUSE")) {
+    fuse_steps(p, skip);
+    if (!no_fast) fuse_pre(p, skip);
+  }
   /* drop fused-away steps */
   int w = 0;
   for (int s = 0; s < p->n_steps; s++) {
@@ -375,7 +449,7 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *ps = &p->steps[s];
     if (ps->sum_id >= 0) ps->fused.sum = &p->vals[ps->sum_id];
-    if (ps->has_fused) ps->fused_names = ps->fused_buf; /* steps moved: point at our copy */
+    if (ps->has_fused || ps->pre.n) ps->fused_names = ps->fused_buf; /* steps moved: point at our copy */
     bool alias = (ps->node->op->flags & OP_ALIAS) ||
                  (!strcmp(ps->node->op_type, "Pad") && !ps->has_fused && pad_is_noop(ps->node, ps->in));
     if (alias && ps->in_id[0] >= 0 && !p->is_static[ps->in_id[0]])

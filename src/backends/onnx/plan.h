@@ -15,6 +15,21 @@
 typedef struct fast_kernel fast_kernel;
 
 #define STEP_MAX_TEMPS 3
+/* Element-wise ops with a constant operand that a small-K convolution's fast kernel applies
+ * while it reads its input, in place of their own steps (fuse_pre in plan.c): RetinaFace's
+ * (x - 127.5) * (1/128) in front of its first layer. Applied in order, each result rounded
+ * to float as the separate ops round it; padded taps stay exact zeros. */
+#define STEP_MAX_PRE 4
+typedef struct step_pre {
+  int n;
+  struct {
+    char op;          /* '+', '-', '*', '/' */
+    bool c_first;     /* c op x (Sub/Div with the constant as first operand) */
+    bool per_channel; /* c[channel], else c[0] */
+    const float *c;   /* a static value of the plan */
+  } op[STEP_MAX_PRE];
+} step_pre;
+
 typedef struct plan_step {
   const onnx_node *node;
   ot **in, **out;        /* into plan->vals; NULL for absent optionals */
@@ -25,6 +40,7 @@ typedef struct plan_step {
   int sum_id;            /* fused Add operand value id, -1 if none */
   const char *fused_names; /* "Conv+Relu" etc. for the profile */
   char fused_buf[64];
+  step_pre pre;           /* fused input ops (fast small-K conv only), n == 0 if none */
   fast_kernel *fast;
   size_t temp_bytes[STEP_MAX_TEMPS];
   void *temp[STEP_MAX_TEMPS];  /* set after memory planning */
@@ -64,6 +80,7 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
 
 /* dnnl_ops.c: fast paths. prepare returns NULL with *k == NULL when none applies. */
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int input_index);
+bool fast_takes_pre(const onnx_plan *p, const plan_step *s); /* runs with s->pre */
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out,
                             fast_kernel **k);
 cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads);

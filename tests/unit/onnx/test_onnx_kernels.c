@@ -33,7 +33,34 @@ typedef struct conv_cfg {
                     5 PRelu (one slope), 6 Tanh, 7 Sigmoid */
   int chain;     /* append 1x1 conv + Add(+Relu) + depthwise 3x3: blocked layouts, sum fusion */
   int one_d;     /* 1-D conv (uses H as length) */
+  int pre;       /* element-wise ops with constants in front of the conv, fused into a
+                    small-K conv's input read: 1 (x - 0.25) * 1.5 (scalar constants);
+                    2 0.5 / x (one per channel, [C,1,1]) + c ([1,C,1,1]); 3 as 1, but the
+                    Sub's output also feeds a second branch (not fusable), added to out */
 } conv_cfg;
+
+/* adds cfg->pre's nodes from "x"; returns the name of the conv's input */
+static const char *build_pre(mb *b, const conv_cfg *c) {
+  if (!c->pre) return "x";
+  const char *s = "pre_s", *o = "pre_o";
+  if (c->pre == 1 || c->pre == 3) {
+    float a = 0.25f, k = 1.5f;
+    mb_init_f(b, "pre_a", 1, (int64_t[]){1}, &a);
+    mb_init_f(b, "pre_k", 0, NULL, &k);
+    mb_node(b, "Sub", "pre_sub", 2, (const char *[]){"x", "pre_a"}, 1, &s);
+    mb_node(b, "Mul", "pre_mul", 2, (const char *[]){s, "pre_k"}, 1, &o);
+    return o;
+  }
+  float *num = malloc(sizeof(float) * (size_t)c->C), *add = malloc(sizeof(float) * (size_t)c->C);
+  for (int64_t i = 0; i < c->C; i++) { num[i] = 0.5f + 0.25f * (float)i; add[i] = -0.125f * (float)i; }
+  mb_init_f(b, "pre_n", 3, (int64_t[]){c->C, 1, 1}, num);
+  mb_init_f(b, "pre_c", 4, (int64_t[]){1, c->C, 1, 1}, add);
+  mb_node(b, "Div", "pre_div", 2, (const char *[]){"pre_n", "x"}, 1, &s);
+  mb_node(b, "Add", "pre_add", 2, (const char *[]){s, "pre_c"}, 1, &o);
+  free(num);
+  free(add);
+  return o;
+}
 
 static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
   mb b;
@@ -48,8 +75,8 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
   float *w = rand_buf(wn), *bias = rand_buf(c->M);
   mb_init_f(&b, "w0", nd, wd, w);
   if (c->bias) mb_init_f(&b, "b0", 1, &c->M, bias);
-  const char *cin[3] = {"x", "w0", "b0"};
-  const char *y0 = c->act || c->chain ? "y0" : "out";
+  const char *cin[3] = {build_pre(&b, c), "w0", "b0"};
+  const char *y0 = c->act || c->chain || c->pre == 3 ? "y0" : "out";
   Onnx__NodeProto *n = mb_node(&b, "Conv", "conv0", c->bias ? 3 : 2, cin, 1, &y0);
   if (c->one_d) {
     mb_attr_ints(&b, n, "strides", 1, (int64_t[]){c->sw});
@@ -61,7 +88,7 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
     mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->dh, c->dw});
   }
   mb_attr_i(&b, n, "group", c->group);
-  const char *y1 = c->chain ? "y1" : "out";
+  const char *y1 = c->chain || c->pre == 3 ? "y1" : "out";
   if (c->act == 1) mb_node(&b, "Relu", "act", 1, &y0, 1, &y1);
   if (c->act == 3) {
     Onnx__NodeProto *l = mb_node(&b, "LeakyRelu", "act", 1, &y0, 1, &y1);
@@ -91,7 +118,19 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
   }
   if (c->act == 6) mb_node(&b, "Tanh", "act", 1, &y0, 1, &y1);
   if (c->act == 7) mb_node(&b, "Sigmoid", "act", 1, &y0, 1, &y1);
-  if (!c->act && c->chain) y1 = "y0";
+  if (!c->act && (c->chain || c->pre == 3)) y1 = "y0";
+  float *wb = NULL;
+  if (c->pre == 3) { /* the same conv geometry on the Sub's output: out = y1 + conv(pre_s) */
+    wb = rand_buf(wn);
+    mb_init_f(&b, "wb", nd, wd, wb);
+    const char *bi[2] = {"pre_s", "wb"}, *bo = "yb", *ai[2] = {y1, "yb"}, *ao = c->chain ? "yab" : "out";
+    Onnx__NodeProto *cb = mb_node(&b, "Conv", "convb", 2, bi, 1, &bo);
+    mb_attr_ints(&b, cb, "strides", 2, (int64_t[]){c->sh, c->sw});
+    mb_attr_ints(&b, cb, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
+    mb_attr_ints(&b, cb, "dilations", 2, (int64_t[]){c->dh, c->dw});
+    mb_node(&b, "Add", "addb", 2, ai, 1, &ao);
+    y1 = ao;
+  }
   float *w1 = NULL, *w2 = NULL;
   if (c->chain) {
     int64_t w1d[4] = {c->M, c->M, 1, 1}, w2d[4] = {c->M, 1, 3, 3};
@@ -117,6 +156,7 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
   free(bias);
   free(w1);
   free(w2);
+  free(wb);
   free(slope);
   mb_done(&b);
   return buf;
@@ -194,11 +234,11 @@ static void check_cfg(const conv_cfg *c) {
   float *x = rand_buf(cinfer_shape_elements(shape, nd));
   double mx, md = ref_fast_max_diff(m, x, shape, nd, &mx);
   if (md > 1e-5 * fmax(1.0, mx))
-    fail_msg("conv N%lld C%lld %lldx%lld M%lld k%lldx%lld s%lld,%lld p%lld,%lld,%lld,%lld d%lld,%lld g%lld act%d chain%d: max diff %g (max %g)",
+    fail_msg("conv N%lld C%lld %lldx%lld M%lld k%lldx%lld s%lld,%lld p%lld,%lld,%lld,%lld d%lld,%lld g%lld act%d chain%d pre%d: max diff %g (max %g)",
              (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->M,
              (long long)c->KH, (long long)c->KW, (long long)c->sh, (long long)c->sw, (long long)c->pt,
              (long long)c->pl, (long long)c->pb, (long long)c->pr, (long long)c->dh, (long long)c->dw,
-             (long long)c->group, c->act, c->chain, md, mx);
+             (long long)c->group, c->act, c->chain, c->pre, md, mx);
   free(x);
   onnx_model_destroy(m);
 }
@@ -231,6 +271,19 @@ static void test_conv_shapes(void **state) {
       {1, 32, 7, 7, 64, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 3, 1, 0},  /* 1x1, leaky */
       {1, 5, 1, 31, 7, 1, 4, 1, 3, 0, 1, 0, 2, 1, 2, 1, 1, 0, 0, 1},   /* 1-D */
       {3, 24, 9, 9, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 24, 1, 2, 1, 0}, /* dw stride 2, clip */
+      /* small-K into nChw8c (direct kernel): stride 1 + Relu, 2 blocks; dilated with
+       * stride (1, 2) and asymmetric pads; 5x5 stride 3 (generic stride), 3 blocks */
+      {1, 3, 12, 21, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+      {1, 3, 15, 20, 16, 3, 3, 1, 2, 2, 1, 0, 2, 2, 2, 1, 1, 1, 1, 0},
+      {2, 1, 20, 41, 24, 5, 5, 3, 3, 2, 0, 1, 2, 1, 1, 1, 1, 3, 1, 0},
+      /* fused input ops in front of a small-K conv: blocked out (direct kernel), plain
+       * out (strip), per-channel constants, and a Sub output with a second use */
+      {1, 3, 17, 23, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1},
+      {2, 3, 11, 13, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 0, 2},
+      {1, 3, 17, 23, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1},
+      {1, 4, 9, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2},
+      {1, 3, 13, 15, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 3},
+      {1, 3, 13, 15, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 3},
   };
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_cfg(&cfgs[i]);
 }
@@ -782,9 +835,57 @@ static void test_softmax_fast(void **state) {
   check_softmax(13, 3, (int64_t[]){2, 3, 4}, 1, false); /* not the innermost axis */
 }
 
+/* The fused input ops round like the separate ops: Sub -> Mul -> small-K Conv -> Relu ->
+ * 1x1 Conv on x equals, bit for bit, the same graph without Sub/Mul fed (x - a) * k
+ * computed here; both with the fast kernels (blocked and plain outputs). */
+static void check_pre_exact(int chain) {
+  conv_cfg c = {1, 3, 19, 26, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, chain, 0, 1};
+  size_t len;
+  uint8_t *buf = build(&c, &len, 1);
+  onnx_model *mp, *mq;
+  assert_null(onnx_model_load_buffer(buf, len, NULL, &mp));
+  free(buf);
+  rng = 777; /* the same weights again */
+  c.pre = 0;
+  buf = build(&c, &len, 1);
+  assert_null(onnx_model_load_buffer(buf, len, NULL, &mq));
+  free(buf);
+  int64_t shape[4] = {1, 3, 19, 26};
+  int64_t n = cinfer_shape_elements(shape, 4);
+  float *x = rand_buf(n), *xq = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    volatile float t = x[i] - 0.25f;
+    xq[i] = t * 1.5f;
+  }
+  float *yp, *yq;
+  size_t np, nq;
+  bool fp, fq;
+  run(mp, true, x, shape, 4, &yp, &np, &fp);
+  run(mq, true, xq, shape, 4, &yq, &nq, &fq);
+  assert_true(fp && fq);
+  assert_int_equal(np, nq);
+  for (size_t i = 0; i < np; i++)
+    if (memcmp(&yp[i], &yq[i], sizeof(float)))
+      fail_msg("chain %d: element %zu fused %.9g, separate %.9g", chain, i, yp[i], yq[i]);
+  free(x);
+  free(xq);
+  free(yp);
+  free(yq);
+  onnx_model_destroy(mp);
+  onnx_model_destroy(mq);
+}
+
+static void test_pre_exact(void **state) {
+  rng = 777;
+  check_pre_exact(1);
+  rng = 777;
+  check_pre_exact(0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
+      cmocka_unit_test(test_pre_exact),
       cmocka_unit_test(test_batch_rows),
       cmocka_unit_test(test_pool_shapes),
       cmocka_unit_test(test_noop_pad_alias),
