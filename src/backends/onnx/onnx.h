@@ -27,14 +27,16 @@ typedef struct onnx_session onnx_session;
 #define ONNX_MAX_TENSOR_BYTES ((int64_t)1 << 32)
 
 typedef struct onnx_options {
-  int threads;        /* kernel threads; <= 0 means 1 */
+  int threads;        /* kernel threads; <= 0 means 1. With threads > 1 a batch of a batchable
+                         model runs as min(threads, rows) row ranges on one-thread workers
+                         (see session.c); batch 1 splits each operator over the threads */
   bool no_fast;       /* true: reference kernels only (the oracle) */
   bool profile;       /* accumulate per-node times (onnx_session_profile_print) */
   /* Batchable models: rows of a batch per graph run. 0: automatic (as many rows as keep
    * one run's activations within ~1 MiB per thread, at least one row per thread: a batch
    * whose activations spill out of the caches runs slower per row than single rows); < 0:
-   * the whole batch in one run. The environment variable CINFER_ONNX_SUB_BATCH, when set,
-   * overrides 0. */
+   * the whole batch in one run, on all threads (no workers either). The environment
+   * variable CINFER_ONNX_SUB_BATCH, when set, overrides 0. */
   int sub_batch;
 } onnx_options;
 

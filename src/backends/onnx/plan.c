@@ -506,9 +506,10 @@ fail:
 
 /* CINFER_ONNX_TRACE=1: print every step's output checksum (debugging aid). */
 static bool trace_on(void) {
-  static int on = -1;
-  if (on < 0) on = getenv("CINFER_ONNX_TRACE") != NULL;
-  return on;
+  static int on = -1; /* sessions may run on several threads (batch workers) */
+  int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+  if (v < 0) __atomic_store_n(&on, v = getenv("CINFER_ONNX_TRACE") != NULL, __ATOMIC_RELAXED);
+  return v;
 }
 static void trace_step(const onnx_plan *p, const plan_step *ps) {
   const ot *o = ps->out[0];

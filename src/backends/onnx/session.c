@@ -6,11 +6,22 @@
  * carries the batch in dim 0: graph_analyse_batch) may run as consecutive runs over
  * `rows` rows each; each run's outputs are copied to out_buf[i] at the run's first row.
  * out_buf grows (realloc) to the largest batch seen and is reused afterwards, so a
- * steady stream of batches does not allocate. */
+ * steady stream of batches does not allocate.
+ *
+ * Batch parallelism: with threads T > 1, a batch of N > 1 rows of such a model is split
+ * into W = min(T, N) contiguous parts, each run concurrently by a one-thread worker
+ * session (its own plans and arenas; it sub-batches as above with a one-thread budget).
+ * Rows are independent, so this needs no barrier inside the graph: every kernel, the
+ * reference ones included, runs at full speed on its own core, where splitting each
+ * operator over T threads leaves the serial operators and the per-operator barriers.
+ * (RetinaFace at batch 8 on 2 threads: 1.2x faster than one thread with operator
+ * splitting, ~2x with workers.) */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <omp.h>
 
 #include "backends/onnx/ops_util.h"
 #include "backends/onnx/plan.h"
@@ -27,6 +38,8 @@ struct onnx_session {
   size_t row_arena; /* arena bytes of a one-row plan (0: not known yet) */
   void **out_buf;   /* per output: gathered sub-batch results (owned) */
   size_t *out_cap;
+  onnx_session **workers; /* threads > 1: one-thread sessions for batch parallelism */
+  int n_workers;
 };
 
 cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
@@ -65,6 +78,8 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
 
 void onnx_session_destroy(onnx_session *s) {
   if (!s) return;
+  for (int w = 0; w < s->n_workers; w++) onnx_session_destroy(s->workers[w]);
+  free(s->workers);
   while (s->plans) {
     onnx_plan *n = s->plans->next;
     plan_destroy(s->plans);
@@ -154,20 +169,119 @@ static void set_output(onnx_session *s, int i, const ot *o, void *data, int64_t 
   t->byte_size = bytes;
 }
 
+/* The batch N > 1 of this call when its rows may run separately (the model is batchable,
+ * sub-batching is not turned off, every input has dim 0 = N); else 0. */
+static int64_t split_rows(const onnx_session *s, const cinfer_tensor *inputs) {
+  const onnx_model *m = s->m;
+  if (!m->batchable || s->opt.sub_batch < 0 || m->n_inputs < 1 || m->n_inputs > 32 || m->n_outputs < 1) return 0;
+  int64_t N = -1;
+  for (int i = 0; i < m->n_inputs; i++) {
+    const cinfer_tensor *t = &inputs[s->map[i]];
+    if (m->key_input[i] || t->ndim < 1 || (N >= 0 && t->shape[0] != N)) return 0;
+    N = t->shape[0];
+  }
+  return N > 1 ? N : 0;
+}
+
+/* part[] = rows [r0, r0 + b) of the N-row inputs */
+static void slice_inputs(const onnx_session *s, const cinfer_tensor *inputs, int64_t N, int64_t r0, int64_t b,
+                         cinfer_tensor *part) {
+  for (int i = 0; i < s->m->n_inputs; i++) {
+    const cinfer_tensor *t = &inputs[s->map[i]];
+    size_t rb = t->byte_size / (size_t)N;
+    part[s->map[i]] = *t;
+    part[s->map[i]].shape[0] = b;
+    part[s->map[i]].byte_size = rb * (size_t)b;
+    part[s->map[i]].data = (const char *)t->data + rb * (size_t)r0;
+  }
+}
+
+/* out_buf[i] holds at least `total` bytes */
+static cinfer_status *out_reserve(onnx_session *s, int i, size_t total) {
+  if (total <= s->out_cap[i]) return NULL;
+  void *nbuf = realloc(s->out_buf[i], total);
+  if (!nbuf) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  s->out_buf[i] = nbuf;
+  s->out_cap[i] = total;
+  return NULL;
+}
+
+/* Batch parallelism (see the top of this file): rows split over W one-thread workers. */
+static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, int64_t N, cinfer_tensor *outputs) {
+  const onnx_model *m = s->m;
+  int W = s->opt.threads < N ? s->opt.threads : (int)N;
+  if (s->n_workers < W) {
+    onnx_session **nw = realloc(s->workers, sizeof *nw * (size_t)W);
+    if (!nw) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    s->workers = nw;
+    onnx_options o = s->opt;
+    o.threads = 1;
+    for (; s->n_workers < W; s->n_workers++) {
+      cinfer_status *st = onnx_session_create(m, &o, &s->workers[s->n_workers]);
+      if (st) return st;
+    }
+  }
+  int no = m->n_outputs;
+  cinfer_tensor *wout = calloc((size_t)W * (size_t)no, sizeof *wout);
+  cinfer_status **err = calloc((size_t)W, sizeof *err);
+  if (!wout || !err) {
+    free(wout);
+    free(err);
+    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  s->last = NULL; /* the profile is the workers' */
+  int saved = omp_get_max_threads(); /* the workers' plans set this thread's count to 1 */
+#pragma omp parallel num_threads(W)
+  {
+    int w = omp_get_thread_num();
+    int64_t r0 = N * w / W, r1 = N * (w + 1) / W;
+    cinfer_tensor part[32]; /* split_rows: n_inputs <= 32 */
+    slice_inputs(s, inputs, N, r0, r1 - r0, part);
+    err[w] = onnx_session_run(s->workers[w], part, m->n_inputs, wout + (size_t)w * (size_t)no);
+  }
+  omp_set_num_threads(saved);
+  cinfer_status *st = NULL;
+  for (int w = 0; w < W; w++) {
+    if (err[w] && !st) st = err[w];
+    else if (err[w]) cinfer_status_free(err[w]);
+  }
+  for (int i = 0; i < no && !st; i++) {
+    size_t rb = 0, total;
+    for (int w = 0; w < W && !st; w++) {
+      const cinfer_tensor *o = &wout[(size_t)w * (size_t)no + i];
+      int64_t b = N * (w + 1) / W - N * w / W;
+      if (o->ndim < 1 || o->shape[0] != b || (w && (o->byte_size / (size_t)b != rb || o->ndim != wout[i].ndim)))
+        st = cinfer_status_new(CINFER_INTERNAL, "output '%s' does not carry the batch in dim 0", m->values[m->outputs[i]].name);
+      rb = o->byte_size / (size_t)b;
+    }
+    if (st) break;
+    if (__builtin_mul_overflow(rb, (size_t)N, &total)) {
+      st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "output '%s' is too large", m->values[m->outputs[i]].name);
+      break;
+    }
+    if ((st = out_reserve(s, i, total))) break;
+    for (int w = 0; w < W; w++) {
+      const cinfer_tensor *o = &wout[(size_t)w * (size_t)no + i];
+      if (o->byte_size) memcpy((char *)s->out_buf[i] + rb * (size_t)(N * w / W), o->data, o->byte_size);
+    }
+    outputs[i] = wout[i];
+    outputs[i].shape[0] = N;
+    outputs[i].data = s->out_buf[i];
+    outputs[i].byte_size = total;
+  }
+  free(wout);
+  free(err);
+  return st;
+}
+
 /* Rows per graph run for this call: n (everything at once) unless the model is
  * batchable, every input has the same dim 0 = n > 1, and the automatic or configured
  * sub-batch is smaller. May build the one-row plan to learn its arena size. */
 static cinfer_status *rows_per_run(onnx_session *s, const cinfer_tensor *inputs, int64_t *n, int64_t *rows) {
   const onnx_model *m = s->m;
   *n = *rows = 0;
-  if (!m->batchable || s->opt.sub_batch < 0 || m->n_inputs < 1 || m->n_inputs > 32 || m->n_outputs < 1) return NULL;
-  int64_t N = -1;
-  for (int i = 0; i < m->n_inputs; i++) {
-    const cinfer_tensor *t = &inputs[s->map[i]];
-    if (m->key_input[i] || t->ndim < 1 || (N >= 0 && t->shape[0] != N)) return NULL;
-    N = t->shape[0];
-  }
-  if (N <= 1) return NULL;
+  int64_t N = split_rows(s, inputs);
+  if (!N) return NULL;
   int64_t r = s->opt.sub_batch;
   if (r == 0) {
     if (!s->row_arena) {
@@ -199,6 +313,7 @@ cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, in
   const onnx_model *m = s->m;
   onnx_plan *p;
   int64_t N, rows;
+  if (s->opt.threads > 1 && (N = split_rows(s, inputs))) return run_workers(s, inputs, N, outputs);
   if ((st = rows_per_run(s, inputs, &N, &rows))) return st;
   if (!rows) {
     if ((st = get_plan(s, inputs, &p))) return st;
@@ -213,14 +328,7 @@ cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, in
   cinfer_tensor part[32]; /* rows_per_run: n_inputs <= 32 */
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     int64_t b = N - r0 < rows ? N - r0 : rows;
-    for (int i = 0; i < m->n_inputs; i++) {
-      const cinfer_tensor *t = &inputs[s->map[i]];
-      size_t rb = t->byte_size / (size_t)N;
-      part[s->map[i]] = *t;
-      part[s->map[i]].shape[0] = b;
-      part[s->map[i]].byte_size = rb * (size_t)b;
-      part[s->map[i]].data = (const char *)t->data + rb * (size_t)r0;
-    }
+    slice_inputs(s, inputs, N, r0, b, part);
     if ((st = get_plan(s, part, &p))) return st;
     s->last = p;
     if ((st = plan_run(p, part, s->map, s->opt.profile))) return st;
@@ -233,12 +341,7 @@ cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, in
       size_t rb = nb / (size_t)b;
       if (__builtin_mul_overflow(rb, (size_t)N, &total))
         return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "output '%s' is too large", m->values[m->outputs[i]].name);
-      if (total > s->out_cap[i]) {
-        void *nbuf = realloc(s->out_buf[i], total);
-        if (!nbuf) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
-        s->out_buf[i] = nbuf;
-        s->out_cap[i] = total;
-      }
+      if ((st = out_reserve(s, i, total))) return st;
       if (nb) memcpy((char *)s->out_buf[i] + rb * (size_t)r0, o->data, nb);
       if (r0 + b == N) set_output(s, i, o, s->out_buf[i], N, total, &outputs[i]);
     }
@@ -249,6 +352,7 @@ cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, in
 int onnx_session_output_count(const onnx_session *s) { return s->m->n_outputs; }
 
 void onnx_session_profile_reset(onnx_session *s) {
+  for (int w = 0; w < s->n_workers; w++) onnx_session_profile_reset(s->workers[w]);
   for (onnx_plan *p = s->plans; p; p = p->next)
     for (int i = 0; i < p->n_steps; i++) { p->steps[i].ns = 0; p->steps[i].calls = 0; }
 }
@@ -260,6 +364,11 @@ static int cmp_desc(const void *a, const void *b) {
 
 void onnx_session_profile_print(const onnx_session *s, FILE *f) {
   const onnx_plan *p = s->last;
+  if (!p && s->n_workers) { /* batches ran on the workers: the first one's rows */
+    fprintf(f, "profile of worker 1 of %d (batch rows split over one-thread workers):\n", s->n_workers);
+    onnx_session_profile_print(s->workers[0], f);
+    return;
+  }
   if (!p) return;
   typedef struct { double ns; int64_t calls; int count; char name[64]; bool fast; } agg;
   agg *a = calloc((size_t)p->n_steps + 1, sizeof *a);
@@ -293,10 +402,12 @@ void onnx_session_profile_print(const onnx_session *s, FILE *f) {
   if (top) {
     for (int i = 0; i < p->n_steps; i++) top[i] = p->steps[i].ns;
     qsort(top, (size_t)p->n_steps, sizeof(double), cmp_desc);
-    double thr = p->n_steps > 5 ? top[4] : 0;
-    fprintf(f, "  slowest nodes:\n");
+    bool all = getenv("CINFER_ONNX_PROFILE_ALL") != NULL; /* every node, in graph order */
+    double thr = all ? 0 : p->n_steps > 5 ? top[4] : 0;
+    int maxshow = all ? p->n_steps : 5;
+    fprintf(f, all ? "  nodes:\n" : "  slowest nodes:\n");
     int shown = 0;
-    for (int i = 0; i < p->n_steps && shown < 5; i++)
+    for (int i = 0; i < p->n_steps && shown < maxshow; i++)
       if (p->steps[i].ns >= thr && p->steps[i].ns > 0) {
         char sh[128];
         ot_shape_str(p->steps[i].out[0], sh, sizeof sh);

@@ -471,19 +471,24 @@ static void test_sub_batch(void **state) {
   assert_true(onnx_model_batchable(m));
   const int64_t rows_in = 4 * 81;
   float *x = rand_buf(7 * rows_in);
-  onnx_session *whole, *split[2];
+  /* split[1..3] have threads > 1: their batches run on one-thread workers (2 or 3 row
+   * ranges, each sub-batched or not), the profile is the first worker's */
+  enum { NS = 4 };
+  onnx_session *whole, *split[NS];
   assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .sub_batch = -1}, &whole));
   assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .sub_batch = 1}, &split[0]));
   assert_null(onnx_session_create(m, &(onnx_options){.threads = 2, .sub_batch = 2}, &split[1]));
-  const int64_t batches[4] = {5, 5, 7, 3};
-  for (int k = 0; k < 4; k++) {
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 3, .sub_batch = 1, .profile = true}, &split[2]));
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 2}, &split[3]));
+  const int64_t batches[5] = {5, 5, 7, 3, 2};
+  for (int k = 0; k < 5; k++) {
     int64_t n = batches[k];
     cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {n, 4, 9, 9}, .data = x,
                         .byte_size = (size_t)(n * rows_in) * 4};
     cinfer_tensor ow, os;
     cinfer_status *st = onnx_session_run(whole, &in, 1, &ow);
     if (st) fail_msg("run: %s", cinfer_status_message(st));
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < NS; j++) {
       if ((st = onnx_session_run(split[j], &in, 1, &os))) fail_msg("run: %s", cinfer_status_message(st));
       assert_int_equal(os.ndim, ow.ndim);
       assert_memory_equal(os.shape, ow.shape, sizeof(int64_t) * (size_t)ow.ndim);
@@ -492,12 +497,19 @@ static void test_sub_batch(void **state) {
       const float *a = ow.data, *b = os.data;
       for (size_t i = 0; i < ow.byte_size / 4; i++)
         if (fabsf(a[i] - b[i]) > 1e-5f * fmaxf(1.0f, fabsf(a[i])))
-          fail_msg("batch %lld sub-batch %d: element %zu whole %g split %g", (long long)n, j + 1, i, a[i], b[i]);
+          fail_msg("batch %lld session %d: element %zu whole %g split %g", (long long)n, j, i, a[i], b[i]);
     }
   }
+  char *prof = NULL;
+  size_t plen = 0;
+  FILE *f = open_memstream(&prof, &plen);
+  onnx_session_profile_print(split[2], f);
+  fclose(f);
+  assert_non_null(strstr(prof, "worker 1 of 3"));
+  assert_non_null(strstr(prof, "Conv"));
+  free(prof);
   onnx_session_destroy(whole);
-  onnx_session_destroy(split[0]);
-  onnx_session_destroy(split[1]);
+  for (int j = 0; j < NS; j++) onnx_session_destroy(split[j]);
   free(x);
   onnx_model_destroy(m);
 }
