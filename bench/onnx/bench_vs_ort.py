@@ -16,10 +16,19 @@ runs a batch as one call when `cinfer inspect` says the model is batchable.
 
 With --rounds R each configuration runs R times, cinfer and ORT alternating, and the table
 keeps each engine's best round (lowest p50 and CPU time, highest throughput): on a shared
-host the slowest rounds measure the other jobs, the best ones the engines.
+host the slowest rounds measure the other jobs, the best ones the engines. It also gives
+the median and range of the per-round ratios (each round's cinfer p50 over the ORT p50
+measured right after it), which a slow period affects on both sides.
+
+Waiting threads (--wait, matters with 2+ threads): ORT's threads spin between operators
+by default; `cinfer` sets OMP_WAIT_POLICY=passive (sleep at once: on a shared or
+CPU-limited host a spinning thread takes the core from the one with work). `default`
+compares the two defaults; `spin` runs cinfer with OMP_WAIT_POLICY=active; `nospin` runs
+ORT with session.intra_op.allow_spinning=0.
 
 usage: bench_vs_ort.py --cinfer build/src/cli/cinfer [--models DIR] [--threads 1 2]
                        [--batch 1 8] [--repeat 20] [--rounds 1] [--only NAME ...]
+                       [--wait default|spin|nospin]
 """
 import argparse
 import os
@@ -41,6 +50,8 @@ so.intra_op_num_threads = threads
 so.inter_op_num_threads = 1
 so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+if len(sys.argv) > 6 and sys.argv[6] == "nospin":
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
 s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 i = s.get_inputs()[0]
 fixed = isinstance(i.shape[0], int)
@@ -122,9 +133,9 @@ def read_tensorproto(path):
     return dims, floats
 
 
-def run_measured(cmd):
+def run_measured(cmd, env=None):
     """Runs cmd, returns (stdout, peak RSS in MiB)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     out = p.stdout.read()
     _, status, ru = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
@@ -144,7 +155,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds; best round kept")
     ap.add_argument("--only", nargs="*", default=MODELS)
     ap.add_argument("--python", default=sys.executable, help="python with onnxruntime + numpy")
+    ap.add_argument("--wait", choices=["default", "spin", "nospin"], default="default",
+                    help="thread waiting: each engine's default, both spin, or neither spins")
     args = ap.parse_args()
+    c_env = dict(os.environ, OMP_WAIT_POLICY="active") if args.wait == "spin" else None
     import numpy as np  # noqa: F401  (checked early: the ORT child needs it)
 
     rows = []
@@ -163,32 +177,39 @@ def main():
                     if b > 1:
                         cmd += ["--batch", str(b)]
                     best = None
+                    paired = []
                     for _ in range(max(1, args.rounds)):
-                        out, c_rss = run_measured(cmd)
+                        out, c_rss = run_measured(cmd, c_env)
                         m = re.search(r"p50 ([0-9.]+).*throughput ([0-9.]+).*cpu ([0-9.]+)", out)
                         c_p50, c_thr, c_cpu = float(m.group(1)), float(m.group(2)), float(m.group(3))
                         c_loop = "not batchable" in out
                         out, o_rss = run_measured([args.python, "-c", ORT_CHILD, model, npy, str(t), str(b),
-                                                   str(args.repeat)])
+                                                   str(args.repeat), args.wait])
                         m = re.search(r"p50=([0-9.]+) thr=([0-9.]+) loops=(\d+) cpu=([0-9.]+)", out)
                         o_p50, o_thr, o_loops, o_cpu = float(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
                         cur = [c_p50, c_thr, c_cpu, c_rss, o_p50, o_thr, o_cpu, o_rss]
+                        paired.append(c_p50 / o_p50)
                         if best is None:
                             best = cur
                         else:
                             best = [min(x, y) if i in (0, 2, 4, 6) else max(x, y) for i, (x, y) in enumerate(zip(best, cur))]
                     c_p50, c_thr, c_cpu, c_rss, o_p50, o_thr, o_cpu, o_rss = best
+                    paired.sort()
+                    pr = "%.2f [%.2f, %.2f]" % (paired[len(paired) // 2] if len(paired) % 2 else
+                                                (paired[len(paired) // 2 - 1] + paired[len(paired) // 2]) / 2,
+                                                paired[0], paired[-1])
                     rows.append((name, t, b, c_p50, o_p50, c_thr, o_thr, c_rss, o_rss,
                                  ("loop" if c_loop else "batched") + "/" + ("loop" if o_loops > 1 else "batched"),
-                                 c_cpu, o_cpu))
-                    print("%-22s threads %d batch %d: cinfer p50 %.2f ms (cpu %.2f), ORT p50 %.2f ms (cpu %.2f), ratio %.2f"
-                          % (name, t, b, c_p50, c_cpu, o_p50, o_cpu, c_p50 / o_p50), flush=True)
+                                 c_cpu, o_cpu, pr))
+                    print("%-22s threads %d batch %d: cinfer p50 %.2f ms (cpu %.2f), ORT p50 %.2f ms (cpu %.2f), ratio %.2f, per round %s"
+                          % (name, t, b, c_p50, c_cpu, o_p50, o_cpu, c_p50 / o_p50, pr), flush=True)
     print()
-    print("| model | threads | batch | cinfer p50 ms | ORT p50 ms | p50 ratio | cinfer CPU ms/batch | ORT CPU ms/batch | CPU ratio | cinfer img/s | ORT img/s | cinfer peak RSS MiB | ORT peak RSS MiB | batch mode (cinfer/ORT) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("wait: %s" % args.wait)
+    print("| model | threads | batch | cinfer p50 ms | ORT p50 ms | p50 ratio | per-round ratio median [range] | cinfer CPU ms/batch | ORT CPU ms/batch | CPU ratio | cinfer img/s | ORT img/s | cinfer peak RSS MiB | ORT peak RSS MiB | batch mode (cinfer/ORT) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print("| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %.0f | %.0f | %s |"
-              % (r[0], r[1], r[2], r[3], r[4], r[3] / r[4], r[10], r[11], r[10] / r[11], r[5], r[6], r[7], r[8], r[9]))
+        print("| %s | %d | %d | %.2f | %.2f | %.2f | %s | %.2f | %.2f | %.2f | %.1f | %.1f | %.0f | %.0f | %s |"
+              % (r[0], r[1], r[2], r[3], r[4], r[3] / r[4], r[12], r[10], r[11], r[10] / r[11], r[5], r[6], r[7], r[8], r[9]))
 
 
 if __name__ == "__main__":
