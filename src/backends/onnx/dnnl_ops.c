@@ -41,6 +41,9 @@ struct fast_kernel {
   int64_t prelu_n, prelu_c, prelu_hw;
   dnnl_stream_t stream;
   void *w_data;
+  dnnl_memory_t dw_w_mem, dw_b_mem; /* kind 0 with a fused depthwise conv (s->dw) */
+  void *dw_w_data;
+  float *dw_b_data, *zero_bias;   /* zero_bias: the 1x1's, when it has none (see conv_prepare) */
   bool sum_copy; /* sum operand has dst's layout: memcpy */
   bool blocked_out; /* kind 1: writes nChw8c (w_data: [M/8][K][8] weights, bias, slopes) */
   size_t dst_bytes;
@@ -72,8 +75,12 @@ void fast_destroy(fast_kernel *k) {
   if (!k) return;
   dnnl_primitive_t prims[] = {k->prim, k->src_reorder, k->dst_reorder, k->sum_reorder};
   for (size_t i = 0; i < 4; i++) if (prims[i]) dnnl_primitive_destroy(prims[i]);
-  dnnl_memory_t mems[] = {k->src_user, k->src_mem, k->w_mem, k->b_mem, k->dst_mem, k->dst_user, k->sum_user};
-  for (size_t i = 0; i < 7; i++) if (mems[i]) dnnl_memory_destroy(mems[i]);
+  dnnl_memory_t mems[] = {k->src_user, k->src_mem, k->w_mem,    k->b_mem,   k->dst_mem,
+                          k->dst_user, k->sum_user, k->dw_w_mem, k->dw_b_mem};
+  for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++) if (mems[i]) dnnl_memory_destroy(mems[i]);
+  free(k->dw_w_data);
+  free(k->dw_b_data);
+  free(k->zero_bias);
   free(k->prelu_slope);
   if (k->stream) dnnl_stream_destroy(k->stream);
   free(k->w_data);
@@ -102,6 +109,52 @@ static bool small_k(const onnx_plan *p, const plan_step *s) {
 static bool pool_geom(const onnx_plan *p, const plan_step *s, conv_geom *g, dnnl_dims_t pr);
 
 bool fast_takes_pre(const onnx_plan *p, const plan_step *s) { return conv_eligible(p, s) && small_k(p, s); }
+
+static bool impl_slow(dnnl_primitive_desc_t pd);
+static dnnl_status_t conv_post_ops(dnnl_post_ops_t po, const plan_step *s, act_kind dw_act, bool dw);
+
+/* s: 1x1 conv (stride 1, no pads, no fused Add, Relu or no activation), t: its consumer, a
+ * depthwise 3x3 stride-2 pad-1 conv (Relu or none), both on the fast path, and oneDNN has
+ * a jit implementation of the pair (a trial primitive descriptor). */
+bool fast_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t) {
+  if (!conv_eligible(p, s) || !conv_eligible(p, t) || s->in[0]->ndim != 4 || small_k(p, s) || s->sum_id >= 0 ||
+      t->sum_id >= 0 || attr_i(s->node, "group", 1) != 1 || (s->has_fused && s->fused.act != ACT_RELU) ||
+      (t->has_fused && t->fused.act != ACT_RELU))
+    return false;
+  const ot *w = s->in[1], *wt = t->in[1], *x = s->in[0];
+  int64_t M = w->dims[0];
+  conv_geom g, gt;
+  cinfer_status *st = conv_geom_make(s->node, x, w->dims + 2, false, &g);
+  if (st) { cinfer_status_free(st); return false; }
+  if ((st = conv_geom_make(t->node, s->out[0], wt->dims + 2, false, &gt))) { cinfer_status_free(st); return false; }
+  if (g.k[0] != 1 || g.k[1] != 1 || g.stride[0] != 1 || g.stride[1] != 1 || g.pb[0] || g.pb[1] || g.pe[0] ||
+      g.pe[1] || attr_i(t->node, "group", 1) != M || wt->ndim != 4 || wt->dims[0] != M || wt->dims[1] != 1 ||
+      gt.k[0] != 3 || gt.k[1] != 3 || gt.stride[0] != 2 || gt.stride[1] != 2 || gt.dil[0] != 1 || gt.dil[1] != 1 ||
+      gt.pb[0] != 1 || gt.pb[1] != 1 || gt.out[0] != (g.out[0] + 1) / 2 || gt.out[1] != (g.out[1] + 1) / 2)
+    return false;
+  dnnl_engine_t eng = engine();
+  if (!eng) return false;
+  dnnl_dims_t xd = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]}, wd = {M, x->dims[1], 1, 1};
+  dnnl_dims_t yd = {x->dims[0], M, g.out[0], g.out[1]}, one = {1, 1}, zero = {0, 0};
+  dnnl_memory_desc_t xa, wa, ya;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_convolution_desc_t cd;
+  dnnl_primitive_desc_t pd = NULL;
+  bool ok = dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+            dnnl_memory_desc_init_by_tag(&wa, 4, wd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+            dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+            dnnl_primitive_attr_create(&attr) == dnnl_success && dnnl_post_ops_create(&po) == dnnl_success;
+  ok = ok && conv_post_ops(po, s, t->has_fused ? t->fused.act : ACT_NONE, true) == dnnl_success &&
+       dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success &&
+       dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xa, &wa, NULL, &ya,
+                                          one, zero, zero) == dnnl_success &&
+       dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) == dnnl_success && !impl_slow(pd);
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  return ok;
+}
 
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
   conv_geom g;
@@ -162,6 +215,28 @@ static void pad_blocked(const float *X, float *P, int64_t N, int64_t C, int64_t 
     }
 }
 
+/* A conv step's post-ops: sum (Conv+Add), its activation (not PRelu: applied after the
+ * primitive), then with dw the fused depthwise 3x3 stride-2 conv and its activation. */
+static dnnl_status_t conv_post_ops(dnnl_post_ops_t po, const plan_step *s, act_kind dw_act, bool dw) {
+  dnnl_status_t r = dnnl_success;
+  if (s->sum_id >= 0) r = dnnl_post_ops_append_sum(po, 1.0f);
+  if (r == dnnl_success && s->has_fused && s->fused.act != ACT_NONE && s->fused.act != ACT_PRELU) {
+    dnnl_alg_kind_t alg = dnnl_eltwise_relu;
+    float a = 0, bb = 0;
+    switch (s->fused.act) {
+      case ACT_LEAKY: a = s->fused.a; break;
+      case ACT_CLIP: alg = dnnl_eltwise_clip_v2; a = s->fused.a; bb = s->fused.b; break;
+      case ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
+      case ACT_TANH: alg = dnnl_eltwise_tanh; break;
+      default: break;
+    }
+    r = dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, bb);
+  }
+  if (r == dnnl_success && dw) r = dnnl_post_ops_append_dw(po, dnnl_f32, dnnl_f32, dnnl_f32, 3, 2, 1, 0, 0, NULL);
+  if (r == dnnl_success && dw && dw_act == ACT_RELU) r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0, 0);
+  return r;
+}
+
 static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   cinfer_status *st = NULL;
   const ot *x = s->in[0], *w = s->in[1], *b = s->n_in > 2 ? s->in[2] : NULL;
@@ -171,12 +246,27 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   int64_t G = attr_i(s->node, "group", 1);
   fast_kernel *k = calloc(1, sizeof *k);
   if (!k) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  /* oneDNN 2.6's 1x1 conv with a fused depthwise conv reads a bias even when it was
+   * created without one (segfault): give it zeros */
+  ot zb = {0};
+  if (s->dw.w && !b) {
+    if (!(k->zero_bias = calloc((size_t)w->dims[0] + 16, sizeof(float)))) {
+      free(k);
+      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    zb.data = k->zero_bias;
+    b = &zb;
+  }
   dnnl_engine_t eng = engine();
   if (!eng) { free(k); return NULL; }
   /* 1-D convs run as 2-D with H = 1 */
   int sp = x->ndim - 2;
   dnnl_dims_t xd = {x->dims[0], x->dims[1], sp == 2 ? x->dims[2] : 1, x->dims[sp + 1]};
-  dnnl_dims_t yd = {y->dims[0], y->dims[1], sp == 2 ? y->dims[2] : 1, y->dims[sp + 1]};
+  /* yd: the convolution's own output; yf: the step's (the fused depthwise conv's, if any) */
+  bool dw = s->dw.w != NULL;
+  dnnl_dims_t yf = {y->dims[0], y->dims[1], sp == 2 ? y->dims[2] : 1, y->dims[sp + 1]};
+  dnnl_dims_t yd = {yf[0], yf[1], yf[2], yf[3]};
+  if (dw) memcpy(yd, s->dw.mid, sizeof yd);
   int64_t KH = sp == 2 ? w->dims[2] : 1, KW = w->dims[sp + 1];
   dnnl_dims_t strides = {sp == 2 ? g.stride[0] : 1, g.stride[sp - 1]};
   dnnl_dims_t dil = {sp == 2 ? g.dil[0] - 1 : 0, g.dil[sp - 1] - 1};
@@ -192,7 +282,7 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   dnnl_memory_desc_t x_plain, x_any, w_plain, w_any, b_md, y_plain, y_any;
   DN(dnnl_memory_desc_init_by_tag(&x_plain, 4, xd, dnnl_f32, dnnl_nchw));
   DN(dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_f32, dnnl_format_tag_any));
-  DN(dnnl_memory_desc_init_by_tag(&y_plain, 4, yd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_memory_desc_init_by_tag(&y_plain, 4, yf, dnnl_f32, dnnl_nchw));
   DN(dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any));
   if (G == 1) {
     dnnl_dims_t wd = {w->dims[0], w->dims[1], KH, KW};
@@ -209,20 +299,7 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
 
   DN(dnnl_primitive_attr_create(&attr));
   DN(dnnl_post_ops_create(&po));
-  if (s->sum_id >= 0) DN(dnnl_post_ops_append_sum(po, 1.0f));
-  if (s->has_fused && s->fused.act != ACT_NONE) {
-    dnnl_alg_kind_t alg = dnnl_eltwise_relu;
-    float a = 0, bb = 0;
-    switch (s->fused.act) {
-      case ACT_RELU: alg = dnnl_eltwise_relu; break;
-      case ACT_LEAKY: alg = dnnl_eltwise_relu; a = s->fused.a; break;
-      case ACT_CLIP: alg = dnnl_eltwise_clip_v2; a = s->fused.a; bb = s->fused.b; break;
-      case ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
-      case ACT_TANH: alg = dnnl_eltwise_tanh; break;
-      default: break;
-    }
-    if (s->fused.act != ACT_PRELU) DN(dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, bb));
-  }
+  DN(conv_post_ops(po, s, s->dw.act, dw));
   DN(dnnl_primitive_attr_set_post_ops(attr, po));
   dnnl_convolution_desc_t cd;
   dnnl_primitive_desc_t pd = NULL;
@@ -280,6 +357,18 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   const dnnl_memory_desc_t *x_want = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
   const dnnl_memory_desc_t *w_want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   const dnnl_memory_desc_t *y_got = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  dnnl_memory_desc_t dww = {0}, dwb = {0};
+  if (dw) {
+    const dnnl_memory_desc_t *a = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
+    const dnnl_memory_desc_t *b2 = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS);
+    if (!a || !b2) {
+      dnnl_primitive_desc_destroy(pd);
+      st = NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN gave no depthwise post-op weights layout");
+      goto fail;
+    }
+    dww = *a;
+    dwb = *b2;
+  }
   dnnl_status_t pr_ = dnnl_primitive_create(&k->prim, pd);
   dnnl_memory_desc_t xw = *x_want, ww = *w_want, yg = *y_got;
   dnnl_primitive_desc_destroy(pd);
@@ -305,6 +394,31 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     DN(rs);
   }
   if (b) DN(dnnl_memory_create(&k->b_mem, &b_md, eng, b->data));
+  if (dw) { /* depthwise weights [C,1,3,3] (goihw, groups C) into the post-op's layout, once */
+    int64_t C = yd[1];
+    dnnl_dims_t gd = {C, 1, 1, 3, 3};
+    dnnl_memory_desc_t g_plain;
+    DN(dnnl_memory_desc_init_by_tag(&g_plain, 5, gd, dnnl_f32, dnnl_goihw));
+    size_t nb = dnnl_memory_desc_get_size(&dww);
+    k->dw_w_data = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+    k->dw_b_data = calloc((size_t)C + 16, sizeof(float));
+    if (!k->dw_w_data || !k->dw_b_data) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto fail; }
+    if (s->dw.b) memcpy(k->dw_b_data, s->dw.b->data, sizeof(float) * (size_t)C);
+    DN(dnnl_memory_create(&k->dw_w_mem, &dww, eng, k->dw_w_data));
+    DN(dnnl_memory_create(&k->dw_b_mem, &dwb, eng, k->dw_b_data));
+    dnnl_memory_t gsrc;
+    DN(dnnl_memory_create(&gsrc, &g_plain, eng, s->dw.w->data));
+    dnnl_primitive_t r;
+    dnnl_status_t rs = make_reorder(&g_plain, &dww, &r);
+    if (rs == dnnl_success) {
+      dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, gsrc}, {DNNL_ARG_TO, k->dw_w_mem}};
+      rs = dnnl_primitive_execute(r, k->stream, 2, a);
+      if (rs == dnnl_success) rs = dnnl_stream_wait(k->stream);
+      dnnl_primitive_destroy(r);
+    }
+    dnnl_memory_destroy(gsrc);
+    DN(rs);
+  }
   /* src */
   DN(dnnl_memory_create(&k->src_mem, &xw, eng, DNNL_MEMORY_NONE));
   if (k->pad_in) {
@@ -1030,9 +1144,13 @@ cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
       RUN(dnnl_primitive_execute(k->sum_reorder, k->stream, 2, a));
     }
   }
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, k->src_mem}, {DNNL_ARG_WEIGHTS, k->w_mem}, {DNNL_ARG_DST, k->dst_mem}};
+  dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, k->src_mem}, {DNNL_ARG_WEIGHTS, k->w_mem}, {DNNL_ARG_DST, k->dst_mem}};
   int na = 3;
   if (k->b_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, k->b_mem};
+  if (k->dw_w_mem) {
+    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, k->dw_w_mem};
+    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, k->dw_b_mem};
+  }
   RUN(dnnl_primitive_execute(k->prim, k->stream, na, args));
   if (k->prelu_blk) {
     RUN(dnnl_stream_wait(k->stream));

@@ -41,6 +41,10 @@ typedef struct plan_step {
   const char *fused_names; /* "Conv+Relu" etc. for the profile */
   char fused_buf[64];
   step_pre pre;           /* fused input ops (fast small-K conv only), n == 0 if none */
+  /* A 1x1 conv with the following depthwise 3x3 stride-2 conv fused as oneDNN's dw
+   * post-op (fuse_dw in plan.c): its weights [C,1,3,3], bias (or NULL), activation, and
+   * the 1x1's own output shape (the step's output is the depthwise conv's). */
+  struct { const ot *w, *b; act_kind act; int64_t mid[4]; } dw;
   fast_kernel *fast;
   size_t temp_bytes[STEP_MAX_TEMPS];
   void *temp[STEP_MAX_TEMPS];  /* set after memory planning */
@@ -81,6 +85,7 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
 /* dnnl_ops.c: fast paths. prepare returns NULL with *k == NULL when none applies. */
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int input_index);
 bool fast_takes_pre(const onnx_plan *p, const plan_step *s); /* runs with s->pre */
+bool fast_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t); /* s->dw from t */
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out,
                             fast_kernel **k);
 cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads);

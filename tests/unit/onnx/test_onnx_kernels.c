@@ -847,6 +847,67 @@ static void test_softmax_fast(void **state) {
   check_softmax(13, 3, (int64_t[]){2, 3, 4}, 1, false); /* not the innermost axis */
 }
 
+/* 1x1 conv -> depthwise 3x3 stride-2 conv run as one oneDNN primitive (dw post-op) when the
+ * 1x1's output is >= 2 MiB: against the reference, odd sizes (the stride-2 output rounds
+ * up), with/without activations and depthwise bias, blocked (a 1x1 conv after it) or plain
+ * (graph output) destination; the profile must show the pair as one step. */
+static void check_dw_fusion(int64_t C, int64_t M, int64_t H, int64_t W, bool relu1, bool relu2, bool dw_bias,
+                            bool tail) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, (int64_t[]){1, C, H, W});
+  float *w0 = rand_buf(M * C), *w1 = rand_buf(M * 9), *b1 = rand_buf(M), *w2 = rand_buf(M * M);
+  mb_init_f(&b, "w0", 4, (int64_t[]){M, C, 1, 1}, w0);
+  mb_init_f(&b, "w1", 4, (int64_t[]){M, 1, 3, 3}, w1);
+  mb_init_f(&b, "b1", 1, (int64_t[]){M}, b1);
+  mb_init_f(&b, "w2", 4, (int64_t[]){M, M, 1, 1}, w2);
+  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *r0o = "r0", *c1i[3] = {relu1 ? "r0" : "c0", "w1", "b1"};
+  const char *c1o = "c1", *r1o = "r1", *c2i[2] = {relu2 ? "r1" : "c1", "w2"}, *out = "out";
+  mb_node(&b, "Conv", "pw", 2, c0i, 1, &c0o);
+  if (relu1) mb_node(&b, "Relu", "relu1", 1, &c0o, 1, &r0o);
+  const char *dwo = tail ? c1o : relu2 ? c1o : out;
+  Onnx__NodeProto *n = mb_node(&b, "Conv", "dw", dw_bias ? 3 : 2, c1i, 1, &dwo);
+  mb_attr_i(&b, n, "group", M);
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){2, 2});
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  if (relu2) mb_node(&b, "Relu", "relu2", 1, &c1o, 1, tail ? &r1o : &out);
+  if (tail) mb_node(&b, "Conv", "tail", 2, c2i, 1, &out);
+  mb_output(&b, "out");
+  onnx_model *m = load_built(&b);
+  free(w0);
+  free(w1);
+  free(b1);
+  free(w2);
+  int64_t shape[4] = {1, C, H, W};
+  float *x = rand_buf(cinfer_shape_elements(shape, 4));
+  double mx, md = ref_fast_max_diff(m, x, shape, 4, &mx);
+  if (md > 1e-5 * fmax(1.0, mx))
+    fail_msg("dw fusion C%lld M%lld %lldx%lld relu %d/%d bias %d tail %d: max diff %g (max %g)", (long long)C,
+             (long long)M, (long long)H, (long long)W, relu1, relu2, dw_bias, tail, md, mx);
+  onnx_session *se;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .profile = true}, &se));
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, C, H, W}, .data = x,
+                      .byte_size = (size_t)cinfer_shape_elements(shape, 4) * 4},
+                o;
+  assert_null(onnx_session_run(se, &in, 1, &o));
+  char *prof = NULL;
+  size_t plen = 0;
+  FILE *f = open_memstream(&prof, &plen);
+  onnx_session_profile_print(se, f);
+  fclose(f);
+  if (!strstr(prof, relu1 ? "Conv+Relu+Conv" : "Conv+Conv")) fail_msg("not fused:\n%s", prof);
+  free(prof);
+  onnx_session_destroy(se);
+  free(x);
+  onnx_model_destroy(m);
+}
+
+static void test_dw_fusion(void **state) {
+  check_dw_fusion(16, 32, 97, 171, true, true, true, true);    /* 2.1 MB, odd: rounds up */
+  check_dw_fusion(8, 16, 131, 251, false, true, false, false); /* plain destination */
+  check_dw_fusion(24, 24, 120, 184, true, false, true, false);
+}
+
 /* The fused input ops round like the separate ops: Sub -> Mul -> small-K Conv -> Relu ->
  * 1x1 Conv on x equals, bit for bit, the same graph without Sub/Mul fed (x - a) * k
  * computed here; both with the fast kernels (blocked and plain outputs). */
@@ -898,6 +959,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
       cmocka_unit_test(test_pre_exact),
+      cmocka_unit_test(test_dw_fusion),
       cmocka_unit_test(test_batch_rows),
       cmocka_unit_test(test_pool_shapes),
       cmocka_unit_test(test_noop_pad_alias),
