@@ -26,7 +26,7 @@
 struct fast_kernel {
   int kind;               /* 0 oneDNN convolution, 1 small-K float conv, 2 oneDNN pooling,
                              3 blocked-layout Concat/BN/Relu (blk), 4 float Softmax over a
-                             short innermost axis (sm_outer rows of sm_d) */
+                             short innermost axis (sm_outer rows of sm_d), 5 float Exp */
   int64_t sm_outer, sm_d;
   blk_kernel *blk;        /* kind 3 */
   conv_geom g;            /* kind 1 */
@@ -1048,12 +1048,75 @@ static bool softmax_geom(const onnx_plan *p, const plan_step *s, int64_t *outer,
   return true;
 }
 
+/* e^x on 8 lanes for |x| <= 87 (callers check the range): Cephes' expf, x = n ln2 + r,
+ * degree-6 polynomial in r, 2^n through the exponent bits; within 2 ulp of expf there
+ * (test_exp8). */
+static inline v8f v8_exp(v8f x) {
+  v8f fx = x * 1.44269504088896341f + 0.5f;
+  v8f t = __builtin_convertvector(__builtin_convertvector(fx, v8i), v8f); /* floor(fx) */
+  t = t - (v8f)((v8i)v8_splat(1.0f) & (v8i)(t > fx));
+  x = x - t * 0.693359375f;
+  x = x - t * -2.12194440e-4f;
+  v8f z = x * x;
+  v8f y = x * 1.9875691500e-4f + 1.3981999507e-3f;
+  y = y * x + 8.3334519073e-3f;
+  y = y * x + 4.1665795894e-2f;
+  y = y * x + 1.6666665459e-1f;
+  y = y * x + 5.0000001201e-1f;
+  y = y * z + x + 1.0f;
+  v8i e = (__builtin_convertvector(t, v8i) + 127) << 23;
+  return y * (v8f)e;
+}
+
+static inline bool v8_in_exp_range(v8f x) {
+  v8i ok = (v8i)(x >= -87.0f) & (v8i)(x <= 87.0f); /* NaN: out */
+  return __builtin_ia32_movmskps256((v8f)ok) == 0xff;
+}
+
+/* y = e^x elementwise: v8_exp where all 8 lanes are within its range, expf elsewhere */
+static void exp_f32(const float *x, float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8f v = *(const v8fu *)(x + i);
+    if (v8_in_exp_range(v)) *(v8fu *)(y + i) = v8_exp(v);
+    else for (int j = 0; j < 8; j++) y[i + j] = expf(x[i + j]);
+  }
+  for (; i < n; i++) y[i] = expf(x[i]);
+}
+
+/* Softmax over rows of D (the reference's order: max, e^(x - max), sum in order, divide).
+ * Rows of 2 (detection heads' two classes), 8 rows at a time: the pairs deinterleaved into
+ * two vectors, e^ by v8_exp (expf for a group with a difference below -87 or a NaN). */
 static void softmax_run(const fast_kernel *k, plan_step *s, int threads) {
   const float *X = s->in[0]->data;
   float *Y = s->out[0]->data;
-  int64_t D = k->sm_d;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && k->sm_outer * D > 65536)
-  for (int64_t o = 0; o < k->sm_outer; o++) {
+  int64_t D = k->sm_d, R = k->sm_outer, R8 = D == 2 ? R / 8 * 8 : 0;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && R * D > 65536)
+  for (int64_t o = 0; o < R8; o += 8) {
+    v8f p0 = *(const v8fu *)(X + o * 2), p1 = *(const v8fu *)(X + o * 2 + 8);
+    v8f a = __builtin_shufflevector(p0, p1, 0, 2, 4, 6, 8, 10, 12, 14);
+    v8f b = __builtin_shufflevector(p0, p1, 1, 3, 5, 7, 9, 11, 13, 15);
+    v8f m = (v8f)(((v8i)b & (v8i)(b > a)) | ((v8i)a & ~(v8i)(b > a))); /* b > a ? b : a */
+    v8f da = a - m, db = b - m, ea, eb;
+    if (v8_in_exp_range(da) && v8_in_exp_range(db)) {
+      ea = v8_exp(da);
+      eb = v8_exp(db);
+    } else {
+      float fa[8], fb[8];
+      __builtin_memcpy(fa, &da, sizeof fa);
+      __builtin_memcpy(fb, &db, sizeof fb);
+      for (int j = 0; j < 8; j++) { fa[j] = expf(fa[j]); fb[j] = expf(fb[j]); }
+      __builtin_memcpy(&ea, fa, sizeof fa);
+      __builtin_memcpy(&eb, fb, sizeof fb);
+    }
+    v8f sum = ea + eb;
+    ea = ea / sum;
+    eb = eb / sum;
+    *(v8fu *)(Y + o * 2) = __builtin_shufflevector(ea, eb, 0, 8, 1, 9, 2, 10, 3, 11);
+    *(v8fu *)(Y + o * 2 + 8) = __builtin_shufflevector(ea, eb, 4, 12, 5, 13, 6, 14, 7, 15);
+  }
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && (R - R8) * D > 65536)
+  for (int64_t o = R8; o < R; o++) {
     const float *x = X + o * D;
     float *y = Y + o * D, m = -INFINITY, sum = 0;
     for (int64_t j = 0; j < D; j++) if (x[j] > m) m = x[j];
@@ -1062,9 +1125,24 @@ static void softmax_run(const fast_kernel *k, plan_step *s, int threads) {
   }
 }
 
+/* Exp (float, plain): exp_f32 */
+static void exp_run(plan_step *s, int threads) {
+  const float *X = s->in[0]->data;
+  float *Y = s->out[0]->data;
+  int64_t n = ot_numel(s->in[0]), per = ((n + threads - 1) / threads + 7) / 8 * 8;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && n > 65536)
+  for (int64_t i0 = 0; i0 < n; i0 += per) exp_f32(X + i0, Y + i0, n - i0 < per ? n - i0 : per);
+}
+
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
   *k = NULL;
   int64_t sm_outer, sm_d;
+  if (!p->no_fast && !strcmp(s->node->op_type, "Exp") && s->in[0]->dtype == CINFER_TYPE_FP32 &&
+      !p->layout[s->in_id[0]] && !getenv("CINFER_ONNX_NO_FAST_EXP")) {
+    if (!(*k = calloc(1, sizeof **k))) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    (*k)->kind = 5;
+    return NULL;
+  }
   if (softmax_geom(p, s, &sm_outer, &sm_d) && !p->layout[s->in_id[0]]) {
     if (!(*k = calloc(1, sizeof **k))) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
     (*k)->kind = 4;
@@ -1118,6 +1196,10 @@ cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads) {
   }
   if (k->kind == 4) {
     softmax_run(k, s, threads);
+    return NULL;
+  }
+  if (k->kind == 5) {
+    exp_run(s, threads);
     return NULL;
   }
   void *src = s->in[0]->data;

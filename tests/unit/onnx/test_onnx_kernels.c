@@ -810,7 +810,7 @@ static void test_resize_2x(void **state) {
  * double-precision reference: last axis (opset 13), the opset-11 coerced 2-D form over the
  * trailing dims, inputs up to +-100 (overflows unless the max is subtracted), one and 64-wide rows; a 65-wide
  * axis stays on the reference. */
-static void check_softmax(int opset, int nd, const int64_t *dims, int64_t axis, bool want_fast) {
+static void check_softmax_s(int opset, int nd, const int64_t *dims, int64_t axis, bool want_fast, float scale) {
   mb b;
   mb_init(&b, opset);
   mb_input(&b, "x", nd, dims);
@@ -820,7 +820,7 @@ static void check_softmax(int opset, int nd, const int64_t *dims, int64_t axis, 
   onnx_model *m = load_built(&b);
   int64_t n = cinfer_shape_elements(dims, nd);
   float *x = rand_buf(n), *ref, *fast;
-  for (int64_t k = 0; k < n; k++) x[k] *= 100.0f; /* expf overflows past 88.7 */
+  for (int64_t k = 0; k < n; k++) x[k] *= scale; /* 100: expf overflows past 88.7 */
   size_t nr, nf;
   bool fr, ff;
   run(m, false, x, dims, nd, &ref, &nr, &fr);
@@ -836,7 +836,14 @@ static void check_softmax(int opset, int nd, const int64_t *dims, int64_t axis, 
   onnx_model_destroy(m);
 }
 
+static void check_softmax(int opset, int nd, const int64_t *dims, int64_t axis, bool want_fast) {
+  check_softmax_s(opset, nd, dims, axis, want_fast, 100.0f);
+}
+
 static void test_softmax_fast(void **state) {
+  /* rows of 2, 8 at a time through v8_exp (inputs within +-4), and a tail of 5 rows */
+  check_softmax_s(13, 3, (int64_t[]){1, 4421, 2}, -1, true, 4.0f);
+  check_softmax_s(11, 4, (int64_t[]){1, 3, 41, 2}, 3, true, 4.0f); /* opset 11, last axis */
   check_softmax(13, 3, (int64_t[]){3, 5, 2}, -1, true);
   check_softmax(13, 4, (int64_t[]){1, 7, 9, 2}, 3, true);
   check_softmax(11, 2, (int64_t[]){2, 7}, 1, true);
@@ -845,6 +852,39 @@ static void test_softmax_fast(void **state) {
   check_softmax(13, 2, (int64_t[]){6, 1}, 1, true);
   check_softmax(13, 3, (int64_t[]){2, 3, 65}, 2, false);
   check_softmax(13, 3, (int64_t[]){2, 3, 4}, 1, false); /* not the innermost axis */
+}
+
+/* Exp's fast path (v8_exp where every lane of 8 is within +-87, expf elsewhere) against the
+ * reference (expf): within 2 ulp, and exact where expf is used (specials, overflow,
+ * subnormal results, the tail). */
+static void test_exp_fast(void **state) {
+  mb b;
+  mb_init(&b, 13);
+  int64_t n = 4099;
+  mb_input(&b, "x", 1, &n);
+  const char *i = "x", *o = "out";
+  mb_node(&b, "Exp", "exp", 1, &i, 1, &o);
+  mb_output(&b, "out");
+  onnx_model *m = load_built(&b);
+  float *x = rand_buf(n), *ref, *fast;
+  for (int64_t k = 0; k < n; k++) x[k] *= k < 2048 ? 10.0f : 95.0f;
+  const float sp[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 88.7f, 88.8f, -87.5f, -103.0f, -104.0f, 87.0f, -87.0f};
+  for (size_t k = 0; k < sizeof sp / sizeof sp[0]; k++) x[3000 + 8 * k] = sp[k];
+  size_t nr, nf;
+  bool fr, ff;
+  run(m, false, x, &n, 1, &ref, &nr, &fr);
+  run(m, true, x, &n, 1, &fast, &nf, &ff);
+  assert_true(ff);
+  assert_int_equal(nr, nf);
+  for (size_t k = 0; k < nr; k++) {
+    bool same = memcmp(&ref[k], &fast[k], sizeof(float)) == 0 || (isnan(ref[k]) && isnan(fast[k]));
+    if (!same && !(isfinite(ref[k]) && fabsf(ref[k] - fast[k]) <= 2.5e-7f * fabsf(ref[k])))
+      fail_msg("exp(%.9g): reference %.9g fast %.9g", x[k], ref[k], fast[k]);
+  }
+  free(x);
+  free(ref);
+  free(fast);
+  onnx_model_destroy(m);
 }
 
 /* 1x1 conv -> depthwise 3x3 stride-2 conv run as one oneDNN primitive (dw post-op) when the
@@ -970,6 +1010,7 @@ int main(void) {
       cmocka_unit_test(test_prepad_conv),
       cmocka_unit_test(test_resize_2x),
       cmocka_unit_test(test_softmax_fast),
+      cmocka_unit_test(test_exp_fast),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
