@@ -1070,7 +1070,11 @@ static inline v8f v8_exp(v8f x) {
 
 static inline bool v8_in_exp_range(v8f x) {
   v8i ok = (v8i)(x >= -87.0f) & (v8i)(x <= 87.0f); /* NaN: out */
+#if defined(__AVX__)
   return __builtin_ia32_movmskps256((v8f)ok) == 0xff;
+#else
+  return (ok[0] & ok[1] & ok[2] & ok[3] & ok[4] & ok[5] & ok[6] & ok[7]) != 0;
+#endif
 }
 
 /* y = e^x elementwise: v8_exp where all 8 lanes are within its range, expf elsewhere */
