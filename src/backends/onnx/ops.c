@@ -50,8 +50,50 @@ static void bstrides(const ot *t, const ot *out, int64_t *s) {
  * 4420 rows of 2. Visits the same elements in the same order as without merging. */
 typedef void (*row_fn)(void *ctx, int64_t o, int64_t ia, int64_t ib, int64_t ic, int64_t n,
                        int64_t sa, int64_t sb, int64_t sc);
+static void bcast_iter3_t(const ot *out, const ot *a, const ot *b, const ot *c, row_fn f, void *ctx,
+                          int threads);
 static void bcast_iter3(const ot *out, const ot *a, const ot *b, const ot *c, row_fn f,
                         void *ctx) {
+  bcast_iter3_t(out, a, b, c, f, ctx, 1);
+}
+
+/* bcast_iter3 over the elements [e0, e1) of the merged iteration space */
+static void bcast_span(int r, const int64_t *dims, const int64_t *sa, const int64_t *sb, const int64_t *sc,
+                       int64_t e0, int64_t e1, row_fn f, void *ctx) {
+  int64_t inner = dims[r - 1], row = e0 / inner, col = e0 % inner;
+  int64_t idx[OT_MAX_DIMS] = {0}, oa = col * sa[r - 1], ob = col * sb[r - 1], oc = col * sc[r - 1];
+  for (int d = r - 2; d >= 0; d--) {
+    idx[d] = row % dims[d];
+    row /= dims[d];
+    oa += idx[d] * sa[d];
+    ob += idx[d] * sb[d];
+    oc += idx[d] * sc[d];
+  }
+  for (int64_t o = e0; o < e1;) {
+    int64_t n = inner - col < e1 - o ? inner - col : e1 - o;
+    f(ctx, o, oa, ob, oc, n, sa[r - 1], sb[r - 1], sc[r - 1]);
+    o += n;
+    oa -= col * sa[r - 1];
+    ob -= col * sb[r - 1];
+    oc -= col * sc[r - 1];
+    col = 0;
+    for (int d = r - 2; d >= 0; d--) {
+      idx[d]++;
+      oa += sa[d];
+      ob += sb[d];
+      oc += sc[d];
+      if (idx[d] < dims[d]) break;
+      oa -= sa[d] * idx[d];
+      ob -= sb[d] * idx[d];
+      oc -= sc[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/* threads > 1: f must be safe to call concurrently on disjoint output ranges */
+static void bcast_iter3_t(const ot *out, const ot *a, const ot *b, const ot *c, row_fn f, void *ctx,
+                          int threads) {
   int r0 = out->ndim;
   int64_t sa0[OT_MAX_DIMS], sb0[OT_MAX_DIMS], sc0[OT_MAX_DIMS];
   bstrides(a, out, sa0);
@@ -79,6 +121,13 @@ static void bcast_iter3(const ot *out, const ot *a, const ot *b, const ot *c, ro
   }
   if (r == 0) {
     f(ctx, 0, 0, 0, 0, 1, 0, 0, 0);
+    return;
+  }
+  if (threads > 1 && total > 65536) {
+    int64_t per = ((total + threads - 1) / threads + 15) / 16 * 16;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t e0 = 0; e0 < total; e0 += per)
+      bcast_span(r, dims, sa, sb, sc, e0, e0 + per < total ? e0 + per : total, f, ctx);
     return;
   }
   int64_t inner = dims[r - 1];
@@ -412,10 +461,10 @@ static void bin_row_gen(void *vc, int64_t o, int64_t ia, int64_t ib, int64_t ic,
   }
 }
 
-static void run_binary(binop b, const ot *A, const ot *B, ot *O, int fmod_) {
+static void run_binary(binop b, const ot *A, const ot *B, ot *O, int fmod_, int threads) {
   bin_ctx c = {b, A, B, O, fmod_};
   if (A->dtype == CINFER_TYPE_FP32 && B->dtype == CINFER_TYPE_FP32 && O->dtype == CINFER_TYPE_FP32 && b != B_MOD)
-    bcast_iter3(O, A, B, NULL, bin_row_f32, &c);
+    bcast_iter3_t(O, A, B, NULL, bin_row_f32, &c, O == A || O == B ? 1 : threads); /* rows are independent */
   else
     bcast_iter3(O, A, B, NULL, bin_row_gen, &c);
 }
@@ -426,13 +475,13 @@ static cinfer_status *binary_exec(onnx_exec *x, const onnx_node *n, ot **in, ot 
   if (b == B_MOD && dt_is_float(in[0]->dtype) && !fm)
     return NODE_ERR(n, CINFER_INVALID_ARG, "Mod on floats requires fmod=1");
   if (n->n_in == 1) {
-    run_binary(B_FIRST, in[0], in[0], out[0], 0);
+    run_binary(B_FIRST, in[0], in[0], out[0], 0, x->threads);
   } else if (n->n_in == 2) {
-    run_binary(b, in[0], in[1], out[0], fm);
+    run_binary(b, in[0], in[1], out[0], fm, x->threads);
   } else {
     /* variadic: out = in0 (broadcast), then out = out op in_i */
-    run_binary(B_FIRST, in[0], in[0], out[0], 0);
-    for (int i = 1; i < n->n_in; i++) run_binary(b, out[0], in[i], out[0], fm);
+    run_binary(B_FIRST, in[0], in[0], out[0], 0, x->threads);
+    for (int i = 1; i < n->n_in; i++) run_binary(b, out[0], in[i], out[0], fm, x->threads);
   }
   if (!strcmp(n->op_type, "Mean")) {
     int64_t cnt = ot_numel(out[0]);

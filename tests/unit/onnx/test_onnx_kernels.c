@@ -887,6 +887,53 @@ static void test_exp_fast(void **state) {
   onnx_model_destroy(m);
 }
 
+/* Broadcasting float binary ops split over 2 threads (more than 65536 outputs): every
+ * element against the definition, a (4-D) op b (b right-aligned, dims 1 broadcast). */
+static void check_binary_threads(const char *op, const int64_t *ad, int bn, const int64_t *bd) {
+  mb b;
+  mb_init(&b, 13);
+  mb_input(&b, "x", 4, ad);
+  int64_t nb = cinfer_shape_elements(bd, bn);
+  float *bv = rand_buf(nb);
+  for (int64_t k = 0; k < nb; k++) bv[k] += bv[k] >= 0 ? 0.5f : -0.5f; /* no division by ~0 */
+  mb_init_f(&b, "y", bn, bd, bv);
+  const char *in[2] = {"x", "y"}, *o = "out";
+  mb_node(&b, op, "bin", 2, in, 1, &o);
+  mb_output(&b, "out");
+  onnx_model *m = load_built(&b);
+  int64_t na = cinfer_shape_elements(ad, 4);
+  float *x = rand_buf(na), *got;
+  size_t n;
+  bool fast;
+  run(m, false, x, ad, 4, &got, &n, &fast); /* reference kernels, 2 threads */
+  assert_int_equal(n, (size_t)na);
+  int64_t b4[4] = {1, 1, 1, 1};
+  for (int i = 0; i < bn; i++) b4[4 - bn + i] = bd[i];
+  for (int64_t i0 = 0, k = 0; i0 < ad[0]; i0++)
+    for (int64_t i1 = 0; i1 < ad[1]; i1++)
+      for (int64_t i2 = 0; i2 < ad[2]; i2++)
+        for (int64_t i3 = 0; i3 < ad[3]; i3++, k++) {
+          int64_t j = (((b4[0] > 1 ? i0 : 0) * b4[1] + (b4[1] > 1 ? i1 : 0)) * b4[2] + (b4[2] > 1 ? i2 : 0)) * b4[3] +
+                      (b4[3] > 1 ? i3 : 0);
+          float a = x[k], c = bv[j];
+          float want = !strcmp(op, "Add") ? a + c : !strcmp(op, "Sub") ? a - c : !strcmp(op, "Mul") ? a * c : a / c;
+          if (memcmp(&want, &got[k], sizeof want)) fail_msg("%s element %lld: want %.9g got %.9g", op, (long long)k, want, got[k]);
+        }
+  free(bv);
+  free(x);
+  free(got);
+  onnx_model_destroy(m);
+}
+
+static void test_binary_threads(void **state) {
+  /* batch 1 (a larger batch would run on one-thread workers); the split points fall
+   * inside rows of the merged iteration space */
+  check_binary_threads("Add", (int64_t[]){1, 6, 130, 170}, 3, (int64_t[]){6, 1, 170});
+  check_binary_threads("Mul", (int64_t[]){1, 64, 80, 80}, 4, (int64_t[]){1, 64, 80, 80});
+  check_binary_threads("Sub", (int64_t[]){1, 9, 120, 70}, 4, (int64_t[]){1, 9, 1, 70});
+  check_binary_threads("Div", (int64_t[]){1, 3, 211, 173}, 1, (int64_t[]){173});
+}
+
 /* 1x1 conv -> depthwise 3x3 stride-2 conv run as one oneDNN primitive (dw post-op) when the
  * 1x1's output is >= 2 MiB: against the reference, odd sizes (the stride-2 output rounds
  * up), with/without activations and depthwise bias, blocked (a 1x1 conv after it) or plain
@@ -1011,6 +1058,7 @@ int main(void) {
       cmocka_unit_test(test_resize_2x),
       cmocka_unit_test(test_softmax_fast),
       cmocka_unit_test(test_exp_fast),
+      cmocka_unit_test(test_binary_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
