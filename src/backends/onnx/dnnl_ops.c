@@ -215,6 +215,26 @@ static void pad_blocked(const float *X, float *P, int64_t N, int64_t C, int64_t 
     }
 }
 
+/* to (a memory with its own layout) = src in layout `from`, by a one-off reorder (weights,
+ * at plan time) */
+static dnnl_status_t reorder_once(const dnnl_memory_desc_t *from, const void *src, dnnl_memory_t to,
+                                  dnnl_stream_t stream) {
+  const dnnl_memory_desc_t *to_md;
+  dnnl_memory_t m;
+  dnnl_primitive_t r;
+  dnnl_status_t rs = dnnl_memory_get_memory_desc(to, &to_md);
+  if (rs != dnnl_success) return rs;
+  if ((rs = dnnl_memory_create(&m, from, engine(), (void *)src)) != dnnl_success) return rs; /* only read */
+  if ((rs = make_reorder(from, to_md, &r)) == dnnl_success) {
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, to}};
+    rs = dnnl_primitive_execute(r, stream, 2, a);
+    if (rs == dnnl_success) rs = dnnl_stream_wait(stream);
+    dnnl_primitive_destroy(r);
+  }
+  dnnl_memory_destroy(m);
+  return rs;
+}
+
 /* A conv step's post-ops: sum (Conv+Add), its activation (not PRelu: applied after the
  * primitive), then with dw the fused depthwise 3x3 stride-2 conv and its activation. */
 static dnnl_status_t conv_post_ops(dnnl_post_ops_t po, const plan_step *s, act_kind dw_act, bool dw) {
@@ -378,21 +398,8 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   size_t wbytes = dnnl_memory_desc_get_size(&ww);
   k->w_data = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
   if (!k->w_data) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto fail; }
-  {
-    dnnl_memory_t wsrc;
-    DN(dnnl_memory_create(&wsrc, &w_plain, eng, w->data));
-    DN(dnnl_memory_create(&k->w_mem, &ww, eng, k->w_data));
-    dnnl_primitive_t r;
-    dnnl_status_t rs = make_reorder(&w_plain, &ww, &r);
-    if (rs == dnnl_success) {
-      dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, wsrc}, {DNNL_ARG_TO, k->w_mem}};
-      rs = dnnl_primitive_execute(r, k->stream, 2, a);
-      if (rs == dnnl_success) rs = dnnl_stream_wait(k->stream);
-      dnnl_primitive_destroy(r);
-    }
-    dnnl_memory_destroy(wsrc);
-    DN(rs);
-  }
+  DN(dnnl_memory_create(&k->w_mem, &ww, eng, k->w_data));
+  DN(reorder_once(&w_plain, w->data, k->w_mem, k->stream));
   if (b) DN(dnnl_memory_create(&k->b_mem, &b_md, eng, b->data));
   if (dw) { /* depthwise weights [C,1,3,3] (goihw, groups C) into the post-op's layout, once */
     int64_t C = yd[1];
@@ -406,18 +413,7 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     if (s->dw.b) memcpy(k->dw_b_data, s->dw.b->data, sizeof(float) * (size_t)C);
     DN(dnnl_memory_create(&k->dw_w_mem, &dww, eng, k->dw_w_data));
     DN(dnnl_memory_create(&k->dw_b_mem, &dwb, eng, k->dw_b_data));
-    dnnl_memory_t gsrc;
-    DN(dnnl_memory_create(&gsrc, &g_plain, eng, s->dw.w->data));
-    dnnl_primitive_t r;
-    dnnl_status_t rs = make_reorder(&g_plain, &dww, &r);
-    if (rs == dnnl_success) {
-      dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, gsrc}, {DNNL_ARG_TO, k->dw_w_mem}};
-      rs = dnnl_primitive_execute(r, k->stream, 2, a);
-      if (rs == dnnl_success) rs = dnnl_stream_wait(k->stream);
-      dnnl_primitive_destroy(r);
-    }
-    dnnl_memory_destroy(gsrc);
-    DN(rs);
+    DN(reorder_once(&g_plain, s->dw.w->data, k->dw_w_mem, k->stream));
   }
   /* src */
   DN(dnnl_memory_create(&k->src_mem, &xw, eng, DNNL_MEMORY_NONE));

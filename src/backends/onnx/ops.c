@@ -130,23 +130,7 @@ static void bcast_iter3_t(const ot *out, const ot *a, const ot *b, const ot *c, 
       bcast_span(r, dims, sa, sb, sc, e0, e0 + per < total ? e0 + per : total, f, ctx);
     return;
   }
-  int64_t inner = dims[r - 1];
-  int64_t idx[OT_MAX_DIMS] = {0};
-  int64_t oa = 0, ob = 0, oc = 0;
-  for (int64_t o = 0; o < total; o += inner) {
-    f(ctx, o, oa, ob, oc, inner, sa[r - 1], sb[r - 1], sc[r - 1]);
-    for (int d = r - 2; d >= 0; d--) {
-      idx[d]++;
-      oa += sa[d];
-      ob += sb[d];
-      oc += sc[d];
-      if (idx[d] < dims[d]) break;
-      oa -= sa[d] * idx[d];
-      ob -= sb[d] * idx[d];
-      oc -= sc[d] * idx[d];
-      idx[d] = 0;
-    }
-  }
+  bcast_span(r, dims, sa, sb, sc, 0, total, f, ctx);
 }
 
 /* ======================= unary ======================= */
