@@ -324,6 +324,42 @@ static void check_pool(const pool_cfg *c) {
   onnx_model_destroy(m);
 }
 
+/* The same pooling between two convolutions: nChw8c in and out, so cinfer's own blocked
+ * pooling kernel runs (16 channels: two blocks), against the reference. */
+static void check_pool_blocked(const pool_cfg *c) {
+  mb b;
+  mb_init(&b, 13);
+  int64_t xd[4] = {1, 3, c->H, c->W};
+  mb_input(&b, "x", 4, xd);
+  float *w0 = rand_buf(16 * 3 * 9), *w1 = rand_buf(8 * 16);
+  mb_init_f(&b, "w0", 4, (int64_t[]){16, 3, 3, 3}, w0);
+  mb_init_f(&b, "w1", 4, (int64_t[]){8, 16, 1, 1}, w1);
+  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *po = "p0", *c1i[2] = {"p0", "w1"}, *out = "out";
+  Onnx__NodeProto *n = mb_node(&b, "Conv", "conv0", 2, c0i, 1, &c0o);
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  n = mb_node(&b, c->op, "pool", 1, &c0o, 1, &po);
+  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){c->kh, c->kw});
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){c->sh, c->sw});
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
+  if (c->ceil) mb_attr_i(&b, n, "ceil_mode", 1);
+  if (c->incl) mb_attr_i(&b, n, "count_include_pad", 1);
+  if (c->dh > 1) mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->dh, c->dh});
+  mb_node(&b, "Conv", "conv1", 2, c1i, 1, &out);
+  mb_output(&b, "out");
+  onnx_model *m = load_built(&b);
+  free(w0);
+  free(w1);
+  float *x = rand_buf(cinfer_shape_elements(xd, 4));
+  double mx, md = ref_fast_max_diff(m, x, xd, 4, &mx);
+  if (md > 1e-5 * fmax(1.0, mx))
+    fail_msg("blocked %s %lldx%lld k%lldx%lld s%lld p%lld,%lld,%lld,%lld ceil%lld incl%lld: max diff %g (max %g)",
+             c->op, (long long)c->H, (long long)c->W, (long long)c->kh, (long long)c->kw, (long long)c->sh,
+             (long long)c->pt, (long long)c->pl, (long long)c->pb, (long long)c->pr, (long long)c->ceil,
+             (long long)c->incl, md, mx);
+  free(x);
+  onnx_model_destroy(m);
+}
+
 static void test_pool_shapes(void **state) {
   const pool_cfg cfgs[] = {
       {"MaxPool", 5, 17, 13, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1},
@@ -333,8 +369,15 @@ static void test_pool_shapes(void **state) {
       {"AveragePool", 6, 14, 11, 3, 3, 2, 2, 1, 1, 1, 1, 0, 1, 1},
       {"AveragePool", 7, 9, 9, 3, 3, 2, 2, 0, 0, 0, 0, 1, 0, 1},
       {"AveragePool", 8, 28, 28, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 1},
+      /* padded windows that end at the declared padding (the fast paths take them) */
+      {"AveragePool", 6, 15, 13, 3, 3, 2, 2, 1, 1, 1, 1, 0, 1, 1},
+      {"AveragePool", 6, 15, 13, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1},
+      {"MaxPool", 6, 15, 13, 3, 3, 2, 2, 1, 0, 1, 2, 1, 0, 1},
   };
-  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_pool(&cfgs[i]);
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+    check_pool(&cfgs[i]);
+    check_pool_blocked(&cfgs[i]);
+  }
 }
 
 /* Pools inside a conv chain take and keep oneDNN's blocked layout: x -> Conv(C -> M, 3x3)
