@@ -360,6 +360,56 @@ static void check_pool_blocked(const pool_cfg *c) {
   onnx_model_destroy(m);
 }
 
+/* Conv -> Pad(all zero) -> Identity -> AveragePool -> Conv (DenseNet's transition): the
+ * no-op Pad and the Identity leave the plan, so the pool reads the conv's blocked output;
+ * against the reference, and the profile has no Pad or Identity step. */
+static void test_noop_elided(void **state) {
+  mb b;
+  mb_init(&b, 13);
+  int64_t xd[4] = {1, 8, 12, 14};
+  mb_input(&b, "x", 4, xd);
+  float *w0 = rand_buf(16 * 8), *w1 = rand_buf(16 * 16);
+  mb_init_f(&b, "w0", 4, (int64_t[]){16, 8, 1, 1}, w0);
+  mb_init_f(&b, "w1", 4, (int64_t[]){16, 16, 1, 1}, w1);
+  int64_t zero[8] = {0};
+  Onnx__TensorProto *t0 = mb_init_f(&b, "pads", 1, (int64_t[]){8}, NULL);
+  t0->data_type = 7;
+  t0->n_int64_data = 8;
+  t0->int64_data = zero;
+  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *pi[2] = {"c0", "pads"}, *po = "p0", *io = "i0", *ao = "a0";
+  const char *c1i[2] = {"a0", "w1"}, *out = "out";
+  mb_node(&b, "Conv", "conv0", 2, c0i, 1, &c0o);
+  mb_node(&b, "Pad", "pad", 2, pi, 1, &po);
+  mb_node(&b, "Identity", "id", 1, &po, 1, &io);
+  Onnx__NodeProto *n = mb_node(&b, "AveragePool", "pool", 1, &io, 1, &ao);
+  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){2, 2});
+  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){2, 2});
+  mb_node(&b, "Conv", "conv1", 2, c1i, 1, &out);
+  mb_output(&b, "out");
+  onnx_model *m = load_built(&b);
+  free(w0);
+  free(w1);
+  float *x = rand_buf(cinfer_shape_elements(xd, 4));
+  double mx, md = ref_fast_max_diff(m, x, xd, 4, &mx);
+  if (md > 1e-5 * fmax(1.0, mx)) fail_msg("conv-pad-pool chain: max diff %g (max %g)", md, mx);
+  onnx_session *se;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .profile = true}, &se));
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 8, 12, 14}, .data = x,
+                      .byte_size = (size_t)cinfer_shape_elements(xd, 4) * 4},
+                o;
+  assert_null(onnx_session_run(se, &in, 1, &o));
+  char *prof = NULL;
+  size_t plen = 0;
+  FILE *f = open_memstream(&prof, &plen);
+  onnx_session_profile_print(se, f);
+  fclose(f);
+  if (strstr(prof, "Pad") || strstr(prof, "Identity") || !strstr(prof, "AveragePool")) fail_msg("steps:\n%s", prof);
+  free(prof);
+  onnx_session_destroy(se);
+  free(x);
+  onnx_model_destroy(m);
+}
+
 static void test_pool_shapes(void **state) {
   const pool_cfg cfgs[] = {
       {"MaxPool", 5, 17, 13, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1},
@@ -1093,6 +1143,7 @@ int main(void) {
       cmocka_unit_test(test_batch_rows),
       cmocka_unit_test(test_pool_shapes),
       cmocka_unit_test(test_noop_pad_alias),
+      cmocka_unit_test(test_noop_elided),
       cmocka_unit_test(test_pool_chain),
       cmocka_unit_test(test_conv_mul_fold),
       cmocka_unit_test(test_blocked_ops),
