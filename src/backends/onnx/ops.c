@@ -823,8 +823,17 @@ static cinfer_status *concat_exec(onnx_exec *x, const onnx_node *n, ot **in, ot 
   size_t off = 0;
   for (int i = 0; i < n->n_in; i++) {
     size_t row = (size_t)(in[i]->dims[a] * inner) * es;
-    for (int64_t o = 0; o < outer; o++)
-      memcpy((char *)out[0]->data + (size_t)o * orow + off, (char *)in[i]->data + (size_t)o * row, row);
+    if (row % 4 == 0 && row <= 32 && orow % 4 == 0 && off % 4 == 0) {
+      /* short rows (UltraFace's [1,4420,2] box halves): word copies, no memcpy call per row */
+      uint32_t *d = (uint32_t *)out[0]->data + off / 4;
+      const uint32_t *sp = in[i]->data;
+      size_t w = row / 4, ow = orow / 4;
+      for (int64_t o = 0; o < outer; o++, d += ow, sp += w)
+        for (size_t k = 0; k < w; k++) d[k] = sp[k];
+    } else {
+      for (int64_t o = 0; o < outer; o++)
+        memcpy((char *)out[0]->data + (size_t)o * orow + off, (char *)in[i]->data + (size_t)o * row, row);
+    }
     off += row;
   }
   return NULL;
@@ -974,7 +983,7 @@ static cinfer_status *slice_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
   if (st) return st;
   int r = in[0]->ndim;
   size_t es = cinfer_dtype_size(in[0]->dtype);
-  int64_t istr[OT_MAX_DIMS], acc = 1;
+  int64_t istr[OT_MAX_DIMS] = {0}, acc = 1;
   for (int i = r - 1; i >= 0; i--) { istr[i] = acc; acc *= in[0]->dims[i]; }
   int64_t total = ot_numel(out[0]);
   if (!total) return NULL;
@@ -984,6 +993,17 @@ static cinfer_status *slice_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
   int64_t inner = r ? od[r - 1] : 1, si = r ? p.step[r - 1] * istr[r - 1] : 0;
   const char *S = in[0]->data;
   char *D = out[0]->data;
+  bool outer_full = r >= 2;
+  for (int d = 0; d < r - 1; d++) outer_full &= p.start[d] == 0 && p.step[d] == 1 && od[d] == in[0]->dims[d];
+  if (outer_full && si == 1 && es == 4 && inner <= 8) {
+    /* only the last axis is cut, into short rows (box coordinates): one strided loop */
+    const uint32_t *sp = (const uint32_t *)(const void *)S + off;
+    uint32_t *d = (uint32_t *)(void *)D;
+    int64_t rs = in[0]->dims[r - 1];
+    for (int64_t o = 0; o < total; o += inner, sp += rs)
+      for (int64_t i = 0; i < inner; i++) d[o + i] = sp[i];
+    return NULL;
+  }
   for (int64_t o = 0; o < total; o += inner) {
     if (si == 1 && es == 4 && inner <= 16) /* short rows (box coordinates): no memcpy call per row */
       for (int64_t i = 0; i < inner; i++) ((uint32_t *)(void *)D)[o + i] = ((const uint32_t *)(const void *)S)[off + i];

@@ -410,6 +410,44 @@ static void test_noop_elided(void **state) {
   onnx_model_destroy(m);
 }
 
+/* Short rows (the copies take word loops instead of a memcpy per row): Slice cutting only
+ * the last axis into rows of 3, and Concat on the last axis of rows of 2 and 3 words,
+ * against the definition. */
+static void test_short_rows(void **state) {
+  mb b;
+  mb_init(&b, 13);
+  int64_t xd[3] = {3, 50, 6};
+  mb_input(&b, "x", 3, xd);
+  int64_t st[1] = {1}, en[1] = {4}, ax[1] = {2};
+  Onnx__TensorProto *t;
+  const char *names[3] = {"st", "en", "ax"};
+  int64_t *vals[3] = {st, en, ax};
+  for (int i = 0; i < 3; i++) {
+    t = mb_init_f(&b, names[i], 1, (int64_t[]){1}, NULL);
+    t->data_type = 7;
+    t->n_int64_data = 1;
+    t->int64_data = vals[i];
+  }
+  const char *si[4] = {"x", "st", "en", "ax"}, *so = "s", *ci[2] = {"x", "s"}, *co = "out";
+  mb_node(&b, "Slice", "slice", 4, si, 1, &so);
+  mb_attr_i(&b, mb_node(&b, "Concat", "cat", 2, ci, 1, &co), "axis", 2);
+  mb_output(&b, "out");
+  onnx_model *m = load_built(&b);
+  float *x = rand_buf(3 * 50 * 6), *got;
+  size_t n;
+  bool fast;
+  run(m, false, x, xd, 3, &got, &n, &fast);
+  assert_int_equal(n, 3 * 50 * 9);
+  for (int64_t r = 0; r < 150; r++)
+    for (int64_t k = 0; k < 9; k++) {
+      float want = k < 6 ? x[r * 6 + k] : x[r * 6 + 1 + (k - 6)];
+      if (memcmp(&want, &got[r * 9 + k], sizeof want)) fail_msg("row %lld col %lld: want %g got %g", (long long)r, (long long)k, want, got[r * 9 + k]);
+    }
+  free(x);
+  free(got);
+  onnx_model_destroy(m);
+}
+
 static void test_pool_shapes(void **state) {
   const pool_cfg cfgs[] = {
       {"MaxPool", 5, 17, 13, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1},
@@ -1144,6 +1182,7 @@ int main(void) {
       cmocka_unit_test(test_pool_shapes),
       cmocka_unit_test(test_noop_pad_alias),
       cmocka_unit_test(test_noop_elided),
+      cmocka_unit_test(test_short_rows),
       cmocka_unit_test(test_pool_chain),
       cmocka_unit_test(test_conv_mul_fold),
       cmocka_unit_test(test_blocked_ops),
