@@ -162,6 +162,16 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
   return buf;
 }
 
+/* s's profile print as a string (caller frees) */
+static char *profile_text(const onnx_session *s) {
+  char *prof = NULL;
+  size_t plen = 0;
+  FILE *f = open_memstream(&prof, &plen);
+  onnx_session_profile_print(s, f);
+  fclose(f);
+  return prof;
+}
+
 static void run(onnx_model *m, bool fast, const float *x, const int64_t *shape, int nd,
                 float **out, size_t *out_n, bool *used_fast) {
   onnx_session *s;
@@ -177,11 +187,7 @@ static void run(onnx_model *m, bool fast, const float *x, const int64_t *shape, 
   *out_n = o.byte_size / 4;
   *out = malloc(o.byte_size + 4);
   memcpy(*out, o.data, o.byte_size);
-  char *prof = NULL;
-  size_t plen = 0;
-  FILE *f = open_memstream(&prof, &plen);
-  onnx_session_profile_print(s, f);
-  fclose(f);
+  char *prof = profile_text(s);
   *used_fast = strstr(prof, "onednn") != NULL;
   free(prof);
   onnx_session_destroy(s);
@@ -219,6 +225,20 @@ static double ref_fast_max_diff(onnx_model *m, const float *x, const int64_t *sh
   free(ref);
   free(fast);
   return md;
+}
+
+/* The profile of one run of m on x (one thread, fast paths), as a string (caller frees). */
+static char *profile_run(onnx_model *m, const float *x, const int64_t *shape, int nd) {
+  onnx_session *se;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .profile = true}, &se));
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = nd, .data = x,
+                      .byte_size = (size_t)cinfer_shape_elements(shape, nd) * 4},
+                o;
+  memcpy(in.shape, shape, sizeof(int64_t) * (size_t)nd);
+  assert_null(onnx_session_run(se, &in, 1, &o));
+  char *prof = profile_text(se);
+  onnx_session_destroy(se);
+  return prof;
 }
 
 static void check_cfg(const conv_cfg *c) {
@@ -392,20 +412,9 @@ static void test_noop_elided(void **state) {
   float *x = rand_buf(cinfer_shape_elements(xd, 4));
   double mx, md = ref_fast_max_diff(m, x, xd, 4, &mx);
   if (md > 1e-5 * fmax(1.0, mx)) fail_msg("conv-pad-pool chain: max diff %g (max %g)", md, mx);
-  onnx_session *se;
-  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .profile = true}, &se));
-  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 8, 12, 14}, .data = x,
-                      .byte_size = (size_t)cinfer_shape_elements(xd, 4) * 4},
-                o;
-  assert_null(onnx_session_run(se, &in, 1, &o));
-  char *prof = NULL;
-  size_t plen = 0;
-  FILE *f = open_memstream(&prof, &plen);
-  onnx_session_profile_print(se, f);
-  fclose(f);
+  char *prof = profile_run(m, x, xd, 4);
   if (strstr(prof, "Pad") || strstr(prof, "Identity") || !strstr(prof, "AveragePool")) fail_msg("steps:\n%s", prof);
   free(prof);
-  onnx_session_destroy(se);
   free(x);
   onnx_model_destroy(m);
 }
@@ -631,11 +640,7 @@ static void test_sub_batch(void **state) {
           fail_msg("batch %lld session %d: element %zu whole %g split %g", (long long)n, j, i, a[i], b[i]);
     }
   }
-  char *prof = NULL;
-  size_t plen = 0;
-  FILE *f = open_memstream(&prof, &plen);
-  onnx_session_profile_print(split[2], f);
-  fclose(f);
+  char *prof = profile_text(split[2]);
   assert_non_null(strstr(prof, "worker 1 of 3"));
   assert_non_null(strstr(prof, "Conv"));
   free(prof);
@@ -807,11 +812,7 @@ static void check_blocked_ops(int64_t N, int64_t H, int64_t W, bool plain) {
       res[fast][k] = malloc(o[k].byte_size);
       memcpy(res[fast][k], o[k].data, o[k].byte_size);
     }
-    char *prof = NULL;
-    size_t plen = 0;
-    FILE *f = open_memstream(&prof, &plen);
-    onnx_session_profile_print(s, f);
-    fclose(f);
+    char *prof = profile_text(s);
     if (fast && !plain) { /* the blocked kernels ran (profile: kernel column of Concat/BN/Relu rows) */
       assert_non_null(strstr(prof, "Concat                            9   onednn"));
       assert_non_null(strstr(prof, "BatchNormalization+Relu           4   onednn"));
@@ -1102,20 +1103,9 @@ static void check_dw_fusion(int64_t C, int64_t M, int64_t H, int64_t W, bool rel
   if (md > 1e-5 * fmax(1.0, mx))
     fail_msg("dw fusion C%lld M%lld %lldx%lld relu %d/%d bias %d tail %d: max diff %g (max %g)", (long long)C,
              (long long)M, (long long)H, (long long)W, relu1, relu2, dw_bias, tail, md, mx);
-  onnx_session *se;
-  assert_null(onnx_session_create(m, &(onnx_options){.threads = 1, .profile = true}, &se));
-  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, C, H, W}, .data = x,
-                      .byte_size = (size_t)cinfer_shape_elements(shape, 4) * 4},
-                o;
-  assert_null(onnx_session_run(se, &in, 1, &o));
-  char *prof = NULL;
-  size_t plen = 0;
-  FILE *f = open_memstream(&prof, &plen);
-  onnx_session_profile_print(se, f);
-  fclose(f);
+  char *prof = profile_run(m, x, shape, 4);
   if (!strstr(prof, relu1 ? "Conv+Relu+Conv" : "Conv+Conv")) fail_msg("not fused:\n%s", prof);
   free(prof);
-  onnx_session_destroy(se);
   free(x);
   onnx_model_destroy(m);
 }
