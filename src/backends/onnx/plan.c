@@ -129,20 +129,30 @@ static void elide_noops(onnx_plan *p, bool *skip) {
   }
 }
 
+/* Per value: the last step (not skipped) that reads it (consumers) or writes it; -1 if
+ * none. NULL when out of memory (the fusion passes then do nothing). */
+static int *value_steps(const onnx_plan *p, const bool *skip, bool consumers) {
+  int nv = p->m->n_values, *at = malloc(sizeof(int) * ((size_t)nv + 1));
+  if (!at) return NULL;
+  for (int v = 0; v < nv; v++) at[v] = -1;
+  for (int s = 0; s < p->n_steps; s++) {
+    const plan_step *st = &p->steps[s];
+    int n = consumers ? st->n_in : st->n_out;
+    const int *ids = consumers ? st->in_id : st->out_id;
+    for (int j = 0; j < n && !skip[s]; j++)
+      if (ids[j] >= 0) at[ids[j]] = s;
+  }
+  return at;
+}
+
 /* Conv(+Add)(+activation) and Gemm+activation, decided on concrete shapes. */
 static void fuse_steps(onnx_plan *p, bool *skip) {
   const onnx_model *m = p->m;
-  int nv = m->n_values;
-  int *cons = malloc(sizeof(int) * (size_t)nv);
-  if (!cons) return;
-  int *def = malloc(sizeof(int) * (size_t)nv);
-  if (!def) { free(cons); return; }
-  for (int v = 0; v < nv; v++) cons[v] = def[v] = -1;
-  for (int s = 0; s < p->n_steps; s++) {
-    for (int j = 0; j < p->steps[s].n_in; j++)
-      if (p->steps[s].in_id[j] >= 0) cons[p->steps[s].in_id[j]] = s;
-    for (int j = 0; j < p->steps[s].n_out; j++)
-      if (p->steps[s].out_id[j] >= 0) def[p->steps[s].out_id[j]] = s;
+  int *cons = value_steps(p, skip, true), *def = value_steps(p, skip, false);
+  if (!cons || !def) {
+    free(cons);
+    free(def);
+    return;
   }
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *st = &p->steps[s];
@@ -219,13 +229,8 @@ static bool const_per_channel(const ot *c, const ot *x, bool *per_channel) {
  * element-wise ops that do not broadcast x. */
 static void fuse_pre(onnx_plan *p, bool *skip) {
   const onnx_model *m = p->m;
-  int *def = malloc(sizeof(int) * ((size_t)m->n_values + 1));
+  int *def = value_steps(p, skip, false);
   if (!def) return;
-  for (int v = 0; v < m->n_values; v++) def[v] = -1;
-  for (int s = 0; s < p->n_steps; s++)
-    if (!skip[s])
-      for (int j = 0; j < p->steps[s].n_out; j++)
-        if (p->steps[s].out_id[j] >= 0) def[p->steps[s].out_id[j]] = s;
   static const struct { const char *name; char op; } ops[] = {{"Add", '+'}, {"Sub", '-'}, {"Mul", '*'}, {"Div", '/'}};
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *st = &p->steps[s];
@@ -276,13 +281,8 @@ static void fuse_pre(onnx_plan *p, bool *skip) {
  * nothing (measured down to 3 MB: +-0.05 ms), so they stay separate. */
 static void fuse_dw(onnx_plan *p, bool *skip) {
   const onnx_model *m = p->m;
-  int *cons = malloc(sizeof(int) * ((size_t)m->n_values + 1));
+  int *cons = value_steps(p, skip, true);
   if (!cons) return;
-  for (int v = 0; v < m->n_values; v++) cons[v] = -1;
-  for (int s = 0; s < p->n_steps; s++)
-    if (!skip[s])
-      for (int j = 0; j < p->steps[s].n_in; j++)
-        if (p->steps[s].in_id[j] >= 0) cons[p->steps[s].in_id[j]] = s;
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *st = &p->steps[s];
     int v = st->out_id[0];
