@@ -40,6 +40,8 @@ struct onnx_session {
   size_t *out_cap;
   onnx_session **workers; /* threads > 1: one-thread sessions for batch parallelism */
   int n_workers;
+  cinfer_tensor *wout;    /* [threads][n_outputs]: the workers' outputs of one call */
+  cinfer_status **werr;   /* [threads] */
 };
 
 cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
@@ -80,6 +82,8 @@ void onnx_session_destroy(onnx_session *s) {
   if (!s) return;
   for (int w = 0; w < s->n_workers; w++) onnx_session_destroy(s->workers[w]);
   free(s->workers);
+  free(s->wout);
+  free(s->werr);
   while (s->plans) {
     onnx_plan *n = s->plans->next;
     plan_destroy(s->plans);
@@ -210,25 +214,28 @@ static cinfer_status *out_reserve(onnx_session *s, int i, size_t total) {
 static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, int64_t N, cinfer_tensor *outputs) {
   const onnx_model *m = s->m;
   int W = s->opt.threads < N ? s->opt.threads : (int)N;
-  if (s->n_workers < W) {
-    onnx_session **nw = realloc(s->workers, sizeof *nw * (size_t)W);
-    if (!nw) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
-    s->workers = nw;
-    onnx_options o = s->opt;
-    o.threads = 1;
-    for (; s->n_workers < W; s->n_workers++) {
-      cinfer_status *st = onnx_session_create(m, &o, &s->workers[s->n_workers]);
-      if (st) return st;
+  int no = m->n_outputs;
+  if (!s->workers) { /* once per session, for up to `threads` workers: batches do not allocate */
+    s->workers = calloc((size_t)s->opt.threads, sizeof *s->workers);
+    s->wout = calloc((size_t)s->opt.threads * (size_t)no, sizeof *s->wout);
+    s->werr = calloc((size_t)s->opt.threads, sizeof *s->werr);
+    if (!s->workers || !s->wout || !s->werr) {
+      free(s->workers);
+      free(s->wout);
+      free(s->werr);
+      s->workers = NULL;
+      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
     }
   }
-  int no = m->n_outputs;
-  cinfer_tensor *wout = calloc((size_t)W * (size_t)no, sizeof *wout);
-  cinfer_status **err = calloc((size_t)W, sizeof *err);
-  if (!wout || !err) {
-    free(wout);
-    free(err);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  onnx_options one = s->opt;
+  one.threads = 1;
+  for (; s->n_workers < W; s->n_workers++) {
+    cinfer_status *st = onnx_session_create(m, &one, &s->workers[s->n_workers]);
+    if (st) return st;
   }
+  cinfer_tensor *wout = s->wout;
+  cinfer_status **err = s->werr;
+  memset(err, 0, sizeof *err * (size_t)W);
   s->last = NULL; /* the profile is the workers' */
   int saved = omp_get_max_threads(); /* the workers' plans set this thread's count to 1 */
 #pragma omp parallel num_threads(W)
@@ -269,8 +276,6 @@ static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, 
     outputs[i].data = s->out_buf[i];
     outputs[i].byte_size = total;
   }
-  free(wout);
-  free(err);
   return st;
 }
 
