@@ -1016,46 +1016,97 @@ static cinfer_status *pool_run(fast_kernel *k, plan_step *s) {
   return NULL;
 }
 
+/* v > acc ? v : acc: a NaN already in acc stays, a later one is skipped (maxps's rule) */
+static inline v8f v8_max_keep(v8f v, v8f acc) {
+#if defined(__AVX__)
+  return __builtin_ia32_maxps256(v, acc);
+#else
+  return (v8f)(((v8i)v & (v8i)(v > acc)) | ((v8i)acc & ~(v8i)(v > acc)));
+#endif
+}
+
+/* one output vector of bpool_run, any window position (borders: taps checked one by one) */
+static inline v8f bpool_one(const conv_geom *g, const float *xc, int64_t IH, int64_t IW, int64_t ih0, int64_t iw0,
+                            bool maxp, bool incl) {
+  int64_t cnt = 0, cnt_pad = 0;
+  v8f acc = maxp ? v8_splat(-INFINITY) : (v8f){0};
+  for (int64_t kh = 0; kh < g->k[0]; kh++) {
+    int64_t ih = ih0 + kh * g->dil[0];
+    if (ih >= IH + g->pe[0]) break;
+    for (int64_t kw = 0; kw < g->k[1]; kw++) {
+      int64_t iw = iw0 + kw * g->dil[1];
+      if (iw >= IW + g->pe[1]) break;
+      cnt_pad++;
+      if (ih < 0 || ih >= IH || iw < 0 || iw >= IW) continue;
+      v8f v = *(const v8fu *)(xc + (size_t)(ih * IW + iw) * 8);
+      if (!maxp) acc = acc + v;
+      else acc = cnt ? v8_max_keep(v, acc) : v;
+      cnt++;
+    }
+  }
+  if (!maxp) {
+    int64_t dv = incl ? cnt_pad : cnt;
+    acc = dv ? acc / (float)dv : (v8f){0};
+  }
+  return acc;
+}
+
 /* MaxPool / AveragePool (2-D) on nChw8c in and out, 8 channels per vector, with the
  * reference's rules (pool_exec): max over the taps inside the image, the first taken as
  * is and later ones when greater (NaN as there; no tap: -inf); average over the taps inside
  * the image, or with count_include_pad over those inside the declared padding (a window
- * stops at the declared end padding; summed in float, the reference in double). */
+ * stops at the declared end padding; summed in float, the reference in double). Columns
+ * whose window lies inside the image take a loop without per-tap checks. */
 static void bpool_run(const fast_kernel *k, plan_step *s, int threads) {
   const conv_geom *g = &k->g;
   int64_t NC = g->N * (g->C / 8), IH = g->in[0], IW = g->in[1], OH = g->out[0], OW = g->out[1];
+  int64_t KH = g->k[0], KW = g->k[1], DH = g->dil[0], DW = g->dil[1], SW = g->stride[1], PW = g->pb[1];
   const float *X = s->in[0]->data;
   float *Y = s->out[0]->data;
   bool maxp = k->pool_max, incl = k->pool_incl;
+  /* columns whose KW taps all lie inside the image: [ow_lo, ow_hi) */
+  int64_t ow_lo = (PW + SW - 1) / SW, last = IW - 1 + PW - (KW - 1) * DW;
+  int64_t ow_hi = last < 0 ? 0 : last / SW + 1;
+  if (ow_hi > OW) ow_hi = OW;
+  if (ow_lo > ow_hi) ow_lo = ow_hi;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t row = 0; row < NC * OH; row++) {
     int64_t nc = row / OH, oh = row % OH, ih0 = oh * g->stride[0] - g->pb[0];
     const float *xc = X + (size_t)(nc * IH * IW) * 8;
     float *yr = Y + (size_t)(row * OW) * 8;
-    for (int64_t ow = 0; ow < OW; ow++) {
-      int64_t iw0 = ow * g->stride[1] - g->pb[1], cnt = 0, cnt_pad = 0;
-      v8f acc = maxp ? v8_splat(-INFINITY) : (v8f){0};
-      for (int64_t kh = 0; kh < g->k[0]; kh++) {
-        int64_t ih = ih0 + kh * g->dil[0];
-        if (ih >= IH + g->pe[0]) break;
-        for (int64_t kw = 0; kw < g->k[1]; kw++) {
-          int64_t iw = iw0 + kw * g->dil[1];
-          if (iw >= IW + g->pe[1]) break;
-          cnt_pad++;
-          if (ih < 0 || ih >= IH || iw < 0 || iw >= IW) continue;
-          v8f v = *(const v8fu *)(xc + (size_t)(ih * IW + iw) * 8);
-          if (!maxp) acc = acc + v;
-          else if (!cnt) acc = v;
-          else acc = (v8f)(((v8i)v & (v8i)(v > acc)) | ((v8i)acc & ~(v8i)(v > acc)));
-          cnt++;
-        }
-      }
-      if (!maxp) {
-        int64_t dv = incl ? cnt_pad : cnt;
-        acc = dv ? acc / (float)dv : (v8f){0};
-      }
-      *(v8fu *)(yr + ow * 8) = acc;
+    /* this row's taps inside the image: kh in [kv, kv + nkv); before the end padding: npad */
+    int64_t kv = 0, nkv = 0, npad = 0;
+    for (int64_t kh = 0; kh < KH; kh++) {
+      int64_t ih = ih0 + kh * DH;
+      if (ih >= IH + g->pe[0]) break;
+      npad++;
+      if (ih < 0) kv = kh + 1;
+      else if (ih < IH) nkv++;
     }
+    int64_t lo = nkv ? ow_lo : OW, hi = nkv ? ow_hi : OW, ow = 0;
+    for (; ow < lo; ow++) *(v8fu *)(yr + ow * 8) = bpool_one(g, xc, IH, IW, ih0, ow * SW - PW, maxp, incl);
+    /* interior: no checks; same taps in the same order as bpool_one */
+    const float *x0 = xc + (size_t)((ih0 + kv * DH) * IW) * 8;
+    if (maxp)
+      for (; ow < hi; ow++) {
+        const float *xp = x0 + (size_t)(ow * SW - PW) * 8;
+        v8f acc = *(const v8fu *)xp;
+        for (int64_t kh = 0; kh < nkv; kh++)
+          for (int64_t kw = 0; kw < KW; kw++)
+            acc = v8_max_keep(*(const v8fu *)(xp + (size_t)(kh * DH * IW + kw * DW) * 8), acc);
+        *(v8fu *)(yr + ow * 8) = acc;
+      }
+    else {
+      v8f dv = v8_splat((float)((incl ? npad : nkv) * KW));
+      for (; ow < hi; ow++) {
+        const float *xp = x0 + (size_t)(ow * SW - PW) * 8;
+        v8f acc = {0};
+        for (int64_t kh = 0; kh < nkv; kh++)
+          for (int64_t kw = 0; kw < KW; kw++) acc = acc + *(const v8fu *)(xp + (size_t)(kh * DH * IW + kw * DW) * 8);
+        *(v8fu *)(yr + ow * 8) = acc / dv;
+      }
+    }
+    for (; ow < OW; ow++) *(v8fu *)(yr + ow * 8) = bpool_one(g, xc, IH, IW, ih0, ow * SW - PW, maxp, incl);
   }
 }
 
