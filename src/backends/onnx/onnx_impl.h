@@ -180,6 +180,7 @@ cinfer_status *conv_infer(const onnx_node *n, ot **in, ot **out);
 /* Pad whose pads (attribute or static input, concrete shapes in `in`) are all zero: an
  * identity, which the plan lets share its input's bytes (ssrnet has five) */
 bool pad_is_noop(const onnx_node *n, ot **in);
+bool slice_is_noop(const onnx_node *n, ot **in);
 
 /* ---- broadcasting helpers (ops.c) ---- */
 cinfer_status *bcast_shape(const ot *a, const ot *b, ot *out, const onnx_node *n);

@@ -968,6 +968,16 @@ static cinfer_status *slice_params(const onnx_node *n, ot **in, slice_p *p, int6
   }
   return NULL;
 }
+/* The Slice keeps every element in place (FPN crops to the size the upsampling already has) */
+bool slice_is_noop(const onnx_node *n, ot **in) {
+  slice_p p;
+  int64_t od[OT_MAX_DIMS];
+  cinfer_status *st = slice_params(n, in, &p, od);
+  if (st) { cinfer_status_free(st); return false; }
+  for (int i = 0; i < in[0]->ndim; i++)
+    if (od[i] != in[0]->dims[i] || (od[i] > 1 && (p.start[i] || p.step[i] != 1))) return false;
+  return true;
+}
 static cinfer_status *slice_infer(const onnx_node *n, ot **in, ot **out) {
   slice_p p;
   int64_t od[OT_MAX_DIMS];

@@ -103,17 +103,19 @@ static act_kind act_of(const onnx_plan *p, const plan_step *c, float *a, float *
   return ACT_NONE;
 }
 
-/* A Pad whose pads are all zero, or an Identity, whose output is not a graph output: its
- * consumers read its input instead and the step goes. Besides the step, this lets a
+/* A Pad whose pads are all zero, a Slice that keeps every element (RetinaFace's FPN crops
+ * an upsampled map to the size it already has), or an Identity, whose output is not a
+ * graph output: its consumers read its input instead and the step goes. Besides the step, this lets a
  * blocked layout pass through (DenseNet's transition Conv -> Pad(0) -> AveragePool kept
  * the conv output plain, with a reorder on each side of the pool). */
 static void elide_noops(onnx_plan *p, bool *skip) {
   const onnx_model *m = p->m;
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *st = &p->steps[s];
-    bool pad = !strcmp(st->node->op_type, "Pad");
-    if (skip[s] || (!pad && strcmp(st->node->op_type, "Identity")) || st->n_out < 1 || st->out_id[0] < 0 ||
-        st->in_id[0] < 0 || m->values[st->out_id[0]].is_output || (pad && !pad_is_noop(st->node, st->in)))
+    bool pad = !strcmp(st->node->op_type, "Pad"), slice = !strcmp(st->node->op_type, "Slice");
+    if (skip[s] || (!pad && !slice && strcmp(st->node->op_type, "Identity")) || st->n_out < 1 || st->out_id[0] < 0 ||
+        st->in_id[0] < 0 || m->values[st->out_id[0]].is_output || (pad && !pad_is_noop(st->node, st->in)) ||
+        (slice && !slice_is_noop(st->node, st->in)))
       continue;
     int from = st->out_id[0], to = st->in_id[0];
     for (int t = s + 1; t < p->n_steps; t++) {

@@ -419,6 +419,51 @@ static void test_noop_elided(void **state) {
   onnx_model_destroy(m);
 }
 
+/* Conv -> Slice -> Conv: a Slice that keeps every element (ends past the end) leaves the
+ * plan; one that reverses the last axis (same shape, step -1) stays; both against the
+ * reference. */
+static void check_slice_elision(bool reverse) {
+  mb b;
+  mb_init(&b, 13);
+  int64_t xd[4] = {1, 8, 12, 14};
+  mb_input(&b, "x", 4, xd);
+  float *w0 = rand_buf(16 * 8), *w1 = rand_buf(16 * 16);
+  mb_init_f(&b, "w0", 4, (int64_t[]){16, 8, 1, 1}, w0);
+  mb_init_f(&b, "w1", 4, (int64_t[]){16, 16, 1, 1}, w1);
+  int64_t st[2] = {0, reverse ? -1 : 0}, en[2] = {12, reverse ? INT64_MIN : INT64_MAX}, ax[2] = {2, 3},
+          sp[2] = {1, reverse ? -1 : 1};
+  const char *names[4] = {"st", "en", "ax", "sp"};
+  int64_t *vals[4] = {st, en, ax, sp};
+  for (int i = 0; i < 4; i++) {
+    Onnx__TensorProto *t = mb_init_f(&b, names[i], 1, (int64_t[]){2}, NULL);
+    t->data_type = 7;
+    t->n_int64_data = 2;
+    t->int64_data = vals[i];
+  }
+  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *si[5] = {"c0", "st", "en", "ax", "sp"}, *so = "s0";
+  const char *c1i[2] = {"s0", "w1"}, *out = "out";
+  mb_node(&b, "Conv", "conv0", 2, c0i, 1, &c0o);
+  mb_node(&b, "Slice", "slice", 5, si, 1, &so);
+  mb_node(&b, "Conv", "conv1", 2, c1i, 1, &out);
+  mb_output(&b, "out");
+  onnx_model *m = load_built(&b);
+  free(w0);
+  free(w1);
+  float *x = rand_buf(cinfer_shape_elements(xd, 4));
+  double mx, md = ref_fast_max_diff(m, x, xd, 4, &mx);
+  if (md > 1e-5 * fmax(1.0, mx)) fail_msg("conv-slice-conv (reverse %d): max diff %g (max %g)", reverse, md, mx);
+  char *prof = profile_run(m, x, xd, 4);
+  if (!strstr(prof, "Slice") != !reverse) fail_msg("reverse %d, steps:\n%s", reverse, prof);
+  free(prof);
+  free(x);
+  onnx_model_destroy(m);
+}
+
+static void test_slice_elided(void **state) {
+  check_slice_elision(false);
+  check_slice_elision(true);
+}
+
 /* Short rows (the copies take word loops instead of a memcpy per row): Slice cutting only
  * the last axis into rows of 3, and Concat on the last axis of rows of 2 and 3 words,
  * against the definition. */
@@ -1172,6 +1217,7 @@ int main(void) {
       cmocka_unit_test(test_pool_shapes),
       cmocka_unit_test(test_noop_pad_alias),
       cmocka_unit_test(test_noop_elided),
+      cmocka_unit_test(test_slice_elided),
       cmocka_unit_test(test_short_rows),
       cmocka_unit_test(test_pool_chain),
       cmocka_unit_test(test_conv_mul_fold),
