@@ -90,6 +90,8 @@ cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out,
                             fast_kernel **k);
 cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads);
 void fast_destroy(fast_kernel *k);
+/* the profile's kernel column: "winograd" or "onednn" (oneDNN or another of our fast kernels) */
+const char *fast_kernel_label(const fast_kernel *k);
 void fast_layout_free(void *layout);
 
 /* blocked_ops.c: Concat (axis 1), BatchNormalization(+Relu), Relu on blocked layouts.

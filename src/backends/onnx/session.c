@@ -375,7 +375,7 @@ void onnx_session_profile_print(const onnx_session *s, FILE *f) {
     return;
   }
   if (!p) return;
-  typedef struct { double ns; int64_t calls; int count; char name[64]; bool fast; } agg;
+  typedef struct { double ns; int64_t calls; int count; char name[64]; const char *kern; } agg;
   agg *a = calloc((size_t)p->n_steps + 1, sizeof *a);
   if (!a) return;
   int na = 0;
@@ -384,9 +384,10 @@ void onnx_session_profile_print(const onnx_session *s, FILE *f) {
   for (int i = 0; i < p->n_steps; i++) {
     const plan_step *ps = &p->steps[i];
     const char *nm = ps->fused_names ? ps->fused_names : ps->node->op_type;
+    const char *kern = ps->fast ? fast_kernel_label(ps->fast) : "ref";
     int k;
-    for (k = 0; k < na; k++) if (!strcmp(a[k].name, nm) && a[k].fast == (ps->fast != NULL)) break;
-    if (k == na) { snprintf(a[na].name, sizeof a[na].name, "%s", nm); a[na].fast = ps->fast != NULL; na++; }
+    for (k = 0; k < na; k++) if (!strcmp(a[k].name, nm) && !strcmp(a[k].kern, kern)) break;
+    if (k == na) { snprintf(a[na].name, sizeof a[na].name, "%s", nm); a[na].kern = kern; na++; }
     a[k].ns += ps->ns;
     a[k].count++;
     total += ps->ns;
@@ -401,7 +402,7 @@ void onnx_session_profile_print(const onnx_session *s, FILE *f) {
           (long long)runs, total / 1e6 / (double)runs, (double)p->arena_bytes / 1048576.0);
   fprintf(f, "  %-28s %6s %8s %10s %6s\n", "operator", "nodes", "kernel", "ms/run", "share");
   for (int i = 0; i < na; i++)
-    fprintf(f, "  %-28s %6d %8s %10.3f %5.1f%%\n", a[i].name, a[i].count, a[i].fast ? "onednn" : "ref",
+    fprintf(f, "  %-28s %6d %8s %10.3f %5.1f%%\n", a[i].name, a[i].count, a[i].kern,
             a[i].ns / 1e6 / (double)runs, total > 0 ? 100.0 * a[i].ns / total : 0);
   double *top = malloc(sizeof(double) * (size_t)(p->n_steps + 1));
   if (top) {

@@ -419,6 +419,64 @@ static void test_noop_elided(void **state) {
   onnx_model_destroy(m);
 }
 
+/* 1x1 conv -> 3x3 conv (+bias, +Relu/PRelu) -> 1x1 conv: the 3x3 conv reads and writes
+ * nChw8c, so the Winograd kernel runs it (the profile says so); against the reference over
+ * batches, channel counts off the 32-channel register block, odd sizes, asymmetric and
+ * no padding, a 1x1 image. */
+typedef struct { int64_t N, C, M, H, W, pt, pl, pb, pr; int bias, act; } wino_cfg;
+static void check_winograd(const wino_cfg *c) {
+  mb b;
+  mb_init(&b, 13);
+  int64_t xd[4] = {c->N, 8, c->H, c->W};
+  mb_input(&b, "x", 4, xd);
+  float *w0 = rand_buf(c->C * 8), *w1 = rand_buf(c->M * c->C * 9), *w2 = rand_buf(8 * c->M);
+  float *b1 = rand_buf(c->M), *sl = rand_buf(c->M);
+  mb_init_f(&b, "w0", 4, (int64_t[]){c->C, 8, 1, 1}, w0);
+  mb_init_f(&b, "w1", 4, (int64_t[]){c->M, c->C, 3, 3}, w1);
+  mb_init_f(&b, "w2", 4, (int64_t[]){8, c->M, 1, 1}, w2);
+  mb_init_f(&b, "b1", 1, (int64_t[]){c->M}, b1);
+  mb_init_f(&b, "sl", 3, (int64_t[]){c->M, 1, 1}, sl);
+  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *c1i[3] = {"c0", "w1", "b1"}, *c1o = "c1", *ao = "a1";
+  const char *ri[2] = {"c1", "sl"}, *c2i[2] = {c->act ? "a1" : "c1", "w2"}, *out = "out";
+  mb_node(&b, "Conv", "conv0", 2, c0i, 1, &c0o);
+  Onnx__NodeProto *n = mb_node(&b, "Conv", "conv1", c->bias ? 3 : 2, c1i, 1, &c1o);
+  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){3, 3});
+  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
+  if (c->act == 1) mb_node(&b, "Relu", "act", 1, &c1o, 1, &ao);
+  if (c->act == 2) mb_node(&b, "PRelu", "act", 2, ri, 1, &ao);
+  mb_node(&b, "Conv", "conv2", 2, c2i, 1, &out);
+  mb_output(&b, "out");
+  onnx_model *m = load_built(&b);
+  free(w0);
+  free(w1);
+  free(w2);
+  free(b1);
+  free(sl);
+  float *x = rand_buf(cinfer_shape_elements(xd, 4));
+  double mx, md = ref_fast_max_diff(m, x, xd, 4, &mx);
+  if (md > 1e-5 * fmax(1.0, mx))
+    fail_msg("winograd N%lld C%lld M%lld %lldx%lld p%lld,%lld,%lld,%lld bias%d act%d: max diff %g (max %g)",
+             (long long)c->N, (long long)c->C, (long long)c->M, (long long)c->H, (long long)c->W, (long long)c->pt,
+             (long long)c->pl, (long long)c->pb, (long long)c->pr, c->bias, c->act, md, mx);
+  if (c->N == 1) {
+    char *prof = profile_run(m, x, xd, 4);
+    if (!strstr(prof, "winograd")) fail_msg("C%lld M%lld: no winograd step:\n%s", (long long)c->C, (long long)c->M, prof);
+    free(prof);
+  }
+  free(x);
+  onnx_model_destroy(m);
+}
+
+static void test_winograd(void **state) {
+  const wino_cfg cfgs[] = {
+      {1, 16, 8, 7, 9, 1, 1, 1, 1, 1, 1},     {2, 24, 40, 12, 13, 1, 1, 1, 1, 0, 0},
+      {1, 32, 64, 10, 6, 0, 0, 0, 0, 1, 2},   {1, 16, 32, 9, 11, 2, 1, 0, 1, 1, 1},
+      {1, 128, 32, 14, 14, 1, 1, 1, 1, 0, 0}, {1, 16, 16, 1, 1, 1, 1, 1, 1, 1, 0},
+      {3, 16, 24, 5, 4, 1, 0, 1, 2, 1, 2},
+  };
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_winograd(&cfgs[i]);
+}
+
 /* Conv -> Slice -> Conv: a Slice that keeps every element (ends past the end) leaves the
  * plan; one that reverses the last axis (same shape, step -1) stays; both against the
  * reference. */
@@ -1218,6 +1276,7 @@ int main(void) {
       cmocka_unit_test(test_noop_pad_alias),
       cmocka_unit_test(test_noop_elided),
       cmocka_unit_test(test_slice_elided),
+      cmocka_unit_test(test_winograd),
       cmocka_unit_test(test_short_rows),
       cmocka_unit_test(test_pool_chain),
       cmocka_unit_test(test_conv_mul_fold),
