@@ -1272,6 +1272,8 @@ static void exp_run(plan_step *s, int threads) {
  * cache line more than the data, so that the 16 values of one tile do not all fall in the
  * same L1 set (C = 128: planes 12 KiB apart, a multiple of 4 KiB) */
 #define WINO_VS(n) (WINO_T * (n) + 16)
+/* U (16 C x M floats) larger than half this core's L2 */
+#define WINO_BIG_U(C, M) ((C) * (M) * 64 > (512 << 10))
 
 static bool wino_ok(const onnx_plan *p, const plan_step *s, bool keep) {
   const ot *x = s->in[0], *w = s->in[1];
@@ -1283,6 +1285,11 @@ static bool wino_ok(const onnx_plan *p, const plan_step *s, bool keep) {
   cinfer_status *st = conv_geom_make(s->node, x, w->dims + 2, false, &g);
   if (st) { cinfer_status_free(st); return false; }
   if (g.stride[0] != 1 || g.stride[1] != 1 || g.dil[0] != 1 || g.dil[1] != 1) return false;
+  /* Every chunk reads all of U (64 C M bytes). Beyond the L2 that needs chunks of >= 12
+   * tiles, and then too few tiles for every thread leave oneDNN faster (512 -> 512 at 7x7
+   * on 2 threads: 5.3 against 2.5 ms; at 1 thread 4.0 against 4.3) */
+  int64_t ntiles = g.N * ((g.out[0] + 1) / 2) * ((g.out[1] + 1) / 2);
+  if (WINO_BIG_U(x->dims[1], w->dims[0]) && p->threads > 1 && ntiles < 12 * (int64_t)p->threads) return false;
   dnnl_dims_t xd = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]};
   dnnl_memory_desc_t x8;
   return dnnl_memory_desc_init_by_tag(&x8, 4, xd, dnnl_f32, dnnl_aBcd8b) == dnnl_success &&
@@ -1302,9 +1309,13 @@ static cinfer_status *wino_prepare(onnx_plan *p, plan_step *s, fast_kernel **out
   cinfer_status *st = conv_geom_make(s->node, s->in[0], w->dims + 2, false, &k->g);
   if (st) { free(k); return st; }
   k->kind = 7;
-  /* U [16][C][M], then bias [M] and PRelu slopes [M] */
-  size_t n = (size_t)(16 * C * M + 2 * M);
+  /* U [16][M/32][C][32] (the last group of 32 output channels zero-padded): the GEMM's
+   * pass over one group reads C x 32 contiguous floats (as [C][M] its rows were M floats
+   * apart, 2 KiB at M = 512, and fell in a few L1 sets); then bias [M] and PRelu slopes [M] */
+  int64_t MG = (M + 31) / 32;
+  size_t n = (size_t)(16 * MG * 32 * C + 2 * M);
   float *U = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+  if (U) memset(U, 0, n * sizeof(float));
   dnnl_memory_desc_t *l = malloc(sizeof *l);
   dnnl_dims_t yd = {s->out[0]->dims[0], M, s->out[0]->dims[2], s->out[0]->dims[3]};
   if (!U || !l || dnnl_memory_desc_init_by_tag(l, 4, yd, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
@@ -1330,11 +1341,11 @@ static cinfer_status *wino_prepare(onnx_plan *p, plan_step *s, fast_kernel **out
         u[i][2] = 0.5 * (t[i][0] - t[i][1] + t[i][2]);
         u[i][3] = t[i][2];
       }
-      for (int e = 0; e < 16; e++) U[((size_t)e * C + c) * M + m] = (float)u[e / 4][e % 4];
+      for (int e = 0; e < 16; e++) U[(((size_t)e * MG + m / 32) * C + c) * 32 + m % 32] = (float)u[e / 4][e % 4];
     }
   for (int64_t m = 0; m < M; m++) {
-    U[16 * C * M + m] = b ? ((const float *)b->data)[m] : 0.0f;
-    U[16 * C * M + M + m] = s->has_fused && s->fused.act == ACT_PRELU ? s->fused.slope[s->fused.slope_n == 1 ? 0 : m] : 0.0f;
+    U[16 * MG * 32 * C + m] = b ? ((const float *)b->data)[m] : 0.0f;
+    U[16 * MG * 32 * C + M + m] = s->has_fused && s->fused.act == ACT_PRELU ? s->fused.slope[s->fused.slope_n == 1 ? 0 : m] : 0.0f;
   }
   k->w_data = U;
   p->layout[s->out_id[0]] = l;
@@ -1344,7 +1355,8 @@ static cinfer_status *wino_prepare(onnx_plan *p, plan_step *s, fast_kernel **out
   return NULL;
 }
 
-/* products of TJ tiles (rows of V, C apart) and NB*8 output channels (columns of U, M apart) */
+/* products of TJ tiles (rows of V, C apart) and NB*8 output channels (rows of U, 32 apart),
+ * into rows of P (M apart) */
 static inline __attribute__((always_inline)) void wino_mm(int NB, int TJ, const float *U, int64_t M, const float *V,
                                                           int64_t C, float *P) {
   v8f acc[3][4];
@@ -1354,7 +1366,7 @@ static inline __attribute__((always_inline)) void wino_mm(int NB, int TJ, const 
     v8f bc[3];
     for (int j = 0; j < TJ; j++) bc[j] = v8_splat(V[j * C + c]);
     for (int q = 0; q < NB; q++) {
-      v8f u = *(const v8f *)(U + c * M + q * 8);
+      v8f u = *(const v8f *)(U + c * 32 + q * 8);
       /* one load per weight vector: GCC would fold it into each of the TJ FMAs (TJ loads) */
 #if defined(__AVX__)
       __asm__("" : "+x"(u));
@@ -1366,12 +1378,14 @@ static inline __attribute__((always_inline)) void wino_mm(int NB, int TJ, const 
     for (int q = 0; q < NB; q++) *(v8f *)(P + j * M + q * 8) = acc[j][q];
 }
 
+/* output channels outer: a pass over the tiles reads one C x 32 group of U (32 KiB at
+ * C = 256), where tiles outer re-read the whole C x M plane per 3 tiles (1 MiB at 512 x 512) */
 static void wino_gemm(const float *U, int64_t M, const float *V, int64_t C, float *P, int64_t T) {
-  for (int64_t t = 0; t < T; t += 3) {
-    int TJ = T - t < 3 ? (int)(T - t) : 3;
-    for (int64_t m = 0; m < M; m += 32) {
-      int NB = M - m < 32 ? (int)(M - m) / 8 : 4;
-      const float *u = U + m;
+  for (int64_t m = 0; m < M; m += 32) {
+    int NB = M - m < 32 ? (int)(M - m) / 8 : 4;
+    for (int64_t t = 0; t < T; t += 3) {
+      int TJ = T - t < 3 ? (int)(T - t) : 3;
+      const float *u = U + m * C;
       const float *v = V + t * C;
       float *o = P + t * M + m;
 #define WMM(nb, tj) \
@@ -1412,11 +1426,13 @@ static void wino_run(const fast_kernel *k, plan_step *s, int threads) {
   if (threads > 1) { /* at least two chunks per thread (a 7x7 image has 16 tiles) */
     int64_t want = (ntiles + 2 * threads - 1) / (2 * threads);
     want = (want + 2) / 3 * 3;
+    if (WINO_BIG_U(C, M) && want < 12) want = 12; /* each chunk streams U: see wino_ok */
     if (want < CT) CT = want;
   }
   int64_t nchunks = (ntiles + CT - 1) / CT;
   int64_t pt = g->pb[0], pl = g->pb[1];
-  const float *X = s->in[0]->data, *U = k->w_data, *bias = U + 16 * C * M, *slope = bias + M;
+  size_t UE = (size_t)((M + 31) / 32 * 32 * C); /* floats per plane of U */
+  const float *X = s->in[0]->data, *U = k->w_data, *bias = U + 16 * UE, *slope = bias + M;
   float *Y = s->out[0]->data;
   const onnx_fused *f = s->has_fused && s->fused.act != ACT_NONE ? &s->fused : NULL;
   size_t per = wino_temp_per_thread(C, M);
@@ -1449,7 +1465,7 @@ static void wino_run(const fast_kernel *k, plan_step *s, int threads) {
         }
       }
       for (int e = 0; e < 16; e++)
-        wino_gemm(U + (size_t)e * C * M, M, V + (size_t)e * WINO_VS(C), C, P + (size_t)e * WINO_VS(M), T);
+        wino_gemm(U + (size_t)e * UE, M, V + (size_t)e * WINO_VS(C), C, P + (size_t)e * WINO_VS(M), T);
       for (int64_t tl = 0; tl < T; tl++) { /* Y = A' P A, + bias, activation */
         int64_t t = t0 + tl, n = t / (TH * TW), oh = 2 * (t / TW % TH), ow = 2 * (t % TW);
         for (int64_t mb = 0; mb < M / 8; mb++) {
