@@ -1290,6 +1290,8 @@ static bool wino_ok(const onnx_plan *p, const plan_step *s, bool keep) {
    * on 2 threads: 5.3 against 2.5 ms; at 1 thread 4.0 against 4.3) */
   int64_t ntiles = g.N * ((g.out[0] + 1) / 2) * ((g.out[1] + 1) / 2);
   if (WINO_BIG_U(x->dims[1], w->dims[0]) && p->threads > 1 && ntiles < 12 * (int64_t)p->threads) return false;
+  /* U takes 16/9 of the weights' memory: above 64 MiB (C x M > 2^20) keep oneDNN's copy */
+  if (x->dims[1] * w->dims[0] > ((int64_t)1 << 20)) return false;
   dnnl_dims_t xd = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]};
   dnnl_memory_desc_t x8;
   return dnnl_memory_desc_init_by_tag(&x8, 4, xd, dnnl_f32, dnnl_aBcd8b) == dnnl_success &&
