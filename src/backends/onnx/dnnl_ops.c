@@ -518,6 +518,21 @@ static int64_t kdir_owp(int64_t OW) { return ((OW + 5) / 6 * 6 + 15) / 16 * 16; 
 
 static int64_t kdir_rw(const conv_geom *g);
 
+/* Declares step s's output nChw8c with C channels (the plan owns the descriptor; C % 8 ==
+ * 0, so its size is the plain one); false when out of memory */
+static bool out_nchw8c(onnx_plan *p, plan_step *s, int64_t C) {
+  const ot *y = s->out[0];
+  dnnl_dims_t yd = {y->dims[0], C, y->dims[2], y->dims[3]};
+  dnnl_memory_desc_t *l = malloc(sizeof *l);
+  if (!l || dnnl_memory_desc_init_by_tag(l, 4, yd, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
+    free(l);
+    return false;
+  }
+  p->layout[s->out_id[0]] = l;
+  p->bytes[s->out_id[0]] = dnnl_memory_desc_get_size(l);
+  return true;
+}
+
 /* per-thread scratch of the small-K conv: the im2col strip, or (blocked output) the padded
  * input rows and a tail of 2 blocks x 6 pixels; 64-byte multiples */
 static size_t k64_temp_per_thread(const conv_geom *g, int64_t K, bool blocked) {
@@ -539,11 +554,8 @@ static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, bool keep, fast_ke
     /* weights [M/8][K][8], bias [M], PRelu slopes [M] */
     size_t wbytes = sizeof(float) * (size_t)((K + 2) * M);
     float *wb = aligned_alloc(64, (wbytes + 63) & ~(size_t)63); /* size: a multiple of 64 */
-    dnnl_memory_desc_t *l = malloc(sizeof *l);
-    dnnl_dims_t yd = {s->out[0]->dims[0], M, s->out[0]->dims[2], s->out[0]->dims[3]};
-    if (!wb || !l || dnnl_memory_desc_init_by_tag(l, 4, yd, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
+    if (!wb || !out_nchw8c(p, s, M)) {
       free(wb);
-      free(l);
       free(k);
       return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
     }
@@ -556,8 +568,6 @@ static cinfer_status *k64_prepare(onnx_plan *p, plan_step *s, bool keep, fast_ke
     }
     k->w_data = wb;
     k->blocked_out = true;
-    p->layout[s->out_id[0]] = l;
-    p->bytes[s->out_id[0]] = dnnl_memory_desc_get_size(l);
   }
   s->temp_bytes[0] = (size_t)p->threads * k64_temp_per_thread(&k->g, K, k->blocked_out);
   *out = k;
@@ -941,9 +951,7 @@ static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
       dnnl_memory_desc_equal(p->layout[s->in_id[0]], &x8)) {
     /* nChw8c in and out: our kernel (oneDNN 2.6's AVX2 pooling took 1.18 ms on DenseNet's
      * 3x3 stride-2 MaxPool, ONNX Runtime 0.58) */
-    dnnl_memory_desc_t *l = malloc(sizeof *l);
-    if (!l || dnnl_memory_desc_init_by_tag(l, 4, yd, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
-      free(l);
+    if (!out_nchw8c(p, s, y->dims[1])) {
       free(k);
       return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
     }
@@ -951,8 +959,6 @@ static cinfer_status *pool_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     k->g = g;
     k->pool_max = maxp;
     k->pool_incl = incl;
-    p->layout[s->out_id[0]] = l;
-    p->bytes[s->out_id[0]] = ot_nbytes(y); /* C % 8 == 0: no padding */
     *out = k;
     return NULL;
   }
@@ -1317,15 +1323,12 @@ static cinfer_status *wino_prepare(onnx_plan *p, plan_step *s, fast_kernel **out
   int64_t MG = (M + 31) / 32;
   size_t n = (size_t)(16 * MG * 32 * C + 2 * M);
   float *U = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
-  if (U) memset(U, 0, n * sizeof(float));
-  dnnl_memory_desc_t *l = malloc(sizeof *l);
-  dnnl_dims_t yd = {s->out[0]->dims[0], M, s->out[0]->dims[2], s->out[0]->dims[3]};
-  if (!U || !l || dnnl_memory_desc_init_by_tag(l, 4, yd, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
+  if (!U || !out_nchw8c(p, s, M)) {
     free(U);
-    free(l);
     free(k);
     return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
   }
+  memset(U, 0, n * sizeof(float));
   const float *W = w->data;
   for (int64_t m = 0; m < M; m++)
     for (int64_t c = 0; c < C; c++) {
@@ -1350,8 +1353,6 @@ static cinfer_status *wino_prepare(onnx_plan *p, plan_step *s, fast_kernel **out
     U[16 * MG * 32 * C + M + m] = s->has_fused && s->fused.act == ACT_PRELU ? s->fused.slope[s->fused.slope_n == 1 ? 0 : m] : 0.0f;
   }
   k->w_data = U;
-  p->layout[s->out_id[0]] = l;
-  p->bytes[s->out_id[0]] = dnnl_memory_desc_get_size(l);
   s->temp_bytes[0] = (size_t)p->threads * wino_temp_per_thread(C, M);
   *out = k;
   return NULL;

@@ -380,43 +380,85 @@ static void check_pool_blocked(const pool_cfg *c) {
   onnx_model_destroy(m);
 }
 
+/* x [1,8,12,14] -> 1x1 conv (8 -> 16) -> "c0" -> the caller's nodes, ending in `mid` ->
+ * 1x1 conv (16 -> 16) -> out. sandwich_begin adds the input and the first conv;
+ * sandwich_end adds the second conv, loads the model, requires the fast paths to agree with
+ * the reference and returns the profile of a one-thread run (caller frees). */
+static void sandwich_begin(mb *b) {
+  mb_init(b, 13);
+  mb_input(b, "x", 4, (int64_t[]){1, 8, 12, 14});
+  float *w0 = rand_buf(16 * 8), *w1 = rand_buf(16 * 16);
+  mb_init_f(b, "w0", 4, (int64_t[]){16, 8, 1, 1}, w0); /* copied */
+  mb_init_f(b, "w1", 4, (int64_t[]){16, 16, 1, 1}, w1);
+  free(w0);
+  free(w1);
+  const char *c0i[2] = {"x", "w0"}, *c0o = "c0";
+  mb_node(b, "Conv", "conv0", 2, c0i, 1, &c0o);
+}
+
+static char *sandwich_end(mb *b, const char *mid, const char *what) {
+  const char *c1i[2] = {mid, "w1"}, *out = "out";
+  mb_node(b, "Conv", "conv1", 2, c1i, 1, &out);
+  mb_output(b, "out");
+  onnx_model *m = load_built(b);
+  int64_t xd[4] = {1, 8, 12, 14};
+  float *x = rand_buf(cinfer_shape_elements(xd, 4));
+  double mx, md = ref_fast_max_diff(m, x, xd, 4, &mx);
+  if (md > 1e-5 * fmax(1.0, mx)) fail_msg("%s: max diff %g (max %g)", what, md, mx);
+  char *prof = profile_run(m, x, xd, 4);
+  free(x);
+  onnx_model_destroy(m);
+  return prof;
+}
+
 /* Conv -> Pad(all zero) -> Identity -> AveragePool -> Conv (DenseNet's transition): the
  * no-op Pad and the Identity leave the plan, so the pool reads the conv's blocked output;
  * against the reference, and the profile has no Pad or Identity step. */
 static void test_noop_elided(void **state) {
   mb b;
-  mb_init(&b, 13);
-  int64_t xd[4] = {1, 8, 12, 14};
-  mb_input(&b, "x", 4, xd);
-  float *w0 = rand_buf(16 * 8), *w1 = rand_buf(16 * 16);
-  mb_init_f(&b, "w0", 4, (int64_t[]){16, 8, 1, 1}, w0);
-  mb_init_f(&b, "w1", 4, (int64_t[]){16, 16, 1, 1}, w1);
+  sandwich_begin(&b);
   int64_t zero[8] = {0};
   Onnx__TensorProto *t0 = mb_init_f(&b, "pads", 1, (int64_t[]){8}, NULL);
   t0->data_type = 7;
   t0->n_int64_data = 8;
   t0->int64_data = zero;
-  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *pi[2] = {"c0", "pads"}, *po = "p0", *io = "i0", *ao = "a0";
-  const char *c1i[2] = {"a0", "w1"}, *out = "out";
-  mb_node(&b, "Conv", "conv0", 2, c0i, 1, &c0o);
+  const char *pi[2] = {"c0", "pads"}, *po = "p0", *io = "i0", *ao = "a0";
   mb_node(&b, "Pad", "pad", 2, pi, 1, &po);
   mb_node(&b, "Identity", "id", 1, &po, 1, &io);
   Onnx__NodeProto *n = mb_node(&b, "AveragePool", "pool", 1, &io, 1, &ao);
   mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){2, 2});
   mb_attr_ints(&b, n, "strides", 2, (int64_t[]){2, 2});
-  mb_node(&b, "Conv", "conv1", 2, c1i, 1, &out);
-  mb_output(&b, "out");
-  onnx_model *m = load_built(&b);
-  free(w0);
-  free(w1);
-  float *x = rand_buf(cinfer_shape_elements(xd, 4));
-  double mx, md = ref_fast_max_diff(m, x, xd, 4, &mx);
-  if (md > 1e-5 * fmax(1.0, mx)) fail_msg("conv-pad-pool chain: max diff %g (max %g)", md, mx);
-  char *prof = profile_run(m, x, xd, 4);
+  char *prof = sandwich_end(&b, "a0", "conv-pad-pool chain");
   if (strstr(prof, "Pad") || strstr(prof, "Identity") || !strstr(prof, "AveragePool")) fail_msg("steps:\n%s", prof);
   free(prof);
-  free(x);
-  onnx_model_destroy(m);
+}
+
+/* Conv -> Slice -> Conv: a Slice that keeps every element (ends past the end) leaves the
+ * plan; one that reverses the last axis (same shape, step -1) stays; both against the
+ * reference. */
+static void check_slice_elision(bool reverse) {
+  mb b;
+  sandwich_begin(&b);
+  int64_t st[2] = {0, reverse ? -1 : 0}, en[2] = {12, reverse ? INT64_MIN : INT64_MAX}, ax[2] = {2, 3},
+          sp[2] = {1, reverse ? -1 : 1};
+  const char *names[4] = {"st", "en", "ax", "sp"};
+  int64_t *vals[4] = {st, en, ax, sp};
+  for (int i = 0; i < 4; i++) {
+    Onnx__TensorProto *t = mb_init_f(&b, names[i], 1, (int64_t[]){2}, NULL);
+    t->data_type = 7;
+    t->n_int64_data = 2;
+    t->int64_data = vals[i];
+  }
+  const char *si[5] = {"c0", "st", "en", "ax", "sp"}, *so = "s0";
+  mb_node(&b, "Slice", "slice", 5, si, 1, &so);
+  char *prof = sandwich_end(&b, "s0", reverse ? "conv-slice(reversing)-conv" : "conv-slice-conv");
+  if (!strstr(prof, "Slice") != !reverse) fail_msg("reverse %d, steps:\n%s", reverse, prof);
+  free(prof);
+}
+
+static void test_slice_elided(void **state) {
+  check_slice_elision(false);
+  check_slice_elision(true);
 }
 
 /* 1x1 conv -> 3x3 conv (+bias, +Relu/PRelu) -> 1x1 conv: the 3x3 conv reads and writes
@@ -475,51 +517,6 @@ static void test_winograd(void **state) {
       {3, 16, 24, 5, 4, 1, 0, 1, 2, 1, 2},
   };
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_winograd(&cfgs[i]);
-}
-
-/* Conv -> Slice -> Conv: a Slice that keeps every element (ends past the end) leaves the
- * plan; one that reverses the last axis (same shape, step -1) stays; both against the
- * reference. */
-static void check_slice_elision(bool reverse) {
-  mb b;
-  mb_init(&b, 13);
-  int64_t xd[4] = {1, 8, 12, 14};
-  mb_input(&b, "x", 4, xd);
-  float *w0 = rand_buf(16 * 8), *w1 = rand_buf(16 * 16);
-  mb_init_f(&b, "w0", 4, (int64_t[]){16, 8, 1, 1}, w0);
-  mb_init_f(&b, "w1", 4, (int64_t[]){16, 16, 1, 1}, w1);
-  int64_t st[2] = {0, reverse ? -1 : 0}, en[2] = {12, reverse ? INT64_MIN : INT64_MAX}, ax[2] = {2, 3},
-          sp[2] = {1, reverse ? -1 : 1};
-  const char *names[4] = {"st", "en", "ax", "sp"};
-  int64_t *vals[4] = {st, en, ax, sp};
-  for (int i = 0; i < 4; i++) {
-    Onnx__TensorProto *t = mb_init_f(&b, names[i], 1, (int64_t[]){2}, NULL);
-    t->data_type = 7;
-    t->n_int64_data = 2;
-    t->int64_data = vals[i];
-  }
-  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *si[5] = {"c0", "st", "en", "ax", "sp"}, *so = "s0";
-  const char *c1i[2] = {"s0", "w1"}, *out = "out";
-  mb_node(&b, "Conv", "conv0", 2, c0i, 1, &c0o);
-  mb_node(&b, "Slice", "slice", 5, si, 1, &so);
-  mb_node(&b, "Conv", "conv1", 2, c1i, 1, &out);
-  mb_output(&b, "out");
-  onnx_model *m = load_built(&b);
-  free(w0);
-  free(w1);
-  float *x = rand_buf(cinfer_shape_elements(xd, 4));
-  double mx, md = ref_fast_max_diff(m, x, xd, 4, &mx);
-  if (md > 1e-5 * fmax(1.0, mx)) fail_msg("conv-slice-conv (reverse %d): max diff %g (max %g)", reverse, md, mx);
-  char *prof = profile_run(m, x, xd, 4);
-  if (!strstr(prof, "Slice") != !reverse) fail_msg("reverse %d, steps:\n%s", reverse, prof);
-  free(prof);
-  free(x);
-  onnx_model_destroy(m);
-}
-
-static void test_slice_elided(void **state) {
-  check_slice_elision(false);
-  check_slice_elision(true);
 }
 
 /* Short rows (the copies take word loops instead of a memcpy per row): Slice cutting only
