@@ -283,13 +283,14 @@ static void fuse_pre(onnx_plan *p, bool *skip) {
  * nothing (measured down to 3 MB: +-0.05 ms), so they stay separate. */
 static void fuse_dw(onnx_plan *p, bool *skip) {
   const onnx_model *m = p->m;
+  if (getenv("CINFER_ONNX_NO_DW_FUSION")) return;
   int *cons = value_steps(p, skip, true);
   if (!cons) return;
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *st = &p->steps[s];
     int v = st->out_id[0];
     if (skip[s] || v < 0 || m->values[v].is_output || m->values[v].n_uses != 1 || cons[v] < 0 ||
-        ot_nbytes(st->out[0]) < ((size_t)2 << 20) || getenv("CINFER_ONNX_NO_DW_FUSION"))
+        ot_nbytes(st->out[0]) < ((size_t)2 << 20))
       continue;
     plan_step *t = &p->steps[cons[v]];
     if (skip[cons[v]] || t->in_id[0] != v || !fast_takes_dw(p, st, t)) continue;

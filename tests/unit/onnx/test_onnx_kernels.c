@@ -311,19 +311,33 @@ static void test_conv_shapes(void **state) {
 /* MaxPool / AveragePool: oneDNN pooling vs the reference */
 typedef struct pool_cfg { const char *op; int64_t C, H, W, kh, kw, sh, sw, pt, pl, pb, pr, ceil, incl, dh; } pool_cfg;
 
+/* the pooling node of c, in -> out */
+static void pool_node(mb *b, const pool_cfg *c, const char *in, const char *out) {
+  Onnx__NodeProto *n = mb_node(b, c->op, "pool", 1, &in, 1, &out);
+  mb_attr_ints(b, n, "kernel_shape", 2, (int64_t[]){c->kh, c->kw});
+  mb_attr_ints(b, n, "strides", 2, (int64_t[]){c->sh, c->sw});
+  mb_attr_ints(b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
+  if (c->ceil) mb_attr_i(b, n, "ceil_mode", 1);
+  if (c->incl) mb_attr_i(b, n, "count_include_pad", 1);
+  if (c->dh > 1) mb_attr_ints(b, n, "dilations", 2, (int64_t[]){c->dh, c->dh});
+}
+
+/* "MaxPool C5 17x13 k3x3 s2 p1,1,1,1 ceil0 incl0" with C channels */
+static const char *pool_str(const pool_cfg *c, int64_t C) {
+  static char buf[160];
+  snprintf(buf, sizeof buf, "%s C%lld %lldx%lld k%lldx%lld s%lld p%lld,%lld,%lld,%lld ceil%lld incl%lld", c->op,
+           (long long)C, (long long)c->H, (long long)c->W, (long long)c->kh, (long long)c->kw, (long long)c->sh,
+           (long long)c->pt, (long long)c->pl, (long long)c->pb, (long long)c->pr, (long long)c->ceil,
+           (long long)c->incl);
+  return buf;
+}
+
 static void check_pool(const pool_cfg *c) {
   mb b;
   mb_init(&b, 13);
   int64_t xd[4] = {2, c->C, c->H, c->W};
   mb_input(&b, "x", 4, xd);
-  const char *i = "x", *o = "out";
-  Onnx__NodeProto *n = mb_node(&b, c->op, "pool", 1, &i, 1, &o);
-  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){c->kh, c->kw});
-  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){c->sh, c->sw});
-  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
-  if (c->ceil) mb_attr_i(&b, n, "ceil_mode", 1);
-  if (c->incl) mb_attr_i(&b, n, "count_include_pad", 1);
-  if (c->dh > 1) mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->dh, c->dh});
+  pool_node(&b, c, "x", "out");
   mb_output(&b, "out");
   onnx_model *m = load_built(&b);
   float *x = rand_buf(cinfer_shape_elements(xd, 4)), *ref, *fast;
@@ -334,10 +348,7 @@ static void check_pool(const pool_cfg *c) {
   assert_int_equal(nr, nf);
   for (size_t k = 0; k < nr; k++)
     if (fabsf(ref[k] - fast[k]) > 1e-6f)
-      fail_msg("%s C%lld %lldx%lld k%lldx%lld s%lld p%lld,%lld,%lld,%lld ceil%lld incl%lld: element %zu ref %g fast %g",
-               c->op, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->kh, (long long)c->kw,
-               (long long)c->sh, (long long)c->pt, (long long)c->pl, (long long)c->pb, (long long)c->pr,
-               (long long)c->ceil, (long long)c->incl, k, ref[k], fast[k]);
+      fail_msg("%s: element %zu ref %g fast %g", pool_str(c, c->C), k, ref[k], fast[k]);
   free(x);
   free(ref);
   free(fast);
@@ -354,16 +365,10 @@ static void check_pool_blocked(const pool_cfg *c) {
   float *w0 = rand_buf(16 * 3 * 9), *w1 = rand_buf(8 * 16);
   mb_init_f(&b, "w0", 4, (int64_t[]){16, 3, 3, 3}, w0);
   mb_init_f(&b, "w1", 4, (int64_t[]){8, 16, 1, 1}, w1);
-  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *po = "p0", *c1i[2] = {"p0", "w1"}, *out = "out";
+  const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *c1i[2] = {"p0", "w1"}, *out = "out";
   Onnx__NodeProto *n = mb_node(&b, "Conv", "conv0", 2, c0i, 1, &c0o);
   mb_attr_ints(&b, n, "pads", 4, (int64_t[]){1, 1, 1, 1});
-  n = mb_node(&b, c->op, "pool", 1, &c0o, 1, &po);
-  mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){c->kh, c->kw});
-  mb_attr_ints(&b, n, "strides", 2, (int64_t[]){c->sh, c->sw});
-  mb_attr_ints(&b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
-  if (c->ceil) mb_attr_i(&b, n, "ceil_mode", 1);
-  if (c->incl) mb_attr_i(&b, n, "count_include_pad", 1);
-  if (c->dh > 1) mb_attr_ints(&b, n, "dilations", 2, (int64_t[]){c->dh, c->dh});
+  pool_node(&b, c, "c0", "p0");
   mb_node(&b, "Conv", "conv1", 2, c1i, 1, &out);
   mb_output(&b, "out");
   onnx_model *m = load_built(&b);
@@ -372,10 +377,7 @@ static void check_pool_blocked(const pool_cfg *c) {
   float *x = rand_buf(cinfer_shape_elements(xd, 4));
   double mx, md = ref_fast_max_diff(m, x, xd, 4, &mx);
   if (md > 1e-5 * fmax(1.0, mx))
-    fail_msg("blocked %s %lldx%lld k%lldx%lld s%lld p%lld,%lld,%lld,%lld ceil%lld incl%lld: max diff %g (max %g)",
-             c->op, (long long)c->H, (long long)c->W, (long long)c->kh, (long long)c->kw, (long long)c->sh,
-             (long long)c->pt, (long long)c->pl, (long long)c->pb, (long long)c->pr, (long long)c->ceil,
-             (long long)c->incl, md, mx);
+    fail_msg("blocked %s: max diff %g (max %g)", pool_str(c, 16), md, mx);
   free(x);
   onnx_model_destroy(m);
 }
