@@ -12,8 +12,9 @@
 #include <sys/socket.h>
 
 #include "bench/bench.h"
+#include "core/buf.h"
+#include "core/clock.h"
 
-uint64_t bench_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* splitmix64: the seeded generator for inputs, prompts and Poisson arrivals. */
 static inline uint64_t bench_rng_next(uint64_t *s) {
@@ -22,17 +23,6 @@ static inline uint64_t bench_rng_next(uint64_t *s) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-
-/* ---- growable string builder (setup only) ---- */
-typedef struct bench_sb {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} bench_sb;
-void bench_sb_put(bench_sb *b, const void *p, size_t n);
-void bench_sb_puts(bench_sb *b, const char *s);
-void bench_sb_printf(bench_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void bench_sb_free(bench_sb *b);
 
 /* ---- the server address ---- */
 typedef struct bench_addr {

@@ -13,62 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- string builder ---- */
-
-static void sb_grow(bench_sb *b, size_t extra) {
-  if (b->oom) return;
-  if (b->len + extra + 1 <= b->cap) return;
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap < b->len + extra + 1) {
-    if (cap > SIZE_MAX / 2) {
-      b->oom = true;
-      return;
-    }
-    cap *= 2;
-  }
-  char *p = realloc(b->p, cap);
-  if (!p) {
-    b->oom = true;
-    return;
-  }
-  b->p = p;
-  b->cap = cap;
-}
-
-void bench_sb_put(bench_sb *b, const void *p, size_t n) {
-  sb_grow(b, n);
-  if (b->oom) return;
-  memcpy(b->p + b->len, p, n);
-  b->len += n;
-  b->p[b->len] = 0;
-}
-
-void bench_sb_puts(bench_sb *b, const char *s) { bench_sb_put(b, s, strlen(s)); }
-
-void bench_sb_printf(bench_sb *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char tmp[256];
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n < sizeof tmp) {
-    bench_sb_put(b, tmp, (size_t)n);
-    return;
-  }
-  sb_grow(b, (size_t)n);
-  if (b->oom) return;
-  va_start(ap, fmt);
-  vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  b->len += (size_t)n;
-}
-
-void bench_sb_free(bench_sb *b) {
-  free(b->p);
-  memset(b, 0, sizeof *b);
-}
-
 /* ---- resolution ---- */
 
 cinfer_status *bench_resolve(const bench_config *c, bench_addr *out) {
@@ -87,16 +31,16 @@ cinfer_status *bench_resolve(const bench_config *c, bench_addr *out) {
 /* ---- blocking client ---- */
 
 typedef struct {
-  bench_sb body;
+  cbuf body;
 } simple_ctx;
 
 static void simple_body(void *ud, const char *p, size_t n) {
-  bench_sb_put(&((simple_ctx *)ud)->body, p, n);
+  cbuf_put(&((simple_ctx *)ud)->body, p, n);
 }
 
 static int wait_fd(int fd, short ev, uint64_t deadline) {
   for (;;) {
-    uint64_t now = bench_now_ns();
+    uint64_t now = clock_now_ns();
     if (now >= deadline) return 0;
     struct pollfd p = {.fd = fd, .events = ev};
     int ms = (int)((deadline - now) / 1000000u) + 1;
@@ -112,11 +56,11 @@ cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, con
   *status = 0;
   if (resp) *resp = NULL;
   if (resp_len) *resp_len = 0;
-  uint64_t deadline = bench_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  uint64_t deadline = clock_now_ns() + (uint64_t)timeout_ms * 1000000u;
   int fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return cinfer_status_new(CINFER_INTERNAL, "socket: %s", strerror(errno));
   cinfer_status *st = NULL;
-  bench_sb req = {0};
+  cbuf req = {0};
   simple_ctx ctx = {0};
   char *buf = NULL;
   if (connect(fd, (const struct sockaddr *)&a->sa, a->len) < 0 && errno != EINPROGRESS) {
@@ -137,20 +81,20 @@ cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, con
     goto out;
   }
   if (!method) goto out; /* reachability check only */
-  bench_sb_printf(&req, "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: cinfer-bench\r\n"
+  cbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: cinfer-bench\r\n"
                         "Connection: close\r\n", method, path, c->host_header);
   if (body) {
-    bench_sb_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", body_len);
-    bench_sb_put(&req, body, body_len);
+    cbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", body_len);
+    cbuf_put(&req, body, body_len);
   } else {
-    bench_sb_puts(&req, "\r\n");
+    cbuf_puts(&req, "\r\n");
   }
   if (req.oom) {
     st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
     goto out;
   }
   for (size_t off = 0; off < req.len;) {
-    ssize_t n = send(fd, req.p + off, req.len - off, MSG_NOSIGNAL);
+    ssize_t n = send(fd, req.data + off, req.len - off, MSG_NOSIGNAL);
     if (n > 0) {
       off += (size_t)n;
       continue;
@@ -208,15 +152,15 @@ cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, con
   }
   *status = r.status;
   if (resp) {
-    *resp = ctx.body.p ? ctx.body.p : strdup("");
-    ctx.body.p = NULL;
+    *resp = ctx.body.data ? ctx.body.data : strdup("");
+    ctx.body.data = NULL;
     if (!*resp) st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
   }
   if (resp_len) *resp_len = ctx.body.len;
 out:
   free(buf);
-  bench_sb_free(&req);
-  bench_sb_free(&ctx.body);
+  cbuf_free(&req);
+  cbuf_free(&ctx.body);
   close(fd);
   return st;
 }

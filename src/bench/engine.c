@@ -42,12 +42,6 @@
 #define BODY_KEEP (64 * 1024)
 #define RING_CAP 65536
 
-uint64_t bench_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 enum { C_CLOSED = 0, C_CONNECTING, C_IDLE, C_BUSY };
 
 typedef struct worker worker;
@@ -556,7 +550,7 @@ static void *worker_main(void *arg) {
   worker *w = arg;
   bench_engine *e = w->e;
   struct epoll_event evs[256];
-  w->now = bench_now_ns();
+  w->now = clock_now_ns();
   pthread_mutex_lock(&w->mu);
   if (!e->ls.open)
     for (int i = 0; i < w->target_open; i++) conn_open(&w->conns[i]);
@@ -578,7 +572,7 @@ static void *worker_main(void *arg) {
     int n = epoll_pwait2(w->ep, evs, 256, &ts, NULL);
     if (n < 0 && errno != EINTR) break;
     pthread_mutex_lock(&w->mu);
-    w->now = bench_now_ns();
+    w->now = clock_now_ns();
     for (int i = 0; i < n; i++) conn_event(evs[i].data.ptr, evs[i].events);
     if (w->now - w->last_timeout_scan > 50000000u) {
       scan_timeouts(w);

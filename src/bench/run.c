@@ -64,7 +64,7 @@ void bench_dist_from(bench_dist *d, const bench_hist *h) {
  * fixed-count level is done. */
 static void wait_until(uint64_t until, bench_engine *e) {
   for (;;) {
-    uint64_t now = bench_now_ns();
+    uint64_t now = clock_now_ns();
     if (now >= until || g_interrupted || (e && bench_engine_done(e))) return;
     uint64_t d = until - now;
     if (d > 10000000u) d = 10000000u;
@@ -141,7 +141,7 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
   }
   /* warm-up */
   if (c->warmup_ms > 0 && ls->requests <= 0) {
-    wait_until(bench_now_ns() + (uint64_t)c->warmup_ms * 1000000u, e);
+    wait_until(clock_now_ns() + (uint64_t)c->warmup_ms * 1000000u, e);
     bench_engine_collect(e, scratch);
     progress(x, label, 0, scratch->ok / (c->warmup_ms / 1e3), scratch);
     if (scratch->ok == 0 && bench_sample_errors(scratch) > 0 && !g_interrupted) {
@@ -152,15 +152,15 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
   }
   if (kserve && ls->requests <= 0) bench_server_stats_get(c, &x->addr, &s0);
   double cpu0 = cpu_seconds();
-  uint64_t t0 = bench_now_ns(), tw = t0;
+  uint64_t t0 = clock_now_ns(), tw = t0;
   int used = 0;
   bool stable = false;
   if (ls->requests > 0) {
     /* fixed count: one long "window", progress every window_ms */
     while (!bench_engine_done(e) && !g_interrupted) {
-      wait_until(bench_now_ns() + (uint64_t)c->window_ms * 1000000u, e);
+      wait_until(clock_now_ns() + (uint64_t)c->window_ms * 1000000u, e);
       bench_engine_collect(e, scratch);
-      uint64_t now = bench_now_ns();
+      uint64_t now = clock_now_ns();
       progress(x, label, 1, scratch->ok / ((now - tw) / 1e9), scratch);
       if (scratch->ok == 0 && bench_sample_errors(scratch) > 0) {
         set_fatal(x, scratch, label);
@@ -173,12 +173,12 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
     }
     bench_engine_stop(e);
     bench_engine_collect(e, win[0]); /* everything, in-flight ones included */
-    secs[0] = (bench_now_ns() - t0) / 1e9;
+    secs[0] = (clock_now_ns() - t0) / 1e9;
     used = 1;
   } else {
     for (int i = 0; i < nwin && !g_interrupted; i++) {
       wait_until(tw + (uint64_t)c->window_ms * 1000000u, NULL);
-      uint64_t now = bench_now_ns();
+      uint64_t now = clock_now_ns();
       bench_engine_collect(e, win[i]);
       secs[i] = (now - tw) / 1e9;
       tw = now;
@@ -233,7 +233,7 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
   bench_dist_from(&lv->ttft, total->ttft);
   bench_dist_from(&lv->itl, total->itl);
   bench_dist_from(&lv->tpot, total->tpot);
-  double wall = (bench_now_ns() - t0) / 1e9;
+  double wall = (clock_now_ns() - t0) / 1e9;
   lv->cpu_pct = wall > 0 ? 100.0 * (cpu1 - cpu0) / wall : 0;
   lv->threads = bench_engine_threads(e);
   memcpy(lv->first_error, total->first_error, sizeof lv->first_error);

@@ -31,12 +31,12 @@ void bench_reqset_free(bench_reqset *rs) {
   rs->n = 0;
 }
 
-static cinfer_status *reqset_add(bench_reqset *rs, bench_sb *req) {
+static cinfer_status *reqset_add(bench_reqset *rs, cbuf *req) {
   if (req->oom) return cinfer_status_new(CINFER_INTERNAL, "out of memory building requests");
   bench_req *v = realloc(rs->v, (rs->n + 1) * sizeof *v);
   if (!v) return cinfer_status_new(CINFER_INTERNAL, "out of memory building requests");
   rs->v = v;
-  rs->v[rs->n].data = req->p;
+  rs->v[rs->n].data = req->data;
   rs->v[rs->n].len = req->len;
   rs->n++;
   memset(req, 0, sizeof *req);
@@ -46,30 +46,30 @@ static cinfer_status *reqset_add(bench_reqset *rs, bench_sb *req) {
 static cinfer_status *read_file(const char *path, char **out, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return cinfer_status_new(CINFER_NOT_FOUND, "cannot open '%s': %s", path, strerror(errno));
-  bench_sb b = {0};
+  cbuf b = {0};
   char tmp[65536];
   size_t n;
   while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) {
-    bench_sb_put(&b, tmp, n);
+    cbuf_put(&b, tmp, n);
     if (b.len > MAX_REQUEST_BYTES) break;
   }
   bool err = ferror(f);
   fclose(f);
   if (err || b.oom || b.len > MAX_REQUEST_BYTES) {
-    bench_sb_free(&b);
+    cbuf_free(&b);
     return cinfer_status_new(CINFER_INVALID_ARG, "cannot read '%s': %s", path,
                              err ? "read error" : "too large (1 GiB at most) or out of memory");
   }
-  if (!b.p) bench_sb_put(&b, "", 0);
-  *out = b.p;
+  if (!b.data) cbuf_put(&b, "", 0);
+  *out = b.data;
   *len = b.len;
   return NULL;
 }
 
-static void head(bench_sb *b, const bench_config *c, const char *method, const char *path) {
-  bench_sb_printf(b, "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: cinfer-bench\r\n", method, path,
+static void head(cbuf *b, const bench_config *c, const char *method, const char *path) {
+  cbuf_printf(b, "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: cinfer-bench\r\n", method, path,
                   c->host_header);
-  for (int i = 0; i < c->n_headers; i++) bench_sb_printf(b, "%s\r\n", c->headers[i]);
+  for (int i = 0; i < c->n_headers; i++) cbuf_printf(b, "%s\r\n", c->headers[i]);
 }
 
 static double rng_unit(uint64_t *s) { return (double)(bench_rng_next(s) >> 11) * 0x1.0p-53; }
@@ -77,11 +77,11 @@ static double rng_unit(uint64_t *s) { return (double)(bench_rng_next(s) >> 11) *
 /* ---- raw ---- */
 
 static cinfer_status *build_raw(const bench_config *c, bench_reqset *rs) {
-  bench_sb b = {0};
+  cbuf b = {0};
   snprintf(rs->path, sizeof rs->path, "%s", c->path);
   if (c->target == BENCH_TARGET_HTTP_GET) {
     head(&b, c, "GET", c->path);
-    bench_sb_puts(&b, "Accept: */*\r\n\r\n");
+    cbuf_puts(&b, "Accept: */*\r\n\r\n");
     return reqset_add(rs, &b);
   }
   char *body;
@@ -89,9 +89,9 @@ static cinfer_status *build_raw(const bench_config *c, bench_reqset *rs) {
   cinfer_status *st = read_file(c->body_file, &body, &len);
   if (st) return cinfer_status_prefix(st, "--body");
   head(&b, c, "POST", c->path);
-  bench_sb_printf(&b, "Content-Type: %s\r\nContent-Length: %zu\r\n\r\n",
+  cbuf_printf(&b, "Content-Type: %s\r\nContent-Length: %zu\r\n\r\n",
                   c->content_type ? c->content_type : "application/octet-stream", len);
-  bench_sb_put(&b, body, len);
+  cbuf_put(&b, body, len);
   free(body);
   return reqset_add(rs, &b);
 }
@@ -111,11 +111,11 @@ static cinfer_status *build_openai(const bench_config *c, bench_reqset *rs) {
   rs->stream = c->stream;
   uint64_t seed = c->seed;
   for (int v = 0; v < 8; v++) {
-    bench_sb prompt = {0};
-    bench_sb_puts(&prompt, "Please write a long story.");
+    cbuf prompt = {0};
+    cbuf_puts(&prompt, "Please write a long story.");
     for (int i = 0; i < c->prompt_len; i++) {
-      bench_sb_puts(&prompt, " ");
-      bench_sb_puts(&prompt, words[bench_rng_next(&seed) % (sizeof words / sizeof words[0])]);
+      cbuf_puts(&prompt, " ");
+      cbuf_puts(&prompt, words[bench_rng_next(&seed) % (sizeof words / sizeof words[0])]);
     }
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", c->model);
@@ -123,10 +123,10 @@ static cinfer_status *build_openai(const bench_config *c, bench_reqset *rs) {
       cJSON *msgs = cJSON_AddArrayToObject(j, "messages");
       cJSON *m = cJSON_CreateObject();
       cJSON_AddStringToObject(m, "role", "user");
-      cJSON_AddStringToObject(m, "content", prompt.p ? prompt.p : "");
+      cJSON_AddStringToObject(m, "content", prompt.data ? prompt.data : "");
       cJSON_AddItemToArray(msgs, m);
     } else {
-      cJSON_AddStringToObject(j, "prompt", prompt.p ? prompt.p : "");
+      cJSON_AddStringToObject(j, "prompt", prompt.data ? prompt.data : "");
     }
     cJSON_AddNumberToObject(j, "max_tokens", c->max_tokens);
     cJSON_AddBoolToObject(j, "ignore_eos", 1);
@@ -138,13 +138,13 @@ static cinfer_status *build_openai(const bench_config *c, bench_reqset *rs) {
     }
     char *body = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
-    bench_sb_free(&prompt);
+    cbuf_free(&prompt);
     if (!body) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
-    bench_sb b = {0};
+    cbuf b = {0};
     head(&b, c, "POST", path);
-    bench_sb_printf(&b, "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n",
+    cbuf_printf(&b, "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n",
                     c->stream ? "text/event-stream" : "application/json", strlen(body));
-    bench_sb_puts(&b, body);
+    cbuf_puts(&b, body);
     free(body);
     cinfer_status *st = reqset_add(rs, &b);
     if (st) return st;
@@ -208,54 +208,54 @@ static void store_num(cinfer_dtype t, void *raw, int64_t i, double v) {
   }
 }
 
-static void json_num(bench_sb *b, cinfer_dtype t, const void *raw, int64_t i) {
+static void json_num(cbuf *b, cinfer_dtype t, const void *raw, int64_t i) {
   switch (t) {
-    case CINFER_TYPE_BOOL: bench_sb_puts(b, ((const uint8_t *)raw)[i] ? "true" : "false"); break;
-    case CINFER_TYPE_UINT8: bench_sb_printf(b, "%u", ((const uint8_t *)raw)[i]); break;
-    case CINFER_TYPE_UINT16: bench_sb_printf(b, "%u", ((const uint16_t *)raw)[i]); break;
-    case CINFER_TYPE_UINT32: bench_sb_printf(b, "%u", ((const uint32_t *)raw)[i]); break;
-    case CINFER_TYPE_UINT64: bench_sb_printf(b, "%llu", (unsigned long long)((const uint64_t *)raw)[i]); break;
-    case CINFER_TYPE_INT8: bench_sb_printf(b, "%d", ((const int8_t *)raw)[i]); break;
-    case CINFER_TYPE_INT16: bench_sb_printf(b, "%d", ((const int16_t *)raw)[i]); break;
-    case CINFER_TYPE_INT32: bench_sb_printf(b, "%d", ((const int32_t *)raw)[i]); break;
-    case CINFER_TYPE_INT64: bench_sb_printf(b, "%lld", (long long)((const int64_t *)raw)[i]); break;
-    case CINFER_TYPE_FP16: bench_sb_printf(b, "%.5g", (double)f16_to_f32(((const uint16_t *)raw)[i])); break;
+    case CINFER_TYPE_BOOL: cbuf_puts(b, ((const uint8_t *)raw)[i] ? "true" : "false"); break;
+    case CINFER_TYPE_UINT8: cbuf_printf(b, "%u", ((const uint8_t *)raw)[i]); break;
+    case CINFER_TYPE_UINT16: cbuf_printf(b, "%u", ((const uint16_t *)raw)[i]); break;
+    case CINFER_TYPE_UINT32: cbuf_printf(b, "%u", ((const uint32_t *)raw)[i]); break;
+    case CINFER_TYPE_UINT64: cbuf_printf(b, "%llu", (unsigned long long)((const uint64_t *)raw)[i]); break;
+    case CINFER_TYPE_INT8: cbuf_printf(b, "%d", ((const int8_t *)raw)[i]); break;
+    case CINFER_TYPE_INT16: cbuf_printf(b, "%d", ((const int16_t *)raw)[i]); break;
+    case CINFER_TYPE_INT32: cbuf_printf(b, "%d", ((const int32_t *)raw)[i]); break;
+    case CINFER_TYPE_INT64: cbuf_printf(b, "%lld", (long long)((const int64_t *)raw)[i]); break;
+    case CINFER_TYPE_FP16: cbuf_printf(b, "%.5g", (double)f16_to_f32(((const uint16_t *)raw)[i])); break;
     case CINFER_TYPE_BF16: {
       uint32_t x = (uint32_t)((const uint16_t *)raw)[i] << 16;
       float f;
       memcpy(&f, &x, 4);
-      bench_sb_printf(b, "%.4g", (double)f);
+      cbuf_printf(b, "%.4g", (double)f);
       break;
     }
-    case CINFER_TYPE_FP32: bench_sb_printf(b, "%.7g", (double)((const float *)raw)[i]); break;
-    case CINFER_TYPE_FP64: bench_sb_printf(b, "%.17g", ((const double *)raw)[i]); break;
+    case CINFER_TYPE_FP32: cbuf_printf(b, "%.7g", (double)((const float *)raw)[i]); break;
+    case CINFER_TYPE_FP64: cbuf_printf(b, "%.17g", ((const double *)raw)[i]); break;
     default: break;
   }
 }
 
 /* A tensor's bytes: fixed-size types are elems*size; BYTES are length-prefixed strings. */
 typedef struct tensor_data {
-  bench_sb raw;
+  cbuf raw;
 } tensor_data;
 
-static void json_bytes_elems(bench_sb *b, const bench_sb *raw) {
+static void json_bytes_elems(cbuf *b, const cbuf *raw) {
   size_t off = 0;
   bool first = true;
   while (off + 4 <= raw->len) {
     uint32_t n;
-    memcpy(&n, raw->p + off, 4);
+    memcpy(&n, raw->data + off, 4);
     off += 4;
-    if (!first) bench_sb_puts(b, ",");
+    if (!first) cbuf_puts(b, ",");
     first = false;
     cJSON *s = cJSON_CreateString("");
     /* strings we generate or read are printable; escape through cJSON to be safe */
     char *tmp = malloc((size_t)n + 1);
     if (tmp && s) {
-      memcpy(tmp, raw->p + off, n);
+      memcpy(tmp, raw->data + off, n);
       tmp[n] = 0;
       cJSON_SetValuestring(s, tmp);
       char *out = cJSON_PrintUnformatted(s);
-      if (out) bench_sb_puts(b, out), free(out);
+      if (out) cbuf_puts(b, out), free(out);
       else b->oom = true;
     } else {
       b->oom = true;
@@ -268,50 +268,50 @@ static void json_bytes_elems(bench_sb *b, const bench_sb *raw) {
 
 static cinfer_status *kserve_request(const bench_config *c, const char *path, const kinput *in,
                                      int nin, tensor_data *td, bench_reqset *rs) {
-  bench_sb json = {0}, b = {0};
-  bench_sb_puts(&json, "{\"inputs\":[");
+  cbuf json = {0}, b = {0};
+  cbuf_puts(&json, "{\"inputs\":[");
   for (int k = 0; k < nin; k++) {
-    bench_sb_printf(&json, "%s{\"name\":\"%s\",\"shape\":[", k ? "," : "", in[k].name);
+    cbuf_printf(&json, "%s{\"name\":\"%s\",\"shape\":[", k ? "," : "", in[k].name);
     for (int d = 0; d < in[k].ndim; d++)
-      bench_sb_printf(&json, "%s%lld", d ? "," : "", (long long)in[k].shape[d]);
-    bench_sb_printf(&json, "],\"datatype\":\"%s\"", cinfer_dtype_name(in[k].dtype));
+      cbuf_printf(&json, "%s%lld", d ? "," : "", (long long)in[k].shape[d]);
+    cbuf_printf(&json, "],\"datatype\":\"%s\"", cinfer_dtype_name(in[k].dtype));
     if (c->binary) {
-      bench_sb_printf(&json, ",\"parameters\":{\"binary_data_size\":%zu}}", td[k].raw.len);
+      cbuf_printf(&json, ",\"parameters\":{\"binary_data_size\":%zu}}", td[k].raw.len);
     } else {
-      bench_sb_puts(&json, ",\"data\":[");
+      cbuf_puts(&json, ",\"data\":[");
       if (in[k].dtype == CINFER_TYPE_BYTES) {
         json_bytes_elems(&json, &td[k].raw);
       } else {
         for (int64_t i = 0; i < in[k].elems; i++) {
-          if (i) bench_sb_puts(&json, ",");
-          json_num(&json, in[k].dtype, td[k].raw.p, i);
+          if (i) cbuf_puts(&json, ",");
+          json_num(&json, in[k].dtype, td[k].raw.data, i);
         }
       }
-      bench_sb_puts(&json, "]}");
+      cbuf_puts(&json, "]}");
     }
     if (json.len > MAX_REQUEST_BYTES) break;
   }
-  bench_sb_puts(&json, "]");
-  if (c->binary) bench_sb_puts(&json, ",\"parameters\":{\"binary_data_output\":true}");
-  bench_sb_puts(&json, "}");
+  cbuf_puts(&json, "]");
+  if (c->binary) cbuf_puts(&json, ",\"parameters\":{\"binary_data_output\":true}");
+  cbuf_puts(&json, "}");
   size_t total = json.len;
   if (c->binary)
     for (int k = 0; k < nin; k++) total += td[k].raw.len;
   if (json.oom || total > MAX_REQUEST_BYTES) {
-    bench_sb_free(&json);
+    cbuf_free(&json);
     return cinfer_status_new(CINFER_INVALID_ARG, "request too large (over 1 GiB) or out of memory");
   }
   head(&b, c, "POST", path);
   if (c->binary)
-    bench_sb_printf(&b, "Content-Type: application/octet-stream\r\nInference-Header-Content-Length: %zu\r\n",
+    cbuf_printf(&b, "Content-Type: application/octet-stream\r\nInference-Header-Content-Length: %zu\r\n",
                     json.len);
   else
-    bench_sb_puts(&b, "Content-Type: application/json\r\n");
-  bench_sb_printf(&b, "Content-Length: %zu\r\n\r\n", total);
-  bench_sb_put(&b, json.p, json.len);
+    cbuf_puts(&b, "Content-Type: application/json\r\n");
+  cbuf_printf(&b, "Content-Length: %zu\r\n\r\n", total);
+  cbuf_put(&b, json.data, json.len);
   if (c->binary)
-    for (int k = 0; k < nin; k++) bench_sb_put(&b, td[k].raw.p, td[k].raw.len);
-  bench_sb_free(&json);
+    for (int k = 0; k < nin; k++) cbuf_put(&b, td[k].raw.data, td[k].raw.len);
+  cbuf_free(&json);
   return reqset_add(rs, &b);
 }
 
@@ -319,10 +319,10 @@ static cinfer_status *random_tensor(const kinput *in, uint64_t *seed, tensor_dat
   if (in->dtype == CINFER_TYPE_BYTES) {
     for (int64_t i = 0; i < in->elems; i++) {
       uint32_t n = 8;
-      bench_sb_put(&td->raw, &n, 4);
+      cbuf_put(&td->raw, &n, 4);
       char s[8];
       for (int k = 0; k < 8; k++) s[k] = (char)('a' + bench_rng_next(seed) % 26);
-      bench_sb_put(&td->raw, s, 8);
+      cbuf_put(&td->raw, s, 8);
     }
   } else {
     size_t bytes = (size_t)in->elems * cinfer_dtype_size(in->dtype);
@@ -335,7 +335,7 @@ static cinfer_status *random_tensor(const kinput *in, uint64_t *seed, tensor_dat
                 in->dtype == CINFER_TYPE_BOOL ? (double)(bench_rng_next(seed) & 1)
                 : flt                         ? rng_unit(seed)
                                               : (double)(bench_rng_next(seed) % 100));
-    bench_sb_put(&td->raw, p, bytes);
+    cbuf_put(&td->raw, p, bytes);
     free(p);
   }
   if (td->raw.oom) return cinfer_status_new(CINFER_INTERNAL, "out of memory for input '%s'", in->name);
@@ -408,8 +408,8 @@ static cinfer_status *file_tensor(const bench_config *c, kinput *in, const cJSON
         goto out;
       }
       uint32_t l = (uint32_t)strlen(vals[i]->valuestring);
-      bench_sb_put(&td->raw, &l, 4);
-      bench_sb_put(&td->raw, vals[i]->valuestring, l);
+      cbuf_put(&td->raw, &l, 4);
+      cbuf_put(&td->raw, vals[i]->valuestring, l);
     }
   } else {
     size_t bytes = (size_t)in->elems * cinfer_dtype_size(in->dtype);
@@ -430,7 +430,7 @@ static cinfer_status *file_tensor(const bench_config *c, kinput *in, const cJSON
       }
       store_num(in->dtype, p, i, x);
     }
-    bench_sb_put(&td->raw, p, bytes);
+    cbuf_put(&td->raw, p, bytes);
     free(p);
   }
   if (td->raw.oom) st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
@@ -624,7 +624,7 @@ static cinfer_status *image_tensor(const bench_config *c, const kinput *in, cons
       }
   }
   if (!st) {
-    bench_sb_put(&td->raw, raw, bytes);
+    cbuf_put(&td->raw, raw, bytes);
     if (td->raw.oom) st = cinfer_status_new(CINFER_INTERNAL, "out of memory for image input");
   }
   free(tmp);
@@ -680,7 +680,7 @@ static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, b
         }
       }
       if (!st) st = kserve_request(c, path, in, nin, td, rs);
-      for (int k = 0; k < nin; k++) bench_sb_free(&td[k].raw);
+      for (int k = 0; k < nin; k++) cbuf_free(&td[k].raw);
       if (st) break;
       entry++;
     }
@@ -709,7 +709,7 @@ static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, b
         st = im.n && k == im.input ? image_tensor(c, &in[k], &im, v, &td[k])
                                    : random_tensor(&in[k], &seed, &td[k]);
       if (!st) st = kserve_request(c, path, in, nin, td, rs);
-      for (int k = 0; k < nin; k++) bench_sb_free(&td[k].raw);
+      for (int k = 0; k < nin; k++) cbuf_free(&td[k].raw);
     }
     images_close(&im);
   }

@@ -113,7 +113,7 @@ static void apply_source(gateway *g, unsigned bit, const gw_found *found, size_t
       r->draining = false;
       r->next_check_ms = 0;
       r->next_models_ms = 0;
-      r->added_ms = loop_clock_ms();
+      r->added_ms = clock_now_ms();
       r->healthy_ms = r->models_ms = r->out_ms = r->unhealthy_ms = r->ejected_ms = 0;
       atomic_store(&r->first_ok_ms, 0);
       LOG_I("gateway: upstream %s added", r->addr);
@@ -294,7 +294,7 @@ static void hc_done(void *user, http_client_error err, const char *msg) {
   bool ok = err == HTTP_CLIENT_OK && r->hc_status == 200;
   gw_health_params p = {g->cfg.healthy_threshold, g->cfg.unhealthy_threshold,
                         g->cfg.eject_consecutive, g->cfg.eject_base_ms, g->cfg.eject_max_ms};
-  uint64_t now = loop_clock_ms();
+  uint64_t now = clock_now_ms();
   pthread_mutex_lock(&g->mu);
   bool was_draining = r->draining, was_usable = gw_replica_usable(r, now);
   /* Out at once: an answer other than 200 (a draining server's 503) or a refused connection
@@ -414,7 +414,7 @@ static void mc_done(void *user, http_client_error err, const char *msg) {
   r->models = r->pending;
   r->n_models = r->n_pending;
   r->models_known = true;
-  if (!r->models_ms) r->models_ms = loop_clock_ms();
+  if (!r->models_ms) r->models_ms = clock_now_ms();
   pthread_mutex_unlock(&g->mu);
   r->pending = NULL;
   r->n_pending = 0;
@@ -463,13 +463,13 @@ static void ctl_tick(loop_timer *t) {
   uint64_t now = loop_now_ms(g->ctl);
   if (g->cfg.n_dns && now >= g->next_dns_ms) {
     dns_refresh(g);
-    g->next_dns_ms = loop_clock_ms() + (uint64_t)g->cfg.dns_interval_ms;
+    g->next_dns_ms = clock_now_ms() + (uint64_t)g->cfg.dns_interval_ms;
   }
   if (g->cfg.upstreams_file && now >= g->next_file_ms) {
     file_refresh(g, false);
-    g->next_file_ms = loop_clock_ms() + (uint64_t)g->cfg.file_interval_ms;
+    g->next_file_ms = clock_now_ms() + (uint64_t)g->cfg.file_interval_ms;
   }
-  now = loop_clock_ms();
+  now = clock_now_ms();
   for (size_t i = 0; i < g->n_reps; i++) {
     gw_replica *r = g->reps[i];
     if (!r->sources) continue;

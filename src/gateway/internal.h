@@ -61,7 +61,7 @@ typedef struct gw_replica {
   char **models;
   size_t n_models;
   bool models_known;
-  /* Event times on loop_clock_ms(), for /status.json (0 = not since it last joined).
+  /* Event times on clock_now_ms(), for /status.json (0 = not since it last joined).
    * Under g->mu, except first_ok_ms (atomic, set once by the I/O loop that sees it). */
   uint64_t added_ms;      /* last (re)joined discovery */
   uint64_t healthy_ms;    /* last turned healthy by checks */

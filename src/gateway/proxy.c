@@ -322,7 +322,7 @@ static void req_metrics(gw_req *q, int code) {
   const char *labels[] = {"upstream", up, "model", model, "variant", q->variant_name, "code", cbuf, NULL};
   metric_inc(cached_series(g, q->loop, g->f_requests, q->cur, model, q->variant_name, code, labels), 1);
   const char *dl[] = {"upstream", up, "model", model, NULL};
-  double secs = (double)(loop_clock_ms() - q->start_ms) / 1000.0;
+  double secs = (double)(clock_now_ms() - q->start_ms) / 1000.0;
   metric_observe(cached_series(g, q->loop, g->f_duration, q->cur, model, "", 0, dl), secs);
 }
 
@@ -548,7 +548,7 @@ static void passive(gateway *g, gw_replica *r, bool failure, uint64_t now) {
   bool was_usable = gw_replica_usable(r, now);
   bool ej = gw_health_passive(&r->h, &p, failure, may, now);
   if (ej) {
-    r->ejected_ms = loop_clock_ms();
+    r->ejected_ms = clock_now_ms();
     if (was_usable) r->out_ms = r->ejected_ms;
   }
   pthread_mutex_unlock(&g->mu);
@@ -646,7 +646,7 @@ static void up_done(void *user, http_client_error err, const char *msg) {
   if (failure) atomic_fetch_add(&r->n_failures, 1);
   else if (!atomic_load_explicit(&r->first_ok_ms, memory_order_relaxed)) {
     uint64_t zero = 0;
-    atomic_compare_exchange_strong(&r->first_ok_ms, &zero, loop_clock_ms());
+    atomic_compare_exchange_strong(&r->first_ok_ms, &zero, clock_now_ms());
   }
   passive(g, r, failure, now);
   if (connect_fail || (err == HTTP_CLIENT_OK && q->status == 503)) gw_replica_check_soon(g, r);
@@ -896,7 +896,7 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
   q->hreq = req;
   q->loop = loop;
   q->variant = -1;
-  q->start_ms = loop_clock_ms();
+  q->start_ms = clock_now_ms();
   q->deadline.fn = on_deadline;
   q->delay.fn = on_delay;
   size_t idlen = 0;

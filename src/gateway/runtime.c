@@ -19,52 +19,30 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/buf.h"
 #include "core/log.h"
 #include "gateway/internal.h"
 
 metric *gw_series(metric_family *f, const char *const *labels) { return metrics_series(f, labels); }
 
-/* ---- a small growable text buffer ---------------------------------------------------- */
-
-typedef struct tbuf { char *p; size_t n, cap; bool oom; } tbuf;
-
-static void tb_printf(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tb_printf(tbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) { b->oom = true; return; }
-    if (b->p && b->n + (size_t)k < b->cap) { b->n += (size_t)k; return; }
-    size_t cap = b->cap ? b->cap * 2 : 4096;
-    while (cap < b->n + (size_t)k + 1) cap *= 2;
-    char *np = realloc(b->p, cap);
-    if (!np) { b->oom = true; return; }
-    b->p = np;
-    b->cap = cap;
-  }
-}
-
 /* HTML/JSON-safe text: replica addresses, model and group names come from config and
  * upstreams, so they are escaped. */
 /* ,"key":ms since the gateway started, or null for 0 (the event has not happened). */
-static void tb_time(tbuf *b, const char *key, uint64_t t, uint64_t start_ms) {
-  if (t) tb_printf(b, ",\"%s\":%llu", key, (unsigned long long)(t >= start_ms ? t - start_ms : 0));
-  else tb_printf(b, ",\"%s\":null", key);
+static void tb_time(cbuf *b, const char *key, uint64_t t, uint64_t start_ms) {
+  if (t) cbuf_printf(b, ",\"%s\":%llu", key, (unsigned long long)(t >= start_ms ? t - start_ms : 0));
+  else cbuf_printf(b, ",\"%s\":null", key);
 }
 
-static void tb_esc(tbuf *b, const char *s, bool json) {
+static void tb_esc(cbuf *b, const char *s, bool json) {
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (json && (c == '"' || c == '\\')) tb_printf(b, "\\%c", c);
-    else if (json && c < 0x20) tb_printf(b, "\\u%04x", c);
-    else if (!json && c == '<') tb_printf(b, "&lt;");
-    else if (!json && c == '>') tb_printf(b, "&gt;");
-    else if (!json && c == '&') tb_printf(b, "&amp;");
-    else if (!json && c == '"') tb_printf(b, "&quot;");
-    else tb_printf(b, "%c", c);
+    if (json && (c == '"' || c == '\\')) cbuf_printf(b, "\\%c", c);
+    else if (json && c < 0x20) cbuf_printf(b, "\\u%04x", c);
+    else if (!json && c == '<') cbuf_printf(b, "&lt;");
+    else if (!json && c == '>') cbuf_printf(b, "&gt;");
+    else if (!json && c == '&') cbuf_printf(b, "&amp;");
+    else if (!json && c == '"') cbuf_printf(b, "&quot;");
+    else cbuf_printf(b, "%c", c);
   }
 }
 
@@ -80,7 +58,7 @@ static const char *state_name(const gw_replica *r, uint64_t now) {
 }
 
 static bool any_usable(gateway *g) {
-  uint64_t now = loop_clock_ms();
+  uint64_t now = clock_now_ms();
   bool ok = false;
   pthread_mutex_lock(&g->mu);
   for (size_t i = 0; i < g->n_reps && !ok; i++) {
@@ -91,15 +69,15 @@ static bool any_usable(gateway *g) {
   return ok;
 }
 
-static void status_render(gateway *g, tbuf *b, bool json) {
-  uint64_t now = loop_clock_ms();
+static void status_render(gateway *g, cbuf *b, bool json) {
+  uint64_t now = clock_now_ms();
   pthread_mutex_lock(&g->mu);
   if (json) {
-    tb_printf(b, "{\"uptime_ms\":%llu,\"active\":%lld,\"draining\":%s,\"replicas\":[",
+    cbuf_printf(b, "{\"uptime_ms\":%llu,\"active\":%lld,\"draining\":%s,\"replicas\":[",
               (unsigned long long)(now - g->start_ms), (long long)atomic_load(&g->active),
               atomic_load(&g->draining) ? "true" : "false");
   } else {
-    tb_printf(b,
+    cbuf_printf(b,
               "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"2\">"
               "<title>cinfer gateway</title><style>body{font-family:sans-serif;margin:1.5em}"
               "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
@@ -115,11 +93,11 @@ static void status_render(gateway *g, tbuf *b, bool json) {
     gw_replica *r = g->reps[i];
     const char *st = state_name(r, now);
     if (json) {
-      tb_printf(b, "%s{\"upstream\":\"", i ? "," : "");
+      cbuf_printf(b, "%s{\"upstream\":\"", i ? "," : "");
       tb_esc(b, r->addr, true);
-      tb_printf(b, "\",\"state\":\"%s\",\"group\":\"", st);
+      cbuf_printf(b, "\",\"state\":\"%s\",\"group\":\"", st);
       tb_esc(b, r->group, true);
-      tb_printf(b, "\",\"weight\":%d,\"outstanding\":%u,\"requests\":%llu,\"failures\":%llu,"
+      cbuf_printf(b, "\",\"weight\":%d,\"outstanding\":%u,\"requests\":%llu,\"failures\":%llu,"
                    "\"ejections\":%d",
                 r->weight, atomic_load(&r->outstanding),
                 (unsigned long long)atomic_load(&r->n_requests),
@@ -131,58 +109,58 @@ static void status_render(gateway *g, tbuf *b, bool json) {
       tb_time(b, "out_ms", r->out_ms, g->start_ms);
       tb_time(b, "unhealthy_ms", r->unhealthy_ms, g->start_ms);
       tb_time(b, "ejected_ms", r->ejected_ms, g->start_ms);
-      tb_printf(b, ",\"models\":[");
+      cbuf_printf(b, ",\"models\":[");
       for (size_t k = 0; k < r->n_models; k++) {
-        tb_printf(b, "%s\"", k ? "," : "");
+        cbuf_printf(b, "%s\"", k ? "," : "");
         tb_esc(b, r->models[k], true);
-        tb_printf(b, "\"");
+        cbuf_printf(b, "\"");
       }
-      tb_printf(b, "]}");
+      cbuf_printf(b, "]}");
     } else {
-      tb_printf(b, "<tr class=\"%s\"><td>", st);
+      cbuf_printf(b, "<tr class=\"%s\"><td>", st);
       tb_esc(b, r->addr, false);
-      tb_printf(b, "</td><td>%s</td><td>", st);
+      cbuf_printf(b, "</td><td>%s</td><td>", st);
       tb_esc(b, r->group, false);
-      tb_printf(b, "</td><td>%d</td><td>%u</td><td>%llu</td><td>%llu</td><td>%d</td><td>",
+      cbuf_printf(b, "</td><td>%d</td><td>%u</td><td>%llu</td><td>%llu</td><td>%d</td><td>",
                 r->weight, atomic_load(&r->outstanding),
                 (unsigned long long)atomic_load(&r->n_requests),
                 (unsigned long long)atomic_load(&r->n_failures), r->h.ejections);
       for (size_t k = 0; k < r->n_models; k++) {
         if (strchr(r->models[k], '@')) continue;
-        if (k) tb_printf(b, " ");
+        if (k) cbuf_printf(b, " ");
         tb_esc(b, r->models[k], false);
       }
-      tb_printf(b, "</td></tr>");
+      cbuf_printf(b, "</td></tr>");
     }
   }
-  tb_printf(b, json ? "],\"canary\":{" : "</table><h2>Canary weights</h2><table><tr><th>model</th><th>variant</th><th>group</th><th>version</th><th>weight</th></tr>");
+  cbuf_printf(b, json ? "],\"canary\":{" : "</table><h2>Canary weights</h2><table><tr><th>model</th><th>variant</th><th>group</th><th>version</th><th>weight</th></tr>");
   for (size_t i = 0; i < g->n_canaries; i++) {
     gw_canary *k = g->canaries[i].cfg;
     if (json) {
-      tb_printf(b, "%s\"", i ? "," : "");
+      cbuf_printf(b, "%s\"", i ? "," : "");
       tb_esc(b, k->model, true);
-      tb_printf(b, "\":{");
+      cbuf_printf(b, "\":{");
     }
     for (size_t j = 0; j < k->n_variants; j++) {
       gw_variant *v = &k->variants[j];
       if (json) {
-        tb_printf(b, "%s\"", j ? "," : "");
+        cbuf_printf(b, "%s\"", j ? "," : "");
         tb_esc(b, v->name, true);
-        tb_printf(b, "\":%d", v->weight);
+        cbuf_printf(b, "\":%d", v->weight);
       } else {
-        tb_printf(b, "<tr><td>");
+        cbuf_printf(b, "<tr><td>");
         tb_esc(b, k->model, false);
-        tb_printf(b, "</td><td>");
+        cbuf_printf(b, "</td><td>");
         tb_esc(b, v->name, false);
-        tb_printf(b, "</td><td>");
+        cbuf_printf(b, "</td><td>");
         tb_esc(b, v->group ? v->group : "", false);
-        tb_printf(b, "</td><td>%lld</td><td>%d</td></tr>", v->version, v->weight);
+        cbuf_printf(b, "</td><td>%lld</td><td>%d</td></tr>", v->version, v->weight);
       }
     }
-    if (json) tb_printf(b, "}");
+    if (json) cbuf_printf(b, "}");
   }
   pthread_mutex_unlock(&g->mu);
-  tb_printf(b, json ? "}}" : "</table></body></html>");
+  cbuf_printf(b, json ? "}}" : "</table></body></html>");
 }
 
 /* ---- admin -------------------------------------------------------------------------- */
@@ -216,12 +194,12 @@ static void admin(gateway *g, http_exchange *ex, const http_request *req) {
     return;
   }
   if (req->method_id == HTTP_GET) {
-    tbuf b = {0};
+    cbuf b = {0};
     status_render(g, &b, true);
     http_header h = {"Content-Type", 12, "application/json", 16};
     if (b.oom) gw_respond_error(ex, 500, NULL, "out of memory");
-    else http_respond_owned(ex, 200, &h, 1, b.p, b.n, free), b.p = NULL;
-    free(b.p);
+    else http_respond_owned(ex, 200, &h, 1, b.data, b.len, free), b.data = NULL;
+    free(b.data);
     return;
   }
   if ((req->method_id != HTTP_PUT && req->method_id != HTTP_POST) || req->path_len <= sizeof pre) {
@@ -328,16 +306,16 @@ static void handler(http_exchange *ex, const http_request *req, void *user) {
     http_respond_owned(ex, 200, &h, 1, out, len, free);
   } else if (path_is(req, "/status") || path_is(req, "/") || path_is(req, "/status.json")) {
     bool json = path_is(req, "/status.json");
-    tbuf b = {0};
+    cbuf b = {0};
     status_render(g, &b, json);
     if (b.oom) {
-      free(b.p);
+      free(b.data);
       gw_respond_error(ex, 500, NULL, "out of memory");
       return;
     }
     http_header h = json ? (http_header){"Content-Type", 12, "application/json", 16}
                          : (http_header){"Content-Type", 12, "text/html; charset=utf-8", 24};
-    http_respond_owned(ex, 200, &h, 1, b.p, b.n, free);
+    http_respond_owned(ex, 200, &h, 1, b.data, b.len, free);
   } else if (req->path_len >= 6 && !memcmp(req->path, "/admin", 6)) {
     admin(g, ex, req);
   } else {
@@ -369,7 +347,7 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   memset(cfg, 0, sizeof *cfg);
   pthread_mutex_init(&g->mu, NULL);
   pthread_mutex_init(&g->rate_mu, NULL);
-  g->start_ms = loop_clock_ms();
+  g->start_ms = clock_now_ms();
   g->n_loops = g->cfg.io_threads < 1 ? 1 : g->cfg.io_threads > GW_MAX_LOOPS ? GW_MAX_LOOPS : g->cfg.io_threads;
   cinfer_status *st = NULL;
   g->reg = metrics_registry_create();
@@ -430,7 +408,7 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   if ((st = http_server_create(&so, handler, g, &g->srv))) goto fail;
   for (int i = 0; i < g->n_loops; i++) {
     g->loops[i].loop = http_server_loop(g->srv, i);
-    uint64_t seed = g->cfg.seed ? (uint64_t)g->cfg.seed : loop_clock_ms() ^ (uint64_t)(uintptr_t)g;
+    uint64_t seed = g->cfg.seed ? (uint64_t)g->cfg.seed : clock_now_ms() ^ (uint64_t)(uintptr_t)g;
     g->loops[i].rng = (seed * 0x9E3779B97F4A7C15ULL + (uint64_t)i * 0xBF58476D1CE4E5B9ULL) | 1;
     g->loops[i].mcache = calloc(GW_MCACHE_SLOTS, sizeof *g->loops[i].mcache);  /* NULL: uncached */
   }

@@ -1199,15 +1199,11 @@ static void t_force_close(io_thread *t) {
 static void wait_zero(http_server *srv, _Atomic int *counter, uint64_t deadline) {
   pthread_mutex_lock(&srv->mu);
   while (atomic_load(counter) > 0) {
-    uint64_t now = loop_clock_ms();
+    uint64_t now = clock_now_ms();
     if (deadline && now >= deadline) break;
     uint64_t wait = deadline ? deadline - now : 100;
     if (wait > 100) wait = 100;  /* re-check periodically as well */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)wait * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    struct timespec ts = clock_abs_after_ms(wait);
     pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
   }
   pthread_mutex_unlock(&srv->mu);
@@ -1218,7 +1214,7 @@ int http_server_shutdown(http_server *srv, int timeout_ms) {
   http_server_stop_accepting(srv);
   atomic_store(&srv->draining, true);
   run_on_all(srv, t_drain);
-  wait_zero(srv, &srv->conns_open, loop_clock_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) + 1);
+  wait_zero(srv, &srv->conns_open, clock_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) + 1);
   atomic_store(&srv->forced, 0);
   run_on_all(srv, t_force_close);
   return atomic_load(&srv->forced);
@@ -1227,11 +1223,7 @@ int http_server_shutdown(http_server *srv, int timeout_ms) {
 static void wait_unanswered(http_server *srv) {
   pthread_mutex_lock(&srv->mu);
   while (srv_unanswered(srv) > 0) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    struct timespec ts = clock_abs_after_ms(100);
     pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
   }
   pthread_mutex_unlock(&srv->mu);

@@ -54,14 +54,8 @@ struct net_loop {
 
 static __thread const net_loop *tls_loop;
 
-uint64_t loop_clock_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 uint64_t loop_now_ms(const net_loop *loop) {
-  return tls_loop == loop ? loop->now_ms : loop_clock_ms();
+  return tls_loop == loop ? loop->now_ms : clock_now_ms();
 }
 
 void loop_set_batch_hooks(net_loop *loop, void (*begin)(void *), void (*end)(void *), void *arg) {
@@ -189,7 +183,7 @@ cinfer_status *loop_create(net_loop **out) {
     free(loop);
     return cinfer_status_new(CINFER_INTERNAL, "loop: out of memory");
   }
-  loop->now_ms = loop_clock_ms();
+  loop->now_ms = clock_now_ms();
   loop->wake_io.fd = loop->evfd;
   loop->wake_io.fn = wake_cb;
   cinfer_status *st = loop_io_add(loop, &loop->wake_io, LOOP_READ);
@@ -330,7 +324,7 @@ void loop_run(net_loop *loop) {
   tls_loop = loop;
   loop->run_thread = pthread_self();
   struct epoll_event evs[LOOP_MAX_EVENTS];
-  loop->now_ms = loop_clock_ms();
+  loop->now_ms = clock_now_ms();
   while (!atomic_load_explicit(&loop->stop, memory_order_acquire)) {
     int timeout = -1;
     if (loop->heap_len) {
@@ -338,7 +332,7 @@ void loop_run(net_loop *loop) {
       timeout = d <= loop->now_ms ? 0 : (int)((d - loop->now_ms) > 60000 ? 60000 : d - loop->now_ms);
     }
     int n = epoll_wait(loop->epfd, evs, LOOP_MAX_EVENTS, timeout);
-    loop->now_ms = loop_clock_ms();
+    loop->now_ms = clock_now_ms();
     loop->batch = evs;
     loop->batch_len = n > 0 ? n : 0;
     if (n > 0 && loop->batch_begin) loop->batch_begin(loop->batch_arg);

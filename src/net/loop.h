@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "cinfer/types.h"
+#include "core/clock.h"
 
 typedef struct net_loop net_loop;
 
@@ -43,8 +44,6 @@ bool loop_in_thread(const net_loop *loop);
 /* Monotonic milliseconds, cached once per loop iteration (cheap). Any thread may call it
  * but only the loop thread gets the cached value; others read the clock. */
 uint64_t loop_now_ms(const net_loop *loop);
-/* Monotonic clock in milliseconds, uncached. */
-uint64_t loop_clock_ms(void);
 
 /* ---- cross-thread tasks ---------------------------------------------------------------- */
 

@@ -23,6 +23,7 @@
 #include "backends/llm/llm.h"
 #include "backends/llm/model.h"
 #include "backends/llm/tokenizer.h"
+#include "core/clock.h"
 
 #define PENALTY_WINDOW 64
 #define MAX_LOGPROBS 20
@@ -94,12 +95,6 @@ struct llm_engine {
   char name[128], arch[32];
   bool trace; /* $CINFER_LLM_TRACE: one line per step on stderr */
 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 const char *llm_finish_name(llm_finish f) {
   switch (f) {
@@ -369,7 +364,7 @@ cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stre
   s->max_total = (int)nt + (s->sp.max_tokens < room ? s->sp.max_tokens : room);
   s->cb = cb;
   s->user = user;
-  s->t_submit = now_s();
+  s->t_submit = clock_now_s();
   pthread_mutex_lock(&e->mu);
   if (e->stop) {
     pthread_mutex_unlock(&e->mu);
@@ -426,7 +421,7 @@ static void emit(llm_engine *e, seq *s, int32_t token, const char *text, size_t 
   llm_event ev = {.seq_id = s->id, .token = token, .text = text ? text : "", .text_len = n, .logprob = lp,
                   .top = top, .n_top = n_top, .finish = f, .error = err};
   if (f != LLM_FINISH_NONE) {
-    double t = now_s();
+    double t = clock_now_s();
     ev.prompt_tokens = s->n_prompt;
     ev.completion_tokens = s->n_generated;
     ev.cached_tokens = s->cached_tokens;
@@ -748,7 +743,7 @@ static bool admit_one(llm_engine *e) {
   s->pub_key = key;
   if (s->n_generated == 0) s->cached_tokens = hits * e->bs + part_len;
   s->state = S_RUNNING;
-  if (s->t_sched == 0) s->t_sched = now_s();
+  if (s->t_sched == 0) s->t_sched = clock_now_s();
   memmove(&e->waiting[0], &e->waiting[1], (size_t)(e->n_waiting - 1) * sizeof *e->waiting);
   e->n_waiting--;
   e->running[e->n_running++] = s;
@@ -773,7 +768,7 @@ static bool handle_token(llm_engine *e, seq *s, const float *row) {
   llm_token_logprob top[MAX_LOGPROBS];
   int n_top = 0;
   int32_t tok = sample(e, s, logits, &lp, top, &n_top);
-  if (s->t_first == 0) s->t_first = now_s();
+  if (s->t_first == 0) s->t_first = clock_now_s();
   s->n_generated++;
   e->st.generation_tokens_total++;
   bool eog = !s->sp.ignore_eos && llm_tokenizer_is_eog(e->tok, tok);
@@ -888,13 +883,13 @@ int llm_engine_step(llm_engine *e) {
     n = add_chunk(e, e->running[e->n_running - 1], nseq++, n, &budget);
   if (n > 0) {
     llm_batch b = {n, e->b_token, e->b_pos, e->b_seq, e->b_want, e->b_tables};
-    double t0 = e->trace ? now_s() : 0;
+    double t0 = e->trace ? clock_now_s() : 0;
     llm_model_forward(e->model, e->kv, e->pool, e->scratch, &b, e->logits);
     if (e->trace)
       fprintf(stderr,
               "llm step %llu: %d tokens from %d seqs in %.2f ms; running %d waiting %d; kv available %d; "
               "preemptions %llu; pool ran alone %llu times\n",
-              (unsigned long long)e->st.steps_total, n, nseq, (now_s() - t0) * 1e3, e->n_running, e->n_waiting,
+              (unsigned long long)e->st.steps_total, n, nseq, (clock_now_s() - t0) * 1e3, e->n_running, e->n_waiting,
               llm_kv_available(e->kv), (unsigned long long)e->st.preemptions_total,
               (unsigned long long)llm_pool_solo_events(e->pool));
     e->st.steps_total++;

@@ -25,6 +25,7 @@
  * everything alone for the next GUARD_SOLO_NS and then tries the workers again. Without
  * contention the wait is the tail of the last chunk, a few percent. */
 #include "backends/llm/pool.h"
+#include "core/clock.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -173,19 +174,13 @@ void llm_pool_destroy(llm_pool *p) {
 
 int llm_pool_size(const llm_pool *p) { return p->n; }
 
-static int64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* Waits for the workers' last chunks of a run: spins a little (they usually finish within
  * microseconds), then sleeps until the last one signals. */
 static void wait_done(llm_pool *p, int n_chunks) {
-  int64_t t0 = now_ns();
+  int64_t t0 = (int64_t)clock_now_ns();
   for (int i = 1; atomic_load_explicit(&p->done, memory_order_acquire) < n_chunks; i++) {
     CPU_RELAX();
-    if (i % 64 == 0 && now_ns() - t0 > CALLER_SPIN_NS) {
+    if (i % 64 == 0 && (int64_t)clock_now_ns() - t0 > CALLER_SPIN_NS) {
       pthread_mutex_lock(&p->mu);
       atomic_store(&p->caller_sleeps, true);
       while (atomic_load(&p->done) < n_chunks) pthread_cond_wait(&p->done_cv, &p->mu);
@@ -198,7 +193,7 @@ static void wait_done(llm_pool *p, int n_chunks) {
 
 void llm_pool_run_chunks(llm_pool *p, llm_chunk_fn fn, void *ctx, int n_chunks) {
   if (n_chunks <= 0) return;
-  int64_t t0 = p->n > 1 && n_chunks > 1 ? now_ns() : 0;
+  int64_t t0 = p->n > 1 && n_chunks > 1 ? (int64_t)clock_now_ns() : 0;
   if (p->n == 1 || n_chunks == 1 || t0 < p->solo_until_ns) {
     for (int c = 0; c < n_chunks; c++) fn(ctx, c, n_chunks, 0);
     return;
@@ -209,10 +204,10 @@ void llm_pool_run_chunks(llm_pool *p, llm_chunk_fn fn, void *ctx, int n_chunks) 
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
   publish(p, (uint64_t)n_chunks);
   work(p, 0);
-  int64_t t1 = now_ns(), t2 = t1;
+  int64_t t1 = (int64_t)clock_now_ns(), t2 = t1;
   if (atomic_load_explicit(&p->done, memory_order_acquire) < n_chunks) {
     wait_done(p, n_chunks);
-    t2 = now_ns();
+    t2 = (int64_t)clock_now_ns();
   }
   p->g_run_ns += t2 - t0;
   p->g_wait_ns += t2 - t1;

@@ -5,10 +5,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "cinfer/types.h"
+#include "core/buf.h"
+#include "core/clock.h"
 #include "core/numfmt.h"
 
 static void test_status(void **s) {
@@ -120,12 +124,63 @@ static void test_numfmt(void **s) {
   for (size_t i = 0; i < sizeof sd / sizeof *sd; i++) check_d(sd[i]);
 }
 
+/* cbuf: appends keep a terminated string, JSON escaping, invalid UTF-8 becomes U+FFFD,
+ * take hands over the bytes, and a failed allocation sticks (later appends are no-ops). */
+static void test_buf(void **s) {
+  (void)s;
+  cbuf b = {0};
+  cbuf_puts(&b, "a");
+  cbuf_printf(&b, "%d-%s", 42, "x");
+  for (int i = 0; i < 100; i++) cbuf_printf(&b, "%0300d", i); /* forces several regrowths */
+  assert_int_equal(b.len, 5 + 100 * 300);
+  assert_int_equal(strlen(b.data), b.len);
+  assert_memory_equal(b.data, "a42-x", 5);
+  cbuf_free(&b);
+  cbuf_json_string(&b, "q\"\\\n\x01z", 6);
+  assert_string_equal(b.data, "\"q\\\"\\\\\\n\\u0001z\"");
+  cbuf_free(&b);
+  cbuf_json_string_utf8(&b, "\xc3\xa9\xff\xe2\x82", 5);
+  assert_string_equal(b.data, "\"\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");
+  char *t = cbuf_take(&b);
+  assert_non_null(t);
+  assert_null(b.data);
+  free(t);
+  t = cbuf_take(&b); /* empty: "" */
+  assert_string_equal(t, "");
+  free(t);
+  cbuf_puts(&b, "kept");
+  b.oom = true; /* as after a failed realloc */
+  cbuf_puts(&b, "dropped");
+  assert_int_equal(b.len, 4);
+  assert_null(cbuf_take(&b));
+  assert_null(b.data);
+  assert_false(cbuf_reserve(&b, SIZE_MAX - 8)); /* overflow is an allocation failure */
+  assert_true(b.oom);
+  cbuf_free(&b);
+}
+
+/* The clocks move forward and agree with each other; deadlines land in the future. */
+static void test_clock(void **s) {
+  (void)s;
+  uint64_t a = clock_now_ns(), ms = clock_now_ms();
+  assert_true(clock_now_ns() >= a);
+  assert_true(ms >= a / 1000000u && ms <= clock_now_ns() / 1000000u);
+  assert_true(clock_unix_ms() > 1700000000000ull);
+  struct timespec d = clock_abs_after_ms(1500), now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  double dt = (double)(d.tv_sec - now.tv_sec) + (double)(d.tv_nsec - now.tv_nsec) * 1e-9;
+  assert_true(dt > 1.0 && dt <= 1.5);
+  assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status),
       cmocka_unit_test(test_dtype),
       cmocka_unit_test(test_tensor_check),
       cmocka_unit_test(test_numfmt),
+      cmocka_unit_test(test_buf),
+      cmocka_unit_test(test_clock),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,124 @@
+/* buf.c: see buf.h. */
+#include "core/buf.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool cbuf_reserve(cbuf *b, size_t n) {
+  if (b->oom) return false;
+  if (b->cap - b->len > n) return true;
+  if (n >= SIZE_MAX / 4 - b->len) {
+    b->oom = true;
+    return false;
+  }
+  size_t ncap = b->cap ? b->cap : 256;
+  while (ncap - b->len <= n) ncap *= 2;
+  char *nd = realloc(b->data, ncap);
+  if (!nd) {
+    b->oom = true;
+    return false;
+  }
+  b->data = nd;
+  b->cap = ncap;
+  return true;
+}
+
+void cbuf_put(cbuf *b, const void *p, size_t n) {
+  if (!cbuf_reserve(b, n)) return;
+  if (n) memcpy(b->data + b->len, p, n);
+  b->len += n;
+  b->data[b->len] = 0;
+}
+
+void cbuf_puts(cbuf *b, const char *s) { cbuf_put(b, s, strlen(s)); }
+
+void cbuf_printf(cbuf *b, const char *fmt, ...) {
+  for (int tries = 0; tries < 2 && cbuf_reserve(b, 64); tries++) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      b->oom = true;
+      return;
+    }
+    if ((size_t)n < b->cap - b->len) {
+      b->len += (size_t)n;
+      return;
+    }
+    if (!cbuf_reserve(b, (size_t)n)) return;
+  }
+}
+
+void cbuf_json_string(cbuf *b, const char *s, size_t n) {
+  if (n > SIZE_MAX / 8 || !cbuf_reserve(b, n * 6 + 2)) {
+    b->oom = true;
+    return;
+  }
+  static const char hex[] = "0123456789abcdef";
+  char *o = b->data + b->len;
+  *o++ = '"';
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '"' || c == '\\') { *o++ = '\\'; *o++ = (char)c; }
+    else if (c == '\n') { *o++ = '\\'; *o++ = 'n'; }
+    else if (c == '\r') { *o++ = '\\'; *o++ = 'r'; }
+    else if (c == '\t') { *o++ = '\\'; *o++ = 't'; }
+    else if (c < 0x20) {
+      memcpy(o, "\\u00", 4);
+      o[4] = hex[c >> 4];
+      o[5] = hex[c & 15];
+      o += 6;
+    } else *o++ = (char)c;
+  }
+  *o++ = '"';
+  *o = 0;
+  b->len = (size_t)(o - b->data);
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not one. */
+static size_t utf8_valid_len(const unsigned char *s, size_t n) {
+  unsigned char c = s[0];
+  size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (!l || l > n || (l == 2 && c < 0xc2) || (l == 4 && c > 0xf4)) return 0;
+  for (size_t i = 1; i < l; i++)
+    if ((s[i] & 0xc0) != 0x80) return 0;
+  if (l == 3 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f))) return 0;
+  if (l == 4 && ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f))) return 0;
+  return l;
+}
+
+void cbuf_json_string_utf8(cbuf *b, const char *s, size_t n) {
+  cbuf t = {0};
+  const unsigned char *p = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    size_t l = utf8_valid_len(p + i, n - i);
+    if (l) {
+      cbuf_put(&t, p + i, l);
+      i += l;
+    } else {
+      cbuf_put(&t, "\xef\xbf\xbd", 3); /* U+FFFD */
+      i++;
+    }
+  }
+  if (t.oom) b->oom = true;
+  else cbuf_json_string(b, t.data ? t.data : "", t.len);
+  cbuf_free(&t);
+}
+
+char *cbuf_take(cbuf *b) {
+  char *p = b->oom ? NULL : b->data ? b->data : strdup("");
+  if (!p || b->oom) free(b->data);
+  b->data = NULL;
+  b->len = b->cap = 0;
+  b->oom = false;
+  return p;
+}
+
+void cbuf_free(cbuf *b) {
+  free(b->data);
+  memset(b, 0, sizeof *b);
+}
