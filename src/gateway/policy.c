@@ -12,6 +12,7 @@
  */
 #include <math.h>
 
+#include "core/hash.h"
 #include "gateway/gateway.h"
 
 uint64_t gw_rand(uint64_t *s) {
@@ -131,23 +132,11 @@ bool gw_health_usable(const gw_health *h, uint64_t now_ms) {
 }
 
 uint64_t gw_hash64(const void *data, size_t len) {
-  const unsigned char *p = data;
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ULL;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  return h;
+  return hash_mix64(hash_bytes(data, len));
 }
 
 static uint64_t mix64(uint64_t a, uint64_t b) {
-  uint64_t x = a ^ (b + 0x9E3779B97F4A7C15ULL + (a << 6) + (a >> 2));
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
+  return hash_mix64(a ^ (b + 0x9E3779B97F4A7C15ULL + (a << 6) + (a >> 2)));
 }
 
 int gw_affinity_pick(size_t n, const uint64_t *ids, uint64_t key, const uint32_t *outstanding,

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hash.h"
 #include "core/log.h"
 #include "gateway/internal.h"
 
@@ -240,12 +241,6 @@ static bool build_upstream(gw_req *q, size_t name_end) {
 
 /* ---- metrics and the end of a request -------------------------------------------------- */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
-  return h;
-}
-
 /* The series of family f for (replica, model, variant, code), from the loop's cache. */
 static metric *cached_series(gateway *g, int loop, metric_family *f, const gw_replica *r,
                              const char *model, const char *variant, int code,
@@ -254,12 +249,11 @@ static metric *cached_series(gateway *g, int loop, metric_family *f, const gw_re
   if (!tab) return gw_series(f, labels);
   size_t ml = strlen(model), vl = strlen(variant);
   if (ml >= sizeof tab[0].model || vl >= sizeof tab[0].variant) return gw_series(f, labels);
-  uint64_t h = 1469598103934665603ULL;
-  h = fnv(h, &f, sizeof f);
-  h = fnv(h, &r, sizeof r);
-  h = fnv(h, &code, sizeof code);
-  h = fnv(h, model, ml + 1);
-  h = fnv(h, variant, vl + 1);
+  uint64_t h = hash_fnv1a(HASH_FNV_SEED, &f, sizeof f);
+  h = hash_fnv1a(h, &r, sizeof r);
+  h = hash_fnv1a(h, &code, sizeof code);
+  h = hash_fnv1a(h, model, ml + 1);
+  h = hash_fnv1a(h, variant, vl + 1);
   for (size_t k = 0; k < 8; k++) {
     gw_mcache_entry *e = &tab[(h + k) & (GW_MCACHE_SLOTS - 1)];
     if (!e->m) {
@@ -770,15 +764,9 @@ static void on_cancel(void *arg) {
 
 /* ---- admission ----------------------------------------------------------------------- */
 
-static uint64_t hash_key(const char *s, size_t n) {
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
-  return h;
-}
-
 static gw_bucket_result rate_take(gateway *g, const char *key, size_t n, uint64_t now) {
   if (n >= sizeof g->rate[0].key) n = sizeof g->rate[0].key - 1;
-  uint64_t h = hash_key(key, n);
+  uint64_t h = hash_bytes(key, n);
   pthread_mutex_lock(&g->rate_mu);
   size_t mask = g->rate_slots - 1, i = (size_t)h & mask;
   gw_rate_entry *e = NULL;

@@ -16,6 +16,7 @@
  *  4. first_level <= the smallest level with count > 0 (a hint for the head search).
  *  5. Timeouts are applied (heap top has deadline >= now) before a batch is formed.
  */
+#include "core/hash.h"
 #include "sched/batcher.h"
 
 #include <assert.h>
@@ -697,32 +698,18 @@ cinfer_status *batcher_check(const batcher *b) {
 
 /* ---- shape keys --------------------------------------------------------------------- */
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
-  return h;
-}
-
-static uint64_t mix64(uint64_t x) { /* splitmix64 finaliser */
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t batcher_shape_key(const cinfer_tensor *inputs, size_t n_inputs, bool batched) {
-  uint64_t key = mix64(n_inputs);
+  uint64_t key = hash_mix64(n_inputs);
   for (size_t i = 0; i < n_inputs; i++) {
     const cinfer_tensor *t = &inputs[i];
-    uint64_t h = 0xcbf29ce484222325ull;
-    if (t->name) h = fnv1a(h, t->name, strlen(t->name) + 1);
+    uint64_t h = HASH_FNV_SEED;
+    if (t->name) h = hash_fnv1a(h, t->name, strlen(t->name) + 1);
     int32_t meta[2] = {(int32_t)t->dtype, t->ndim};
-    h = fnv1a(h, meta, sizeof meta);
+    h = hash_fnv1a(h, meta, sizeof meta);
     int first = batched ? 1 : 0;
     for (int d = first; d < t->ndim && d < CINFER_MAX_DIMS; d++)
-      h = fnv1a(h, &t->shape[d], sizeof t->shape[d]);
-    key += mix64(h); /* a sum: the order of the inputs does not matter */
+      h = hash_fnv1a(h, &t->shape[d], sizeof t->shape[d]);
+    key += hash_mix64(h); /* a sum: the order of the inputs does not matter */
   }
   return key;
 }

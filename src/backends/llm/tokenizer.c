@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backends/llm/unicode_tables.h"
+#include "core/hash.h"
 
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 enum { F_LETTER = 1, F_NUMBER = 2, F_SPACE = 4, F_DEFINED = 8 };
@@ -45,11 +46,6 @@ struct llm_tokenizer {
   char *chat_template;
 };
 
-static uint64_t fnv(const char *p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
-  return h;
-}
 static bool hmap_init(hmap *m, size_t n) {
   m->cap = 16;
   while (m->cap < n * 2) m->cap *= 2;
@@ -57,13 +53,13 @@ static bool hmap_init(hmap *m, size_t n) {
   return m->e != NULL;
 }
 static void hmap_put(hmap *m, const char *p, uint32_t n, int32_t v) { /* first wins */
-  for (size_t i = fnv(p, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+  for (size_t i = hash_bytes(p, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
     if (!m->e[i].p) { m->e[i] = (hent){p, n, v}; return; }
     if (m->e[i].n == n && !memcmp(m->e[i].p, p, n)) return;
   }
 }
 static int32_t hmap_get(const hmap *m, const char *p, size_t n) {
-  for (size_t i = fnv(p, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+  for (size_t i = hash_bytes(p, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
     if (!m->e[i].p) return -1;
     if (m->e[i].n == n && !memcmp(m->e[i].p, p, n)) return m->e[i].v;
   }
