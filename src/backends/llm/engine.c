@@ -52,7 +52,9 @@ typedef struct seq {
   char *held;             /* text not yet streamed (possible stop-string prefix) */
   size_t held_n, held_cap;
   double t_submit, t_sched, t_first;
-  int logits_row;         /* row in the step's logits, -1 when none */
+  int logits_row;         /* first row in the step's logits, -1 when none */
+  int n_rows;             /* rows from logits_row: prompt_logprobs rows, then the sampling row */
+  int plp_done;           /* prompt_logprobs: next prompt position whose event is due (from 1) */
   struct seq *next;       /* incoming list */
 } seq;
 
@@ -92,6 +94,7 @@ struct llm_engine {
   seq **live;
   int n_live, cap_live;
   llm_engine_stats st;
+  int plp_left;             /* prompt_logprob_rows not yet given out in the step being built */
   char name[128], arch[32];
   bool trace; /* $CINFER_LLM_TRACE: one line per step on stderr */
 };
@@ -176,6 +179,9 @@ cinfer_status *llm_engine_create(const char *path, const llm_engine_opts *opts, 
   if (o->block_size <= 0) o->block_size = 16;
   if (o->max_seqs <= 0) o->max_seqs = 64;
   if (o->max_step_tokens <= 0) o->max_step_tokens = 512;
+  /* prompt_logprobs prefill chunks are cut so that their wanted rows fit these */
+  if (o->prompt_logprob_rows <= 0) o->prompt_logprob_rows = 32;
+  if (o->prompt_logprob_rows > o->max_step_tokens) o->prompt_logprob_rows = o->max_step_tokens;
   if (o->ctx_len > (1 << 20) || o->block_size > 1024 || o->max_seqs > 4096 || o->max_step_tokens > 65536 ||
       o->threads > 256) {
     st = cinfer_status_new(CINFER_INVALID_ARG, "engine: option out of range (ctx_len <= 2^20, block_size <= 1024, "
@@ -210,7 +216,7 @@ cinfer_status *llm_engine_create(const char *path, const llm_engine_opts *opts, 
   e->b_seq = malloc((size_t)T * 4);
   e->b_want = malloc((size_t)T);
   e->b_tables = malloc((size_t)o->max_seqs * sizeof *e->b_tables);
-  e->logits = malloc((size_t)o->max_seqs * e->n_vocab * 4);
+  e->logits = malloc((size_t)(o->max_seqs + o->prompt_logprob_rows) * e->n_vocab * 4);
   e->probs = malloc((size_t)e->n_vocab * 4);
   e->idx = malloc((size_t)e->n_vocab * 4);
   e->pbuf = malloc((size_t)e->n_vocab * 4);
@@ -337,6 +343,7 @@ cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stre
     return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "submit: out of memory");
   }
   s->sp = req->sampling;
+  s->plp_done = 1; /* the first prompt token has no logprob */
   bool ok = true;
   if (s->sp.n_stop) {
     s->stop = calloc((size_t)s->sp.n_stop, sizeof *s->stop);
@@ -503,30 +510,35 @@ static void apply_penalties(seq *s, float *logits) {
 
 /* Returns the sampled token; fills logprob/top when requested (from the unmodified
  * model distribution). logits is modified. */
+/* log-sum-exp of a logits row (the log-softmax's normaliser), and its k best entries as
+ * logprobs, best first (ties: lower id first). */
+static double row_logsoftmax(const float *logits, int n, int k, llm_token_logprob *top, int *n_top) {
+  float mx = -INFINITY;
+  double lse = 0;
+  for (int i = 0; i < n; i++) mx = fmaxf(mx, logits[i]);
+  for (int i = 0; i < n; i++) lse += exp((double)(logits[i] - mx));
+  lse = log(lse) + mx;
+  *n_top = 0;
+  for (int i = 0; i < n && k > 0; i++) { /* top k by partial selection */
+    float v = logits[i];
+    if (*n_top < k || v > top[*n_top - 1].logprob) {
+      int j = *n_top < k ? (*n_top)++ : k - 1;
+      while (j > 0 && top[j - 1].logprob < v) {
+        top[j] = top[j - 1];
+        j--;
+      }
+      top[j] = (llm_token_logprob){i, v};
+    }
+  }
+  for (int i = 0; i < *n_top; i++) top[i].logprob = (float)(top[i].logprob - lse);
+  return lse;
+}
+
 static int32_t sample(llm_engine *e, seq *s, float *logits, float *lp, llm_token_logprob *top, int *n_top) {
   int n = e->n_vocab;
   *n_top = 0;
-  float mx0 = -INFINITY;
   double lse = 0;
-  if (s->sp.logprobs > 0) {
-    for (int i = 0; i < n; i++) mx0 = fmaxf(mx0, logits[i]);
-    for (int i = 0; i < n; i++) lse += exp((double)(logits[i] - mx0));
-    lse = log(lse) + mx0;
-    /* top n by partial selection */
-    int k = s->sp.logprobs;
-    for (int i = 0; i < n; i++) {
-      float v = logits[i];
-      if (*n_top < k || v > top[*n_top - 1].logprob) {
-        int j = *n_top < k ? (*n_top)++ : k - 1;
-        while (j > 0 && top[j - 1].logprob < v) {
-          top[j] = top[j - 1];
-          j--;
-        }
-        top[j] = (llm_token_logprob){i, v};
-      }
-    }
-    for (int i = 0; i < *n_top; i++) top[i].logprob = (float)(top[i].logprob - lse);
-  }
+  if (s->sp.logprobs > 0) lse = row_logsoftmax(logits, n, s->sp.logprobs, top, n_top);
   float *raw = e->probs; /* keep raw logits for the chosen token's logprob */
   if (s->sp.logprobs > 0) memcpy(raw, logits, (size_t)n * 4);
   apply_penalties(s, logits);
@@ -695,6 +707,7 @@ static bool admit_one(llm_engine *e) {
   /* prefix cache: full blocks, leaving at least one token to compute */
   int hits = 0;
   uint64_t key = 0;
+  bool use_cache = !e->o.no_prefix_cache && !(s->sp.prompt_logprobs && s->plp_done < s->n_prompt);
   if (!ensure_blocks(e, s, 0)) return false;
   int need_total = (n + e->bs - 1) / e->bs;
   if (s->cap_blocks < need_total + 1) {
@@ -703,7 +716,7 @@ static bool admit_one(llm_engine *e) {
     s->blocks = nb;
     s->cap_blocks = need_total + 1;
   }
-  if (!e->o.no_prefix_cache) {
+  if (use_cache) {
     int maxb = (n - 1) / e->bs;
     while (hits < maxb) {
       uint64_t k2 = llm_kv_hash(key, s->tokens + (size_t)hits * e->bs, e->bs);
@@ -718,7 +731,7 @@ static bool admit_one(llm_engine *e) {
    * prefix (an earlier sequence went on past it): copy those rows instead of computing
    * them, again leaving at least one token to compute */
   int part_src = -1, part_len = 0, rest = n - 1 - hits * e->bs;
-  if (!e->o.no_prefix_cache && rest > 0)
+  if (use_cache && rest > 0)
     part_src = llm_kv_match_partial(e->kv, key, s->tokens + (size_t)hits * e->bs, rest, &part_len);
   if (part_src >= 0 && llm_kv_available(e->kv) < need_total - hits) {
     llm_kv_release(e->kv, part_src); /* its pin would cost the block this prompt needs */
@@ -759,6 +772,27 @@ static void publish_blocks(llm_engine *e, seq *s) {
     llm_kv_publish(e->kv, s->blocks[s->n_published], parent, s->pub_key, t);
     s->n_published++;
   }
+}
+
+/* prompt_logprobs: sends the prompt-token events for the wanted rows of s's chunk (its
+ * first rows, in position order). Returns how many rows they used. */
+static int emit_prompt_logprobs(llm_engine *e, seq *s, const float *rows) {
+  int used = 0;
+  /* the wanted plp positions of the chunk are contiguous (their p + 1 runs from plp_done)
+   * and come before the sampling row, which is last when the chunk reached the end */
+  int n_plp = s->n_rows - (s->n_computed == s->n_tokens ? 1 : 0);
+  llm_token_logprob top[MAX_LOGPROBS];
+  for (; used < n_plp; used++) {
+    int q = s->plp_done++;
+    int n_top = 0;
+    const float *row = rows + (size_t)used * e->n_vocab;
+    double lse = row_logsoftmax(row, e->n_vocab, s->sp.logprobs, top, &n_top);
+    int32_t tok = s->tokens[q];
+    llm_event ev = {.seq_id = s->id, .token = tok, .text = "", .logprob = (float)(row[tok] - lse),
+                    .top = top, .n_top = n_top, .prompt = true, .pos = q};
+    s->cb(s->user, &ev);
+  }
+  return used;
 }
 
 /* Handles the sampled token of s: append, stream, stop checks. Returns true when s finished. */
@@ -819,16 +853,28 @@ static bool handle_token(llm_engine *e, seq *s, const float *row) {
 }
 
 /* Appends the next chunk of s (up to the budget) to the batch as sequence k. */
+/* prompt_logprobs: position p's logits give the logprob of prompt token p + 1. */
+static bool plp_wanted(const seq *s, int p) {
+  return s->sp.prompt_logprobs && p + 1 >= s->plp_done && p + 1 < s->n_prompt;
+}
+
 static int add_chunk(llm_engine *e, seq *s, int k, int n, int *budget) {
   int pend = s->n_tokens - s->n_computed;
   int chunk = pend < *budget ? pend : *budget;
+  if (s->sp.prompt_logprobs) { /* cut the chunk where its wanted rows would run out */
+    int first = s->plp_done - 1 > s->n_computed ? s->plp_done - 1 : s->n_computed;
+    int lim = first - s->n_computed + e->plp_left;
+    if (chunk > lim) chunk = lim;
+  }
   e->sched[k] = s;
   e->b_tables[k] = s->blocks;
   for (int j = 0; j < chunk; j++) {
-    e->b_token[n] = s->tokens[s->n_computed + j];
-    e->b_pos[n] = s->n_computed + j;
+    int p = s->n_computed + j;
+    e->b_token[n] = s->tokens[p];
+    e->b_pos[n] = p;
     e->b_seq[n] = k;
-    e->b_want[n] = (s->n_computed + j == s->n_tokens - 1);
+    e->b_want[n] = p == s->n_tokens - 1 || plp_wanted(s, p);
+    if (plp_wanted(s, p)) e->plp_left--;
     n++;
   }
   *budget -= chunk;
@@ -859,6 +905,7 @@ int llm_engine_step(llm_engine *e) {
     if (atomic_load(&e->waiting[i]->cancel)) finish_seq(e, e->waiting[i--], LLM_FINISH_CANCELLED, NULL);
   /* schedule: decodes first (one token each), then prefill chunks, then admissions */
   int budget = e->o.max_step_tokens, n = 0;
+  e->plp_left = e->o.prompt_logprob_rows;
   for (int i = 0; i < e->n_running; i++) {
     seq *s = e->running[i];
     if (s->n_tokens - s->n_computed != 1) continue;
@@ -896,20 +943,24 @@ int llm_engine_step(llm_engine *e) {
     int row = 0, i = 0;
     for (int k = 0; k < nseq; k++) {
       seq *s = e->sched[k];
-      int cnt = 0;
-      bool want = false;
+      int cnt = 0, rows = 0;
       while (i < n && e->b_seq[i] == k) {
-        want |= e->b_want[i];
+        rows += e->b_want[i];
         cnt++;
         i++;
       }
       s->n_computed += cnt;
-      s->logits_row = want ? row++ : -1;
+      s->logits_row = rows ? row : -1;
+      s->n_rows = rows;
+      row += rows;
     }
     for (int k = 0; k < nseq; k++) {
       seq *s = e->sched[k];
       publish_blocks(e, s);
-      if (s->logits_row >= 0) handle_token(e, s, e->logits + (size_t)s->logits_row * e->n_vocab);
+      if (s->logits_row < 0) continue;
+      const float *rows = e->logits + (size_t)s->logits_row * e->n_vocab;
+      int n_plp = emit_prompt_logprobs(e, s, rows);
+      if (s->n_computed == s->n_tokens) handle_token(e, s, rows + (size_t)n_plp * e->n_vocab);
     }
   }
   llm_kv_stats ks;

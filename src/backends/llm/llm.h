@@ -33,6 +33,9 @@ typedef struct llm_engine_opts {
   int max_step_tokens;    /* token budget per step (decodes + prefill chunks); 0 = 512 */
   bool no_prefix_cache;   /* disable prefix sharing */
   bool manual_step;       /* no step thread: the caller drives llm_engine_step (tests) */
+  int prompt_logprob_rows; /* logits rows per step for prompt_logprobs prefills, beyond one per
+                              sequence (each costs n_vocab floats); 0 = 32. Scoring long texts
+                              (perplexity) wants max_step_tokens. */
   const char *chat_template; /* override ("chatml"); NULL = the model's; copied */
 } llm_engine_opts;
 
@@ -51,6 +54,10 @@ typedef struct llm_sampling {
   int n_stop_tokens;
   bool ignore_eos;
   int logprobs;             /* 0 = none; n > 0: chosen token's logprob + top n (n <= 20) */
+  bool prompt_logprobs;     /* also stream the logprob of every prompt token after the first
+                               (events with .prompt set; with the top `logprobs` alternatives),
+                               computed in the prefill; such a prompt is never taken from the
+                               prefix cache (its logits are needed) */
 } llm_sampling;
 
 /* Fills the defaults above (temperature 1, top_p 1, max_tokens 16, seed -1, ...). */
@@ -87,6 +94,11 @@ typedef struct llm_event {
   int prompt_tokens, completion_tokens, cached_tokens;
   double queue_s, ttft_s, e2e_s; /* submit->first scheduled, submit->first token, submit->finish */
   const char *error;          /* LLM_FINISH_ERROR only */
+  /* prompt_logprobs: an event with .prompt set carries prompt token `token` at position
+   * `pos` (1..prompt_tokens-1, in order, each once even after a preemption), its logprob
+   * given the tokens before it, and top/n_top; no text, finish NONE. */
+  bool prompt;
+  int pos;
 } llm_event;
 
 typedef void (*llm_stream_fn)(void *user, const llm_event *ev);

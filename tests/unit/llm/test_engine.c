@@ -563,6 +563,87 @@ static void test_logprobs(void **s) {
   free_golden(gc, n, j);
 }
 
+/* ---- prompt logprobs ---- */
+typedef struct plp_collect {
+  int n, last_pos, dup_or_disorder;
+  int32_t tok[512];
+  float lp[512];
+  int32_t best[512];
+  bool seen[512];
+  int n_final;
+} plp_collect;
+
+static void on_plp(void *u, const llm_event *ev) {
+  plp_collect *c = u;
+  if (ev->finish != LLM_FINISH_NONE) {
+    c->n_final++;
+    return;
+  }
+  if (!ev->prompt) return;
+  assert_true(ev->pos > 0 && ev->pos < 512);
+  assert_string_equal(ev->text, "");
+  if (ev->pos <= c->last_pos || c->seen[ev->pos]) c->dup_or_disorder++;
+  c->last_pos = ev->pos;
+  c->seen[ev->pos] = true;
+  c->tok[ev->pos] = ev->token;
+  c->lp[ev->pos] = ev->logprob;
+  c->best[ev->pos] = ev->n_top ? ev->top[0].id : -1;
+  assert_true(ev->logprob <= 0);
+  for (int i = 1; i < ev->n_top; i++) assert_true(ev->top[i - 1].logprob >= ev->top[i].logprob);
+  c->n++;
+}
+
+static void run_plp(llm_engine *e, const int32_t *ids, int n, plp_collect *c) {
+  memset(c, 0, sizeof *c);
+  llm_sampling sp = greedy(1);
+  sp.logprobs = 3;
+  sp.prompt_logprobs = true;
+  llm_request r = {.tokens = ids, .n_tokens = (size_t)n, .sampling = sp};
+  assert_null(llm_engine_submit(e, &r, on_plp, c, NULL));
+  run_all(e);
+  assert_int_equal(c->n_final, 1);
+  assert_int_equal(c->dup_or_disorder, 0);
+  assert_int_equal(c->n, n - 1); /* every prompt position after the first, once */
+  for (int p = 1; p < n; p++) {
+    assert_true(c->seen[p]);
+    assert_int_equal(c->tok[p], ids[p]);
+  }
+}
+
+/* The logprob the engine reports for a prompt token equals the one it reported when it
+ * generated that token: greedy-generate 8 tokens after a fixture prompt, then score prompt +
+ * those tokens as a prompt. Repeated on an engine whose prefix cache holds the prompt (it
+ * must be computed anyway) and with prefill chunks of 16 tokens (rows cut by the budget). */
+static void test_prompt_logprobs(void **s) {
+  gcase gc[16];
+  cJSON *j;
+  int ng = load_golden(gc, &j);
+  llm_engine *e = make_engine(64, 512, true);
+  collect gen;
+  submit_ids(e, gc[0].prompt, gc[0].n_prompt, greedy(8), &gen);
+  run_all(e);
+  assert_int_equal(gen.n_ids, 8);
+  int n = gc[0].n_prompt + 8;
+  int32_t ids[512];
+  memcpy(ids, gc[0].prompt, (size_t)gc[0].n_prompt * sizeof *ids);
+  memcpy(ids + gc[0].n_prompt, gen.ids, 8 * sizeof *ids);
+  static plp_collect a, b, c;
+  run_plp(e, ids, n, &a);
+  for (int i = 0; i < 8; i++) {
+    int p = gc[0].n_prompt + i;
+    assert_true(fabsf(a.lp[p] - gen.lp[i]) < 2e-3f);
+    assert_int_equal(a.best[p], gen.top_id[i][0]);
+  }
+  run_plp(e, ids, n, &b); /* the prompt's blocks are in the prefix cache now */
+  for (int p = 1; p < n; p++) assert_true(fabsf(a.lp[p] - b.lp[p]) < 1e-4f);
+  llm_engine_destroy(e);
+  e = make_engine(64, 16, true);
+  run_plp(e, ids, n, &c);
+  for (int p = 1; p < n; p++) assert_true(fabsf(a.lp[p] - c.lp[p]) < 2e-3f);
+  llm_engine_destroy(e);
+  free_golden(gc, ng, j);
+}
+
 static void test_bad_input(void **s) {
   llm_engine *e = make_engine(8, 64, true);
   collect c;
@@ -614,7 +695,8 @@ int main(void) {
       cmocka_unit_test(test_greedy_preemption),   cmocka_unit_test(test_greedy_kquant),
       cmocka_unit_test(test_prefix_cache),
       cmocka_unit_test(test_cancel_stop_length),  cmocka_unit_test(test_sampling_seed_logprobs),
-      cmocka_unit_test(test_logprobs),            cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_logprobs),            cmocka_unit_test(test_prompt_logprobs),
+      cmocka_unit_test(test_bad_input),
   };
   int rc;
   if (getenv("CINFER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINFER_TEST_FILTER")); /* e.g. "test_greedy*" */
