@@ -40,8 +40,35 @@ static bool fail_at(mctx *m, int line, int col, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (!m->err) m->err = cinfer_status_new(CINFER_INVALID_ARG, "%s:%d:%d: %s", m->path, line, col, msg);
+  if (m->err) return false;
+  if (line > 0) m->err = cinfer_status_new(CINFER_INVALID_ARG, "%s:%d:%d: %s", m->path, line, col, msg);
+  else m->err = cinfer_status_new(CINFER_INVALID_ARG, "%s: %s", m->path, msg); /* from JSON */
   return false;
+}
+
+/* A JSON string standing for an integer or an enum (see pbtxt_node.json): *tmp becomes the
+ * node as the text format would have it, and is returned; any other node is returned as is. */
+static const pbtxt_node *json_scalar(const pbtxt_node *n, pbtxt_node *tmp) {
+  if (!n->json || n->kind != PBTXT_STRING || !n->str[0]) return n;
+  *tmp = *n;
+  const char *p = n->str;
+  bool neg = *p == '-';
+  if (neg) p++;
+  if (*p >= '0' && *p <= '9') {
+    uint64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+      if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10) return n;
+      v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (*p) return n;
+    tmp->kind = PBTXT_INT;
+    tmp->neg = neg;
+    tmp->mag = v;
+    tmp->f = neg ? -(double)v : (double)v;
+    return tmp;
+  }
+  tmp->kind = PBTXT_IDENT;
+  return tmp;
 }
 
 static bool oom(mctx *m) {
@@ -129,6 +156,8 @@ static bool get_str(mctx *m, const pbtxt_node *n, char **out) {
 
 static bool get_int(mctx *m, const pbtxt_node *n, int64_t lo, int64_t hi, int64_t *out) {
   int64_t v;
+  pbtxt_node tmp;
+  n = json_scalar(n, &tmp);
   if (n->kind != PBTXT_INT)
     return fail_at(m, n->vline, n->vcol, "field '%s' expects an integer, found %s", n->name, kind_desc(n));
   if (!pbtxt_as_int64(n, &v) || v < lo || v > hi)
@@ -140,6 +169,8 @@ static bool get_int(mctx *m, const pbtxt_node *n, int64_t lo, int64_t hi, int64_
 
 static bool get_u64(mctx *m, const pbtxt_node *n, uint64_t hi, uint64_t *out) {
   uint64_t v;
+  pbtxt_node tmp;
+  n = json_scalar(n, &tmp);
   if (n->kind != PBTXT_INT)
     return fail_at(m, n->vline, n->vcol, "field '%s' expects an integer, found %s", n->name, kind_desc(n));
   if (!pbtxt_as_uint64(n, &v) || v > hi)
@@ -171,6 +202,8 @@ static bool get_bool(mctx *m, const pbtxt_node *n, bool *out) {
 
 /* Enum by name (or by number, as protobuf allows). names[i] is the name of value i. */
 static bool get_enum(mctx *m, const pbtxt_node *n, const char *const *names, int count, int *out) {
+  pbtxt_node tmp;
+  n = json_scalar(n, &tmp);
   if (n->kind == PBTXT_IDENT) {
     for (int i = 0; i < count; i++)
       if (names[i] && !strcmp(names[i], n->str)) {
@@ -193,6 +226,8 @@ static bool get_enum(mctx *m, const pbtxt_node *n, const char *const *names, int
 }
 
 static bool get_dtype(mctx *m, const pbtxt_node *n, cinfer_dtype *out) {
+  pbtxt_node tmp;
+  n = json_scalar(n, &tmp);
   if (n->kind != PBTXT_IDENT && n->kind != PBTXT_INT)
     return fail_at(m, n->vline, n->vcol, "field '%s' expects a TYPE_* name, found %s", n->name, kind_desc(n));
   if (n->kind == PBTXT_INT) { /* protobuf allows enum numbers; Triton's numbering = ours */
@@ -1220,12 +1255,9 @@ cinfer_status *model_config_set_name(cinfer_model_config *c, const char *name) {
   return NULL;
 }
 
-cinfer_status *model_config_parse(const char *path, const char *text, size_t len, cinfer_model_config **out) {
-  *out = NULL;
-  if (!path) path = "<config>";
-  pbtxt_node *tree = NULL;
-  cinfer_status *st = pbtxt_parse(path, text, len, &tree);
-  if (st) return st;
+/* Maps and checks a parsed tree (taken, even on failure). */
+static cinfer_status *config_from_tree(const char *path, pbtxt_node *tree, cinfer_model_config **out) {
+  cinfer_status *st;
   cinfer_model_config *c = NULL;
   if ((st = config_alloc(path, &c))) {
     pbtxt_free(tree);
@@ -1251,6 +1283,25 @@ cinfer_status *model_config_parse(const char *path, const char *text, size_t len
   }
   *out = c;
   return NULL;
+}
+
+cinfer_status *model_config_parse(const char *path, const char *text, size_t len, cinfer_model_config **out) {
+  *out = NULL;
+  if (!path) path = "<config>";
+  pbtxt_node *tree = NULL;
+  cinfer_status *st = pbtxt_parse(path, text, len, &tree);
+  if (st) return st;
+  return config_from_tree(path, tree, out);
+}
+
+cinfer_status *model_config_parse_json(const char *path, const char *json, size_t len,
+                                       cinfer_model_config **out) {
+  *out = NULL;
+  if (!path) path = "<config>";
+  pbtxt_node *tree = NULL;
+  cinfer_status *st = model_config_json_tree(path, json, len, &tree);
+  if (st) return st;
+  return config_from_tree(path, tree, out);
 }
 
 cinfer_status *model_config_load_file(const char *path, cinfer_model_config **out) {

@@ -114,6 +114,17 @@ static bool has_version_file(const char *model_dir, const char *file) {
   return found;
 }
 
+static cinfer_status *cfg_finish(const char *path, const char *name, cinfer_model_config **out);
+
+cinfer_status *cfg_load_json(const char *model_dir, const char *name, const char *json,
+                             cinfer_model_config **out) {
+  (void)model_dir;
+  char path[512];
+  snprintf(path, sizeof path, "load of '%s': parameters.config", name);
+  cinfer_status *err = model_config_parse_json(path, json, strlen(json), out);
+  return err ? err : cfg_finish(path, name, out);
+}
+
 cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_config **out) {
   char path[4096];
   snprintf(path, sizeof path, "%s/config.pbtxt", model_dir);
@@ -132,7 +143,18 @@ cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_co
     if ((err = model_config_new(name, out))) return err;
     free((*out)->backend);
     (*out)->backend = strdup(backend);
+    if (!(*out)->backend) {
+      model_config_free(*out);
+      *out = NULL;
+      return cinfer_status_oom(NULL);
+    }
   }
+  return cfg_finish(path, name, out);
+}
+
+/* Name and backend checks shared by both sources of a config; frees *out on failure. */
+static cinfer_status *cfg_finish(const char *path, const char *name, cinfer_model_config **out) {
+  cinfer_status *err;
   cinfer_model_config *c = *out;
   if (!c->name || !c->name[0]) {
     if ((err = model_config_set_name(c, name))) goto fail;

@@ -73,6 +73,10 @@ void cfg_free(cinfer_model_config *c);
  * the files in the version folders (model.onnx -> onnxruntime, model.gguf -> llm) for the
  * backend to auto-complete. The name must match the folder (or is filled in). */
 cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_config **out);
+/* The same from Triton's load-with-config JSON (it replaces config.pbtxt for the load;
+ * the name must match too). */
+cinfer_status *cfg_load_json(const char *model_dir, const char *name, const char *json,
+                             cinfer_model_config **out);
 /* Final validation after backend auto-complete. */
 cinfer_status *cfg_validate(const cinfer_model_config *c);
 
