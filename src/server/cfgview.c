@@ -48,8 +48,8 @@ void cfg_get_instance_group(const cinfer_model_config *c, int i, cfg_instance_gr
   memset(out, 0, sizeof *out);
   out->count = g->count > 0 ? g->count : 1;
   out->kind = g->kind == MODEL_INSTANCE_KIND_GPU ? CINFER_INSTANCE_KIND_GPU : CINFER_INSTANCE_KIND_CPU;
-  out->n_gpus = (int)(g->n_gpus < 16 ? g->n_gpus : 16);
-  for (int k = 0; k < out->n_gpus; k++) out->gpus[k] = g->gpus[k];
+  out->n_gpus = (int)g->n_gpus; /* <= MODEL_CONFIG_MAX_ENTRIES (config.c) */
+  out->gpus = g->gpus;
 }
 
 static void policy_view(const model_queue_policy *p, cfg_queue_policy *o) {
@@ -64,18 +64,20 @@ void cfg_get_dynamic_batching(const cinfer_model_config *c, cfg_dynamic_batching
   if (!c->has_dynamic_batching) return;
   const model_dynamic_batching *d = &c->dynamic_batching;
   out->enabled = true;
-  out->n_preferred = (int)(d->n_preferred_batch_size < 16 ? d->n_preferred_batch_size : 16);
-  for (int i = 0; i < out->n_preferred; i++) out->preferred[i] = d->preferred_batch_size[i];
+  out->n_preferred = (int)d->n_preferred_batch_size; /* <= MODEL_CONFIG_MAX_ENTRIES */
+  out->preferred = d->preferred_batch_size;
   out->max_queue_delay_us = d->max_queue_delay_microseconds;
   out->preserve_ordering = d->preserve_ordering;
   out->priority_levels = (uint32_t)d->priority_levels;
   out->default_priority_level = (uint32_t)d->default_priority_level;
   policy_view(&d->default_queue_policy, &out->default_policy);
-  out->n_level_policies = (int)(d->n_priority_queue_policy < 16 ? d->n_priority_queue_policy : 16);
-  for (int i = 0; i < out->n_level_policies; i++) {
-    out->level_policy_level[i] = (uint32_t)d->priority_queue_policy[i].level;
-    policy_view(&d->priority_queue_policy[i].policy, &out->level_policy[i]);
-  }
+  out->n_level_policies = (int)d->n_priority_queue_policy; /* <= MODEL_CONFIG_MAX_ENTRIES */
+}
+
+void cfg_level_policy(const cinfer_model_config *c, int i, uint32_t *level, cfg_queue_policy *out) {
+  const model_priority_queue_policy *p = &c->dynamic_batching.priority_queue_policy[i];
+  *level = (uint32_t)p->level;
+  policy_view(&p->policy, out);
 }
 
 cfg_version_kind cfg_version_policy(const cinfer_model_config *c, int *num_latest,

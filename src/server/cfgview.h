@@ -22,11 +22,14 @@ typedef struct cfg_io {
   bool optional;
 } cfg_io;
 
+/* Lists in these views are borrowed from the config (valid while it lives), never copied
+ * into fixed arrays: their length is bounded once, by MODEL_CONFIG_MAX_ENTRIES where the
+ * config is parsed and validated (src/repo/config.c, "too many 'FIELD' entries"). */
 typedef struct cfg_instance_group {
   int count;
   int kind;                       /* CINFER_INSTANCE_KIND_* */
   int n_gpus;
-  int gpus[16];
+  const int32_t *gpus;            /* borrowed; n_gpus entries */
 } cfg_instance_group;
 
 typedef struct cfg_queue_policy {
@@ -39,15 +42,13 @@ typedef struct cfg_queue_policy {
 typedef struct cfg_dynamic_batching {
   bool enabled;
   int n_preferred;
-  int64_t preferred[16];
+  const int32_t *preferred;       /* borrowed; n_preferred entries */
   uint64_t max_queue_delay_us;
   bool preserve_ordering;
   uint32_t priority_levels;
   uint32_t default_priority_level;
   cfg_queue_policy default_policy;
-  int n_level_policies;
-  uint32_t level_policy_level[16];
-  cfg_queue_policy level_policy[16];
+  int n_level_policies;           /* priority_queue_policy entries: cfg_level_policy() */
 } cfg_dynamic_batching;
 
 typedef enum { CFG_VERSIONS_LATEST, CFG_VERSIONS_ALL, CFG_VERSIONS_SPECIFIC } cfg_version_kind;
@@ -63,6 +64,8 @@ void cfg_output(const cinfer_model_config *c, int i, cfg_io *out);
 int cfg_instance_group_count(const cinfer_model_config *c);
 void cfg_get_instance_group(const cinfer_model_config *c, int i, cfg_instance_group *out);
 void cfg_get_dynamic_batching(const cinfer_model_config *c, cfg_dynamic_batching *out);
+/* Entry i (< n_level_policies) of dynamic_batching.priority_queue_policy. */
+void cfg_level_policy(const cinfer_model_config *c, int i, uint32_t *level, cfg_queue_policy *out);
 cfg_version_kind cfg_version_policy(const cinfer_model_config *c, int *num_latest,
                                     const int64_t **specific, int *n_specific);
 const char *cfg_parameter(const cinfer_model_config *c, const char *key);

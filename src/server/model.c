@@ -224,19 +224,20 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
   }
 }
 
-static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
+/* inputs, bufs: the worker's scratch, m->n_inputs entries each (sized from the config). */
+static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
+                      cinfer_tensor *inputs, void **bufs) {
   cinfer_model *m = inst->model;
   uint64_t t0 = now_ns();
   int64_t rows = 0;
   for (uint32_t k = 0; k < n; k++) rows += reqs[k]->rows;
 
   /* Assemble inputs: one tensor per input the first request carries, config order. */
-  cinfer_tensor inputs[64];
-  void *bufs[64] = {0};
   uint32_t n_in = 0;
   cinfer_status *st = NULL;
   cinfer_request *r0 = reqs[0];
-  for (int ci = 0; ci < m->n_inputs && n_in < 64; ci++) {
+  memset(bufs, 0, (size_t)m->n_inputs * sizeof *bufs);
+  for (int ci = 0; ci < m->n_inputs; ci++) {
     const cinfer_tensor *tin = NULL;
     for (uint32_t i = 0; i < r0->n_inputs; i++)
       if (r0->inputs[i].cfg_index == ci) tin = &r0->inputs[i].t;
@@ -350,9 +351,11 @@ static void *worker_main(void *arg) {
   size_t cap = m->scratch_cap;
   batcher_item *items = calloc(cap, sizeof *items);
   cinfer_request **batch = calloc(cap, sizeof *batch);
-  if (!items || !batch) {
+  cinfer_tensor *inputs = calloc((size_t)m->n_inputs + 1, sizeof *inputs);
+  void **bufs = calloc((size_t)m->n_inputs + 1, sizeof *bufs);
+  if (!items || !batch || !inputs || !bufs) {
     LOG_E("model '%s': instance %d cannot allocate its batch buffers", m->name, inst->index);
-    free(items), free(batch);
+    free(items), free(batch), free(inputs), free(bufs);
     return NULL;
   }
   pthread_mutex_lock(&m->mu);
@@ -396,7 +399,7 @@ static void *worker_main(void *arg) {
       else
         batch[live++] = r;
     }
-    if (live) run_batch(inst, batch, live);
+    if (live) run_batch(inst, batch, live, inputs, bufs);
     uint64_t busy = now_ns() - t;
     pthread_mutex_lock(&m->mu);
     inst->busy_ns += busy;
@@ -404,6 +407,8 @@ static void *worker_main(void *arg) {
   pthread_mutex_unlock(&m->mu);
   free(items);
   free(batch);
+  free(inputs);
+  free(bufs);
   return NULL;
 }
 
@@ -579,10 +584,18 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   m->batching = m->max_batch > 0;
   cfg_get_dynamic_batching(config, &m->db);
   {
-    batcher_level_policy lp[16];
+    /* Sized from the config (its lists are bounded where it is validated). */
     batcher_config bc = {.max_batch_size = m->batching && m->db.enabled ? m->max_batch : 0};
-    int64_t pref[16];
+    int64_t *pref = NULL;
+    batcher_level_policy *lp = NULL;
     if (m->db.enabled) {
+      pref = calloc((size_t)m->db.n_preferred + 1, sizeof *pref);
+      lp = calloc((size_t)m->db.n_level_policies + 1, sizeof *lp);
+      if (!pref || !lp) {
+        free(pref), free(lp);
+        st = cinfer_status_oom("batcher configuration");
+        goto fail;
+      }
       for (int i = 0; i < m->db.n_preferred; i++) pref[i] = m->db.preferred[i];
       bc.preferred_batch_sizes = pref;
       bc.n_preferred_batch_sizes = (size_t)m->db.n_preferred;
@@ -595,15 +608,20 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
           dp->reject_on_timeout ? BATCHER_TIMEOUT_REJECT : BATCHER_TIMEOUT_DELAY,
           dp->default_timeout_us, dp->allow_timeout_override, dp->max_queue_size};
       for (int i = 0; i < m->db.n_level_policies; i++) {
-        const cfg_queue_policy *q = &m->db.level_policy[i];
-        lp[i] = (batcher_level_policy){m->db.level_policy_level[i],
-                                       {q->reject_on_timeout ? BATCHER_TIMEOUT_REJECT : BATCHER_TIMEOUT_DELAY,
-                                        q->default_timeout_us, q->allow_timeout_override, q->max_queue_size}};
+        uint32_t level;
+        cfg_queue_policy q;
+        cfg_level_policy(config, i, &level, &q);
+        lp[i] = (batcher_level_policy){level,
+                                       {q.reject_on_timeout ? BATCHER_TIMEOUT_REJECT : BATCHER_TIMEOUT_DELAY,
+                                        q.default_timeout_us, q.allow_timeout_override, q.max_queue_size}};
       }
       bc.priority_queue_policy = lp;
       bc.n_priority_queue_policy = (size_t)m->db.n_level_policies;
     }
-    if ((st = batcher_create(&bc, &m->batcher))) goto fail;
+    st = batcher_create(&bc, &m->batcher); /* copies the lists */
+    free(pref);
+    free(lp);
+    if (st) goto fail;
     m->scratch_cap = bc.max_batch_size > 0 ? (size_t)bc.max_batch_size : 1;
     if (m->db.enabled && m->db.preserve_ordering && (st = sched_order_create(&m->order))) goto fail;
   }
