@@ -580,6 +580,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   m->stats.version = version;
   if (be->autocomplete && (st = be->autocomplete(config, m->version_dir))) goto fail;
   if ((st = cfg_validate(config))) goto fail;
+  if ((st = cfg_check_supported(config, be->name, (be->flags & CINFER_BACKEND_DECOUPLED) != 0))) goto fail;
   m->max_batch = cfg_max_batch_size(config);
   m->batching = m->max_batch > 0;
   cfg_get_dynamic_batching(config, &m->db);

@@ -231,3 +231,42 @@ def test_load_with_config_override():
             c.close()
     finally:
         shutil.rmtree(repo)
+
+
+UNSUPPORTED = {
+    "seq": ("sequence_batching { max_sequence_idle_microseconds: 5000000 }", "sequence_batching"),
+    "cache": ("response_cache { enable: true }", "response_cache"),
+    "gpu": ("instance_group [ { kind: KIND_GPU count: 1 } ]", "kind KIND_GPU"),
+    "ratelim": ("instance_group [ { kind: KIND_CPU rate_limiter { priority: 1 } } ]", "rate_limiter"),
+    "opt": ("optimization { priority: PRIORITY_MAX }", "optimization"),
+    "txn": ("model_transaction_policy { decoupled: true }", "decoupled"),
+    "batchin": ('batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32 source_input: "INPUT0" } ]',
+                "batch_input"),
+}
+
+
+def test_unimplemented_config_fails_the_load_naming_the_field():
+    # Accepted-then-ignored configuration (issue 15): each must fail its model's load with
+    # a reason naming the field, in the repository index and in the log.
+    repo = copy_repo(["identity_fp32"])
+    base = open(os.path.join(repo, "identity_fp32", "config.pbtxt")).read()
+    try:
+        for key, (extra, _) in UNSUPPORTED.items():
+            d = os.path.join(repo, "m_" + key)
+            os.makedirs(os.path.join(d, "1"))
+            with open(os.path.join(d, "config.pbtxt"), "w") as f:
+                f.write(base.replace('"identity_fp32"', f'"m_{key}"') + extra + "\n")
+        with Server(repo) as s:
+            c = httpclient.InferenceServerClient(s.hostport)
+            assert c.is_model_ready("identity_fp32")
+            idx = {m["name"]: m for m in c.get_model_repository_index()}
+            log = "".join(s.log)
+            for key, (_, field) in UNSUPPORTED.items():
+                m = idx["m_" + key]
+                assert m["state"] == "UNAVAILABLE", m
+                assert field in m["reason"], m
+                assert not c.is_model_ready("m_" + key)
+                assert f"model=m_{key}" in log and field in log
+            c.close()
+    finally:
+        shutil.rmtree(repo)
