@@ -590,7 +590,7 @@ static void batch_end(void *arg) {
 
 cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend **out) {
   frontend *fe = calloc(1, sizeof *fe);
-  if (!fe) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!fe) return cinfer_status_oom(NULL);
   fe->server = s;
   fe->limits.max_tensor_elements = o->max_tensor_elements > 0 ? o->max_tensor_elements : (1 << 26);
   fe->limits.max_json_depth = 32;

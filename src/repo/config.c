@@ -72,7 +72,7 @@ static const pbtxt_node *json_scalar(const pbtxt_node *n, pbtxt_node *tmp) {
 }
 
 static bool oom(mctx *m) {
-  if (!m->err) m->err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!m->err) m->err = cinfer_status_oom(NULL);
   return false;
 }
 
@@ -1057,7 +1057,7 @@ static bool check_ensemble(vctx *v) {
     qsort(in, nin, sizeof *in, tref_cmp);
     ok = check_ensemble_flow(v, in, nin, w, nw, rd, nrd);
   } else if (!v->err) {
-    v->err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    v->err = cinfer_status_oom(NULL);
   }
   free(in);
   free(w);
@@ -1207,13 +1207,13 @@ void model_config_free(cinfer_model_config *c) {
 
 static cinfer_status *config_alloc(const char *path, cinfer_model_config **out) {
   cinfer_model_config *c = calloc(1, sizeof *c);
-  if (!c) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!c) return cinfer_status_oom(NULL);
   c->version_policy.kind = MODEL_VERSION_LATEST;
   c->version_policy.num_versions = 1;
   c->source_path = path ? strdup(path) : NULL;
   if (path && !c->source_path) {
     free(c);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   *out = c;
   return NULL;
@@ -1233,7 +1233,7 @@ cinfer_status *model_config_new(const char *name, cinfer_model_config **out) {
   if (st) return st;
   if ((name && !(c->name = strdup(name))) || !fill_empty_strings(c)) {
     model_config_free(c);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   *out = c;
   return NULL;
@@ -1241,14 +1241,14 @@ cinfer_status *model_config_new(const char *name, cinfer_model_config **out) {
 
 cinfer_status *model_config_set_name(cinfer_model_config *c, const char *name) {
   char *n = strdup(name ? name : "");
-  if (!n) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!n) return cinfer_status_oom(NULL);
   free(c->name);
   c->name = n;
   for (size_t i = 0; i < c->n_instance_groups; i++) {
     model_instance_group *g = &c->instance_groups[i];
     if (g->name && g->name[0]) continue;
     char *gn = NULL;
-    if (asprintf(&gn, "%s_%zu", n, i) < 0) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    if (asprintf(&gn, "%s_%zu", n, i) < 0) return cinfer_status_oom(NULL);
     free(g->name);
     g->name = gn;
   }
@@ -1271,7 +1271,7 @@ static cinfer_status *config_from_tree(const char *path, pbtxt_node *tree, cinfe
   }
   if (!fill_empty_strings(c)) {
     model_config_free(c);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   if (c->name[0] && (st = model_config_set_name(c, c->name))) {
     model_config_free(c);
@@ -1325,7 +1325,7 @@ cinfer_status *model_config_load_file(const char *path, cinfer_model_config **ou
   char *buf = malloc(cap);
   if (!buf) {
     close(fd);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   for (;;) {
     if (n == cap) {
@@ -1334,7 +1334,7 @@ cinfer_status *model_config_load_file(const char *path, cinfer_model_config **ou
       if (!nb) {
         free(buf);
         close(fd);
-        return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+        return cinfer_status_oom(NULL);
       }
       buf = nb;
       cap *= 2;
@@ -1370,7 +1370,7 @@ const char *model_config_parameter(const cinfer_model_config *c, const char *key
 
 cinfer_status *model_config_set_parameter(cinfer_model_config *c, const char *key, const char *value) {
   char *v = xstrdup_or_empty(value);
-  if (!v) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!v) return cinfer_status_oom(NULL);
   for (size_t i = 0; i < c->n_parameters; i++)
     if (!strcmp(c->parameters[i].key, key)) {
       free(c->parameters[i].value);
@@ -1387,7 +1387,7 @@ cinfer_status *model_config_set_parameter(cinfer_model_config *c, const char *ke
   if (!kv) {
     free(k);
     free(v);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   kv->key = k;
   kv->value = v;
@@ -1424,7 +1424,7 @@ static cinfer_status *add_io(cinfer_model_config *c, bool input, const char *nam
   model_config_io *io = nm ? PUSH(NULL, *arr, *n) : NULL;
   if (!io) {
     free(nm);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   io->name = nm;
   io->data_type = dtype;

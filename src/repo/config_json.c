@@ -445,7 +445,7 @@ typedef struct jt_ctx {
 } jt_ctx;
 
 static bool jt_oom(jt_ctx *x) {
-  if (!x->err) x->err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!x->err) x->err = cinfer_status_oom(NULL);
   return false;
 }
 
@@ -573,7 +573,7 @@ cinfer_status *model_config_json_tree(const char *path, const char *json, size_t
   if (!root || !(root->name = strdup(""))) {
     free(root);
     cJSON_Delete(j);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   root->kind = PBTXT_MESSAGE;
   root->json = true;

@@ -82,7 +82,7 @@ cinfer_status *cinfer_batch_output(cinfer_batch *b, const char *name, cinfer_dty
   if (!bl || bl->n == c->cap) {
     uint32_t ncap = c->cap ? c->cap * 2 : 4;
     batch_block *nb = realloc(bl, sizeof *nb + ncap * sizeof nb->out[0]);
-    if (!nb) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    if (!nb) return cinfer_status_oom(NULL);
     if (!bl) {
       atomic_init(&nb->refs, 1);
       nb->n = 0;
@@ -96,7 +96,7 @@ cinfer_status *cinfer_batch_output(cinfer_batch *b, const char *name, cinfer_dty
   char *nm = strdup(name);
   if (!nm) {
     free(p);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   uint32_t i = bl->n++;
   bl->out[i].name = nm;
@@ -173,7 +173,7 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
     cinfer_tensor *ts = bl ? calloc(bl->n ? bl->n : 1, sizeof *ts) : NULL;
     if (!resp || (bl && !ts)) {
       free(resp), free(ts);
-      fail_request(m, r, cinfer_status_new(CINFER_INTERNAL, "out of memory"));
+      fail_request(m, r, cinfer_status_oom(NULL));
       row0 += rows;
       continue;
     }
@@ -251,7 +251,7 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
       total += cinfer_request_input_by_name(reqs[k], tin->name)->byte_size;
     char *buf = NULL;
     if (posix_memalign((void **)&buf, 64, total ? total : 64)) {
-      st = cinfer_status_new(CINFER_INTERNAL, "out of memory assembling a batch");
+      st = cinfer_status_oom("assembling a batch");
       break;
     }
     bufs[n_in] = buf;
@@ -553,7 +553,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   cinfer_model *m = calloc(1, sizeof *m);
   if (!m) {
     cfg_free(config);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   atomic_init(&m->refs, 1);
   m->server = s;
@@ -573,7 +573,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   if (asprintf(&m->version_dir, "%s/%lld", model_dir, (long long)version) < 0) m->version_dir = NULL;
   cinfer_status *st = NULL;
   if (!m->name || !m->model_dir || !m->version_dir) {
-    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto fail;
   }
   snprintf(m->stats.name, sizeof m->stats.name, "%s", name);
@@ -631,7 +631,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   m->inputs = calloc((size_t)m->n_inputs + 1, sizeof *m->inputs);
   m->outputs = calloc((size_t)m->n_outputs + 1, sizeof *m->outputs);
   if (!m->inputs || !m->outputs) {
-    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto fail;
   }
   for (int i = 0; i < m->n_inputs; i++) cfg_input(config, i, &m->inputs[i]);
@@ -650,7 +650,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   }
   m->instances = calloc((size_t)total, sizeof *m->instances);
   if (!m->instances) {
-    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto fail;
   }
   m->n_instances = total;

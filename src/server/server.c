@@ -357,7 +357,7 @@ static cinfer_status *run_warmup(cinfer_server *s, cinfer_model *m) {
         size_t bytes = (size_t)el * es;
         unsigned char *buf = calloc(1, bytes ? bytes : 1);
         if (!buf) {
-          st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+          st = cinfer_status_oom(NULL);
           break;
         }
         if (wi.source == 1) /* random data; BYTES stay empty strings */
@@ -433,7 +433,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
     e->fingerprint = fp;
   }
   pthread_mutex_unlock(&s->mu);
-  if (!e) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!e) return cinfer_status_oom(NULL);
 
   cinfer_model_config *probe = NULL;
   cinfer_status *st = config_json ? cfg_load_json(dir, name, config_json, &probe)
@@ -484,7 +484,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
     }
     if (ve && ve->state != V_READY) set_state(ve, V_LOADING);
     pthread_mutex_unlock(&s->mu);
-    if (!ve) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    if (!ve) return cinfer_status_oom(NULL);
 
     cinfer_model_config *cfg = NULL;
     cinfer_model *m = NULL;
@@ -680,7 +680,7 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
   cinfer_server *s = calloc(1, sizeof *s);
   if (!s) {
     free(repo);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   s->repo = repo;
   s->opts = *opts;
@@ -839,7 +839,7 @@ cinfer_status *cinfer_server_repository_index(cinfer_server *s, bool ready_only,
     }
   }
   pthread_mutex_unlock(&s->mu);
-  if (!a) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!a) return cinfer_status_oom(NULL);
   *out = a;
   *n = k;
   return NULL;
@@ -938,7 +938,7 @@ cinfer_status *cinfer_server_model_stats(cinfer_server *s, const char *name, int
     }
   }
   pthread_mutex_unlock(&s->mu);
-  if (!a) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!a) return cinfer_status_oom(NULL);
   if (!found_model) {
     free(a);
     return cinfer_status_new(CINFER_NOT_FOUND, "requested model '%s' does not exist", name);
@@ -969,6 +969,6 @@ cinfer_status *cinfer_server_metrics_text(cinfer_server *s, char **text, size_t 
   }
   pthread_mutex_unlock(&s->mu);
   if (metrics_render(s->metrics, text, len))
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory rendering metrics");
+    return cinfer_status_oom("rendering metrics");
   return NULL;
 }
