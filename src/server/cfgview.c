@@ -134,8 +134,9 @@ cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *bac
   if (c->runtime && c->runtime[0]) return unsupported(c, 0, "runtime '%s' " NOT_YET, c->runtime);
   if (c->default_model_filename && c->default_model_filename[0] &&
       strcmp(c->default_model_filename, "model.onnx") && strcmp(c->default_model_filename, "model.gguf"))
-    return unsupported(c, 0, "default_model_filename '%s' " NOT_YET " (name the file model.onnx "
-                       "or model.gguf)", c->default_model_filename);
+    return unsupported(c, 0, "default_model_filename '%s' is not implemented by cinfer; the model "
+                       "cannot load with it (name the file model.onnx or model.gguf)",
+                       c->default_model_filename);
   for (size_t i = 0; i < c->n_kept; i++) /* batch_input, model_operations, metric_tags, ... */
     if (strcmp(c->kept[i].name, "cc_model_filenames")) /* per-GPU file names: moot on the CPU */
       return unsupported(c, c->kept[i].node->line, "%s " NOT_YET, c->kept[i].name);
@@ -144,7 +145,7 @@ cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *bac
       return unsupported(c, c->inputs[i].pos.line, "input '%s': allow_ragged_batch " NOT_YET,
                          c->inputs[i].name);
   for (size_t i = 0; i < c->n_outputs; i++)
-    if (c->outputs[i].label_filename)
+    if (c->outputs[i].label_filename && c->outputs[i].label_filename[0])
       return unsupported(c, c->outputs[i].pos.line, "output '%s': label_filename (classification) " NOT_YET,
                          c->outputs[i].name);
   bool gpu_ok = false;
@@ -162,7 +163,7 @@ cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *bac
       return unsupported(c, line, "instance_group '%s': rate_limiter " NOT_YET, gn);
     if (g->tree && pbtxt_child(g->tree, "secondary_devices"))
       return unsupported(c, line, "instance_group '%s': secondary_devices " NOT_YET, gn);
-    if (g->host_policy) return unsupported(c, line, "instance_group '%s': host_policy " NOT_YET, gn);
+    if (g->host_policy && g->host_policy[0]) return unsupported(c, line, "instance_group '%s': host_policy " NOT_YET, gn);
     if (g->passive) return unsupported(c, line, "instance_group '%s': passive " NOT_YET, gn);
     if (g->n_profiles) return unsupported(c, line, "instance_group '%s': profile (TensorRT) " NOT_YET, gn);
   }

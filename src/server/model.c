@@ -545,8 +545,9 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   *out = NULL;
   const char *bname = cfg_backend(config);
   const cinfer_backend_iface *be = backend_find(bname);
-  if (!be) {
-    cinfer_status *st = cinfer_status_new(CINFER_INVALID_ARG, "unknown backend '%s'", bname);
+  if (!be) { /* an ensemble (no backend) should say that ensembles are not implemented */
+    cinfer_status *st = cfg_check_supported(config, bname, false);
+    if (!st) st = cinfer_status_new(CINFER_INVALID_ARG, "unknown backend '%s'", bname);
     cfg_free(config);
     return st;
   }
