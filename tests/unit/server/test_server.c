@@ -473,6 +473,7 @@ static void test_unsupported_configs_fail_the_load(void **state) {
 
 int main(void) {
   assert_null(cinfer_backend_register(&ctl_backend));
+  if (getenv("CINFER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINFER_TEST_FILTER")); /* e.g. "*cancel*" */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reload_repeatedly),
       cmocka_unit_test(test_reload_under_load_identity),
