@@ -455,7 +455,9 @@ void model_order_release(cinfer_model *m, cinfer_request *r, cinfer_response *re
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
 
-static void metrics_init(cinfer_model *m) {
+/* Creates the model's series; false when one could not be allocated (the caller removes
+ * the others with metrics_fini and fails the load: a model never serves half-observed). */
+static bool metrics_init(cinfer_model *m) {
   metrics_registry *reg = server_metrics(m->server);
   char ver[32];
   snprintf(ver, sizeof ver, "%lld", (long long)m->version);
@@ -492,9 +494,17 @@ static void metrics_init(cinfer_model *m) {
     snprintf(idx, sizeof idx, "%d", i);
     const char *li[] = {"model", m->name, "version", ver, "instance", idx, NULL};
     m->instances[i].m_busy = metrics_series(busy, li);
+    if (!m->instances[i].m_busy) return false;
   }
 #undef FAM
 #undef HIST
+  metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
+                   m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
+                   m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,
+                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!all[i]) return false;
+  return true;
 }
 
 static void metrics_fini(cinfer_model *m) {
@@ -681,7 +691,11 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
         }
       }
   }
-  metrics_init(m);
+  if (!metrics_init(m)) {
+    metrics_fini(m);
+    st = cinfer_status_oom("metrics of the model");
+    goto fail;
+  }
   for (int i = 0; i < m->n_instances; i++) {
     if (pthread_create(&m->instances[i].thread, NULL, worker_main, &m->instances[i])) {
       st = cinfer_status_new(CINFER_INTERNAL, "cannot start instance thread");

@@ -22,6 +22,10 @@
 #include "cinfer/cinfer.h"
 #include "repo/config.h"
 
+/* Each test file uses some of these helpers. */
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wunused-const-variable"
+
 #define WAIT_S 30 /* upper bound of every wait; reaching it is a failure */
 
 /* ---- temporary repository ------------------------------------------------------------- */
