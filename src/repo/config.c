@@ -48,7 +48,7 @@ static bool fail_at(mctx *m, int line, int col, const char *fmt, ...) {
 
 /* A JSON string standing for an integer or an enum (see pbtxt_node.json): *tmp becomes the
  * node as the text format would have it, and is returned; any other node is returned as is. */
-static const pbtxt_node *json_scalar(const pbtxt_node *n, pbtxt_node *tmp) {
+static const pbtxt_node *json_scalar(const pbtxt_node *n, pbtxt_node *tmp, bool enum_ok) {
   if (!n->json || n->kind != PBTXT_STRING || !n->str[0]) return n;
   *tmp = *n;
   const char *p = n->str;
@@ -67,6 +67,7 @@ static const pbtxt_node *json_scalar(const pbtxt_node *n, pbtxt_node *tmp) {
     tmp->f = neg ? -(double)v : (double)v;
     return tmp;
   }
+  if (!enum_ok) return n; /* "x" for an integer field stays a string (the error says so) */
   tmp->kind = PBTXT_IDENT;
   return tmp;
 }
@@ -157,7 +158,7 @@ static bool get_str(mctx *m, const pbtxt_node *n, char **out) {
 static bool get_int(mctx *m, const pbtxt_node *n, int64_t lo, int64_t hi, int64_t *out) {
   int64_t v;
   pbtxt_node tmp;
-  n = json_scalar(n, &tmp);
+  n = json_scalar(n, &tmp, false);
   if (n->kind != PBTXT_INT)
     return fail_at(m, n->vline, n->vcol, "field '%s' expects an integer, found %s", n->name, kind_desc(n));
   if (!pbtxt_as_int64(n, &v) || v < lo || v > hi)
@@ -170,7 +171,7 @@ static bool get_int(mctx *m, const pbtxt_node *n, int64_t lo, int64_t hi, int64_
 static bool get_u64(mctx *m, const pbtxt_node *n, uint64_t hi, uint64_t *out) {
   uint64_t v;
   pbtxt_node tmp;
-  n = json_scalar(n, &tmp);
+  n = json_scalar(n, &tmp, false);
   if (n->kind != PBTXT_INT)
     return fail_at(m, n->vline, n->vcol, "field '%s' expects an integer, found %s", n->name, kind_desc(n));
   if (!pbtxt_as_uint64(n, &v) || v > hi)
@@ -203,7 +204,7 @@ static bool get_bool(mctx *m, const pbtxt_node *n, bool *out) {
 /* Enum by name (or by number, as protobuf allows). names[i] is the name of value i. */
 static bool get_enum(mctx *m, const pbtxt_node *n, const char *const *names, int count, int *out) {
   pbtxt_node tmp;
-  n = json_scalar(n, &tmp);
+  n = json_scalar(n, &tmp, true);
   if (n->kind == PBTXT_IDENT) {
     for (int i = 0; i < count; i++)
       if (names[i] && !strcmp(names[i], n->str)) {
@@ -227,7 +228,7 @@ static bool get_enum(mctx *m, const pbtxt_node *n, const char *const *names, int
 
 static bool get_dtype(mctx *m, const pbtxt_node *n, cinfer_dtype *out) {
   pbtxt_node tmp;
-  n = json_scalar(n, &tmp);
+  n = json_scalar(n, &tmp, true);
   if (n->kind != PBTXT_IDENT && n->kind != PBTXT_INT)
     return fail_at(m, n->vline, n->vcol, "field '%s' expects a TYPE_* name, found %s", n->name, kind_desc(n));
   if (n->kind == PBTXT_INT) { /* protobuf allows enum numbers; Triton's numbering = ours */
