@@ -45,7 +45,9 @@ typedef struct cinfer_server_options {
  * to load is recorded UNAVAILABLE with its reason; it does not fail the server unless the
  * repository itself cannot be read. *out is owned by the caller. */
 cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_server **out);
-/* Stops polling, waits for in-flight requests, unloads every model, frees everything. */
+/* Stops polling, unloads every model, waits until every model is destroyed (so requests
+ * in flight complete first; a model or request the caller never releases makes it wait
+ * forever), frees everything. */
 void cinfer_server_destroy(cinfer_server *s);
 bool cinfer_server_is_live(const cinfer_server *s);
 bool cinfer_server_is_ready(const cinfer_server *s);
@@ -57,8 +59,11 @@ size_t cinfer_server_inflight(const cinfer_server *s);
 /* ---- models ------------------------------------------------------------------------ */
 
 /* Loads (or reloads) every version the model's version_policy selects. config_json, when
- * non-NULL, replaces config.pbtxt (Triton's load-with-config). The old versions keep
- * serving until the new ones are ready, then drain and unload. */
+ * non-NULL, is a ModelConfig in Triton's JSON form (what GET .../config returns) that
+ * replaces config.pbtxt for this load (Triton's load-with-config); borrowed for the call.
+ * The old versions keep serving until the new ones are ready, then drain and unload.
+ * Load and unload return CINFER_UNAVAILABLE unless control_mode is EXPLICIT (Triton:
+ * "explicit model load / unload is not allowed if polling is enabled"). */
 cinfer_status *cinfer_server_load_model(cinfer_server *s, const char *name,
                                         const char *config_json);
 cinfer_status *cinfer_server_unload_model(cinfer_server *s, const char *name);

@@ -41,6 +41,10 @@ typedef struct cinfer_status cinfer_status;
  * out-of-memory status that cinfer_status_free ignores). */
 cinfer_status *cinfer_status_new(cinfer_code code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* The status for a failed allocation: CINFER_INTERNAL (HTTP 500; never RESOURCE_EXHAUSTED,
+ * whose 429 invites the client to retry at once), message "WHAT: out of memory", or "out
+ * of memory" when what is NULL. Every out-of-memory error is built here. */
+cinfer_status *cinfer_status_oom(const char *what);
 cinfer_code cinfer_status_code(const cinfer_status *st);       /* NULL -> CINFER_OK */
 const char *cinfer_status_message(const cinfer_status *st);    /* NULL -> "" ; borrowed */
 const char *cinfer_code_name(cinfer_code code);                /* "INVALID_ARG", ... */

@@ -90,7 +90,7 @@ cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, con
     cbuf_puts(&req, "\r\n");
   }
   if (req.oom) {
-    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto out;
   }
   for (size_t off = 0; off < req.len;) {
@@ -112,7 +112,7 @@ cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, con
   enum { CAP = 64 * 1024 };
   buf = malloc(CAP);
   if (!buf) {
-    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto out;
   }
   bench_http_resp r;
@@ -147,14 +147,14 @@ cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, con
     if (rc == BENCH_HTTP_DONE) break;
   }
   if (ctx.body.oom) {
-    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto out;
   }
   *status = r.status;
   if (resp) {
     *resp = ctx.body.data ? ctx.body.data : strdup("");
     ctx.body.data = NULL;
-    if (!*resp) st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    if (!*resp) st = cinfer_status_oom(NULL);
   }
   if (resp_len) *resp_len = ctx.body.len;
 out:

@@ -619,7 +619,7 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
                                   bench_engine **out) {
   *out = NULL;
   bench_engine *e = calloc(1, sizeof *e);
-  if (!e) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!e) return cinfer_status_oom(NULL);
   e->cfg = cfg;
   e->addr = a;
   e->rs = rs;
@@ -635,7 +635,7 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
   e->w = calloc((size_t)nw, sizeof *e->w);
   if (!e->w) {
     free(e);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   e->nw = nw;
   cinfer_status *st = NULL;
@@ -667,10 +667,10 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
       c->w = w;
       c->req_idx = ((size_t)i * 7919u + (size_t)k) % rs->n;
       c->rbuf = malloc(RBUF_SIZE);
-      if (!c->rbuf) st = cinfer_status_new(CINFER_INTERNAL, "out of memory for receive buffers");
+      if (!c->rbuf) st = cinfer_status_oom("for receive buffers");
       if (!st && rs->stream) st = bench_sse_init(&c->sse, SSE_CAP);
       if (!st && rs->openai && !rs->stream && !(c->body = malloc(BODY_KEEP)))
-        st = cinfer_status_new(CINFER_INTERNAL, "out of memory for body buffers");
+        st = cinfer_status_oom("for body buffers");
     }
   }
   if (st) {

@@ -292,7 +292,7 @@ cinfer_status *bench_sse_init(bench_sse *s, size_t cap) {
   s->data = malloc(cap);
   if (!s->line || !s->data) {
     bench_sse_free(s);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory for SSE buffers");
+    return cinfer_status_oom("for SSE buffers");
   }
   s->cap = cap;
   return NULL;

@@ -187,7 +187,7 @@ cinfer_status *bench_report_json(const bench_report *r, const char *path) {
   }
   char *text = cJSON_Print(j);
   cJSON_Delete(j);
-  if (!text) return cinfer_status_new(CINFER_INTERNAL, "out of memory writing JSON");
+  if (!text) return cinfer_status_oom("writing JSON");
   cinfer_status *st = write_text(path, text);
   cJSON_free(text);
   return st;

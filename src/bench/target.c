@@ -32,9 +32,9 @@ void bench_reqset_free(bench_reqset *rs) {
 }
 
 static cinfer_status *reqset_add(bench_reqset *rs, cbuf *req) {
-  if (req->oom) return cinfer_status_new(CINFER_INTERNAL, "out of memory building requests");
+  if (req->oom) return cinfer_status_oom("building requests");
   bench_req *v = realloc(rs->v, (rs->n + 1) * sizeof *v);
-  if (!v) return cinfer_status_new(CINFER_INTERNAL, "out of memory building requests");
+  if (!v) return cinfer_status_oom("building requests");
   rs->v = v;
   rs->v[rs->n].data = req->data;
   rs->v[rs->n].len = req->len;
@@ -139,7 +139,7 @@ static cinfer_status *build_openai(const bench_config *c, bench_reqset *rs) {
     char *body = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     cbuf_free(&prompt);
-    if (!body) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    if (!body) return cinfer_status_oom(NULL);
     cbuf b = {0};
     head(&b, c, "POST", path);
     cbuf_printf(&b, "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n",
@@ -396,7 +396,7 @@ static cinfer_status *file_tensor(const bench_config *c, kinput *in, const cJSON
     return cinfer_status_new(CINFER_INVALID_ARG, "%s: data[%d].%s: %lld values for shape with %lld elements",
                              c->input_data, entry, in->name, (long long)n, (long long)in->elems);
   const cJSON **vals = malloc(((size_t)n + 1) * sizeof *vals);
-  if (!vals) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!vals) return cinfer_status_oom(NULL);
   int64_t got = 0;
   flatten(arr, vals, &got, n);
   cinfer_status *st = NULL;
@@ -415,7 +415,7 @@ static cinfer_status *file_tensor(const bench_config *c, kinput *in, const cJSON
     size_t bytes = (size_t)in->elems * cinfer_dtype_size(in->dtype);
     char *p = calloc(1, bytes ? bytes : 1);
     if (!p) {
-      st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+      st = cinfer_status_oom(NULL);
       goto out;
     }
     for (int64_t i = 0; i < n; i++) {
@@ -433,7 +433,7 @@ static cinfer_status *file_tensor(const bench_config *c, kinput *in, const cJSON
     cbuf_put(&td->raw, p, bytes);
     free(p);
   }
-  if (td->raw.oom) st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (td->raw.oom) st = cinfer_status_oom(NULL);
 out:
   free(vals);
   return st;
@@ -472,7 +472,7 @@ static cinfer_status *kserve_inputs(const bench_config *c, const bench_addr *a, 
   kinput *v = calloc((size_t)n, sizeof *v);
   if (!v) {
     cJSON_Delete(j);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   int k = 0;
   const cJSON *x;
@@ -574,11 +574,11 @@ static cinfer_status *images_open(const bench_config *c, const kinput *in, int n
     if (im->n == cap) {
       cap = cap ? cap * 2 : 16;
       char **p = realloc(im->paths, cap * sizeof *p);
-      if (!p) { st = cinfer_status_new(CINFER_INTERNAL, "out of memory"); break; }
+      if (!p) { st = cinfer_status_oom(NULL); break; }
       im->paths = p;
     }
     if (asprintf(&im->paths[im->n], "%s/%s", c->images_dir, e->d_name) < 0)
-      st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+      st = cinfer_status_oom(NULL);
     else
       im->n++;
   }
@@ -600,7 +600,7 @@ static cinfer_status *image_tensor(const bench_config *c, const kinput *in, cons
   float *tmp = malloc(hw * 3 * sizeof *tmp);
   char *raw = calloc(1, bytes ? bytes : 1);
   cinfer_status *st = NULL;
-  if (!tmp || !raw) st = cinfer_status_new(CINFER_INTERNAL, "out of memory for image input");
+  if (!tmp || !raw) st = cinfer_status_oom("for image input");
   bool u8 = in->dtype == CINFER_TYPE_UINT8, i8 = in->dtype == CINFER_TYPE_INT8;
   bool integer = !(in->dtype == CINFER_TYPE_FP16 || in->dtype == CINFER_TYPE_FP32 ||
                    in->dtype == CINFER_TYPE_FP64 || in->dtype == CINFER_TYPE_BF16);
@@ -625,7 +625,7 @@ static cinfer_status *image_tensor(const bench_config *c, const kinput *in, cons
   }
   if (!st) {
     cbuf_put(&td->raw, raw, bytes);
-    if (td->raw.oom) st = cinfer_status_new(CINFER_INTERNAL, "out of memory for image input");
+    if (td->raw.oom) st = cinfer_status_oom("for image input");
   }
   free(tmp);
   free(raw);
@@ -644,7 +644,7 @@ static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, b
   tensor_data *td = calloc((size_t)nin, sizeof *td);
   if (!td) {
     free(in);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   if (c->input_data) {
     char *text;

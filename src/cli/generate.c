@@ -370,7 +370,7 @@ int cmd_generate(int argc, char **argv) {
                      .parse_special = chat != NULL, .sampling = sp};
   uint64_t id;
   if (!g.out_ids) {
-    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto fail;
   }
   struct timespec t0, t1;

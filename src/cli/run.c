@@ -200,7 +200,7 @@ static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char
         goto error;
       }
       batched[i] = malloc(feed[i].byte_size * (size_t)o->batch + 1);
-      if (!batched[i]) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto error; }
+      if (!batched[i]) { st = cinfer_status_oom(NULL); goto error; }
       for (int b = 0; b < o->batch; b++)
         memcpy((char *)batched[i] + feed[i].byte_size * (size_t)b, feed[i].data, feed[i].byte_size);
       feed[i].data = batched[i];
@@ -213,7 +213,7 @@ static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char
   double first = now_ms() - t0;
   if (o->repeat > 0) {
     double *lat = malloc(sizeof(double) * (size_t)o->repeat);
-    if (!lat) { st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); goto error_b; }
+    if (!lat) { st = cinfer_status_oom(NULL); goto error_b; }
     if (o->profile) onnx_session_profile_reset(s);
     double tot0 = now_ms(), cpu0 = cpu_ms();
     for (int r = 0; r < o->repeat && !st; r++) {

@@ -61,7 +61,7 @@ static json_value *fail(parser *p, const char *at, const char *what) {
 }
 
 static json_value *oom(parser *p) {
-  if (!p->err) p->err = cinfer_status_new(CINFER_INTERNAL, "out of memory parsing JSON");
+  if (!p->err) p->err = cinfer_status_oom("parsing JSON");
   return NULL;
 }
 
@@ -347,7 +347,7 @@ static json_value *parse_value(parser *p) {
 cinfer_status *json_parse(const char *text, size_t n, int max_depth, json_doc **out) {
   *out = NULL;
   json_doc *d = malloc(sizeof *d);
-  if (!d) return cinfer_status_new(CINFER_INTERNAL, "out of memory parsing JSON");
+  if (!d) return cinfer_status_oom("parsing JSON");
   d->root = NULL;
   d->base = d->inline_mem;
   d->cap = FIRST_BLOCK;

@@ -36,6 +36,11 @@ cinfer_status *cinfer_status_new(cinfer_code code, const char *fmt, ...) {
   return st;
 }
 
+cinfer_status *cinfer_status_oom(const char *what) {
+  if (!what || !what[0]) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  return cinfer_status_new(CINFER_INTERNAL, "%s: out of memory", what);
+}
+
 cinfer_status *cinfer_status_prefix(cinfer_status *st, const char *fmt, ...) {
   if (!st || st == &oom_status) return st;
   char *pre = NULL, *msg = NULL;

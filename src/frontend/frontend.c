@@ -423,10 +423,30 @@ static void handle_control(frontend *fe, http_exchange *ex, const http_request *
       free(j);
       return respond_error(ex, 400, "repository load/unload: body must be a JSON object");
     }
+    /* Triton's load parameters: "config" (a ModelConfig as a JSON string) replaces
+     * config.pbtxt; "file:<path>" (base64 model files) are not supported and say so. */
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "parameters");
-    const cJSON *cfg = cJSON_IsObject(p) ? cJSON_GetObjectItemCaseSensitive(p, "config") : NULL;
-    if (cJSON_IsString(cfg)) j->config = strdup(cfg->valuestring);
+    char err[512] = "";
+    if (p && !cJSON_IsObject(p))
+      snprintf(err, sizeof err, "repository load/unload: 'parameters' must be a JSON object");
+    for (const cJSON *it = cJSON_IsObject(p) ? p->child : NULL; it && !err[0]; it = it->next) {
+      if (!strncmp(it->string, "file:", 5))
+        snprintf(err, sizeof err, "load parameter '%.200s': model file overrides are not "
+                 "supported; put the files in the repository", it->string);
+      else if (!strcmp(it->string, "config") && !load)
+        snprintf(err, sizeof err, "unload parameter 'config' is only valid for a load");
+      else if (!strcmp(it->string, "config") && !cJSON_IsString(it))
+        snprintf(err, sizeof err, "load parameter 'config' must be a string holding the model "
+                 "configuration as JSON");
+      else if (!strcmp(it->string, "config") && !(j->config = strdup(it->valuestring)))
+        snprintf(err, sizeof err, "out of memory");
+    }
     cJSON_Delete(b);
+    if (err[0]) {
+      free(j->config);
+      free(j);
+      return respond_error(ex, strcmp(err, "out of memory") ? 400 : 500, err);
+    }
   }
   pthread_t t;
   pthread_attr_t at;
@@ -570,7 +590,7 @@ static void batch_end(void *arg) {
 
 cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend **out) {
   frontend *fe = calloc(1, sizeof *fe);
-  if (!fe) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!fe) return cinfer_status_oom(NULL);
   fe->server = s;
   fe->limits.max_tensor_elements = o->max_tensor_elements > 0 ? o->max_tensor_elements : (1 << 26);
   fe->limits.max_json_depth = 32;

@@ -50,7 +50,7 @@ static cinfer_status *put_elem(flat_ctx *c, const json_value *v) {
     if (c->cap - c->pos < 4 + n) {
       size_t ncap = c->cap * 2 + 4 + n;
       unsigned char *nb = realloc(c->out, ncap);
-      if (!nb) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+      if (!nb) return cinfer_status_oom(NULL);
       c->out = nb;
       c->cap = ncap;
     }
@@ -170,7 +170,7 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
   kserve_request *k = calloc(1, sizeof *k);
   if (!k) {
     json_doc_free(doc);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   k->doc = doc;
   const char *bin = body + jlen;
@@ -195,7 +195,7 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
     goto fail;
   }
   k->inputs = calloc(inputs->len, sizeof *k->inputs);
-  if (!k->inputs) { st = cinfer_status_new(CINFER_INTERNAL, "out of memory"); goto fail; }
+  if (!k->inputs) { st = cinfer_status_oom(NULL); goto fail; }
   for (const json_value *in = inputs->u.child; in; in = in->next) {
     kserve_input *ki = &k->inputs[k->n_inputs];
     cinfer_tensor *t = &ki->t;
@@ -247,7 +247,7 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
       if (es > 1 && ((uintptr_t)t->data % es) != 0) {
         void *copy = NULL;
         if (posix_memalign(&copy, 64, t->byte_size ? t->byte_size : 64)) {
-          st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+          st = cinfer_status_oom(NULL);
           goto fail;
         }
         memcpy(copy, t->data, t->byte_size);
@@ -260,7 +260,7 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
     size_t es = cinfer_dtype_size(t->dtype);
     size_t cap = t->dtype == CINFER_TYPE_BYTES ? 64 + (size_t)elems * 8 : (size_t)elems * es;
     flat_ctx c = {t->dtype, malloc(cap ? cap : 1), 0, cap, 0, elems, t->name};
-    if (!c.out) { st = cinfer_status_new(CINFER_INTERNAL, "out of memory"); goto fail; }
+    if (!c.out) { st = cinfer_status_oom(NULL); goto fail; }
     ki->owned = c.out;
     st = flatten(&c, data);
     ki->owned = c.out; /* may have moved */
@@ -282,7 +282,7 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
   if (outputs) {
     if (!json_is(outputs, JSON_ARRAY)) { st = BAD("'outputs' must be an array"); goto fail; }
     k->outputs = calloc((size_t)outputs->len + 1, sizeof *k->outputs);
-    if (!k->outputs) { st = cinfer_status_new(CINFER_INTERNAL, "out of memory"); goto fail; }
+    if (!k->outputs) { st = cinfer_status_oom(NULL); goto fail; }
     for (const json_value *o = outputs->u.child; o; o = o->next) {
       const json_value *name = json_get(o, "name");
       if (!json_is(name, JSON_STRING)) {

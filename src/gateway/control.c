@@ -255,7 +255,7 @@ static void file_refresh(gateway *g, bool force) {
 
 cinfer_status *gw_static_resolve(gateway *g) {
   gw_found *found = calloc(g->cfg.n_statics ? g->cfg.n_statics : 1, sizeof *found);
-  if (!found) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!found) return cinfer_status_oom(NULL);
   size_t n = 0;
   for (size_t i = 0; i < g->cfg.n_statics; i++) {
     char host[256];
@@ -509,14 +509,14 @@ static void ctl_first(void *arg) {
 cinfer_status *gw_control_start(gateway *g) {
   size_t cap = strlen(g->cfg.health_path) + 128;
   g->health_req = malloc(cap);
-  if (!g->health_req) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!g->health_req) return cinfer_status_oom(NULL);
   g->health_req_len = (size_t)snprintf(g->health_req, cap,
                                       "GET %s HTTP/1.1\r\nHost: cinfer-upstream\r\n"
                                       "User-Agent: cinfer-gateway\r\n\r\n", g->cfg.health_path);
   cinfer_status *st = loop_create(&g->ctl);
   if (st) return st;
   g->ctl_tick.fn = ctl_tick;
-  if (!loop_post(g->ctl, ctl_first, g)) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!loop_post(g->ctl, ctl_first, g)) return cinfer_status_oom(NULL);
   st = loop_start_thread(g->ctl, "gw-control");
   g->ctl_running = st == NULL;
   return st;

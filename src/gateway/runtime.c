@@ -342,7 +342,7 @@ static void free_replicas(gateway *g) {
 cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   *out = NULL;
   gateway *g = calloc(1, sizeof *g);
-  if (!g) return cinfer_status_new(CINFER_INTERNAL, "gateway: out of memory");
+  if (!g) return cinfer_status_oom("gateway");
   g->cfg = *cfg;
   memset(cfg, 0, sizeof *cfg);
   pthread_mutex_init(&g->mu, NULL);
@@ -352,7 +352,7 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   cinfer_status *st = NULL;
   g->reg = metrics_registry_create();
   if (!g->reg) {
-    st = cinfer_status_new(CINFER_INTERNAL, "gateway: out of memory");
+    st = cinfer_status_oom("gateway");
     goto fail;
   }
   const double *lb = metrics_latency_buckets;
@@ -394,7 +394,7 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   if (g->cfg.n_canaries) {
     g->canaries = calloc(g->cfg.n_canaries, sizeof *g->canaries);
     if (!g->canaries) {
-      st = cinfer_status_new(CINFER_INTERNAL, "gateway: out of memory");
+      st = cinfer_status_oom("gateway");
       goto fail;
     }
     g->n_canaries = g->cfg.n_canaries;

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ struct metric {
   _Atomic uint64_t value;  /* double bits: counter/gauge value, histogram sum */
   _Atomic uint64_t count;  /* histogram observations */
   _Atomic uint64_t *buckets; /* histogram: per-bucket (non-cumulative) counts */
+  int refs;                /* holders (metrics_series calls not yet removed); under reg->mu */
   metric *next;
 };
 
@@ -148,10 +150,12 @@ metric *metrics_series(metric_family *f, const char *const *labels) {
   for (m = f->series; m; m = m->next)
     if (!strcmp(m->labels, lab)) break;
   if (m) {
+    m->refs++; /* a reloaded model version asks for the series its predecessor still holds */
     free(lab);
   } else if ((m = calloc(1, sizeof *m))) {
     m->family = f;
     m->labels = lab;
+    m->refs = 1;
     if (f->type == METRIC_HISTOGRAM) {
       m->buckets = calloc(f->n_bounds + 1, sizeof *m->buckets);
       if (!m->buckets) {
@@ -175,13 +179,15 @@ void metrics_series_remove(metric *m) {
   if (!m) return;
   metric_family *f = m->family;
   pthread_mutex_lock(&f->reg->mu);
-  for (metric **pp = &f->series; *pp; pp = &(*pp)->next)
-    if (*pp == m) {
-      *pp = m->next;
-      break;
-    }
+  bool last = --m->refs == 0;
+  if (last)
+    for (metric **pp = &f->series; *pp; pp = &(*pp)->next)
+      if (*pp == m) {
+        *pp = m->next;
+        break;
+      }
   pthread_mutex_unlock(&f->reg->mu);
-  series_free(m);
+  if (last) series_free(m);
 }
 
 void metric_inc(metric *m, double v) {

@@ -2,8 +2,12 @@
  * of labelled series. Updates are lock-free (atomics) so they can sit on hot paths; adding
  * or removing a series and rendering take the registry lock.
  *
- * Ownership: the registry owns families and series. A series pointer stays valid until
- * metrics_series_remove() or metrics_registry_destroy(). */
+ * Ownership: the registry owns families and series. Series are reference-counted: every
+ * metrics_series() call that returns a series (new or existing, same labels) takes one
+ * reference, every metrics_series_remove() drops one, and the series leaves the exposition
+ * and is freed when the last is dropped (or at metrics_registry_destroy()). So two holders
+ * of the same labels (a model version and the version that replaces it on reload) each
+ * remove their own reference, and neither frees the series under the other. */
 #ifndef CINFER_METRICS_H
 #define CINFER_METRICS_H
 
@@ -27,6 +31,7 @@ metric_family *metrics_family(metrics_registry *r, const char *name, const char 
 /* Returns the series with these labels, creating it. labels: NULL-terminated key, value
  * pairs (values are escaped). NULL on allocation failure (updates on NULL are no-ops). */
 metric *metrics_series(metric_family *f, const char *const *labels);
+/* Drops the reference one metrics_series() call took; NULL does nothing. */
 void metrics_series_remove(metric *m);
 
 void metric_inc(metric *m, double v);      /* counter or gauge += v */

@@ -293,7 +293,7 @@ cinfer_status *http_client_create(net_loop *loop, const http_client_opts *opts,
   *out = NULL;
   if (!opts->host || !*opts->host) return cinfer_status_new(CINFER_INVALID_ARG, "http client: no host");
   http_client *c = calloc(1, sizeof *c);
-  if (!c) return cinfer_status_new(CINFER_INTERNAL, "http client: out of memory");
+  if (!c) return cinfer_status_oom("http client");
   c->o = *opts;
   if (c->o.connect_timeout_ms <= 0) c->o.connect_timeout_ms = 5000;
   if (c->o.response_timeout_ms <= 0) c->o.response_timeout_ms = 60000;
@@ -322,7 +322,7 @@ cinfer_status *http_client_create(net_loop *loop, const http_client_opts *opts,
     free(c->rbuf);
     free(c->headers);
     free(c);
-    return cinfer_status_new(CINFER_INTERNAL, "http client: out of memory");
+    return cinfer_status_oom("http client");
   }
   if (cb) c->cb = *cb;
   c->user = user;

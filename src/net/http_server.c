@@ -1037,7 +1037,7 @@ cinfer_status *http_server_create(const http_server_opts *opts, http_handler han
   *out = NULL;
   if (!handler) return cinfer_status_new(CINFER_INVALID_ARG, "http server: handler is NULL");
   http_server *s = calloc(1, sizeof *s);
-  if (!s) return cinfer_status_new(CINFER_INTERNAL, "http server: out of memory");
+  if (!s) return cinfer_status_oom("http server");
   s->o = *opts;
   http_server_opts *o = &s->o;
   if (o->io_threads <= 0) o->io_threads = 1;
@@ -1059,7 +1059,7 @@ cinfer_status *http_server_create(const http_server_opts *opts, http_handler han
   s->threads = calloc((size_t)o->io_threads, sizeof *s->threads);
   if (!s->threads) {
     free(s);
-    return cinfer_status_new(CINFER_INTERNAL, "http server: out of memory");
+    return cinfer_status_oom("http server");
   }
   cinfer_status *st = NULL;
   uint16_t port = o->port;

@@ -162,7 +162,7 @@ static void wake_cb(loop_io *io, uint32_t ev) {
 cinfer_status *loop_create(net_loop **out) {
   *out = NULL;
   net_loop *loop = calloc(1, sizeof *loop);
-  if (!loop) return cinfer_status_new(CINFER_INTERNAL, "loop: out of memory");
+  if (!loop) return cinfer_status_oom("loop");
   loop->epfd = epoll_create1(EPOLL_CLOEXEC);
   loop->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (loop->epfd < 0 || loop->evfd < 0) {
@@ -181,7 +181,7 @@ cinfer_status *loop_create(net_loop **out) {
     close(loop->epfd);
     close(loop->evfd);
     free(loop);
-    return cinfer_status_new(CINFER_INTERNAL, "loop: out of memory");
+    return cinfer_status_oom("loop");
   }
   loop->now_ms = clock_now_ms();
   loop->wake_io.fd = loop->evfd;

@@ -40,12 +40,40 @@ static bool fail_at(mctx *m, int line, int col, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (!m->err) m->err = cinfer_status_new(CINFER_INVALID_ARG, "%s:%d:%d: %s", m->path, line, col, msg);
+  if (m->err) return false;
+  if (line > 0) m->err = cinfer_status_new(CINFER_INVALID_ARG, "%s:%d:%d: %s", m->path, line, col, msg);
+  else m->err = cinfer_status_new(CINFER_INVALID_ARG, "%s: %s", m->path, msg); /* from JSON */
   return false;
 }
 
+/* A JSON string standing for an integer or an enum (see pbtxt_node.json): *tmp becomes the
+ * node as the text format would have it, and is returned; any other node is returned as is. */
+static const pbtxt_node *json_scalar(const pbtxt_node *n, pbtxt_node *tmp, bool enum_ok) {
+  if (!n->json || n->kind != PBTXT_STRING || !n->str[0]) return n;
+  *tmp = *n;
+  const char *p = n->str;
+  bool neg = *p == '-';
+  if (neg) p++;
+  if (*p >= '0' && *p <= '9') {
+    uint64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+      if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10) return n;
+      v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (*p) return n;
+    tmp->kind = PBTXT_INT;
+    tmp->neg = neg;
+    tmp->mag = v;
+    tmp->f = neg ? -(double)v : (double)v;
+    return tmp;
+  }
+  if (!enum_ok) return n; /* "x" for an integer field stays a string (the error says so) */
+  tmp->kind = PBTXT_IDENT;
+  return tmp;
+}
+
 static bool oom(mctx *m) {
-  if (!m->err) m->err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!m->err) m->err = cinfer_status_oom(NULL);
   return false;
 }
 
@@ -129,6 +157,8 @@ static bool get_str(mctx *m, const pbtxt_node *n, char **out) {
 
 static bool get_int(mctx *m, const pbtxt_node *n, int64_t lo, int64_t hi, int64_t *out) {
   int64_t v;
+  pbtxt_node tmp;
+  n = json_scalar(n, &tmp, false);
   if (n->kind != PBTXT_INT)
     return fail_at(m, n->vline, n->vcol, "field '%s' expects an integer, found %s", n->name, kind_desc(n));
   if (!pbtxt_as_int64(n, &v) || v < lo || v > hi)
@@ -140,6 +170,8 @@ static bool get_int(mctx *m, const pbtxt_node *n, int64_t lo, int64_t hi, int64_
 
 static bool get_u64(mctx *m, const pbtxt_node *n, uint64_t hi, uint64_t *out) {
   uint64_t v;
+  pbtxt_node tmp;
+  n = json_scalar(n, &tmp, false);
   if (n->kind != PBTXT_INT)
     return fail_at(m, n->vline, n->vcol, "field '%s' expects an integer, found %s", n->name, kind_desc(n));
   if (!pbtxt_as_uint64(n, &v) || v > hi)
@@ -171,6 +203,8 @@ static bool get_bool(mctx *m, const pbtxt_node *n, bool *out) {
 
 /* Enum by name (or by number, as protobuf allows). names[i] is the name of value i. */
 static bool get_enum(mctx *m, const pbtxt_node *n, const char *const *names, int count, int *out) {
+  pbtxt_node tmp;
+  n = json_scalar(n, &tmp, true);
   if (n->kind == PBTXT_IDENT) {
     for (int i = 0; i < count; i++)
       if (names[i] && !strcmp(names[i], n->str)) {
@@ -193,6 +227,8 @@ static bool get_enum(mctx *m, const pbtxt_node *n, const char *const *names, int
 }
 
 static bool get_dtype(mctx *m, const pbtxt_node *n, cinfer_dtype *out) {
+  pbtxt_node tmp;
+  n = json_scalar(n, &tmp, true);
   if (n->kind != PBTXT_IDENT && n->kind != PBTXT_INT)
     return fail_at(m, n->vline, n->vcol, "field '%s' expects a TYPE_* name, found %s", n->name, kind_desc(n));
   if (n->kind == PBTXT_INT) { /* protobuf allows enum numbers; Triton's numbering = ours */
@@ -1022,7 +1058,7 @@ static bool check_ensemble(vctx *v) {
     qsort(in, nin, sizeof *in, tref_cmp);
     ok = check_ensemble_flow(v, in, nin, w, nw, rd, nrd);
   } else if (!v->err) {
-    v->err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    v->err = cinfer_status_oom(NULL);
   }
   free(in);
   free(w);
@@ -1172,13 +1208,13 @@ void model_config_free(cinfer_model_config *c) {
 
 static cinfer_status *config_alloc(const char *path, cinfer_model_config **out) {
   cinfer_model_config *c = calloc(1, sizeof *c);
-  if (!c) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!c) return cinfer_status_oom(NULL);
   c->version_policy.kind = MODEL_VERSION_LATEST;
   c->version_policy.num_versions = 1;
   c->source_path = path ? strdup(path) : NULL;
   if (path && !c->source_path) {
     free(c);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   *out = c;
   return NULL;
@@ -1198,7 +1234,7 @@ cinfer_status *model_config_new(const char *name, cinfer_model_config **out) {
   if (st) return st;
   if ((name && !(c->name = strdup(name))) || !fill_empty_strings(c)) {
     model_config_free(c);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   *out = c;
   return NULL;
@@ -1206,26 +1242,23 @@ cinfer_status *model_config_new(const char *name, cinfer_model_config **out) {
 
 cinfer_status *model_config_set_name(cinfer_model_config *c, const char *name) {
   char *n = strdup(name ? name : "");
-  if (!n) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!n) return cinfer_status_oom(NULL);
   free(c->name);
   c->name = n;
   for (size_t i = 0; i < c->n_instance_groups; i++) {
     model_instance_group *g = &c->instance_groups[i];
     if (g->name && g->name[0]) continue;
     char *gn = NULL;
-    if (asprintf(&gn, "%s_%zu", n, i) < 0) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    if (asprintf(&gn, "%s_%zu", n, i) < 0) return cinfer_status_oom(NULL);
     free(g->name);
     g->name = gn;
   }
   return NULL;
 }
 
-cinfer_status *model_config_parse(const char *path, const char *text, size_t len, cinfer_model_config **out) {
-  *out = NULL;
-  if (!path) path = "<config>";
-  pbtxt_node *tree = NULL;
-  cinfer_status *st = pbtxt_parse(path, text, len, &tree);
-  if (st) return st;
+/* Maps and checks a parsed tree (taken, even on failure). */
+static cinfer_status *config_from_tree(const char *path, pbtxt_node *tree, cinfer_model_config **out) {
+  cinfer_status *st;
   cinfer_model_config *c = NULL;
   if ((st = config_alloc(path, &c))) {
     pbtxt_free(tree);
@@ -1239,7 +1272,7 @@ cinfer_status *model_config_parse(const char *path, const char *text, size_t len
   }
   if (!fill_empty_strings(c)) {
     model_config_free(c);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   if (c->name[0] && (st = model_config_set_name(c, c->name))) {
     model_config_free(c);
@@ -1251,6 +1284,25 @@ cinfer_status *model_config_parse(const char *path, const char *text, size_t len
   }
   *out = c;
   return NULL;
+}
+
+cinfer_status *model_config_parse(const char *path, const char *text, size_t len, cinfer_model_config **out) {
+  *out = NULL;
+  if (!path) path = "<config>";
+  pbtxt_node *tree = NULL;
+  cinfer_status *st = pbtxt_parse(path, text, len, &tree);
+  if (st) return st;
+  return config_from_tree(path, tree, out);
+}
+
+cinfer_status *model_config_parse_json(const char *path, const char *json, size_t len,
+                                       cinfer_model_config **out) {
+  *out = NULL;
+  if (!path) path = "<config>";
+  pbtxt_node *tree = NULL;
+  cinfer_status *st = model_config_json_tree(path, json, len, &tree);
+  if (st) return st;
+  return config_from_tree(path, tree, out);
 }
 
 cinfer_status *model_config_load_file(const char *path, cinfer_model_config **out) {
@@ -1274,7 +1326,7 @@ cinfer_status *model_config_load_file(const char *path, cinfer_model_config **ou
   char *buf = malloc(cap);
   if (!buf) {
     close(fd);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   for (;;) {
     if (n == cap) {
@@ -1283,7 +1335,7 @@ cinfer_status *model_config_load_file(const char *path, cinfer_model_config **ou
       if (!nb) {
         free(buf);
         close(fd);
-        return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+        return cinfer_status_oom(NULL);
       }
       buf = nb;
       cap *= 2;
@@ -1319,7 +1371,7 @@ const char *model_config_parameter(const cinfer_model_config *c, const char *key
 
 cinfer_status *model_config_set_parameter(cinfer_model_config *c, const char *key, const char *value) {
   char *v = xstrdup_or_empty(value);
-  if (!v) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!v) return cinfer_status_oom(NULL);
   for (size_t i = 0; i < c->n_parameters; i++)
     if (!strcmp(c->parameters[i].key, key)) {
       free(c->parameters[i].value);
@@ -1336,7 +1388,7 @@ cinfer_status *model_config_set_parameter(cinfer_model_config *c, const char *ke
   if (!kv) {
     free(k);
     free(v);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   kv->key = k;
   kv->value = v;
@@ -1373,7 +1425,7 @@ static cinfer_status *add_io(cinfer_model_config *c, bool input, const char *nam
   model_config_io *io = nm ? PUSH(NULL, *arr, *n) : NULL;
   if (!io) {
     free(nm);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   io->name = nm;
   io->data_type = dtype;

@@ -217,6 +217,18 @@ typedef struct cinfer_model_config {
  * errors (borrowed; copied). On success *out is a new config owned by the caller. */
 cinfer_status *model_config_parse(const char *path, const char *text, size_t len,
                                   cinfer_model_config **out);
+/* The same from Triton's JSON form of a ModelConfig (what GET /v2/models/NAME/config
+ * returns, and what a load request carries in parameters.config): objects are messages,
+ * arrays repeated fields, the known map fields (parameters, input_map, output_map,
+ * priority_queue_policy, warmup inputs, ...) objects keyed by the map key; enums are names
+ * in strings, 64-bit integers numbers or decimal strings, null means "not set". Errors are
+ * "PATH: message" naming the field (JSON has no positions here). At most
+ * MODEL_CONFIG_MAX_FILE bytes. */
+cinfer_status *model_config_parse_json(const char *path, const char *json, size_t len,
+                                       cinfer_model_config **out);
+/* Private to src/repo (config_json.c -> config.c): JSON text to the tree the mapper takes. */
+cinfer_status *model_config_json_tree(const char *path, const char *json, size_t len,
+                                      pbtxt_node **out);
 /* Reads path (at most MODEL_CONFIG_MAX_FILE bytes) and parses it. */
 cinfer_status *model_config_load_file(const char *path, cinfer_model_config **out);
 /* A config with no fields (for models without config.pbtxt). name may be NULL. */

@@ -429,3 +429,160 @@ char *model_config_to_json(const cinfer_model_config *c) {
   cJSON_Delete(o);
   return s;
 }
+
+/* ---- JSON -> tree (model_config_parse_json) ------------------------------------------ */
+
+/* Map fields of ModelConfig and its sub-messages: in JSON an object keyed by the map key,
+ * in the text format one `NAME { key: K value: V }` entry per key. */
+static const char *const json_map_fields[] = {"parameters", "input_map", "output_map",
+                                              "cc_model_filenames", "metric_tags",
+                                              "priority_queue_policy", "inputs"};
+
+typedef struct jt_ctx {
+  const char *path;
+  cinfer_status *err;
+  size_t n_nodes;
+} jt_ctx;
+
+static bool jt_oom(jt_ctx *x) {
+  if (!x->err) x->err = cinfer_status_oom(NULL);
+  return false;
+}
+
+static pbtxt_node *jt_child(jt_ctx *x, pbtxt_node *parent, const char *name) {
+  if (++x->n_nodes > PBTXT_MAX_NODES) {
+    if (!x->err)
+      x->err = cinfer_status_new(CINFER_INVALID_ARG, "%s: too many fields (limit %u)", x->path,
+                                 PBTXT_MAX_NODES);
+    return NULL;
+  }
+  if (parent->n_children == parent->cap_children) {
+    size_t ncap = parent->cap_children ? parent->cap_children * 2 : 4;
+    pbtxt_node **nc = realloc(parent->children, ncap * sizeof *nc);
+    if (!nc) return jt_oom(x), NULL;
+    parent->children = nc;
+    parent->cap_children = ncap;
+  }
+  pbtxt_node *n = calloc(1, sizeof *n);
+  if (!n) return jt_oom(x), NULL;
+  if (!(n->name = strdup(name))) {
+    free(n);
+    return jt_oom(x), NULL;
+  }
+  n->json = true;
+  parent->children[parent->n_children++] = n;
+  return n;
+}
+
+static bool jt_value(jt_ctx *x, pbtxt_node *n, const cJSON *v, int depth);
+
+/* The members of object o become fields of message n. */
+static bool jt_fields(jt_ctx *x, pbtxt_node *n, const cJSON *o, int depth) {
+  for (const cJSON *it = o->child; it; it = it->next) {
+    if (cJSON_IsNull(it)) continue; /* protobuf JSON: null = not set */
+    if (cJSON_IsArray(it)) {
+      for (const cJSON *el = it->child; el; el = el->next) {
+        if (cJSON_IsArray(el)) {
+          if (!x->err)
+            x->err = cinfer_status_new(CINFER_INVALID_ARG, "%s: field '%s': nested arrays are not "
+                                       "a ModelConfig field", x->path, it->string);
+          return false;
+        }
+        pbtxt_node *c = jt_child(x, n, it->string);
+        if (!c) return false;
+        c->in_list = true;
+        if (!jt_value(x, c, el, depth + 1)) return false;
+      }
+      continue;
+    }
+    if (cJSON_IsObject(it) && in_list(json_map_fields, sizeof json_map_fields / sizeof *json_map_fields,
+                                      it->string)) {
+      for (const cJSON *e = it->child; e; e = e->next) {
+        pbtxt_node *c = jt_child(x, n, it->string), *k, *val;
+        if (!c || !(k = jt_child(x, c, "key")) || !(val = jt_child(x, c, "value"))) return false;
+        c->kind = PBTXT_MESSAGE;
+        k->kind = PBTXT_STRING;
+        if (!(k->str = strdup(e->string))) return jt_oom(x);
+        k->len = strlen(k->str);
+        if (!jt_value(x, val, e, depth + 2)) return false;
+      }
+      continue;
+    }
+    pbtxt_node *c = jt_child(x, n, it->string);
+    if (!c || !jt_value(x, c, it, depth + 1)) return false;
+  }
+  return true;
+}
+
+static bool jt_value(jt_ctx *x, pbtxt_node *n, const cJSON *v, int depth) {
+  if (depth > PBTXT_MAX_DEPTH) {
+    if (!x->err)
+      x->err = cinfer_status_new(CINFER_INVALID_ARG, "%s: nested deeper than %d messages", x->path,
+                                 PBTXT_MAX_DEPTH);
+    return false;
+  }
+  char num[64];
+  const char *text = NULL;
+  if (cJSON_IsObject(v)) {
+    n->kind = PBTXT_MESSAGE;
+    return jt_fields(x, n, v, depth);
+  } else if (cJSON_IsString(v)) {
+    n->kind = PBTXT_STRING;
+    text = v->valuestring;
+  } else if (cJSON_IsBool(v)) {
+    n->kind = PBTXT_IDENT;
+    text = cJSON_IsTrue(v) ? "true" : "false";
+  } else if (cJSON_IsNumber(v)) {
+    double d = v->valuedouble;
+    if (d == floor(d) && fabs(d) < 9007199254740992.0) { /* exact in a double */
+      n->kind = PBTXT_INT;
+      n->neg = d < 0;
+      n->mag = (uint64_t)fabs(d);
+      snprintf(num, sizeof num, "%s%" PRIu64, n->neg ? "-" : "", n->mag);
+    } else {
+      n->kind = PBTXT_FLOAT;
+      snprintf(num, sizeof num, "%.17g", d);
+    }
+    n->f = d;
+    text = num;
+  } else { /* null inside an array */
+    if (!x->err)
+      x->err = cinfer_status_new(CINFER_INVALID_ARG, "%s: field '%s': null is not a value", x->path,
+                                 n->name);
+    return false;
+  }
+  if (!(n->str = strdup(text))) return jt_oom(x);
+  n->len = strlen(n->str);
+  return true;
+}
+
+cinfer_status *model_config_json_tree(const char *path, const char *json, size_t len,
+                                      pbtxt_node **out) {
+  *out = NULL;
+  if (len > MODEL_CONFIG_MAX_FILE)
+    return cinfer_status_new(CINFER_INVALID_ARG, "%s: %zu bytes (limit %u)", path, len,
+                             MODEL_CONFIG_MAX_FILE);
+  cJSON *j = cJSON_ParseWithLength(json, len);
+  if (!j) return cinfer_status_new(CINFER_INVALID_ARG, "%s: not valid JSON", path);
+  if (!cJSON_IsObject(j)) {
+    cJSON_Delete(j);
+    return cinfer_status_new(CINFER_INVALID_ARG, "%s: must be a JSON object (a ModelConfig)", path);
+  }
+  jt_ctx x = {.path = path};
+  pbtxt_node *root = calloc(1, sizeof *root);
+  if (!root || !(root->name = strdup(""))) {
+    free(root);
+    cJSON_Delete(j);
+    return cinfer_status_oom(NULL);
+  }
+  root->kind = PBTXT_MESSAGE;
+  root->json = true;
+  bool ok = jt_fields(&x, root, j, 0);
+  cJSON_Delete(j);
+  if (!ok) {
+    pbtxt_free(root);
+    return x.err;
+  }
+  *out = root;
+  return NULL;
+}

@@ -176,7 +176,7 @@ static bool lex_string(lexer *lx, char **buf, size_t *blen, size_t *bcap) {
       size_t ncap = *bcap ? *bcap * 2 : 32;
       char *nb = realloc(*buf, ncap);
       if (!nb) {
-        lx->err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+        lx->err = cinfer_status_oom(NULL);
         return false;
       }
       *buf = nb;
@@ -329,7 +329,7 @@ static void lex_next(lexer *lx, token *t) {
     }
     if (!buf) buf = calloc(1, 1);
     if (!buf) {
-      lx->err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+      lx->err = cinfer_status_oom(NULL);
       t->kind = T_ERROR;
       return;
     }
@@ -431,7 +431,7 @@ static pbtxt_node *add_child(parser *p, pbtxt_node *parent, const char *name, si
   parent->children[parent->n_children++] = n;
   return n;
 oom:
-  p->lx.err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  p->lx.err = cinfer_status_oom(NULL);
   return NULL;
 }
 
@@ -486,7 +486,7 @@ static bool set_scalar(parser *p, pbtxt_node *n, token *t) {
   if (!n->str) goto oom;
   return true;
 oom:
-  p->lx.err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  p->lx.err = cinfer_status_oom(NULL);
   return false;
 }
 
@@ -509,7 +509,7 @@ cinfer_status *pbtxt_parse(const char *path, const char *text, size_t len, pbtxt
   pbtxt_node *root = calloc(1, sizeof *root);
   if (!root || !(root->name = strdup(""))) {
     free(root);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   root->line = root->col = root->vline = root->vcol = 1;
 
@@ -636,7 +636,7 @@ cinfer_status *pbtxt_parse(const char *path, const char *text, size_t len, pbtxt
       pbtxt_node *proto = calloc(1, sizeof *proto);
       if (!proto || !(proto->name = strndup(name.start, name.slen))) {
         free(proto);
-        p.lx.err = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+        p.lx.err = cinfer_status_oom(NULL);
         goto fail;
       }
       proto->line = name.line;

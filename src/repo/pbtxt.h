@@ -44,6 +44,8 @@ struct pbtxt_node {
   int line, col;    /* position of the field name (1-based) */
   int vline, vcol;  /* position of the value (the '{' for messages) */
   bool in_list;     /* came from `name: [ ... ]` list syntax */
+  bool json;        /* built from JSON (model_config_parse_json): a string may stand for an
+                       integer (protobuf JSON writes 64-bit ints as strings) or an enum name */
   /* scalars: str is NUL-terminated; for PBTXT_STRING len excludes the terminator */
   char *str;
   size_t len;

@@ -286,7 +286,7 @@ cinfer_status *batcher_create(const batcher_config *cfg, batcher **out) {
   cinfer_status *st = batcher_config_check(cfg);
   if (st) return st;
   batcher *b = calloc(1, sizeof *b);
-  if (!b) return cinfer_status_new(CINFER_INTERNAL, "out of memory creating a batcher");
+  if (!b) return cinfer_status_oom("creating a batcher");
   b->max_batch = cfg->max_batch_size;
   b->delay_ns = us_to_ns(cfg->max_queue_delay_us);
   b->wait_mode = cfg->wait_mode;
@@ -305,7 +305,7 @@ cinfer_status *batcher_create(const batcher_config *cfg, batcher **out) {
   b->cum = malloc(b->cand_cap * sizeof *b->cum);
   if (!b->pref || !b->levels || !b->cand || !b->cum) {
     batcher_destroy(b);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory creating a batcher");
+    return cinfer_status_oom("creating a batcher");
   }
   if (np) {
     memcpy(b->pref, cfg->preferred_batch_sizes, np * sizeof *b->pref);

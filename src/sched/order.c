@@ -29,7 +29,7 @@ cinfer_status *sched_order_create(sched_order **out) {
   if (!o || !o->done) {
     sched_order_destroy(o);
     *out = NULL;
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory creating a sched_order");
+    return cinfer_status_oom("creating a sched_order");
   }
   *out = o;
   return NULL;

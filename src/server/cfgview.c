@@ -2,6 +2,7 @@
 #include "server/cfgview.h"
 
 #include <dirent.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +49,8 @@ void cfg_get_instance_group(const cinfer_model_config *c, int i, cfg_instance_gr
   memset(out, 0, sizeof *out);
   out->count = g->count > 0 ? g->count : 1;
   out->kind = g->kind == MODEL_INSTANCE_KIND_GPU ? CINFER_INSTANCE_KIND_GPU : CINFER_INSTANCE_KIND_CPU;
-  out->n_gpus = (int)(g->n_gpus < 16 ? g->n_gpus : 16);
-  for (int k = 0; k < out->n_gpus; k++) out->gpus[k] = g->gpus[k];
+  out->n_gpus = (int)g->n_gpus; /* <= MODEL_CONFIG_MAX_ENTRIES (config.c) */
+  out->gpus = g->gpus;
 }
 
 static void policy_view(const model_queue_policy *p, cfg_queue_policy *o) {
@@ -64,18 +65,20 @@ void cfg_get_dynamic_batching(const cinfer_model_config *c, cfg_dynamic_batching
   if (!c->has_dynamic_batching) return;
   const model_dynamic_batching *d = &c->dynamic_batching;
   out->enabled = true;
-  out->n_preferred = (int)(d->n_preferred_batch_size < 16 ? d->n_preferred_batch_size : 16);
-  for (int i = 0; i < out->n_preferred; i++) out->preferred[i] = d->preferred_batch_size[i];
+  out->n_preferred = (int)d->n_preferred_batch_size; /* <= MODEL_CONFIG_MAX_ENTRIES */
+  out->preferred = d->preferred_batch_size;
   out->max_queue_delay_us = d->max_queue_delay_microseconds;
   out->preserve_ordering = d->preserve_ordering;
   out->priority_levels = (uint32_t)d->priority_levels;
   out->default_priority_level = (uint32_t)d->default_priority_level;
   policy_view(&d->default_queue_policy, &out->default_policy);
-  out->n_level_policies = (int)(d->n_priority_queue_policy < 16 ? d->n_priority_queue_policy : 16);
-  for (int i = 0; i < out->n_level_policies; i++) {
-    out->level_policy_level[i] = (uint32_t)d->priority_queue_policy[i].level;
-    policy_view(&d->priority_queue_policy[i].policy, &out->level_policy[i]);
-  }
+  out->n_level_policies = (int)d->n_priority_queue_policy; /* <= MODEL_CONFIG_MAX_ENTRIES */
+}
+
+void cfg_level_policy(const cinfer_model_config *c, int i, uint32_t *level, cfg_queue_policy *out) {
+  const model_priority_queue_policy *p = &c->dynamic_batching.priority_queue_policy[i];
+  *level = (uint32_t)p->level;
+  policy_view(&p->policy, out);
 }
 
 cfg_version_kind cfg_version_policy(const cinfer_model_config *c, int *num_latest,
@@ -94,6 +97,78 @@ const char *cfg_parameter(const cinfer_model_config *c, const char *key) {
 }
 
 bool cfg_decoupled(const cinfer_model_config *c) { return c->decoupled; }
+
+/* Backends that model devices and so take KIND_GPU instances: the sim backend simulates
+ * an accelerator (device_id picks the simulated device). Every other backend runs on the
+ * CPU, so a KIND_GPU group for it would silently run on the CPU. (Backend ABI 2.0 is to
+ * carry this as a backend flag.) */
+static const char *const gpu_backends[] = {"sim"};
+
+static cinfer_status *unsupported(const cinfer_model_config *c, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static cinfer_status *unsupported(const cinfer_model_config *c, int line, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const char *src = c->source_path && c->source_path[0] ? c->source_path : "config";
+  if (line > 0) return cinfer_status_new(CINFER_UNSUPPORTED, "%s:%d: %s", src, line, msg);
+  return cinfer_status_new(CINFER_UNSUPPORTED, "%s: %s", src, msg);
+}
+
+#define NOT_YET "is not implemented by cinfer; the model cannot load with it (remove it)"
+
+cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *backend,
+                                   bool backend_decoupled) {
+  if (c->sequence_batching) return unsupported(c, c->sequence_batching->line, "sequence_batching " NOT_YET);
+  if (c->ensemble_scheduling)
+    return unsupported(c, c->ensemble_scheduling->line, "ensemble_scheduling " NOT_YET);
+  if (c->response_cache && c->response_cache_enable)
+    return unsupported(c, c->response_cache->line, "response_cache { enable: true } " NOT_YET);
+  if (c->optimization) return unsupported(c, c->optimization->line, "optimization " NOT_YET);
+  if (c->decoupled && !backend_decoupled)
+    return unsupported(c, c->model_transaction_policy ? c->model_transaction_policy->line : 0,
+                       "model_transaction_policy { decoupled: true }: backend '%s' answers each "
+                       "request once (it is not a decoupled backend)", backend);
+  if (c->runtime && c->runtime[0]) return unsupported(c, 0, "runtime '%s' " NOT_YET, c->runtime);
+  if (c->default_model_filename && c->default_model_filename[0] &&
+      strcmp(c->default_model_filename, "model.onnx") && strcmp(c->default_model_filename, "model.gguf"))
+    return unsupported(c, 0, "default_model_filename '%s' is not implemented by cinfer; the model "
+                       "cannot load with it (name the file model.onnx or model.gguf)",
+                       c->default_model_filename);
+  for (size_t i = 0; i < c->n_kept; i++) /* batch_input, model_operations, metric_tags, ... */
+    if (strcmp(c->kept[i].name, "cc_model_filenames")) /* per-GPU file names: moot on the CPU */
+      return unsupported(c, c->kept[i].node->line, "%s " NOT_YET, c->kept[i].name);
+  for (size_t i = 0; i < c->n_inputs; i++)
+    if (c->inputs[i].allow_ragged_batch)
+      return unsupported(c, c->inputs[i].pos.line, "input '%s': allow_ragged_batch " NOT_YET,
+                         c->inputs[i].name);
+  for (size_t i = 0; i < c->n_outputs; i++)
+    if (c->outputs[i].label_filename && c->outputs[i].label_filename[0])
+      return unsupported(c, c->outputs[i].pos.line, "output '%s': label_filename (classification) " NOT_YET,
+                         c->outputs[i].name);
+  bool gpu_ok = false;
+  for (size_t i = 0; i < sizeof gpu_backends / sizeof *gpu_backends; i++)
+    if (!strcmp(gpu_backends[i], backend)) gpu_ok = true;
+  for (size_t i = 0; i < c->n_instance_groups; i++) {
+    const model_instance_group *g = &c->instance_groups[i];
+    const char *gn = g->name ? g->name : "";
+    int line = g->pos.line;
+    if ((g->kind == MODEL_INSTANCE_KIND_GPU || (g->kind == MODEL_INSTANCE_KIND_AUTO && g->n_gpus)) && !gpu_ok)
+      return unsupported(c, line, "instance_group '%s': kind KIND_GPU, but backend '%s' runs on the CPU "
+                         "and this server has no GPU support (Triton without a GPU refuses it "
+                         "too); use KIND_CPU", gn, backend);
+    if (g->tree && pbtxt_child(g->tree, "rate_limiter"))
+      return unsupported(c, line, "instance_group '%s': rate_limiter " NOT_YET, gn);
+    if (g->tree && pbtxt_child(g->tree, "secondary_devices"))
+      return unsupported(c, line, "instance_group '%s': secondary_devices " NOT_YET, gn);
+    if (g->host_policy && g->host_policy[0]) return unsupported(c, line, "instance_group '%s': host_policy " NOT_YET, gn);
+    if (g->passive) return unsupported(c, line, "instance_group '%s': passive " NOT_YET, gn);
+    if (g->n_profiles) return unsupported(c, line, "instance_group '%s': profile (TensorRT) " NOT_YET, gn);
+  }
+  return NULL;
+}
 void cfg_free(cinfer_model_config *c) { model_config_free(c); }
 cinfer_status *cfg_validate(const cinfer_model_config *c) { return model_config_validate(c); }
 
@@ -114,6 +189,17 @@ static bool has_version_file(const char *model_dir, const char *file) {
   return found;
 }
 
+static cinfer_status *cfg_finish(const char *path, const char *name, cinfer_model_config **out);
+
+cinfer_status *cfg_load_json(const char *model_dir, const char *name, const char *json,
+                             cinfer_model_config **out) {
+  (void)model_dir;
+  char path[512];
+  snprintf(path, sizeof path, "load of '%s': parameters.config", name);
+  cinfer_status *err = model_config_parse_json(path, json, strlen(json), out);
+  return err ? err : cfg_finish(path, name, out);
+}
+
 cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_config **out) {
   char path[4096];
   snprintf(path, sizeof path, "%s/config.pbtxt", model_dir);
@@ -132,7 +218,18 @@ cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_co
     if ((err = model_config_new(name, out))) return err;
     free((*out)->backend);
     (*out)->backend = strdup(backend);
+    if (!(*out)->backend) {
+      model_config_free(*out);
+      *out = NULL;
+      return cinfer_status_oom(NULL);
+    }
   }
+  return cfg_finish(path, name, out);
+}
+
+/* Name and backend checks shared by both sources of a config; frees *out on failure. */
+static cinfer_status *cfg_finish(const char *path, const char *name, cinfer_model_config **out) {
+  cinfer_status *err;
   cinfer_model_config *c = *out;
   if (!c->name || !c->name[0]) {
     if ((err = model_config_set_name(c, name))) goto fail;

@@ -22,11 +22,14 @@ typedef struct cfg_io {
   bool optional;
 } cfg_io;
 
+/* Lists in these views are borrowed from the config (valid while it lives), never copied
+ * into fixed arrays: their length is bounded once, by MODEL_CONFIG_MAX_ENTRIES where the
+ * config is parsed and validated (src/repo/config.c, "too many 'FIELD' entries"). */
 typedef struct cfg_instance_group {
   int count;
   int kind;                       /* CINFER_INSTANCE_KIND_* */
   int n_gpus;
-  int gpus[16];
+  const int32_t *gpus;            /* borrowed; n_gpus entries */
 } cfg_instance_group;
 
 typedef struct cfg_queue_policy {
@@ -39,15 +42,13 @@ typedef struct cfg_queue_policy {
 typedef struct cfg_dynamic_batching {
   bool enabled;
   int n_preferred;
-  int64_t preferred[16];
+  const int32_t *preferred;       /* borrowed; n_preferred entries */
   uint64_t max_queue_delay_us;
   bool preserve_ordering;
   uint32_t priority_levels;
   uint32_t default_priority_level;
   cfg_queue_policy default_policy;
-  int n_level_policies;
-  uint32_t level_policy_level[16];
-  cfg_queue_policy level_policy[16];
+  int n_level_policies;           /* priority_queue_policy entries: cfg_level_policy() */
 } cfg_dynamic_batching;
 
 typedef enum { CFG_VERSIONS_LATEST, CFG_VERSIONS_ALL, CFG_VERSIONS_SPECIFIC } cfg_version_kind;
@@ -63,16 +64,28 @@ void cfg_output(const cinfer_model_config *c, int i, cfg_io *out);
 int cfg_instance_group_count(const cinfer_model_config *c);
 void cfg_get_instance_group(const cinfer_model_config *c, int i, cfg_instance_group *out);
 void cfg_get_dynamic_batching(const cinfer_model_config *c, cfg_dynamic_batching *out);
+/* Entry i (< n_level_policies) of dynamic_batching.priority_queue_policy. */
+void cfg_level_policy(const cinfer_model_config *c, int i, uint32_t *level, cfg_queue_policy *out);
 cfg_version_kind cfg_version_policy(const cinfer_model_config *c, int *num_latest,
                                     const int64_t **specific, int *n_specific);
 const char *cfg_parameter(const cinfer_model_config *c, const char *key);
 bool cfg_decoupled(const cinfer_model_config *c);
 void cfg_free(cinfer_model_config *c);
+/* Configuration that parses but that cinfer does not implement (sequence_batching,
+ * response_cache, KIND_GPU on a CPU backend, rate_limiter, ...): the model must fail to load
+ * with a reason naming the field rather than run without it. NULL when every field given
+ * is honoured. docs/config-reference.md lists them. */
+cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *backend,
+                                   bool backend_decoupled);
 
 /* Loads <model_dir>/config.pbtxt. When the file is missing, makes a minimal config from
  * the files in the version folders (model.onnx -> onnxruntime, model.gguf -> llm) for the
  * backend to auto-complete. The name must match the folder (or is filled in). */
 cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_config **out);
+/* The same from Triton's load-with-config JSON (it replaces config.pbtxt for the load;
+ * the name must match too). */
+cinfer_status *cfg_load_json(const char *model_dir, const char *name, const char *json,
+                             cinfer_model_config **out);
 /* Final validation after backend auto-complete. */
 cinfer_status *cfg_validate(const cinfer_model_config *c);
 

@@ -82,7 +82,7 @@ cinfer_status *cinfer_batch_output(cinfer_batch *b, const char *name, cinfer_dty
   if (!bl || bl->n == c->cap) {
     uint32_t ncap = c->cap ? c->cap * 2 : 4;
     batch_block *nb = realloc(bl, sizeof *nb + ncap * sizeof nb->out[0]);
-    if (!nb) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    if (!nb) return cinfer_status_oom(NULL);
     if (!bl) {
       atomic_init(&nb->refs, 1);
       nb->n = 0;
@@ -96,7 +96,7 @@ cinfer_status *cinfer_batch_output(cinfer_batch *b, const char *name, cinfer_dty
   char *nm = strdup(name);
   if (!nm) {
     free(p);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   uint32_t i = bl->n++;
   bl->out[i].name = nm;
@@ -173,7 +173,7 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
     cinfer_tensor *ts = bl ? calloc(bl->n ? bl->n : 1, sizeof *ts) : NULL;
     if (!resp || (bl && !ts)) {
       free(resp), free(ts);
-      fail_request(m, r, cinfer_status_new(CINFER_INTERNAL, "out of memory"));
+      fail_request(m, r, cinfer_status_oom(NULL));
       row0 += rows;
       continue;
     }
@@ -224,19 +224,20 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
   }
 }
 
-static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
+/* inputs, bufs: the worker's scratch, m->n_inputs entries each (sized from the config). */
+static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
+                      cinfer_tensor *inputs, void **bufs) {
   cinfer_model *m = inst->model;
   uint64_t t0 = now_ns();
   int64_t rows = 0;
   for (uint32_t k = 0; k < n; k++) rows += reqs[k]->rows;
 
   /* Assemble inputs: one tensor per input the first request carries, config order. */
-  cinfer_tensor inputs[64];
-  void *bufs[64] = {0};
   uint32_t n_in = 0;
   cinfer_status *st = NULL;
   cinfer_request *r0 = reqs[0];
-  for (int ci = 0; ci < m->n_inputs && n_in < 64; ci++) {
+  memset(bufs, 0, (size_t)m->n_inputs * sizeof *bufs);
+  for (int ci = 0; ci < m->n_inputs; ci++) {
     const cinfer_tensor *tin = NULL;
     for (uint32_t i = 0; i < r0->n_inputs; i++)
       if (r0->inputs[i].cfg_index == ci) tin = &r0->inputs[i].t;
@@ -250,7 +251,7 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
       total += cinfer_request_input_by_name(reqs[k], tin->name)->byte_size;
     char *buf = NULL;
     if (posix_memalign((void **)&buf, 64, total ? total : 64)) {
-      st = cinfer_status_new(CINFER_INTERNAL, "out of memory assembling a batch");
+      st = cinfer_status_oom("assembling a batch");
       break;
     }
     bufs[n_in] = buf;
@@ -350,9 +351,11 @@ static void *worker_main(void *arg) {
   size_t cap = m->scratch_cap;
   batcher_item *items = calloc(cap, sizeof *items);
   cinfer_request **batch = calloc(cap, sizeof *batch);
-  if (!items || !batch) {
+  cinfer_tensor *inputs = calloc((size_t)m->n_inputs + 1, sizeof *inputs);
+  void **bufs = calloc((size_t)m->n_inputs + 1, sizeof *bufs);
+  if (!items || !batch || !inputs || !bufs) {
     LOG_E("model '%s': instance %d cannot allocate its batch buffers", m->name, inst->index);
-    free(items), free(batch);
+    free(items), free(batch), free(inputs), free(bufs);
     return NULL;
   }
   pthread_mutex_lock(&m->mu);
@@ -396,7 +399,7 @@ static void *worker_main(void *arg) {
       else
         batch[live++] = r;
     }
-    if (live) run_batch(inst, batch, live);
+    if (live) run_batch(inst, batch, live, inputs, bufs);
     uint64_t busy = now_ns() - t;
     pthread_mutex_lock(&m->mu);
     inst->busy_ns += busy;
@@ -404,6 +407,8 @@ static void *worker_main(void *arg) {
   pthread_mutex_unlock(&m->mu);
   free(items);
   free(batch);
+  free(inputs);
+  free(bufs);
   return NULL;
 }
 
@@ -450,7 +455,9 @@ void model_order_release(cinfer_model *m, cinfer_request *r, cinfer_response *re
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
 
-static void metrics_init(cinfer_model *m) {
+/* Creates the model's series; false when one could not be allocated (the caller removes
+ * the others with metrics_fini and fails the load: a model never serves half-observed). */
+static bool metrics_init(cinfer_model *m) {
   metrics_registry *reg = server_metrics(m->server);
   char ver[32];
   snprintf(ver, sizeof ver, "%lld", (long long)m->version);
@@ -487,9 +494,17 @@ static void metrics_init(cinfer_model *m) {
     snprintf(idx, sizeof idx, "%d", i);
     const char *li[] = {"model", m->name, "version", ver, "instance", idx, NULL};
     m->instances[i].m_busy = metrics_series(busy, li);
+    if (!m->instances[i].m_busy) return false;
   }
 #undef FAM
 #undef HIST
+  metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
+                   m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
+                   m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,
+                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!all[i]) return false;
+  return true;
 }
 
 static void metrics_fini(cinfer_model *m) {
@@ -540,15 +555,16 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   *out = NULL;
   const char *bname = cfg_backend(config);
   const cinfer_backend_iface *be = backend_find(bname);
-  if (!be) {
-    cinfer_status *st = cinfer_status_new(CINFER_INVALID_ARG, "unknown backend '%s'", bname);
+  if (!be) { /* an ensemble (no backend) should say that ensembles are not implemented */
+    cinfer_status *st = cfg_check_supported(config, bname, false);
+    if (!st) st = cinfer_status_new(CINFER_INVALID_ARG, "unknown backend '%s'", bname);
     cfg_free(config);
     return st;
   }
   cinfer_model *m = calloc(1, sizeof *m);
   if (!m) {
     cfg_free(config);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   atomic_init(&m->refs, 1);
   m->server = s;
@@ -568,21 +584,30 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   if (asprintf(&m->version_dir, "%s/%lld", model_dir, (long long)version) < 0) m->version_dir = NULL;
   cinfer_status *st = NULL;
   if (!m->name || !m->model_dir || !m->version_dir) {
-    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto fail;
   }
   snprintf(m->stats.name, sizeof m->stats.name, "%s", name);
   m->stats.version = version;
   if (be->autocomplete && (st = be->autocomplete(config, m->version_dir))) goto fail;
   if ((st = cfg_validate(config))) goto fail;
+  if ((st = cfg_check_supported(config, be->name, (be->flags & CINFER_BACKEND_DECOUPLED) != 0))) goto fail;
   m->max_batch = cfg_max_batch_size(config);
   m->batching = m->max_batch > 0;
   cfg_get_dynamic_batching(config, &m->db);
   {
-    batcher_level_policy lp[16];
+    /* Sized from the config (its lists are bounded where it is validated). */
     batcher_config bc = {.max_batch_size = m->batching && m->db.enabled ? m->max_batch : 0};
-    int64_t pref[16];
+    int64_t *pref = NULL;
+    batcher_level_policy *lp = NULL;
     if (m->db.enabled) {
+      pref = calloc((size_t)m->db.n_preferred + 1, sizeof *pref);
+      lp = calloc((size_t)m->db.n_level_policies + 1, sizeof *lp);
+      if (!pref || !lp) {
+        free(pref), free(lp);
+        st = cinfer_status_oom("batcher configuration");
+        goto fail;
+      }
       for (int i = 0; i < m->db.n_preferred; i++) pref[i] = m->db.preferred[i];
       bc.preferred_batch_sizes = pref;
       bc.n_preferred_batch_sizes = (size_t)m->db.n_preferred;
@@ -595,15 +620,20 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
           dp->reject_on_timeout ? BATCHER_TIMEOUT_REJECT : BATCHER_TIMEOUT_DELAY,
           dp->default_timeout_us, dp->allow_timeout_override, dp->max_queue_size};
       for (int i = 0; i < m->db.n_level_policies; i++) {
-        const cfg_queue_policy *q = &m->db.level_policy[i];
-        lp[i] = (batcher_level_policy){m->db.level_policy_level[i],
-                                       {q->reject_on_timeout ? BATCHER_TIMEOUT_REJECT : BATCHER_TIMEOUT_DELAY,
-                                        q->default_timeout_us, q->allow_timeout_override, q->max_queue_size}};
+        uint32_t level;
+        cfg_queue_policy q;
+        cfg_level_policy(config, i, &level, &q);
+        lp[i] = (batcher_level_policy){level,
+                                       {q.reject_on_timeout ? BATCHER_TIMEOUT_REJECT : BATCHER_TIMEOUT_DELAY,
+                                        q.default_timeout_us, q.allow_timeout_override, q.max_queue_size}};
       }
       bc.priority_queue_policy = lp;
       bc.n_priority_queue_policy = (size_t)m->db.n_level_policies;
     }
-    if ((st = batcher_create(&bc, &m->batcher))) goto fail;
+    st = batcher_create(&bc, &m->batcher); /* copies the lists */
+    free(pref);
+    free(lp);
+    if (st) goto fail;
     m->scratch_cap = bc.max_batch_size > 0 ? (size_t)bc.max_batch_size : 1;
     if (m->db.enabled && m->db.preserve_ordering && (st = sched_order_create(&m->order))) goto fail;
   }
@@ -612,7 +642,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   m->inputs = calloc((size_t)m->n_inputs + 1, sizeof *m->inputs);
   m->outputs = calloc((size_t)m->n_outputs + 1, sizeof *m->outputs);
   if (!m->inputs || !m->outputs) {
-    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto fail;
   }
   for (int i = 0; i < m->n_inputs; i++) cfg_input(config, i, &m->inputs[i]);
@@ -631,7 +661,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   }
   m->instances = calloc((size_t)total, sizeof *m->instances);
   if (!m->instances) {
-    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto fail;
   }
   m->n_instances = total;
@@ -661,7 +691,11 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
         }
       }
   }
-  metrics_init(m);
+  if (!metrics_init(m)) {
+    metrics_fini(m);
+    st = cinfer_status_oom("metrics of the model");
+    goto fail;
+  }
   for (int i = 0; i < m->n_instances; i++) {
     if (pthread_create(&m->instances[i].thread, NULL, worker_main, &m->instances[i])) {
       st = cinfer_status_new(CINFER_INTERNAL, "cannot start instance thread");

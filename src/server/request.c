@@ -8,7 +8,7 @@
 #include "server/internal.h"
 
 #define BAD(...) cinfer_status_new(CINFER_INVALID_ARG, __VA_ARGS__)
-#define OOM() cinfer_status_new(CINFER_INTERNAL, "out of memory")
+#define OOM() cinfer_status_oom(NULL)
 
 cinfer_status *cinfer_request_create(cinfer_model *m, cinfer_request **out) {
   cinfer_request *r = calloc(1, sizeof *r);

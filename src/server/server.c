@@ -5,12 +5,37 @@
  * Locking: s->mu guards the model table (entries, versions, states). s->load_mu serialises
  * load/unload operations so two loads of one model never interleave; it is taken before
  * s->mu, never after. A version's cinfer_model is reachable from the table only while its
- * state is READY; acquiring takes a reference under s->mu.
+ * state is READY; acquiring takes a reference under s->mu. s->reap_mu guards the reaper's
+ * list, the live-model count and the two stop flags (the poller's and the reaper's).
+ *
+ * Version states (version_entry.state, under s->mu), with the function behind each move:
+ *
+ *                 load_model_locked                model_create + warmup ok
+ *   UNAVAILABLE ───────────────────────▶ LOADING ─────────────────────────▶ READY ──┐
+ *        ▲  ▲        load fails            │  ▲                                │  ▲   │ reload:
+ *        │  └──────────────────────────────┘  │ load_model_locked              │  └───┘ the new
+ *        │                                    │ (reload while draining)        │       model replaces
+ *        │          reaper_main               │                                │       the old one,
+ *        └────────────────────────────── UNLOADING ◀───────────────────────────┘       which drains
+ *                   (model destroyed)           unload_entry_locked, or a version
+ *                                               the policy no longer selects
+ *
+ * Invariants (asserted by set_state and check_version):
+ *   1. ve->model != NULL exactly when ve->state == V_READY.
+ *   2. Only the moves drawn above happen (v_allowed).
+ *   3. Every cinfer_model that model_create returned is counted in s->n_live until the
+ *      reaper has destroyed it; the reaper exits only when stopped, its list is empty and
+ *      n_live is 0, so no released model is left undestroyed at cinfer_server_destroy.
  *
  * Reload (explicit load of a loaded model, or a change seen by polling): the new versions
  * are loaded and made READY first, then the old ones leave the table (UNLOADING) and are
  * destroyed by the reaper once their last request has completed, so no admitted request
- * ever fails because of a reload. */
+ * ever fails because of a reload.
+ *
+ * Model control: in modes none and poll the load/unload API is refused as Triton refuses
+ * it (UNAVAILABLE, HTTP 503, Triton's wording); the server's own loads (startup, polling)
+ * go through load_model(). */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -23,9 +48,21 @@
 #include "core/log.h"
 #include "server/internal.h"
 
+typedef enum vstate { V_UNAVAILABLE, V_LOADING, V_READY, V_UNLOADING, V_COUNT_ } vstate;
+
+static const char *const vstate_names[V_COUNT_] = {"UNAVAILABLE", "LOADING", "READY", "UNLOADING"};
+
+/* v_allowed[from][to]: the moves of the diagram in the file comment. */
+static const bool v_allowed[V_COUNT_][V_COUNT_] = {
+    [V_UNAVAILABLE] = {[V_LOADING] = true},
+    [V_LOADING] = {[V_READY] = true, [V_UNAVAILABLE] = true},
+    [V_READY] = {[V_READY] = true, [V_UNLOADING] = true},
+    [V_UNLOADING] = {[V_UNAVAILABLE] = true, [V_LOADING] = true},
+};
+
 typedef struct version_entry {
   int64_t version;
-  const char *state;           /* static string */
+  vstate state;
   char *reason;
   cinfer_model *model;         /* the table's reference while READY */
   struct version_entry *next;
@@ -55,7 +92,9 @@ struct cinfer_server {
   pthread_mutex_t reap_mu;
   pthread_cond_t reap_cv;
   cinfer_model *reap_list;
-  bool reaper_stop;
+  size_t n_live;               /* models created and not yet destroyed by the reaper */
+  bool reaper_stop;            /* destroy: exit once the list is empty and n_live is 0 */
+  bool poll_stop;              /* destroy: the poller exits */
   bool poller_started;
   pthread_cond_t poll_cv;
   uint64_t busy_window_start;
@@ -204,6 +243,29 @@ static void set_reason(char **slot, const char *msg) {
   *slot = msg ? strdup(msg) : NULL;
 }
 
+static void check_version(const version_entry *ve) {
+  assert((ve->model != NULL) == (ve->state == V_READY)); /* invariant 1 */
+  (void)ve;
+}
+
+/* Moves ve to `to` (with s->mu held); the caller has set ve->model to match. */
+static void set_state(version_entry *ve, vstate to) {
+  if (!v_allowed[ve->state][to]) { /* invariant 2: a bug; loud in every build */
+    LOG_E("version %lld: state %s -> %s is not a move of the state diagram",
+          (long long)ve->version, vstate_names[ve->state], vstate_names[to]);
+    assert(!"bad version state transition");
+  }
+  ve->state = to;
+  check_version(ve);
+}
+
+/* Counts a model that model_create returned (invariant 3). */
+static void live_add(cinfer_server *s) {
+  pthread_mutex_lock(&s->reap_mu);
+  s->n_live++;
+  pthread_mutex_unlock(&s->reap_mu);
+}
+
 /* ---- reaper --------------------------------------------------------------------------- */
 
 void server_reap(cinfer_server *s, cinfer_model *m) {
@@ -218,8 +280,9 @@ static void *reaper_main(void *arg) {
   cinfer_server *s = arg;
   pthread_mutex_lock(&s->reap_mu);
   for (;;) {
-    while (!s->reap_list && !s->reaper_stop) pthread_cond_wait(&s->reap_cv, &s->reap_mu);
-    if (!s->reap_list) break;
+    while (!s->reap_list && !(s->reaper_stop && s->n_live == 0))
+      pthread_cond_wait(&s->reap_cv, &s->reap_mu);
+    if (!s->reap_list) break; /* stopped, and every model is destroyed */
     cinfer_model *m = s->reap_list;
     s->reap_list = m->reap_next;
     pthread_mutex_unlock(&s->reap_mu);
@@ -231,12 +294,13 @@ static void *reaper_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     model_entry *e = find_entry(s, name);
     version_entry *ve = e ? find_version(e, version) : NULL;
-    if (ve && !ve->model && !strcmp(ve->state, "UNLOADING")) {
-      ve->state = "UNAVAILABLE";
+    if (ve && ve->state == V_UNLOADING) {
+      set_state(ve, V_UNAVAILABLE);
       set_reason(&ve->reason, "unloaded");
     }
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&s->reap_mu);
+    s->n_live--;
   }
   pthread_mutex_unlock(&s->reap_mu);
   return NULL;
@@ -293,7 +357,7 @@ static cinfer_status *run_warmup(cinfer_server *s, cinfer_model *m) {
         size_t bytes = (size_t)el * es;
         unsigned char *buf = calloc(1, bytes ? bytes : 1);
         if (!buf) {
-          st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+          st = cinfer_status_oom(NULL);
           break;
         }
         if (wi.source == 1) /* random data; BYTES stay empty strings */
@@ -348,8 +412,11 @@ static void log_kv_model(const char *what, const char *name, int64_t v, const ch
   log_event(reason ? LOG_ERROR : LOG_INFO, kv, "%s", what);
 }
 
-/* Loads the versions the policy selects. Called with load_mu held, not mu. */
-static cinfer_status *load_model_locked(cinfer_server *s, const char *name) {
+/* Loads the versions the policy selects, from config_json (Triton's load-with-config:
+ * it replaces config.pbtxt for this load) or config.pbtxt when NULL. Called with load_mu
+ * held, not mu. */
+static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
+                                        const char *config_json) {
   char dir[4096];
   if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") || !name[0])
     return cinfer_status_new(CINFER_INVALID_ARG, "invalid model name '%s'", name);
@@ -366,10 +433,11 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name) {
     e->fingerprint = fp;
   }
   pthread_mutex_unlock(&s->mu);
-  if (!e) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!e) return cinfer_status_oom(NULL);
 
   cinfer_model_config *probe = NULL;
-  cinfer_status *st = cfg_load(dir, name, &probe);
+  cinfer_status *st = config_json ? cfg_load_json(dir, name, config_json, &probe)
+                                  : cfg_load(dir, name, &probe);
   if (st) {
     pthread_mutex_lock(&s->mu);
     set_reason(&e->reason, cinfer_status_message(st));
@@ -409,28 +477,28 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name) {
     int64_t v = sel[i];
     pthread_mutex_lock(&s->mu);
     version_entry *ve = find_version(e, v);
-    if (!ve && (ve = calloc(1, sizeof *ve))) {
+    if (!ve && (ve = calloc(1, sizeof *ve))) { /* V_UNAVAILABLE */
       ve->version = v;
-      ve->state = "UNAVAILABLE";
       ve->next = e->versions;
       e->versions = ve;
     }
-    if (ve && !ve->model) ve->state = "LOADING";
+    if (ve && ve->state != V_READY) set_state(ve, V_LOADING);
     pthread_mutex_unlock(&s->mu);
-    if (!ve) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    if (!ve) return cinfer_status_oom(NULL);
 
     cinfer_model_config *cfg = NULL;
     cinfer_model *m = NULL;
     uint64_t t0 = now_ns();
-    st = cfg_load(dir, name, &cfg);
+    st = config_json ? cfg_load_json(dir, name, config_json, &cfg) : cfg_load(dir, name, &cfg);
     if (!st) st = model_create(s, name, v, dir, cfg, &m); /* takes cfg */
+    if (!st) live_add(s);
     if (!st && (st = run_warmup(s, m))) {
       cinfer_model_release(m);
       m = NULL;
     }
     pthread_mutex_lock(&s->mu);
     if (st) {
-      if (!ve->model) ve->state = "UNAVAILABLE";
+      if (ve->state == V_LOADING) set_state(ve, V_UNAVAILABLE); /* a READY one keeps serving */
       set_reason(&ve->reason, cinfer_status_message(st));
       pthread_mutex_unlock(&s->mu);
       log_kv_model("failed to load model", name, v, cinfer_status_message(st));
@@ -440,7 +508,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name) {
     }
     cinfer_model *old = ve->model;
     ve->model = m;
-    ve->state = "READY";
+    set_state(ve, V_READY);
     set_reason(&ve->reason, NULL);
     pthread_mutex_unlock(&s->mu);
     cinfer_model_release(old); /* drains, then the reaper unloads it */
@@ -459,7 +527,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name) {
     if (!keep && ve->model && nd < 256) {
       drop[nd++] = ve->model;
       ve->model = NULL;
-      ve->state = "UNLOADING";
+      set_state(ve, V_UNLOADING);
     }
   }
   pthread_mutex_unlock(&s->mu);
@@ -474,7 +542,7 @@ static void unload_entry_locked(cinfer_server *s, model_entry *e) {
     if (ve->model && nd < 256) {
       drop[nd++] = ve->model;
       ve->model = NULL;
-      ve->state = "UNLOADING";
+      set_state(ve, V_UNLOADING);
     }
   e->wanted = false;
   pthread_mutex_unlock(&s->mu);
@@ -482,20 +550,35 @@ static void unload_entry_locked(cinfer_server *s, model_entry *e) {
   pthread_mutex_lock(&s->mu);
 }
 
-cinfer_status *cinfer_server_load_model(cinfer_server *s, const char *name, const char *config_json) {
-  if (config_json)
-    return cinfer_status_new(CINFER_UNSUPPORTED,
-                             "loading '%s' with a configuration override is not supported; "
-                             "edit its config.pbtxt", name);
+/* The server's own loads (startup, polling), whatever the control mode. */
+static cinfer_status *load_model(cinfer_server *s, const char *name, const char *config_json) {
   if (atomic_load(&s->shutting_down))
     return cinfer_status_new(CINFER_UNAVAILABLE, "server is shutting down");
   pthread_mutex_lock(&s->load_mu);
-  cinfer_status *st = load_model_locked(s, name);
+  cinfer_status *st = load_model_locked(s, name, config_json);
   pthread_mutex_unlock(&s->load_mu);
   return st;
 }
 
+/* Triton refuses the model control API unless the mode is explicit, with this wording
+ * (model_repository_manager.cc, LoadUnloadModels) and code UNAVAILABLE (HTTP 503). */
+static cinfer_status *control_refused(const cinfer_server *s) {
+  if (s->opts.control_mode == CINFER_MODEL_CONTROL_EXPLICIT) return NULL;
+  return cinfer_status_new(CINFER_UNAVAILABLE,
+                           "explicit model load / unload is not allowed if polling is enabled "
+                           "(model control mode is %s; start the server with "
+                           "--model-control-mode explicit)",
+                           s->opts.control_mode == CINFER_MODEL_CONTROL_POLL ? "poll" : "none");
+}
+
+cinfer_status *cinfer_server_load_model(cinfer_server *s, const char *name, const char *config_json) {
+  cinfer_status *st = control_refused(s);
+  return st ? st : load_model(s, name, config_json);
+}
+
 cinfer_status *cinfer_server_unload_model(cinfer_server *s, const char *name) {
+  cinfer_status *refused = control_refused(s);
+  if (refused) return refused;
   pthread_mutex_lock(&s->load_mu);
   pthread_mutex_lock(&s->mu);
   model_entry *e = find_entry(s, name);
@@ -541,7 +624,7 @@ static void poll_once(cinfer_server *s) {
     pthread_mutex_unlock(&s->mu);
     if (changed) {
       LOG_I("repository change: (re)loading '%s'", names[i]);
-      cinfer_status_free(cinfer_server_load_model(s, names[i], NULL));
+      cinfer_status_free(load_model(s, names[i], NULL));
     }
   }
   pthread_mutex_lock(&s->load_mu);
@@ -564,12 +647,12 @@ static void poll_once(cinfer_server *s) {
 static void *poller_main(void *arg) {
   cinfer_server *s = arg;
   pthread_mutex_lock(&s->reap_mu);
-  while (!s->reaper_stop) {
+  while (!s->poll_stop) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += s->opts.repository_poll_secs > 0 ? s->opts.repository_poll_secs : 15;
     pthread_cond_timedwait(&s->poll_cv, &s->reap_mu, &ts);
-    if (s->reaper_stop) break;
+    if (s->poll_stop) break;
     pthread_mutex_unlock(&s->reap_mu);
     poll_once(s);
     pthread_mutex_lock(&s->reap_mu);
@@ -597,7 +680,7 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
   cinfer_server *s = calloc(1, sizeof *s);
   if (!s) {
     free(repo);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   s->repo = repo;
   s->opts = *opts;
@@ -633,7 +716,7 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
     for (size_t k = 0; !load && k < opts->n_startup_models; k++)
       if (!strcmp(opts->startup_models[k], "*") || !strcmp(opts->startup_models[k], names[i])) load = true;
     if (load) {
-      cinfer_status_free(cinfer_server_load_model(s, names[i], NULL));
+      cinfer_status_free(load_model(s, names[i], NULL));
     } else { /* listed in the index as UNAVAILABLE */
       pthread_mutex_lock(&s->mu);
       get_entry(s, names[i]);
@@ -661,7 +744,7 @@ void cinfer_server_destroy(cinfer_server *s) {
   atomic_store(&s->shutting_down, true);
   pthread_mutex_lock(&s->reap_mu);
   bool poller = s->poller_started;
-  s->reaper_stop = poller; /* stop the poller first; the reaper keeps running */
+  s->poll_stop = true; /* stop the poller first; the reaper keeps running */
   pthread_cond_broadcast(&s->poll_cv);
   pthread_mutex_unlock(&s->reap_mu);
   if (poller) pthread_join(s->poller, NULL);
@@ -675,8 +758,9 @@ void cinfer_server_destroy(cinfer_server *s) {
   s->reaper_stop = true;
   pthread_cond_broadcast(&s->reap_cv);
   pthread_mutex_unlock(&s->reap_mu);
-  /* The reaper exits when the list is empty and stop is set; models still referenced by
-   * callers that never released them would be leaked here, which is a caller bug. */
+  /* The reaper exits when the list is empty, stop is set and every model has been
+   * destroyed (invariant 3): it waits for the requests still in flight to release theirs.
+   * A caller that never releases a model it acquired makes this wait forever (a bug). */
   pthread_join(s->reaper, NULL);
   for (model_entry *e = s->models, *en; e; e = en) {
     en = e->next;
@@ -711,7 +795,7 @@ bool cinfer_server_is_ready(const cinfer_server *s) {
     if (!e->wanted) continue;
     if (e->reason) ready = false;
     for (version_entry *ve = e->versions; ve; ve = ve->next)
-      if (strcmp(ve->state, "READY") && strcmp(ve->state, "UNLOADING") && strcmp(ve->reason ? ve->reason : "", "unloaded"))
+      if (ve->state != V_READY && ve->state != V_UNLOADING && strcmp(ve->reason ? ve->reason : "", "unloaded"))
         ready = false;
   }
   pthread_mutex_unlock(&ms->mu);
@@ -738,10 +822,10 @@ cinfer_status *cinfer_server_repository_index(cinfer_server *s, bool ready_only,
   for (model_entry *e = s->models; a && e; e = e->next) {
     bool any = false;
     for (version_entry *ve = e->versions; ve; ve = ve->next) {
-      if (ready_only && strcmp(ve->state, "READY")) continue;
+      if (ready_only && ve->state != V_READY) continue;
       a[k].name = strdup(e->name);
       a[k].version = ve->version;
-      a[k].state = ve->state;
+      a[k].state = vstate_names[ve->state];
       a[k].reason = strdup(ve->reason ? ve->reason : "");
       k++;
       any = true;
@@ -749,13 +833,13 @@ cinfer_status *cinfer_server_repository_index(cinfer_server *s, bool ready_only,
     if (!any && !ready_only) {
       a[k].name = strdup(e->name);
       a[k].version = -1;
-      a[k].state = "UNAVAILABLE";
+      a[k].state = vstate_names[V_UNAVAILABLE];
       a[k].reason = strdup(e->reason ? e->reason : (e->wanted ? "" : "not loaded"));
       k++;
     }
   }
   pthread_mutex_unlock(&s->mu);
-  if (!a) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!a) return cinfer_status_oom(NULL);
   *out = a;
   *n = k;
   return NULL;
@@ -854,7 +938,7 @@ cinfer_status *cinfer_server_model_stats(cinfer_server *s, const char *name, int
     }
   }
   pthread_mutex_unlock(&s->mu);
-  if (!a) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!a) return cinfer_status_oom(NULL);
   if (!found_model) {
     free(a);
     return cinfer_status_new(CINFER_NOT_FOUND, "requested model '%s' does not exist", name);
@@ -885,6 +969,6 @@ cinfer_status *cinfer_server_metrics_text(cinfer_server *s, char **text, size_t 
   }
   pthread_mutex_unlock(&s->mu);
   if (metrics_render(s->metrics, text, len))
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory rendering metrics");
+    return cinfer_status_oom("rendering metrics");
   return NULL;
 }

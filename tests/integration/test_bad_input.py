@@ -87,7 +87,7 @@ CASES = [
     ("wrong method index", "GET", "/v2/repository/index", None, {}, 405, "use POST"),
     ("unknown path", "GET", "/v3/whatever", None, {}, 404, "not found"),
     ("unknown stats model", "GET", "/v2/models/nope/stats", None, {}, 404, "does not exist"),
-    ("load unknown", "POST", "/v2/repository/models/nope/load", None, {}, 404, "no such model"),
+    ("load in mode none", "POST", "/v2/repository/models/nope/load", None, {}, 503, "explicit model load / unload is not allowed"),
     ("index bad body", "POST", "/v2/repository/index", b"{bad", {}, 400, "must be a JSON object"),
 ]
 

@@ -1,12 +1,16 @@
 """Process lifecycle: SIGTERM/SIGINT drain and exit 0; readiness; poll mode."""
+import json
 import os
 import shutil
 import signal
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from cinfer_server import Server, copy_repo
 
@@ -77,6 +81,192 @@ def test_bad_config_is_reported_and_server_not_ready():
             idx = {m["name"]: m for m in c.get_model_repository_index()}
             assert idx["broken"]["state"] == "UNAVAILABLE"
             assert "config.pbtxt:3:" in idx["broken"]["reason"], idx["broken"]
+            c.close()
+    finally:
+        shutil.rmtree(repo)
+
+
+def _post(url, path, body=None):
+    data = json.dumps(body).encode() if body is not None else b""
+    req = urllib.request.Request(url + path, data=data, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def _infer_fp32(c, model="identity_fp32"):
+    x = np.array([[1.5, -2.0]], dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", [1, 2], "FP32")
+    inp.set_data_from_numpy(x)
+    np.testing.assert_array_equal(c.infer(model, [inp]).as_numpy("OUTPUT0"), x)
+
+
+def _metrics(url):
+    return urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+
+
+def test_repeated_reload_then_sigterm_explicit():
+    # Regression (issue 15): the reloaded version shared the old one's metric series, so
+    # destroying the old version freed them and the next destroy (reload or SIGTERM)
+    # freed them again: SIGSEGV, exit 139. __exit__ asserts exit 0 and no sanitizer report.
+    repo = copy_repo(["identity_fp32"])
+    try:
+        with Server(repo, ["--model-control-mode", "explicit", "--load-model", "identity_fp32"]) as s:
+            s.wait_ready()
+            c = httpclient.InferenceServerClient(s.hostport)
+            for _ in range(4):
+                _infer_fp32(c)
+                c.load_model("identity_fp32")
+            _infer_fp32(c)
+            # The series of the version now serving survived its predecessors' destruction.
+            text = _metrics(s.url)
+            line = [l for l in text.splitlines()
+                    if l.startswith('cinfer_request_success_total{model="identity_fp32",version="1"}')]
+            assert line and float(line[0].split()[-1]) >= 5, text
+            c.close()
+    finally:
+        shutil.rmtree(repo)
+
+
+def test_poll_mode_config_edited_twice():
+    repo = copy_repo(["identity_fp32"])
+    cfg = os.path.join(repo, "identity_fp32", "config.pbtxt")
+    try:
+        with Server(repo, ["--model-control-mode", "poll", "--repository-poll-secs", "1"]) as s:
+            s.wait_ready()
+            c = httpclient.InferenceServerClient(s.hostport)
+            for batch in (4, 2):  # each edit reloads the model; the old version is destroyed
+                with open(cfg) as f:
+                    text = f.read()
+                with open(cfg, "w") as f:
+                    f.write(text.replace("max_batch_size: 8", f"max_batch_size: {batch}")
+                                .replace("max_batch_size: 4", f"max_batch_size: {batch}"))
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    if c.get_model_config("identity_fp32").get("max_batch_size") == batch:
+                        break
+                    time.sleep(0.1)
+                assert c.get_model_config("identity_fp32")["max_batch_size"] == batch
+                # the reaper destroyed the old version (its unload is logged)
+                deadline = time.monotonic() + 30
+                want = 3 - batch // 2  # 1 after the first edit, 2 after the second
+                while time.monotonic() < deadline and \
+                        sum("unloaded model 'identity_fp32'" in l for l in s.log) < want:
+                    time.sleep(0.1)
+                assert sum("unloaded model 'identity_fp32'" in l for l in s.log) >= want, "".join(s.log)
+                _infer_fp32(c)
+            c.close()
+    finally:
+        shutil.rmtree(repo)
+
+
+@pytest.mark.parametrize("mode", ["none", "poll"])
+def test_load_unload_refused_unless_explicit(mode):
+    # Triton refuses the model control API outside explicit mode: UNAVAILABLE (503), with
+    # this wording. Before: a load in mode none was accepted (and a second one crashed).
+    args = ["--model-control-mode", mode] + (["--repository-poll-secs", "1"] if mode == "poll" else [])
+    repo = copy_repo(["identity_fp32"])
+    try:
+        _refused(repo, args, mode)
+    finally:
+        shutil.rmtree(repo)
+
+
+def _refused(repo, args, mode):
+    with Server(repo, args) as s:
+        s.wait_ready()
+        for verb in ("load", "unload"):
+            code, body = _post(s.url, f"/v2/repository/models/identity_fp32/{verb}")
+            assert code == 503, body
+            assert "explicit model load / unload is not allowed if polling is enabled" in body["error"]
+            assert f"model control mode is {mode}" in body["error"]
+        c = httpclient.InferenceServerClient(s.hostport)
+        with pytest.raises(InferenceServerException, match="explicit model load / unload is not allowed"):
+            c.load_model("identity_fp32")
+        _infer_fp32(c)  # still served, never reloaded
+        c.close()
+
+
+def test_load_with_config_override():
+    repo = copy_repo(["identity_fp32"])
+    try:
+        with Server(repo, ["--model-control-mode", "explicit"]) as s:
+            s.wait_ready()
+            c = httpclient.InferenceServerClient(s.hostport)
+            assert not c.is_model_ready("identity_fp32")
+            cfg = {"name": "identity_fp32", "backend": "identity", "max_batch_size": 2,
+                   "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": ["-1"]}],
+                   "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+                   "parameters": {"note": {"string_value": "from the load request"}}}
+            c.load_model("identity_fp32", config=json.dumps(cfg))
+            got = c.get_model_config("identity_fp32")
+            assert got["max_batch_size"] == 2  # the file says 8
+            assert got["parameters"]["note"]["string_value"] == "from the load request"
+            _infer_fp32(c)
+            # GET config -> load it back unchanged: the JSON form round-trips.
+            c.load_model("identity_fp32", config=json.dumps(got))
+            assert c.get_model_config("identity_fp32") == got
+            # A load without config reads config.pbtxt again.
+            c.load_model("identity_fp32")
+            assert c.get_model_config("identity_fp32")["max_batch_size"] == 8
+            # Bad overrides are 400s that name the field; the loaded version keeps serving.
+            bad = dict(cfg, max_batch_size="many")
+            with pytest.raises(InferenceServerException, match="max_batch_size"):
+                c.load_model("identity_fp32", config=json.dumps(bad))
+            with pytest.raises(InferenceServerException, match="does not match"):
+                c.load_model("identity_fp32", config=json.dumps(dict(cfg, name="other")))
+            code, body = _post(s.url, "/v2/repository/models/identity_fp32/load",
+                               {"parameters": {"config": "{not json"}})
+            assert code == 400 and "not valid JSON" in body["error"], body
+            code, body = _post(s.url, "/v2/repository/models/identity_fp32/load",
+                               {"parameters": {"config": {"name": "identity_fp32"}}})
+            assert code == 400 and "'config' must be a string" in body["error"], body
+            code, body = _post(s.url, "/v2/repository/models/identity_fp32/load",
+                               {"parameters": {"config": json.dumps(cfg), "file:1/model.onnx": "AAAA"}})
+            assert code == 400 and "'file:1/model.onnx'" in body["error"], body
+            assert c.get_model_config("identity_fp32")["max_batch_size"] == 8
+            _infer_fp32(c)
+            c.close()
+    finally:
+        shutil.rmtree(repo)
+
+
+UNSUPPORTED = {
+    "seq": ("sequence_batching { max_sequence_idle_microseconds: 5000000 }", "sequence_batching"),
+    "cache": ("response_cache { enable: true }", "response_cache"),
+    "gpu": ("instance_group [ { kind: KIND_GPU count: 1 } ]", "kind KIND_GPU"),
+    "ratelim": ("instance_group [ { kind: KIND_CPU rate_limiter { priority: 1 } } ]", "rate_limiter"),
+    "opt": ("optimization { priority: PRIORITY_MAX }", "optimization"),
+    "txn": ("model_transaction_policy { decoupled: true }", "decoupled"),
+    "batchin": ('batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32 source_input: "INPUT0" } ]',
+                "batch_input"),
+}
+
+
+def test_unimplemented_config_fails_the_load_naming_the_field():
+    # Accepted-then-ignored configuration (issue 15): each must fail its model's load with
+    # a reason naming the field, in the repository index and in the log.
+    repo = copy_repo(["identity_fp32"])
+    base = open(os.path.join(repo, "identity_fp32", "config.pbtxt")).read()
+    try:
+        for key, (extra, _) in UNSUPPORTED.items():
+            d = os.path.join(repo, "m_" + key)
+            os.makedirs(os.path.join(d, "1"))
+            with open(os.path.join(d, "config.pbtxt"), "w") as f:
+                f.write(base.replace('"identity_fp32"', f'"m_{key}"') + extra + "\n")
+        with Server(repo) as s:
+            c = httpclient.InferenceServerClient(s.hostport)
+            assert c.is_model_ready("identity_fp32")
+            idx = {m["name"]: m for m in c.get_model_repository_index()}
+            log = "".join(s.log)
+            for key, (_, field) in UNSUPPORTED.items():
+                m = idx["m_" + key]
+                assert m["state"] == "UNAVAILABLE", m
+                assert field in m["reason"], m
+                assert not c.is_model_ready("m_" + key)
+                assert f"model=m_{key}" in log and field in log
             c.close()
     finally:
         shutil.rmtree(repo)

@@ -24,7 +24,7 @@ static cinfer_status *id_load(const cinfer_model_load_info *info, void **model) 
                                "identity model '%s': output '%s' must have the datatype of input '%s'",
                                c->name, c->outputs[i].name, c->inputs[i].name);
   identity_model *m = calloc(1, sizeof *m);
-  if (!m) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!m) return cinfer_status_oom(NULL);
   m->cfg = c;
   *model = m;
   return NULL;

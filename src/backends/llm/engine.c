@@ -154,7 +154,7 @@ static void *step_main(void *arg);
 cinfer_status *llm_engine_create(const char *path, const llm_engine_opts *opts, llm_engine **out) {
   *out = NULL;
   llm_engine *e = calloc(1, sizeof *e);
-  if (!e) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "engine: out of memory");
+  if (!e) return cinfer_status_oom("engine");
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
   e->next_id = 1;
@@ -225,11 +225,11 @@ cinfer_status *llm_engine_create(const char *path, const llm_engine_opts *opts, 
   e->textbuf = malloc(e->textbuf_cap);
   if (!e->running || !e->b_token || !e->b_pos || !e->b_seq || !e->b_want || !e->b_tables || !e->logits ||
       !e->probs || !e->idx || !e->pbuf || !e->sched || !e->textbuf) {
-    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "engine: out of memory");
+    st = cinfer_status_oom("engine");
     goto fail;
   }
   if (opts && opts->chat_template && !(e->chat_template = strdup(opts->chat_template))) {
-    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "engine: out of memory");
+    st = cinfer_status_oom("engine");
     goto fail;
   }
   llm_gguf_str s;
@@ -340,7 +340,7 @@ cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stre
   seq *s = calloc(1, sizeof *s);
   if (!s) {
     free(toks);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "submit: out of memory");
+    return cinfer_status_oom("submit");
   }
   s->sp = req->sampling;
   s->plp_done = 1; /* the first prompt token has no logprob */
@@ -362,7 +362,7 @@ cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stre
   if (!ok) {
     free(toks);
     seq_free(s);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "submit: out of memory");
+    return cinfer_status_oom("submit");
   }
   memcpy(s->tokens, toks ? toks : req->tokens, nt * 4);
   free(toks);
@@ -384,7 +384,7 @@ cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stre
     if (!nl) {
       pthread_mutex_unlock(&e->mu);
       seq_free(s);
-      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "submit: out of memory");
+      return cinfer_status_oom("submit");
     }
     e->live = nl;
     e->cap_live = nc;
@@ -1027,7 +1027,7 @@ cinfer_status *llm_engine_detokenize(const llm_engine *e, const int32_t *ids, si
     total += l;
   }
   char *b = malloc(total);
-  if (!b) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "detokenize: out of memory");
+  if (!b) return cinfer_status_oom("detokenize");
   size_t o = 0;
   for (size_t i = 0; i < n; i++) {
     size_t l;
@@ -1047,7 +1047,7 @@ cinfer_status *llm_engine_detokenize(const llm_engine *e, const int32_t *ids, si
 cinfer_status *llm_engine_chat_render(const llm_engine *e, const char *const *roles, const char *const *contents,
                                       size_t n, bool add_generation_prompt, char **out) {
   llm_chat_msg *m = calloc(n ? n : 1, sizeof *m);
-  if (!m) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "chat: out of memory");
+  if (!m) return cinfer_status_oom("chat");
   for (size_t i = 0; i < n; i++) m[i] = (llm_chat_msg){roles[i], contents[i]};
   cinfer_status *st = llm_chat_render(e->tok, e->chat_template, m, n, add_generation_prompt, out);
   free(m);

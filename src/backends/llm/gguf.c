@@ -106,7 +106,7 @@ static cinfer_status *parse_kv(rd *r, llm_gguf_kv *kv, int64_t idx) {
       /* each string needs at least 8 bytes: bound n before allocating */
       if (n > (r->size - r->off) / 8) return rd_err(r, "metadata string array count");
       kv->strs = malloc((n ? n : 1) * sizeof *kv->strs);
-      if (!kv->strs) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "gguf: out of memory");
+      if (!kv->strs) return cinfer_status_oom("gguf");
       for (uint64_t i = 0; i < n; i++)
         if (!rd_str(r, &kv->strs[i])) return rd_err(r, "metadata string array element");
       return NULL;
@@ -139,7 +139,7 @@ static cinfer_status *parse(llm_gguf *g) {
   if (nt > g->size / 24) return cinfer_status_new(CINFER_INVALID_ARG, "gguf: n_tensors %" PRIu64 " exceeds file size", nt);
   g->kv = calloc(nkv ? nkv : 1, sizeof *g->kv);
   g->tensors = calloc(nt ? nt : 1, sizeof *g->tensors);
-  if (!g->kv || !g->tensors) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "gguf: out of memory");
+  if (!g->kv || !g->tensors) return cinfer_status_oom("gguf");
   for (uint64_t i = 0; i < nkv; i++) {
     g->n_kv = (int64_t)i + 1;
     cinfer_status *st = parse_kv(&r, &g->kv[i], (int64_t)i);
@@ -228,7 +228,7 @@ static cinfer_status *open_common(llm_gguf *g, llm_gguf **out) {
 cinfer_status *llm_gguf_open_memory(const void *data, size_t size, llm_gguf **out) {
   *out = NULL;
   llm_gguf *g = calloc(1, sizeof *g);
-  if (!g) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "gguf: out of memory");
+  if (!g) return cinfer_status_oom("gguf");
   g->base = data;
   g->size = size;
   return open_common(g, out);
@@ -249,7 +249,7 @@ cinfer_status *llm_gguf_open(const char *path, llm_gguf **out) {
   llm_gguf *g = calloc(1, sizeof *g);
   if (!g) {
     munmap(p, (size_t)sb.st_size);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "gguf: out of memory");
+    return cinfer_status_oom("gguf");
   }
   g->base = p;
   g->size = (size_t)sb.st_size;

@@ -35,7 +35,7 @@ cinfer_status *llm_kv_create(int n_layers, int kv_dim, int block_size, int n_blo
   if ((size_t)n_blocks > SIZE_MAX / 4 / per)
     return cinfer_status_new(CINFER_INVALID_ARG, "kv: %d blocks overflow", n_blocks);
   llm_kv *kv = calloc(1, sizeof *kv);
-  if (!kv) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "kv: out of memory");
+  if (!kv) return cinfer_status_oom("kv");
   kv->n_layers = n_layers;
   kv->kv_dim = kv_dim;
   kv->bs = block_size;
@@ -50,7 +50,7 @@ cinfer_status *llm_kv_create(int n_layers, int kv_dim, int block_size, int n_blo
   kv->table = malloc(kv->table_cap * sizeof(int));
   if (!kv->k || !kv->v || !kv->b || !kv->tokens || !kv->free_stack || !kv->table) {
     llm_kv_destroy(kv);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "kv: cannot allocate %d blocks of %zu bytes", n_blocks,
+    return cinfer_status_new(CINFER_INTERNAL, "kv: out of memory for %d blocks of %zu bytes", n_blocks,
                              per * 4);
   }
   for (size_t i = 0; i < kv->table_cap; i++) kv->table[i] = -1;

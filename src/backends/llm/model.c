@@ -69,7 +69,7 @@ cinfer_status *llm_model_create(const llm_gguf *g, llm_model **out) {
     return cinfer_status_new(CINFER_UNSUPPORTED, "model: architecture '%.*s' not supported (llama only)",
                              (int)(arch.n > 40 ? 40 : arch.n), arch.p);
   llm_model *m = calloc(1, sizeof *m);
-  if (!m) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "model: out of memory");
+  if (!m) return cinfer_status_oom("model");
   llm_hparams *hp = &m->hp;
   cinfer_status *st = NULL;
   const char *a = "llama";
@@ -120,7 +120,7 @@ cinfer_status *llm_model_create(const llm_gguf *g, llm_model **out) {
   }
   m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
   if (!m->layers) {
-    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "model: out of memory");
+    st = cinfer_status_oom("model");
     goto fail;
   }
   for (int l = 0; l < hp->n_layers; l++) {
@@ -168,7 +168,7 @@ cinfer_status *llm_scratch_create(const llm_model *m, int max_tokens, int max_ct
   if (max_tokens < 1 || max_ctx < 1 || n_threads < 1)
     return cinfer_status_new(CINFER_INVALID_ARG, "scratch: bad sizes");
   llm_scratch *s = calloc(1, sizeof *s);
-  if (!s) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "scratch: out of memory");
+  if (!s) return cinfer_status_oom("scratch");
   s->max_tokens = max_tokens;
   s->max_ctx = max_ctx;
   s->n_threads = n_threads;
@@ -198,7 +198,7 @@ cinfer_status *llm_scratch_create(const llm_model *m, int max_tokens, int max_ct
   }
   if (!ok) {
     llm_scratch_destroy(s);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "scratch: out of memory for %d tokens", max_tokens);
+    return cinfer_status_new(CINFER_INTERNAL, "scratch: out of memory for %d tokens", max_tokens); /* an OOM is a 500 */
   }
   *out = s;
   return NULL;

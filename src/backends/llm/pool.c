@@ -118,7 +118,7 @@ cinfer_status *llm_pool_create(int n_threads, llm_pool **out) {
   if (n_threads < 1 || n_threads > 256)
     return cinfer_status_new(CINFER_INVALID_ARG, "threads must be 1..256, got %d", n_threads);
   llm_pool *p = calloc(1, sizeof *p);
-  if (!p) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "pool: out of memory");
+  if (!p) return cinfer_status_oom("pool");
   p->n = n_threads;
   p->window_ns = GUARD_WINDOW_NS;
   p->solo_ns = GUARD_SOLO_NS;
@@ -129,7 +129,7 @@ cinfer_status *llm_pool_create(int n_threads, llm_pool **out) {
   p->th = calloc((size_t)n_threads, sizeof *p->th);
   if (!p->th) {
     llm_pool_destroy(p);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "pool: out of memory");
+    return cinfer_status_oom("pool");
   }
   for (int i = 1; i < n_threads; i++) {
     warg *a = malloc(sizeof *a);

@@ -158,7 +158,7 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
   *out = NULL;
   init_byte_map();
   llm_tokenizer *t = calloc(1, sizeof *t);
-  if (!t) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenizer: out of memory");
+  if (!t) return cinfer_status_oom("tokenizer");
   llm_gguf_str model = {0}, pre = {0};
   if (!llm_gguf_get_str(g, "tokenizer.ggml.model", &model))
     return tok_err(t, "tokenizer: %s missing", "tokenizer.ggml.model");
@@ -192,7 +192,7 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
   t->piece_off = malloc(((size_t)t->n_vocab + 1) * sizeof *t->piece_off);
   if (!t->ttype || !t->piece_off || !hmap_init(&t->vocab, (size_t)t->n_vocab)) {
     llm_tokenizer_destroy(t);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenizer: out of memory");
+    return cinfer_status_oom("tokenizer");
   }
   const llm_gguf_kv *tt = llm_gguf_find(g, "tokenizer.ggml.token_type");
   if (tt && (tt->type != GGUF_ARRAY || tt->arr_n != toks->arr_n))
@@ -210,7 +210,7 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
   t->pieces = malloc(total + 1);
   if (!t->pieces) {
     llm_tokenizer_destroy(t);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenizer: out of memory");
+    return cinfer_status_oom("tokenizer");
   }
   size_t off = 0;
   for (int32_t i = 0; i < t->n_vocab; i++) {
@@ -282,7 +282,7 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
     t->score = calloc((size_t)t->n_vocab, sizeof *t->score);
     if (!t->score) {
       llm_tokenizer_destroy(t);
-      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenizer: out of memory");
+      return cinfer_status_oom("tokenizer");
     }
     if (sc) memcpy(t->score, sc->data, (size_t)t->n_vocab * sizeof *t->score);
   }
@@ -292,7 +292,7 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
       return tok_err(t, "tokenizer: %s missing", "tokenizer.ggml.merges");
     if (!hmap_init(&t->merges, (size_t)mg->arr_n + 1)) {
       llm_tokenizer_destroy(t);
-      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenizer: out of memory");
+      return cinfer_status_oom("tokenizer");
     }
     for (uint64_t i = 0; i < mg->arr_n && i < INT32_MAX; i++)
       hmap_put(&t->merges, mg->strs[i].p, (uint32_t)(mg->strs[i].n > UINT32_MAX ? 0 : mg->strs[i].n), (int32_t)i);
@@ -301,7 +301,7 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
   t->special = malloc((size_t)t->n_vocab * sizeof *t->special);
   if (!t->special) {
     llm_tokenizer_destroy(t);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenizer: out of memory");
+    return cinfer_status_oom("tokenizer");
   }
   for (int32_t i = 0; i < t->n_vocab; i++)
     if ((t->ttype[i] == TT_CONTROL || t->ttype[i] == TT_USER || t->ttype[i] == TT_UNKNOWN) && t->text[i].n > 0)
@@ -552,7 +552,7 @@ static cinfer_status *tokenize_raw(const llm_tokenizer *t, bpe_ws *w, const uint
   if (!cps || !boff) {
     free(cps);
     free(boff);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenize: out of memory");
+    return cinfer_status_oom("tokenize");
   }
   size_t nc = 0;
   for (size_t k = 0; k < n;) {
@@ -738,7 +738,7 @@ cinfer_status *llm_tokenize(const llm_tokenizer *t, const char *text, size_t n, 
   }
   if (!st && n > raw_start) st = raw_fragment(t, &w, &sw, s + raw_start, n - raw_start, raw_start, &prev_special, &res);
   if (!st && add_special && t->add_eos) ivec_push(&res, t->eos);
-  if (!st && (w.oom || sw.oom || res.oom)) st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenize: out of memory");
+  if (!st && (w.oom || sw.oom || res.oom)) st = cinfer_status_oom("tokenize");
   free(w.buf);
   free(w.syms);
   free(w.heap);
@@ -752,7 +752,7 @@ cinfer_status *llm_tokenize(const llm_tokenizer *t, const char *text, size_t n, 
   }
   *out = res.v ? res.v : malloc(sizeof(int32_t));
   *n_out = res.n;
-  if (!*out) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "tokenize: out of memory");
+  if (!*out) return cinfer_status_oom("tokenize");
   return NULL;
 }
 
@@ -874,7 +874,7 @@ cinfer_status *llm_chat_render(const llm_tokenizer *t, const char *override, con
   if (b.oom || !b.p) {
     free(b.p);
     if (!b.oom && (b.p = strdup(""))) { *out = b.p; return NULL; }
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "chat: out of memory");
+    return cinfer_status_oom("chat");
   }
   *out = b.p;
   return NULL;

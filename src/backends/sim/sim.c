@@ -81,7 +81,7 @@ static cinfer_status *param_double(const cinfer_model_config *c, const char *key
 static cinfer_status *sim_load(const cinfer_model_load_info *info, void **model) {
   const cinfer_model_config *c = info->config;
   sim_model *m = calloc(1, sizeof *m);
-  if (!m) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!m) return cinfer_status_oom(NULL);
   double conc, seed;
   cinfer_status *st;
   if ((st = param_double(c, "base_us", 1000, 0, 60e6, &m->base_us)) ||
@@ -111,7 +111,7 @@ static cinfer_status *sim_instance_create(void *model, const cinfer_instance_inf
                                           void **instance) {
   sim_model *m = model;
   sim_instance *in = calloc(1, sizeof *in);
-  if (!in) return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!in) return cinfer_status_oom(NULL);
   in->m = m;
   in->dev = device_get(info->device_id < 0 ? 0 : info->device_id, m->concurrency);
   if (!in->dev) {

@@ -173,9 +173,25 @@ static void test_clock(void **s) {
   assert_true(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
 }
 
+/* Issue 15: out of memory answered 429 (RESOURCE_EXHAUSTED invites a retry storm). Every
+ * OOM is built by cinfer_status_oom: INTERNAL, HTTP 500. */
+static void test_status_oom(void **state) {
+  (void)state;
+  cinfer_status *st = cinfer_status_oom("kv");
+  assert_int_equal(cinfer_status_code(st), CINFER_INTERNAL);
+  assert_int_equal(cinfer_code_http_status(cinfer_status_code(st)), 500);
+  assert_string_equal(cinfer_status_message(st), "kv: out of memory");
+  cinfer_status_free(st);
+  st = cinfer_status_oom(NULL);
+  assert_int_equal(cinfer_status_code(st), CINFER_INTERNAL);
+  assert_string_equal(cinfer_status_message(st), "out of memory");
+  cinfer_status_free(st);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status),
+      cmocka_unit_test(test_status_oom),
       cmocka_unit_test(test_dtype),
       cmocka_unit_test(test_tensor_check),
       cmocka_unit_test(test_numfmt),

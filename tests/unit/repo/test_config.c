@@ -750,6 +750,52 @@ static void test_new_and_load_file(void **state) {
   cinfer_status_free(st);
 }
 
+/* model_config_parse_json reads what model_config_to_json writes (Triton's GET config ->
+ * load-with-config): every corpus config goes file -> JSON -> config -> JSON unchanged. */
+static void test_json_round_trip(void **state) {
+  (void)state;
+  static const char *files[] = {
+      "densenet_onnx.pbtxt", "resnet50_dynamic.pbtxt", "face_detect_priority.pbtxt",
+      "ensemble_face_pipeline.pbtxt", "sequence_stateful.pbtxt", "bert_tokenizer_python.pbtxt",
+      "warmup_classifier.pbtxt", "tensorrt_profiles.pbtxt", "versioned_cached.pbtxt",
+      "syntax_variants.pbtxt", "llm_decoupled.pbtxt", "ragged_batch_io.pbtxt",
+      "identity_minimal.pbtxt"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    cinfer_model_config *c = load(files[i]);
+    char *j1 = model_config_to_json(c);
+    assert_non_null(j1);
+    cinfer_model_config *c2 = NULL;
+    cinfer_status *st = model_config_parse_json("json", j1, strlen(j1), &c2);
+    if (st) fail_msg("%s: %s\n%s", files[i], cinfer_status_message(st), j1);
+    char *j2 = model_config_to_json(c2);
+    if (strcmp(j1, j2)) fail_msg("%s: round trip differs:\n%s\n%s", files[i], j1, j2);
+    free(j1);
+    free(j2);
+    model_config_free(c);
+    model_config_free(c2);
+  }
+  /* Errors name the field (no line numbers in JSON). */
+  static const struct { const char *json, *want; } bad[] = {
+      {"{\"max_batch_size\":\"x\"}", "json: field 'max_batch_size' expects an integer, found a string"},
+      {"{\"max_batch_size\":-1}", "json: max_batch_size must be >= 0, got -1"},
+      {"{\"input\":[{\"name\":\"a\",\"data_type\":\"TYPE_X\"}]}", "invalid data type 'TYPE_X'"},
+      {"{\"instance_group\":[{\"kind\":\"KIND_TPU\"}]}", "invalid value 'KIND_TPU' for field 'kind'"},
+      {"{\"nope\":{}}", "json: unknown field 'nope' in model config"},
+      {"{\"input\":[[1]]}", "nested arrays"},
+      {"{\"input\":[null]}", "null is not a value"},
+      {"{\"name\":1}", "field 'name' expects a string"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    cinfer_model_config *c = NULL;
+    cinfer_status *st = model_config_parse_json("json", bad[i].json, strlen(bad[i].json), &c);
+    assert_non_null(st);
+    assert_null(c);
+    if (!strstr(cinfer_status_message(st), bad[i].want))
+      fail_msg("%s: '%s' lacks '%s'", bad[i].json, cinfer_status_message(st), bad[i].want);
+    cinfer_status_free(st);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_densenet),
@@ -773,6 +819,7 @@ int main(void) {
       cmocka_unit_test(test_autocomplete),
       cmocka_unit_test(test_partial_config_then_validate),
       cmocka_unit_test(test_new_and_load_file),
+      cmocka_unit_test(test_json_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

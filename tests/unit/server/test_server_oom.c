@@ -1,0 +1,155 @@
+/* test_server_oom.c: allocation-failure torture of model load (curl-style, as
+ * tests/unit/repo/test_config_oom.c does for the config layer). Every allocation that
+ * cinfer_server_load_model makes on the calling thread (repository scan, config parse or
+ * JSON override, model, scheduler, metrics, backend load) is failed in turn; each run must
+ * end either exactly as the normal load does (READY, the same metric series) or with an
+ * "out of memory" status and the model not READY, and the next load must work (no state
+ * left half-made, no leak: LeakSanitizer checks that in the ASan build).
+ *
+ * Only the test thread's allocations are counted: the server's own threads (reaper,
+ * instance workers) run unfailed, so a failure is always one the load path must handle. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <sched.h>
+
+#include "server_test_util.h"
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+char *__real_strdup(const char *s);
+char *__real_strndup(const char *s, size_t n);
+
+static _Thread_local bool torture_thread; /* set on the test thread only */
+static long budget = -1;                  /* allocations left before failing; -1 = never */
+static long failures;
+
+static bool should_fail(void) {
+  if (!torture_thread || budget < 0) return false;
+  if (budget == 0) {
+    failures++;
+    return true;
+  }
+  budget--;
+  return false;
+}
+void *__wrap_malloc(size_t n) { return should_fail() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t m) { return should_fail() ? NULL : __real_calloc(n, m); }
+void *__wrap_realloc(void *p, size_t n) { return should_fail() ? NULL : __real_realloc(p, n); }
+char *__wrap_strdup(const char *s) { return should_fail() ? NULL : __real_strdup(s); }
+char *__wrap_strndup(const char *s, size_t n) { return should_fail() ? NULL : __real_strndup(s, n); }
+static void *hook_malloc(size_t n) { return __wrap_malloc(n); }
+static void hook_free(void *p) { free(p); }
+
+static const char *const CFG =
+    "name: \"t\"\nbackend: \"identity\"\nmax_batch_size: 8\n"
+    "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+    "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+    "dynamic_batching { preferred_batch_size: [ 2, 4 ] preserve_ordering: true priority_levels: 3\n"
+    "  default_priority_level: 2\n"
+    "  priority_queue_policy { key: 3 value: { max_queue_size: 5 } } }\n"
+    "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+    "parameters { key: \"a\" value: { string_value: \"b\" } }\n";
+
+static const char *const JSON =
+    "{\"name\":\"t\",\"backend\":\"identity\",\"max_batch_size\":4,"
+    "\"input\":[{\"name\":\"INPUT0\",\"data_type\":\"TYPE_FP32\",\"dims\":[\"-1\"]}],"
+    "\"output\":[{\"name\":\"OUTPUT0\",\"data_type\":\"TYPE_FP32\",\"dims\":[-1]}],"
+    "\"dynamic_batching\":{\"priority_levels\":2,\"default_priority_level\":1,"
+    "\"priority_queue_policy\":{\"2\":{\"max_queue_size\":3}}},"
+    "\"instance_group\":[{\"count\":2,\"kind\":\"KIND_CPU\"}],"
+    "\"parameters\":{\"a\":{\"string_value\":\"b\"}}}";
+
+/* The metric lines of model t (values excluded), as one string. */
+static char *model_series(cinfer_server *s) {
+  char *t = NULL;
+  size_t n = 0;
+  assert_null(cinfer_server_metrics_text(s, &t, &n));
+  char *out = calloc(1, n + 1), *o = out;
+  for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
+    if (!strstr(line, "model=\"t\"")) continue;
+    char *sp = strrchr(line, ' ');
+    size_t l = sp ? (size_t)(sp - line) : strlen(line);
+    memcpy(o, line, l);
+    o += l;
+    *o++ = '\n';
+  }
+  free(t);
+  return out;
+}
+
+/* Unloads t and waits (bounded) until the reaper has destroyed it. */
+static void unload_and_wait(cinfer_server *s) {
+  assert_null(cinfer_server_unload_model(s, "t"));
+  for (long i = 0; i < 10000000 && !strcmp(tu_state(s, "t", 1, NULL, 0), "UNLOADING"); i++) sched_yield();
+  assert_string_equal(tu_state(s, "t", 1, NULL, 0), "UNAVAILABLE");
+}
+
+static void torture_load(const char *json) {
+  char *repo = tu_repo();
+  tu_model(repo, "t", 1, CFG);
+  cinfer_server *s = tu_server(repo, CINFER_MODEL_CONTROL_EXPLICIT, 0);
+  /* the reference run */
+  cinfer_status *st = cinfer_server_load_model(s, "t", json);
+  if (st) fail_msg("reference load: %s", cinfer_status_message(st));
+  char *want = model_series(s);
+  assert_non_null(strstr(want, "cinfer_request_success_total"));
+  unload_and_wait(s);
+  long n;
+  for (n = 0;; n++) {
+    failures = 0;
+    budget = n;
+    torture_thread = true;
+    st = cinfer_server_load_model(s, "t", json);
+    torture_thread = false;
+    budget = -1;
+    const char *state = tu_state(s, "t", 1, NULL, 0);
+    if (!st) {
+      assert_string_equal(state, "READY");
+      char *got = model_series(s);
+      if (strcmp(got, want))
+        fail_msg("allocation %ld failed, the load succeeded but its metrics differ:\n%s\nwant:\n%s", n, got, want);
+      free(got);
+      unload_and_wait(s);
+    } else {
+      if (!strstr(cinfer_status_message(st), "out of memory"))
+        fail_msg("allocation %ld failed: the load reported '%s', not out of memory", n,
+                 cinfer_status_message(st));
+      assert_string_not_equal(state, "READY");
+      cinfer_status_free(st);
+    }
+    if (failures == 0) break; /* the load needed fewer than n allocations: done */
+  }
+  print_message("%s: %ld allocations failed in turn\n", json ? "config JSON" : "config.pbtxt", n);
+  assert_true(n > 20); /* the load really allocates */
+  /* And the server still loads and serves it. */
+  assert_null(cinfer_server_load_model(s, "t", json));
+  assert_string_equal(tu_state(s, "t", 1, NULL, 0), "READY");
+  free(want);
+  cinfer_server_destroy(s);
+  tu_rmtree(repo);
+  free(repo);
+}
+
+static void test_torture_load_from_file(void **state) {
+  (void)state;
+  torture_load(NULL);
+}
+
+static void test_torture_load_with_config_json(void **state) {
+  (void)state;
+  torture_load(JSON);
+}
+
+int main(void) {
+  cJSON_Hooks hooks = {hook_malloc, hook_free};
+  cJSON_InitHooks(&hooks);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_torture_load_from_file),
+      cmocka_unit_test(test_torture_load_with_config_json),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
