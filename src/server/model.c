@@ -230,13 +230,23 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
   int64_t rows = 0;
   for (uint32_t k = 0; k < n; k++) rows += reqs[k]->rows;
 
-  /* Assemble inputs: one tensor per input the first request carries, config order. */
-  cinfer_tensor inputs[64];
-  void *bufs[64] = {0};
+  /* Assemble inputs: one tensor per input the first request carries, config order. The
+   * arrays hold every config input (up to CINFER_MAX_INPUTS): on the stack for the usual
+   * few, allocated past that, never clamped. */
+  enum { SMALL_INPUTS = 16 };
+  cinfer_tensor small_inputs[SMALL_INPUTS];
+  void *small_bufs[SMALL_INPUTS] = {0};
+  cinfer_tensor *inputs = small_inputs;
+  void **bufs = small_bufs;
   uint32_t n_in = 0;
   cinfer_status *st = NULL;
   cinfer_request *r0 = reqs[0];
-  for (int ci = 0; ci < m->n_inputs && n_in < 64; ci++) {
+  if (m->n_inputs > SMALL_INPUTS) {
+    inputs = calloc((size_t)m->n_inputs, sizeof *inputs);
+    bufs = calloc((size_t)m->n_inputs, sizeof *bufs);
+    if (!inputs || !bufs) st = cinfer_status_new(CINFER_INTERNAL, "out of memory assembling a batch");
+  }
+  for (int ci = 0; ci < m->n_inputs && !st; ci++) {
     const cinfer_tensor *tin = NULL;
     for (uint32_t i = 0; i < r0->n_inputs; i++)
       if (r0->inputs[i].cfg_index == ci) tin = &r0->inputs[i].t;
@@ -275,6 +285,8 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
   if (!st) st = m->backend->execute(inst->state, &b);
   uint64_t t2 = now_ns();
   for (uint32_t i = 0; i < n_in; i++) free(bufs[i]);
+  if (inputs != small_inputs) free(inputs);
+  if (bufs != small_bufs) free(bufs);
 
   pthread_mutex_lock(&m->stats_mu);
   m->stats.execution_count++;
