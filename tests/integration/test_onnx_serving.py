@@ -177,3 +177,37 @@ def test_model_over_the_output_limit_is_unavailable(wide_server):
     assert index["too_wide"]["state"] == "UNAVAILABLE"
     assert "model has 4097 outputs; the limit is CINFER_MAX_OUTPUTS = 4096" in index["too_wide"]["reason"]
     assert index["wide_in"]["state"] == "READY" and index["wide_out"]["state"] == "READY"
+
+
+def test_cinfer_run_70_inputs_and_outputs(tmp_path):
+    """`cinfer run` compares all 70 outputs of a 70-input model (it refused more than 64),
+    with more than 16 --input overrides (it refused a 17th)."""
+    import subprocess
+    from cinfer_server import BIN
+    model = tmp_path / "model.onnx"
+    onnx.save(wide_model(70, 70), str(model))
+    data = tmp_path / "data"
+    data.mkdir()
+    xs = wide_x(70, 2)
+    for i, x in enumerate(xs):
+        with open(data / f"input_{i}.pb", "wb") as f:
+            f.write(numpy_helper.from_array(x, f"x{i}").SerializeToString())
+    for j in range(70):
+        with open(data / f"output_{j}.pb", "wb") as f:
+            f.write(numpy_helper.from_array(xs[j % 70] + (j + 1), f"y{j}").SerializeToString())
+    r = subprocess.run([BIN, "run", "--model", str(model), "--test-data-dir", str(data)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sum(" PASS" in line for line in r.stdout.splitlines() if "output y" in line) == 70, r.stdout
+    # 20 inputs given with --input (x50..x69 doubled): those outputs no longer match
+    args = []
+    for i in range(50, 70):
+        p = tmp_path / f"over_{i}.npy"
+        np.save(p, xs[i] * 2)
+        args += ["--input", f"x{i}={p}"]
+    r = subprocess.run([BIN, "run", "--model", str(model), "--test-data-dir", str(data)] + args,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    fails = sorted(int(line.split()[1][1:]) for line in r.stdout.splitlines()
+                   if line.strip().startswith("output y") and "FAIL" in line)
+    assert fails == list(range(50, 70)), r.stdout
