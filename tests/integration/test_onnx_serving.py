@@ -122,10 +122,18 @@ def wide_server():
         with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
             f.write('platform: "onnxruntime_onnx"\n')  # inputs, outputs, batching: auto-complete
         onnx.save(wide_model(n_in, n_out), os.path.join(repo, name, "1", "model.onnx"))
+    # 70 versions, all served (the metadata listed at most 64)
+    os.makedirs(os.path.join(repo, "versions70"))
+    with open(os.path.join(repo, "versions70", "config.pbtxt"), "w") as f:
+        f.write('platform: "onnxruntime_onnx"\nversion_policy: { all { } }\n')
+    small = wide_model(1, 1)
+    for v in range(1, 71):
+        os.makedirs(os.path.join(repo, "versions70", str(v)))
+        onnx.save(small, os.path.join(repo, "versions70", str(v), "model.onnx"))
     with Server(repo) as s:
         # not s.wait_ready(): the server is not ready while too_wide is UNAVAILABLE (as
         # Triton); it listens after the startup loads, so the two good models are READY now
-        for name in ("wide_out", "wide_in"):
+        for name in ("wide_out", "wide_in", "versions70"):
             with urllib.request.urlopen(f"{s.url}/v2/models/{name}/ready", timeout=30) as r:
                 assert r.status == 200, name
         yield s
@@ -177,6 +185,12 @@ def test_model_over_the_output_limit_is_unavailable(wide_server):
     assert index["too_wide"]["state"] == "UNAVAILABLE"
     assert "model has 4097 outputs; the limit is CINFER_MAX_OUTPUTS = 4096" in index["too_wide"]["reason"]
     assert index["wide_in"]["state"] == "READY" and index["wide_out"]["state"] == "READY"
+
+
+def test_metadata_lists_all_70_versions(wide_server):
+    with urllib.request.urlopen(wide_server.url + "/v2/models/versions70", timeout=30) as r:
+        md = json.load(r)
+    assert md["versions"] == [str(v) for v in range(70, 0, -1)]
 
 
 def test_cinfer_run_70_inputs_and_outputs(tmp_path):
