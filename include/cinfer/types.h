@@ -86,9 +86,20 @@ cinfer_dtype cinfer_dtype_parse(const char *s, size_t n);
 /* "TYPE_FP32", "TYPE_STRING", ... (Triton config names). */
 const char *cinfer_dtype_config_name(cinfer_dtype t);
 
-/* ---- tensors ----------------------------------------------------------------------- */
+/* ---- limits ------------------------------------------------------------------------ */
 
-#define CINFER_MAX_DIMS 8
+/* One constant per count that comes from outside (a model file, a config.pbtxt, a
+ * request). Each is checked where the number enters (the ONNX loader, config validation,
+ * KServe request decoding) and the error names the constant, e.g. "model has 70000
+ * outputs; the limit is CINFER_MAX_OUTPUTS = 4096". Past that check every array is sized
+ * from the model or the request, never clamped to a guess. The values are generous (Triton
+ * has no practical limit for inputs or outputs); they exist so that a hostile file or body
+ * cannot ask for unbounded work (name lookups are linear per tensor). */
+#define CINFER_MAX_INPUTS 4096  /* inputs of a model; inputs of one request */
+#define CINFER_MAX_OUTPUTS 4096 /* outputs of a model; outputs requested by one request */
+#define CINFER_MAX_DIMS 8       /* dimensions of a tensor */
+
+/* ---- tensors ----------------------------------------------------------------------- */
 
 /* A tensor view: a name, a type, a shape and bytes. It never owns `data` or `name`; the
  * object that produced it says how long they live. */

@@ -30,7 +30,7 @@ typedef struct run_opts {
   double rtol, atol;
   int threads, repeat, batch;
   bool profile, reference;
-  const char *in_spec[16];
+  const char **in_spec; /* every --input NAME=FILE (argv strings); n_in_spec of them */
   int n_in_spec;
 } run_opts;
 
@@ -144,18 +144,24 @@ static int cmp_double(const void *a, const void *b) {
 /* Runs one test set (dir may be NULL when only --input is used). 0 pass, 1 fail, 2 error */
 static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char *dir) {
   int nin = onnx_model_input_count(m), nout = onnx_model_output_count(m);
-  owned_tensor ins[64] = {0}, want[64] = {0};
-  cinfer_tensor feed[64], *outs = calloc((size_t)nout + 1, sizeof *outs);
+  /* Sized from the model (the loader bounds the counts by CINFER_MAX_INPUTS/OUTPUTS):
+   * ins holds the data dir's input_K.pb (at most one per graph input is read) and then
+   * every --input file, want one reference per graph output. */
+  int cap_ins = nin + o->n_in_spec + 1;
+  owned_tensor *ins = calloc((size_t)cap_ins, sizeof *ins);
+  owned_tensor *want = calloc((size_t)nout + 1, sizeof *want);
+  cinfer_tensor *feed = calloc((size_t)nin + 1, sizeof *feed);
+  cinfer_tensor *outs = calloc((size_t)nout + 1, sizeof *outs);
+  void **batched = calloc((size_t)nin + 1, sizeof *batched);
   int n_loaded = 0, n_want = 0, rc = 0;
   cinfer_status *st = NULL;
   char path[4096];
-  if (!outs || nin > 64 || nout > 64) {
-    fprintf(stderr, "cinfer run: model has too many inputs/outputs\n");
-    free(outs);
-    return 2;
+  if (!ins || !want || !feed || !outs || !batched) {
+    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    goto error;
   }
   if (dir)
-    for (int k = 0; k < 64; k++) {
+    for (int k = 0; k < nin; k++) {
       snprintf(path, sizeof path, "%s/input_%d.pb", dir, k);
       if (!file_exists(path)) break;
       if ((st = load_tensor(path, &ins[n_loaded]))) goto error;
@@ -172,7 +178,6 @@ static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char
       const char *eq = strchr(o->in_spec[q], '=');
       if (eq && (size_t)(eq - o->in_spec[q]) == strlen(info->name) &&
           !strncmp(o->in_spec[q], info->name, strlen(info->name))) {
-        if (n_loaded >= 64) break;
         if ((st = load_tensor(eq + 1, &ins[n_loaded]))) goto error;
         k = n_loaded++;
       }
@@ -184,8 +189,7 @@ static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char
     feed[i] = ins[k].t;
     feed[i].name = info->name;
   }
-  /* --batch: replicate along dim 0 */
-  void *batched[64] = {0};
+  /* --batch: replicate along dim 0 (into batched[i]) */
   /* A model that cannot batch (fixed batch of 1 the graph depends on) processes a batch as
    * o->batch consecutive batch-1 runs, like a client would. */
   int loops = 1;
@@ -209,11 +213,11 @@ static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char
     }
   double t0 = now_ms();
   for (int l = 0; l < loops && !st; l++) st = onnx_session_run(s, feed, nin, outs);
-  if (st) goto error_b;
+  if (st) goto error;
   double first = now_ms() - t0;
   if (o->repeat > 0) {
     double *lat = malloc(sizeof(double) * (size_t)o->repeat);
-    if (!lat) { st = cinfer_status_oom(NULL); goto error_b; }
+    if (!lat) { st = cinfer_status_oom(NULL); goto error; }
     if (o->profile) onnx_session_profile_reset(s);
     double tot0 = now_ms(), cpu0 = cpu_ms();
     for (int r = 0; r < o->repeat && !st; r++) {
@@ -235,21 +239,21 @@ static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char
              (double)o->repeat * b / (total / 1e3), cpu / o->repeat);
     }
     free(lat);
-    if (st) goto error_b;
+    if (st) goto error;
   }
   if (o->profile) onnx_session_profile_print(s, stdout);
   if (o->out_dir) {
     mkdir(o->out_dir, 0777);
     for (int i = 0; i < nout; i++) {
       snprintf(path, sizeof path, "%s/output_%d.pb", o->out_dir, i);
-      if ((st = onnx_tensor_write_pb(path, &outs[i]))) goto error_b;
+      if ((st = onnx_tensor_write_pb(path, &outs[i]))) goto error;
     }
   }
   if (dir) {
     for (int k = 0; k < nout; k++) {
       snprintf(path, sizeof path, "%s/output_%d.pb", dir, k);
       if (!file_exists(path)) break;
-      if ((st = load_tensor(path, &want[n_want]))) goto error_b;
+      if ((st = load_tensor(path, &want[n_want]))) goto error;
       n_want++;
     }
     if (n_want && n_want != nout) {
@@ -275,32 +279,98 @@ static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char
       }
     if (!n_want) printf("  (no reference outputs in %s)\n", dir);
   }
-  for (int i = 0; i < 64; i++) free(batched[i]);
-  free_tensors(ins, n_loaded);
-  free_tensors(want, n_want);
-  free(outs);
-  return rc;
-error_b:
-  for (int i = 0; i < 64; i++) free(batched[i]);
+  goto out;
 error:
   printf("  ERROR: %s\n", cinfer_status_message(st));
   cinfer_status_free(st);
-  free_tensors(ins, n_loaded);
-  free_tensors(want, n_want);
+  rc = 1;
+out:
+  for (int i = 0; batched && i < nin; i++) free(batched[i]);
+  if (ins) free_tensors(ins, n_loaded);
+  if (want) free_tensors(want, n_want);
+  free(ins);
+  free(want);
+  free(feed);
   free(outs);
-  return 1;
+  free(batched);
+  return rc;
 }
 
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Runs the model over the data dir's test sets (or the --input files). */
+static int run_model(const run_opts *o) {
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_file(o->model, &m);
+  if (st) {
+    fprintf(stderr, "cinfer run: %s\n", cinfer_status_message(st));
+    cinfer_status_free(st);
+    return 2;
+  }
+  onnx_session *s;
+  onnx_options opt = {.threads = o->threads, .no_fast = o->reference, .profile = o->profile};
+  if ((st = onnx_session_create(m, &opt, &s))) {
+    fprintf(stderr, "cinfer run: %s\n", cinfer_status_message(st));
+    cinfer_status_free(st);
+    onnx_model_destroy(m);
+    return 2;
+  }
+  int rc = 0;
+  char probe[4096];
+  snprintf(probe, sizeof probe, "%s/input_0.pb", o->data_dir ? o->data_dir : ".");
+  if (o->data_dir && !file_exists(probe)) {
+    /* every test_data_set_* folder, in name order (as many as there are) */
+    DIR *d = opendir(o->data_dir);
+    char **names = NULL;
+    size_t nn = 0, cap = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && rc == 0)
+      if (!strncmp(e->d_name, "test_data_set_", 14)) {
+        if (nn == cap) {
+          char **nb = realloc(names, (cap = cap ? cap * 2 : 16) * sizeof *nb);
+          if (!nb) { rc = 2; break; }
+          names = nb;
+        }
+        if (!(names[nn] = strdup(e->d_name))) { rc = 2; break; }
+        nn++;
+      }
+    if (d) closedir(d);
+    if (rc) {
+      fprintf(stderr, "cinfer run: out of memory listing %s\n", o->data_dir);
+    } else {
+      if (nn) qsort(names, nn, sizeof *names, cmp_str);
+      if (!nn) {
+        fprintf(stderr, "cinfer run: %s has neither input_0.pb nor test_data_set_* folders\n", o->data_dir);
+        rc = 2;
+      }
+      for (size_t i = 0; i < nn; i++) {
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", o->data_dir, names[i]);
+        printf("%s:\n", sub);
+        if (run_set(o, m, s, sub)) rc = 1;
+      }
+    }
+    for (size_t i = 0; i < nn; i++) free(names[i]);
+    free(names);
+  } else {
+    if (o->data_dir) printf("%s:\n", o->data_dir);
+    rc = run_set(o, m, s, o->data_dir);
+  }
+  printf("%s\n", rc == 0 ? "PASS" : "FAIL");
+  onnx_session_destroy(s);
+  onnx_model_destroy(m);
+  return rc;
+}
+
 int cmd_run(int argc, char **argv) {
   run_opts o = {.rtol = 1e-4, .atol = 1e-5, .threads = 1};
-  for (int i = 1; i < argc; i++) {
+  int rc = -1;
+  for (int i = 1; i < argc && rc < 0; i++) {
     const char *a = argv[i];
     bool has = i + 1 < argc;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); rc = 0; }
     else if (!strcmp(a, "--model") && has) o.model = argv[++i];
     else if (!strcmp(a, "--test-data-dir") && has) o.data_dir = argv[++i];
     else if (!strcmp(a, "--output-dir") && has) o.out_dir = argv[++i];
@@ -310,65 +380,27 @@ int cmd_run(int argc, char **argv) {
     else if (!strcmp(a, "--repeat") && has) o.repeat = atoi(argv[++i]);
     else if (!strcmp(a, "--batch") && has) o.batch = atoi(argv[++i]);
     else if (!strcmp(a, "--input") && has) {
-      if (o.n_in_spec == 16 || !strchr(argv[i + 1], '=')) { usage(stderr); return 2; }
-      o.in_spec[o.n_in_spec++] = argv[++i];
+      if (!strchr(argv[i + 1], '=')) { usage(stderr); rc = 2; break; }
+      if (!o.in_spec && !(o.in_spec = calloc((size_t)argc, sizeof *o.in_spec))) {
+        fprintf(stderr, "cinfer run: out of memory\n");
+        rc = 2;
+        break;
+      }
+      o.in_spec[o.n_in_spec++] = argv[++i]; /* fewer than argc of them */
     } else if (!strcmp(a, "--profile")) o.profile = true;
     else if (!strcmp(a, "--reference")) o.reference = true;
     else {
       fprintf(stderr, "cinfer run: unknown or incomplete option '%s'\n", a);
       usage(stderr);
-      return 2;
-    }
-  }
-  if (!o.model || (!o.data_dir && !o.n_in_spec) || o.threads < 1 || o.threads > 1024 ||
-      o.repeat < 0 || o.batch < 0 || o.batch > 4096 || !(o.rtol >= 0) || !(o.atol >= 0)) {
-    usage(stderr);
-    return 2;
-  }
-  onnx_model *m;
-  cinfer_status *st = onnx_model_load_file(o.model, &m);
-  if (st) {
-    fprintf(stderr, "cinfer run: %s\n", cinfer_status_message(st));
-    cinfer_status_free(st);
-    return 2;
-  }
-  onnx_session *s;
-  onnx_options opt = {.threads = o.threads, .no_fast = o.reference, .profile = o.profile};
-  if ((st = onnx_session_create(m, &opt, &s))) {
-    fprintf(stderr, "cinfer run: %s\n", cinfer_status_message(st));
-    cinfer_status_free(st);
-    onnx_model_destroy(m);
-    return 2;
-  }
-  int rc = 0;
-  char probe[4096];
-  snprintf(probe, sizeof probe, "%s/input_0.pb", o.data_dir ? o.data_dir : ".");
-  if (o.data_dir && !file_exists(probe)) {
-    DIR *d = opendir(o.data_dir);
-    char *names[256];
-    int nn = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)) && nn < 256)
-      if (!strncmp(e->d_name, "test_data_set_", 14)) names[nn++] = strdup(e->d_name);
-    if (d) closedir(d);
-    qsort(names, (size_t)nn, sizeof *names, cmp_str);
-    if (!nn) {
-      fprintf(stderr, "cinfer run: %s has neither input_0.pb nor test_data_set_* folders\n", o.data_dir);
       rc = 2;
     }
-    for (int i = 0; i < nn; i++) {
-      char sub[4096];
-      snprintf(sub, sizeof sub, "%s/%s", o.data_dir, names[i]);
-      printf("%s:\n", sub);
-      if (names[i] && run_set(&o, m, s, sub)) rc = 1;
-      free(names[i]);
-    }
-  } else {
-    if (o.data_dir) printf("%s:\n", o.data_dir);
-    rc = run_set(&o, m, s, o.data_dir);
   }
-  printf("%s\n", rc == 0 ? "PASS" : "FAIL");
-  onnx_session_destroy(s);
-  onnx_model_destroy(m);
+  if (rc < 0 && (!o.model || (!o.data_dir && !o.n_in_spec) || o.threads < 1 || o.threads > 1024 ||
+                 o.repeat < 0 || o.batch < 0 || o.batch > 4096 || !(o.rtol >= 0) || !(o.atol >= 0))) {
+    usage(stderr);
+    rc = 2;
+  }
+  if (rc < 0) rc = run_model(&o);
+  free(o.in_spec);
   return rc;
 }

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,24 +168,10 @@ static void respond_task(void *arg) {
     log_request(c, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
     respond_error(c->ex, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
   } else {
-    /* Per-output binary flags follow the response's output order. */
-    uint32_t n = cinfer_response_output_count(resp);
-    bool bin[64] = {0};
-    bool def = kserve_request_binary_default(c->kreq);
-    size_t nreq = kserve_request_output_count(c->kreq);
-    for (uint32_t i = 0; i < n && i < 64; i++) {
-      bin[i] = def;
-      const char *on = cinfer_response_output(resp, i)->name;
-      for (size_t k = 0; k < nreq; k++) {
-        const kserve_output_req *o = kserve_request_output(c->kreq, k);
-        if (!strcmp(o->name, on)) bin[i] = o->binary;
-      }
-    }
     kbuf b = {0};
     size_t jlen = 0;
-    const char *id = kserve_request_id(c->kreq);
     if (!kserve_encode_response(&b, &jlen, cinfer_model_name(c->model),
-                                cinfer_model_version(c->model), id, resp, bin)) {
+                                cinfer_model_version(c->model), c->kreq, resp)) {
       kbuf_free(&b);
       respond_error(c->ex, 500, "out of memory encoding the response");
     } else if (jlen < b.len) {
@@ -285,9 +272,24 @@ static void handle_model_metadata(frontend *fe, http_exchange *ex, const char *n
   kbuf_puts(&b, "{\"name\":");
   kbuf_json_string(&b, name, strlen(name));
   kbuf_puts(&b, ",\"versions\":[");
-  int64_t vs[64];
-  size_t nv = cinfer_server_model_versions(fe->server, name, vs, 64);
+  /* Every ready version: the call writes at most cap, so a full array asks again with a
+   * bigger one (a model may keep any number of versions: version_policy all). */
+  int64_t small[64], *vs = small;
+  size_t cap = 64, nv;
+  while ((nv = cinfer_server_model_versions(fe->server, name, vs, cap)) == cap) {
+    int64_t *bigger = cap <= SIZE_MAX / 2 / sizeof *vs ? malloc(2 * cap * sizeof *vs) : NULL;
+    if (!bigger) {
+      if (vs != small) free(vs);
+      kbuf_free(&b);
+      cinfer_model_release(m);
+      return respond_error(ex, 500, "out of memory");
+    }
+    if (vs != small) free(vs);
+    vs = bigger;
+    cap *= 2;
+  }
   for (size_t i = 0; i < nv; i++) kbuf_printf(&b, "%s\"%lld\"", i ? "," : "", (long long)vs[i]);
+  if (vs != small) free(vs);
   kbuf_puts(&b, "],\"platform\":");
   const char *plat = cinfer_model_platform(m);
   kbuf_json_string(&b, plat, strlen(plat));

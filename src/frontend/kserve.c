@@ -1,7 +1,9 @@
 /* kserve.c: KServe v2 JSON + binary tensor codec. See kserve.h.
  *
- * Invariants: every shape is checked (non-negative dims, element count within limits,
- * no overflow) before a buffer is sized from it; every binary_data_size is checked against
+ * Invariants: the counts of inputs and requested outputs are checked against
+ * CINFER_MAX_INPUTS / CINFER_MAX_OUTPUTS before anything is sized from them; every shape is
+ * checked (at most CINFER_MAX_DIMS dims, non-negative, element count within limits, no
+ * overflow) before a buffer is sized from it; every binary_data_size is checked against
  * what remains of the binary section; JSON nesting is bounded by the parser (core/json). */
 #include "frontend/kserve.h"
 
@@ -119,7 +121,8 @@ static cinfer_status *parse_shape(const json_value *shape, const char *name, cin
   if (!json_is(shape, JSON_ARRAY)) return BAD("input '%s': 'shape' must be an array of integers", name);
   int nd = shape->len > CINFER_MAX_DIMS ? CINFER_MAX_DIMS + 1 : (int)shape->len;
   if (nd > CINFER_MAX_DIMS)
-    return BAD("input '%s': shape has %d dimensions (at most %d)", name, nd, CINFER_MAX_DIMS);
+    return BAD("input '%s': shape has %u dimensions; the limit is CINFER_MAX_DIMS = %d", name,
+               shape->len, CINFER_MAX_DIMS);
   int i = 0;
   for (const json_value *d = shape->u.child; d; d = d->next, i++) {
     if (!json_is(d, JSON_NUMBER) || d->u.num != floor(d->u.num) || d->u.num < 0 ||
@@ -192,6 +195,11 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
   const json_value *inputs = json_get(root, "inputs");
   if (!json_is(inputs, JSON_ARRAY) || !inputs->len) {
     st = BAD("request must have a non-empty 'inputs' array");
+    goto fail;
+  }
+  if (inputs->len > CINFER_MAX_INPUTS) {
+    st = BAD("request has %u inputs; the limit is CINFER_MAX_INPUTS = %d", inputs->len,
+             CINFER_MAX_INPUTS);
     goto fail;
   }
   k->inputs = calloc(inputs->len, sizeof *k->inputs);
@@ -281,6 +289,11 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
   const json_value *outputs = json_get(root, "outputs");
   if (outputs) {
     if (!json_is(outputs, JSON_ARRAY)) { st = BAD("'outputs' must be an array"); goto fail; }
+    if (outputs->len > CINFER_MAX_OUTPUTS) {
+      st = BAD("request asks for %u outputs; the limit is CINFER_MAX_OUTPUTS = %d", outputs->len,
+               CINFER_MAX_OUTPUTS);
+      goto fail;
+    }
     k->outputs = calloc((size_t)outputs->len + 1, sizeof *k->outputs);
     if (!k->outputs) { st = cinfer_status_oom(NULL); goto fail; }
     for (const json_value *o = outputs->u.child; o; o = o->next) {
@@ -514,8 +527,16 @@ static void encode_data(kbuf *b, const cinfer_tensor *t) {
   kbuf_put(b, "]", 1);
 }
 
+bool kserve_output_binary(const kserve_request *req, const char *name) {
+  if (!req) return false;
+  for (size_t k = 0; k < req->n_outputs; k++)
+    if (!strcmp(req->outputs[k].name, name)) return req->outputs[k].binary;
+  return req->binary_default;
+}
+
 bool kserve_encode_response(kbuf *out, size_t *json_len, const char *model, int64_t version,
-                            const char *id, const cinfer_response *resp, const bool *binary) {
+                            const kserve_request *req, const cinfer_response *resp) {
+  const char *id = req ? req->id : NULL;
   kbuf_puts(out, "{");
   if (id && id[0]) {
     kbuf_puts(out, "\"id\":");
@@ -541,7 +562,7 @@ bool kserve_encode_response(kbuf *out, size_t *json_len, const char *model, int6
       put_i64(out, t->shape[d]);
     }
     kbuf_puts(out, "]");
-    if (binary && binary[i]) {
+    if (kserve_output_binary(req, t->name)) {
       kbuf_puts(out, ",\"parameters\":{\"binary_data_size\":");
       put_u64(out, t->byte_size);
       kbuf_puts(out, "}}");
@@ -553,11 +574,10 @@ bool kserve_encode_response(kbuf *out, size_t *json_len, const char *model, int6
   }
   kbuf_puts(out, "]}");
   *json_len = out->len;
-  for (uint32_t i = 0; i < n; i++)
-    if (binary && binary[i]) {
-      const cinfer_tensor *t = cinfer_response_output(resp, i);
-      kbuf_put(out, t->data, t->byte_size);
-    }
+  for (uint32_t i = 0; i < n; i++) {
+    const cinfer_tensor *t = cinfer_response_output(resp, i);
+    if (kserve_output_binary(req, t->name)) kbuf_put(out, t->data, t->byte_size);
+  }
   return !out->oom;
 }
 

@@ -15,6 +15,9 @@
 
 #include "cinfer/cinfer.h"
 
+/* Per-server limits. Besides these, a request may carry at most CINFER_MAX_INPUTS
+ * inputs and CINFER_MAX_OUTPUTS requested outputs, and a shape at most CINFER_MAX_DIMS
+ * dims (include/cinfer/types.h); the error names the constant. */
 typedef struct kserve_limits {
   int64_t max_tensor_elements; /* per input tensor */
   int max_json_depth;          /* nesting of objects/arrays */
@@ -65,11 +68,16 @@ void kbuf_json_string(kbuf *b, const char *s, size_t n); /* quoted and escaped *
 void kbuf_json_string_utf8(kbuf *b, const char *s, size_t n);
 void kbuf_free(kbuf *b);
 
-/* Encodes a successful response. `binary` says per output whether it goes to the binary
- * section (then *json_len < out->len and the caller sets Inference-Header-Content-Length).
- * Returns false on allocation failure. */
+/* True when the response output named `name` goes to the binary section: its
+ * binary_data parameter when the request lists it, else the request's binary_data_output.
+ * req may be NULL (every output as JSON). */
+bool kserve_output_binary(const kserve_request *req, const char *name);
+/* Encodes a successful response to the decoded request req (NULL: no id, every output as
+ * JSON). Outputs that kserve_output_binary selects go to the binary section; then
+ * *json_len < out->len and the caller sets Inference-Header-Content-Length. Every output
+ * of the response is encoded, however many. Returns false on allocation failure. */
 bool kserve_encode_response(kbuf *out, size_t *json_len, const char *model, int64_t version,
-                            const char *id, const cinfer_response *resp, const bool *binary);
+                            const kserve_request *req, const cinfer_response *resp);
 /* {"error":"..."} */
 void kserve_encode_error(kbuf *out, const char *msg);
 

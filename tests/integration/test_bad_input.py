@@ -89,6 +89,15 @@ CASES = [
     ("unknown stats model", "GET", "/v2/models/nope/stats", None, {}, 404, "does not exist"),
     ("load in mode none", "POST", "/v2/repository/models/nope/load", None, {}, 503, "explicit model load / unload is not allowed"),
     ("index bad body", "POST", "/v2/repository/index", b"{bad", {}, 400, "must be a JSON object"),
+    # the counts a request brings are checked against the limits of include/cinfer/types.h
+    ("too many inputs", "POST", "/v2/models/identity/infer",
+     j({"inputs": [dict(GOOD["inputs"][0], name=f"I{i}") for i in range(4097)]}), {}, 400,
+     "request has 4097 inputs; the limit is CINFER_MAX_INPUTS = 4096"),
+    ("too many outputs", "POST", "/v2/models/identity/infer",
+     j(dict(GOOD, outputs=[{"name": f"O{i}"} for i in range(4097)])), {}, 400,
+     "request asks for 4097 outputs; the limit is CINFER_MAX_OUTPUTS = 4096"),
+    ("too many dims", "POST", "/v2/models/identity/infer", inp(shape=[1] * 9, data=[1]), {}, 400,
+     "shape has 9 dimensions; the limit is CINFER_MAX_DIMS = 8"),
 ]
 
 

@@ -44,31 +44,51 @@ static void be_model_unload(void *model) {
   free(bm);
 }
 
+/* One instance: its session and the output views of one run, sized from the model once
+ * (a model may have up to CINFER_MAX_OUTPUTS outputs; execute allocates nothing). */
+typedef struct onnx_instance {
+  onnx_session *s;
+  cinfer_tensor *outs; /* [onnx_session_output_count(s)] */
+} onnx_instance;
+
 static cinfer_status *be_instance_create(void *model, const cinfer_instance_info *info,
                                          void **out) {
   onnx_backend_model *bm = model;
   if (info->kind != CINFER_INSTANCE_KIND_CPU)
     return cinfer_status_new(CINFER_UNSUPPORTED, "the ONNX engine runs on CPU instances only");
   onnx_options opt = {.threads = info->threads > 0 ? info->threads : bm->threads};
-  onnx_session *s;
-  cinfer_status *st = onnx_session_create(bm->m, &opt, &s);
-  if (st) return st;
-  *out = s;
+  onnx_instance *in = calloc(1, sizeof *in);
+  if (!in) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  cinfer_status *st = onnx_session_create(bm->m, &opt, &in->s);
+  if (st) {
+    free(in);
+    return st;
+  }
+  in->outs = calloc((size_t)onnx_model_output_count(bm->m) + 1, sizeof *in->outs);
+  if (!in->outs) {
+    onnx_session_destroy(in->s);
+    free(in);
+    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  *out = in;
   return NULL;
 }
 
-static void be_instance_destroy(void *inst) { onnx_session_destroy(inst); }
+static void be_instance_destroy(void *inst) {
+  onnx_instance *in = inst;
+  if (!in) return;
+  onnx_session_destroy(in->s);
+  free(in->outs);
+  free(in);
+}
 
 static cinfer_status *be_execute(void *inst, cinfer_batch *b) {
-  onnx_session *s = inst;
-  cinfer_tensor outs[64];
-  /* model output count is bounded by the session's model */
-  cinfer_status *st = onnx_session_run(s, b->inputs, (int)b->n_inputs, outs);
+  onnx_instance *in = inst;
+  cinfer_tensor *outs = in->outs;
+  cinfer_status *st = onnx_session_run(in->s, b->inputs, (int)b->n_inputs, outs);
   if (st) return st;
-  /* The session does not expose its model; outputs are named views terminated by count
-   * reported through onnx_session_output_count. */
-  int n = onnx_session_output_count(s);
-  for (int i = 0; i < n && i < 64; i++) {
+  int n = onnx_session_output_count(in->s);
+  for (int i = 0; i < n; i++) {
     if (!cinfer_batch_output_requested(b, outs[i].name)) continue;
     void *data;
     if ((st = cinfer_batch_output(b, outs[i].name, outs[i].dtype, outs[i].ndim, outs[i].shape,

@@ -125,38 +125,45 @@ out:
   return st;
 }
 
-/* Evaluates node n whose inputs are all constants; outputs become constants. */
+/* Evaluates node n whose inputs are all constants; outputs become constants. The operand
+ * arrays are sized from the node (a Concat of hundreds of constants folds like one of two). */
 static cinfer_status *fold_node(onnx_model *m, onnx_node *n) {
-  ot *in[64] = {0}, *out[64] = {0};
-  ot shapes[64];
-  if (n->n_in > 64 || n->n_out > 64) return NULL; /* not worth folding */
+  size_t ni = (size_t)n->n_in + 1, no = (size_t)n->n_out + 1;
+  ot **in = calloc(ni, sizeof *in), **out = calloc(no, sizeof *out), **res = calloc(no, sizeof *res);
+  ot *shapes = calloc(no, sizeof *shapes);
+  cinfer_status *st = NULL;
+  if (!in || !out || !res || !shapes) {
+    st = NODE_ERR(n, CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    goto done;
+  }
   for (int i = 0; i < n->n_in; i++) in[i] = n->in[i] >= 0 ? m->values[n->in[i]].cval : NULL;
-  memset(shapes, 0, sizeof shapes);
   for (int o = 0; o < n->n_out; o++) out[o] = n->out[o] >= 0 ? &shapes[o] : NULL;
-  cinfer_status *st = n->op->infer(n, in, out);
-  if (st) return st;
-  ot *res[64] = {0};
+  if ((st = n->op->infer(n, in, out))) goto done;
   for (int o = 0; o < n->n_out; o++) {
     if (!out[o]) continue;
     res[o] = ot_new(shapes[o].dtype, shapes[o].ndim, shapes[o].dims);
     if (!res[o]) {
       st = NODE_ERR(n, CINFER_RESOURCE_EXHAUSTED, "constant result too large");
-      goto fail;
+      goto done;
     }
     out[o] = res[o];
   }
   onnx_exec x = {.threads = 1};
-  if ((st = n->op->exec(&x, n, in, out))) goto fail;
+  if ((st = n->op->exec(&x, n, in, out))) goto done;
   for (int o = 0; o < n->n_out; o++) {
     if (!res[o]) continue;
     onnx_value *v = &m->values[n->out[o]];
     v->kind = VAL_CONST;
     v->cval = res[o];
     v->producer = -1;
+    res[o] = NULL; /* owned by the value now */
   }
-  return NULL;
-fail:
-  for (int o = 0; o < n->n_out; o++) ot_free(res[o]);
+done:
+  for (int o = 0; res && o < n->n_out; o++) ot_free(res[o]);
+  free(in);
+  free(out);
+  free(res);
+  free(shapes);
   return st;
 }
 

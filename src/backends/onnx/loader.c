@@ -244,6 +244,21 @@ static cinfer_status *build(onnx_model *m, const Onnx__ModelProto *mp, const cha
     m->values[id].cval = t;
     m->n_params += ot_numel(t);
   }
+  /* The graph's interface counts are limits of the serving API (include/cinfer/types.h);
+   * past this check everything is sized from them. Inputs that name an initializer
+   * (IR < 4 style) are constants, not inputs, and do not count. */
+  if (g->n_output > CINFER_MAX_OUTPUTS)
+    FAIL(CINFER_INVALID_ARG, "model has %zu outputs; the limit is CINFER_MAX_OUTPUTS = %d",
+         g->n_output, CINFER_MAX_OUTPUTS);
+  size_t n_real_inputs = 0;
+  for (size_t i = 0; i < g->n_input; i++) {
+    const char *name = g->input[i]->name ? g->input[i]->name : "";
+    int id = *name ? map_find(&nm, name) : -1;
+    if (id < 0 || m->values[id].kind != VAL_CONST) n_real_inputs++;
+  }
+  if (n_real_inputs > CINFER_MAX_INPUTS)
+    FAIL(CINFER_INVALID_ARG, "model has %zu inputs; the limit is CINFER_MAX_INPUTS = %d",
+         n_real_inputs, CINFER_MAX_INPUTS);
   m->inputs = calloc(g->n_input + 1, sizeof *m->inputs);
   m->outputs = calloc(g->n_output + 1, sizeof *m->outputs);
   if (!m->inputs || !m->outputs) FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory");

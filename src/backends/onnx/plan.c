@@ -650,29 +650,33 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
  * and that every output doubles dim 0. Used to confirm batchability when the analysis
  * accepted Reshape/Slice operands computed from shapes at plan time. */
 bool plan_probe_batch(const onnx_model *m) {
-  if (m->n_inputs > 32) return false;
-  cinfer_tensor in[2][32];
-  int map[32];
-  for (int b = 0; b < 2; b++)
-    for (int i = 0; i < m->n_inputs; i++) {
+  size_t n = (size_t)m->n_inputs + 1;
+  cinfer_tensor *in[2] = {calloc(n, sizeof(cinfer_tensor)), calloc(n, sizeof(cinfer_tensor))};
+  int *map = calloc(n, sizeof *map);
+  bool ok = in[0] && in[1] && map; /* out of memory: not batchable (the safe answer) */
+  for (int b = 0; b < 2 && ok; b++)
+    for (int i = 0; i < m->n_inputs && ok; i++) {
       const onnx_io_info *info = &m->in_info[i];
-      if (m->key_input[i] || info->ndim < 1) return false;
-      memset(&in[b][i], 0, sizeof in[b][i]);
+      if (m->key_input[i] || info->ndim < 1) ok = false;
       in[b][i].name = info->name;
       in[b][i].dtype = info->dtype;
       in[b][i].ndim = info->ndim;
-      for (int d = 1; d < info->ndim; d++) {
-        if (info->shape[d] < 0) return false;
+      for (int d = 1; d < info->ndim && ok; d++) {
+        if (info->shape[d] < 0) ok = false;
         in[b][i].shape[d] = info->shape[d];
       }
       in[b][i].shape[0] = b + 1;
       map[i] = i;
     }
   onnx_plan *p1 = NULL, *p2 = NULL;
-  cinfer_status *st = plan_build(m, in[0], map, 1, true, &p1);
-  if (!st) st = plan_build(m, in[1], map, 1, true, &p2);
-  bool ok = !st;
+  cinfer_status *st = NULL;
+  if (ok) st = plan_build(m, in[0], map, 1, true, &p1);
+  if (ok && !st) st = plan_build(m, in[1], map, 1, true, &p2);
+  ok = ok && !st;
   cinfer_status_free(st);
+  free(in[0]);
+  free(in[1]);
+  free(map);
   for (int v = 0; ok && v < m->n_values; v++) {
     if (p1->is_static[v] || m->values[v].kind == VAL_CONST) continue;
     const ot *a = &p1->vals[v], *b = &p2->vals[v];

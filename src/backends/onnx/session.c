@@ -41,7 +41,9 @@ struct onnx_session {
   onnx_session **workers; /* threads > 1: one-thread sessions for batch parallelism */
   int n_workers;
   cinfer_tensor *wout;    /* [threads][n_outputs]: the workers' outputs of one call */
+  cinfer_tensor *wpart;   /* [threads][n_inputs]: the workers' row ranges of one call */
   cinfer_status **werr;   /* [threads] */
+  cinfer_tensor *part;    /* [n_inputs]: one run's rows (sub-batching, the one-row plan) */
 };
 
 cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
@@ -67,10 +69,12 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
   s->map = calloc((size_t)m->n_inputs + 1, sizeof *s->map);
   s->out_buf = calloc((size_t)m->n_outputs + 1, sizeof *s->out_buf);
   s->out_cap = calloc((size_t)m->n_outputs + 1, sizeof *s->out_cap);
-  if (!s->map || !s->out_buf || !s->out_cap) {
+  s->part = calloc((size_t)m->n_inputs + 1, sizeof *s->part);
+  if (!s->map || !s->out_buf || !s->out_cap || !s->part) {
     free(s->map);
     free(s->out_buf);
     free(s->out_cap);
+    free(s->part);
     free(s);
     return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
   }
@@ -83,6 +87,7 @@ void onnx_session_destroy(onnx_session *s) {
   for (int w = 0; w < s->n_workers; w++) onnx_session_destroy(s->workers[w]);
   free(s->workers);
   free(s->wout);
+  free(s->wpart);
   free(s->werr);
   while (s->plans) {
     onnx_plan *n = s->plans->next;
@@ -93,6 +98,7 @@ void onnx_session_destroy(onnx_session *s) {
   free(s->out_buf);
   free(s->out_cap);
   free(s->map);
+  free(s->part);
   free(s);
 }
 
@@ -177,7 +183,7 @@ static void set_output(onnx_session *s, int i, const ot *o, void *data, int64_t 
  * sub-batching is not turned off, every input has dim 0 = N); else 0. */
 static int64_t split_rows(const onnx_session *s, const cinfer_tensor *inputs) {
   const onnx_model *m = s->m;
-  if (!m->batchable || s->opt.sub_batch < 0 || m->n_inputs < 1 || m->n_inputs > 32 || m->n_outputs < 1) return 0;
+  if (!m->batchable || s->opt.sub_batch < 0 || m->n_inputs < 1 || m->n_outputs < 1) return 0;
   int64_t N = -1;
   for (int i = 0; i < m->n_inputs; i++) {
     const cinfer_tensor *t = &inputs[s->map[i]];
@@ -214,16 +220,20 @@ static cinfer_status *out_reserve(onnx_session *s, int i, size_t total) {
 static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, int64_t N, cinfer_tensor *outputs) {
   const onnx_model *m = s->m;
   int W = s->opt.threads < N ? s->opt.threads : (int)N;
-  int no = m->n_outputs;
+  int no = m->n_outputs, ni = m->n_inputs;
   if (!s->workers) { /* once per session, for up to `threads` workers: batches do not allocate */
     s->workers = calloc((size_t)s->opt.threads, sizeof *s->workers);
     s->wout = calloc((size_t)s->opt.threads * (size_t)no, sizeof *s->wout);
+    s->wpart = calloc((size_t)s->opt.threads * (size_t)ni, sizeof *s->wpart);
     s->werr = calloc((size_t)s->opt.threads, sizeof *s->werr);
-    if (!s->workers || !s->wout || !s->werr) {
+    if (!s->workers || !s->wout || !s->wpart || !s->werr) {
       free(s->workers);
       free(s->wout);
+      free(s->wpart);
       free(s->werr);
       s->workers = NULL;
+      s->wout = s->wpart = NULL;
+      s->werr = NULL;
       return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
     }
   }
@@ -242,9 +252,9 @@ static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, 
   {
     int w = omp_get_thread_num();
     int64_t r0 = N * w / W, r1 = N * (w + 1) / W;
-    cinfer_tensor part[32]; /* split_rows: n_inputs <= 32 */
+    cinfer_tensor *part = s->wpart + (size_t)w * (size_t)ni;
     slice_inputs(s, inputs, N, r0, r1 - r0, part);
-    err[w] = onnx_session_run(s->workers[w], part, m->n_inputs, wout + (size_t)w * (size_t)no);
+    err[w] = onnx_session_run(s->workers[w], part, ni, wout + (size_t)w * (size_t)no);
   }
   omp_set_num_threads(saved);
   cinfer_status *st = NULL;
@@ -290,7 +300,7 @@ static cinfer_status *rows_per_run(onnx_session *s, const cinfer_tensor *inputs,
   int64_t r = s->opt.sub_batch;
   if (r == 0) {
     if (!s->row_arena) {
-      cinfer_tensor one[32];
+      cinfer_tensor *one = s->part;
       for (int i = 0; i < m->n_inputs; i++) {
         one[s->map[i]] = inputs[s->map[i]];
         one[s->map[i]].shape[0] = 1;
@@ -330,7 +340,7 @@ cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, in
     }
     return NULL;
   }
-  cinfer_tensor part[32]; /* rows_per_run: n_inputs <= 32 */
+  cinfer_tensor *part = s->part;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     int64_t b = N - r0 < rows ? N - r0 : rows;
     slice_inputs(s, inputs, N, r0, b, part);

@@ -1,6 +1,11 @@
 /* test_json.c: the request-body JSON reader (core/json): tree shape, escapes, numbers
  * exactly as strtod reads them, arena growth past the inline block, and one error per
- * rule with the byte offset it names. */
+ * rule with the byte offset it names.
+ *
+ * Every text is parsed from a buffer that ends flush against a PROT_NONE guard page
+ * (guard_page.h), so a read of even one byte past the given length faults; and every
+ * truncation of a corpus of valid documents is parsed the same way (each is either valid
+ * JSON itself or a "malformed JSON" error, never a fault or another error). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,17 +18,27 @@
 
 #include "cinfer/types.h"
 #include "core/json.h"
+#include "guard_page.h"
+
+/* json_parse of text[0..n) placed against a guard page (the tree owns copies of every
+ * string, so the page can go as soon as the parse returns) */
+static cinfer_status *parse_guarded(const char *text, size_t n, json_doc **d) {
+  guard g = guard_place(text, n);
+  cinfer_status *st = json_parse(g.data, n, 32, d);
+  guard_free(&g);
+  return st;
+}
 
 static json_doc *parse_ok(const char *text) {
   json_doc *d = NULL;
-  cinfer_status *st = json_parse(text, strlen(text), 32, &d);
+  cinfer_status *st = parse_guarded(text, strlen(text), &d);
   if (st) fail_msg("'%s': %s", text, cinfer_status_message(st));
   return d;
 }
 
 static void expect_error(const char *text, const char *msg) {
   json_doc *d = NULL;
-  cinfer_status *st = json_parse(text, strlen(text), 32, &d);
+  cinfer_status *st = parse_guarded(text, strlen(text), &d);
   if (!st) fail_msg("'%s' parsed", text);
   assert_null(d);
   if (!strstr(cinfer_status_message(st), msg))
@@ -187,10 +202,73 @@ static void test_errors(void **s) {
   json_doc_free(d);
 }
 
+/* Valid documents that reach every branch of the reader: each one whole, then every
+ * prefix, against the guard page. */
+static const char *const CORPUS[] = {
+    "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,4],\"data\":[1,2.5,-3e2,4E-1]}],"
+    "\"outputs\":[{\"name\":\"OUTPUT0\",\"parameters\":{\"binary_data\":true}}],\"id\":\"r1\"}",
+    " [ true , false , null , 0 , -0 , 0.5 , 1e+10 , -1E-10 ] ",
+    "[NaN,Infinity,-Infinity,123456789012345678901234567890,0.1234567890123456789012345]",
+    "\"esc \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u00e9 \\u20ac \\ud83d\\ude00 end\"",
+    "{\"a\":{\"b\":{\"c\":[[[]],{}]}},\"\":\"\",\"k\\u0000\":1}",
+    "1.00000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+    "00000000000000000000000000000000000000000000000000000000000000000000000000000000000001e-5",
+    "\"\xc3\xa9\xe2\x82\xac raw UTF-8\"",
+    "-12345.678e-3",
+    "[]",
+};
+
+static void test_guard_truncations(void **s) {
+  (void)s;
+  for (size_t c = 0; c < sizeof CORPUS / sizeof *CORPUS; c++) {
+    size_t len = strlen(CORPUS[c]);
+    json_doc *d = NULL;
+    cinfer_status *st = parse_guarded(CORPUS[c], len, &d);
+    if (st) fail_msg("corpus %zu: %s", c, cinfer_status_message(st));
+    json_doc_free(d);
+    for (size_t k = 0; k < len; k++) {
+      d = NULL;
+      st = parse_guarded(CORPUS[c], k, &d);
+      if (!st) { /* a prefix that is a document itself ("1" of "12") */
+        assert_non_null(d);
+        json_doc_free(d);
+        continue;
+      }
+      assert_null(d);
+      assert_int_equal(cinfer_status_code(st), CINFER_INVALID_ARG);
+      if (!strstr(cinfer_status_message(st), "malformed JSON near byte"))
+        fail_msg("corpus %zu cut at %zu: '%s'", c, k, cinfer_status_message(st));
+      cinfer_status_free(st);
+    }
+  }
+}
+
+/* Malformed texts whose error is found at the very last byte, each against the guard page:
+ * the reader must decide from the bytes it was given, never peek past them. */
+static void test_guard_malformed(void **s) {
+  (void)s;
+  static const struct { const char *in, *msg; } C[] = {
+      {"\"\\", "unterminated string"},          {"\"\\u", "unterminated string"},
+      {"\"\\u00", "unterminated string"},       {"\"\\ud800\\u", "unterminated string"},
+      {"\"\\u12\"", "four hex digits"},         {"\"\\ud800\\udc\"", "high surrogate"},
+      {"t", "expected a value"},                {"nul", "expected a value"},
+      {"fals", "expected a value"},             {"N", "invalid number"},
+      {"Infinit", "invalid number"},            {"-Infinit", "invalid number"},
+      {"1e", "digits must follow the exponent"}, {"1.", "digits must follow '.'"},
+      {"-", "invalid number"},                  {"{", "expected a string member name"},
+      {"{\"a\"", "expected ':'"},               {"{\"a\":", "expected a value"},
+      {"{\"a\":1", "expected ',' or '}'"},       {"[", "expected a value"},
+      {"[1,", "expected a value"},              {"[1", "expected ',' or ']'"},
+      {"\"abc", "unterminated string"},         {"\"\x01\"", "control character"},
+  };
+  for (size_t i = 0; i < sizeof C / sizeof *C; i++) expect_error(C[i].in, C[i].msg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tree),    cmocka_unit_test(test_strings), cmocka_unit_test(test_numbers),
       cmocka_unit_test(test_large),   cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_guard_truncations), cmocka_unit_test(test_guard_malformed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
