@@ -20,6 +20,7 @@
 extern "C" {
 #endif
 
+struct cinfer_model_config; /* the core's parsed config.pbtxt; not part of the backend ABI */
 typedef struct cinfer_server cinfer_server;
 typedef struct cinfer_model cinfer_model;
 typedef struct cinfer_response cinfer_response;
@@ -39,6 +40,10 @@ typedef struct cinfer_server_options {
   int threads;                          /* whole-process budget; 0 = number of CPUs */
   int io_threads;                       /* part of the budget kept for the frontend */
   bool strict_readiness;                /* ready only when every model loaded (Triton) */
+  /* Where backends that are not built in are loaded from: backend "foo" is
+   * <backend_directory>/foo/libcinfer_foo.so (see cinfer/backend.h). NULL or "": built-in
+   * backends only. Borrowed for the call; must be a readable folder when given. */
+  const char *backend_directory;
 } cinfer_server_options;
 
 /* Creates the server and loads the models the control mode asks for. A model that fails

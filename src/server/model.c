@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "server/backend_config.h"
 #include "server/internal.h"
 
 uint64_t now_ns(void) {
@@ -538,12 +539,11 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                             const char *model_dir, cinfer_model_config *config,
                             cinfer_model **out) {
   *out = NULL;
-  const char *bname = cfg_backend(config);
-  const cinfer_backend_iface *be = backend_find(bname);
-  if (!be) {
-    cinfer_status *st = cinfer_status_new(CINFER_INVALID_ARG, "unknown backend '%s'", bname);
+  const cinfer_backend_iface *be;
+  cinfer_status *bst = backend_lookup(cfg_backend(config), server_backend_directory(s), &be);
+  if (bst) {
     cfg_free(config);
-    return st;
+    return bst;
   }
   cinfer_model *m = calloc(1, sizeof *m);
   if (!m) {
@@ -573,7 +573,8 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   }
   snprintf(m->stats.name, sizeof m->stats.name, "%s", name);
   m->stats.version = version;
-  if (be->autocomplete && (st = be->autocomplete(config, m->version_dir))) goto fail;
+  if (be->autocomplete && (st = be->autocomplete(backend_autocomplete_of(config), m->version_dir)))
+    goto fail;
   if ((st = cfg_validate(config))) goto fail;
   m->max_batch = cfg_max_batch_size(config);
   m->batching = m->max_batch > 0;
@@ -637,10 +638,25 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   m->n_instances = total;
   int budget = server_thread_budget(s);
   int per = budget / total > 0 ? budget / total : 1;
-  cinfer_model_load_info li = {.config = config, .model_dir = m->model_dir,
+  /* The backend's view of the config: the accessors (for the model's lifetime) and the
+   * JSON form (for the call). */
+  char *config_json = cinfer_config_json(backend_config_of(config), NULL);
+  if (!config_json) {
+    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    goto fail;
+  }
+  cinfer_model_load_info li = {.model_name = m->name, .model_dir = m->model_dir,
                                .version_dir = m->version_dir, .version = version,
-                               .threads_per_instance = per};
-  if ((st = be->model_load(&li, &m->backend_model))) goto fail;
+                               .threads_per_instance = per,
+                               .config = backend_config_of(config),
+                               .config_json = config_json,
+                               .config_json_version = CINFER_CONFIG_JSON_VERSION};
+  st = be->model_load(&li, &m->backend_model);
+  free(config_json);
+  if (st) {
+    m->backend_model = NULL; /* the backend freed what it made */
+    goto fail;
+  }
   int idx = 0;
   for (int g = 0; g < (ng > 0 ? ng : 1); g++) {
     cfg_instance_group ig = {.count = 1, .kind = CINFER_INSTANCE_KIND_CPU};
