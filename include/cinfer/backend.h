@@ -14,12 +14,18 @@
  *     refuses a backend whose major differs from its own or whose minor is newer, with a
  *     reason naming both versions.
  *   - MINOR grows when something is only appended: a member at the end of
- *     cinfer_backend_iface, a field at the end of a struct the core fills for the backend
- *     (cinfer_model_load_info, cinfer_instance_info, cinfer_batch, cinfer_tensor,
- *     cinfer_config_io), a new service function, a new enum value. Existing members keep
+ *     cinfer_backend_iface (the core reads it only from backends whose abi_minor has it:
+ *     CINFER_BACKEND_HAS), a field at the end of a struct that the core allocates and
+ *     hands over as a pointer to one object (cinfer_model_load_info, cinfer_instance_info,
+ *     cinfer_batch), a new service function, a new enum value. Existing members keep
  *     their position, type and meaning.
  *   - MAJOR grows for anything else: a member removed, moved, retyped or given a new
- *     meaning, a service function whose contract changes. Backends must be rebuilt.
+ *     meaning, a service function whose contract changes, and any change to the size of
+ *     cinfer_tensor or cinfer_config_io (tensors travel in arrays both ways and a
+ *     cinfer_config_io is filled in the backend's memory, so their size is part of the
+ *     ABI; new fields there are appended, so source code with designated initializers
+ *     keeps compiling, but backends must be rebuilt). 2.0 is such a change: cinfer_tensor
+ *     gained memory_type/device_id and the load info lost the core's config struct.
  *   - Every optional iface member (marked "Optional") may be NULL: the core then does what
  *     is written beside it. A member appended in minor N is read only from backends whose
  *     abi_minor >= N; for older backends it counts as NULL.
@@ -195,6 +201,12 @@ typedef struct cinfer_backend_iface {
 
   /* Members appended later go here (minor bump), each Optional with its default. */
 } cinfer_backend_iface;
+
+/* For the core: true when `iface` has the optional `member` that was appended in ABI
+ * minor `since` and sets it. The minor is tested first: an older backend's iface object
+ * ends before that member, so reading it would run past the object. */
+#define CINFER_BACKEND_HAS(iface, member, since) \
+  ((iface)->abi_minor >= (since) && (iface)->member != NULL)
 
 /* ---- services the core offers to backends -------------------------------------------- */
 
