@@ -270,7 +270,9 @@ cinfer_status *cinfer_backend_register(const cinfer_backend_iface *iface);
  * The core calls it once, right after dlopen, with its own ABI version. It returns the
  * backend's iface (static storage, never freed), or NULL to refuse this core (the load then
  * fails naming the core's version). The core checks abi_major/abi_minor as for a built-in
- * backend and that iface->name is the name the library was loaded by. */
+ * backend and that iface->name is the name the library was loaded by, and registers it
+ * itself: neither the entry nor the library's constructors may call
+ * cinfer_backend_register (the core holds the backend table's lock meanwhile). */
 #define CINFER_BACKEND_ENTRY_SYMBOL "cinfer_backend_entry"
 #define CINFER_BACKEND_EXPORT __attribute__((visibility("default")))
 typedef const cinfer_backend_iface *(*cinfer_backend_entry_fn)(uint32_t core_abi_major,
