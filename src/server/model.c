@@ -43,6 +43,9 @@ int64_t cinfer_model_version(const cinfer_model *m) { return m->version; }
 const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m) {
   return m->config;
 }
+const cinfer_config *cinfer_model_config(const cinfer_model *m) {
+  return backend_config_of(m->config);
+}
 const char *cinfer_model_platform(const cinfer_model *m) {
   const char *p = cfg_platform(m->config);
   return p && p[0] ? p : m->backend->name;

@@ -378,6 +378,8 @@ static void test_server_shared_backend(void **state) {
   cinfer_model *m;
   assert_null(cinfer_server_model_acquire(s, "so", 0, &m));
   assert_string_equal(cinfer_model_backend_name(m), "identity_so");
+  assert_string_equal(cinfer_config_name(cinfer_model_config(m)), "so");
+  assert_int_equal(cinfer_config_max_batch_size(cinfer_model_config(m)), 8);
   int32_t data[3] = {7, -8, 9};
   cinfer_request *r;
   assert_null(cinfer_request_create(m, &r));
