@@ -114,3 +114,53 @@ def test_backend_directory_must_exist(dirs):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert "backend directory '/nonexistent/cinfer-backends' is not a readable folder" in p.stdout + p.stderr
+
+
+def onnx_two_outputs(path):
+    """A batchable model X[N,3] -> NEG = -X, ABS = |X|, written with the onnx package."""
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 3])
+    neg = helper.make_tensor_value_info("NEG", TensorProto.FLOAT, ["N", 3])
+    ab = helper.make_tensor_value_info("ABS", TensorProto.FLOAT, ["N", 3])
+    g = helper.make_graph([helper.make_node("Neg", ["X"], ["NEG"]),
+                           helper.make_node("Abs", ["X"], ["ABS"])], "two", [x], [neg, ab])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def test_onnx_autocomplete_goes_through_the_setters():
+    """Auto-complete (ONNX) returns its changes through cinfer_autocomplete_*: with no
+    config at all it sets max_batch_size and every input and output; with the inputs
+    listed and no outputs it adds every output (not only the first)."""
+    root = tempfile.mkdtemp(prefix="cinfer-abi-ac-")
+    try:
+        for name, cfg in (("bare", None),
+                          ("inputs_only", 'platform: "onnxruntime_onnx"\nmax_batch_size: 4\n'
+                           'input [ { name: "X" data_type: TYPE_FP32 dims: [ 3 ] } ]\n')):
+            os.makedirs(os.path.join(root, name, "1"))
+            onnx_two_outputs(os.path.join(root, name, "1", "model.onnx"))
+            if cfg:
+                with open(os.path.join(root, name, "config.pbtxt"), "w") as f:
+                    f.write(cfg)
+        with Server(root) as s:
+            s.wait_ready()
+            c = httpclient.InferenceServerClient(s.hostport)
+            bare = c.get_model_config("bare")
+            assert bare["max_batch_size"] == 8
+            assert [i["name"] for i in bare["input"]] == ["X"]
+            assert [o["name"] for o in bare["output"]] == ["NEG", "ABS"]
+            assert [int(d) for d in bare["output"][1]["dims"]] == [3]
+            part = c.get_model_config("inputs_only")
+            assert part["max_batch_size"] == 4
+            assert [o["name"] for o in part["output"]] == ["NEG", "ABS"]
+            x = np.array([[1.5, -2, 0], [-0.25, 3, -7]], dtype=np.float32)
+            for model in ("bare", "inputs_only"):
+                inp = httpclient.InferInput("X", [2, 3], "FP32")
+                inp.set_data_from_numpy(x)
+                r = c.infer(model, [inp])
+                np.testing.assert_array_equal(r.as_numpy("NEG"), -x)
+                np.testing.assert_array_equal(r.as_numpy("ABS"), np.abs(x))
+    finally:
+        shutil.rmtree(root)
