@@ -162,7 +162,9 @@ typedef struct cinfer_batch {
   int64_t batch_size;              /* rows: sum of each request's dim 0 (or 1 each
                                       when the model does not batch) */
   uint32_t n_inputs;
-  const cinfer_tensor *inputs;     /* borrowed for the call; config input order; CPU */
+  const cinfer_tensor *inputs;     /* borrowed for the call; config input order; host
+                                      memory (CPU, or CPU_PINNED when a request's own
+                                      pinned buffer is passed through unbatched) */
   void *core_;                     /* private to the core */
 } cinfer_batch;
 

@@ -268,6 +268,8 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
     inputs[n_in].shape[0] = rows;
     inputs[n_in].data = buf;
     inputs[n_in].byte_size = total;
+    inputs[n_in].memory_type = CINFER_MEMORY_CPU; /* the copy is ordinary host memory */
+    inputs[n_in].device_id = 0;
     n_in++;
   }
   uint64_t t1 = now_ns();
