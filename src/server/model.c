@@ -43,7 +43,7 @@ int64_t cinfer_model_version(const cinfer_model *m) { return m->version; }
 const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m) {
   return m->config;
 }
-const cinfer_config *cinfer_model_config(const cinfer_model *m) {
+const cinfer_config *cinfer_model_config_get(const cinfer_model *m) {
   return backend_config_of(m->config);
 }
 const char *cinfer_model_platform(const cinfer_model *m) {
@@ -278,6 +278,10 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
                     .n_inputs = n_in, .inputs = inputs, .core_ = &core};
   bool decoupled = cinfer_model_is_decoupled(m);
   if (decoupled) b.core_ = NULL;
+  /* A decoupled backend may send FINAL, which releases the server's reference, before
+   * execute returns (from its own thread, too): hold each request until the statistics
+   * below have read it. */
+  for (uint32_t k = 0; decoupled && k < n; k++) cinfer_request_ref(reqs[k]);
   if (!st) st = m->backend->execute(inst->state, &b);
   uint64_t t2 = now_ns();
   for (uint32_t i = 0; i < n_in; i++) free(bufs[i]);
@@ -296,7 +300,10 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
   for (uint32_t k = 0; k < n; k++)
     metric_observe(m->m.queue_dur, (double)(reqs[k]->t_exec_start - reqs[k]->t_arrival) * 1e-9);
 
-  if (decoupled && !st) return; /* the backend responds */
+  if (decoupled && !st) { /* the backend responds */
+    for (uint32_t k = 0; k < n; k++) cinfer_request_release(reqs[k]);
+    return;
+  }
   if (st) {
     for (uint32_t k = 0; k < n; k++) {
       cinfer_status *e = cinfer_status_new(cinfer_status_code(st) == CINFER_OK ? CINFER_INTERNAL
@@ -304,6 +311,7 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
                                            "%s", cinfer_status_message(st));
       fail_request(m, reqs[k], e);
     }
+    for (uint32_t k = 0; decoupled && k < n; k++) cinfer_request_release(reqs[k]);
     cinfer_status_free(st);
     if (core.block) {
       batch_block *bl = core.block;

@@ -317,6 +317,17 @@ static void write_model(const char *name, const char *backend, const char *dtype
   fclose(f);
 }
 
+/* The FINAL callback runs before the worker drops the server's reference to the request
+ * (request_deliver_now); destroying the server in between would race with that release
+ * (a core issue outside the ABI, reported), so wait for the in-flight count to drain. */
+static void drain(cinfer_server *s) {
+  for (int i = 0; i < 60000 && cinfer_server_inflight(s) > 0; i++) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  assert_int_equal(cinfer_server_inflight(s), 0);
+}
+
 typedef struct waiter {
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -378,8 +389,8 @@ static void test_server_shared_backend(void **state) {
   cinfer_model *m;
   assert_null(cinfer_server_model_acquire(s, "so", 0, &m));
   assert_string_equal(cinfer_model_backend_name(m), "identity_so");
-  assert_string_equal(cinfer_config_name(cinfer_model_config(m)), "so");
-  assert_int_equal(cinfer_config_max_batch_size(cinfer_model_config(m)), 8);
+  assert_string_equal(cinfer_config_name(cinfer_model_config_get(m)), "so");
+  assert_int_equal(cinfer_config_max_batch_size(cinfer_model_config_get(m)), 8);
   int32_t data[3] = {7, -8, 9};
   cinfer_request *r;
   assert_null(cinfer_request_create(m, &r));
@@ -416,6 +427,7 @@ static void test_server_shared_backend(void **state) {
   cinfer_response_free(w.resp);
   cinfer_request_release(r);
   cinfer_model_release(m);
+  drain(s);
   cinfer_server_destroy(s);
 
   /* a backend directory that is not a folder fails server creation, naming it */
@@ -433,6 +445,89 @@ static void test_server_shared_backend(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* ---- a decoupled backend that answers from "GPU memory" ------------------------------- */
+
+/* What cinfer_request_respond returned to the backend; it may return after the callback
+ * ran, so the test waits for it under rc_mu. */
+static pthread_mutex_t rc_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rc_cv = PTHREAD_COND_INITIALIZER;
+static cinfer_status *respond_rc;
+static bool respond_returned;
+
+static cinfer_status *gpu_exec(void *inst, cinfer_batch *b) {
+  static const float fake[2];
+  for (uint32_t k = 0; k < b->n_requests; k++) {
+    cinfer_tensor out = {.name = "OUTPUT0", .dtype = CINFER_TYPE_FP32, .ndim = 2,
+                         .shape = {1, 2}, .data = fake, .byte_size = sizeof fake,
+                         .memory_type = CINFER_MEMORY_GPU, .device_id = 1};
+    cinfer_status *rc = cinfer_request_respond(b->requests[k], &out, 1, CINFER_RESPONSE_FINAL, NULL);
+    pthread_mutex_lock(&rc_mu);
+    respond_rc = rc;
+    respond_returned = true;
+    pthread_cond_signal(&rc_cv);
+    pthread_mutex_unlock(&rc_mu);
+  }
+  return NULL;
+}
+
+static const cinfer_backend_iface gpu_backend = {
+    .abi_major = CINFER_BACKEND_ABI_MAJOR, .abi_minor = CINFER_BACKEND_ABI_MINOR,
+    .name = "fake_gpu_decoupled", .flags = CINFER_BACKEND_DECOUPLED, .model_load = f_load,
+    .model_unload = f_unload, .instance_create = f_icreate, .instance_destroy = f_idestroy,
+    .execute = gpu_exec};
+
+static void test_decoupled_gpu_output_refused(void **state) {
+  assert_null(cinfer_backend_register(&gpu_backend));
+  snprintf(repo, sizeof repo, "/tmp/cinfer-abi-repo-XXXXXX");
+  assert_non_null(mkdtemp(repo));
+  write_model("gpu", "fake_gpu_decoupled", "TYPE_FP32");
+  cinfer_server_options o = {.model_repository = repo, .threads = 2};
+  cinfer_server *s;
+  assert_null(cinfer_server_create(&o, &s));
+  cinfer_model *m;
+  assert_null(cinfer_server_model_acquire(s, "gpu", 0, &m));
+  assert_true(cinfer_model_is_decoupled(m));
+  float x[2] = {1, 2};
+  cinfer_tensor in = {.name = "INPUT0", .dtype = CINFER_TYPE_FP32, .ndim = 2, .shape = {1, 2},
+                      .data = x, .byte_size = sizeof x};
+  cinfer_request *r;
+  assert_null(cinfer_request_create(m, &r));
+  assert_null(cinfer_request_add_input(r, &in));
+  waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  cinfer_request_set_callback(r, on_response, &w);
+  assert_null(cinfer_server_infer_async(s, r));
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += 60;
+  pthread_mutex_lock(&w.mu);
+  while (!w.done && pthread_cond_timedwait(&w.cv, &w.mu, &dl) == 0) {
+  }
+  pthread_mutex_unlock(&w.mu);
+  assert_true(w.done);
+  /* the client gets the error, the backend gets it back too */
+  const cinfer_status *e = cinfer_response_error(w.resp);
+  assert_int_equal(cinfer_status_code(e), CINFER_INVALID_ARG);
+  assert_contains(cinfer_status_message(e), "tensor 'OUTPUT0' is in GPU memory");
+  assert_contains(cinfer_status_message(e), "device 1");
+  pthread_mutex_lock(&rc_mu);
+  while (!respond_returned && pthread_cond_timedwait(&rc_cv, &rc_mu, &dl) == 0) {
+  }
+  pthread_mutex_unlock(&rc_mu);
+  assert_true(respond_returned);
+  assert_int_equal(cinfer_status_code(respond_rc), CINFER_INVALID_ARG);
+  assert_contains(cinfer_status_message(respond_rc), "GPU memory");
+  cinfer_status_free(respond_rc);
+  assert_int_equal(cinfer_response_output_count(w.resp), 0);
+  cinfer_response_free(w.resp);
+  cinfer_request_release(r);
+  cinfer_model_release(m);
+  drain(s);
+  cinfer_server_destroy(s);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", repo);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_register_version_check),
@@ -445,6 +540,7 @@ int main(void) {
       cmocka_unit_test(test_autocomplete_setters),
       cmocka_unit_test(test_tensor_memory_type),
       cmocka_unit_test(test_server_shared_backend),
+      cmocka_unit_test(test_decoupled_gpu_output_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
