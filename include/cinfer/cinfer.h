@@ -20,6 +20,7 @@
 extern "C" {
 #endif
 
+struct cinfer_model_config; /* the core's parsed config.pbtxt; not part of the backend ABI */
 typedef struct cinfer_server cinfer_server;
 typedef struct cinfer_model cinfer_model;
 typedef struct cinfer_response cinfer_response;
@@ -39,6 +40,10 @@ typedef struct cinfer_server_options {
   int threads;                          /* whole-process budget; 0 = number of CPUs */
   int io_threads;                       /* part of the budget kept for the frontend */
   bool strict_readiness;                /* ready only when every model loaded (Triton) */
+  /* Where backends that are not built in are loaded from: backend "foo" is
+   * <backend_directory>/foo/libcinfer_foo.so (see cinfer/backend.h). NULL or "": built-in
+   * backends only. Borrowed for the call; must be a readable folder when given. */
+  const char *backend_directory;
 } cinfer_server_options;
 
 /* Creates the server and loads the models the control mode asks for. A model that fails
@@ -89,6 +94,11 @@ cinfer_status *cinfer_server_model_acquire(cinfer_server *s, const char *name,
 void cinfer_model_release(cinfer_model *m);
 const char *cinfer_model_name(const cinfer_model *m);
 int64_t cinfer_model_version(const cinfer_model *m);
+/* m's configuration through the public accessors of cinfer/backend.h (cinfer_config_*,
+ * cinfer_config_json for Triton's JSON form); borrowed while m is held. */
+const cinfer_config *cinfer_model_config_get(const cinfer_model *m);
+/* The core's own parsed config (src/repo/config.h), for in-tree code that has not moved to
+ * cinfer_model_config_get() yet; not part of the backend ABI. */
 const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m);
 const char *cinfer_model_platform(const cinfer_model *m);  /* "onnxruntime_onnx", ... */
 bool cinfer_model_is_decoupled(const cinfer_model *m);

@@ -101,8 +101,21 @@ const char *cinfer_dtype_config_name(cinfer_dtype t);
 
 /* ---- tensors ----------------------------------------------------------------------- */
 
+/* Where a tensor's bytes are. Append only; numbers are part of the ABI. */
+typedef enum cinfer_memory_type {
+  CINFER_MEMORY_CPU = 0,        /* ordinary host memory (the default: a zeroed field) */
+  CINFER_MEMORY_CPU_PINNED = 1, /* page-locked host memory; readable like CPU memory */
+  CINFER_MEMORY_GPU = 2,        /* memory of GPU `device_id`; not addressable by the CPU */
+  CINFER_MEMORY_TYPE_COUNT_
+} cinfer_memory_type;
+
+/* "CPU", "CPU_PINNED", "GPU"; "INVALID" for anything else. */
+const char *cinfer_memory_type_name(cinfer_memory_type t);
+
 /* A tensor view: a name, a type, a shape and bytes. It never owns `data` or `name`; the
- * object that produced it says how long they live. */
+ * object that produced it says how long they live. Fields are only ever appended, so
+ * designated initializers keep working: a tensor that does not set memory_type/device_id
+ * is in CPU memory (device 0). */
 typedef struct cinfer_tensor {
   const char *name;
   cinfer_dtype dtype;
@@ -110,12 +123,17 @@ typedef struct cinfer_tensor {
   int64_t shape[CINFER_MAX_DIMS];
   const void *data;
   size_t byte_size;
+  cinfer_memory_type memory_type; /* where `data` is; CINFER_MEMORY_CPU = 0 */
+  int32_t device_id;              /* GPU ordinal for CINFER_MEMORY_GPU; 0 otherwise */
 } cinfer_tensor;
 
 /* Product of the dims, or -1 when a dim is negative or the product overflows int64. */
 int64_t cinfer_shape_elements(const int64_t *shape, int ndim);
 /* Checks that byte_size matches shape x dtype (for BYTES: walks the length prefixes and
- * checks that exactly `elements` strings fill byte_size). NULL if consistent. */
+ * checks that exactly `elements` strings fill byte_size). NULL if consistent. The bytes
+ * must be in host memory (CPU or CPU_PINNED): a GPU (or unknown) memory_type is refused
+ * with INVALID_ARG naming the tensor, its memory type and device, before any byte is read.
+ * Every place where the core reads tensor bytes goes through this check. */
 cinfer_status *cinfer_tensor_check(const cinfer_tensor *t);
 
 #ifdef __cplusplus

@@ -23,6 +23,8 @@ static void serve_usage(FILE *f) {
           "protocol, with Prometheus metrics at /metrics.\n\n"
           "options:\n"
           "  --model-repository DIR       model repository (required)\n"
+          "  --backend-directory DIR      load a backend that is not built in, 'foo', from\n"
+          "                               DIR/foo/libcinfer_foo.so (default: built-in only)\n"
           "  --host ADDR                  address to listen on (default 0.0.0.0)\n"
           "  --http-port N                HTTP port (default 8000)\n"
           "  --metrics-port N             also serve /metrics on this port (default: only on\n"
@@ -51,11 +53,12 @@ static void serve_usage(FILE *f) {
 int cmd_serve(int argc, char **argv) {
   enum {
     O_REPO = 256, O_HOST, O_PORT, O_MPORT, O_MODE, O_LOAD, O_POLL, O_THREADS, O_IO,
-    O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV
+    O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV, O_BACKEND_DIR
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
       {"model-store", required_argument, 0, O_REPO},
+      {"backend-directory", required_argument, 0, O_BACKEND_DIR},
       {"host", required_argument, 0, O_HOST},
       {"http-port", required_argument, 0, O_PORT},
       {"metrics-port", required_argument, 0, O_MPORT},
@@ -75,7 +78,7 @@ int cmd_serve(int argc, char **argv) {
       {"log-verbose", required_argument, 0, O_LOGV},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  const char *repo = NULL, *host = "0.0.0.0", *log_format = "text";
+  const char *repo = NULL, *backend_dir = NULL, *host = "0.0.0.0", *log_format = "text";
   long long port = 8000, mport = -1, poll = 15, threads = 0, io = 0, exit_to = 30;
   long long body = 256ll << 20, elems = 1ll << 26, hto = 10000, bto = 30000, ito = 60000, verbose = 0;
   bool strict = true;
@@ -89,6 +92,7 @@ int cmd_serve(int argc, char **argv) {
 
     switch (c) {
       case O_REPO: repo = optarg; break;
+      case O_BACKEND_DIR: backend_dir = optarg; break;
       case O_HOST: host = optarg; break;
       case O_PORT: if (!cli_parse_int("serve", "--http-port", optarg, 0, 65535, &port)) goto out; break;
       case O_MPORT: if (!cli_parse_int("serve", "--metrics-port", optarg, 0, 65535, &mport)) goto out; break;
@@ -157,7 +161,8 @@ int cmd_serve(int argc, char **argv) {
   cinfer_server_options so = {.model_repository = repo, .control_mode = mode,
                               .startup_models = load, .n_startup_models = n_load,
                               .repository_poll_secs = (int)poll, .threads = (int)threads,
-                              .io_threads = 0, .strict_readiness = strict};
+                              .io_threads = 0, .strict_readiness = strict,
+                              .backend_directory = backend_dir};
   cinfer_server *s = NULL;
   cinfer_status *st = cinfer_server_create(&so, &s);
   if (st) {

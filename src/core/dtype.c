@@ -55,8 +55,23 @@ int64_t cinfer_shape_elements(const int64_t *shape, int ndim) {
   return n;
 }
 
+const char *cinfer_memory_type_name(cinfer_memory_type t) {
+  switch (t) {
+  case CINFER_MEMORY_CPU: return "CPU";
+  case CINFER_MEMORY_CPU_PINNED: return "CPU_PINNED";
+  case CINFER_MEMORY_GPU: return "GPU";
+  default: return "INVALID";
+  }
+}
+
 cinfer_status *cinfer_tensor_check(const cinfer_tensor *t) {
   const char *name = t->name ? t->name : "";
+  if (t->memory_type != CINFER_MEMORY_CPU && t->memory_type != CINFER_MEMORY_CPU_PINNED)
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "tensor '%s' is in %s memory (memory type %d, device %d); this "
+                             "server reads and writes CPU memory only",
+                             name, cinfer_memory_type_name(t->memory_type), (int)t->memory_type,
+                             (int)t->device_id);
   if (t->ndim < 0 || t->ndim > CINFER_MAX_DIMS)
     return cinfer_status_new(CINFER_INVALID_ARG, "tensor '%s' has %d dimensions (at most %d)",
                              name, t->ndim, CINFER_MAX_DIMS);

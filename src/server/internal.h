@@ -157,5 +157,11 @@ metrics_registry *server_metrics(cinfer_server *s);
 int server_thread_budget(const cinfer_server *s);
 void server_request_done(cinfer_server *s);
 const cinfer_backend_iface *backend_find(const char *name);
+/* The backend called `name`: a registered one, else <backend_dir>/<name>/libcinfer_<name>.so
+ * loaded, checked and registered (backend_dir NULL: built-in backends only). The error
+ * names the backend, the path searched and, for a version mismatch, both ABI versions. */
+cinfer_status *backend_lookup(const char *name, const char *backend_dir,
+                              const cinfer_backend_iface **out);
+const char *server_backend_directory(const cinfer_server *s); /* NULL when none */
 
 #endif

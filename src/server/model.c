@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "server/backend_config.h"
 #include "server/internal.h"
 
 uint64_t now_ns(void) {
@@ -41,6 +42,9 @@ const char *cinfer_model_name(const cinfer_model *m) { return m->name; }
 int64_t cinfer_model_version(const cinfer_model *m) { return m->version; }
 const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m) {
   return m->config;
+}
+const cinfer_config *cinfer_model_config_get(const cinfer_model *m) {
+  return backend_config_of(m->config);
 }
 const char *cinfer_model_platform(const cinfer_model *m) {
   const char *p = cfg_platform(m->config);
@@ -265,6 +269,8 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
     inputs[n_in].shape[0] = rows;
     inputs[n_in].data = buf;
     inputs[n_in].byte_size = total;
+    inputs[n_in].memory_type = CINFER_MEMORY_CPU; /* the copy is ordinary host memory */
+    inputs[n_in].device_id = 0;
     n_in++;
   }
   uint64_t t1 = now_ns();
@@ -273,6 +279,10 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
                     .n_inputs = n_in, .inputs = inputs, .core_ = &core};
   bool decoupled = cinfer_model_is_decoupled(m);
   if (decoupled) b.core_ = NULL;
+  /* A decoupled backend may send FINAL, which releases the server's reference, before
+   * execute returns (from its own thread, too): hold each request until the statistics
+   * below have read it. */
+  for (uint32_t k = 0; decoupled && k < n; k++) cinfer_request_ref(reqs[k]);
   if (!st) st = m->backend->execute(inst->state, &b);
   uint64_t t2 = now_ns();
   for (uint32_t i = 0; i < n_in; i++) free(bufs[i]);
@@ -291,7 +301,10 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
   for (uint32_t k = 0; k < n; k++)
     metric_observe(m->m.queue_dur, (double)(reqs[k]->t_exec_start - reqs[k]->t_arrival) * 1e-9);
 
-  if (decoupled && !st) return; /* the backend responds */
+  if (decoupled && !st) { /* the backend responds */
+    for (uint32_t k = 0; k < n; k++) cinfer_request_release(reqs[k]);
+    return;
+  }
   if (st) {
     for (uint32_t k = 0; k < n; k++) {
       cinfer_status *e = cinfer_status_new(cinfer_status_code(st) == CINFER_OK ? CINFER_INTERNAL
@@ -299,6 +312,7 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
                                            "%s", cinfer_status_message(st));
       fail_request(m, reqs[k], e);
     }
+    for (uint32_t k = 0; decoupled && k < n; k++) cinfer_request_release(reqs[k]);
     cinfer_status_free(st);
     if (core.block) {
       batch_block *bl = core.block;
@@ -554,12 +568,16 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                             cinfer_model **out) {
   *out = NULL;
   const char *bname = cfg_backend(config);
-  const cinfer_backend_iface *be = backend_find(bname);
-  if (!be) { /* an ensemble (no backend) should say that ensembles are not implemented */
-    cinfer_status *st = cfg_check_supported(config, bname, false);
-    if (!st) st = cinfer_status_new(CINFER_INVALID_ARG, "unknown backend '%s'", bname);
+  const cinfer_backend_iface *be;
+  cinfer_status *bst = backend_lookup(bname, server_backend_directory(s), &be);
+  if (bst) { /* an ensemble (no backend) should say that ensembles are not implemented */
+    cinfer_status *unsup = cfg_check_supported(config, bname, false);
+    if (unsup) {
+      cinfer_status_free(bst);
+      bst = unsup;
+    }
     cfg_free(config);
-    return st;
+    return bst;
   }
   cinfer_model *m = calloc(1, sizeof *m);
   if (!m) {
@@ -589,7 +607,8 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   }
   snprintf(m->stats.name, sizeof m->stats.name, "%s", name);
   m->stats.version = version;
-  if (be->autocomplete && (st = be->autocomplete(config, m->version_dir))) goto fail;
+  if (be->autocomplete && (st = be->autocomplete(backend_autocomplete_of(config), m->version_dir)))
+    goto fail;
   if ((st = cfg_validate(config))) goto fail;
   if ((st = cfg_check_supported(config, be->name, (be->flags & CINFER_BACKEND_DECOUPLED) != 0))) goto fail;
   m->max_batch = cfg_max_batch_size(config);
@@ -667,10 +686,25 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   m->n_instances = total;
   int budget = server_thread_budget(s);
   int per = budget / total > 0 ? budget / total : 1;
-  cinfer_model_load_info li = {.config = config, .model_dir = m->model_dir,
+  /* The backend's view of the config: the accessors (for the model's lifetime) and the
+   * JSON form (for the call). */
+  char *config_json = cinfer_config_json(backend_config_of(config), NULL);
+  if (!config_json) {
+    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    goto fail;
+  }
+  cinfer_model_load_info li = {.model_name = m->name, .model_dir = m->model_dir,
                                .version_dir = m->version_dir, .version = version,
-                               .threads_per_instance = per};
-  if ((st = be->model_load(&li, &m->backend_model))) goto fail;
+                               .threads_per_instance = per,
+                               .config = backend_config_of(config),
+                               .config_json = config_json,
+                               .config_json_version = CINFER_CONFIG_JSON_VERSION};
+  st = be->model_load(&li, &m->backend_model);
+  free(config_json);
+  if (st) {
+    m->backend_model = NULL; /* the backend freed what it made */
+    goto fail;
+  }
   int idx = 0;
   for (int g = 0; g < (ng > 0 ? ng : 1); g++) {
     cfg_instance_group ig = {.count = 1, .kind = CINFER_INSTANCE_KIND_CPU};

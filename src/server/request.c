@@ -347,6 +347,13 @@ cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *ou
     request_complete_error(r, error);
     return NULL;
   }
+  for (uint32_t i = 0; i < n; i++) /* the copy below reads the bytes: host memory only */
+    if (outputs[i].memory_type != CINFER_MEMORY_CPU && outputs[i].memory_type != CINFER_MEMORY_CPU_PINNED) {
+      cinfer_status *e = cinfer_status_prefix(cinfer_tensor_check(&outputs[i]), "backend response");
+      cinfer_status *ret = cinfer_status_new(cinfer_status_code(e), "%s", cinfer_status_message(e));
+      request_complete_error(r, e);
+      return ret;
+    }
   size_t bytes = 0;
   for (uint32_t i = 0; i < n; i++) bytes += outputs[i].byte_size + strlen(outputs[i].name) + 1 + 64;
   cinfer_response *resp = calloc(1, sizeof *resp);
@@ -360,6 +367,8 @@ cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *ou
   char *p = own;
   for (uint32_t i = 0; i < n; i++) {
     ts[i] = outputs[i];
+    ts[i].memory_type = CINFER_MEMORY_CPU; /* the copy is ordinary host memory */
+    ts[i].device_id = 0;
     size_t nl = strlen(outputs[i].name) + 1;
     memcpy(p, outputs[i].name, nl);
     ts[i].name = p;

@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "repo/config.h"
 
 typedef struct llm_model_state {
   llm_engine *engine;
@@ -29,9 +28,9 @@ llm_engine *llm_backend_engine(void *model_state) {
   return model_state ? ((llm_model_state *)model_state)->engine : NULL;
 }
 
-static cinfer_status *param_long(const cinfer_model_config *c, const char *key, long long lo,
-                                 long long hi, long long *out) {
-  const char *v = model_config_parameter(c, key);
+static cinfer_status *param_long(const cinfer_model_load_info *info, const char *key,
+                                 long long lo, long long hi, long long *out) {
+  const char *v = cinfer_config_parameter(info->config, key);
   if (!v) return NULL;
   char *end;
   errno = 0;
@@ -39,20 +38,21 @@ static cinfer_status *param_long(const cinfer_model_config *c, const char *key, 
   if (errno || end == v || *end || x < lo || x > hi)
     return cinfer_status_new(CINFER_INVALID_ARG,
                              "llm model '%s': parameter '%s' = '%s' is not an integer in [%lld, %lld]",
-                             c->name, key, v, lo, hi);
+                             info->model_name, key, v, lo, hi);
   *out = x;
   return NULL;
 }
 
-static cinfer_status *find_gguf(const cinfer_model_config *c, const char *dir, char **out) {
-  const char *named = model_config_parameter(c, "gguf_file");
+static cinfer_status *find_gguf(const cinfer_model_load_info *info, const char *dir, char **out) {
+  const char *named = cinfer_config_parameter(info->config, "gguf_file");
+  const char *name = info->model_name;
   char path[4096];
   struct stat st;
   if (named) {
     if (strchr(named, '/') || !strcmp(named, "..") || !named[0])
       return cinfer_status_new(CINFER_INVALID_ARG,
                                "llm model '%s': parameter gguf_file '%s' must be a file name in the "
-                               "version folder", c->name, named);
+                               "version folder", name, named);
     snprintf(path, sizeof path, "%s/%s", dir, named);
   } else {
     snprintf(path, sizeof path, "%s/model.gguf", dir);
@@ -71,54 +71,55 @@ static cinfer_status *find_gguf(const cinfer_model_config *c, const char *dir, c
       if (found != 1)
         return cinfer_status_new(CINFER_INVALID_ARG,
                                  "llm model '%s': %s holds %s .gguf file; name it model.gguf or set "
-                                 "parameter gguf_file", c->name, dir, found ? "more than one" : "no");
+                                 "parameter gguf_file", name, dir, found ? "more than one" : "no");
     }
   }
   if (stat(path, &st) != 0)
-    return cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': cannot open %s: %s", c->name,
+    return cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': cannot open %s: %s", name,
                              path, strerror(errno));
   *out = strdup(path);
   return *out ? NULL : cinfer_status_new(CINFER_INTERNAL, "out of memory");
 }
 
-static cinfer_status *llm_autocomplete(cinfer_model_config *c, const char *version_dir) {
+static cinfer_status *llm_autocomplete(cinfer_autocomplete *ac, const char *version_dir) {
+  const cinfer_config *c = cinfer_autocomplete_config(ac);
   cinfer_status *st;
   int64_t one = 1;
-  if (c->n_inputs == 0 &&
-      (st = model_config_add_input(c, "text_input", CINFER_TYPE_BYTES, 1, &one, NULL)))
+  if (cinfer_config_input_count(c) == 0 &&
+      (st = cinfer_autocomplete_add_input(ac, "text_input", CINFER_TYPE_BYTES, 1, &one)))
     return st;
-  if (c->n_outputs == 0 &&
-      (st = model_config_add_output(c, "text_output", CINFER_TYPE_BYTES, 1, &one, NULL)))
+  if (cinfer_config_output_count(c) == 0 &&
+      (st = cinfer_autocomplete_add_output(ac, "text_output", CINFER_TYPE_BYTES, 1, &one)))
     return st;
   return NULL;
 }
 
 static cinfer_status *llm_load(const cinfer_model_load_info *info, void **model) {
-  const cinfer_model_config *c = info->config;
-  if (c->max_batch_size != 0)
+  const char *name = info->model_name;
+  if (cinfer_config_max_batch_size(info->config) != 0)
     return cinfer_status_new(CINFER_INVALID_ARG,
                              "llm model '%s': max_batch_size must be 0 (the engine batches "
-                             "continuously)", c->name);
+                             "continuously)", name);
   char *path = NULL;
-  cinfer_status *st = find_gguf(c, info->version_dir, &path);
+  cinfer_status *st = find_gguf(info, info->version_dir, &path);
   if (st) return st;
   long long ctx = 0, blocks = 0, kvb = 0, bs = 0, seqs = 0, step = 0, threads = info->threads_per_instance;
-  if ((st = param_long(c, "ctx_len", 16, 1 << 20, &ctx)) ||
-      (st = param_long(c, "kv_blocks", 1, 1 << 24, &blocks)) ||
-      (st = param_long(c, "kv_bytes", 1 << 20, 1ll << 40, &kvb)) ||
-      (st = param_long(c, "block_size", 1, 1024, &bs)) ||
-      (st = param_long(c, "max_seqs", 1, 4096, &seqs)) ||
-      (st = param_long(c, "max_step_tokens", 1, 1 << 20, &step)) ||
-      (st = param_long(c, "threads", 1, 1024, &threads))) {
+  if ((st = param_long(info, "ctx_len", 16, 1 << 20, &ctx)) ||
+      (st = param_long(info, "kv_blocks", 1, 1 << 24, &blocks)) ||
+      (st = param_long(info, "kv_bytes", 1 << 20, 1ll << 40, &kvb)) ||
+      (st = param_long(info, "block_size", 1, 1024, &bs)) ||
+      (st = param_long(info, "max_seqs", 1, 4096, &seqs)) ||
+      (st = param_long(info, "max_step_tokens", 1, 1 << 20, &step)) ||
+      (st = param_long(info, "threads", 1, 1024, &threads))) {
     free(path);
     return st;
   }
   llm_engine_opts o = {.threads = (int)threads, .ctx_len = (int)ctx, .kv_blocks = (int)blocks,
                        .kv_bytes = (size_t)kvb, .block_size = (int)bs, .max_seqs = (int)seqs,
                        .max_step_tokens = (int)step,
-                       .chat_template = model_config_parameter(c, "chat_template")};
+                       .chat_template = cinfer_config_parameter(info->config, "chat_template")};
   llm_model_state *m = calloc(1, sizeof *m);
-  if (!m || !(m->name = strdup(c->name))) {
+  if (!m || !(m->name = strdup(name))) {
     free(m);
     free(path);
     return cinfer_status_new(CINFER_INTERNAL, "out of memory");
@@ -128,7 +129,7 @@ static cinfer_status *llm_load(const cinfer_model_load_info *info, void **model)
   if (st) {
     free(m->name);
     free(m);
-    return cinfer_status_prefix(st, "llm model '%s'", c->name);
+    return cinfer_status_prefix(st, "llm model '%s'", name);
   }
   *model = m;
   return NULL;

@@ -13,7 +13,7 @@
 #include "backends/onnx/onnx.h"
 #include "cinfer/backend.h"
 
-cinfer_status *onnx_autocomplete(struct cinfer_model_config *c, const char *version_dir);
+cinfer_status *onnx_autocomplete(cinfer_autocomplete *ac, const char *version_dir);
 
 typedef struct onnx_backend_model {
   onnx_model *m;

@@ -18,7 +18,6 @@
 #include <time.h>
 
 #include "cinfer/backend.h"
-#include "repo/config.h"
 
 typedef struct sim_device {
   int id;
@@ -49,8 +48,17 @@ static sim_device *device_get(int id, int limit) {
   return d;
 }
 
+typedef struct sim_output {
+  const char *name;              /* borrowed from the config, which outlives the model */
+  cinfer_dtype dtype;
+  int ndim;
+  int64_t dims[CINFER_MAX_DIMS];
+} sim_output;
+
 typedef struct sim_model {
-  const cinfer_model_config *cfg;
+  bool batching;                 /* max_batch_size > 0 */
+  uint32_t n_outputs;
+  sim_output *outputs;
   double base_us, per_item_us, jitter_us;
   int concurrency;
   unsigned seed;
@@ -62,9 +70,9 @@ typedef struct sim_instance {
   unsigned rng;
 } sim_instance;
 
-static cinfer_status *param_double(const cinfer_model_config *c, const char *key, double def,
-                                   double lo, double hi, double *out) {
-  const char *v = model_config_parameter(c, key);
+static cinfer_status *param_double(const cinfer_model_load_info *info, const char *key,
+                                   double def, double lo, double hi, double *out) {
+  const char *v = cinfer_config_parameter(info->config, key);
   *out = def;
   if (!v) return NULL;
   char *end;
@@ -73,39 +81,55 @@ static cinfer_status *param_double(const cinfer_model_config *c, const char *key
   if (errno || end == v || *end || d < lo || d > hi)
     return cinfer_status_new(CINFER_INVALID_ARG,
                              "sim model '%s': parameter '%s' = '%s' is not a number in [%g, %g]",
-                             c->name, key, v, lo, hi);
+                             info->model_name, key, v, lo, hi);
   *out = d;
   return NULL;
 }
 
+static void sim_model_free(sim_model *m) {
+  if (m) free(m->outputs);
+  free(m);
+}
+
 static cinfer_status *sim_load(const cinfer_model_load_info *info, void **model) {
-  const cinfer_model_config *c = info->config;
+  const cinfer_config *c = info->config;
   sim_model *m = calloc(1, sizeof *m);
-  if (!m) return cinfer_status_oom(NULL);
+  uint32_t no = cinfer_config_output_count(c);
+  if (m) m->outputs = calloc(no ? no : 1, sizeof *m->outputs);
+  if (!m || !m->outputs) {
+    sim_model_free(m);
+    return cinfer_status_oom(NULL);
+  }
   double conc, seed;
   cinfer_status *st;
-  if ((st = param_double(c, "base_us", 1000, 0, 60e6, &m->base_us)) ||
-      (st = param_double(c, "per_item_us", 100, 0, 60e6, &m->per_item_us)) ||
-      (st = param_double(c, "jitter_us", 0, 0, 60e6, &m->jitter_us)) ||
-      (st = param_double(c, "device_concurrency", 1, 1, 1024, &conc)) ||
-      (st = param_double(c, "seed", 1, 0, 4e9, &seed))) {
-    free(m);
+  if ((st = param_double(info, "base_us", 1000, 0, 60e6, &m->base_us)) ||
+      (st = param_double(info, "per_item_us", 100, 0, 60e6, &m->per_item_us)) ||
+      (st = param_double(info, "jitter_us", 0, 0, 60e6, &m->jitter_us)) ||
+      (st = param_double(info, "device_concurrency", 1, 1, 1024, &conc)) ||
+      (st = param_double(info, "seed", 1, 0, 4e9, &seed))) {
+    sim_model_free(m);
     return st;
   }
-  for (size_t i = 0; i < c->n_outputs; i++)
-    if (c->outputs[i].data_type == CINFER_TYPE_BYTES) {
-      free(m);
+  for (uint32_t i = 0; i < no; i++) {
+    cinfer_config_io o;
+    cinfer_config_output(c, i, &o);
+    if (o.dtype == CINFER_TYPE_BYTES) {
+      sim_model_free(m);
       return cinfer_status_new(CINFER_INVALID_ARG, "sim model '%s': output '%s' cannot be BYTES",
-                               c->name, c->outputs[i].name);
+                               info->model_name, o.name);
     }
-  m->cfg = c;
+    m->outputs[i] = (sim_output){.name = o.name, .dtype = o.dtype, .ndim = o.ndim};
+    memcpy(m->outputs[i].dims, o.dims, sizeof o.dims);
+  }
+  m->n_outputs = no;
+  m->batching = cinfer_config_max_batch_size(c) > 0;
   m->concurrency = (int)conc;
   m->seed = (unsigned)seed;
   *model = m;
   return NULL;
 }
 
-static void sim_unload(void *model) { free(model); }
+static void sim_unload(void *model) { sim_model_free(model); }
 
 static cinfer_status *sim_instance_create(void *model, const cinfer_instance_info *info,
                                           void **instance) {
@@ -145,7 +169,6 @@ static cinfer_status *sim_execute(void *instance, cinfer_batch *b) {
     slack_set = true;
   }
   sim_model *m = in->m;
-  const cinfer_model_config *c = m->cfg;
   double us = m->base_us + m->per_item_us * (double)b->batch_size;
   if (m->jitter_us > 0) {
     in->rng = in->rng * 1103515245u + 12345u;
@@ -162,18 +185,17 @@ static cinfer_status *sim_execute(void *instance, cinfer_batch *b) {
   pthread_cond_signal(&d->cv);
   pthread_mutex_unlock(&d->mu);
 
-  bool batching = c->max_batch_size > 0;
-  for (size_t i = 0; i < c->n_outputs; i++) {
-    const model_config_io *o = &c->outputs[i];
+  for (uint32_t i = 0; i < m->n_outputs; i++) {
+    const sim_output *o = &m->outputs[i];
     if (!cinfer_batch_output_requested(b, o->name)) continue;
     int64_t shape[CINFER_MAX_DIMS];
     int nd = 0;
-    if (batching) shape[nd++] = b->batch_size;
-    for (int k = 0; k < o->ndims && nd < CINFER_MAX_DIMS; k++) shape[nd++] = o->dims[k] < 0 ? 1 : o->dims[k];
+    if (m->batching) shape[nd++] = b->batch_size;
+    for (int k = 0; k < o->ndim && nd < CINFER_MAX_DIMS; k++) shape[nd++] = o->dims[k] < 0 ? 1 : o->dims[k];
     int64_t el = cinfer_shape_elements(shape, nd);
-    size_t bytes = (size_t)el * cinfer_dtype_size(o->data_type);
+    size_t bytes = (size_t)el * cinfer_dtype_size(o->dtype);
     void *data;
-    cinfer_status *st = cinfer_batch_output(b, o->name, o->data_type, nd, shape, bytes, &data);
+    cinfer_status *st = cinfer_batch_output(b, o->name, o->dtype, nd, shape, bytes, &data);
     if (st) return st;
     unsigned char *p = data;
     for (size_t k = 0; k < bytes; k++) p[k] = (unsigned char)(k * 31u + i);
