@@ -147,6 +147,8 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                             cinfer_model **out);
 cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r);
 void model_ref(cinfer_model *m);
+/* Decoupled backends: counts r's FINAL response (err NULL: a success) in the statistics. */
+void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err);
 void model_destroy_now(cinfer_model *m); /* reaper: stop workers, unload */
 uint64_t now_ns(void);
 void model_busy_update(cinfer_model *m, uint64_t window_ns);

@@ -135,6 +135,19 @@ static void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code,
   metric_observe(m->m.request_dur, (double)t * 1e-9);
 }
 
+void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err) {
+  if (err) {
+    record_failure(m, r, cinfer_status_code(err), NULL);
+    return;
+  }
+  uint64_t t = now_ns() - r->t_arrival;
+  pthread_mutex_lock(&m->stats_mu);
+  stat_add(&m->stats.success, 1, t);
+  pthread_mutex_unlock(&m->stats_mu);
+  metric_inc(m->m.success, 1);
+  metric_observe(m->m.request_dur, (double)t * 1e-9);
+}
+
 static void fail_request_reason(cinfer_model *m, cinfer_request *r, cinfer_status *st,
                                 metric *reason) {
   record_failure(m, r, cinfer_status_code(st), reason);

@@ -222,7 +222,16 @@ void cinfer_request_set_callback(cinfer_request *r, cinfer_response_fn fn, void 
   r->cb_user = user;
 }
 
-void cinfer_request_cancel(cinfer_request *r) { atomic_store(&r->cancelled, true); }
+/* The first cancel of a request tells a backend with a cancel method at once (a decoupled
+ * LLM sequence stops generating and frees its KV blocks); the backend ignores a request it
+ * does not hold (still queued: the scheduler drops it; or already finished). r is kept
+ * alive by the caller's reference for the call. */
+void cinfer_request_cancel(cinfer_request *r) {
+  if (atomic_exchange(&r->cancelled, true)) return;
+  cinfer_model *m = r->model;
+  if (m->backend->cancel && atomic_load(&r->submitted) && !atomic_load(&r->final_sent))
+    m->backend->cancel(m->backend_model, r);
+}
 bool cinfer_request_is_cancelled(const cinfer_request *r) {
   return atomic_load(&((cinfer_request *)r)->cancelled);
 }
@@ -343,6 +352,10 @@ void request_complete_error(cinfer_request *r, cinfer_status *st) {
 
 cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *outputs,
                                       uint32_t n, uint32_t flags, cinfer_status *error) {
+  /* Decoupled requests are counted here, where the backend finishes them (batch-style
+   * ones in model.c's output phase). */
+  if ((error || (flags & CINFER_RESPONSE_FINAL)) && !atomic_load(&r->final_sent))
+    model_record_final(r->model, r, error);
   if (error) {
     request_complete_error(r, error);
     return NULL;
