@@ -54,6 +54,7 @@ struct cinfer_request {
   _Atomic bool cancelled;
   _Atomic bool final_sent;
   _Atomic bool submitted;
+  _Atomic bool respond_oom; /* a partial response was lost: the FINAL one becomes an error */
   bool has_seq;       /* preserve_ordering: the response waits for earlier ones */
   uint64_t seq;
   /* scheduling */

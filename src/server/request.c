@@ -352,9 +352,14 @@ void request_complete_error(cinfer_request *r, cinfer_status *st) {
 
 cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *outputs,
                                       uint32_t n, uint32_t flags, cinfer_status *error) {
+  bool final = error || (flags & CINFER_RESPONSE_FINAL);
+  /* A partial response that could not be sent was not silently skipped: the stream is
+   * incomplete, so its FINAL response is an error. */
+  if (final && !error && atomic_load(&r->respond_oom))
+    error = cinfer_status_new(CINFER_INTERNAL, "out of memory sending a response: the answer is incomplete");
   /* Decoupled requests are counted here, where the backend finishes them (batch-style
    * ones in model.c's output phase). */
-  if ((error || (flags & CINFER_RESPONSE_FINAL)) && !atomic_load(&r->final_sent))
+  if (final && !atomic_load(&r->final_sent))
     model_record_final(r->model, r, error);
   if (error) {
     request_complete_error(r, error);
@@ -367,7 +372,11 @@ cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *ou
   cinfer_tensor *ts = calloc(n ? n : 1, sizeof *ts);
   if (!resp || !own || !ts) {
     free(resp), free(own), free(ts);
-    request_complete_error(r, OOM());
+    if (flags & CINFER_RESPONSE_FINAL) {
+      request_complete_error(r, OOM());
+    } else { /* r stays the backend's until its FINAL response, which will carry the error */
+      atomic_store(&r->respond_oom, true);
+    }
     return OOM();
   }
   char *p = own;

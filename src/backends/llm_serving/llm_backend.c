@@ -304,8 +304,12 @@ static void gen_respond_event(gen *g, int index, const llm_event *ev) {
                                .shape = {1}, .data = fb, .byte_size = 4 + fl};
     out[n++] = t_i32("usage", usage, 3);
   }
-  cinfer_status_free(cinfer_request_respond(g->r, out, n, 0, NULL));
+  cinfer_status *st = cinfer_request_respond(g->r, out, n, 0, NULL);
   if (tb != small) free(tb);
+  if (st) { /* the token was lost: stop; the FINAL response reports it */
+    gen_fail(g, st);
+    gen_cancel(g);
+  }
 }
 
 static void gen_event(void *user, const llm_event *ev) {
