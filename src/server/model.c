@@ -285,6 +285,9 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
                     .n_inputs = n_in, .inputs = inputs, .core_ = &core};
   bool decoupled = cinfer_model_is_decoupled(m);
   if (decoupled) b.core_ = NULL;
+  /* A decoupled backend may finish a request (FINAL) inside execute(), which drops the
+   * server's reference: hold one until the statistics below have read it. */
+  for (uint32_t k = 0; decoupled && k < n; k++) cinfer_request_ref(reqs[k]);
   if (!st) st = m->backend->execute(inst->state, &b);
   uint64_t t2 = now_ns();
   for (uint32_t i = 0; i < n_in; i++) free(bufs[i]);
@@ -303,7 +306,10 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
   for (uint32_t k = 0; k < n; k++)
     metric_observe(m->m.queue_dur, (double)(reqs[k]->t_exec_start - reqs[k]->t_arrival) * 1e-9);
 
-  if (decoupled && !st) return; /* the backend responds */
+  if (decoupled && !st) { /* the backend responds */
+    for (uint32_t k = 0; k < n; k++) cinfer_request_release(reqs[k]);
+    return;
+  }
   if (st) {
     for (uint32_t k = 0; k < n; k++) {
       cinfer_status *e = cinfer_status_new(cinfer_status_code(st) == CINFER_OK ? CINFER_INTERNAL
@@ -318,6 +324,7 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n) {
       for (uint32_t i = 0; i < bl->n; i++) free(bl->out[i].name), free(bl->out[i].data);
       free(bl);
     }
+    for (uint32_t k = 0; decoupled && k < n; k++) cinfer_request_release(reqs[k]);
     return;
   }
   deliver_batch(m, reqs, n, core.block, t0, t1, t2);

@@ -325,12 +325,17 @@ void request_deliver(cinfer_request *r, cinfer_response *resp, uint32_t flags) {
 
 void request_deliver_now(cinfer_request *r, cinfer_response *resp, uint32_t flags) {
   cinfer_server *s = r->model->server;
-  if (r->cb) r->cb(r->cb_user, resp, flags);
+  bool final = (flags & CINFER_RESPONSE_FINAL) != 0;
+  cinfer_response_fn cb = r->cb;
+  void *user = r->cb_user;
+  /* The server's reference goes before the callback (resp holds its own reference on r, so
+   * r and its model live as long as the response): after the callback the only thing
+   * touched is the in-flight count, so a caller that waits for 0 in flight may destroy the
+   * server at once. */
+  if (final) cinfer_request_release(r);
+  if (cb) cb(user, resp, flags);
   else cinfer_response_free(resp);
-  if (flags & CINFER_RESPONSE_FINAL) {
-    cinfer_request_release(r); /* the server's reference */
-    server_request_done(s);
-  }
+  if (final) server_request_done(s);
 }
 
 void request_complete_error(cinfer_request *r, cinfer_status *st) {
@@ -338,9 +343,8 @@ void request_complete_error(cinfer_request *r, cinfer_status *st) {
   if (!resp) { /* cannot report: still finish so nothing leaks or hangs */
     cinfer_status_free(st);
     if (!atomic_exchange(&r->final_sent, true)) {
-      cinfer_server *s = r->model->server;
+      server_request_done(r->model->server);
       cinfer_request_release(r);
-      server_request_done(s);
     }
     return;
   }
