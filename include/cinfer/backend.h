@@ -66,6 +66,7 @@ extern "C" {
 #define CINFER_BACKEND_ABI_MINOR 0
 
 typedef struct cinfer_request cinfer_request; /* opaque */
+struct cinfer_backend_metric;
 
 enum {
   CINFER_BACKEND_DECOUPLED = 1u << 0, /* execute() takes over responding (see above) */
@@ -201,6 +202,33 @@ typedef struct cinfer_backend_iface {
    * it has not responded to any of them and the core fails them all. */
   cinfer_status *(*execute)(void *instance, cinfer_batch *batch);
 
+  /* ---- optional methods of generative (text) models (ABI 2.0) ---------------------------
+   * Each takes the model state model_load returned, is thread-safe and may be called from
+   * any thread (the frontends call them on their I/O threads) while the model is loaded.
+   * NULL means "not supported": the server's wrappers (cinfer.h, cinfer_model_tokenize ...)
+   * then return CINFER_UNSUPPORTED naming the model, which a frontend answers with 501. */
+  /* Text -> token ids. *ids is malloc'd and owned by the caller (NULL on error). */
+  cinfer_status *(*tokenize)(void *model, const char *text, size_t len, bool add_special,
+                             bool parse_special, int32_t **ids, size_t *n);
+  /* Token ids -> UTF-8 text (special: render control tokens). *text is malloc'd, NUL-
+   * terminated and owned by the caller; an id outside the vocabulary is INVALID_ARG. */
+  cinfer_status *(*detokenize)(void *model, const int32_t *ids, size_t n, bool special,
+                               char **text, size_t *len);
+  /* Renders chat messages with the model's template. *out is malloc'd, owned by the caller. */
+  cinfer_status *(*render_chat)(void *model, const char *const *roles,
+                                const char *const *contents, size_t n,
+                                bool add_generation_prompt, char **out);
+  /* Called (any thread, must not block) once when a request that execute() took over is
+   * cancelled; r stays valid for the call. NULL: the backend only polls
+   * cinfer_request_is_cancelled. Either way the backend still sends the FINAL response
+   * (conventionally an error CINFER_CANCELLED); the core ignores it being late. A call for
+   * a request the backend has already finished must be a no-op. */
+  void (*cancel)(void *model, cinfer_request *r);
+  /* Writes up to cap of the model's current metrics (names borrowed from the backend,
+   * static) and returns how many it has; the frontend exports them at /metrics with the
+   * label model="<name>". NULL: none. Counters are cumulative since model_load. */
+  uint32_t (*metrics)(void *model, struct cinfer_backend_metric *out, uint32_t cap);
+  /* ---- end of the text methods ---------------------------------------------------------- */
   /* Members appended later go here (minor bump), each Optional with its default. */
 } cinfer_backend_iface;
 
@@ -209,6 +237,14 @@ typedef struct cinfer_backend_iface {
  * ends before that member, so reading it would run past the object. */
 #define CINFER_BACKEND_HAS(iface, member, since) \
   ((iface)->abi_minor >= (since) && (iface)->member != NULL)
+
+enum { CINFER_BACKEND_METRIC_GAUGE = 0, CINFER_BACKEND_METRIC_COUNTER = 1 };
+typedef struct cinfer_backend_metric {
+  const char *name;  /* Prometheus family name ("cinfer_llm_running_sequences") */
+  const char *help;
+  int kind;          /* CINFER_BACKEND_METRIC_* */
+  double value;
+} cinfer_backend_metric;
 
 /* ---- services the core offers to backends -------------------------------------------- */
 

@@ -102,10 +102,24 @@ const cinfer_config *cinfer_model_config_get(const cinfer_model *m);
 const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m);
 const char *cinfer_model_platform(const cinfer_model *m);  /* "onnxruntime_onnx", ... */
 bool cinfer_model_is_decoupled(const cinfer_model *m);
-/* The backend serving m and its model state (what model_load returned): for in-process
- * extensions that speak a backend's own API (the OpenAI frontend and the llm backend). */
+/* The name of the backend serving m ("onnxruntime", "llm", ...). */
 const char *cinfer_model_backend_name(const cinfer_model *m);
-void *cinfer_model_backend_state(const cinfer_model *m);
+/* Text services of generative models: the backend's optional methods (backend.h, ABI
+ * 1.1). A backend without one answers CINFER_UNSUPPORTED "model 'M' does not support ...".
+ * Thread-safe; outputs are malloc'd and owned by the caller. */
+bool cinfer_model_is_generative(const cinfer_model *m);   /* decoupled, and tokenizes */
+bool cinfer_model_supports_chat(const cinfer_model *m);   /* has render_chat */
+cinfer_status *cinfer_model_tokenize(const cinfer_model *m, const char *text, size_t len,
+                                     bool add_special, bool parse_special, int32_t **ids,
+                                     size_t *n);
+cinfer_status *cinfer_model_detokenize(const cinfer_model *m, const int32_t *ids, size_t n,
+                                       bool special, char **text, size_t *len);
+cinfer_status *cinfer_model_render_chat(const cinfer_model *m, const char *const *roles,
+                                        const char *const *contents, size_t n,
+                                        bool add_generation_prompt, char **out);
+/* The backend's current metrics (backend.h); returns how many it has (may exceed cap). */
+uint32_t cinfer_model_backend_metrics(const cinfer_model *m, cinfer_backend_metric *out,
+                                      uint32_t cap);
 /* Ready versions of a model name, highest first; returns how many were written. */
 size_t cinfer_server_model_versions(cinfer_server *s, const char *name, int64_t *versions,
                                     size_t cap);

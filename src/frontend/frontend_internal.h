@@ -19,7 +19,8 @@ metrics_registry *cinfer_server_metrics_registry(cinfer_server *s);
 /* OpenAI-compatible routes (/v1/..., /tokenize, /detokenize, /health). Returns false when
  * the path is not one of them (the exchange is then untouched). */
 bool openai_route(frontend *fe, http_exchange *ex, const http_request *req);
-/* Refreshes the LLM gauges and counters from each loaded engine (before /metrics). */
+/* Refreshes the backend metrics of every loaded model (cinfer_model_backend_metrics: the
+ * llm backend's sequences, KV usage and token counters) before /metrics. */
 void openai_update_metrics(cinfer_server *s);
 
 #endif

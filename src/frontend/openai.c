@@ -1,15 +1,22 @@
-/* openai.c: the OpenAI-compatible API of `cinfer serve` for models served by the `llm`
- * backend: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (streamed as
- * server-sent events ending in `data: [DONE]`, or whole), plus llama.cpp-style /tokenize,
- * /detokenize and /health.
+/* openai.c: the OpenAI-compatible API of `cinfer serve` for generative models (a decoupled
+ * backend with the optional text methods of backend.h, e.g. `llm`): GET /v1/models,
+ * POST /v1/completions, POST /v1/chat/completions (streamed as server-sent events ending in
+ * `data: [DONE]`, or whole), plus llama.cpp-style /tokenize, /detokenize and /health.
  *
- * Flow: the handler (I/O thread) parses and checks the JSON, acquires the model (so it
- * cannot be unloaded under the request), renders the chat template, starts the SSE stream
- * when asked, and submits n sequences to the engine. Engine events arrive on the engine's
- * step thread: streamed pieces are written as chunks at once; whole answers accumulate.
- * Completion is counted with `pending` (1 for the handler + 1 per submitted sequence):
- * whoever drops it to zero answers. A client that disconnects cancels its sequences, which
- * frees their KV blocks.
+ * Flow (one request path, as KServe's): the handler (I/O thread) parses and checks the
+ * JSON, acquires the model, renders the chat template (cinfer_model_render_chat), builds a
+ * cinfer_request (input text_input, sampling as parameters, stream=true; see
+ * backends/llm_serving/llm_backend.h for the protocol) and submits it with
+ * cinfer_server_infer_async: queue, statistics, in-flight count, request log and the drain
+ * at shutdown see it like any other request. The backend streams one response per token
+ * from the engine's step thread; the response callback only queues it (and observes the
+ * TTFT / inter-token histograms) and posts the context's one loop_task to the exchange's
+ * I/O loop, which encodes every queued response (SSE chunks, or the whole answer at the
+ * FINAL one). The SSE stream begins with the first response, so an error before any token
+ * (a prompt longer than the context, a bad sampling value) is a plain 4xx. A client that
+ * disconnects, or whose stream write fails, cancels the request; the backend stops its
+ * sequences and finishes with CANCELLED. The context is freed on its I/O loop after the
+ * answer, so no cancel notification can follow.
  *
  * Errors use OpenAI's object: {"error": {"message", "type", "param", "code"}}. */
 #include <cjson/cJSON.h>
@@ -17,12 +24,13 @@
 #include <stdarg.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "backends/llm_serving/llm_backend.h"
+#include "core/log.h"
 #include "frontend/frontend_internal.h"
 #include "frontend/kserve.h"
 #include "metrics/metrics.h"
@@ -67,9 +75,10 @@ static void oai_status_error(http_exchange *ex, cinfer_status *st, const char *p
 
 /* ---- metrics ------------------------------------------------------------------------- */
 
+/* Latency histograms, observed by the frontend from the responses it receives (the backend
+ * reports the rest, see openai_update_metrics). */
 typedef struct llm_metrics {
-  metric *ttft, *itl, *e2e, *running, *waiting, *kv, *prompt, *gen, *pq, *ph, *preempt;
-  uint64_t last_prompt, last_gen, last_pq, last_ph, last_preempt;
+  metric *ttft, *itl, *e2e;
 } llm_metrics;
 
 typedef struct llm_metrics_entry {
@@ -92,27 +101,44 @@ static llm_metrics *metrics_for(cinfer_server *s, const char *model) {
   metrics_registry *r = cinfer_server_metrics_registry(s);
   const char *lab[] = {"model", e->name, NULL};
 #define H(n, h) metrics_series(metrics_family(r, n, h, METRIC_HISTOGRAM, metrics_latency_buckets, metrics_latency_buckets_n), lab)
-#define G(n, h) metrics_series(metrics_family(r, n, h, METRIC_GAUGE, NULL, 0), lab)
-#define C(n, h) metrics_series(metrics_family(r, n, h, METRIC_COUNTER, NULL, 0), lab)
   e->m.ttft = H("cinfer_llm_time_to_first_token_seconds", "Time from request to the first generated token");
   e->m.itl = H("cinfer_llm_inter_token_latency_seconds", "Time between consecutive generated tokens");
   e->m.e2e = H("cinfer_llm_e2e_request_seconds", "Time from request to the last token");
-  e->m.running = G("cinfer_llm_running_sequences", "Sequences in the running batch");
-  e->m.waiting = G("cinfer_llm_waiting_sequences", "Sequences waiting for admission");
-  e->m.kv = G("cinfer_llm_kv_cache_usage_ratio", "Used fraction of the KV cache blocks");
-  e->m.prompt = C("cinfer_llm_prompt_tokens_total", "Prompt tokens processed");
-  e->m.gen = C("cinfer_llm_generation_tokens_total", "Tokens generated");
-  e->m.pq = C("cinfer_llm_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache");
-  e->m.ph = C("cinfer_llm_prefix_cache_hits_total", "Prompt tokens found in the prefix cache");
-  e->m.preempt = C("cinfer_llm_preemptions_total", "Sequences preempted for lack of KV blocks");
 #undef H
-#undef G
-#undef C
   e->next = metrics_list;
   metrics_list = e;
 out:
   pthread_mutex_unlock(&metrics_mu);
   return e ? &e->m : NULL;
+}
+
+/* Backend metrics (cinfer_model_backend_metrics) as series with model="<name>". Gauges are
+ * set; backend counters are cumulative per loaded model version while the series is per
+ * model name, so the growth since the last scrape is added (a reload restarts the count). */
+typedef struct bm_entry {
+  char model[128];
+  const char *name;   /* the backend's static family name */
+  metric *series;
+  double last;
+  struct bm_entry *next;
+} bm_entry;
+
+static bm_entry *bm_list; /* under metrics_mu */
+
+static bm_entry *bm_for(cinfer_server *s, const char *model, const cinfer_backend_metric *bm) {
+  for (bm_entry *e = bm_list; e; e = e->next)
+    if (e->name == bm->name && !strcmp(e->model, model)) return e;
+  bm_entry *e = calloc(1, sizeof *e);
+  if (!e) return NULL;
+  snprintf(e->model, sizeof e->model, "%s", model);
+  e->name = bm->name;
+  const char *lab[] = {"model", e->model, NULL};
+  bool counter = bm->kind == CINFER_BACKEND_METRIC_COUNTER;
+  e->series = metrics_series(metrics_family(cinfer_server_metrics_registry(s), bm->name, bm->help,
+                                            counter ? METRIC_COUNTER : METRIC_GAUGE, NULL, 0), lab);
+  e->next = bm_list;
+  bm_list = e;
+  return e;
 }
 
 void openai_update_metrics(cinfer_server *s) {
@@ -126,33 +152,22 @@ void openai_update_metrics(cinfer_server *s) {
       cinfer_status_free(st);
       continue;
     }
-    if (!strcmp(cinfer_model_backend_name(m), "llm")) {
-      llm_engine *e = llm_backend_engine(cinfer_model_backend_state(m));
-      llm_metrics *lm = metrics_for(s, cinfer_model_name(m));
-      if (e && lm) {
-        llm_engine_stats es;
-        llm_engine_get_stats(e, &es);
-        pthread_mutex_lock(&metrics_mu);
-        metric_set(lm->running, es.running);
-        metric_set(lm->waiting, es.waiting);
-        metric_set(lm->kv, es.kv_usage);
-        /* Engine counters are cumulative per engine; the metrics are per model name, so
-         * add the growth since the last scrape (a reload restarts the engine's counts). */
-#define DELTA(field, met, last)                                                   \
-  do {                                                                            \
-    uint64_t v = es.field;                                                        \
-    metric_inc(lm->met, (double)(v >= lm->last ? v - lm->last : v));               \
-    lm->last = v;                                                                 \
-  } while (0)
-        DELTA(prompt_tokens_total, prompt, last_prompt);
-        DELTA(generation_tokens_total, gen, last_gen);
-        DELTA(prefix_queries_total, pq, last_pq);
-        DELTA(prefix_hits_total, ph, last_ph);
-        DELTA(preemptions_total, preempt, last_preempt);
-#undef DELTA
-        pthread_mutex_unlock(&metrics_mu);
+    cinfer_backend_metric bm[32];
+    uint32_t k = cinfer_model_backend_metrics(m, bm, 32);
+    if (k > 32) k = 32;
+    pthread_mutex_lock(&metrics_mu);
+    for (uint32_t j = 0; j < k; j++) {
+      bm_entry *e = bm_for(s, cinfer_model_name(m), &bm[j]);
+      if (!e || !e->series) continue;
+      if (bm[j].kind == CINFER_BACKEND_METRIC_COUNTER) {
+        double v = bm[j].value;
+        metric_inc(e->series, v >= e->last ? v - e->last : v);
+        e->last = v;
+      } else {
+        metric_set(e->series, bm[j].value);
       }
     }
+    pthread_mutex_unlock(&metrics_mu);
     cinfer_model_release(m);
   }
   cinfer_model_index_free(idx, n);
@@ -164,32 +179,44 @@ typedef struct oai_choice {
   kbuf text;        /* whole answers */
   kbuf logprobs;    /* JSON array body of per-token logprob entries */
   int n_logprobs;
-  llm_finish finish;
+  char finish[16];  /* "" until the choice's last response */
   int completion_tokens;
   bool role_sent;
+  /* response-callback thread only (metrics) */
   uint64_t t_last;
   int token_count;
 } oai_choice;
+
+typedef struct resp_node {
+  cinfer_response *resp;
+  bool final;
+  struct resp_node *next;
+} resp_node;
 
 typedef struct oai_ctx {
   frontend *fe;
   http_exchange *ex;
   net_loop *loop;
   cinfer_model *model;
-  llm_engine *eng;
+  cinfer_request *req;
   llm_metrics *lm;
   bool chat, stream, include_usage, echo;
   int n, logprobs;
   char id[48];
   long long created;
   char *prompt;           /* completions echo */
-  uint64_t seq[MAX_N];
-  int n_submitted;
-  _Atomic int pending;
-  _Atomic bool client_gone;
   int prompt_tokens, cached_tokens;
   uint64_t t0;
-  char *error;            /* first engine error */
+  _Atomic bool answered;  /* the FINAL response has arrived: a late cancel is moot */
+  /* I/O loop only */
+  bool stream_begun, client_gone;
+  /* the responses waiting for the I/O loop (callback -> task) */
+  pthread_mutex_t mu;
+  resp_node *head, **tail;
+  bool posted;            /* task queued and not yet started */
+  resp_node spare;        /* for the FINAL response when malloc fails */
+  bool spare_used;
+  loop_task task;
   oai_choice ch[MAX_N];
 } oai_ctx;
 
@@ -199,26 +226,32 @@ static uint64_t mono_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void ctx_free(void *arg) {
-  oai_ctx *c = arg;
+static void ctx_free(oai_ctx *c) {
   for (int i = 0; i < MAX_N; i++) {
     kbuf_free(&c->ch[i].text);
     kbuf_free(&c->ch[i].logprobs);
   }
+  for (resp_node *q = c->head, *nx; q; q = nx) {
+    nx = q->next;
+    cinfer_response_free(q->resp);
+    if (q != &c->spare) free(q);
+  }
+  pthread_mutex_destroy(&c->mu);
   free(c->prompt);
-  free(c->error);
+  cinfer_request_release(c->req);
   cinfer_model_release(c->model);
   free(c);
 }
 
+#define CTX_OF(t) ((oai_ctx *)((char *)(t) - offsetof(oai_ctx, task)))
+
+static void ctx_free_task(loop_task *t) { ctx_free(CTX_OF(t)); }
+
+/* I/O loop: the client went away (or a write failed): stop generating. */
 static void on_cancel(void *arg) {
   oai_ctx *c = arg;
-  atomic_store(&c->client_gone, true);
-  for (int i = 0; i < c->n_submitted; i++) cinfer_status_free(llm_engine_cancel(c->eng, c->seq[i]));
-}
-
-static const char *finish_name(llm_finish f) {
-  return f == LLM_FINISH_LENGTH ? "length" : f == LLM_FINISH_STOP ? "stop" : f == LLM_FINISH_CANCELLED ? "cancelled" : "error";
+  c->client_gone = true;
+  if (!atomic_load(&c->answered)) cinfer_request_cancel(c->req);
 }
 
 static void put_usage(kbuf *b, const oai_ctx *c) {
@@ -237,10 +270,10 @@ static void chunk_head(kbuf *b, const oai_ctx *c) {
 }
 
 /* Token text for logprobs (may be a partial UTF-8 sequence: escaped as is). */
-static void put_token_text(kbuf *b, llm_engine *e, int32_t id) {
+static void put_token_text(kbuf *b, const cinfer_model *m, int32_t id) {
   char *s = NULL;
   size_t n = 0;
-  cinfer_status *st = llm_engine_detokenize(e, &id, 1, true, &s, &n);
+  cinfer_status *st = cinfer_model_detokenize(m, &id, 1, true, &s, &n);
   if (st) {
     cinfer_status_free(st);
     kbuf_puts(b, "\"\"");
@@ -250,25 +283,68 @@ static void put_token_text(kbuf *b, llm_engine *e, int32_t id) {
   free(s);
 }
 
-static void put_logprob_entry(kbuf *b, oai_ctx *c, const llm_event *ev) {
+/* One response's outputs (backend protocol: llm_backend.h); absent ones are NULL. */
+typedef struct tok_resp {
+  const char *text;
+  size_t text_len;
+  int32_t index, token;
+  const float *logprob, *top_lp;
+  const int32_t *top_ids, *usage;
+  int n_top;
+  const char *finish;
+  size_t finish_len;
+} tok_resp;
+
+static const char *bytes_elem(const cinfer_tensor *t, size_t *len) {
+  if (!t || t->dtype != CINFER_TYPE_BYTES || t->byte_size < 4) return NULL;
+  const unsigned char *p = t->data;
+  uint32_t l = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+  if (l > t->byte_size - 4) return NULL;
+  *len = l;
+  return (const char *)p + 4;
+}
+
+static void read_resp(const cinfer_response *resp, tok_resp *o) {
+  memset(o, 0, sizeof *o);
+  o->token = -1;
+  uint32_t n = cinfer_response_output_count(resp);
+  for (uint32_t i = 0; i < n; i++) {
+    const cinfer_tensor *t = cinfer_response_output(resp, i);
+    int64_t el = t->ndim == 1 ? t->shape[0] : 0;
+    bool i32 = t->dtype == CINFER_TYPE_INT32, f32 = t->dtype == CINFER_TYPE_FP32;
+    if (!strcmp(t->name, "text_output")) o->text = bytes_elem(t, &o->text_len);
+    else if (!strcmp(t->name, "finish_reason")) o->finish = bytes_elem(t, &o->finish_len);
+    else if (i32 && el == 1 && !strcmp(t->name, "index")) o->index = *(const int32_t *)t->data;
+    else if (i32 && el == 1 && !strcmp(t->name, "token_id")) o->token = *(const int32_t *)t->data;
+    else if (f32 && el == 1 && !strcmp(t->name, "logprob")) o->logprob = t->data;
+    else if (i32 && el == 3 && !strcmp(t->name, "usage")) o->usage = t->data;
+    else if (i32 && !strcmp(t->name, "top_token_ids")) o->top_ids = t->data, o->n_top = (int)el;
+    else if (f32 && !strcmp(t->name, "top_logprobs")) o->top_lp = t->data;
+  }
+  if (!o->top_lp) o->n_top = 0;
+}
+
+static void put_logprob_entry(kbuf *b, oai_ctx *c, const tok_resp *r) {
+  float lp = r->logprob ? *r->logprob : 0;
+  int k = r->n_top < c->logprobs ? r->n_top : c->logprobs;
   if (c->chat) {
     kbuf_puts(b, "{\"token\":");
-    put_token_text(b, c->eng, ev->token);
-    kbuf_printf(b, ",\"logprob\":%.6g,\"top_logprobs\":[", ev->logprob);
-    for (int k = 0; k < ev->n_top && k < c->logprobs; k++) {
-      kbuf_puts(b, k ? ",{\"token\":" : "{\"token\":");
-      put_token_text(b, c->eng, ev->top[k].id);
-      kbuf_printf(b, ",\"logprob\":%.6g}", ev->top[k].logprob);
+    put_token_text(b, c->model, r->token);
+    kbuf_printf(b, ",\"logprob\":%.6g,\"top_logprobs\":[", lp);
+    for (int i = 0; i < k; i++) {
+      kbuf_puts(b, i ? ",{\"token\":" : "{\"token\":");
+      put_token_text(b, c->model, r->top_ids[i]);
+      kbuf_printf(b, ",\"logprob\":%.6g}", r->top_lp[i]);
     }
     kbuf_puts(b, "]}");
   } else { /* completions: parallel arrays are assembled at the end; keep entries */
     kbuf_puts(b, "{\"token\":");
-    put_token_text(b, c->eng, ev->token);
-    kbuf_printf(b, ",\"logprob\":%.6g,\"top\":{", ev->logprob);
-    for (int k = 0; k < ev->n_top && k < c->logprobs; k++) {
-      if (k) kbuf_puts(b, ",");
-      put_token_text(b, c->eng, ev->top[k].id);
-      kbuf_printf(b, ":%.6g", ev->top[k].logprob);
+    put_token_text(b, c->model, r->token);
+    kbuf_printf(b, ",\"logprob\":%.6g,\"top\":{", lp);
+    for (int i = 0; i < k; i++) {
+      if (i) kbuf_puts(b, ",");
+      put_token_text(b, c->model, r->top_ids[i]);
+      kbuf_printf(b, ":%.6g", r->top_lp[i]);
     }
     kbuf_puts(b, "}}");
   }
@@ -276,19 +352,16 @@ static void put_logprob_entry(kbuf *b, oai_ctx *c, const llm_event *ev) {
 
 /* completions logprobs: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{..}],"text_offset":[]} */
 static void put_completion_logprobs(kbuf *b, const oai_choice *ch) {
-  cJSON *arr = cJSON_ParseWithLength(ch->logprobs.data ? ch->logprobs.data : "[]",
-                                     ch->logprobs.data ? ch->logprobs.len : 2);
-  cJSON *wrap = NULL;
+  cJSON *arr = NULL;
   if (ch->logprobs.data) { /* stored without brackets */
     kbuf t = {0};
     kbuf_puts(&t, "[");
     kbuf_put(&t, ch->logprobs.data, ch->logprobs.len);
     kbuf_puts(&t, "]");
-    cJSON_Delete(arr);
-    arr = t.data ? cJSON_Parse(t.data) : NULL;
+    arr = t.data && !t.oom ? cJSON_ParseWithLength(t.data, t.len) : NULL;
     kbuf_free(&t);
   }
-  wrap = cJSON_CreateObject();
+  cJSON *wrap = cJSON_CreateObject();
   cJSON *toks = cJSON_AddArrayToObject(wrap, "tokens");
   cJSON *lps = cJSON_AddArrayToObject(wrap, "token_logprobs");
   cJSON *tops = cJSON_AddArrayToObject(wrap, "top_logprobs");
@@ -306,9 +379,16 @@ static void put_completion_logprobs(kbuf *b, const oai_choice *ch) {
   cJSON_Delete(arr);
 }
 
-static void answer_whole(oai_ctx *c) {
-  if (c->error) {
-    oai_error(c->ex, 500, "server_error", NULL, "generation failed: %s", c->error);
+static int status_http(const cinfer_status *st) {
+  return cinfer_code_http_status(cinfer_status_code(st));
+}
+
+static void answer_whole(oai_ctx *c, const cinfer_status *err) {
+  if (err) {
+    int code = status_http(err);
+    if (code >= 500) oai_error(c->ex, code, "server_error", NULL, "%s", cinfer_status_message(err));
+    else oai_error(c->ex, code, code == 404 ? "not_found_error" : "invalid_request_error", NULL, "%s",
+                   cinfer_status_message(err));
     return;
   }
   kbuf b = {0};
@@ -349,7 +429,7 @@ static void answer_whole(oai_ctx *c) {
       if (c->logprobs >= 0) put_completion_logprobs(&b, ch);
       else kbuf_puts(&b, "null");
     }
-    kbuf_printf(&b, ",\"finish_reason\":\"%s\"}", finish_name(ch->finish));
+    kbuf_printf(&b, ",\"finish_reason\":\"%s\"}", ch->finish[0] ? ch->finish : "stop");
   }
   kbuf_puts(&b, "],");
   put_usage(&b, c);
@@ -362,130 +442,218 @@ static void answer_whole(oai_ctx *c) {
   http_respond_owned(c->ex, 200, json_hdr, 1, b.data, b.len, free);
 }
 
-static void finish_stream(oai_ctx *c) {
-  kbuf b = {0};
-  if (c->error) {
-    kbuf_puts(&b, "data: {\"error\":{\"message\":");
-    kbuf_json_string(&b, c->error, strlen(c->error));
-    kbuf_puts(&b, ",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
+static void stream_begin(oai_ctx *c) {
+  if (c->stream_begun) return;
+  c->stream_begun = true;
+  http_stream_begin(c->ex, 200, sse_hdr, 2);
+}
+
+/* Appends the SSE chunk(s) of one token response to b (I/O loop). */
+static void stream_event(oai_ctx *c, kbuf *b, const tok_resp *r) {
+  oai_choice *ch = &c->ch[r->index];
+  if (!(r->text_len || !ch->role_sent || r->finish)) return;
+  chunk_head(b, c);
+  kbuf_printf(b, ",\"choices\":[{\"index\":%d,", r->index);
+  if (c->chat) {
+    kbuf_puts(b, "\"delta\":{");
+    if (!ch->role_sent) kbuf_puts(b, "\"role\":\"assistant\"");
+    if (r->text_len) {
+      kbuf_puts(b, ch->role_sent ? "\"content\":" : ",\"content\":");
+      kbuf_json_string(b, r->text, r->text_len);
+    }
+    kbuf_puts(b, "}");
+  } else {
+    kbuf_puts(b, "\"text\":");
+    kbuf_json_string(b, r->text ? r->text : "", r->text_len);
+  }
+  ch->role_sent = true;
+  kbuf_puts(b, ",\"logprobs\":null,\"finish_reason\":");
+  if (r->finish) kbuf_printf(b, "\"%.*s\"", (int)r->finish_len, r->finish);
+  else kbuf_puts(b, "null");
+  kbuf_puts(b, "}]}\n\n");
+}
+
+static void stream_finish(oai_ctx *c, kbuf *b, const cinfer_status *err) {
+  if (err) {
+    const char *msg = cinfer_status_message(err);
+    kbuf_puts(b, "data: {\"error\":{\"message\":");
+    kbuf_json_string(b, msg, strlen(msg));
+    kbuf_puts(b, ",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
   }
   if (c->include_usage) {
-    chunk_head(&b, c);
-    kbuf_puts(&b, ",\"choices\":[],");
-    put_usage(&b, c);
-    kbuf_puts(&b, "}\n\n");
+    chunk_head(b, c);
+    kbuf_puts(b, ",\"choices\":[],");
+    put_usage(b, c);
+    kbuf_puts(b, "}\n\n");
   }
-  kbuf_puts(&b, "data: [DONE]\n\n");
-  if (!b.oom) http_stream_write(c->ex, b.data, b.len);
-  kbuf_free(&b);
-  http_stream_end(c->ex);
+  kbuf_puts(b, "data: [DONE]\n\n");
 }
 
-/* Drops one reference; the last one answers and frees (on the I/O loop). */
-static void ctx_put(oai_ctx *c) {
-  if (atomic_fetch_sub(&c->pending, 1) != 1) return;
-  if (c->stream) finish_stream(c);
-  else answer_whole(c);
-  if (!loop_post(c->loop, ctx_free, c)) ctx_free(c);
+static void log_request(oai_ctx *c, int status, const char *err) {
+  if (log_verbosity() < 1) return;
+  char ver[32], code[8], us[32];
+  snprintf(ver, sizeof ver, "%lld", (long long)cinfer_model_version(c->model));
+  snprintf(code, sizeof code, "%d", status);
+  snprintf(us, sizeof us, "%.1f", (double)(mono_ns() - c->t0) / 1e3);
+  const char *kv[] = {"request_id", c->id, "model", cinfer_model_name(c->model), "version", ver,
+                      "status", code, "duration_us", us, "api", c->chat ? "chat" : "completions",
+                      err ? "error" : NULL, err, NULL};
+  log_event(LOG_VERBOSE, kv, "infer");
 }
 
-typedef struct seq_user {
-  oai_ctx *c;
-  int index;
-} seq_user;
-
-static void on_event(void *user, const llm_event *ev) {
-  seq_user *su = user;
-  oai_ctx *c = su->c;
-  int i = su->index;
-  oai_choice *ch = &c->ch[i];
-  uint64_t now = mono_ns();
-  if (ev->token >= 0) {
-    if (c->lm) {
-      if (ch->token_count == 0) metric_observe(c->lm->ttft, (double)(now - c->t0) * 1e-9);
-      else metric_observe(c->lm->itl, (double)(now - ch->t_last) * 1e-9);
-    }
-    ch->token_count++;
-    ch->t_last = now;
-    if (c->logprobs >= 0 && ev->n_top >= 0) {
-      if (ch->n_logprobs++) kbuf_puts(&ch->logprobs, ",");
-      put_logprob_entry(&ch->logprobs, c, ev);
-    }
-  }
-  if (c->stream && !atomic_load(&c->client_gone) && (ev->text_len || !ch->role_sent || ev->finish != LLM_FINISH_NONE)) {
-    kbuf b = {0};
-    chunk_head(&b, c);
-    kbuf_printf(&b, ",\"choices\":[{\"index\":%d,", i);
-    if (c->chat) {
-      kbuf_puts(&b, "\"delta\":{");
-      if (!ch->role_sent) kbuf_puts(&b, "\"role\":\"assistant\"");
-      if (ev->text_len) {
-        kbuf_puts(&b, ch->role_sent ? "\"content\":" : ",\"content\":");
-        kbuf_json_string(&b, ev->text, ev->text_len);
+/* The context's task on its I/O loop: encodes every queued response in one write; after the
+ * FINAL one answers (or ends the stream) and frees the context. */
+static void drain_task(loop_task *t) {
+  oai_ctx *c = CTX_OF(t);
+  pthread_mutex_lock(&c->mu);
+  resp_node *q = c->head;
+  c->head = NULL;
+  c->tail = &c->head;
+  c->posted = false;
+  pthread_mutex_unlock(&c->mu);
+  kbuf b = {0};
+  cinfer_response *final_resp = NULL;
+  for (resp_node *nx; q; q = nx) {
+    nx = q->next;
+    cinfer_response *resp = q->resp;
+    if (q->final) final_resp = resp; /* always the last one queued */
+    if (q != &c->spare) free(q);
+    tok_resp r;
+    read_resp(resp, &r);
+    if (!cinfer_response_error(resp) && cinfer_response_output_count(resp) > 0 && r.index >= 0 &&
+        r.index < c->n) {
+      oai_choice *ch = &c->ch[r.index];
+      if (r.token >= 0 && c->logprobs >= 0 && r.logprob) {
+        if (ch->n_logprobs++) kbuf_puts(&ch->logprobs, ",");
+        put_logprob_entry(&ch->logprobs, c, &r);
       }
-      kbuf_puts(&b, "}");
-    } else {
-      kbuf_puts(&b, "\"text\":");
-      kbuf_json_string(&b, ev->text ? ev->text : "", ev->text_len);
+      if (c->stream) {
+        if (!c->client_gone) stream_event(c, &b, &r);
+      } else if (r.text_len) {
+        kbuf_put(&ch->text, r.text, r.text_len);
+      }
+      if (r.finish) {
+        snprintf(ch->finish, sizeof ch->finish, "%.*s", (int)r.finish_len, r.finish);
+        if (r.usage) {
+          ch->completion_tokens = r.usage[1];
+          if (r.index == 0) c->prompt_tokens = r.usage[0], c->cached_tokens = r.usage[2];
+        }
+      }
     }
-    ch->role_sent = true;
-    kbuf_puts(&b, ",\"logprobs\":null,\"finish_reason\":");
-    if (ev->finish != LLM_FINISH_NONE) kbuf_printf(&b, "\"%s\"", finish_name(ev->finish));
-    else kbuf_puts(&b, "null");
-    kbuf_puts(&b, "}]}\n\n");
-    if (!b.oom && !http_stream_write(c->ex, b.data, b.len)) atomic_store(&c->client_gone, true);
+    if (resp != final_resp) cinfer_response_free(resp);
+  }
+  if (!final_resp) {
+    if (c->stream && b.len && !c->client_gone) {
+      stream_begin(c);
+      if (b.oom || !http_stream_write(c->ex, b.data, b.len)) on_cancel(c);
+    }
     kbuf_free(&b);
-  } else if (!c->stream && ev->text_len) {
-    kbuf_put(&ch->text, ev->text, ev->text_len);
+    return;
   }
-  if (ev->finish == LLM_FINISH_NONE) return;
-  ch->finish = ev->finish;
-  ch->completion_tokens = ev->completion_tokens;
-  if (i == 0) {
-    c->prompt_tokens = ev->prompt_tokens;
-    c->cached_tokens = ev->cached_tokens;
+  /* FINAL: answer, then free (on this loop: no cancel notification can follow). An error
+   * before anything was streamed is a plain HTTP error. */
+  const cinfer_status *err = cinfer_response_error(final_resp);
+  if (c->stream && (c->stream_begun || b.len || !err)) {
+    stream_begin(c);
+    stream_finish(c, &b, err);
+    if (!b.oom && !c->client_gone) http_stream_write(c->ex, b.data, b.len);
+    http_stream_end(c->ex);
+  } else {
+    answer_whole(c, err);
   }
-  if (ev->finish == LLM_FINISH_ERROR && !c->error) c->error = strdup(ev->error ? ev->error : "unknown error");
-  if (c->lm) metric_observe(c->lm->e2e, (double)(now - c->t0) * 1e-9);
-  free(su);
-  ctx_put(c);
+  log_request(c, err ? status_http(err) : 200, err ? cinfer_status_message(err) : NULL);
+  kbuf_free(&b);
+  cinfer_response_free(final_resp);
+  ctx_free(c);
+}
+
+/* Response callback (the backend's thread): observes the latency histograms, queues the
+ * response for the I/O loop and posts the context's task unless it is already queued. */
+static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
+  oai_ctx *c = user;
+  uint64_t now = mono_ns();
+  bool final = (flags & CINFER_RESPONSE_FINAL) != 0;
+  if (c->lm && !cinfer_response_error(resp)) {
+    tok_resp r;
+    read_resp(resp, &r);
+    if (r.token >= 0 && r.index >= 0 && r.index < c->n) {
+      oai_choice *ch = &c->ch[r.index];
+      if (ch->token_count++ == 0) metric_observe(c->lm->ttft, (double)(now - c->t0) * 1e-9);
+      else metric_observe(c->lm->itl, (double)(now - ch->t_last) * 1e-9);
+      ch->t_last = now;
+    }
+    if (final) metric_observe(c->lm->e2e, (double)(now - c->t0) * 1e-9);
+  }
+  resp_node *q = malloc(sizeof *q);
+  if (!q && !final) { /* a dropped token is better than a crash; the FINAL one must arrive */
+    cinfer_response_free(resp);
+    return;
+  }
+  if (final) atomic_store(&c->answered, true);
+  pthread_mutex_lock(&c->mu);
+  if (q) {
+    q->resp = resp;
+    q->final = final;
+    q->next = NULL;
+    *c->tail = q;
+    c->tail = &q->next;
+  } else { /* out of memory on FINAL: the node is the context's spare */
+    c->spare.resp = resp;
+    c->spare.final = true;
+    c->spare.next = NULL;
+    c->spare_used = true;
+    *c->tail = &c->spare;
+    c->tail = &c->spare.next;
+  }
+  bool post = !c->posted;
+  c->posted = true;
+  net_loop *loop = c->loop;
+  pthread_mutex_unlock(&c->mu);
+  if (post) loop_post_task(loop, &c->task);
 }
 
 /* ---- request parsing ----------------------------------------------------------------- */
 
+/* The sampling fields shared by both endpoints, checked for type here; their ranges are
+ * the backend's to check (its INVALID_ARG names the field and arrives before any token). */
+static const char *const float_keys[] = {"temperature", "top_p", "min_p", "repetition_penalty",
+                                         "presence_penalty", "frequency_penalty"};
+#define N_FLOATS (sizeof float_keys / sizeof float_keys[0])
+
 typedef struct parsed {
-  llm_sampling s;
-  const char *stops[MAX_STOP];
+  double f[N_FLOATS];
+  bool f_given[N_FLOATS];
+  int64_t max_tokens, top_k, seed; /* -1: not given */
+  const cJSON *stop;               /* string or array of strings, or NULL */
   int n;
-  bool stream, include_usage, echo;
+  bool stream, include_usage, echo, ignore_eos;
   int logprobs; /* -1 none */
 } parsed;
 
-/* Reads the sampling fields shared by both endpoints. Returns false after answering. */
+/* Returns false after answering. */
 static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p) {
-  llm_sampling_default(&p->s);
+  memset(p, 0, sizeof *p);
   p->n = 1;
   p->logprobs = -1;
+  p->max_tokens = p->top_k = p->seed = -1;
 #define NUM(key) (cJSON_GetObjectItemCaseSensitive(j, key))
   const cJSON *v;
-  struct { const char *key; float *f; } floats[] = {
-      {"temperature", &p->s.temperature}, {"top_p", &p->s.top_p}, {"min_p", &p->s.min_p},
-      {"repetition_penalty", &p->s.repetition_penalty}, {"presence_penalty", &p->s.presence_penalty},
-      {"frequency_penalty", &p->s.frequency_penalty}};
-  for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
-    v = NUM(floats[i].key);
+  for (size_t i = 0; i < N_FLOATS; i++) {
+    v = NUM(float_keys[i]);
     if (!v || cJSON_IsNull(v)) continue;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-      oai_error(ex, 400, "invalid_request_error", floats[i].key, "'%s' must be a number", floats[i].key);
+      oai_error(ex, 400, "invalid_request_error", float_keys[i], "'%s' must be a number", float_keys[i]);
       return false;
     }
-    *floats[i].f = (float)v->valuedouble;
+    p->f[i] = v->valuedouble;
+    p->f_given[i] = true;
   }
   const char *mt_key = chat && NUM("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  struct { const char *key; int64_t lo, hi; int64_t *out; } ints[] = {
-      {mt_key, INT32_MIN, INT32_MAX, NULL}, {"top_k", 0, INT32_MAX, NULL}, {"n", INT32_MIN, INT32_MAX, NULL},
-      {"seed", INT64_MIN / 2, INT64_MAX / 2, NULL}};
-  int64_t vals[4] = {p->s.max_tokens, 0, 1, -1};
+  struct { const char *key; int64_t lo, hi; } ints[] = {
+      {mt_key, INT32_MIN, INT32_MAX}, {"top_k", 0, INT32_MAX}, {"n", INT32_MIN, INT32_MAX},
+      {"seed", INT64_MIN / 2, INT64_MAX / 2}};
+  int64_t vals[4] = {-1, -1, 1, -1};
+  bool given[4] = {0};
   for (int i = 0; i < 4; i++) {
     v = NUM(ints[i].key);
     if (!v || cJSON_IsNull(v)) continue;
@@ -495,8 +663,9 @@ static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p
       return false;
     }
     vals[i] = (int64_t)v->valuedouble;
+    given[i] = true;
   }
-  if (vals[0] <= 0) {
+  if (given[0] && vals[0] <= 0) {
     oai_error(ex, 400, "invalid_request_error", mt_key, "'%s' must be at least 1, got %lld", mt_key,
               (long long)vals[0]);
     return false;
@@ -506,26 +675,26 @@ static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p
               (long long)vals[2]);
     return false;
   }
-  p->s.max_tokens = (int)vals[0];
-  p->s.top_k = (int)vals[1];
+  p->max_tokens = vals[0];
+  p->top_k = vals[1];
   p->n = (int)vals[2];
-  p->s.seed = vals[3];
+  p->seed = given[3] ? vals[3] : -1;
   v = NUM("stop");
   if (cJSON_IsString(v)) {
-    p->stops[p->s.n_stop++] = v->valuestring;
+    p->stop = v;
   } else if (cJSON_IsArray(v)) {
-    for (const cJSON *e = v->child; e; e = e->next) {
-      if (!cJSON_IsString(e) || p->s.n_stop == MAX_STOP) {
+    int k = 0;
+    for (const cJSON *e = v->child; e; e = e->next, k++) {
+      if (!cJSON_IsString(e) || k == MAX_STOP) {
         oai_error(ex, 400, "invalid_request_error", "stop", "'stop' must be a string or up to %d strings", MAX_STOP);
         return false;
       }
-      p->stops[p->s.n_stop++] = e->valuestring;
     }
+    p->stop = k ? v : NULL;
   } else if (v && !cJSON_IsNull(v)) {
     oai_error(ex, 400, "invalid_request_error", "stop", "'stop' must be a string or an array of strings");
     return false;
   }
-  p->s.stop = p->stops;
   v = NUM("stream");
   if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
     oai_error(ex, 400, "invalid_request_error", "stream", "'stream' must be a boolean");
@@ -534,8 +703,7 @@ static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p
   p->stream = cJSON_IsTrue(v);
   const cJSON *so = NUM("stream_options");
   p->include_usage = cJSON_IsObject(so) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
-  v = NUM("ignore_eos");
-  p->s.ignore_eos = cJSON_IsTrue(v);
+  p->ignore_eos = cJSON_IsTrue(NUM("ignore_eos"));
   if (chat) {
     v = NUM("logprobs");
     if (cJSON_IsTrue(v)) {
@@ -560,16 +728,59 @@ static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p
     }
     p->echo = cJSON_IsTrue(NUM("echo"));
   }
-  /* The engine reports the chosen token's logprob when logprobs > 0; top_n 0 still needs it. */
-  p->s.logprobs = p->logprobs < 0 ? 0 : (p->logprobs ? p->logprobs : 1);
-  cinfer_status *st = llm_sampling_check(&p->s);
-  if (st) {
-    oai_error(ex, 400, "invalid_request_error", NULL, "%s", cinfer_status_message(st));
-    cinfer_status_free(st);
-    return false;
-  }
 #undef NUM
   return true;
+}
+
+/* The request for the backend (protocol in backends/llm_serving/llm_backend.h): the prompt
+ * as text_input, the sampling as parameters, stream=true (one response per token). */
+static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char *prompt,
+                                    cinfer_request **out) {
+  cinfer_request *r;
+  cinfer_status *st = cinfer_request_create(m, &r);
+  if (st) return st;
+  size_t pl = strlen(prompt);
+  unsigned char *buf = pl <= UINT32_MAX - 4 ? malloc(4 + pl) : NULL;
+  if (!buf) {
+    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    goto fail;
+  }
+  uint32_t l = (uint32_t)pl;
+  memcpy(buf, &l, 4); /* little-endian hosts only, as the rest of the codec */
+  memcpy(buf + 4, prompt, pl);
+  cinfer_tensor t = {.name = "text_input", .dtype = CINFER_TYPE_BYTES, .ndim = 1, .shape = {1},
+                     .data = buf, .byte_size = 4 + pl};
+  if ((st = cinfer_request_add_input_owned(r, &t, buf))) {
+    free(buf);
+    goto fail;
+  }
+  /* The backend reports the chosen token's logprob when logprobs > 0; top_n 0 still needs it. */
+  int lp = p->logprobs < 0 ? 0 : (p->logprobs ? p->logprobs : 1);
+  if ((st = cinfer_request_set_param_bool(r, "stream", true)) ||
+      (st = cinfer_request_set_param_bool(r, "parse_special", true)) ||
+      (st = cinfer_request_set_param_int(r, "n", p->n)) ||
+      (p->max_tokens > 0 && (st = cinfer_request_set_param_int(r, "max_tokens", p->max_tokens))) ||
+      (p->top_k >= 0 && (st = cinfer_request_set_param_int(r, "top_k", p->top_k))) ||
+      (p->seed >= 0 && (st = cinfer_request_set_param_int(r, "seed", p->seed))) ||
+      (lp && (st = cinfer_request_set_param_int(r, "logprobs", lp))) ||
+      (p->ignore_eos && (st = cinfer_request_set_param_bool(r, "ignore_eos", true))))
+    goto fail;
+  for (size_t i = 0; i < N_FLOATS; i++)
+    if (p->f_given[i] && (st = cinfer_request_set_param_double(r, float_keys[i], p->f[i]))) goto fail;
+  if (cJSON_IsString(p->stop)) {
+    st = cinfer_request_set_param_string(r, "stop", p->stop->valuestring, strlen(p->stop->valuestring));
+  } else if (p->stop) {
+    char *js = cJSON_PrintUnformatted(p->stop);
+    st = js ? cinfer_request_set_param_string(r, "stop_list", js, strlen(js))
+            : cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    free(js);
+  }
+  if (st) goto fail;
+  *out = r;
+  return NULL;
+fail:
+  cinfer_request_release(r);
+  return st;
 }
 
 /* Acquires the llm model named by the request. Returns NULL after answering. */
@@ -590,10 +801,10 @@ static cinfer_model *get_llm_model(frontend *fe, http_exchange *ex, const cJSON 
     }
     return NULL;
   }
-  if (strcmp(cinfer_model_backend_name(m), "llm") != 0) {
+  if (!cinfer_model_is_generative(m)) {
     oai_error(ex, 400, "invalid_request_error", "model",
-              "model '%s' is not a language model (backend '%s'); use the KServe v2 API",
-              mv->valuestring, cinfer_model_backend_name(m));
+              "model '%s' is not a language model (backend '%s' does not generate text); use the "
+              "KServe v2 API", mv->valuestring, cinfer_model_backend_name(m));
     cinfer_model_release(m);
     return NULL;
   }
@@ -634,8 +845,13 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   cinfer_model *m = NULL;
   char *prompt = NULL;
   if (!parse_common(ex, j, chat, &p) || !(m = get_llm_model(fe, ex, j))) goto out;
-  llm_engine *eng = llm_backend_engine(cinfer_model_backend_state(m));
   if (chat) {
+    if (!cinfer_model_supports_chat(m)) {
+      oai_error(ex, 400, "invalid_request_error", "model",
+                "model '%s' does not support chat (its backend renders no chat template); use "
+                "/v1/completions", cinfer_model_name(m));
+      goto out;
+    }
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
     int nm = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : 0;
     if (nm < 1 || nm > 4096) {
@@ -645,6 +861,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
     const char **roles = calloc((size_t)nm, sizeof *roles), **contents = calloc((size_t)nm, sizeof *contents);
     char **owned = calloc((size_t)nm, sizeof *owned);
     bool ok = roles && contents && owned;
+    if (!ok) oai_error(ex, 500, "server_error", NULL, "out of memory");
     int i = 0;
     for (const cJSON *msg = msgs->child; ok && msg; msg = msg->next, i++) {
       const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
@@ -670,8 +887,18 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
           }
           kbuf_puts(&t, tx->valuestring);
         }
+        if (t.oom) {
+          kbuf_free(&t);
+          oai_error(ex, 500, "server_error", NULL, "out of memory");
+          ok = false;
+        }
+        if (!ok) break;
         owned[i] = t.data ? t.data : strdup("");
         contents[i] = owned[i];
+        if (!owned[i]) {
+          oai_error(ex, 500, "server_error", NULL, "out of memory");
+          ok = false;
+        }
       } else if (cJSON_IsNull(content) || !content) {
         contents[i] = "";
       } else {
@@ -680,7 +907,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
       }
     }
     cinfer_status *st = NULL;
-    if (ok) st = llm_engine_chat_render(eng, roles, contents, (size_t)nm, true, &prompt);
+    if (ok) st = cinfer_model_render_chat(m, roles, contents, (size_t)nm, true, &prompt);
     for (int k = 0; owned && k < nm; k++) free(owned[k]);
     free(owned);
     free(roles);
@@ -703,27 +930,13 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
     oai_error(ex, 500, "server_error", NULL, "out of memory");
     goto out;
   }
-  /* Check the prompt against the context before anything is streamed. */
-  int32_t *toks = NULL;
-  size_t nt = 0;
-  cinfer_status *st = llm_engine_tokenize(eng, prompt, strlen(prompt), true, true, &toks, &nt);
-  free(toks);
-  if (st) {
-    oai_status_error(ex, st, chat ? "messages" : "prompt");
-    goto out;
-  }
-  llm_model_info info;
-  llm_engine_model_info(eng, &info);
-  if ((long long)nt >= info.ctx_len) {
-    oai_error(ex, 400, "invalid_request_error", chat ? "messages" : "prompt",
-              "This model's maximum context length is %d tokens; the prompt has %zu tokens",
-              info.ctx_len, nt);
-    goto out;
-  }
 
   oai_ctx *c = calloc(1, sizeof *c);
-  if (!c) {
-    oai_error(ex, 500, "server_error", NULL, "out of memory");
+  cinfer_status *st = c ? build_request(m, &p, prompt, &c->req) : NULL;
+  if (!c || st) {
+    if (st) oai_status_error(ex, st, NULL);
+    else oai_error(ex, 500, "server_error", NULL, "out of memory");
+    free(c);
     goto out;
   }
   c->fe = fe;
@@ -731,7 +944,6 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   c->loop = http_exchange_loop(ex);
   c->model = m;
   m = NULL; /* the context owns the reference now */
-  c->eng = eng;
   c->lm = metrics_for(fe->server, cinfer_model_name(c->model));
   c->chat = chat;
   c->stream = p.stream;
@@ -741,48 +953,22 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   c->logprobs = p.logprobs;
   c->created = (long long)time(NULL);
   c->t0 = mono_ns();
+  pthread_mutex_init(&c->mu, NULL);
+  c->tail = &c->head;
+  c->task.fn = drain_task;
   static _Atomic uint64_t counter;
   snprintf(c->id, sizeof c->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl",
            (unsigned long long)c->created, (unsigned long long)(atomic_fetch_add(&counter, 1) & 0xffffff));
-  if (p.echo) c->prompt = strdup(prompt);
-  atomic_init(&c->pending, 1);
-  if (c->stream) http_stream_begin(ex, 200, sse_hdr, 2);
+  cinfer_request_set_id(c->req, c->id, strlen(c->id));
+  if (p.echo) c->prompt = prompt, prompt = NULL;
+  cinfer_request_set_callback(c->req, on_response, c);
   http_exchange_set_cancel(ex, on_cancel, c);
-  for (int i = 0; i < p.n; i++) {
-    seq_user *su = malloc(sizeof *su);
-    llm_request lr = {.prompt = prompt, .prompt_len = strlen(prompt), .add_special = true,
-                      .parse_special = true, .sampling = p.s};
-    if (p.s.seed >= 0) lr.sampling.seed = p.s.seed + i;
-    if (!su) {
-      c->error = strdup("out of memory");
-      break;
-    }
-    su->c = c;
-    su->index = i;
-    atomic_fetch_add(&c->pending, 1);
-    c->n_submitted = i + 1; /* before submit: an early cancel must see it */
-    st = llm_engine_submit(eng, &lr, on_event, su, &c->seq[i]);
-    if (st) {
-      c->n_submitted = i;
-      atomic_fetch_sub(&c->pending, 1);
-      free(su);
-      if (!c->error) c->error = strdup(cinfer_status_message(st));
-      bool first = i == 0 && !c->stream;
-      if (first) { /* nothing submitted: a plain 4xx */
-        int code = cinfer_code_http_status(cinfer_status_code(st));
-        oai_error(ex, code, "invalid_request_error", NULL, "%s", cinfer_status_message(st));
-        cinfer_status_free(st);
-        atomic_store(&c->pending, 0);
-        if (!loop_post(c->loop, ctx_free, c)) ctx_free(c);
-        goto out;
-      }
-      cinfer_status_free(st);
-      for (int k = 0; k < c->n_submitted; k++) cinfer_status_free(llm_engine_cancel(eng, c->seq[k]));
-      c->n = c->n_submitted;
-      break;
-    }
+  if ((st = cinfer_server_infer_async(fe->server, c->req))) {
+    atomic_store(&c->answered, true);
+    oai_status_error(ex, st, NULL);
+    c->task.fn = ctx_free_task; /* after whatever the loop still has to do for it */
+    loop_post_task(c->loop, &c->task);
   }
-  ctx_put(c); /* the handler's reference */
 out:
   free(prompt);
   cinfer_model_release(m);
@@ -804,7 +990,7 @@ static void handle_models(frontend *fe, http_exchange *ex) {
       cinfer_status_free(st);
       continue;
     }
-    if (!strcmp(cinfer_model_backend_name(m), "llm")) {
+    if (cinfer_model_is_generative(m)) {
       kbuf_puts(&b, k++ ? ",{\"id\":" : "{\"id\":");
       kbuf_json_string(&b, idx[i].name, strlen(idx[i].name));
       kbuf_puts(&b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"cinfer\"}");
@@ -833,7 +1019,7 @@ static cinfer_model *default_llm(frontend *fe, http_exchange *ex, const cJSON *j
       cinfer_model *m;
       cinfer_status *st = cinfer_server_model_acquire(fe->server, idx[i].name, 0, &m);
       if (st) { cinfer_status_free(st); continue; }
-      if (!strcmp(cinfer_model_backend_name(m), "llm") && (!found || strcmp(cinfer_model_name(found), idx[i].name))) {
+      if (cinfer_model_is_generative(m) && (!found || strcmp(cinfer_model_name(found), idx[i].name))) {
         count++;
         if (!found) { found = m; continue; }
       }
@@ -858,7 +1044,6 @@ static void handle_tokenize(frontend *fe, http_exchange *ex, const http_request 
     cJSON_Delete(j);
     return;
   }
-  llm_engine *eng = llm_backend_engine(cinfer_model_backend_state(m));
   kbuf b = {0};
   if (!detok) {
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(j, "content");
@@ -869,7 +1054,7 @@ static void handle_tokenize(frontend *fe, http_exchange *ex, const http_request 
     const cJSON *as = cJSON_GetObjectItemCaseSensitive(j, "add_special");
     int32_t *toks = NULL;
     size_t n = 0;
-    cinfer_status *st = llm_engine_tokenize(eng, content->valuestring, strlen(content->valuestring),
+    cinfer_status *st = cinfer_model_tokenize(m, content->valuestring, strlen(content->valuestring),
                                             cJSON_IsTrue(as), true, &toks, &n);
     if (st) {
       oai_status_error(ex, st, "content");
@@ -899,7 +1084,7 @@ static void handle_tokenize(frontend *fe, http_exchange *ex, const http_request 
     }
     char *s = NULL;
     size_t sl = 0;
-    cinfer_status *st = ids ? llm_engine_detokenize(eng, ids, (size_t)k, false, &s, &sl)
+    cinfer_status *st = ids ? cinfer_model_detokenize(m, ids, (size_t)k, false, &s, &sl)
                             : cinfer_status_new(CINFER_INTERNAL, "out of memory");
     free(ids);
     if (st) {

@@ -54,6 +54,7 @@ struct cinfer_request {
   _Atomic bool cancelled;
   _Atomic bool final_sent;
   _Atomic bool submitted;
+  _Atomic bool respond_oom; /* a partial response was lost: the FINAL one becomes an error */
   bool has_seq;       /* preserve_ordering: the response waits for earlier ones */
   uint64_t seq;
   /* scheduling */
@@ -147,6 +148,8 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                             cinfer_model **out);
 cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r);
 void model_ref(cinfer_model *m);
+/* Decoupled backends: counts r's FINAL response (err NULL: a success) in the statistics. */
+void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err);
 void model_destroy_now(cinfer_model *m); /* reaper: stop workers, unload */
 uint64_t now_ns(void);
 void model_busy_update(cinfer_model *m, uint64_t window_ns);

@@ -51,7 +51,6 @@ const char *cinfer_model_platform(const cinfer_model *m) {
   return p && p[0] ? p : m->backend->name;
 }
 const char *cinfer_model_backend_name(const cinfer_model *m) { return m->backend->name; }
-void *cinfer_model_backend_state(const cinfer_model *m) { return m->backend_model; }
 
 bool cinfer_model_is_decoupled(const cinfer_model *m) {
   return (m->backend->flags & CINFER_BACKEND_DECOUPLED) != 0;
@@ -136,6 +135,19 @@ static void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code,
                   : code == CINFER_UNAVAILABLE       ? m->m.fail_rejected
                                                      : m->m.fail_backend;
   metric_inc(which, 1);
+  metric_observe(m->m.request_dur, (double)t * 1e-9);
+}
+
+void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err) {
+  if (err) {
+    record_failure(m, r, cinfer_status_code(err), NULL);
+    return;
+  }
+  uint64_t t = now_ns() - r->t_arrival;
+  pthread_mutex_lock(&m->stats_mu);
+  stat_add(&m->stats.success, 1, t);
+  pthread_mutex_unlock(&m->stats_mu);
+  metric_inc(m->m.success, 1);
   metric_observe(m->m.request_dur, (double)t * 1e-9);
 }
 

@@ -222,7 +222,16 @@ void cinfer_request_set_callback(cinfer_request *r, cinfer_response_fn fn, void 
   r->cb_user = user;
 }
 
-void cinfer_request_cancel(cinfer_request *r) { atomic_store(&r->cancelled, true); }
+/* The first cancel of a request tells a backend with a cancel method at once (a decoupled
+ * LLM sequence stops generating and frees its KV blocks); the backend ignores a request it
+ * does not hold (still queued: the scheduler drops it; or already finished). r is kept
+ * alive by the caller's reference for the call. */
+void cinfer_request_cancel(cinfer_request *r) {
+  if (atomic_exchange(&r->cancelled, true)) return;
+  cinfer_model *m = r->model;
+  if (m->backend->cancel && atomic_load(&r->submitted) && !atomic_load(&r->final_sent))
+    m->backend->cancel(m->backend_model, r);
+}
 bool cinfer_request_is_cancelled(const cinfer_request *r) {
   return atomic_load(&((cinfer_request *)r)->cancelled);
 }
@@ -316,12 +325,17 @@ void request_deliver(cinfer_request *r, cinfer_response *resp, uint32_t flags) {
 
 void request_deliver_now(cinfer_request *r, cinfer_response *resp, uint32_t flags) {
   cinfer_server *s = r->model->server;
-  if (r->cb) r->cb(r->cb_user, resp, flags);
+  bool final = (flags & CINFER_RESPONSE_FINAL) != 0;
+  cinfer_response_fn cb = r->cb;
+  void *user = r->cb_user;
+  /* The server's reference goes before the callback (resp holds its own reference on r, so
+   * r and its model live as long as the response): after the callback the only thing
+   * touched is the in-flight count, so a caller that waits for 0 in flight may destroy the
+   * server at once. */
+  if (final) cinfer_request_release(r);
+  if (cb) cb(user, resp, flags);
   else cinfer_response_free(resp);
-  if (flags & CINFER_RESPONSE_FINAL) {
-    cinfer_request_release(r); /* the server's reference */
-    server_request_done(s);
-  }
+  if (final) server_request_done(s);
 }
 
 void request_complete_error(cinfer_request *r, cinfer_status *st) {
@@ -329,9 +343,8 @@ void request_complete_error(cinfer_request *r, cinfer_status *st) {
   if (!resp) { /* cannot report: still finish so nothing leaks or hangs */
     cinfer_status_free(st);
     if (!atomic_exchange(&r->final_sent, true)) {
-      cinfer_server *s = r->model->server;
+      server_request_done(r->model->server);
       cinfer_request_release(r);
-      server_request_done(s);
     }
     return;
   }
@@ -343,6 +356,15 @@ void request_complete_error(cinfer_request *r, cinfer_status *st) {
 
 cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *outputs,
                                       uint32_t n, uint32_t flags, cinfer_status *error) {
+  bool final = error || (flags & CINFER_RESPONSE_FINAL);
+  /* A partial response that could not be sent was not silently skipped: the stream is
+   * incomplete, so its FINAL response is an error. */
+  if (final && !error && atomic_load(&r->respond_oom))
+    error = cinfer_status_new(CINFER_INTERNAL, "out of memory sending a response: the answer is incomplete");
+  /* Decoupled requests are counted here, where the backend finishes them (batch-style
+   * ones in model.c's output phase). */
+  if (final && !atomic_load(&r->final_sent))
+    model_record_final(r->model, r, error);
   if (error) {
     request_complete_error(r, error);
     return NULL;
@@ -361,7 +383,11 @@ cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *ou
   cinfer_tensor *ts = calloc(n ? n : 1, sizeof *ts);
   if (!resp || !own || !ts) {
     free(resp), free(own), free(ts);
-    request_complete_error(r, OOM());
+    if (flags & CINFER_RESPONSE_FINAL) {
+      request_complete_error(r, OOM());
+    } else { /* r stays the backend's until its FINAL response, which will carry the error */
+      atomic_store(&r->respond_oom, true);
+    }
     return OOM();
   }
   char *p = own;

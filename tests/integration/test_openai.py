@@ -3,8 +3,10 @@ SmolLM2-135M-Instruct (Q4_1 GGUF) through the LLM engine."""
 import http.client
 import json
 import os
+import signal
 import socket
 import time
+import urllib.error
 import urllib.request
 
 import openai
@@ -238,3 +240,127 @@ def test_llm_metrics_exported(server, client):
                  "cinfer_llm_prefix_cache_hits_total", "cinfer_llm_preemptions_total"):
         assert name in text, name
     assert metric(server, "cinfer_llm_generation_tokens_total") >= 3
+
+
+def model_stats(server):
+    s = json.load(urllib.request.urlopen(server.url + f"/v2/models/{MODEL}/stats"))["model_stats"][0]
+    return s["inference_stats"]["success"]["count"], s["inference_stats"]["fail"]["count"]
+
+
+def wait_metric(server, name, pred, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = metric(server, name)
+        if v is not None and pred(v):
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"{name} never satisfied the condition (last {metric(server, name)})")
+
+
+def test_openai_requests_are_counted_in_model_stats(server, client):
+    # One request path: every OpenAI request is a cinfer_request, so the per-model statistics
+    # count it like a KServe request (before, they stayed at 0).
+    ok0, fail0 = model_stats(server)
+    client.completions.create(model=MODEL, prompt="Hi", max_tokens=3, temperature=0)
+    client.chat.completions.create(model=MODEL, max_tokens=3, temperature=0, n=2,
+                                   messages=[{"role": "user", "content": "Hi"}])
+    chunks = list(client.chat.completions.create(model=MODEL, max_tokens=3, temperature=0, stream=True,
+                                                 messages=[{"role": "user", "content": "Hi"}]))
+    assert chunks[-1].choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL, prompt="hello " * 5000, max_tokens=4)
+    assert model_stats(server) == (ok0 + 3, fail0 + 1)
+
+
+def test_kserve_text_input_uses_the_same_backend_path(server, client):
+    # KServe's text_input -> text_output reaches the same backend code as /v1/completions:
+    # greedy outputs agree, and the request is counted.
+    prompt = "The capital of France is"
+    want = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0).choices[0].text
+    ok0, _ = model_stats(server)
+    body = {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": [prompt]}],
+            "parameters": {"max_tokens": 8, "temperature": 0}}
+    req = urllib.request.Request(server.url + f"/v2/models/{MODEL}/infer", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    out = json.load(urllib.request.urlopen(req, timeout=60))["outputs"]
+    assert [o["name"] for o in out] == ["text_output"]
+    assert out[0]["data"] == [want]
+    assert model_stats(server)[0] == ok0 + 1
+    # a bad sampling value is the backend's clear 400, not a crash or a hang
+    body["parameters"] = {"max_tokens": 0}
+    req = urllib.request.Request(server.url + f"/v2/models/{MODEL}/infer", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=60)
+    assert e.value.code == 400 and "max_tokens" in json.load(e.value)["error"]
+
+
+def test_client_disconnect_before_a_whole_answer_cancels(server):
+    # A non-streamed request whose client goes away while it generates: the request is
+    # cancelled (counted as a failure), the sequence stops long before max_tokens.
+    ok0, fail0 = model_stats(server)
+    gen0 = metric(server, "cinfer_llm_generation_tokens_total") or 0
+    body = json.dumps({"model": MODEL, "prompt": "Write a very long story about dragons.",
+                       "max_tokens": 1500, "temperature": 0.8, "ignore_eos": True}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    wait_metric(server, "cinfer_llm_running_sequences", lambda v: v >= 1)
+    s.close()
+    wait_metric(server, "cinfer_llm_running_sequences", lambda v: v == 0)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and model_stats(server) != (ok0, fail0 + 1):
+        time.sleep(0.02)
+    assert model_stats(server) == (ok0, fail0 + 1)
+    assert metric(server, "cinfer_llm_generation_tokens_total") - gen0 < 1500
+
+
+def test_sigterm_drains_a_streamed_request():
+    # SIGTERM while a stream is generating: the server stops taking requests but lets the
+    # in-flight one finish (it is in the server's in-flight count), then exits 0.
+    repo = copy_repo([MODEL])
+    # a grace period no build (sanitizers included) comes near: the drain itself is tested
+    with Server(repo, args=["--exit-timeout-secs", "600"]) as srv:
+        srv.wait_ready()
+        body = json.dumps({"model": MODEL, "prompt": "Count to a thousand:", "max_tokens": 300,
+                           "temperature": 0, "ignore_eos": True, "stream": True,
+                           "stream_options": {"include_usage": True}}).encode()
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        got = b""
+        while got.count(b"data: ") < 3:
+            chunk = s.recv(4096)
+            assert chunk
+            got += chunk
+        srv.proc.send_signal(signal.SIGTERM)
+        while b"data: [DONE]" not in got:
+            chunk = s.recv(65536)
+            assert chunk, got[-500:]
+            got += chunk
+        s.close()
+        usage = [json.loads(line[6:]) for line in got.decode().split("\n")
+                 if line.startswith("data: {") and '"usage"' in line]
+        assert usage and usage[-1]["usage"]["completion_tokens"] == 300
+        assert srv.proc.wait(60) == 0
+
+
+def test_kserve_client_disconnect_cancels_generation(server):
+    # The KServe adapter of the llm backend used to ignore cancellation: a client that went
+    # away kept its sequence generating to max_tokens. Now the request is cancelled.
+    ok0, fail0 = model_stats(server)
+    gen0 = metric(server, "cinfer_llm_generation_tokens_total") or 0
+    body = json.dumps({"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1],
+                                   "data": ["Write a very long story about dragons."]}],
+                       "parameters": {"max_tokens": 1500, "temperature": 0.8, "ignore_eos": True}}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    wait_metric(server, "cinfer_llm_running_sequences", lambda v: v >= 1)
+    s.close()
+    wait_metric(server, "cinfer_llm_running_sequences", lambda v: v == 0)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and model_stats(server) != (ok0, fail0 + 1):
+        time.sleep(0.02)
+    assert model_stats(server) == (ok0, fail0 + 1)
+    assert metric(server, "cinfer_llm_generation_tokens_total") - gen0 < 1500

@@ -5,28 +5,31 @@
  * config.pbtxt parameters: ctx_len, kv_blocks, kv_bytes, block_size, max_seqs,
  * max_step_tokens, chat_template, threads (default: the model's thread budget).
  *
- * KServe inference (decoupled): input `text_input` (BYTES, one element), optional
- * parameters max_tokens, temperature, top_p, top_k, seed; one FINAL response with
- * `text_output` (BYTES) holding the whole completion. Streaming is offered by the OpenAI
- * endpoints (/v1/completions, /v1/chat/completions). */
+ * Every protocol reaches the engine through execute() (the request protocol is in
+ * llm_backend.h): KServe's text_input -> text_output and the OpenAI endpoints alike, so
+ * statistics, in-flight counts, request logs and the drain at shutdown see every request. */
 #include "backends/llm_serving/llm_backend.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backends/llm/llm.h"
 
+typedef struct gen gen;
 typedef struct llm_model_state {
   llm_engine *engine;
   char *name;
+  int ctx_len;
+  pthread_mutex_t mu; /* gens */
+  gen *gens;          /* requests with sequences in the engine (for llm_cancel) */
 } llm_model_state;
-
-llm_engine *llm_backend_engine(void *model_state) {
-  return model_state ? ((llm_model_state *)model_state)->engine : NULL;
-}
 
 static cinfer_status *param_long(const cinfer_model_load_info *info, const char *key,
                                  long long lo, long long hi, long long *out) {
@@ -131,6 +134,10 @@ static cinfer_status *llm_load(const cinfer_model_load_info *info, void **model)
     free(m);
     return cinfer_status_prefix(st, "llm model '%s'", name);
   }
+  llm_model_info mi;
+  llm_engine_model_info(m->engine, &mi);
+  m->ctx_len = mi.ctx_len;
+  pthread_mutex_init(&m->mu, NULL);
   *model = m;
   return NULL;
 }
@@ -138,7 +145,8 @@ static cinfer_status *llm_load(const cinfer_model_load_info *info, void **model)
 static void llm_unload(void *model) {
   llm_model_state *m = model;
   if (!m) return;
-  llm_engine_destroy(m->engine);
+  llm_engine_destroy(m->engine); /* no request is left: the core unloads after the last */
+  pthread_mutex_destroy(&m->mu);
   free(m->name);
   free(m);
 }
@@ -151,19 +159,179 @@ static cinfer_status *llm_instance_create(void *model, const cinfer_instance_inf
 
 static void llm_instance_destroy(void *instance) {}
 
-typedef struct kserve_gen {
-  cinfer_request *r;
-  char *text;
-  size_t len, cap;
-} kserve_gen;
+/* ---- generation ------------------------------------------------------------------------
+ *
+ * One gen per request: n sequences (choices) in the engine. `remaining` counts the
+ * sequences not yet finished plus one for execute() while it submits; whoever drops it to
+ * zero sends the FINAL response and frees the gen, so a sequence that finishes while later
+ * ones are still being submitted cannot free the gen under execute(). Engine events arrive
+ * on the engine's step thread; gens are listed per model (under mu) so that llm_cancel()
+ * can find a request's sequences. */
 
-static void kserve_gen_event(void *user, const llm_event *ev) {
-  kserve_gen *g = user;
-  if (ev->text_len) {
+#define GEN_MAX_N 16
+#define GEN_MAX_STOP 8
+
+typedef struct gen_seq {
+  gen *g;
+  int index;
+  uint64_t id;         /* engine sequence id; 0 until submitted (under the model's mu) */
+} gen_seq;
+
+struct gen {
+  llm_model_state *m;
+  cinfer_request *r;
+  bool stream;         /* one response per event; else one FINAL with the whole text */
+  int n, n_submitted;  /* n_submitted under m->mu */
+  int logprobs;
+  _Atomic int remaining;
+  _Atomic bool cancel_sent;
+  char *text;          /* whole mode */
+  size_t len, cap;
+  pthread_mutex_t err_mu;
+  cinfer_status *error; /* first failure; sent with the FINAL response */
+  gen *prev, *next;    /* m->gens */
+  gen_seq seqs[GEN_MAX_N];
+};
+
+static void gen_fail(gen *g, cinfer_status *st) {
+  pthread_mutex_lock(&g->err_mu);
+  if (!g->error) g->error = st, st = NULL;
+  pthread_mutex_unlock(&g->err_mu);
+  cinfer_status_free(st);
+}
+
+/* Cancels every submitted sequence of g once (any thread). Call with m->mu held. */
+static void gen_cancel_locked(gen *g) {
+  if (atomic_exchange(&g->cancel_sent, true)) return;
+  for (int i = 0; i < g->n_submitted; i++)
+    cinfer_status_free(llm_engine_cancel(g->m->engine, g->seqs[i].id));
+}
+
+static void gen_cancel(gen *g) {
+  pthread_mutex_lock(&g->m->mu);
+  gen_cancel_locked(g);
+  pthread_mutex_unlock(&g->m->mu);
+}
+
+static void gen_free(gen *g) {
+  llm_model_state *m = g->m;
+  pthread_mutex_lock(&m->mu);
+  if (g->prev) g->prev->next = g->next;
+  else m->gens = g->next;
+  if (g->next) g->next->prev = g->prev;
+  pthread_mutex_unlock(&m->mu);
+  cinfer_status_free(g->error);
+  pthread_mutex_destroy(&g->err_mu);
+  free(g->text);
+  free(g);
+}
+
+/* The FINAL response of g (no outputs in stream mode: the last event went before). */
+static void gen_finish(gen *g) {
+  cinfer_request *r = g->r;
+  cinfer_status *err = g->error;
+  g->error = NULL;
+  if (!err && cinfer_request_is_cancelled(r)) err = cinfer_status_new(CINFER_CANCELLED, "request cancelled");
+  if (err) {
+    cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL, err);
+  } else if (g->stream) {
+    cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL, NULL);
+  } else {
+    unsigned char *buf = malloc(4 + g->len);
+    if (!buf) {
+      cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL,
+                             cinfer_status_new(CINFER_INTERNAL, "out of memory"));
+    } else {
+      uint32_t l = (uint32_t)g->len;
+      memcpy(buf, &l, 4); /* little-endian hosts only, as the rest of the codec */
+      if (g->len) memcpy(buf + 4, g->text, g->len);
+      cinfer_tensor t = {.name = "text_output", .dtype = CINFER_TYPE_BYTES, .ndim = 1,
+                         .shape = {1}, .data = buf, .byte_size = 4 + g->len};
+      cinfer_request_respond(r, &t, 1, CINFER_RESPONSE_FINAL, NULL);
+      free(buf);
+    }
+  }
+  gen_free(g);
+}
+
+static void gen_put(gen *g) {
+  if (atomic_fetch_sub(&g->remaining, 1) == 1) gen_finish(g);
+}
+
+static cinfer_tensor t_i32(const char *name, const int32_t *v, int64_t n) {
+  return (cinfer_tensor){.name = name, .dtype = CINFER_TYPE_INT32, .ndim = 1, .shape = {n},
+                         .data = (void *)v, .byte_size = (size_t)n * 4};
+}
+
+/* Stream mode: one non-final response per engine event (see llm_backend.h). */
+static void gen_respond_event(gen *g, int index, const llm_event *ev) {
+  unsigned char small[4 + 512];
+  unsigned char *tb = ev->text_len <= 512 ? small : malloc(4 + ev->text_len);
+  if (!tb) {
+    gen_fail(g, cinfer_status_new(CINFER_INTERNAL, "out of memory streaming a token"));
+    gen_cancel(g);
+    return;
+  }
+  uint32_t l = (uint32_t)ev->text_len;
+  memcpy(tb, &l, 4);
+  if (ev->text_len) memcpy(tb + 4, ev->text, ev->text_len);
+  int32_t idx = index, tok = ev->token;
+  int32_t usage[3] = {ev->prompt_tokens, ev->completion_tokens, ev->cached_tokens};
+  int32_t top_ids[20];
+  float top_lp[20], lp = ev->logprob;
+  int k = ev->n_top < 0 ? 0 : ev->n_top > 20 ? 20 : ev->n_top;
+  if (k > g->logprobs) k = g->logprobs;
+  for (int i = 0; i < k; i++) top_ids[i] = ev->top[i].id, top_lp[i] = ev->top[i].logprob;
+  const char *fin = llm_finish_name(ev->finish);
+  unsigned char fb[4 + 16];
+  uint32_t fl = (uint32_t)strlen(fin);
+  memcpy(fb, &fl, 4);
+  memcpy(fb + 4, fin, fl);
+  cinfer_tensor out[8];
+  uint32_t n = 0;
+  out[n++] = (cinfer_tensor){.name = "text_output", .dtype = CINFER_TYPE_BYTES, .ndim = 1,
+                             .shape = {1}, .data = tb, .byte_size = 4 + ev->text_len};
+  out[n++] = t_i32("index", &idx, 1);
+  out[n++] = t_i32("token_id", &tok, 1);
+  if (g->logprobs > 0 && ev->token >= 0) {
+    out[n++] = (cinfer_tensor){.name = "logprob", .dtype = CINFER_TYPE_FP32, .ndim = 1,
+                               .shape = {1}, .data = &lp, .byte_size = 4};
+    out[n++] = t_i32("top_token_ids", top_ids, k);
+    out[n++] = (cinfer_tensor){.name = "top_logprobs", .dtype = CINFER_TYPE_FP32, .ndim = 1,
+                               .shape = {k}, .data = top_lp, .byte_size = (size_t)k * 4};
+  }
+  if (ev->finish != LLM_FINISH_NONE) {
+    out[n++] = (cinfer_tensor){.name = "finish_reason", .dtype = CINFER_TYPE_BYTES, .ndim = 1,
+                               .shape = {1}, .data = fb, .byte_size = 4 + fl};
+    out[n++] = t_i32("usage", usage, 3);
+  }
+  cinfer_status *st = cinfer_request_respond(g->r, out, n, 0, NULL);
+  if (tb != small) free(tb);
+  if (st) { /* the token was lost: stop; the FINAL response reports it */
+    gen_fail(g, st);
+    gen_cancel(g);
+  }
+}
+
+static void gen_event(void *user, const llm_event *ev) {
+  gen_seq *sq = user;
+  gen *g = sq->g;
+  if (!atomic_load(&g->cancel_sent) && cinfer_request_is_cancelled(g->r)) gen_cancel(g);
+  bool gone = atomic_load(&g->cancel_sent);
+  if (ev->finish == LLM_FINISH_ERROR)
+    gen_fail(g, cinfer_status_new(CINFER_INTERNAL, "generation failed: %s",
+                                  ev->error ? ev->error : "unknown error"));
+  if (g->stream) {
+    if (!gone && ev->finish != LLM_FINISH_ERROR && ev->finish != LLM_FINISH_CANCELLED)
+      gen_respond_event(g, sq->index, ev);
+  } else if (ev->text_len && !gone) {
     if (g->len + ev->text_len > g->cap) {
       size_t nc = (g->cap + ev->text_len) * 2;
       char *nt = realloc(g->text, nc);
-      if (nt) {
+      if (!nt) { /* never answer a silently shortened text */
+        gen_fail(g, cinfer_status_new(CINFER_INTERNAL, "out of memory holding the generated text"));
+        gen_cancel(g);
+      } else {
         g->text = nt;
         g->cap = nc;
       }
@@ -173,65 +341,190 @@ static void kserve_gen_event(void *user, const llm_event *ev) {
       g->len += ev->text_len;
     }
   }
-  if (ev->finish == LLM_FINISH_NONE) return;
-  if (ev->finish == LLM_FINISH_ERROR) {
-    cinfer_request_respond(g->r, NULL, 0, CINFER_RESPONSE_FINAL,
-                           cinfer_status_new(CINFER_INTERNAL, "generation failed: %s",
-                                             ev->error ? ev->error : "unknown error"));
-  } else {
-    unsigned char *buf = malloc(4 + g->len);
-    if (!buf) {
-      cinfer_request_respond(g->r, NULL, 0, CINFER_RESPONSE_FINAL,
-                             cinfer_status_new(CINFER_INTERNAL, "out of memory"));
-    } else {
-      uint32_t l = (uint32_t)g->len;
-      memcpy(buf, &l, 4); /* little-endian hosts only, as the rest of the codec */
-      if (g->len) memcpy(buf + 4, g->text, g->len);
-      cinfer_tensor t = {.name = "text_output", .dtype = CINFER_TYPE_BYTES, .ndim = 1,
-                         .shape = {1}, .data = buf, .byte_size = 4 + g->len};
-      cinfer_request_respond(g->r, &t, 1, CINFER_RESPONSE_FINAL, NULL);
-      free(buf);
+  if (ev->finish != LLM_FINISH_NONE) gen_put(g);
+}
+
+static cinfer_status *read_sampling(llm_model_state *m, cinfer_request *r, llm_sampling *s,
+                                    int *n, const char **stops, cJSON **stop_json) {
+  int64_t iv;
+  double dv;
+  struct { const char *key; int *out; int64_t lo, hi; } ints[] = {
+      {"max_tokens", &s->max_tokens, 1, INT32_MAX}, {"top_k", &s->top_k, 0, INT32_MAX},
+      {"logprobs", &s->logprobs, 0, 20}, {"n", n, 1, GEN_MAX_N}};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+    if (!cinfer_request_param_int(r, ints[i].key, &iv)) continue;
+    if (iv < ints[i].lo || iv > ints[i].hi)
+      return cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': parameter '%s' = %lld is outside [%lld, %lld]",
+                               m->name, ints[i].key, (long long)iv, (long long)ints[i].lo, (long long)ints[i].hi);
+    *ints[i].out = (int)iv;
+  }
+  if (cinfer_request_param_int(r, "seed", &iv)) s->seed = iv;
+  struct { const char *key; float *out; } fl[] = {
+      {"temperature", &s->temperature}, {"top_p", &s->top_p}, {"min_p", &s->min_p},
+      {"repetition_penalty", &s->repetition_penalty}, {"presence_penalty", &s->presence_penalty},
+      {"frequency_penalty", &s->frequency_penalty}};
+  for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)
+    if (cinfer_request_param_double(r, fl[i].key, &dv)) *fl[i].out = (float)dv;
+  bool b;
+  if (cinfer_request_param_bool(r, "ignore_eos", &b)) s->ignore_eos = b;
+  const char *sv;
+  if (cinfer_request_param_string(r, "stop", &sv)) {
+    stops[s->n_stop++] = sv;
+  } else if (cinfer_request_param_string(r, "stop_list", &sv)) {
+    cJSON *j = *stop_json = cJSON_Parse(sv);
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > GEN_MAX_STOP)
+      return cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': parameter 'stop_list' must be a JSON array "
+                               "of up to %d strings", m->name, GEN_MAX_STOP);
+    for (const cJSON *e = j->child; e; e = e->next) {
+      if (!cJSON_IsString(e))
+        return cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': parameter 'stop_list' must hold strings only",
+                                 m->name);
+      stops[s->n_stop++] = e->valuestring;
     }
   }
-  free(g->text);
-  free(g);
+  s->stop = stops;
+  return llm_sampling_check(s);
+}
+
+/* Takes r over: reads text_input and the parameters, tokenizes the prompt once (on this
+ * worker thread, not an I/O thread) and submits n sequences. Any error before the first
+ * submit is the request's FINAL error response. */
+static void gen_start(llm_model_state *m, cinfer_request *r) {
+  const cinfer_tensor *t = cinfer_request_input_by_name(r, "text_input");
+  uint32_t l = 0;
+  if (t && t->byte_size >= 4) {
+    const unsigned char *p = t->data;
+    l = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+  }
+  if (!t || t->byte_size < 4 || l > t->byte_size - 4) {
+    cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL,
+                           cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s' needs a text_input BYTES element",
+                                             m->name));
+    return;
+  }
+  const char *prompt = (const char *)t->data + 4;
+  llm_sampling s;
+  llm_sampling_default(&s);
+  int n = 1;
+  const char *stops[GEN_MAX_STOP];
+  cJSON *stop_json = NULL;
+  bool stream = false, add_special = true, parse_special = false;
+  cinfer_request_param_bool(r, "stream", &stream);
+  cinfer_request_param_bool(r, "add_special", &add_special);
+  cinfer_request_param_bool(r, "parse_special", &parse_special);
+  int32_t *toks = NULL;
+  size_t nt = 0;
+  gen *g = NULL;
+  cinfer_status *st = read_sampling(m, r, &s, &n, stops, &stop_json);
+  if (!st && n > 1 && !stream)
+    st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': parameter 'n' > 1 needs 'stream' (one response per "
+                           "token, each naming its choice index)", m->name);
+  if (!st) st = llm_engine_tokenize(m->engine, prompt, l, add_special, parse_special, &toks, &nt);
+  if (!st && nt >= (size_t)m->ctx_len)
+    st = cinfer_status_new(CINFER_INVALID_ARG, "This model's maximum context length is %d tokens; the prompt has %zu "
+                           "tokens", m->ctx_len, nt);
+  if (!st && !(g = calloc(1, sizeof *g))) st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (st) {
+    free(toks);
+    cJSON_Delete(stop_json);
+    cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL, st);
+    return;
+  }
+  g->m = m;
+  g->r = r;
+  g->stream = stream;
+  g->n = n;
+  g->logprobs = s.logprobs;
+  pthread_mutex_init(&g->err_mu, NULL);
+  atomic_init(&g->remaining, n + 1);
+  pthread_mutex_lock(&m->mu);
+  g->next = m->gens;
+  if (m->gens) m->gens->prev = g;
+  m->gens = g;
+  pthread_mutex_unlock(&m->mu);
+  int64_t seed0 = s.seed;
+  int i = 0;
+  for (; i < n; i++) {
+    llm_request lr = {.tokens = toks, .n_tokens = nt, .sampling = s};
+    if (seed0 >= 0) lr.sampling.seed = seed0 + i;
+    g->seqs[i].g = g;
+    g->seqs[i].index = i;
+    uint64_t id;
+    st = llm_engine_submit(m->engine, &lr, gen_event, &g->seqs[i], &id);
+    if (st) break;
+    pthread_mutex_lock(&m->mu);
+    g->seqs[i].id = id;
+    g->n_submitted = i + 1;
+    bool late = atomic_load(&g->cancel_sent); /* cancelled before this id was known */
+    pthread_mutex_unlock(&m->mu);
+    if (late) cinfer_status_free(llm_engine_cancel(m->engine, id));
+  }
+  free(toks);
+  cJSON_Delete(stop_json);
+  if (st) {
+    gen_fail(g, st);
+    gen_cancel(g);
+    for (int k = i; k < n; k++) atomic_fetch_sub(&g->remaining, 1); /* never submitted */
+  }
+  if (cinfer_request_is_cancelled(r)) gen_cancel(g);
+  gen_put(g);
 }
 
 static cinfer_status *llm_execute(void *instance, cinfer_batch *b) {
-  llm_model_state *m = instance;
-  for (uint32_t i = 0; i < b->n_requests; i++) {
-    cinfer_request *r = b->requests[i];
-    const cinfer_tensor *t = cinfer_request_input_by_name(r, "text_input");
-    cinfer_status *st = NULL;
-    if (!t || t->byte_size < 4) {
-      st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s' needs a text_input BYTES element", m->name);
-    }
-    llm_request lr = {.add_special = true};
-    llm_sampling_default(&lr.sampling);
-    if (!st) {
-      const unsigned char *p = t->data;
-      uint32_t l = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-      lr.prompt = (const char *)p + 4;
-      lr.prompt_len = l;
-      int64_t iv;
-      double dv;
-      if (cinfer_request_param_int(r, "max_tokens", &iv)) lr.sampling.max_tokens = (int)iv;
-      if (cinfer_request_param_int(r, "top_k", &iv)) lr.sampling.top_k = (int)iv;
-      if (cinfer_request_param_int(r, "seed", &iv)) lr.sampling.seed = iv;
-      if (cinfer_request_param_double(r, "temperature", &dv)) lr.sampling.temperature = (float)dv;
-      if (cinfer_request_param_double(r, "top_p", &dv)) lr.sampling.top_p = (float)dv;
-    }
-    kserve_gen *g = st ? NULL : calloc(1, sizeof *g);
-    if (!st && !g) st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
-    if (!st) {
-      g->r = r;
-      uint64_t id;
-      st = llm_engine_submit(m->engine, &lr, kserve_gen_event, g, &id);
-      if (st) free(g);
-    }
-    if (st) cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL, st);
-  }
+  for (uint32_t i = 0; i < b->n_requests; i++) gen_start(instance, b->requests[i]);
   return NULL;
+}
+
+static void llm_cancel(void *model, cinfer_request *r) {
+  llm_model_state *m = model;
+  pthread_mutex_lock(&m->mu);
+  for (gen *g = m->gens; g; g = g->next)
+    if (g->r == r) gen_cancel_locked(g);
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- optional text methods (backend.h, ABI 1.1) --------------------------------------- */
+
+static cinfer_status *llm_tokenize_m(void *model, const char *text, size_t len, bool add_special,
+                                     bool parse_special, int32_t **ids, size_t *n) {
+  return llm_engine_tokenize(((llm_model_state *)model)->engine, text, len, add_special,
+                             parse_special, ids, n);
+}
+
+static cinfer_status *llm_detokenize_m(void *model, const int32_t *ids, size_t n, bool special,
+                                       char **text, size_t *len) {
+  return llm_engine_detokenize(((llm_model_state *)model)->engine, ids, n, special, text, len);
+}
+
+static cinfer_status *llm_render_chat_m(void *model, const char *const *roles,
+                                        const char *const *contents, size_t n,
+                                        bool add_generation_prompt, char **out) {
+  return llm_engine_chat_render(((llm_model_state *)model)->engine, roles, contents, n,
+                                add_generation_prompt, out);
+}
+
+static uint32_t llm_metrics(void *model, cinfer_backend_metric *out, uint32_t cap) {
+  llm_engine_stats es;
+  llm_engine_get_stats(((llm_model_state *)model)->engine, &es);
+  const cinfer_backend_metric all[] = {
+      {"cinfer_llm_running_sequences", "Sequences in the running batch", CINFER_BACKEND_METRIC_GAUGE, es.running},
+      {"cinfer_llm_waiting_sequences", "Sequences waiting for admission", CINFER_BACKEND_METRIC_GAUGE, es.waiting},
+      {"cinfer_llm_kv_cache_usage_ratio", "Used fraction of the KV cache blocks", CINFER_BACKEND_METRIC_GAUGE,
+       es.kv_usage},
+      {"cinfer_llm_prompt_tokens_total", "Prompt tokens processed", CINFER_BACKEND_METRIC_COUNTER,
+       (double)es.prompt_tokens_total},
+      {"cinfer_llm_generation_tokens_total", "Tokens generated", CINFER_BACKEND_METRIC_COUNTER,
+       (double)es.generation_tokens_total},
+      {"cinfer_llm_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache",
+       CINFER_BACKEND_METRIC_COUNTER, (double)es.prefix_queries_total},
+      {"cinfer_llm_prefix_cache_hits_total", "Prompt tokens found in the prefix cache", CINFER_BACKEND_METRIC_COUNTER,
+       (double)es.prefix_hits_total},
+      {"cinfer_llm_preemptions_total", "Sequences preempted for lack of KV blocks", CINFER_BACKEND_METRIC_COUNTER,
+       (double)es.preemptions_total},
+  };
+  uint32_t n = sizeof all / sizeof all[0];
+  for (uint32_t i = 0; i < n && i < cap; i++) out[i] = all[i];
+  return n;
 }
 
 const cinfer_backend_iface cinfer_llm_backend = {
@@ -245,4 +538,9 @@ const cinfer_backend_iface cinfer_llm_backend = {
     .instance_create = llm_instance_create,
     .instance_destroy = llm_instance_destroy,
     .execute = llm_execute,
+    .tokenize = llm_tokenize_m,
+    .detokenize = llm_detokenize_m,
+    .render_chat = llm_render_chat_m,
+    .cancel = llm_cancel,
+    .metrics = llm_metrics,
 };
