@@ -43,6 +43,7 @@ bool fast_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t) {
 
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **k) {
   *k = NULL;
+  if (!p->no_fast) (void)kern_engine(); /* settles oneDNN's ISA before any primitive */
   for (int i = 0; i < kern_n_families && !p->no_fast; i++) {
     const kern_family *f = kern_families[i];
     if (!f->can_take(p, s, keep)) continue;
@@ -79,6 +80,14 @@ dnnl_engine_t kern_engine(void) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&mu);
     if (!once) {
+      /* The families and the plan's layout rules follow oneDNN's AVX2 code: nChw8c
+       * blocking, the implementations impl_slow tells apart. With AVX-512 oneDNN picks
+       * nChw16c and other layouts for the same convs, which winograd and pool8c never
+       * see and the blocked family and PRelu do not all read (plans failed with
+       * "blocked layout this kernel does not read"). So oneDNN is held to AVX2 unless
+       * DNNL_MAX_CPU_ISA asks otherwise; before the first primitive (fast_prepare
+       * calls this first), or oneDNN refuses and keeps its own choice. */
+      if (!getenv("DNNL_MAX_CPU_ISA")) (void)dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2);
       if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) eng = NULL;
       __atomic_store_n(&once, 1, __ATOMIC_RELEASE);
     }
