@@ -144,8 +144,7 @@ static void kdir_row(const conv_geom *g, const float *W, const float *B, const f
       const float *Wm = W + m0 * K;
       if (mb == 4 && per_c) kdir_block(4, true, C, T, K, Wm, P, OWp, ow, o);
       else if (mb == 4) kdir_block(4, false, C, T, K, Wm, P, OWp, ow, o);
-      else if (per_c) kdir_block(1, true, C, T, K, Wm, P, OWp, ow, o); /* not reached: M % 8 == 0 */
-      else {
+      else { /* a tail of 1..3 channels: M % 4 != 0, so not per_c */
         for (int64_t j = 0; j < mb; j++) {
           v8f one[8];
           kdir_block(1, false, C, T, K, Wm + j * K, P, OWp, ow, one);

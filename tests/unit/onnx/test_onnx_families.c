@@ -155,14 +155,8 @@ static void build_exp(mb *b, const fam_case *c) {
 static void add_bn(mb *b, const char *name, int64_t C, const char *in, const char *out) {
   float *p = rand_buf(4 * C);
   for (int64_t c = 0; c < C; c++) p[3 * C + c] = fabsf(p[3 * C + c]) + 0.5f; /* variance > 0 */
-  char nm[4][32];
-  const char *bi[5] = {in, nm[0], nm[1], nm[2], nm[3]};
-  for (int i = 0; i < 4; i++) {
-    snprintf(nm[i], sizeof nm[i], "%s_p%d", name, i);
-    mb_init_f(b, nm[i], 1, &C, p + i * C);
-  }
+  mb_bn(b, name, C, in, out, p);
   free(p);
-  mb_node(b, "BatchNormalization", name, 5, bi, 1, &out);
 }
 
 /* x [N, 8, H, W] -> c0 = 1x1 conv 8 -> 16, c1 = 3x3 conv 16 -> 8 (pads 1), then

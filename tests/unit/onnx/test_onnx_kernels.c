@@ -830,13 +830,7 @@ static void test_noop_pad_alias(void **state) {
 static void add_bn(mb *b, const char *name, int64_t C, const char *in, const char *outn, float **keep) {
   float *p = rand_buf(4 * C);
   for (int64_t c = 0; c < C; c++) p[3 * C + c] = fabsf(p[3 * C + c]) + 0.5f; /* variance > 0 */
-  char nm[4][32];
-  const char *bi[5] = {in, nm[0], nm[1], nm[2], nm[3]};
-  for (int i = 0; i < 4; i++) {
-    snprintf(nm[i], sizeof nm[i], "%s_p%d", name, i);
-    mb_init_f(b, nm[i], 1, &C, p + i * C);
-  }
-  mb_node(b, "BatchNormalization", name, 5, bi, 1, &outn);
+  mb_bn(b, name, C, in, outn, p);
   *keep = p;
 }
 
