@@ -16,7 +16,8 @@
 #include "backends/onnx/kern_util.h"
 
 const kern_family *const kern_families[] = {
-    &kern_exp, &kern_softmax, &kern_pool8c, &kern_dnnlpool, &kern_blocked, &kern_smallk, &kern_winograd, &kern_onednn_conv,
+    &kern_exp,    &kern_softmax, &kern_pool8c,   &kern_dnnlpool,
+    &kern_blocked, &kern_smallk, &kern_winograd, &kern_onednn_conv,
 };
 const int kern_n_families = (int)(sizeof kern_families / sizeof kern_families[0]);
 

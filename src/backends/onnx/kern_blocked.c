@@ -1,8 +1,9 @@
 /* kern_blocked.c: the "blocked" family: Concat (axis 1), BatchNormalization(+Relu) and
- * Relu on oneDNN's blocked
- * activation layouts (nChw8c, nChw16c), so that conv -> Concat -> BN+Relu -> conv
- * (DenseNet's dense blocks) or conv -> Concat -> Relu -> conv (RetinaFace's SSH modules)
- * run without reordering to plain NCHW and back around every reference operator.
+ * Relu on oneDNN's blocked activation layouts (nChw8c, nChw16c), so that conv -> Concat
+ * -> BN+Relu -> conv (DenseNet's dense blocks) or conv -> Concat -> Relu -> conv
+ * (RetinaFace's SSH modules) run without reordering to plain NCHW and back around every
+ * reference operator. can_take: every input the op reads qualifies (blk_reads_blocked);
+ * prepare declines when everything is plain and no Concat input can be written in place.
  *
  * Invariants:
  *   - an op is taken only for 4-D float tensors whose channel counts are all multiples of

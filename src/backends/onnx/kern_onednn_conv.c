@@ -99,8 +99,8 @@ static dnnl_status_t conv_post_ops(dnnl_post_ops_t po, const plan_step *s, act_k
  * depthwise 3x3 stride-2 pad-1 conv (Relu or none), both on the fast path, and oneDNN has
  * a jit implementation of the pair (a trial primitive descriptor). */
 static bool conv_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t) {
-  if (!kern_conv_eligible(p, s) || !kern_conv_eligible(p, t) || s->in[0]->ndim != 4 || kern_small_k(p, s) || s->sum_id >= 0 ||
-      t->sum_id >= 0 || attr_i(s->node, "group", 1) != 1 || (s->has_fused && s->fused.act != ACT_RELU) ||
+  if (!kern_conv_eligible(p, s) || !kern_conv_eligible(p, t) || s->in[0]->ndim != 4 || kern_small_k(p, s) ||
+      s->sum_id >= 0 || t->sum_id >= 0 || attr_i(s->node, "group", 1) != 1 || (s->has_fused && s->fused.act != ACT_RELU) ||
       (t->has_fused && t->fused.act != ACT_RELU))
     return false;
   const ot *w = s->in[1], *wt = t->in[1], *x = s->in[0];

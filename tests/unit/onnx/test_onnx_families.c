@@ -226,7 +226,7 @@ static const fam_case cases[] = {
     CONV("onednn", "depthwise C10 dilated 2 Relu", 1, 10, 15, 9, 10, 3, 3, 1, 1, 2, 2, 2, 2, 2, 10, 1, 0, 0, 0),
     CONV("onednn", "depthwise C24 s2 Clip batch 3", 3, 24, 9, 9, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1, 24, 3, 0, 0, 0),
     CONV("onednn", "1x1 C16 M16 + Add + Relu", 1, 16, 7, 7, 16, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0, 1),
-    CONV("onednn", "C16 M16 3x3 d5 p5 (pre-padded), blocked", 1, 8, 13, 17, 16, 3, 3, 1, 1, 5, 5, 5, 5, 5, 1, 0, 16, 0, 0),
+    CONV("onednn", "C16 M16 3x3 d5 p5, pre-padded", 1, 8, 13, 17, 16, 3, 3, 1, 1, 5, 5, 5, 5, 5, 1, 0, 16, 0, 0),
     CONV("onednn", "C5 M7 stride 3 Tanh", 2, 5, 11, 13, 7, 3, 3, 3, 3, 1, 0, 1, 2, 1, 1, 4, 0, 0, 0),
     {"onednn", "1-D C5 M7 k4 s3 d2", build_conv, 13, 3, {1, 5, 31}, {7, 1, 4, 1, 3, 0, 1, 0, 2, 2, 1, 0, 0, 0, 0},
      1.0f},
