@@ -3,7 +3,8 @@
  * Numerics: v8_exp where all 8 lanes of a vector lie within +-87 (within 2 ulp of expf),
  * expf itself elsewhere (specials, overflow, subnormal results, the tail), so the result
  * is the reference's (expf) or within 2 ulp of it. CINFER_ONNX_NO_FAST_EXP turns it off.
- * No state: the kernel is its family pointer. */
+ * Invariants: no state (the kernel is its family pointer); threads split the elements in
+ * runs of a multiple of 8, so every vector sees the same 8 elements at any thread count. */
 #include "backends/onnx/kern_util.h"
 
 static bool exp_can_take(const onnx_plan *p, const plan_step *s, bool keep) {

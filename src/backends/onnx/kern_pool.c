@@ -10,7 +10,10 @@
  * past the declared end padding stays on the reference kernel (oneDNN would count the
  * extra cells). Numerics: max is exact (the reference's NaN rule: the first tap taken as
  * is, later ones when greater); average sums in float (the reference in double), then
- * divides once. */
+ * divides once. Invariants: pool_geom is the one test both entries and reads_blocked use,
+ * so a step whose input the plan kept blocked is always taken by one of them; pool8c
+ * needs C % 8 == 0 (whole vectors, no padded channels); dnnlpool's reorders go through
+ * temp[0] (in) and temp[1] (out); neither allocates in run. */
 #include <omp.h>
 
 #include "backends/onnx/kern_util.h"

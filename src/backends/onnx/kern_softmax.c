@@ -5,7 +5,9 @@
  * in float, in order); the reference (ops_nn.c softmax_exec) works in double and calls exp
  * twice per element; this is within a few ulp of it, as ONNX Runtime's float softmax is.
  * Rows of 2 go 8 at a time through v8_exp (expf for a group with a difference below -87 or
- * a NaN). CINFER_ONNX_NO_FAST_SOFTMAX turns it off. */
+ * a NaN). Invariants: rows are contiguous (innermost axis), so a row never straddles two
+ * threads; the kernel holds only the row count and length. CINFER_ONNX_NO_FAST_SOFTMAX
+ * turns it off. */
 #include "backends/onnx/kern_util.h"
 
 typedef struct {
