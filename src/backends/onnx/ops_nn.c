@@ -1,6 +1,6 @@
 /* ops_nn.c: reference kernels for the neural-network operators (Conv, ConvTranspose,
  * pooling, normalisations, Gemm/MatMul, Softmax family, Resize/Upsample, LRN). These are
- * the oracle for the oneDNN fast paths (dnnl_ops.c) and the fallback when no fast path
+ * the oracle for the oneDNN fast paths (kern_*.c) and the fallback when no fast path
  * applies. Float32 only; other dtypes are reported as unsupported at plan time. */
 #include <float.h>
 #include <math.h>

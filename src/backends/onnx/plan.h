@@ -82,23 +82,19 @@ bool plan_matches(const onnx_plan *p, const cinfer_tensor *inputs, const int *ma
 cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *map,
                         bool profile);
 
-/* dnnl_ops.c: fast paths. prepare returns NULL with *k == NULL when none applies. */
+/* kern.c: the fast kernels, a table of families (kern.h) asked in priority order.
+ * The queries are true when some family says so; all are false for a no_fast plan.
+ * prepare returns NULL with *k == NULL when no family takes s (the reference kernel runs;
+ * an internal error if s has a blocked input). No allocation in fast_run. */
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int input_index);
 bool fast_takes_pre(const onnx_plan *p, const plan_step *s); /* runs with s->pre */
 bool fast_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t); /* s->dw from t */
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out,
                             fast_kernel **k);
 cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads);
-void fast_destroy(fast_kernel *k);
-/* the profile's kernel column: "winograd" or "onednn" (oneDNN or another of our fast kernels) */
+void fast_destroy(fast_kernel *k); /* NULL: nothing */
+/* the profile's kernel column: the name of the family that built k */
 const char *fast_kernel_label(const fast_kernel *k);
 void fast_layout_free(void *layout);
 
-/* blocked_ops.c: Concat (axis 1), BatchNormalization(+Relu), Relu on blocked layouts.
- * blk_prepare returns NULL with *k == NULL when none applies (all plain, or not taken). */
-typedef struct blk_kernel blk_kernel;
-bool blk_can_take(const onnx_plan *p, const plan_step *s, int input_index);
-cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out, blk_kernel **k);
-void blk_run(const blk_kernel *k, plan_step *s, int threads);
-void blk_destroy(blk_kernel *k);
 #endif

@@ -2,6 +2,7 @@
  * Everything is allocated from a fixed arena inside mb (no frees needed until mb_reset). */
 #ifndef TEST_ONNX_MODEL_BUILDER_H
 #define TEST_ONNX_MODEL_BUILDER_H
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,18 @@ static inline void mb_attr_ints(mb *b, Onnx__NodeProto *n, const char *name, int
   a->n_ints = (size_t)k;
   a->ints = c;
   n->attribute[n->n_attribute++] = a;
+}
+
+/* BatchNormalization name: in -> out over C channels; p holds scale, B, mean and variance
+ * (4 x C floats, copied) as initializers name_p0..name_p3 */
+static inline void mb_bn(mb *b, const char *name, int64_t C, const char *in, const char *out, const float *p) {
+  char nm[4][64];
+  const char *bi[5] = {in, nm[0], nm[1], nm[2], nm[3]};
+  for (int i = 0; i < 4; i++) {
+    snprintf(nm[i], sizeof nm[i], "%s_p%d", name, i);
+    mb_init_f(b, nm[i], 1, &C, p + i * C);
+  }
+  mb_node(b, "BatchNormalization", name, 5, bi, 1, &out);
 }
 
 /* Packs the model; the caller frees *buf. */

@@ -1,7 +1,9 @@
-/* blocked_ops.c: Concat (axis 1), BatchNormalization(+Relu) and Relu on oneDNN's blocked
- * activation layouts (nChw8c, nChw16c), so that conv -> Concat -> BN+Relu -> conv
- * (DenseNet's dense blocks) or conv -> Concat -> Relu -> conv (RetinaFace's SSH modules)
- * run without reordering to plain NCHW and back around every reference operator.
+/* kern_blocked.c: the "blocked" family: Concat (axis 1), BatchNormalization(+Relu) and
+ * Relu on oneDNN's blocked activation layouts (nChw8c, nChw16c), so that conv -> Concat
+ * -> BN+Relu -> conv (DenseNet's dense blocks) or conv -> Concat -> Relu -> conv
+ * (RetinaFace's SSH modules) run without reordering to plain NCHW and back around every
+ * reference operator. can_take: every input the op reads qualifies (blk_reads_blocked);
+ * prepare declines when everything is plain and no Concat input can be written in place.
  *
  * Invariants:
  *   - an op is taken only for 4-D float tensors whose channel counts are all multiples of
@@ -20,18 +22,16 @@
  *     ops_nn.c bn_exec: x * a + b with a = scale / sqrtf(var + eps), b = B - mean * a,
  *     then v > 0 ? v : 0), in the same float operations, so results are identical;
  *   - no allocation in blk_run. tests/unit/onnx/test_onnx_kernels.c compares whole
- *     graphs (blocked chains, mixed plain/blocked inputs, batch > 1) with the reference. */
-#include <stdlib.h>
-#include <string.h>
-
-#include <dnnl.h>
-
-#include "backends/onnx/ops_util.h"
-#include "backends/onnx/plan.h"
+ *     graphs (blocked chains, mixed plain/blocked inputs, batch > 1) with the reference,
+ *     test_onnx_families.c walks the family with the others.
+ * CINFER_ONNX_NO_BLOCKED_OPS turns the family off, CINFER_ONNX_NO_CONCAT_IN_PLACE the
+ * in-place Concat, CINFER_ONNX_PLAIN the blocked outputs. */
+#include "backends/onnx/kern_util.h"
 
 enum { BLK_CONCAT, BLK_AFFINE };
 
-struct blk_kernel {
+typedef struct blk_kernel {
+  fast_kernel base;
   int op;
   int n_in;
   int *in_b;            /* per input: 0 plain, 8 nChw8c, 16 nChw16c */
@@ -39,11 +39,7 @@ struct blk_kernel {
   int out_b;            /* 0 plain, 8 nChw8c */
   float *scale, *shift; /* BLK_AFFINE: per channel; NULL for a bare Relu */
   bool relu;
-};
-
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v8fu __attribute__((vector_size(32), aligned(4)));
-typedef int32_t v8i __attribute__((vector_size(32)));
+} blk_kernel;
 
 static bool f32_4d_c8(const ot *t) {
   return t && t->dtype == CINFER_TYPE_FP32 && t->ndim == 4 && t->dims[1] % 8 == 0 && ot_numel(t) > 0;
@@ -53,8 +49,9 @@ static int blk_concat_axis(const plan_step *s) {
   return norm_axis(attr_i(s->node, "axis", s->node->opset < 4 ? 1 : 0), s->in[0] ? s->in[0]->ndim : 0);
 }
 
-bool blk_can_take(const onnx_plan *p, const plan_step *s, int j) {
-  if (p->no_fast || getenv("CINFER_ONNX_NO_BLOCKED_OPS") || j >= s->n_in || !f32_4d_c8(s->out[0]))
+/* input j of s may be read blocked */
+static bool blk_reads_blocked(const onnx_plan *p, const plan_step *s, int j) {
+  if (getenv("CINFER_ONNX_NO_BLOCKED_OPS") || j >= s->n_in || !f32_4d_c8(s->out[0]))
     return false;
   const char *t = s->node->op_type;
   if (!strcmp(t, "Concat")) {
@@ -75,8 +72,17 @@ bool blk_can_take(const onnx_plan *p, const plan_step *s, int j) {
   return false;
 }
 
-void blk_destroy(blk_kernel *k) {
-  if (!k) return;
+/* every input the kernel reads (Concat: all; BN and Relu: the data input) qualifies */
+static bool blk_can_take(const onnx_plan *p, const plan_step *s, bool keep) {
+  (void)keep;
+  int n_in = !strcmp(s->node->op_type, "Concat") ? s->n_in : 1;
+  for (int j = 0; j < n_in; j++)
+    if (!blk_reads_blocked(p, s, j)) return false;
+  return true;
+}
+
+static void blk_destroy(fast_kernel *fk) {
+  blk_kernel *k = (blk_kernel *)fk;
   free(k->in_b);
   free(k->in_place);
   free(k->scale);
@@ -110,12 +116,10 @@ static int resolve_root(const onnx_plan *p, int v, size_t *off) {
   return v;
 }
 
-cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, blk_kernel **out) {
+static cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   *out = NULL;
   bool concat = !strcmp(s->node->op_type, "Concat");
   int n_in = concat ? s->n_in : 1;
-  for (int j = 0; j < n_in; j++)
-    if (!blk_can_take(p, s, j)) return NULL;
   bool any_blocked = false;
   for (int j = 0; j < n_in; j++) any_blocked |= p->layout[s->in_id[j]] != NULL;
   bool one_image = concat && s->out[0]->dims[0] == 1 && !getenv("CINFER_ONNX_NO_CONCAT_IN_PLACE");
@@ -124,13 +128,13 @@ cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, blk_kernel **o
   if (!k || !(k->in_b = calloc((size_t)n_in, sizeof *k->in_b)) || !(k->in_place = calloc((size_t)n_in, sizeof *k->in_place))) {
     if (k) free(k->in_b);
     free(k);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    return kern_oom();
   }
   k->op = concat ? BLK_CONCAT : BLK_AFFINE;
   k->n_in = n_in;
   for (int j = 0; j < n_in; j++)
     if ((k->in_b[j] = layout_block(p, s->in_id[j])) < 0) {
-      blk_destroy(k);
+      blk_destroy(&k->base);
       return NODE_ERR(s->node, CINFER_INTERNAL, "input %d has a blocked layout this kernel does not read", j);
     }
   const ot *y = s->out[0];
@@ -141,8 +145,8 @@ cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, blk_kernel **o
       k->scale = malloc(sizeof(float) * (size_t)C);
       k->shift = malloc(sizeof(float) * (size_t)C);
       if (!k->scale || !k->shift) {
-        blk_destroy(k);
-        return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+        blk_destroy(&k->base);
+        return kern_oom();
       }
       float eps = attr_f(s->node, "epsilon", 1e-5f);
       const float *sc = s->in[1]->data, *b = s->in[2]->data, *mu = s->in[3]->data, *var = s->in[4]->data;
@@ -154,16 +158,11 @@ cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, blk_kernel **o
     }
   }
   if (keep && !getenv("CINFER_ONNX_PLAIN")) {
-    dnnl_memory_desc_t *l = malloc(sizeof *l);
-    dnnl_dims_t d = {y->dims[0], C, y->dims[2], y->dims[3]};
-    if (!l || dnnl_memory_desc_init_by_tag(l, 4, d, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
-      free(l);
-      blk_destroy(k);
-      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    if (!kern_out_nchw8c(p, s, C)) { /* C % 8 == 0: no padding, the plain size */
+      blk_destroy(&k->base);
+      return kern_oom();
     }
     k->out_b = 8;
-    p->layout[s->out_id[0]] = l;
-    p->bytes[s->out_id[0]] = ot_nbytes(y); /* C % 8 == 0: no padding */
   }
   bool any_in_place = false;
   if (one_image) {
@@ -206,10 +205,10 @@ cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, blk_kernel **o
     }
   }
   if (!any_blocked && !k->out_b && !any_in_place) { /* nothing blocked or in place after all */
-    blk_destroy(k);
+    blk_destroy(&k->base);
     return NULL;
   }
-  *out = k;
+  *out = &k->base;
   return NULL;
 }
 
@@ -268,7 +267,7 @@ static void affine_run(const blk_kernel *k, plan_step *s, int threads) {
         for (int64_t i = 0; i < HW; i++) {
           v8f v = *(const v8fu *)(xs + i * 8);
           if (A) v = v * a + b;
-          if (relu) v = (v8f)((v8i)v & (v8i)(v > 0)); /* v > 0 ? v : 0, NaN -> 0 */
+          if (relu) v = v8_relu(v);
           *(v8fu *)(yd + i * 8) = v;
         }
       }
@@ -286,7 +285,13 @@ static void affine_run(const blk_kernel *k, plan_step *s, int threads) {
     }
 }
 
-void blk_run(const blk_kernel *k, plan_step *s, int threads) {
+static cinfer_status *blk_run(fast_kernel *fk, plan_step *s, int threads) {
+  const blk_kernel *k = (const blk_kernel *)fk;
   if (k->op == BLK_CONCAT) concat_run(k, s, threads);
   else affine_run(k, s, threads);
+  return NULL;
 }
+
+const kern_family kern_blocked = {
+    .name = "blocked", .can_take = blk_can_take, .prepare = blk_prepare, .run = blk_run, .destroy = blk_destroy,
+    .reads_blocked = blk_reads_blocked};

@@ -1,0 +1,479 @@
+/* kern_onednn_conv.c: the "onednn" family: every eligible Conv the other conv families do
+ * not take (1-D/2-D, grouped, depthwise, dilated, strided, padded) as a oneDNN 2.6
+ * convolution primitive (C API, OpenMP runtime: the thread count is set per run with
+ * omp_set_num_threads in plan_run), with fused post-ops: sum for Conv+Add, then
+ * relu/leaky/clip/sigmoid/tanh; PRelu applied by us after the primitive (prelu_inplace);
+ * a following depthwise 3x3 stride-2 conv as oneDNN's dw post-op (takes_dw, s->dw).
+ * Layout: weights are reordered once at plan time into the layout the primitive prefers.
+ * The input is read in its producer's layout when a fast implementation takes it, else
+ * reordered into temp[0]; a blocked input whose left/top padding oneDNN's AVX2 direct
+ * kernel refuses is padded by us into temp[0] (pad_in). The output stays in oneDNN's
+ * blocked layout when every consumer reads blocked (keep), else is reordered to plain
+ * NCHW through temp[1]. Invariants: run allocates nothing; every primitive, memory and
+ * buffer is the kernel's and freed by conv_destroy. CINFER_ONNX_NO_PREPAD turns pad_in
+ * off; CINFER_ONNX_FAST_SKIP* (kern_conv_eligible) keep convs on the reference. */
+#include "backends/onnx/kern_util.h"
+
+typedef struct {
+  fast_kernel base;
+  dnnl_primitive_t prim;
+  dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
+  dnnl_memory_t src_user, src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user;
+  /* Conv+PRelu: oneDNN 2.6 runs convolutions with a prelu post-op only in its reference
+   * implementation, so PRelu is applied here to the conv's destination in its own layout
+   * (prelu_blk: 1 plain NCHW, 8/16 nChw8c/nChw16c) with slopes padded to the block */
+  int prelu_blk;
+  float *prelu_slope;
+  int64_t prelu_n, prelu_c, prelu_hw;
+  dnnl_stream_t stream;
+  void *w_data;
+  dnnl_memory_t dw_w_mem, dw_b_mem; /* with a fused depthwise conv (s->dw) */
+  void *dw_w_data;
+  float *dw_b_data, *zero_bias;   /* zero_bias: the 1x1's, when it has none (see conv_prepare) */
+  bool sum_copy; /* sum operand has dst's layout: memcpy */
+  size_t dst_bytes;
+  /* pad_in: the nChw8c input is copied into temp[0] with its padding made explicit
+   * ([N][C/8][ph][pw][8], pt/pl zero rows/columns first) and the primitive runs unpadded
+   * (see conv_prepare) */
+  bool pad_in;
+  int64_t pad_t, pad_l, ph, pw;
+} conv_kernel;
+
+static void conv_destroy(fast_kernel *fk) {
+  conv_kernel *k = (conv_kernel *)fk;
+  dnnl_primitive_t prims[] = {k->prim, k->src_reorder, k->dst_reorder, k->sum_reorder};
+  for (size_t i = 0; i < 4; i++) if (prims[i]) dnnl_primitive_destroy(prims[i]);
+  dnnl_memory_t mems[] = {k->src_user, k->src_mem, k->w_mem,    k->b_mem,   k->dst_mem,
+                          k->dst_user, k->sum_user, k->dw_w_mem, k->dw_b_mem};
+  for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++) if (mems[i]) dnnl_memory_destroy(mems[i]);
+  free(k->dw_w_data);
+  free(k->dw_b_data);
+  free(k->zero_bias);
+  free(k->prelu_slope);
+  if (k->stream) dnnl_stream_destroy(k->stream);
+  free(k->w_data);
+  free(k);
+}
+
+static bool conv_can_take(const onnx_plan *p, const plan_step *s, bool keep) {
+  (void)keep;
+  return kern_conv_eligible(p, s);
+}
+
+/* the input and the fused Add operand; a small-K conv is kern_smallk's, which reads them
+ * plain (it comes first in kern_families[]) */
+static bool conv_reads_blocked(const onnx_plan *p, const plan_step *s, int j) {
+  return kern_conv_eligible(p, s) && s->in[0]->ndim == 4 && (j == 0 || j == s->n_in) && !kern_small_k(p, s);
+}
+
+/* a primitive oneDNN runs as im2col + GEMM or in its reference implementation */
+static bool impl_slow(dnnl_primitive_desc_t pd) {
+  const char *impl = NULL;
+  return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+         !strncmp(impl, "ref", 3) || strstr(impl, "gemm");
+}
+
+/* A conv step's post-ops: sum (Conv+Add), its activation (not PRelu: applied after the
+ * primitive), then with dw the fused depthwise 3x3 stride-2 conv and its activation. */
+static dnnl_status_t conv_post_ops(dnnl_post_ops_t po, const plan_step *s, act_kind dw_act, bool dw) {
+  dnnl_status_t r = dnnl_success;
+  if (s->sum_id >= 0) r = dnnl_post_ops_append_sum(po, 1.0f);
+  if (r == dnnl_success && s->has_fused && s->fused.act != ACT_NONE && s->fused.act != ACT_PRELU) {
+    dnnl_alg_kind_t alg = dnnl_eltwise_relu;
+    float a = 0, bb = 0;
+    switch (s->fused.act) {
+      case ACT_LEAKY: a = s->fused.a; break;
+      case ACT_CLIP: alg = dnnl_eltwise_clip_v2; a = s->fused.a; bb = s->fused.b; break;
+      case ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
+      case ACT_TANH: alg = dnnl_eltwise_tanh; break;
+      default: break;
+    }
+    r = dnnl_post_ops_append_eltwise(po, 1.0f, alg, a, bb);
+  }
+  if (r == dnnl_success && dw) r = dnnl_post_ops_append_dw(po, dnnl_f32, dnnl_f32, dnnl_f32, 3, 2, 1, 0, 0, NULL);
+  if (r == dnnl_success && dw && dw_act == ACT_RELU) r = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0, 0);
+  return r;
+}
+
+/* s: 1x1 conv (stride 1, no pads, no fused Add, Relu or no activation), t: its consumer, a
+ * depthwise 3x3 stride-2 pad-1 conv (Relu or none), both on the fast path, and oneDNN has
+ * a jit implementation of the pair (a trial primitive descriptor). */
+static bool conv_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t) {
+  if (!kern_conv_eligible(p, s) || !kern_conv_eligible(p, t) || s->in[0]->ndim != 4 || kern_small_k(p, s) ||
+      s->sum_id >= 0 || t->sum_id >= 0 || attr_i(s->node, "group", 1) != 1 || (s->has_fused && s->fused.act != ACT_RELU) ||
+      (t->has_fused && t->fused.act != ACT_RELU))
+    return false;
+  const ot *w = s->in[1], *wt = t->in[1], *x = s->in[0];
+  int64_t M = w->dims[0];
+  conv_geom g, gt;
+  if (!kern_geom(s->node, x, w->dims + 2, false, &g) || !kern_geom(t->node, s->out[0], wt->dims + 2, false, &gt))
+    return false;
+  if (g.k[0] != 1 || g.k[1] != 1 || g.stride[0] != 1 || g.stride[1] != 1 || g.pb[0] || g.pb[1] || g.pe[0] ||
+      g.pe[1] || attr_i(t->node, "group", 1) != M || wt->ndim != 4 || wt->dims[0] != M || wt->dims[1] != 1 ||
+      gt.k[0] != 3 || gt.k[1] != 3 || gt.stride[0] != 2 || gt.stride[1] != 2 || gt.dil[0] != 1 || gt.dil[1] != 1 ||
+      gt.pb[0] != 1 || gt.pb[1] != 1 || gt.out[0] != (g.out[0] + 1) / 2 || gt.out[1] != (g.out[1] + 1) / 2)
+    return false;
+  dnnl_engine_t eng = kern_engine();
+  if (!eng) return false;
+  dnnl_dims_t xd = {x->dims[0], x->dims[1], x->dims[2], x->dims[3]}, wd = {M, x->dims[1], 1, 1};
+  dnnl_dims_t yd = {x->dims[0], M, g.out[0], g.out[1]}, one = {1, 1}, zero = {0, 0};
+  dnnl_memory_desc_t xa, wa, ya;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_convolution_desc_t cd;
+  dnnl_primitive_desc_t pd = NULL;
+  bool ok = dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+            dnnl_memory_desc_init_by_tag(&wa, 4, wd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+            dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+            dnnl_primitive_attr_create(&attr) == dnnl_success && dnnl_post_ops_create(&po) == dnnl_success;
+  ok = ok && conv_post_ops(po, s, t->has_fused ? t->fused.act : ACT_NONE, true) == dnnl_success &&
+       dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success &&
+       dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xa, &wa, NULL, &ya,
+                                          one, zero, zero) == dnnl_success &&
+       dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) == dnnl_success && !impl_slow(pd);
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  return ok;
+}
+
+/* X (nChw8c, [N][C/8][H][W][8]) into P ([N][C/8][ph][pw][8]) at row pt, column pl, zeros
+ * around; input pixels past the padded extent (a negative end pad) are left out */
+static void pad_blocked(const float *X, float *P, int64_t N, int64_t C, int64_t H, int64_t W, int64_t pt,
+                        int64_t pl, int64_t ph, int64_t pw, int threads) {
+  int64_t CB = C / 8;
+  int64_t w0 = pl, w1 = pl + W < pw ? pl + W : pw; /* destination columns holding input */
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static) if (threads > 1)
+  for (int64_t nc = 0; nc < N * CB; nc++)
+    for (int64_t y = 0; y < ph; y++) {
+      float *d = P + ((size_t)nc * (size_t)ph + (size_t)y) * (size_t)pw * 8;
+      int64_t h = y - pt;
+      if (h < 0 || h >= H) {
+        memset(d, 0, sizeof(float) * 8 * (size_t)pw);
+        continue;
+      }
+      memset(d, 0, sizeof(float) * 8 * (size_t)w0);
+      memcpy(d + 8 * w0, X + ((size_t)nc * (size_t)H + (size_t)h) * (size_t)W * 8, sizeof(float) * 8 * (size_t)(w1 - w0));
+      memset(d + 8 * w1, 0, sizeof(float) * 8 * (size_t)(pw - w1));
+    }
+}
+
+/* to (a memory with its own layout) = src in layout `from`, by a one-off reorder (weights,
+ * at plan time) */
+static dnnl_status_t reorder_once(const dnnl_memory_desc_t *from, const void *src, dnnl_memory_t to,
+                                  dnnl_stream_t stream) {
+  const dnnl_memory_desc_t *to_md;
+  dnnl_memory_t m;
+  dnnl_primitive_t r;
+  dnnl_status_t rs = dnnl_memory_get_memory_desc(to, &to_md);
+  if (rs != dnnl_success) return rs;
+  if ((rs = dnnl_memory_create(&m, from, kern_engine(), (void *)src)) != dnnl_success) return rs; /* only read */
+  if ((rs = kern_make_reorder(from, to_md, &r)) == dnnl_success) {
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, to}};
+    rs = dnnl_primitive_execute(r, stream, 2, a);
+    if (rs == dnnl_success) rs = dnnl_stream_wait(stream);
+    dnnl_primitive_destroy(r);
+  }
+  dnnl_memory_destroy(m);
+  return rs;
+}
+
+/* y = y < 0 ? y * slope[c] : y over the conv destination, in its layout (prelu_blk);
+ * same rule as act_apply_c (NaN stays NaN) */
+static void prelu_inplace(const conv_kernel *k, float *y, int threads) {
+  int64_t N = k->prelu_n, C = k->prelu_c, HW = k->prelu_hw, blk = k->prelu_blk;
+  const float *sl = k->prelu_slope;
+  if (blk == 1) {
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t c = 0; c < C; c++) {
+        float *p = y + (n * C + c) * HW, a = sl[c];
+        int64_t i = 0;
+        for (; i + 8 <= HW; i += 8) *(v8fu *)(p + i) = v8_prelu(*(const v8fu *)(p + i), v8_splat(a));
+        for (; i < HW; i++) p[i] = p[i] < 0 ? p[i] * a : p[i];
+      }
+    return;
+  }
+  int64_t CB = (C + blk - 1) / blk, L = HW * blk / 8; /* blk is 8 or 16: whole vectors */
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t cb = 0; cb < CB; cb++) {
+      float *p = y + (n * CB + cb) * HW * blk;
+      v8f a0 = *(const v8fu *)(sl + cb * blk), a1 = blk == 16 ? *(const v8fu *)(sl + cb * blk + 8) : a0;
+      for (int64_t i = 0; i < L; i++) *(v8fu *)(p + 8 * i) = v8_prelu(*(const v8fu *)(p + 8 * i), i & 1 ? a1 : a0);
+    }
+}
+
+static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
+  cinfer_status *st = NULL;
+  const ot *x = s->in[0], *w = s->in[1], *b = s->n_in > 2 ? s->in[2] : NULL;
+  ot *y = s->out[0];
+  conv_geom g;
+  if ((st = conv_geom_make(s->node, x, w->dims + 2, false, &g))) return st;
+  int64_t G = attr_i(s->node, "group", 1);
+  conv_kernel *k = calloc(1, sizeof *k);
+  if (!k) return kern_oom();
+  /* oneDNN 2.6's 1x1 conv with a fused depthwise conv reads a bias even when it was
+   * created without one (segfault): give it zeros */
+  ot zb = {0};
+  if (s->dw.w && !b) {
+    if (!(k->zero_bias = calloc((size_t)w->dims[0] + 16, sizeof(float)))) {
+      free(k);
+      return kern_oom();
+    }
+    zb.data = k->zero_bias;
+    b = &zb;
+  }
+  dnnl_engine_t eng = kern_engine();
+  if (!eng) { conv_destroy(&k->base); return NULL; }
+  /* 1-D convs run as 2-D with H = 1 */
+  int sp = x->ndim - 2;
+  dnnl_dims_t xd = {x->dims[0], x->dims[1], sp == 2 ? x->dims[2] : 1, x->dims[sp + 1]};
+  /* yd: the convolution's own output; yf: the step's (the fused depthwise conv's, if any) */
+  bool dw = s->dw.w != NULL;
+  dnnl_dims_t yf = {y->dims[0], y->dims[1], sp == 2 ? y->dims[2] : 1, y->dims[sp + 1]};
+  dnnl_dims_t yd = {yf[0], yf[1], yf[2], yf[3]};
+  if (dw) memcpy(yd, s->dw.mid, sizeof yd);
+  int64_t KH = sp == 2 ? w->dims[2] : 1, KW = w->dims[sp + 1];
+  dnnl_dims_t strides = {sp == 2 ? g.stride[0] : 1, g.stride[sp - 1]};
+  dnnl_dims_t dil = {sp == 2 ? g.dil[0] - 1 : 0, g.dil[sp - 1] - 1};
+  dnnl_dims_t pl = {sp == 2 ? g.pb[0] : 0, g.pb[sp - 1]}, pr = {sp == 2 ? g.pe[0] : 0, g.pe[sp - 1]};
+  /* oneDNN wants right padding consistent with the output size */
+  for (int i = 0; i < 2; i++) {
+    int64_t in_ = xd[2 + i], k_ = i == 0 ? KH : KW, o_ = yd[2 + i];
+    pr[i] = (o_ - 1) * strides[i] + (k_ - 1) * (dil[i] + 1) + 1 - in_ - pl[i];
+  }
+  /* Before the first DN(): its error path releases these. */
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_memory_desc_t x_plain, x_any, w_plain, w_any, b_md, y_plain, y_any;
+  DN(dnnl_memory_desc_init_by_tag(&x_plain, 4, xd, dnnl_f32, dnnl_nchw));
+  DN(dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_f32, dnnl_format_tag_any));
+  DN(dnnl_memory_desc_init_by_tag(&y_plain, 4, yf, dnnl_f32, dnnl_nchw));
+  DN(dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any));
+  if (G == 1) {
+    dnnl_dims_t wd = {w->dims[0], w->dims[1], KH, KW};
+    DN(dnnl_memory_desc_init_by_tag(&w_plain, 4, wd, dnnl_f32, dnnl_oihw));
+    DN(dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any));
+  } else {
+    dnnl_dims_t wd = {G, w->dims[0] / G, w->dims[1], KH, KW};
+    DN(dnnl_memory_desc_init_by_tag(&w_plain, 5, wd, dnnl_f32, dnnl_goihw));
+    DN(dnnl_memory_desc_init_by_tag(&w_any, 5, wd, dnnl_f32, dnnl_format_tag_any));
+  }
+  dnnl_dims_t bd = {w->dims[0]};
+  DN(dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_x));
+  const dnnl_memory_desc_t *x_have = p->layout[s->in_id[0]] ? p->layout[s->in_id[0]] : &x_plain;
+
+  DN(dnnl_primitive_attr_create(&attr));
+  DN(dnnl_post_ops_create(&po));
+  DN(conv_post_ops(po, s, s->dw.act, dw));
+  DN(dnnl_primitive_attr_set_post_ops(attr, po));
+  dnnl_convolution_desc_t cd;
+  dnnl_primitive_desc_t pd = NULL;
+  /* prefer consuming the producer's layout as is */
+  if (p->layout[s->in_id[0]]) {
+    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                  x_have, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
+    if (dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) != dnnl_success) pd = NULL;
+    const char *impl = NULL;
+    if (pd && (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+               !impl || !strncmp(impl, "ref", 3))) {
+      dnnl_primitive_desc_destroy(pd); /* only the slow reference takes this layout */
+      pd = NULL;
+    }
+  }
+  if (!pd) {
+    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                  &x_any, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
+    DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
+  }
+  /* oneDNN 2.6's AVX2 direct convolution refuses a left padding wider than its 3-pixel
+   * register block (UltraFace's 3x3 dilation-5 convs, pads 5) and falls back to im2col +
+   * GEMM on plain NCHW with reorders around it. With the nChw8c input padded by us into a
+   * temporary, the direct convolution runs unpadded. */
+  if (p->layout[s->in_id[0]] && sp == 2 && (pl[0] > 0 || pl[1] > 0) && impl_slow(pd) &&
+      kern_is_nchw8c(x_have, x) && xd[1] % 8 == 0 && !getenv("CINFER_ONNX_NO_PREPAD")) {
+    int64_t ph = (yd[2] - 1) * strides[0] + (KH - 1) * (dil[0] + 1) + 1;
+    int64_t pw = (yd[3] - 1) * strides[1] + (KW - 1) * (dil[1] + 1) + 1;
+    dnnl_dims_t xpd = {xd[0], xd[1], ph, pw}, zero = {0, 0};
+    dnnl_memory_desc_t xp;
+    dnnl_primitive_desc_t pd2 = NULL;
+    if (dnnl_memory_desc_init_by_tag(&xp, 4, xpd, dnnl_f32, dnnl_aBcd8b) == dnnl_success &&
+        dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xp,
+                                                   &w_any, b ? &b_md : NULL, &y_any, strides, dil, zero,
+                                                   zero) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd2, &cd, attr, eng, NULL) == dnnl_success && !impl_slow(pd2) &&
+        dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd2, dnnl_query_src_md, 0), &xp)) {
+      dnnl_primitive_desc_destroy(pd);
+      pd = pd2;
+      k->pad_in = true;
+      k->pad_t = pl[0];
+      k->pad_l = pl[1];
+      k->ph = ph;
+      k->pw = pw;
+    } else if (pd2) {
+      dnnl_primitive_desc_destroy(pd2);
+    }
+  }
+  dnnl_post_ops_destroy(po);
+  po = NULL;
+  dnnl_primitive_attr_destroy(attr);
+  attr = NULL;
+  const dnnl_memory_desc_t *x_want = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+  const dnnl_memory_desc_t *w_want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  const dnnl_memory_desc_t *y_got = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  dnnl_memory_desc_t dww = {0}, dwb = {0};
+  if (dw) {
+    const dnnl_memory_desc_t *a = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
+    const dnnl_memory_desc_t *b2 = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS);
+    if (!a || !b2) {
+      dnnl_primitive_desc_destroy(pd);
+      st = NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN gave no depthwise post-op weights layout");
+      goto fail;
+    }
+    dww = *a;
+    dwb = *b2;
+  }
+  dnnl_status_t pr_ = dnnl_primitive_create(&k->prim, pd);
+  dnnl_memory_desc_t xw = *x_want, ww = *w_want, yg = *y_got;
+  dnnl_primitive_desc_destroy(pd);
+  DN(pr_);
+  DN(dnnl_stream_create(&k->stream, eng, dnnl_stream_default_flags));
+  /* weights: reorder once */
+  size_t wbytes = dnnl_memory_desc_get_size(&ww);
+  k->w_data = kern_alloc64(wbytes);
+  if (!k->w_data) { st = kern_oom(); goto fail; }
+  DN(dnnl_memory_create(&k->w_mem, &ww, eng, k->w_data));
+  DN(reorder_once(&w_plain, w->data, k->w_mem, k->stream));
+  if (b) DN(dnnl_memory_create(&k->b_mem, &b_md, eng, b->data));
+  if (dw) { /* depthwise weights [C,1,3,3] (goihw, groups C) into the post-op's layout, once */
+    int64_t C = yd[1];
+    dnnl_dims_t gd = {C, 1, 1, 3, 3};
+    dnnl_memory_desc_t g_plain;
+    DN(dnnl_memory_desc_init_by_tag(&g_plain, 5, gd, dnnl_f32, dnnl_goihw));
+    size_t nb = dnnl_memory_desc_get_size(&dww);
+    k->dw_w_data = kern_alloc64(nb);
+    k->dw_b_data = calloc((size_t)C + 16, sizeof(float));
+    if (!k->dw_w_data || !k->dw_b_data) { st = kern_oom(); goto fail; }
+    if (s->dw.b) memcpy(k->dw_b_data, s->dw.b->data, sizeof(float) * (size_t)C);
+    DN(dnnl_memory_create(&k->dw_w_mem, &dww, eng, k->dw_w_data));
+    DN(dnnl_memory_create(&k->dw_b_mem, &dwb, eng, k->dw_b_data));
+    DN(reorder_once(&g_plain, s->dw.w->data, k->dw_w_mem, k->stream));
+  }
+  /* src */
+  DN(dnnl_memory_create(&k->src_mem, &xw, eng, DNNL_MEMORY_NONE));
+  if (k->pad_in) {
+    s->temp_bytes[0] = dnnl_memory_desc_get_size(&xw);
+  } else if (!dnnl_memory_desc_equal(x_have, &xw)) {
+    DN(dnnl_memory_create(&k->src_user, x_have, eng, DNNL_MEMORY_NONE));
+    DN(kern_make_reorder(x_have, &xw, &k->src_reorder));
+    s->temp_bytes[0] = dnnl_memory_desc_get_size(&xw);
+  }
+  /* dst */
+  k->dst_bytes = dnnl_memory_desc_get_size(&yg);
+  DN(dnnl_memory_create(&k->dst_mem, &yg, eng, DNNL_MEMORY_NONE));
+  bool blocked = !dnnl_memory_desc_equal(&yg, &y_plain);
+  if (blocked && keep) {
+    dnnl_memory_desc_t *l = malloc(sizeof *l);
+    if (!l) { st = kern_oom(); goto fail; }
+    *l = yg;
+    p->layout[s->out_id[0]] = l;
+    p->bytes[s->out_id[0]] = k->dst_bytes;
+  } else if (blocked) {
+    DN(dnnl_memory_create(&k->dst_user, &y_plain, eng, DNNL_MEMORY_NONE));
+    DN(kern_make_reorder(&yg, &y_plain, &k->dst_reorder));
+    s->temp_bytes[1] = k->dst_bytes;
+  }
+  if (s->has_fused && s->fused.act == ACT_PRELU) {
+    /* the layout PRelu sees: the primitive's destination (before any reorder to plain) */
+    dnnl_memory_desc_t b8, b16;
+    DN(dnnl_memory_desc_init_by_tag(&b8, 4, yd, dnnl_f32, dnnl_aBcd8b));
+    DN(dnnl_memory_desc_init_by_tag(&b16, 4, yd, dnnl_f32, dnnl_aBcd16b));
+    k->prelu_blk = dnnl_memory_desc_equal(&yg, &y_plain) ? 1 : dnnl_memory_desc_equal(&yg, &b8) ? 8
+                   : dnnl_memory_desc_equal(&yg, &b16) ? 16 : 0;
+    if (!k->prelu_blk) {
+      st = NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN chose a destination layout PRelu does not handle");
+      goto fail;
+    }
+    int64_t C = yd[1], Cp = (C + 15) / 16 * 16;
+    k->prelu_slope = calloc((size_t)Cp, sizeof(float));
+    if (!k->prelu_slope) { st = kern_oom(); goto fail; }
+    for (int64_t c = 0; c < C; c++) k->prelu_slope[c] = s->fused.slope[s->fused.slope_n == 1 ? 0 : c];
+    k->prelu_n = yd[0];
+    k->prelu_c = C;
+    k->prelu_hw = yd[2] * yd[3];
+  }
+  if (s->sum_id >= 0) {
+    const dnnl_memory_desc_t *sl = p->layout[s->sum_id] ? p->layout[s->sum_id] : &y_plain;
+    if (dnnl_memory_desc_equal(sl, &yg)) k->sum_copy = true;
+    else {
+      DN(dnnl_memory_create(&k->sum_user, sl, eng, DNNL_MEMORY_NONE));
+      DN(kern_make_reorder(sl, &yg, &k->sum_reorder));
+    }
+  }
+  *out = &k->base;
+  return NULL;
+fail:
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  conv_destroy(&k->base);
+  return st;
+}
+
+
+#define RUN(call)                                                                     \
+  do {                                                                                \
+    if ((call) != dnnl_success)                                                       \
+      return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN execution failed: %s", #call); \
+  } while (0)
+
+static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
+  conv_kernel *k = (conv_kernel *)fk;
+  void *src = s->in[0]->data;
+  if (k->pad_in) {
+    const ot *x = s->in[0];
+    pad_blocked(src, s->temp[0], x->dims[0], x->dims[1], x->dims[2], x->dims[3], k->pad_t, k->pad_l, k->ph, k->pw,
+                threads);
+    RUN(dnnl_memory_set_data_handle(k->src_mem, s->temp[0]));
+  } else if (k->src_reorder) {
+    RUN(dnnl_memory_set_data_handle(k->src_user, src));
+    RUN(dnnl_memory_set_data_handle(k->src_mem, s->temp[0]));
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->src_user}, {DNNL_ARG_TO, k->src_mem}};
+    RUN(dnnl_primitive_execute(k->src_reorder, k->stream, 2, a));
+  } else {
+    RUN(dnnl_memory_set_data_handle(k->src_mem, src));
+  }
+  void *dst = k->dst_reorder ? s->temp[1] : s->out[0]->data;
+  RUN(dnnl_memory_set_data_handle(k->dst_mem, dst));
+  if (s->sum_id >= 0) {
+    if (k->sum_copy) memcpy(dst, s->fused.sum->data, k->dst_bytes);
+    else {
+      RUN(dnnl_memory_set_data_handle(k->sum_user, s->fused.sum->data));
+      dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->sum_user}, {DNNL_ARG_TO, k->dst_mem}};
+      RUN(dnnl_primitive_execute(k->sum_reorder, k->stream, 2, a));
+    }
+  }
+  dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, k->src_mem}, {DNNL_ARG_WEIGHTS, k->w_mem}, {DNNL_ARG_DST, k->dst_mem}};
+  int na = 3;
+  if (k->b_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, k->b_mem};
+  if (k->dw_w_mem) {
+    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, k->dw_w_mem};
+    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, k->dw_b_mem};
+  }
+  RUN(dnnl_primitive_execute(k->prim, k->stream, na, args));
+  if (k->prelu_blk) {
+    RUN(dnnl_stream_wait(k->stream));
+    prelu_inplace(k, dst, threads);
+  }
+  if (k->dst_reorder) {
+    RUN(dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data));
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, k->dst_mem}, {DNNL_ARG_TO, k->dst_user}};
+    RUN(dnnl_primitive_execute(k->dst_reorder, k->stream, 2, a));
+  }
+  RUN(dnnl_stream_wait(k->stream));
+  return NULL;
+}
+
+const kern_family kern_onednn_conv = {
+    .name = "onednn", .can_take = conv_can_take, .prepare = conv_prepare, .run = conv_run, .destroy = conv_destroy,
+    .reads_blocked = conv_reads_blocked, .takes_dw = conv_takes_dw};

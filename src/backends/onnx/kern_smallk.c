@@ -1,0 +1,374 @@
+/* kern_smallk.c: the "smallk" family: small-K convolutions (Cin <= 4 and Cin*KH*KW <= 32,
+ * 2-D, ungrouped, plain input: kern_small_k; the first layer of vision models), which
+ * read raw pixels, and their rounding error is amplified by the whole network (RetinaFace's
+ * landmark outputs move by ~4e-5 when this layer is summed in oneDNN's order). They are
+ * computed in float in ONNX Runtime's order, so they round like the ORT runs that produced
+ * the models' reference outputs:
+ *   M % 8 == 0 (MLAS NCHWc "NCHW input" algorithm): per input channel c a fused-multiply-add
+ *     chain over (kh, kw) from 0, channels summed in order (s0 + s1) + s2 ..., then + bias;
+ *   otherwise (MLAS im2col + SGEMM): one FMA chain over k = (c, kh, kw) from 0, then + bias;
+ * padded taps contribute exact zeros. Plain output: vectorised over 16 output pixels of a
+ * row (gathered per thread into an im2col strip P[k][ow]), 4 output channels per pass.
+ * nChw8c output (M % 8 == 0): kdir_row_direct, broadcasting taps from padded input rows.
+ * Element-wise ops with constants in front (step_pre) are applied as the input is read.
+ * Layout: plain NCHW input (and fused Add operand); output plain, or nChw8c when every
+ * consumer reads blocked, M % 8 == 0 and there is no fused Add (CINFER_ONNX_PLAIN: plain).
+ * Invariants: K = C*KH*KW <= 32 (kdir_row_direct's tap offsets); per-thread scratch in
+ * temp[0] (k64_temp_per_thread each), so run allocates nothing. test_conv_shapes
+ * (test_onnx_kernels.c) compares it with the reference conv, test_pre_exact checks the
+ * fused input ops bit for bit against separate ones. CINFER_ONNX_NO_K64 turns it off. */
+#include <omp.h>
+
+#include "backends/onnx/kern_util.h"
+
+typedef struct {
+  fast_kernel base;
+  conv_geom g;
+  bool blocked_out; /* writes nChw8c (w_data: [M/8][K][8] weights, bias, slopes) */
+  float *w_data;
+} smallk_kernel;
+
+static bool smallk_can_take(const onnx_plan *p, const plan_step *s, bool keep) {
+  (void)keep;
+  return kern_conv_eligible(p, s) && kern_small_k(p, s);
+}
+
+static bool smallk_takes_pre(const onnx_plan *p, const plan_step *s) { return smallk_can_take(p, s, false); }
+
+static void smallk_destroy(fast_kernel *fk) {
+  smallk_kernel *k = (smallk_kernel *)fk;
+  free(k->w_data);
+  free(k);
+}
+
+/* width of the per-thread im2col strip: both row kernels read whole 16- or 6-pixel groups */
+static int64_t kdir_owp(int64_t OW) { return ((OW + 5) / 6 * 6 + 15) / 16 * 16; }
+
+static int64_t kdir_rw(const conv_geom *g);
+
+/* per-thread scratch of the small-K conv: the im2col strip, or (blocked output) the padded
+ * input rows and a tail of 2 blocks x 6 pixels; 64-byte multiples */
+static size_t k64_temp_per_thread(const conv_geom *g, int64_t K, bool blocked) {
+  size_t n = blocked ? (size_t)(g->C * g->k[0] * kdir_rw(g) + 96) : (size_t)(K * kdir_owp(g->out[1]));
+  return (n * sizeof(float) + 63) & ~(size_t)63;
+}
+
+/* keep: every consumer takes oneDNN's blocked layout; with M % 8 == 0 (the MLAS NCHWc
+ * order) and no fused Add the output is then written in nChw8c directly (RetinaFace's
+ * first layer: saves a 6.5 MB reorder per image) */
+static cinfer_status *smallk_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
+  smallk_kernel *k = calloc(1, sizeof *k);
+  if (!k) return kern_oom();
+  cinfer_status *st = conv_geom_make(s->node, s->in[0], s->in[1]->dims + 2, false, &k->g);
+  if (st) { free(k); return st; }
+  int64_t K = s->in[1]->dims[1] * s->in[1]->dims[2] * s->in[1]->dims[3], M = s->in[1]->dims[0];
+  if (keep && M % 8 == 0 && s->sum_id < 0 && !getenv("CINFER_ONNX_PLAIN")) {
+    /* weights [M/8][K][8], bias [M], PRelu slopes [M] */
+    size_t wbytes = sizeof(float) * (size_t)((K + 2) * M);
+    float *wb = kern_alloc64(wbytes);
+    if (!wb || !kern_out_nchw8c(p, s, M)) {
+      free(wb);
+      free(k);
+      return kern_oom();
+    }
+    const float *W = s->in[1]->data, *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
+    for (int64_t m = 0; m < M; m++) {
+      for (int64_t kk = 0; kk < K; kk++) wb[((m / 8) * K + kk) * 8 + m % 8] = W[m * K + kk];
+      wb[K * M + m] = B ? B[m] : 0.0f;
+      wb[(K + 1) * M + m] = kern_prelu_slope(s, m);
+    }
+    k->w_data = wb;
+    k->blocked_out = true;
+  }
+  s->temp_bytes[0] = (size_t)p->threads * k64_temp_per_thread(&k->g, K, k->blocked_out);
+  *out = &k->base;
+  return NULL;
+}
+
+/* Stores 8 lanes (n valid) of channel row y: + sum operand, activation. */
+static inline void kdir_store(v8f v, float *y, const float *sr, int64_t n, const onnx_fused *f,
+                              int64_t m) {
+  if (n == 8 && (!f || f->act == ACT_NONE || f->act == ACT_RELU || f->act == ACT_PRELU ||
+                 f->act == ACT_TANH || f->act == ACT_SIGMOID)) {
+    if (sr) v = v + *(const v8fu *)sr;
+    if (f && f->act == ACT_RELU) v = v8_relu(v);
+    if (f && f->act == ACT_TANH) v = v8_tanh(v);
+    if (f && f->act == ACT_SIGMOID) v = v8_sigmoid(v);
+    if (f && f->act == ACT_PRELU) v = v8_prelu(v, v8_splat(f->slope[f->slope_n == 1 ? 0 : m]));
+    *(v8fu *)y = v;
+    return;
+  }
+  float r[8];
+  __builtin_memcpy(r, &v, sizeof r);
+  for (int64_t q = 0; q < n; q++) {
+    float o = r[q];
+    if (sr) o += sr[q];
+    y[q] = f ? act_apply_c(f, o, m) : o;
+  }
+}
+
+/* MB output channels x 16 output pixels: 2*MB independent FMA chains */
+static inline __attribute__((always_inline)) void kdir_block(int MB, bool per_c, int64_t C, int64_t T,
+                                                             int64_t K, const float *W, const float *P,
+                                                             int64_t OWp, int64_t ow, v8f out[8]) {
+  v8f t[8] = {0}, acc[8] = {0};
+  for (int64_t c = 0; c < C; c++) {
+    if (per_c || c == 0)
+      for (int j = 0; j < 2 * MB; j++) acc[j] = (v8f){0};
+    for (int64_t kk = c * T; kk < (c + 1) * T; kk++) {
+      v8f x0 = *(const v8fu *)(P + kk * OWp + ow), x1 = *(const v8fu *)(P + kk * OWp + ow + 8);
+#pragma GCC unroll 4
+      for (int j = 0; j < MB; j++) {
+        v8f wv = v8_splat(W[j * K + kk]);
+        acc[2 * j] = v8_fma(x0, wv, acc[2 * j]);
+        acc[2 * j + 1] = v8_fma(x1, wv, acc[2 * j + 1]);
+      }
+    }
+    if (per_c)
+      for (int j = 0; j < 2 * MB; j++) t[j] = c == 0 ? acc[j] : acc[j] + t[j];
+  }
+  for (int j = 0; j < 2 * MB; j++) out[j] = per_c ? t[j] : acc[j];
+}
+
+/* one output row of the small-K conv: Y[m][ow] for m in [0, M), from the strip P
+ * (OWp: a multiple of 16) */
+static void kdir_row(const conv_geom *g, const float *W, const float *B, const float *P, int64_t OWp,
+                     int64_t M, int64_t OW, float *Yrow, size_t ystride, const float *Srow,
+                     const onnx_fused *f) {
+  int64_t C = g->C, T = g->k[0] * g->k[1], K = C * T;
+  bool per_c = M % 8 == 0;
+  for (int64_t m0 = 0; m0 < M; m0 += 4) {
+    int64_t mb = M - m0 < 4 ? M - m0 : 4;
+    for (int64_t ow = 0; ow < OW; ow += 16) {
+      v8f o[8];
+      const float *Wm = W + m0 * K;
+      if (mb == 4 && per_c) kdir_block(4, true, C, T, K, Wm, P, OWp, ow, o);
+      else if (mb == 4) kdir_block(4, false, C, T, K, Wm, P, OWp, ow, o);
+      else { /* a tail of 1..3 channels: M % 4 != 0, so not per_c */
+        for (int64_t j = 0; j < mb; j++) {
+          v8f one[8];
+          kdir_block(1, false, C, T, K, Wm + j * K, P, OWp, ow, one);
+          o[2 * j] = one[0];
+          o[2 * j + 1] = one[1];
+        }
+      }
+      for (int64_t j = 0; j < mb; j++) {
+        float *y = Yrow + (size_t)(m0 + j) * ystride + ow;
+        const float *sr = Srow ? Srow + (size_t)(m0 + j) * ystride + ow : NULL;
+        float bj = B ? B[m0 + j] : 0.0f;
+        int64_t n0 = OW - ow < 8 ? OW - ow : 8, n1 = OW - ow - 8 < 8 ? OW - ow - 8 : 8;
+        kdir_store(B ? o[2 * j] + bj : o[2 * j], y, sr, n0, f, m0 + j);
+        if (n1 > 0) kdir_store(B ? o[2 * j + 1] + bj : o[2 * j + 1], y + 8, sr ? sr + 8 : NULL, n1, f, m0 + j);
+      }
+    }
+  }
+}
+
+/* dst[j] = the fused input ops (step_pre) applied to src[j] (channel ch), j < n; dst may be
+ * src. One pass per op (the first one reads src): each result is stored, so it is rounded
+ * to float like the separate op's (a Mul then an Add never contract into one FMA). */
+static void pre_copy(const step_pre *pre, int64_t ch, const float *src, float *dst, int64_t n) {
+  if (!pre->n && dst != src) memcpy(dst, src, sizeof(float) * (size_t)n);
+  for (int i = 0; i < pre->n; i++) {
+    const float *a = i ? dst : src;
+    float k = pre->op[i].c[pre->op[i].per_channel ? ch : 0];
+    bool cf = pre->op[i].c_first;
+    switch (pre->op[i].op) {
+      case '+': for (int64_t j = 0; j < n; j++) dst[j] = a[j] + k; break;
+      case '*': for (int64_t j = 0; j < n; j++) dst[j] = a[j] * k; break;
+      case '-':
+        if (cf) for (int64_t j = 0; j < n; j++) dst[j] = k - a[j];
+        else for (int64_t j = 0; j < n; j++) dst[j] = a[j] - k;
+        break;
+      default:
+        if (cf) for (int64_t j = 0; j < n; j++) dst[j] = k / a[j];
+        else for (int64_t j = 0; j < n; j++) dst[j] = a[j] / k;
+        break;
+    }
+  }
+}
+
+/* the im2col strip of output row (n, oh): P[(c*KH + kh)*KW + kw][ow], zeros for padding
+ * and for ow in [OW, OWp); the fused input ops applied to the image's taps */
+static void kdir_strip(const conv_geom *g, const float *X, int64_t n, int64_t oh, float *P, int64_t OWp,
+                       const step_pre *pre) {
+  int64_t C = g->C, KH = g->k[0], KW = g->k[1], OW = g->out[1], IH = g->in[0], IW = g->in[1];
+  int64_t sw = g->stride[1];
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t kh = 0; kh < KH; kh++) {
+      int64_t ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
+      for (int64_t kw = 0; kw < KW; kw++) {
+        float *pr = P + ((c * KH + kh) * KW + kw) * OWp;
+        if (ih < 0 || ih >= IH) { memset(pr, 0, sizeof(float) * (size_t)OWp); continue; }
+        const float *xr = X + ((n * C + c) * IH + ih) * IW;
+        int64_t off = kw * g->dil[1] - g->pb[1]; /* iw = ow * sw + off */
+        /* valid ow: 0 <= ow*sw + off < IW */
+        int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        int64_t hi = IW - off <= 0 ? 0 : (IW - off + sw - 1) / sw;
+        if (lo > OW) lo = OW;
+        if (hi > OW) hi = OW;
+        if (hi < lo) hi = lo;
+        int64_t ow = 0;
+        for (; ow < lo; ow++) pr[ow] = 0.0f;
+        if (sw == 1) memcpy(pr + lo, xr + lo + off, sizeof(float) * (size_t)(hi - lo));
+        else if (sw == 2) { /* even elements of two vectors */
+          for (ow = lo; ow + 8 <= hi && 2 * ow + off + 16 <= IW; ow += 8) {
+            v8f a = *(const v8fu *)(xr + 2 * ow + off), b = *(const v8fu *)(xr + 2 * ow + off + 8);
+            *(v8fu *)(pr + ow) = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14); /* GCC >= 12, clang */
+          }
+          for (; ow < hi; ow++) pr[ow] = xr[2 * ow + off];
+        }
+        else
+          for (ow = lo; ow < hi; ow++) pr[ow] = xr[ow * sw + off];
+        for (ow = hi; ow < OWp; ow++) pr[ow] = 0.0f;
+        pre_copy(pre, c, pr + lo, pr + lo, hi - lo);
+      }
+    }
+}
+
+/* Blocked output (nChw8c) without the im2col strip: per output row, the C*KH input rows it
+ * reads are copied once into padded rows (pre-ops applied, zeros for padding; row c*KH+kh
+ * holds iw = j - pl at j), and the kernel broadcasts taps straight from them (stride sw),
+ * like MLAS's NCHW-input kernel. Per output element the order is kdir_block's with per_c:
+ * an FMA chain per input channel over (kh, kw) from 0, channels added in order, + bias.
+ * Width of one padded row: every tap of every group of 6 output pixels. */
+static int64_t kdir_rw(const conv_geom *g) {
+  int64_t OWr = (g->out[1] + 5) / 6 * 6;
+  int64_t need = (OWr - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1, have = g->pb[1] + g->in[1];
+  return ((need > have ? need : have) + 7) & ~(int64_t)7;
+}
+
+static void kdir_rows(const conv_geom *g, const float *X, int64_t n, int64_t oh, float *R, int64_t RW,
+                      const step_pre *pre) {
+  int64_t C = g->C, KH = g->k[0], IH = g->in[0], IW = g->in[1], pl = g->pb[1];
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t kh = 0; kh < KH; kh++) {
+      float *r = R + (c * KH + kh) * RW;
+      int64_t ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
+      if (ih < 0 || ih >= IH) { memset(r, 0, sizeof(float) * (size_t)RW); continue; }
+      memset(r, 0, sizeof(float) * (size_t)pl);
+      pre_copy(pre, c, X + ((n * C + c) * IH + ih) * IW, r + pl, IW);
+      memset(r + pl + IW, 0, sizeof(float) * (size_t)(RW - pl - IW));
+    }
+}
+
+/* The FMA chains of one input channel: taps [k0, k1) (off[kk]: the tap's offset in R from
+ * the group's first pixel), 6 pixels sw apart, NB blocks (w: block 0's [K][8] weights). */
+static inline __attribute__((always_inline)) void kdir_chain(int NB, int SW, int64_t sw, const float *w, int64_t K,
+                                                             const float *x0, const int64_t *off, int64_t k0,
+                                                             int64_t k1, v8f acc[12]) {
+  if (SW) sw = SW;
+  for (int q = 0; q < 6 * NB; q++) acc[q] = (v8f){0};
+  for (int64_t kk = k0; kk < k1; kk++) {
+    v8f w0 = *(const v8fu *)(w + kk * 8), w1 = NB == 2 ? *(const v8fu *)(w + (K + kk) * 8) : w0;
+    const float *x = x0 + off[kk];
+    __asm__("" : "+r"(x)); /* one base register, the 6 taps as displacements (no index adds) */
+#pragma GCC unroll 6
+    for (int q = 0; q < 6; q++) {
+      v8f xv = v8_splat(x[q * sw]);
+      acc[q] = v8_fma(xv, w0, acc[q]);
+      if (NB == 2) acc[6 + q] = v8_fma(xv, w1, acc[6 + q]);
+    }
+  }
+}
+
+/* NB (1 or 2) channel blocks x 6 output pixels from ow: 6*NB FMA chains per input channel.
+ * The running channel sum lives in y[b] (the output row, or a scratch for a short tail):
+ * the first channel's store brings the output line into the cache while the next channels
+ * compute (measured faster than summing in an L1 scratch and storing once). The last
+ * channel adds the bias and applies the activation (ACT 0 none, 1 Relu, 2 any other). */
+static inline __attribute__((always_inline)) void kdir_direct_pass(int NB, int SW, int ACT, const conv_geom *g,
+                                                                   const float *w, int64_t K, const float *R,
+                                                                   const int64_t *off, int64_t ow, float *y[2],
+                                                                   const float *bias, const float *slope,
+                                                                   const onnx_fused *f) {
+  int64_t C = g->C, T = g->k[0] * g->k[1], sw = g->stride[1];
+  const float *x0 = R + ow * sw;
+  for (int64_t c = 0; c < C; c++) {
+    v8f acc[12];
+    kdir_chain(NB, SW, sw, w, K, x0, off, c * T, (c + 1) * T, acc);
+    bool last = c == C - 1;
+    for (int b = 0; b < NB; b++) {
+      v8f bv = *(const v8fu *)(bias + b * 8);
+#pragma GCC unroll 6
+      for (int q = 0; q < 6; q++) {
+        v8f v = acc[6 * b + q];
+        if (c) v = *(const v8fu *)(y[b] + q * 8) + v;
+        if (last) {
+          v = v + bv;
+          if (ACT == 1) v = v8_relu(v);
+          if (ACT == 2) v = v8_act(v, f, slope + b * 8);
+        }
+        *(v8fu *)(y[b] + q * 8) = v;
+      }
+    }
+  }
+}
+
+static void kdir_row_direct(const conv_geom *g, const float *wb, int64_t M, const float *R, int64_t RW,
+                            int64_t OW, float *Yb, size_t bstride, const onnx_fused *f, float *scratch) {
+  int64_t K = g->C * g->k[0] * g->k[1], KW = g->k[1], sw = g->stride[1];
+  const float *bias = wb + K * M, *slope = bias + M;
+  float *tail = scratch;
+  int64_t off[32]; /* K <= 32 (small_k) */
+  for (int64_t kk = 0; kk < K; kk++) off[kk] = (kk / KW) * RW + (kk % KW) * g->dil[1];
+  int act = !f ? 0 : f->act == ACT_RELU ? 1 : 2;
+  for (int64_t cb = 0; cb < M / 8;) {
+    int nb = M / 8 - cb >= 2 ? 2 : 1;
+    const float *w = wb + cb * K * 8, *bs = bias + cb * 8, *sl = slope + cb * 8;
+    for (int64_t ow = 0; ow < OW; ow += 6) {
+      int64_t np = OW - ow < 6 ? OW - ow : 6;
+      float *y[2];
+      for (int b = 0; b < 2; b++) y[b] = np == 6 ? Yb + (size_t)(cb + b) * bstride + (size_t)ow * 8 : tail + b * 48;
+      if (nb == 2 && sw == 2 && act == 1) kdir_direct_pass(2, 2, 1, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (nb == 2 && sw == 1 && act == 1) kdir_direct_pass(2, 1, 1, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (nb == 2 && act == 0) kdir_direct_pass(2, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (nb == 2) kdir_direct_pass(2, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (act == 0) kdir_direct_pass(1, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
+      else kdir_direct_pass(1, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
+      if (np < 6)
+        for (int b = 0; b < nb; b++)
+          memcpy(Yb + (size_t)(cb + b) * bstride + (size_t)ow * 8, tail + b * 48, sizeof(float) * 8 * (size_t)np);
+    }
+    cb += nb;
+  }
+}
+
+static cinfer_status *smallk_run(fast_kernel *fk, plan_step *s, int threads) {
+  const smallk_kernel *k = (const smallk_kernel *)fk;
+  const conv_geom *g = &k->g;
+  const ot *w = s->in[1];
+  const float *X = s->in[0]->data, *W = w->data;
+  const float *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
+  const onnx_fused *f = s->has_fused ? &s->fused : NULL;
+  const float *S = f && f->sum ? f->sum->data : NULL;
+  float *Y = s->out[0]->data;
+  int64_t K = g->C * g->k[0] * g->k[1], M = w->dims[0];
+  int64_t OH = g->out[0], OW = g->out[1], OWp = kdir_owp(OW);
+  bool blk = k->blocked_out;
+  int64_t RW = kdir_rw(g);
+  size_t per = k64_temp_per_thread(g, K, blk);
+  if (f && f->act == ACT_NONE && !S) f = NULL;
+#pragma omp parallel num_threads(threads)
+  {
+    float *P = (float *)((char *)s->temp[0] + per * (size_t)omp_get_thread_num());
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < g->N * OH; row++) {
+      int64_t n = row / OH, oh = row % OH;
+      if (blk) {
+        kdir_rows(g, X, n, oh, P, RW, &s->pre);
+        kdir_row_direct(g, k->w_data, M, P, RW, OW, Y + (size_t)((n * M * OH + oh * 8) * OW), (size_t)(OH * OW * 8), f,
+                        P + g->C * g->k[0] * RW);
+        continue;
+      }
+      kdir_strip(g, X, n, oh, P, OWp, &s->pre);
+      size_t base = (size_t)((n * M * OH + oh) * OW);
+      kdir_row(g, W, B, P, OWp, M, OW, Y + base, (size_t)(OH * OW), S ? S + base : NULL, f);
+    }
+  }
+  return NULL;
+}
+
+const kern_family kern_smallk = {
+    .name = "smallk", .can_take = smallk_can_take, .prepare = smallk_prepare, .run = smallk_run,
+    .destroy = smallk_destroy, .takes_pre = smallk_takes_pre};
