@@ -226,6 +226,9 @@ void http_stream_end(http_exchange *ex);
 void http_exchange_set_cancel(http_exchange *ex, void (*cb)(void *arg), void *arg);
 /* The I/O loop that owns this exchange (for loop_post). */
 net_loop *http_exchange_loop(const http_exchange *ex);
+/* Numeric address of the client's TCP peer ("127.0.0.1", "::1"; IPv4-mapped IPv6 as IPv4;
+ * "" if unknown). Valid until the exchange is answered. I/O thread only. */
+const char *http_exchange_peer(const http_exchange *ex);
 
 /* ===================================================================================== */
 /* Client                                                                                 */

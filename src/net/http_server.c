@@ -104,6 +104,7 @@ struct conn {
   size_t owned_len, owned_sent;
   void (*owned_free)(void *);
   http_exchange ex;
+  char peer[48];         /* numeric address of the client ("" if unknown) */
 };
 
 typedef struct stats {
@@ -377,6 +378,7 @@ void http_exchange_set_cancel(http_exchange *ex, void (*cb)(void *arg), void *ar
 }
 
 net_loop *http_exchange_loop(const http_exchange *ex) { return ex->c->t->loop; }
+const char *http_exchange_peer(const http_exchange *ex) { return ex->c->peer; }
 
 /* ---- exchange: loop side --------------------------------------------------------------- */
 
@@ -931,11 +933,25 @@ static void conn_io(loop_io *io, uint32_t ev) {
 
 /* ---- accept ------------------------------------------------------------------------------ */
 
+/* Numeric address of an accepted peer; an IPv4-mapped IPv6 address is written as IPv4. */
+static void peer_name(const struct sockaddr_storage *ss, char *out, size_t cap) {
+  out[0] = 0;
+  if (ss->ss_family == AF_INET) {
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, out, (socklen_t)cap);
+  } else if (ss->ss_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(a)) inet_ntop(AF_INET, a->s6_addr + 12, out, (socklen_t)cap);
+    else inet_ntop(AF_INET6, a, out, (socklen_t)cap);
+  }
+}
+
 static void accept_io(loop_io *io, uint32_t ev) {
   io_thread *t = (io_thread *)((char *)io - offsetof(io_thread, lio));
   http_server *s = t->srv;
   for (int i = 0; i < 64; i++) {
-    int fd = accept4(t->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_storage pa;
+    socklen_t pal = sizeof pa;
+    int fd = accept4(t->lfd, (struct sockaddr *)&pa, &pal, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         /* Out of descriptors: a level-triggered listener would spin. Pause accepting for
@@ -966,6 +982,7 @@ static void accept_io(loop_io *io, uint32_t ev) {
     }
     c->t = t;
     c->fd = fd;
+    peer_name(&pa, c->peer, sizeof c->peer);
     c->rbuf = rb;
     c->rcap = RBUF_INIT;
     c->headers = hd;
