@@ -86,6 +86,13 @@ void gw_config_free(gw_config *c) {
   free(c->session_header);
   free(c->admin_token);
   free(c->keys_file);
+  free(c->tls_cert);
+  free(c->tls_key);
+  free(c->tls_client_ca);
+  free(c->up_ca);
+  free(c->up_cert);
+  free(c->up_key);
+  free(c->up_server_name);
   free(c->trusted_proxies);
   memset(c, 0, sizeof *c);
 }
@@ -433,6 +440,28 @@ static cinfer_status *parse_auth(jctx *ctx, gw_config *c, const cJSON *o) {
   return NULL;
 }
 
+static cinfer_status *parse_tls(jctx *ctx, gw_config *c, const cJSON *o) {
+  static const char *const keys[] = {"cert_file", "key_file", "client_ca_file", NULL};
+  TRY(check_keys(ctx, o, keys));
+  TRY(get_str(ctx, o, "cert_file", &c->tls_cert));
+  TRY(get_str(ctx, o, "key_file", &c->tls_key));
+  TRY(get_str(ctx, o, "client_ca_file", &c->tls_client_ca));
+  return NULL;
+}
+
+static cinfer_status *parse_upstream_tls(jctx *ctx, gw_config *c, const cJSON *o) {
+  static const char *const keys[] = {"enabled", "ca_file", "cert_file", "key_file",
+                                     "server_name", NULL};
+  TRY(check_keys(ctx, o, keys));
+  c->upstream_tls = true;
+  TRY(get_bool(ctx, o, "enabled", &c->upstream_tls));
+  TRY(get_str(ctx, o, "ca_file", &c->up_ca));
+  TRY(get_str(ctx, o, "cert_file", &c->up_cert));
+  TRY(get_str(ctx, o, "key_file", &c->up_key));
+  TRY(get_str(ctx, o, "server_name", &c->up_server_name));
+  return NULL;
+}
+
 static cinfer_status *parse_concurrency(jctx *ctx, gw_config *c, const cJSON *o) {
   static const char *const keys[] = {"max", "priority_header", "classes", NULL};
   TRY(check_keys(ctx, o, keys));
@@ -563,13 +592,14 @@ cinfer_status *gw_config_apply_json(gw_config *c, const char *text, size_t len,
   }
   static const char *const keys[] = {"listen", "upstreams", "balancer", "seed", "health",
                                      "outlier", "retry", "rate_limit", "concurrency", "canary",
-                                     "variant_header", "admin_token", "affinity", "auth", NULL};
+                                     "variant_header", "admin_token", "affinity", "auth", "tls",
+                                     "upstream_tls", NULL};
   if ((err = check_keys(&ctx, root, keys))) goto out;
   struct { const char *key; cinfer_status *(*fn)(jctx *, gw_config *, const cJSON *); } sect[] = {
       {"listen", parse_listen}, {"upstreams", parse_upstreams}, {"health", parse_health},
       {"outlier", parse_outlier}, {"retry", parse_retry}, {"rate_limit", parse_rate},
       {"concurrency", parse_concurrency}, {"canary", parse_canary}, {"affinity", parse_affinity},
-      {"auth", parse_auth}};
+      {"auth", parse_auth}, {"tls", parse_tls}, {"upstream_tls", parse_upstream_tls}};
   for (size_t i = 0; i < sizeof sect / sizeof sect[0] && !err; i++) {
     const cJSON *o = get_obj(root, sect[i].key);
     if (!o) continue;
@@ -648,6 +678,12 @@ cinfer_status *gw_config_validate(const gw_config *c) {
     return cinfer_status_new(CINFER_INVALID_ARG,
                              "retry.try_timeout_ms (%d) must not exceed retry.request_timeout_ms (%d)",
                              c->try_timeout_ms, c->request_timeout_ms);
+  if (!c->tls_cert != !c->tls_key)
+    return cinfer_status_new(CINFER_INVALID_ARG, "tls: cert_file and key_file go together (--tls-cert, --tls-key)");
+  if (c->tls_client_ca && !c->tls_cert)
+    return cinfer_status_new(CINFER_INVALID_ARG, "tls.client_ca_file: needs tls.cert_file and tls.key_file");
+  if (!c->up_cert != !c->up_key)
+    return cinfer_status_new(CINFER_INVALID_ARG, "upstream_tls: cert_file and key_file go together");
   if (c->keys_file) {
     gw_keyset *ks = NULL;
     cinfer_status *st = gw_keys_load(c->keys_file, &ks);

@@ -434,7 +434,8 @@ static http_client *ctl_client(gateway *g, gw_replica *r, bool health) {
   http_client_opts o = {.host = r->host, .port = r->port,
                         .connect_timeout_ms = g->cfg.health_timeout_ms,
                         .response_timeout_ms = health ? g->cfg.health_timeout_ms
-                                                      : g->cfg.health_timeout_ms * 5};
+                                                      : g->cfg.health_timeout_ms * 5,
+                        .tls = g->tls_up, .tls_name = g->cfg.up_server_name};
   http_client_callbacks cbh = {hc_head, NULL, hc_done};
   http_client_callbacks cbm = {mc_head, mc_body, mc_done};
   http_client *c = NULL;

@@ -130,6 +130,12 @@ typedef struct gw_config {
   gw_cidr *trusted_proxies; size_t n_trusted_proxies; /* X-Forwarded-For honoured from these */
   bool public_groups[API_GROUP_COUNT]; /* forwarded without an operator credential;
                                           default health, metadata, inference */
+  /* TLS (docs/security.md): the listener (cert + key; client_ca = require client
+   * certificates) and the connections to replicas (upstream_tls: CA to verify them, an
+   * optional client certificate for mutual TLS, the name their certificate must carry) */
+  char *tls_cert, *tls_key, *tls_client_ca;
+  bool upstream_tls;
+  char *up_ca, *up_cert, *up_key, *up_server_name;
 } gw_config;
 
 /* Fills defaults (no upstreams). Caller frees with gw_config_free. */

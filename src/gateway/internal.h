@@ -162,6 +162,9 @@ struct gateway {
   _Atomic long long active;          /* admitted requests in flight */
   _Atomic long long retries_active;  /* of which on a retry try */
 
+  net_tls *tls_srv;       /* listener TLS, NULL = plain */
+  net_tls *tls_up;        /* upstream TLS, NULL = plain */
+
   metrics_registry *reg;
   metric_family *f_requests, *f_duration, *f_healthy, *f_ejections, *f_retries, *f_rate,
       *f_shed, *f_active, *f_up_outstanding;

@@ -425,7 +425,8 @@ static gw_conn *conn_acquire(gateway *g, gw_replica *r, int loop) {
   c->loop = loop;
   http_client_opts o = {.host = r->host, .port = r->port,
                         .connect_timeout_ms = g->cfg.connect_timeout_ms,
-                        .response_timeout_ms = g->cfg.try_timeout_ms};
+                        .response_timeout_ms = g->cfg.try_timeout_ms,
+                        .tls = g->tls_up, .tls_name = g->cfg.up_server_name};
   http_client_callbacks cb = {up_head, up_body, up_done};
   cinfer_status *st = http_client_create(g->loops[loop].loop, &o, &cb, c, &c->c);
   if (st) {

@@ -403,11 +403,21 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
     g->n_canaries = g->cfg.n_canaries;
     for (size_t i = 0; i < g->n_canaries; i++) g->canaries[i].cfg = &g->cfg.canaries[i];
   }
+  if (g->cfg.tls_cert) {
+    net_tls_opts to = {.server = true, .cert_file = g->cfg.tls_cert, .key_file = g->cfg.tls_key,
+                       .ca_file = g->cfg.tls_client_ca};
+    if ((st = net_tls_create(&to, &g->tls_srv))) goto fail;
+  }
+  if (g->cfg.upstream_tls) {
+    net_tls_opts to = {.cert_file = g->cfg.up_cert, .key_file = g->cfg.up_key, .ca_file = g->cfg.up_ca};
+    if ((st = net_tls_create(&to, &g->tls_up))) goto fail;
+  }
   /* replicas need n_loops for their pools */
   if ((st = gw_static_resolve(g))) goto fail;
 
   http_server_opts so = {.host = g->cfg.host, .port = (uint16_t)g->cfg.port,
-                         .io_threads = g->n_loops, .max_body_bytes = g->cfg.max_body_bytes};
+                         .io_threads = g->n_loops, .max_body_bytes = g->cfg.max_body_bytes,
+                         .tls = g->tls_srv};
   if ((st = http_server_create(&so, handler, g, &g->srv))) goto fail;
   for (int i = 0; i < g->n_loops; i++) {
     g->loops[i].loop = http_server_loop(g->srv, i);
@@ -486,6 +496,8 @@ void gateway_destroy(gateway *g) {
   pthread_mutex_destroy(&g->mu);
   pthread_mutex_destroy(&g->rate_mu);
   gw_keyset_unref(g->keys);
+  net_tls_destroy(g->tls_srv);
+  net_tls_destroy(g->tls_up);
   pthread_mutex_destroy(&g->keys_mu);
   free(g);
 }
