@@ -302,7 +302,8 @@ static void hc_done(void *user, http_client_error err, const char *msg) {
    * (nothing listens). A timeout or reset is ambiguous (a slow or stalled replica): only the
    * thresholds act on it, so one slow check does not take a replica out. */
   if (ok) r->draining = false;
-  else if (err == HTTP_CLIENT_OK || err == HTTP_CLIENT_CONNECT_REFUSED) r->draining = true;
+  else if (err == HTTP_CLIENT_OK || err == HTTP_CLIENT_CONNECT_REFUSED || err == HTTP_CLIENT_TLS)
+    r->draining = true;  /* a TLS failure (wrong CA, expired certificate) will not heal by itself */
   bool changed = gw_health_check_result(&r->h, &p, ok);
   gw_health_state s = r->h.state;
   if (changed && s == GW_H_HEALTHY) r->healthy_ms = now;

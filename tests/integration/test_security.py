@@ -261,3 +261,257 @@ def test_bad_security_config_names_the_field():
                            capture_output=True, text=True, timeout=30)
         assert p.returncode == 2, p
         assert want in p.stderr, p.stderr
+
+
+# ---- TLS ------------------------------------------------------------------------------
+
+import http.client  # noqa: E402
+import shutil  # noqa: E402
+import socket  # noqa: E402
+import ssl  # noqa: E402
+import subprocess  # noqa: E402
+
+
+def openssl(*args, cwd):
+    p = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+
+def make_certs():
+    """Generated at test time (never committed): a CA, a server certificate for
+    127.0.0.1/localhost, the same key with an expired certificate, a client certificate
+    (mutual TLS) and a second, unrelated CA."""
+    d = tempfile.mkdtemp(prefix="cinfer-tls-")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    for ca in ("ca", "other"):
+        openssl("req", "-x509", *ec, "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
+                "-subj", f"/CN=cinfer test {ca}", cwd=d)
+    with open(os.path.join(d, "ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name in ("srv", "client"):
+        openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
+                f"/CN={name}", cwd=d)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "ext", cwd=d)
+    with open(os.path.join(d, "index.txt"), "w"):
+        pass
+    with open(os.path.join(d, "serial"), "w") as f:
+        f.write("01\n")
+    with open(os.path.join(d, "ca.cnf"), "w") as f:
+        f.write("[ca]\ndefault_ca=d\n[d]\ndatabase=index.txt\nnew_certs_dir=.\nserial=serial\n"
+                "default_md=sha256\npolicy=p\n[p]\ncommonName=supplied\n")
+    openssl("ca", "-batch", "-config", "ca.cnf", "-cert", "ca.pem", "-keyfile", "ca.key",
+            "-in", "srv.csr", "-out", "expired.pem", "-startdate", "20200101000000Z",
+            "-enddate", "20200102000000Z", "-extfile", "ext", "-notext", cwd=d)
+    # the files the gateway serves, swapped in place to test reloads
+    shutil.copy(os.path.join(d, "srv.pem"), os.path.join(d, "live.pem"))
+    return d
+
+
+def ctx(cafile):
+    return ssl.create_default_context(cafile=cafile)
+
+
+def https(port, method, path, body=None, headers=None, cafile=None, conn=None):
+    own = conn is None
+    c = conn or http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx(cafile))
+    try:
+        data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+        c.request(method, path, body=data, headers=headers or {})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        if own:
+            c.close()
+
+
+class TlsGateway(Gateway):
+    def __init__(self, config, cafile, args=()):
+        super().__init__(config, args)
+        self.cafile = cafile
+
+    def get(self, path):
+        try:
+            return https(self.port, "GET", path, cafile=self.cafile)
+        except (OSError, ssl.SSLError) as e:
+            return 0, str(e).encode()
+
+    def wait_ready(self, timeout=20):
+        wait_for(lambda: self.get("/readyz")[0] == 200, timeout, "gateway /readyz over TLS")
+
+    def status(self):
+        code, body = self.get("/status.json")
+        assert code == 200, body
+        return json.loads(body)
+
+
+def tls_section(d, **extra):
+    return {"cert_file": os.path.join(d, "live.pem"), "key_file": os.path.join(d, "srv.key"), **extra}
+
+
+def closed_without_answer(sock, timeout=30):
+    """True when the peer closes the connection (EOF or reset) without sending HTTP."""
+    sock.settimeout(timeout)
+    try:
+        data = sock.recv(4096)
+    except ConnectionResetError:
+        return True
+    return data == b"" or not data.startswith(b"HTTP/")
+
+
+def test_tls_listener_table():
+    d = make_certs()
+    ca, other = os.path.join(d, "ca.pem"), os.path.join(d, "other.pem")
+    kdir = tempfile.mkdtemp(prefix="cinfer-keys-")
+    kfile = os.path.join(kdir, "keys.txt")
+    write_keys(kfile, default_keys())
+    repo = copy_repo(["identity"])
+    with replica(repo) as r:
+        r.wait_ready()
+        cfg = gw_cfg([r.hostport], keys_file=kfile)
+        cfg["tls"] = tls_section(d)
+        with TlsGateway(cfg, ca) as gw:
+            gw.wait_ready()
+            wait_for(lambda: gw.replica(r.hostport)["models"], what="model discovery")
+
+            def serving():
+                try:
+                    return https(gw.port, "POST", "/v2/models/identity/infer", INFER_ID,
+                                 headers=auth("alice"), cafile=ca)[0] == 200
+                except ssl.SSLError:
+                    return False
+
+            # a client that trusts another CA refuses the gateway's certificate
+            try:
+                https(gw.port, "GET", "/v2/health/ready", headers=auth("alice"), cafile=other)
+                raise AssertionError("a client with the wrong CA accepted the certificate")
+            except ssl.SSLCertVerificationError as e:
+                assert "certificate verify failed" in str(e)
+            assert serving()
+            # a plaintext request on the TLS port: closed without an HTTP answer
+            s = socket.create_connection(("127.0.0.1", gw.port))
+            s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert closed_without_answer(s)
+            s.close()
+            assert serving()
+            # slowloris: a TLS handshake that never finishes is closed (header timeout)
+            s = socket.create_connection(("127.0.0.1", gw.port))
+            s.sendall(b"\x16\x03\x01\x00\xff\x01")  # the first bytes of a ClientHello, then nothing
+            assert closed_without_answer(s)
+            s.close()
+            assert serving()
+            # a keep-alive connection opened now survives the certificate change below
+            keep = http.client.HTTPSConnection("127.0.0.1", gw.port, timeout=30, context=ctx(ca))
+            assert https(gw.port, "GET", "/v2/health/ready", headers=auth("alice"), conn=keep)[0] == 200
+            # the certificate file changes to an expired one: new handshakes fail...
+            shutil.copy(os.path.join(d, "expired.pem"), os.path.join(d, "live.pem.tmp"))
+            os.replace(os.path.join(d, "live.pem.tmp"), os.path.join(d, "live.pem"))
+
+            def expired_seen():
+                try:
+                    https(gw.port, "GET", "/v2/health/ready", cafile=ca)
+                    return False
+                except ssl.SSLCertVerificationError as e:
+                    return "certificate has expired" in str(e)
+            wait_for(expired_seen, 15, "the expired certificate to be served")
+            # ... while the connection established before keeps working
+            assert https(gw.port, "POST", "/v2/models/identity/infer", INFER_ID,
+                         headers=auth("alice"), conn=keep)[0] == 200
+            keep.close()
+            shutil.copy(os.path.join(d, "srv.pem"), os.path.join(d, "live.pem.tmp"))
+            os.replace(os.path.join(d, "live.pem.tmp"), os.path.join(d, "live.pem"))
+            wait_for(serving, 15, "the valid certificate to be served again")
+
+            # tritonclient over HTTPS with a key
+            import gevent.ssl
+            import numpy as np
+            import tritonclient.http as th
+            c = th.InferenceServerClient(
+                f"127.0.0.1:{gw.port}", ssl=True,
+                ssl_context_factory=lambda: gevent.ssl.create_default_context(cafile=ca))
+            h = auth("alice")
+            assert c.is_server_ready(headers=h)
+            inp = th.InferInput("INPUT0", [1, 4], "FP32")
+            inp.set_data_from_numpy(np.array([[1, 2, 3, 4]], dtype=np.float32))
+            res = c.infer("identity", [inp], headers=h)
+            assert res.as_numpy("OUTPUT0").tolist() == [[1, 2, 3, 4]]
+            try:
+                c.infer("identity", [inp], headers=auth("bob"))
+                raise AssertionError("bob used alice's model")
+            except Exception as e:  # tritonclient's InferenceServerException
+                assert "may not use model 'identity'" in str(e), e
+            c.close()
+        assert models_ready(r.port) == ["identity"]
+
+
+def test_openai_client_over_https_with_a_key():
+    import httpx2 as httpx  # the HTTP client this openai release uses
+    import openai
+    d = make_certs()
+    ca = os.path.join(d, "ca.pem")
+    kdir = tempfile.mkdtemp(prefix="cinfer-keys-")
+    kfile = os.path.join(kdir, "keys.txt")
+    write_keys(kfile, [key_line("alice", KEYS["alice"], "tenant", "llm-a")])
+    up = FakeUpstream("ok", openai_models=["llm-a", "llm-b"])
+    try:
+        cfg = gw_cfg([up.hostport], keys_file=kfile)
+        cfg["tls"] = tls_section(d)
+        with TlsGateway(cfg, ca) as gw:
+            gw.wait_ready()
+            wait_for(lambda: len(gw.replica(up.hostport)["models"]) > 1, what="model discovery")
+            cl = openai.OpenAI(base_url=f"https://127.0.0.1:{gw.port}/v1", api_key=KEYS["alice"],
+                               http_client=httpx.Client(verify=ca), max_retries=0)
+            assert [m.id for m in cl.models.list()] == ["llm-a"]
+            bad = openai.OpenAI(base_url=f"https://127.0.0.1:{gw.port}/v1", api_key="nope",
+                                http_client=httpx.Client(verify=ca), max_retries=0)
+            try:
+                bad.models.list()
+                raise AssertionError("an unknown key listed models")
+            except openai.AuthenticationError as e:
+                assert e.status_code == 401 and "unknown API key" in e.response.text, e.response.text
+    finally:
+        up.close()
+
+
+def test_upstream_tls_ca_and_mutual_tls():
+    """gateway A -> TLS -> gateway B (TLS listener) -> replica. A verifies B with the CA
+    (and, where B requires it, presents a client certificate); with the wrong CA or
+    without the client certificate A's checks fail cleanly: the replica is unhealthy, a
+    request is answered 503, nothing crashes, B keeps serving."""
+    d = make_certs()
+    ca = os.path.join(d, "ca.pem")
+    repo = copy_repo(["identity"])
+    with replica(repo) as r:
+        r.wait_ready()
+        cfg_b = gw_cfg([r.hostport], public_groups=["health", "metadata", "inference",
+                                                    "model-repository"])
+        cfg_b["tls"] = tls_section(d, client_ca_file=ca)
+        rows = [
+            ({"ca_file": ca, "cert_file": os.path.join(d, "client.pem"),
+              "key_file": os.path.join(d, "client.key")}, 200),
+            ({"ca_file": os.path.join(d, "other.pem"), "cert_file": os.path.join(d, "client.pem"),
+              "key_file": os.path.join(d, "client.key")}, "failed: certificate: self-signed certificate in certificate chain"),
+            ({"ca_file": ca}, "unhealthy"),                         # no client certificate
+        ]
+        b = Gateway(cfg_b)
+        b.start()
+        try:
+            for up_tls, want in rows:
+                cfg_a = gw_cfg([f"127.0.0.1:{b.port}"])
+                cfg_a["upstream_tls"] = up_tls
+                with Gateway(cfg_a) as a:
+                    want_state = "healthy" if want == 200 else "unhealthy"
+                    wait_for(lambda: (a.replica(f"127.0.0.1:{b.port}") or {}).get("state") == want_state,
+                             15, f"replica {want_state}")
+                    if want == 200:
+                        wait_for(lambda: a.replica(f"127.0.0.1:{b.port}")["models"], what="models")
+                    code, _, body = request(a.port, "POST", "/v2/models/identity/infer", INFER_ID)
+                    if want == 200:
+                        assert code == 200, (up_tls, code, body)
+                    else:
+                        # never discovered, never used: a clean 404, the reason in the log
+                        assert code == 404 and b"not served by any replica" in body, body
+                        assert any(want in ln for ln in a.log), "".join(a.log)
+        finally:
+            assert b.stop() == 0
+        assert models_ready(r.port) == ["identity"]
