@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gateway/gateway.h"
+#include "net/tls.h"
 
 static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
 
@@ -684,6 +685,18 @@ cinfer_status *gw_config_validate(const gw_config *c) {
     return cinfer_status_new(CINFER_INVALID_ARG, "tls.client_ca_file: needs tls.cert_file and tls.key_file");
   if (!c->up_cert != !c->up_key)
     return cinfer_status_new(CINFER_INVALID_ARG, "upstream_tls: cert_file and key_file go together");
+  if (c->tls_cert || c->upstream_tls) {  /* --check-config reports unreadable TLS files too */
+    net_tls *t = NULL;
+    net_tls_opts so = {.server = true, .cert_file = c->tls_cert, .key_file = c->tls_key,
+                       .ca_file = c->tls_client_ca};
+    net_tls_opts uo = {.cert_file = c->up_cert, .key_file = c->up_key, .ca_file = c->up_ca};
+    cinfer_status *st = c->tls_cert ? net_tls_create(&so, &t) : NULL;
+    net_tls_destroy(t);
+    t = NULL;
+    if (!st && c->upstream_tls) st = net_tls_create(&uo, &t);
+    net_tls_destroy(t);
+    if (st) return st;
+  }
   if (c->keys_file) {
     gw_keyset *ks = NULL;
     cinfer_status *st = gw_keys_load(c->keys_file, &ks);

@@ -255,7 +255,10 @@ def test_bad_security_config_names_the_field():
         f.write(key_line("a", "s", "tenant", "*") + "b 00 tenant *\n")
     rows = [(["--keys-file", kfile], "keys.txt:2: sha256: want 64 hex digits"),
             (["--keys-file", kdir + "/missing"], "missing: No such file"),
-            (["--trusted-proxy", "10.0.0.0/99"], "--trusted-proxy: '10.0.0.0/99' is not an address")]
+            (["--trusted-proxy", "10.0.0.0/99"], "--trusted-proxy: '10.0.0.0/99' is not an address"),
+            (["--tls-cert", kfile, "--tls-key", kfile], "tls: certificate " + kfile),
+            (["--tls-cert", kfile], "cert_file and key_file go together"),
+            (["--upstream-tls-ca", kdir + "/no-ca.pem"], "tls: CA file " + kdir + "/no-ca.pem")]
     for args, want in rows:
         p = subprocess.run([BIN, "gateway", "--check-config", "--upstream", "127.0.0.1:1", *args],
                            capture_output=True, text=True, timeout=30)
