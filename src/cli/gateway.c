@@ -39,7 +39,17 @@ static void gw_usage(FILE *f) {
           "  --burst B                  burst for --rate (default 0)\n"
           "  --nodelay                  admit the burst at once instead of delaying it\n"
           "  --max-concurrency N        global limit on requests in flight\n"
-          "  --admin-token TOKEN        bearer token for /admin (default: admin disabled)\n"
+          "  --admin-token TOKEN        bearer token for /admin and the restricted API groups\n"
+          "                             (default: admin disabled)\n"
+          "  --keys-file FILE           API keys (id sha256 role models [rate=R]), reloaded on\n"
+          "                             change; every proxied call then needs a key\n"
+          "  --trusted-proxy CIDR       honour X-Forwarded-For from these peers (repeatable)\n"
+          "  --tls-cert FILE            serve HTTPS with this certificate chain (PEM) ...\n"
+          "  --tls-key FILE             ... and key; both reloaded when they change\n"
+          "  --upstream-tls             connect to replicas over TLS (system CA store)\n"
+          "  --upstream-tls-ca FILE     ... verifying them with this CA file\n"
+          "  --upstream-tls-cert FILE   ... presenting this client certificate (mutual TLS)\n"
+          "  --upstream-tls-key FILE    ... and its key\n"
           "  --seed N                   RNG seed (balancer choices, request ids)\n"
           "  --log-format text|json     log line format (default text)\n"
           "  --log-verbose N            1: a line per retry and per local error\n"
@@ -70,7 +80,7 @@ static bool set_str(char **dst, const char *v) {
 int cmd_gateway(int argc, char **argv) {
   enum {
     O_CONFIG = 256, O_HOST, O_PORT, O_IO, O_UP, O_DNS, O_DNSI, O_FILE, O_BAL, O_HI, O_HT,
-    O_RATE, O_BURST, O_NODELAY, O_MAXC, O_TOKEN, O_SEED, O_LOGF, O_LOGV, O_CHECK
+    O_RATE, O_BURST, O_NODELAY, O_MAXC, O_TOKEN, O_SEED, O_LOGF, O_LOGV, O_CHECK, O_KEYS, O_TPROXY, O_TCERT, O_TKEY, O_UTLS, O_UCA, O_UCERT, O_UKEY
   };
   static const struct option opts[] = {
       {"config", required_argument, 0, O_CONFIG}, {"host", required_argument, 0, O_HOST},
@@ -84,7 +94,12 @@ int cmd_gateway(int argc, char **argv) {
       {"max-concurrency", required_argument, 0, O_MAXC},
       {"admin-token", required_argument, 0, O_TOKEN}, {"seed", required_argument, 0, O_SEED},
       {"log-format", required_argument, 0, O_LOGF}, {"log-verbose", required_argument, 0, O_LOGV},
-      {"check-config", no_argument, 0, O_CHECK}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+      {"check-config", no_argument, 0, O_CHECK}, {"keys-file", required_argument, 0, O_KEYS},
+      {"trusted-proxy", required_argument, 0, O_TPROXY},
+      {"tls-cert", required_argument, 0, O_TCERT}, {"tls-key", required_argument, 0, O_TKEY},
+      {"upstream-tls", no_argument, 0, O_UTLS}, {"upstream-tls-ca", required_argument, 0, O_UCA},
+      {"upstream-tls-cert", required_argument, 0, O_UCERT},
+      {"upstream-tls-key", required_argument, 0, O_UKEY}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 
   /* First pass: the config file, so that flags apply on top whatever their order. */
   gw_config cfg;
@@ -164,6 +179,19 @@ int cmd_gateway(int argc, char **argv) {
       case O_NODELAY: cfg.nodelay = true; break;
       case O_MAXC: if (!cli_parse_int("gateway", "--max-concurrency", optarg, 0, 100000000, &v)) goto out; cfg.max_concurrency = (int)v; break;
       case O_TOKEN: if (!set_str(&cfg.admin_token, optarg)) goto oom; break;
+      case O_KEYS: if (!set_str(&cfg.keys_file, optarg)) goto oom; break;
+      case O_TCERT: if (!set_str(&cfg.tls_cert, optarg)) goto oom; break;
+      case O_TKEY: if (!set_str(&cfg.tls_key, optarg)) goto oom; break;
+      case O_UTLS: cfg.upstream_tls = true; break;
+      case O_UCA: cfg.upstream_tls = true; if (!set_str(&cfg.up_ca, optarg)) goto oom; break;
+      case O_UCERT: cfg.upstream_tls = true; if (!set_str(&cfg.up_cert, optarg)) goto oom; break;
+      case O_UKEY: cfg.upstream_tls = true; if (!set_str(&cfg.up_key, optarg)) goto oom; break;
+      case O_TPROXY:
+        if (!gw_config_add_trusted_proxy(&cfg, optarg)) {
+          fprintf(stderr, "cinfer gateway: --trusted-proxy: '%s' is not an address or CIDR (e.g. 10.0.0.0/8)\n", optarg);
+          goto out;
+        }
+        break;
       case O_SEED: if (!cli_parse_int("gateway", "--seed", optarg, 0, 2147483647, &v)) goto out; cfg.seed = (unsigned)v; break;
       case O_LOGF: log_format = optarg; break;
       case O_LOGV: if (!cli_parse_int("gateway", "--log-verbose", optarg, 0, 10, &verbose)) goto out; break;

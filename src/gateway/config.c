@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gateway/gateway.h"
+#include "net/tls.h"
 
 static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
 
@@ -48,6 +49,8 @@ void gw_config_defaults(gw_config *c) {
   c->variant_header = dupstr("X-Cinfer-Variant");
   c->session_header = dupstr("X-Session-Id");
   c->affinity_load_factor = 1.25;
+  c->keys_interval_ms = 1000;
+  c->public_groups[API_HEALTH] = c->public_groups[API_METADATA] = c->public_groups[API_INFERENCE] = true;
 }
 
 static void free_canary(gw_canary *k) {
@@ -83,6 +86,15 @@ void gw_config_free(gw_config *c) {
   free(c->variant_header);
   free(c->session_header);
   free(c->admin_token);
+  free(c->keys_file);
+  free(c->tls_cert);
+  free(c->tls_key);
+  free(c->tls_client_ca);
+  free(c->up_ca);
+  free(c->up_cert);
+  free(c->up_key);
+  free(c->up_server_name);
+  free(c->trusted_proxies);
   memset(c, 0, sizeof *c);
 }
 
@@ -380,6 +392,77 @@ static cinfer_status *parse_rate(jctx *ctx, gw_config *c, const cJSON *o) {
   return NULL;
 }
 
+bool gw_config_add_trusted_proxy(gw_config *c, const char *cidr) {
+  gw_cidr x;
+  if (!gw_cidr_parse(cidr, &x)) return false;
+  gw_cidr *n = realloc(c->trusted_proxies, (c->n_trusted_proxies + 1) * sizeof *n);
+  if (!n) return false;
+  c->trusted_proxies = n;
+  n[c->n_trusted_proxies++] = x;
+  return true;
+}
+
+static cinfer_status *parse_auth(jctx *ctx, gw_config *c, const cJSON *o) {
+  static const char *const keys[] = {"keys_file", "reload_interval_ms", "trusted_proxies",
+                                     "public_groups", NULL};
+  TRY(check_keys(ctx, o, keys));
+  TRY(get_str(ctx, o, "keys_file", &c->keys_file));
+  TRY(get_int(ctx, o, "reload_interval_ms", 10, 3600000, &c->keys_interval_ms));
+  const cJSON *tp = cJSON_GetObjectItemCaseSensitive(o, "trusted_proxies");
+  if (tp) {
+    if (!cJSON_IsArray(tp)) return FAIL(ctx, "trusted_proxies", "must be an array of CIDR strings");
+    c->n_trusted_proxies = 0;
+    size_t i = 0;
+    for (const cJSON *it = tp->child; it; it = it->next, i++) {
+      if (!cJSON_IsString(it) || !gw_config_add_trusted_proxy(c, it->valuestring)) {
+        char k[48];
+        snprintf(k, sizeof k, "trusted_proxies[%zu]", i);
+        return FAIL(ctx, k, "must be an address or CIDR, e.g. \"10.0.0.0/8\" or \"::1\"");
+      }
+    }
+  }
+  const cJSON *pg = cJSON_GetObjectItemCaseSensitive(o, "public_groups");
+  if (pg) {
+    if (!cJSON_IsArray(pg)) return FAIL(ctx, "public_groups", "must be an array of API group names");
+    bool set[API_GROUP_COUNT] = {0};
+    size_t i = 0;
+    for (const cJSON *it = pg->child; it; it = it->next, i++) {
+      api_group g;
+      if (!cJSON_IsString(it) || !api_group_parse(it->valuestring, strlen(it->valuestring), &g)) {
+        char k[48];
+        snprintf(k, sizeof k, "public_groups[%zu]", i);
+        return FAIL(ctx, k, "not an API group (health, metadata, inference, shared-memory, "
+                            "model-config, model-repository, statistics, trace, logging)");
+      }
+      set[g] = true;
+    }
+    memcpy(c->public_groups, set, sizeof set);
+  }
+  return NULL;
+}
+
+static cinfer_status *parse_tls(jctx *ctx, gw_config *c, const cJSON *o) {
+  static const char *const keys[] = {"cert_file", "key_file", "client_ca_file", NULL};
+  TRY(check_keys(ctx, o, keys));
+  TRY(get_str(ctx, o, "cert_file", &c->tls_cert));
+  TRY(get_str(ctx, o, "key_file", &c->tls_key));
+  TRY(get_str(ctx, o, "client_ca_file", &c->tls_client_ca));
+  return NULL;
+}
+
+static cinfer_status *parse_upstream_tls(jctx *ctx, gw_config *c, const cJSON *o) {
+  static const char *const keys[] = {"enabled", "ca_file", "cert_file", "key_file",
+                                     "server_name", NULL};
+  TRY(check_keys(ctx, o, keys));
+  c->upstream_tls = true;
+  TRY(get_bool(ctx, o, "enabled", &c->upstream_tls));
+  TRY(get_str(ctx, o, "ca_file", &c->up_ca));
+  TRY(get_str(ctx, o, "cert_file", &c->up_cert));
+  TRY(get_str(ctx, o, "key_file", &c->up_key));
+  TRY(get_str(ctx, o, "server_name", &c->up_server_name));
+  return NULL;
+}
+
 static cinfer_status *parse_concurrency(jctx *ctx, gw_config *c, const cJSON *o) {
   static const char *const keys[] = {"max", "priority_header", "classes", NULL};
   TRY(check_keys(ctx, o, keys));
@@ -510,12 +593,14 @@ cinfer_status *gw_config_apply_json(gw_config *c, const char *text, size_t len,
   }
   static const char *const keys[] = {"listen", "upstreams", "balancer", "seed", "health",
                                      "outlier", "retry", "rate_limit", "concurrency", "canary",
-                                     "variant_header", "admin_token", "affinity", NULL};
+                                     "variant_header", "admin_token", "affinity", "auth", "tls",
+                                     "upstream_tls", NULL};
   if ((err = check_keys(&ctx, root, keys))) goto out;
   struct { const char *key; cinfer_status *(*fn)(jctx *, gw_config *, const cJSON *); } sect[] = {
       {"listen", parse_listen}, {"upstreams", parse_upstreams}, {"health", parse_health},
       {"outlier", parse_outlier}, {"retry", parse_retry}, {"rate_limit", parse_rate},
-      {"concurrency", parse_concurrency}, {"canary", parse_canary}, {"affinity", parse_affinity}};
+      {"concurrency", parse_concurrency}, {"canary", parse_canary}, {"affinity", parse_affinity},
+      {"auth", parse_auth}, {"tls", parse_tls}, {"upstream_tls", parse_upstream_tls}};
   for (size_t i = 0; i < sizeof sect / sizeof sect[0] && !err; i++) {
     const cJSON *o = get_obj(root, sect[i].key);
     if (!o) continue;
@@ -594,6 +679,30 @@ cinfer_status *gw_config_validate(const gw_config *c) {
     return cinfer_status_new(CINFER_INVALID_ARG,
                              "retry.try_timeout_ms (%d) must not exceed retry.request_timeout_ms (%d)",
                              c->try_timeout_ms, c->request_timeout_ms);
+  if (!c->tls_cert != !c->tls_key)
+    return cinfer_status_new(CINFER_INVALID_ARG, "tls: cert_file and key_file go together (--tls-cert, --tls-key)");
+  if (c->tls_client_ca && !c->tls_cert)
+    return cinfer_status_new(CINFER_INVALID_ARG, "tls.client_ca_file: needs tls.cert_file and tls.key_file");
+  if (!c->up_cert != !c->up_key)
+    return cinfer_status_new(CINFER_INVALID_ARG, "upstream_tls: cert_file and key_file go together");
+  if (c->tls_cert || c->upstream_tls) {  /* --check-config reports unreadable TLS files too */
+    net_tls *t = NULL;
+    net_tls_opts so = {.server = true, .cert_file = c->tls_cert, .key_file = c->tls_key,
+                       .ca_file = c->tls_client_ca};
+    net_tls_opts uo = {.cert_file = c->up_cert, .key_file = c->up_key, .ca_file = c->up_ca};
+    cinfer_status *st = c->tls_cert ? net_tls_create(&so, &t) : NULL;
+    net_tls_destroy(t);
+    t = NULL;
+    if (!st && c->upstream_tls) st = net_tls_create(&uo, &t);
+    net_tls_destroy(t);
+    if (st) return st;
+  }
+  if (c->keys_file) {
+    gw_keyset *ks = NULL;
+    cinfer_status *st = gw_keys_load(c->keys_file, &ks);
+    gw_keyset_unref(ks);
+    if (st) return st;
+  }
   if (c->n_classes && !c->max_concurrency)
     return cinfer_status_new(CINFER_INVALID_ARG, "concurrency.classes: needs concurrency.max");
   return NULL;

@@ -15,6 +15,7 @@
  * set (a DNS blip does not empty the cluster).
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <cjson/cJSON.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -301,7 +302,8 @@ static void hc_done(void *user, http_client_error err, const char *msg) {
    * (nothing listens). A timeout or reset is ambiguous (a slow or stalled replica): only the
    * thresholds act on it, so one slow check does not take a replica out. */
   if (ok) r->draining = false;
-  else if (err == HTTP_CLIENT_OK || err == HTTP_CLIENT_CONNECT_REFUSED) r->draining = true;
+  else if (err == HTTP_CLIENT_OK || err == HTTP_CLIENT_CONNECT_REFUSED || err == HTTP_CLIENT_TLS)
+    r->draining = true;  /* a TLS failure (wrong CA, expired certificate) will not heal by itself */
   bool changed = gw_health_check_result(&r->h, &p, ok);
   gw_health_state s = r->h.state;
   if (changed && s == GW_H_HEALTHY) r->healthy_ms = now;
@@ -433,7 +435,8 @@ static http_client *ctl_client(gateway *g, gw_replica *r, bool health) {
   http_client_opts o = {.host = r->host, .port = r->port,
                         .connect_timeout_ms = g->cfg.health_timeout_ms,
                         .response_timeout_ms = health ? g->cfg.health_timeout_ms
-                                                      : g->cfg.health_timeout_ms * 5};
+                                                      : g->cfg.health_timeout_ms * 5,
+                        .tls = g->tls_up, .tls_name = g->cfg.up_server_name};
   http_client_callbacks cbh = {hc_head, NULL, hc_done};
   http_client_callbacks cbm = {mc_head, mc_body, mc_done};
   http_client *c = NULL;
@@ -456,6 +459,54 @@ static void mc_send(gateway *g, gw_replica *r) {
   else http_client_send(r->mc, MODELS_REQ, sizeof MODELS_REQ - 1, false);
 }
 
+/* ---- API keys ---------------------------------------------------------------------- */
+
+gw_keyset *gw_keys_get(gateway *g) {
+  pthread_mutex_lock(&g->keys_mu);
+  gw_keyset *ks = g->keys;
+  gw_keyset_ref(ks);
+  pthread_mutex_unlock(&g->keys_mu);
+  return ks;
+}
+
+cinfer_status *gw_keys_refresh(gateway *g, bool force) {
+  const char *path = g->cfg.keys_file;
+  struct stat st;
+  if (stat(path, &st)) {
+    cinfer_status *e = cinfer_status_new(CINFER_INVALID_ARG, "auth.keys_file: %s: %s", path, strerror(errno));
+    if (!force) {
+      /* throttle: the same error is not worth a line per poll */
+      if (g->keys_size != -1) LOG_E("gateway: %s; keeping the previous keys", cinfer_status_message(e));
+      g->keys_size = -1;
+      cinfer_status_free(e);
+      return NULL;
+    }
+    return e;
+  }
+  if (!force && st.st_mtim.tv_sec == g->keys_mtime && st.st_mtim.tv_nsec == g->keys_mtime_ns &&
+      st.st_size == g->keys_size && st.st_ino == g->keys_ino)
+    return NULL;
+  g->keys_mtime = st.st_mtim.tv_sec;
+  g->keys_mtime_ns = st.st_mtim.tv_nsec;
+  g->keys_size = st.st_size;
+  g->keys_ino = st.st_ino;
+  gw_keyset *ks = NULL;
+  cinfer_status *e = gw_keys_load(path, &ks);
+  if (e) {
+    if (force) return e;
+    LOG_E("gateway: auth.keys_file: %s; keeping the previous keys", cinfer_status_message(e));
+    cinfer_status_free(e);
+    return NULL;
+  }
+  pthread_mutex_lock(&g->keys_mu);
+  gw_keyset *old = g->keys;
+  g->keys = ks;
+  pthread_mutex_unlock(&g->keys_mu);
+  gw_keyset_unref(old);
+  LOG_I("gateway: %s: %zu API key%s loaded", path, ks->n, ks->n == 1 ? "" : "s");
+  return NULL;
+}
+
 /* ---- the tick ------------------------------------------------------------------------ */
 
 static void ctl_tick(loop_timer *t) {
@@ -468,6 +519,10 @@ static void ctl_tick(loop_timer *t) {
   if (g->cfg.upstreams_file && now >= g->next_file_ms) {
     file_refresh(g, false);
     g->next_file_ms = clock_now_ms() + (uint64_t)g->cfg.file_interval_ms;
+  }
+  if (g->cfg.keys_file && now >= g->next_keys_ms) {
+    gw_keys_refresh(g, false);
+    g->next_keys_ms = clock_now_ms() + (uint64_t)g->cfg.keys_interval_ms;
   }
   now = clock_now_ms();
   for (size_t i = 0; i < g->n_reps; i++) {

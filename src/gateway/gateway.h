@@ -13,11 +13,13 @@
 #ifndef CINFER_GATEWAY_H
 #define CINFER_GATEWAY_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "cinfer/types.h"
+#include "net/apigroup.h"
 
 /* ===================================================================================== */
 /* Configuration                                                                          */
@@ -60,6 +62,13 @@ typedef struct gw_priority_class {
   char *name;     /* value of the priority header */
   double share;   /* admitted while active < share * max_concurrency; (0, 1] */
 } gw_priority_class;
+
+/* A trusted proxy network for X-Forwarded-For ("10.0.0.0/8", "::1/128", "192.0.2.7"). */
+typedef struct gw_cidr {
+  int family;             /* AF_INET or AF_INET6 */
+  unsigned char addr[16];
+  int prefix;             /* bits */
+} gw_cidr;
 
 typedef struct gw_config {
   /* listen */
@@ -113,7 +122,20 @@ typedef struct gw_config {
   int prefix_bytes;         /* default 0 (off): OpenAI prompts route on their first N bytes */
   double affinity_load_factor; /* default 1.25: bounded load, see gw_affinity_pick */
   /* admin */
-  char *admin_token;        /* bearer token for the /admin endpoints; NULL = admin disabled */
+  char *admin_token;        /* bearer token for the /admin endpoints and the restricted API
+                               groups (an operator credential); NULL = admin disabled */
+  /* security (docs/security.md) */
+  char *keys_file;          /* API keys (gw_keys_parse format); NULL = no authentication */
+  int keys_interval_ms;     /* default 1000: mtime polled, a changed file is reloaded */
+  gw_cidr *trusted_proxies; size_t n_trusted_proxies; /* X-Forwarded-For honoured from these */
+  bool public_groups[API_GROUP_COUNT]; /* forwarded without an operator credential;
+                                          default health, metadata, inference */
+  /* TLS (docs/security.md): the listener (cert + key; client_ca = require client
+   * certificates) and the connections to replicas (upstream_tls: CA to verify them, an
+   * optional client certificate for mutual TLS, the name their certificate must carry) */
+  char *tls_cert, *tls_key, *tls_client_ca;
+  bool upstream_tls;
+  char *up_ca, *up_cert, *up_key, *up_server_name;
 } gw_config;
 
 /* Fills defaults (no upstreams). Caller frees with gw_config_free. */
@@ -127,6 +149,8 @@ cinfer_status *gw_config_load_file(gw_config *c, const char *path);
 /* Final checks after flags (e.g. at least one upstream source). */
 cinfer_status *gw_config_validate(const gw_config *c);
 void gw_config_free(gw_config *c);
+/* Appends a --trusted-proxy / auth.trusted_proxies entry; false when not an address/CIDR. */
+bool gw_config_add_trusted_proxy(gw_config *c, const char *cidr);
 /* Parses "host:port" / "[v6]:port"; host written to host[0..cap). */
 bool gw_parse_hostport(const char *s, char *host, size_t cap, uint16_t *port);
 
@@ -203,6 +227,71 @@ bool gw_health_passive(gw_health *h, const gw_health_params *p, bool failure, bo
                        uint64_t now_ms);
 /* Usable for new requests: healthy by active checks and not ejected at now_ms. */
 bool gw_health_usable(const gw_health *h, uint64_t now_ms);
+
+/* ===================================================================================== */
+/* Security (pure): API keys, access decisions, client identity, listing filters          */
+/* ===================================================================================== */
+
+typedef enum gw_role { GW_ROLE_ANON = 0, GW_ROLE_TENANT, GW_ROLE_OPERATOR } gw_role;
+
+typedef struct gw_key {
+  char id[65];               /* [A-Za-z0-9._-]{1,64}: logs, rate-limit key; never the key */
+  unsigned char sha256[32];  /* of the secret key */
+  gw_role role;
+  bool all_models;           /* "*" */
+  char **models; size_t n_models;
+  double rate, burst;        /* requests/s for this key (0 = the gateway's --rate) */
+} gw_key;
+
+typedef struct gw_keyset {
+  gw_key *keys;
+  size_t n;
+  _Atomic int refs;          /* the runtime's reference plus one per request using it */
+} gw_keyset;
+
+/* Parses a key file: one key a line, '#' comments and blank lines ignored:
+ *   ID SHA256-HEX tenant|operator MODELS [rate=R] [burst=B]
+ * MODELS is "*" or a comma list of model names. Errors name origin and line, e.g.
+ * "keys.txt:3: role: 'admin' is not tenant or operator". refs starts at 1. */
+cinfer_status *gw_keys_parse(const char *text, size_t len, const char *origin, gw_keyset **out);
+cinfer_status *gw_keys_load(const char *path, gw_keyset **out);
+/* The key whose SHA-256 matches token (every key is compared, in constant time). */
+const gw_key *gw_keys_find(const gw_keyset *ks, const char *token, size_t len);
+void gw_keyset_ref(gw_keyset *ks);
+void gw_keyset_unref(gw_keyset *ks);   /* frees at 0; NULL is a no-op */
+bool gw_key_allows_model(const gw_key *k, const char *model);
+/* SHA-256 of data as 64 lowercase hex digits + NUL. */
+void gw_sha256_hex(const void *data, size_t len, char out[65]);
+
+/* The access decision for a proxied request (no I/O). keys: a key file is configured.
+ * Returns 0 (forward), 401 or 403; msg says why (names the group or the model). */
+typedef struct gw_access_in {
+  api_group group;
+  bool listing;              /* repository index / model list: tenants get it, filtered */
+  gw_role role;
+  const char *key_id;        /* NULL for anonymous */
+  bool keys;                 /* authentication configured */
+  bool bad_credential;       /* a bearer was sent but matches no key */
+  const bool *public_groups; /* API_GROUP_COUNT flags */
+  const gw_key *key;         /* tenants: for the model allow-list */
+  const char *model;         /* "" when the request names none */
+} gw_access_in;
+int gw_access_decide(const gw_access_in *in, char *msg, size_t cap);
+
+bool gw_cidr_parse(const char *s, gw_cidr *out);
+bool gw_cidr_match(const gw_cidr *c, const char *addr);
+/* The client's identity: the peer address, unless the peer is a trusted proxy; then
+ * X-Forwarded-For is walked from the right and the first address that is not a trusted
+ * proxy wins (a client cannot forge the entries its proxies appended). */
+void gw_client_addr(const char *peer, const char *xff, size_t xff_len, const gw_cidr *trusted,
+                    size_t n_trusted, char *out, size_t cap);
+
+/* Keeps only the models k may use in a listing answer: the JSON array of
+ * POST /v2/repository/index (objects with "name") or the "data" array of GET /v1/models
+ * (objects with "id"). Returns a new body (malloc) and its length, or NULL when body is
+ * not such a document (the caller then refuses to pass it on). */
+char *gw_filter_listing(const char *body, size_t len, bool openai, const gw_key *k,
+                        size_t *out_len);
 
 /* ===================================================================================== */
 /* Runtime                                                                                */

@@ -20,6 +20,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #include "gateway/gateway.h"
 #include "metrics/metrics.h"
@@ -95,6 +96,7 @@ typedef struct gw_rate_entry {
   char key[96];
   uint64_t hash;
   gw_bucket b;
+  double rate;            /* the rate this bucket leaks at (the key's own or --rate) */
   uint64_t last_use_ms;
   bool used;
 } gw_rate_entry;
@@ -143,12 +145,25 @@ struct gateway {
   gw_canary_state *canaries;
   size_t n_canaries;
 
+  /* API keys (auth.keys_file): replaced by the control loop when the file changes;
+   * requests hold a reference (gw_keyset_ref) for their lifetime */
+  pthread_mutex_t keys_mu;
+  gw_keyset *keys;        /* NULL = authentication off */
+  time_t keys_mtime;
+  long keys_mtime_ns;
+  off_t keys_size;
+  ino_t keys_ino;
+  uint64_t next_keys_ms;
+
   pthread_mutex_t rate_mu;
   gw_rate_entry *rate;    /* open addressing, cfg.rate_max_keys * 2 slots */
   size_t rate_slots, rate_used;
 
   _Atomic long long active;          /* admitted requests in flight */
   _Atomic long long retries_active;  /* of which on a retry try */
+
+  net_tls *tls_srv;       /* listener TLS, NULL = plain */
+  net_tls *tls_up;        /* upstream TLS, NULL = plain */
 
   metrics_registry *reg;
   metric_family *f_requests, *f_duration, *f_healthy, *f_ejections, *f_retries, *f_rate,
@@ -168,6 +183,14 @@ gw_replica *gw_replica_get(gateway *g, const char *host, uint16_t port);
 bool gw_replica_has_model(const gw_replica *r, const char *model, long long version);
 /* Takes new requests at now_ms: listed, not draining, healthy and not ejected; g->mu held. */
 bool gw_replica_usable(const gw_replica *r, uint64_t now_ms);
+
+/* Reloads the key file when its mtime/size/inode changed (force: always). A file that
+ * cannot be read or parsed keeps the current keys and logs the error naming file:line.
+ * Returns the error (caller frees) for the first load at startup. */
+cinfer_status *gw_keys_refresh(gateway *g, bool force);
+/* The current key set with a reference taken (release with gw_keyset_unref); NULL when
+ * authentication is off. Any thread. */
+gw_keyset *gw_keys_get(gateway *g);
 
 /* proxy.c */
 void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop);

@@ -62,6 +62,17 @@ struct gw_req {
   int last_error_status;
   bool has_affinity;         /* session header or prompt prefix */
   uint64_t affinity_key;
+  bool model_ambiguous;      /* OpenAI body names "model" more than once */
+  /* security (docs/security.md) */
+  api_route route;           /* API group and the model the path names */
+  gw_keyset *ks;             /* reference held until req_free; NULL = no key file */
+  const gw_key *key;         /* the authenticated key (in ks), NULL = none */
+  char who[80];              /* "key:ID", "admin-token" or "anonymous": audit and logs */
+  char client[64];           /* peer, or X-Forwarded-For behind trusted proxies */
+  bool audit;                /* a call outside the public groups: one audit line */
+  bool filter;               /* a tenant's listing: keep only its models */
+  bool strip_auth;           /* the bearer was the gateway's credential: not forwarded */
+  bool unfilterable;         /* filter set but the listing was not buffered: 502 */
 };
 
 /* ---- helpers ----------------------------------------------------------------------- */
@@ -152,6 +163,10 @@ static void parse_openai_model(gw_req *q) {
     return;
   cJSON *j = cJSON_ParseWithLength(r->body, r->body_len);
   const cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
+  int n_model = 0;
+  for (const cJSON *it = cJSON_IsObject(j) ? j->child : NULL; it; it = it->next)
+    if (it->string && !strcmp(it->string, "model")) n_model++;
+  q->model_ambiguous = n_model > 1;
   if (cJSON_IsString(m) && m->valuestring[0] && strlen(m->valuestring) < sizeof q->model)
     snprintf(q->model, sizeof q->model, "%s", m->valuestring);
   size_t want = (size_t)q->g->cfg.prefix_bytes;
@@ -220,6 +235,7 @@ static bool build_upstream(gw_req *q, size_t name_end) {
   for (size_t i = 0; i < r->num_headers; i++) {
     const http_header *h = &r->headers[i];
     if (hop_by_hop(h->name, h->name_len)) continue;
+    if (q->strip_auth && ieq(h->name, h->name_len, "authorization")) continue;
     if (ieq(h->name, h->name_len, "host")) host = true;
     PUT(h->name, h->name_len);
     PUTS(": ");
@@ -306,8 +322,26 @@ static void canary_record(gateway *g, gw_req *q, int code) {
           q->model, q->variant_name);
 }
 
+/* One structured line per control action (a call outside the public API groups), allowed
+ * or refused: who (key id, never the key), from where, what (method, path, model) and the
+ * answer's status. */
+static void audit_line(gw_req *q, int code) {
+  const http_request *r = q->hreq;
+  char st[12], method[16], path[208];
+  snprintf(st, sizeof st, "%d", code);
+  snprintf(method, sizeof method, "%.*s", (int)(r->method_len < 15 ? r->method_len : 15), r->method);
+  snprintf(path, sizeof path, "%.*s", (int)(r->path_len < 200 ? r->path_len : 200), r->path);
+  const char *model = q->route.model[0] ? q->route.model : q->model;
+  const char *kv[] = {"audit", "control", "who", q->who, "client", q->client,
+                      "group", api_group_name(q->route.group), "method", method, "path", path,
+                      "model", model, "status", st, "request_id", q->id, NULL};
+  log_event(LOG_INFO, kv, "gateway: audit: %s %s (%s) by %s -> %s", method, path,
+            api_group_name(q->route.group), q->who, st);
+}
+
 static void req_metrics(gw_req *q, int code) {
   gateway *g = q->g;
+  if (q->audit) audit_line(q, code);
   if (q->variant >= 0 && code != 499) canary_record(g, q, code);
   char cbuf[8];
   snprintf(cbuf, sizeof cbuf, "%d", code);
@@ -330,6 +364,7 @@ static void req_free(gw_req *q) {
     atomic_fetch_sub(&g->active, 1);
     metric_inc(g->m_active, -1);
   }
+  gw_keyset_unref(q->ks);
   free(q->up);
   free(q->harena);
   free(q->body);
@@ -390,7 +425,8 @@ static gw_conn *conn_acquire(gateway *g, gw_replica *r, int loop) {
   c->loop = loop;
   http_client_opts o = {.host = r->host, .port = r->port,
                         .connect_timeout_ms = g->cfg.connect_timeout_ms,
-                        .response_timeout_ms = g->cfg.try_timeout_ms};
+                        .response_timeout_ms = g->cfg.try_timeout_ms,
+                        .tls = g->tls_up, .tls_name = g->cfg.up_server_name};
   http_client_callbacks cb = {up_head, up_body, up_done};
   cinfer_status *st = http_client_create(g->loops[loop].loop, &o, &cb, c, &c->c);
   if (st) {
@@ -595,6 +631,10 @@ static void up_head(void *user, const http_response *resp) {
     free(q->body);
     q->body = q->body_cap ? malloc(q->body_cap) : NULL;
     if (q->body_cap && !q->body) q->body_cap = 0;  /* answered as 502 at done */
+  } else if (q->filter && resp->status == 200) {
+    /* a listing we must filter but cannot buffer: never passed on unfiltered */
+    q->buffered = q->unfilterable = true;
+    q->body_cap = q->body_len = 0;
   } else {
     q->streaming = true;
     http_stream_begin(q->ex, resp->status, q->hdrs, q->n_hdrs);
@@ -666,6 +706,22 @@ static void up_done(void *user, http_client_error err, const char *msg) {
       LOG_W("gateway: request %s: upstream %s: %s after the stream started", q->id, r->addr, msg);
     req_metrics(q, err == HTTP_CLIENT_OK ? q->status : 502);
     http_stream_end(q->ex);
+    req_free(q);
+    return;
+  }
+  if (err == HTTP_CLIENT_OK && q->buffered && q->body_len == q->body_cap && q->filter &&
+      q->status == 200) {
+    size_t fl = 0;
+    char *fb = q->unfilterable ? NULL : gw_filter_listing(q->body ? q->body : "", q->body_len, q->hreq->path[1] == 'v' &&
+                                 q->hreq->path[2] == '1', q->key, &fl);
+    if (!fb) {
+      char m[200];
+      snprintf(m, sizeof m, "upstream %s: model listing is not the expected JSON (not passed on)", r->addr);
+      req_fail(q, 502, m);
+      return;
+    }
+    req_metrics(q, q->status);
+    http_respond_owned(q->ex, q->status, q->hdrs, q->n_hdrs, fb, fl, free);
     req_free(q);
     return;
   }
@@ -764,7 +820,8 @@ static void on_cancel(void *arg) {
 
 /* ---- admission ----------------------------------------------------------------------- */
 
-static gw_bucket_result rate_take(gateway *g, const char *key, size_t n, uint64_t now) {
+static gw_bucket_result rate_take(gateway *g, const char *key, size_t n, double rate,
+                                  double burst, uint64_t now) {
   if (n >= sizeof g->rate[0].key) n = sizeof g->rate[0].key - 1;
   uint64_t h = hash_bytes(key, n);
   pthread_mutex_lock(&g->rate_mu);
@@ -785,7 +842,7 @@ static gw_bucket_result rate_take(gateway *g, const char *key, size_t n, uint64_
       for (size_t k = 0; k < g->rate_slots; k++) {
         gw_rate_entry *x = &g->rate[k];
         if (!x->used) continue;
-        double left = x->b.excess - g->cfg.rate * (double)(now - x->b.last_ms) / 1000.0;
+        double left = x->b.excess - x->rate * (double)(now - x->b.last_ms) / 1000.0;
         if (left <= 0) x->used = false;
         else kept++;
       }
@@ -819,7 +876,8 @@ static gw_bucket_result rate_take(gateway *g, const char *key, size_t n, uint64_
     e->key[n] = 0;
     g->rate_used++;
   }
-  gw_bucket_result res = gw_bucket_take(&e->b, g->cfg.rate, g->cfg.burst, g->cfg.nodelay, now);
+  e->rate = rate;
+  gw_bucket_result res = gw_bucket_take(&e->b, rate, burst, g->cfg.nodelay, now);
   pthread_mutex_unlock(&g->rate_mu);
   return res;
 }
@@ -873,6 +931,85 @@ static const char *admission_model(gateway *g, gw_req *q) {
   return q->model_known ? q->model : "";
 }
 
+/* Authentication and the API-group policy. false: q was answered (401/403) and freed. */
+static bool authorize(gateway *g, gw_req *q) {
+  const http_request *req = q->hreq;
+  api_classify(req->method_id, req->path, req->path_len, &q->route);
+  size_t xl = 0;
+  const char *xff = http_request_header(req, "x-forwarded-for", &xl);
+  gw_client_addr(http_exchange_peer(q->ex), xff, xl, g->cfg.trusted_proxies,
+                 g->cfg.n_trusted_proxies, q->client, sizeof q->client);
+  q->ks = gw_keys_get(g);
+  gw_role role = GW_ROLE_ANON;
+  bool bad = false;
+  snprintf(q->who, sizeof q->who, "anonymous");
+  size_t al = 0;
+  const char *a = http_request_header(req, "authorization", &al);
+  const char *tok = NULL;
+  size_t tl = 0;
+  if (a && al > 7 && !strncasecmp(a, "Bearer ", 7)) {
+    tok = a + 7;
+    tl = al - 7;
+    while (tl && *tok == ' ') tok++, tl--;
+  }
+  if (tok && g->cfg.admin_token &&
+      api_ct_equal(tok, tl, g->cfg.admin_token, strlen(g->cfg.admin_token))) {
+    role = GW_ROLE_OPERATOR;
+    snprintf(q->who, sizeof q->who, "admin-token");
+    q->strip_auth = true;
+  } else if (q->ks && (tok || a)) {
+    q->key = tok ? gw_keys_find(q->ks, tok, tl) : NULL;
+    if (q->key) {
+      role = q->key->role;
+      snprintf(q->who, sizeof q->who, "key:%s", q->key->id);
+    } else {
+      bad = true;
+    }
+    q->strip_auth = true;
+  }
+  const char *model = q->route.model[0] ? q->route.model : q->model;
+  bool open = q->route.group == API_GROUP_NONE ||
+              ((unsigned)q->route.group < API_GROUP_COUNT && g->cfg.public_groups[q->route.group]);
+  q->audit = !open;
+  gw_access_in in = {.group = q->route.group, .listing = q->route.listing, .role = role,
+                     .key_id = q->key ? q->key->id : NULL, .keys = q->ks != NULL,
+                     .bad_credential = bad, .public_groups = g->cfg.public_groups,
+                     .key = q->key, .model = model};
+  char msg[400];
+  int code = gw_access_decide(&in, msg, sizeof msg);
+  if (!code && role == GW_ROLE_TENANT && !q->key->all_models && !q->route.listing) {
+    if (q->model_ambiguous) {
+      code = 400;
+      snprintf(msg, sizeof msg, "the request body names \"model\" more than once");
+    } else if (!model[0] && q->route.group == API_INFERENCE) {
+      code = 403;
+      snprintf(msg, sizeof msg, "API key '%s' may only use its models: the request names none",
+               q->key->id);
+    }
+  }
+  if (!code) {
+    q->filter = role == GW_ROLE_TENANT && q->route.listing && !q->key->all_models;
+    return true;
+  }
+  q->done = true;
+  req_metrics(q, code);
+  LOG_V(1, "gateway: request %s from %s (%s) -> %d: %s", q->id, q->client, q->who, code, msg);
+  if (code == 401) {
+    char esc[900], body[1000];
+    json_escape(esc, sizeof esc, msg);
+    int n = snprintf(body, sizeof body, "{\"error\":\"%s\"}", esc);
+    http_header h[3] = {{"Content-Type", 12, "application/json", 16},
+                        {"WWW-Authenticate", 16, bad ? "Bearer error=\"invalid_token\"" : "Bearer",
+                         bad ? 28 : 6},
+                        {"X-Request-Id", 12, q->id, strlen(q->id)}};
+    http_respond(q->ex, 401, h, 3, body, (size_t)n);
+  } else {
+    gw_respond_error(q->ex, code, q->id, "%s", msg);
+  }
+  req_free(q);
+  return false;
+}
+
 void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) {
   gw_req *q = calloc(1, sizeof *q);
   if (!q) {
@@ -907,22 +1044,33 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
   net_loop *nl = g->loops[loop].loop;
   uint64_t now = loop_now_ms(nl);
 
-  /* 1. rate limit per key */
+  /* 0. who is calling, and may they make this call? */
+  if (!authorize(g, q)) return;
+
+  /* 1. rate limit per key: the authenticated key id, else the rate key header, else the
+   * client address (X-Forwarded-For counts only behind a trusted proxy) */
   uint64_t delay_ms = 0;
-  if (g->cfg.rate > 0) {
+  double rate = q->key && q->key->rate > 0 ? q->key->rate : g->cfg.rate;
+  double burst = q->key && q->key->rate > 0 ? q->key->burst : g->cfg.burst;
+  if (rate > 0 && g->rate) {
     size_t kl = 0;
-    const char *key = http_request_header(req, g->cfg.rate_key_header, &kl);
-    if (!key || !kl) {
-      key = http_request_header(req, "x-forwarded-for", &kl);
-      const char *comma = key ? memchr(key, ',', kl) : NULL;
-      if (comma) kl = (size_t)(comma - key);
-      while (key && kl && key[kl - 1] == ' ') kl--;
+    char kbuf[80];
+    const char *key = NULL;
+    if (q->key) {
+      kl = (size_t)snprintf(kbuf, sizeof kbuf, "key:%s", q->key->id);
+      key = kbuf;
+    } else {
+      key = http_request_header(req, g->cfg.rate_key_header, &kl);
     }
     if (!key || !kl) {
+      key = q->client;
+      kl = strlen(q->client);
+    }
+    if (!kl) {
       key = "-";
       kl = 1;
     }
-    gw_bucket_result br = rate_take(g, key, kl, now);
+    gw_bucket_result br = rate_take(g, key, kl, rate, burst, now);
     if (!br.admitted) {
       const char *labels[] = {"model", admission_model(g, q), NULL};
       metric_inc(gw_series(g->f_rate, labels), 1);

@@ -280,7 +280,8 @@ static void handler(http_exchange *ex, const http_request *req, void *user) {
     gw_respond_error(ex, 503, NULL, "gateway starting");
     return;
   }
-  if (req->path_len >= 4 && (!memcmp(req->path, "/v2/", 4) || !memcmp(req->path, "/v1/", 4))) {
+  if ((req->path_len >= 4 && (!memcmp(req->path, "/v2/", 4) || !memcmp(req->path, "/v1/", 4))) ||
+      path_is(req, "/v2")) {
     net_loop *l = http_exchange_loop(ex);
     int loop = 0;
     for (int i = 0; i < g->n_loops; i++)
@@ -347,6 +348,7 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   memset(cfg, 0, sizeof *cfg);
   pthread_mutex_init(&g->mu, NULL);
   pthread_mutex_init(&g->rate_mu, NULL);
+  pthread_mutex_init(&g->keys_mu, NULL);
   g->start_ms = clock_now_ms();
   g->n_loops = g->cfg.io_threads < 1 ? 1 : g->cfg.io_threads > GW_MAX_LOOPS ? GW_MAX_LOOPS : g->cfg.io_threads;
   cinfer_status *st = NULL;
@@ -381,7 +383,8 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   metric_inc(gw_series(g->f_rate, none), 0);
   metric_inc(gw_series(g->f_shed, none), 0);
 
-  if (g->cfg.rate > 0) {
+  if (g->cfg.keys_file && (st = gw_keys_refresh(g, true))) goto fail;
+  if (g->cfg.rate > 0 || g->cfg.keys_file) {  /* keys may carry their own rate */
     size_t slots = 16;
     while (slots < (size_t)g->cfg.rate_max_keys * 2) slots *= 2;
     g->rate = calloc(slots, sizeof *g->rate);
@@ -400,11 +403,21 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
     g->n_canaries = g->cfg.n_canaries;
     for (size_t i = 0; i < g->n_canaries; i++) g->canaries[i].cfg = &g->cfg.canaries[i];
   }
+  if (g->cfg.tls_cert) {
+    net_tls_opts to = {.server = true, .cert_file = g->cfg.tls_cert, .key_file = g->cfg.tls_key,
+                       .ca_file = g->cfg.tls_client_ca};
+    if ((st = net_tls_create(&to, &g->tls_srv))) goto fail;
+  }
+  if (g->cfg.upstream_tls) {
+    net_tls_opts to = {.cert_file = g->cfg.up_cert, .key_file = g->cfg.up_key, .ca_file = g->cfg.up_ca};
+    if ((st = net_tls_create(&to, &g->tls_up))) goto fail;
+  }
   /* replicas need n_loops for their pools */
   if ((st = gw_static_resolve(g))) goto fail;
 
   http_server_opts so = {.host = g->cfg.host, .port = (uint16_t)g->cfg.port,
-                         .io_threads = g->n_loops, .max_body_bytes = g->cfg.max_body_bytes};
+                         .io_threads = g->n_loops, .max_body_bytes = g->cfg.max_body_bytes,
+                         .tls = g->tls_srv};
   if ((st = http_server_create(&so, handler, g, &g->srv))) goto fail;
   for (int i = 0; i < g->n_loops; i++) {
     g->loops[i].loop = http_server_loop(g->srv, i);
@@ -482,5 +495,9 @@ void gateway_destroy(gateway *g) {
   gw_config_free(&g->cfg);
   pthread_mutex_destroy(&g->mu);
   pthread_mutex_destroy(&g->rate_mu);
+  gw_keyset_unref(g->keys);
+  net_tls_destroy(g->tls_srv);
+  net_tls_destroy(g->tls_up);
+  pthread_mutex_destroy(&g->keys_mu);
   free(g);
 }

@@ -23,6 +23,7 @@
 
 #include "cinfer/types.h"
 #include "net/loop.h"
+#include "net/tls.h"
 
 /* ===================================================================================== */
 /* Parser                                                                                 */
@@ -158,6 +159,10 @@ typedef struct http_server_opts {
   int idle_keepalive_ms;       /* 0 = 60000; idle keep-alive connection closed */
   int max_connections;         /* 0 = 10000; further connections are closed at accept */
   int backlog;                 /* 0 = 1024 */
+  /* TLS on every connection (borrowed; must outlive the server). The handshake is bounded
+   * by header_timeout_ms; a failed handshake (a plaintext request, a wrong certificate)
+   * closes the connection. NULL = plain HTTP. */
+  net_tls *tls;
   /* Optional, run on each I/O thread around every batch of ready events: see
    * loop_set_batch_hooks. */
   void (*batch_begin)(void *arg);
@@ -196,6 +201,7 @@ typedef struct http_server_stats {
   uint64_t bytes_in, bytes_out;
   uint64_t err_400, err_408, err_413, err_417, err_431, err_501, err_505;
   uint64_t cancelled;                 /* exchanges whose client went away */
+  uint64_t tls_handshake_failures;    /* TLS connections closed by a failed handshake */
 } http_server_stats;
 void http_server_get_stats(const http_server *srv, http_server_stats *out);
 
@@ -226,6 +232,9 @@ void http_stream_end(http_exchange *ex);
 void http_exchange_set_cancel(http_exchange *ex, void (*cb)(void *arg), void *arg);
 /* The I/O loop that owns this exchange (for loop_post). */
 net_loop *http_exchange_loop(const http_exchange *ex);
+/* Numeric address of the client's TCP peer ("127.0.0.1", "::1"; IPv4-mapped IPv6 as IPv4;
+ * "" if unknown). Valid until the exchange is answered. I/O thread only. */
+const char *http_exchange_peer(const http_exchange *ex);
 
 /* ===================================================================================== */
 /* Client                                                                                 */
@@ -242,7 +251,8 @@ typedef enum http_client_error {
   HTTP_CLIENT_RESET,             /* closed/reset in the middle of the response */
   HTTP_CLIENT_TIMEOUT,           /* no response progress within response_timeout_ms */
   HTTP_CLIENT_MALFORMED,         /* response violated HTTP/1.1 or our limits */
-  HTTP_CLIENT_CANCELLED          /* http_client_close() while a request was in flight */
+  HTTP_CLIENT_CANCELLED,         /* http_client_close() while a request was in flight */
+  HTTP_CLIENT_TLS                /* TLS handshake failed (msg says why: CA, expiry, ...) */
 } http_client_error;
 const char *http_client_error_name(http_client_error e);
 
@@ -264,6 +274,10 @@ typedef struct http_client_opts {
   int response_timeout_ms;      /* 0 = 60000; inactivity bound while a request is live */
   size_t max_header_bytes;      /* 0 = 64 KiB */
   size_t max_headers;           /* 0 = 100 (at most 10000) */
+  /* TLS (borrowed, outlives the client; NULL = plain). The handshake is bounded by
+   * connect_timeout_ms; the server certificate must match tls_name (NULL: host). */
+  net_tls *tls;
+  const char *tls_name;
 } http_client_opts;
 
 /* Creates a client bound to loop (it connects lazily on the first send). cb is copied;

@@ -14,7 +14,11 @@
 #include "net/http.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -24,7 +28,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum { CL_NONE, CL_CONNECTING, CL_SENDING, CL_RECEIVING, CL_IDLE };
+enum { CL_NONE, CL_CONNECTING, CL_HANDSHAKE, CL_SENDING, CL_RECEIVING, CL_IDLE };
 
 #define CL_RBUF 16384
 
@@ -52,6 +56,8 @@ struct http_client {
   uint64_t body_left;
   http_chunked ck;
   uint64_t deadline;
+  SSL *ssl;              /* TLS connection (o.tls set), NULL otherwise */
+  char errbuf[320];      /* the message of a TLS failure (valid during on_done) */
 };
 
 const char *http_client_error_name(http_client_error e) {
@@ -64,6 +70,7 @@ const char *http_client_error_name(http_client_error e) {
     case HTTP_CLIENT_TIMEOUT: return "response timeout";
     case HTTP_CLIENT_MALFORMED: return "malformed response";
     case HTTP_CLIENT_CANCELLED: return "cancelled";
+    case HTTP_CLIENT_TLS: return "TLS handshake failed";
   }
   return "unknown";
 }
@@ -71,6 +78,8 @@ const char *http_client_error_name(http_client_error e) {
 static void cl_close_fd(http_client *c) {
   if (c->fd < 0) return;
   loop_io_del(c->loop, &c->io);
+  SSL_free(c->ssl);
+  c->ssl = NULL;
   close(c->fd);
   c->fd = -1;
   c->state = CL_NONE;
@@ -101,9 +110,89 @@ static void cl_fail_io(http_client *c) {
   cl_done(c, c->got_byte ? HTTP_CLIENT_RESET : HTTP_CLIENT_RESET_BEFORE_RESPONSE, NULL);
 }
 
+/* read(2)/send(2) conventions over the plain socket or TLS */
+static ssize_t cl_recv(http_client *c, void *buf, size_t n) {
+  if (!c->ssl) return read(c->fd, buf, n);
+  ERR_clear_error();
+  int r = SSL_read(c->ssl, buf, n > INT_MAX ? INT_MAX : (int)n);
+  if (r > 0) return r;
+  int e = SSL_get_error(c->ssl, r);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    errno = EAGAIN;
+    return -1;
+  }
+  if (e == SSL_ERROR_ZERO_RETURN) return 0;
+  errno = ECONNRESET;
+  return -1;
+}
+
+static ssize_t cl_send(http_client *c, const void *p, size_t n) {
+  if (!c->ssl) return send(c->fd, p, n, MSG_NOSIGNAL);
+  ERR_clear_error();
+  int w = SSL_write(c->ssl, p, n > INT_MAX ? INT_MAX : (int)n);
+  if (w > 0) return w;
+  int e = SSL_get_error(c->ssl, w);
+  errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPIPE;
+  return -1;
+}
+
+static void cl_write(http_client *c);
+
+/* Drives the client handshake (bounded by connect_timeout_ms); sends the request once it
+ * is complete. A failure (wrong CA, expired or mismatched certificate, a plaintext peer)
+ * ends the request with HTTP_CLIENT_TLS and the reason. */
+static void cl_handshake(http_client *c) {
+  ERR_clear_error();
+  int r = SSL_do_handshake(c->ssl);
+  if (r == 1) {
+    c->state = CL_SENDING;
+    cl_arm(c, c->o.response_timeout_ms);
+    cl_write(c);
+    return;
+  }
+  int e = SSL_get_error(c->ssl, r);
+  if (e == SSL_ERROR_WANT_READ) {
+    loop_io_set(c->loop, &c->io, LOOP_READ | LOOP_RDHUP);
+    return;
+  }
+  if (e == SSL_ERROR_WANT_WRITE) {
+    loop_io_set(c->loop, &c->io, LOOP_WRITE | LOOP_RDHUP);
+    return;
+  }
+  char eb[200];
+  long v = SSL_get_verify_result(c->ssl);
+  if (v != X509_V_OK)
+    snprintf(c->errbuf, sizeof c->errbuf, "TLS handshake with %s:%u failed: certificate: %s",
+             c->o.host, c->o.port, X509_verify_cert_error_string(v));
+  else
+    snprintf(c->errbuf, sizeof c->errbuf, "TLS handshake with %s:%u failed: %s", c->o.host,
+             c->o.port, net_tls_last_error(eb, sizeof eb));
+  cl_done(c, HTTP_CLIENT_TLS, c->errbuf);
+}
+
+/* The TCP connection is up: TLS handshake first, or send at once. */
+static void cl_connected(http_client *c) {
+  if (c->o.tls) {
+    c->ssl = net_tls_new_ssl(c->o.tls, c->o.tls_name ? c->o.tls_name : c->o.host,
+                             loop_now_ms(c->loop));
+    if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1) {
+      snprintf(c->errbuf, sizeof c->errbuf, "TLS: out of memory");
+      cl_done(c, HTTP_CLIENT_TLS, c->errbuf);
+      return;
+    }
+    SSL_set_connect_state(c->ssl);
+    c->state = CL_HANDSHAKE;
+    cl_handshake(c);
+    return;
+  }
+  c->state = CL_SENDING;
+  cl_arm(c, c->o.response_timeout_ms);
+  cl_write(c);
+}
+
 static void cl_write(http_client *c) {
   while (c->req_sent < c->req_len) {
-    ssize_t w = send(c->fd, c->req + c->req_sent, c->req_len - c->req_sent, MSG_NOSIGNAL);
+    ssize_t w = cl_send(c, c->req + c->req_sent, c->req_len - c->req_sent);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
@@ -202,7 +291,7 @@ static void cl_read(http_client *c) {
   if (c->state == CL_IDLE || !c->busy) {
     /* idle keep-alive connection: the server closed it (or sent garbage) */
     char tmp[256];
-    ssize_t r = read(c->fd, tmp, sizeof tmp);
+    ssize_t r = cl_recv(c, tmp, sizeof tmp);
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
     cl_close_fd(c);
     return;
@@ -222,7 +311,7 @@ static void cl_read(http_client *c) {
     c->rbuf = nb;
     c->rcap = cap;
   }
-  ssize_t r = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+  ssize_t r = cl_recv(c, c->rbuf + c->rlen, c->rcap - c->rlen);
   if (r < 0) {
     if (errno == EAGAIN || errno == EINTR) return;
     if (c->got_byte) cl_consume(c, true);  /* may complete a close-delimited body */
@@ -261,15 +350,19 @@ static void cl_io(loop_io *io, uint32_t ev) {
       if (err || (ev & (LOOP_ERROR | LOOP_HUP))) {
         cl_done(c, HTTP_CLIENT_CONNECT_REFUSED, err ? strerror(err) : "connect failed");
       } else {
-        c->state = CL_SENDING;
-        cl_arm(c, c->o.response_timeout_ms);
-        cl_write(c);
+        cl_connected(c);
       }
     }
+  } else if (c->state == CL_HANDSHAKE) {
+    cl_handshake(c);
   } else {
     if ((ev & LOOP_WRITE) && c->state == CL_SENDING) cl_write(c);
-    if (c->fd >= 0 && !c->destroyed && (ev & (LOOP_READ | LOOP_RDHUP | LOOP_HUP | LOOP_ERROR)))
+    if (c->fd >= 0 && !c->destroyed && (ev & (LOOP_READ | LOOP_RDHUP | LOOP_HUP | LOOP_ERROR))) {
       cl_read(c);
+      /* decrypted bytes left inside SSL: epoll will not report them */
+      while (c->ssl && c->fd >= 0 && !c->destroyed && c->busy && SSL_pending(c->ssl) > 0)
+        cl_read(c);
+    }
   }
   cl_leave(c);
 }
@@ -283,7 +376,9 @@ static void cl_timer(loop_timer *t) {
     return;
   }
   c->depth++;
-  cl_done(c, c->state == CL_CONNECTING ? HTTP_CLIENT_CONNECT_TIMEOUT : HTTP_CLIENT_TIMEOUT, NULL);
+  cl_done(c, c->state == CL_CONNECTING || c->state == CL_HANDSHAKE ? HTTP_CLIENT_CONNECT_TIMEOUT
+                                                                    : HTTP_CLIENT_TIMEOUT,
+          c->state == CL_HANDSHAKE ? "TLS handshake timeout" : NULL);
   cl_leave(c);
 }
 
@@ -374,11 +469,7 @@ bool http_client_send(http_client *c, const void *req, size_t len, bool head_req
     }
     c->state = CL_CONNECTING;
     cl_arm(c, c->o.connect_timeout_ms);
-    if (r == 0) {  /* connected at once (loopback can do this) */
-      c->state = CL_SENDING;
-      cl_arm(c, c->o.response_timeout_ms);
-      cl_write(c);
-    }
+    if (r == 0) cl_connected(c);  /* connected at once (loopback can do this) */
   } else {
     c->state = CL_SENDING;
     cl_arm(c, c->o.response_timeout_ms);
@@ -389,7 +480,9 @@ bool http_client_send(http_client *c, const void *req, size_t len, bool head_req
 }
 
 bool http_client_busy(const http_client *c) { return c->busy; }
-bool http_client_connected(const http_client *c) { return c->fd >= 0 && c->state != CL_CONNECTING; }
+bool http_client_connected(const http_client *c) {
+  return c->fd >= 0 && c->state != CL_CONNECTING && c->state != CL_HANDSHAKE;
+}
 
 void http_client_destroy(http_client *c) {
   if (!c || c->destroyed) return;

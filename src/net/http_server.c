@@ -26,6 +26,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -104,12 +107,19 @@ struct conn {
   size_t owned_len, owned_sent;
   void (*owned_free)(void *);
   http_exchange ex;
+  char peer[48];         /* numeric address of the client ("" if unknown) */
+  /* TLS (NULL = plain) */
+  SSL *ssl;
+  bool hs_done;          /* handshake complete */
+  bool rd_wants_write;   /* the last SSL_read needs the socket writable */
+  uint32_t hs_want;      /* interest while handshaking */
+  loop_timer kick;       /* decrypted bytes wait inside SSL: epoll will not report them */
 };
 
 typedef struct stats {
   _Atomic uint64_t connections_accepted, connections_rejected, requests, responses,
       bytes_in, bytes_out, err_400, err_408, err_413, err_417, err_431, err_501, err_505,
-      cancelled;
+      cancelled, tls_handshake_failures;
   _Atomic uint64_t unanswered;  /* exchanges dispatched, not completed (wraps as signed) */
 } stats;
 
@@ -152,6 +162,7 @@ static void conn_leave(conn *c);
 static void conn_update_deadline(conn *c);
 static void conn_settle(conn *c);
 static void conn_pump(conn *c);
+static void conn_readable(conn *c);
 static bool output_blocked(const conn *c);
 
 static void srv_signal(http_server *s) {
@@ -377,6 +388,7 @@ void http_exchange_set_cancel(http_exchange *ex, void (*cb)(void *arg), void *ar
 }
 
 net_loop *http_exchange_loop(const http_exchange *ex) { return ex->c->t->loop; }
+const char *http_exchange_peer(const http_exchange *ex) { return ex->c->peer; }
 
 /* ---- exchange: loop side --------------------------------------------------------------- */
 
@@ -530,6 +542,9 @@ static void conn_close(conn *c) {
   io_thread *t = c->t;
   loop_io_del(t->loop, &c->io);
   loop_timer_cancel(t->loop, &c->timer);
+  loop_timer_cancel(t->loop, &c->kick);
+  SSL_free(c->ssl);
+  c->ssl = NULL;
   close(c->fd);
   c->fd = -1;
   free_owned(c);
@@ -573,10 +588,83 @@ static void conn_error(conn *c, int status, const char *msg) {
 
 /* Starts the linger phase after the final bytes went out. */
 static void conn_linger(conn *c) {
+  if (c->ssl) {
+    ERR_clear_error();
+    SSL_shutdown(c->ssl);  /* close_notify, best effort (non-blocking) */
+  }
   shutdown(c->fd, SHUT_WR);
   c->state = C_LINGER;
   c->last_read_ms = loop_now_ms(c->t->loop);
   loop_io_set(c->t->loop, &c->io, LOOP_READ | LOOP_RDHUP);
+}
+
+/* ---- transport: plain socket or TLS, with read(2)/sendmsg(2) conventions -------------- */
+
+static __thread char tls_scratch[16384];
+
+static ssize_t conn_recv(conn *c, void *buf, size_t n) {
+  if (!c->ssl) return read(c->fd, buf, n);
+  ERR_clear_error();
+  int r = SSL_read(c->ssl, buf, n > INT_MAX ? INT_MAX : (int)n);
+  c->rd_wants_write = false;
+  if (r > 0) return r;
+  switch (SSL_get_error(c->ssl, r)) {
+    case SSL_ERROR_WANT_READ: errno = EAGAIN; return -1;
+    case SSL_ERROR_WANT_WRITE: c->rd_wants_write = true; errno = EAGAIN; return -1;
+    case SSL_ERROR_ZERO_RETURN: return 0;
+    default: errno = ECONNRESET; return -1;
+  }
+}
+
+static ssize_t conn_send(conn *c, struct iovec *iov, int n) {
+  if (!c->ssl) {
+    /* sendmsg == writev plus MSG_NOSIGNAL: a peer reset must not raise SIGPIPE */
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    return sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+  }
+  const void *p = iov[0].iov_base;
+  size_t len = iov[0].iov_len, total = 0;
+  for (int i = 0; i < n; i++) total += iov[i].iov_len;
+  if (n > 1 && total <= sizeof tls_scratch) {
+    /* one record for a head and a small body (the retry after WANT_WRITE rebuilds the same
+     * bytes: SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER allows the new address) */
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+      memcpy(tls_scratch + o, iov[i].iov_base, iov[i].iov_len);
+      o += iov[i].iov_len;
+    }
+    p = tls_scratch;
+    len = total;
+  }
+  ERR_clear_error();
+  int w = SSL_write(c->ssl, p, len > INT_MAX ? INT_MAX : (int)len);
+  if (w > 0) return w;
+  int e = SSL_get_error(c->ssl, w);
+  errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPIPE;
+  return -1;
+}
+
+/* Drives the server handshake; true when it is complete. On failure the connection is
+ * closed (a plaintext request on the TLS port ends here). */
+static bool conn_handshake(conn *c) {
+  ERR_clear_error();
+  int r = SSL_do_handshake(c->ssl);
+  if (r == 1) {
+    c->hs_done = true;
+    return true;
+  }
+  int e = SSL_get_error(c->ssl, r);
+  if (e == SSL_ERROR_WANT_READ) {
+    c->hs_want = LOOP_READ | LOOP_RDHUP;
+  } else if (e == SSL_ERROR_WANT_WRITE) {
+    c->hs_want = LOOP_WRITE;
+  } else {
+    char eb[200];
+    LOG_V(1, "http: TLS handshake with %s failed: %s", c->peer, net_tls_last_error(eb, sizeof eb));
+    STAT_ADD(c->t, tls_handshake_failures, 1);
+    conn_close(c);
+  }
+  return false;
 }
 
 static void conn_flush(conn *c) {
@@ -605,9 +693,7 @@ static void conn_flush(conn *c) {
       }
     }
     if (n == 0) break;
-    /* sendmsg == writev plus MSG_NOSIGNAL: a peer reset must not raise SIGPIPE */
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+    ssize_t w = conn_send(c, iov, n);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -812,12 +898,23 @@ static uint32_t conn_want(const conn *c) {
 }
 
 static void conn_settle(conn *c) {
+  if (c->ssl && !c->hs_done) {
+    loop_io_set(c->t->loop, &c->io, c->hs_want);
+    conn_update_deadline(c);
+    return;
+  }
   if (c->t->draining && c->state == C_HEAD && c->rlen == 0 && c->out.len == c->out_sent &&
       !c->owned) {
     conn_close(c);
     return;
   }
-  loop_io_set(c->t->loop, &c->io, conn_want(c));
+  uint32_t want = conn_want(c);
+  if (c->ssl) {
+    if (c->rd_wants_write) want |= LOOP_WRITE;
+    if ((want & LOOP_READ) && SSL_pending(c->ssl) > 0 && !loop_timer_armed(&c->kick))
+      loop_timer_at(c->t->loop, &c->kick, loop_now_ms(c->t->loop));
+  }
+  loop_io_set(c->t->loop, &c->io, want);
   conn_update_deadline(c);
 }
 
@@ -825,7 +922,9 @@ static void conn_update_deadline(conn *c) {
   io_thread *t = c->t;
   const http_server_opts *o = &t->srv->o;
   uint64_t d = 0;
-  if (c->out.len > c->out_sent || c->owned) {
+  if (c->ssl && !c->hs_done) {
+    d = c->head_start_ms + (uint64_t)o->header_timeout_ms;  /* slow handshakes too */
+  } else if (c->out.len > c->out_sent || c->owned) {
     d = c->last_write_ms + (uint64_t)o->body_timeout_ms;
   } else {
     switch (c->state) {
@@ -840,6 +939,17 @@ static void conn_update_deadline(conn *c) {
   }
   if (d && (!loop_timer_armed(&c->timer) || c->timer.deadline_ms > d))
     loop_timer_at(t->loop, &c->timer, d);
+}
+
+/* Decrypted input left inside SSL after the last read (epoll cannot see it). */
+static void conn_kick(loop_timer *tm) {
+  conn *c = (conn *)((char *)tm - offsetof(conn, kick));
+  if (c->fd < 0) return;
+  c->busy++;
+  conn_readable(c);
+  conn_pump(c);
+  if (c->fd >= 0) conn_settle(c);
+  conn_leave(c);
 }
 
 static void conn_timer(loop_timer *tm) {
@@ -873,7 +983,7 @@ static void conn_readable(conn *c) {
   http_server *s = t->srv;
   if (c->state == C_LINGER || c->state == C_CLOSING) {
     char sink[4096];
-    ssize_t r = read(c->fd, sink, sizeof sink);
+    ssize_t r = conn_recv(c, sink, sizeof sink);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
       if (c->state == C_LINGER) conn_close(c);
       else c->peer_eof = true;  /* stop reading; conn_settle drops the interest */
@@ -902,7 +1012,7 @@ static void conn_readable(conn *c) {
       return;
     }
   }
-  ssize_t r = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+  ssize_t r = conn_recv(c, c->rbuf + c->rlen, c->rcap - c->rlen);
   if (r <= 0) {
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
     conn_close(c);  /* EOF or reset: client gone (cancels a pending exchange) */
@@ -918,7 +1028,23 @@ static void conn_readable(conn *c) {
 static void conn_io(loop_io *io, uint32_t ev) {
   conn *c = (conn *)((char *)io - offsetof(conn, io));
   c->busy++;
-  if (ev & LOOP_WRITE) conn_flush(c);
+  if (c->ssl && !c->hs_done) {
+    if ((ev & (LOOP_ERROR | LOOP_HUP)) && !(ev & LOOP_READ)) conn_close(c);
+    else if (!conn_handshake(c)) {
+      if (c->fd >= 0) conn_settle(c);
+      conn_leave(c);
+      return;
+    }
+    if (c->fd < 0) {
+      conn_leave(c);
+      return;
+    }
+    ev |= LOOP_READ;  /* the client's first request may already be waiting */
+  }
+  if (ev & LOOP_WRITE) {
+    conn_flush(c);
+    if (c->fd >= 0 && c->rd_wants_write) ev |= LOOP_READ;
+  }
   if (c->fd >= 0 && (ev & (LOOP_READ | LOOP_RDHUP | LOOP_HUP | LOOP_ERROR))) {
     if ((ev & (LOOP_ERROR | LOOP_HUP)) && !(ev & LOOP_READ)) conn_close(c);
     else if ((ev & LOOP_RDHUP) && !(ev & LOOP_READ) && c->state == C_WAIT) conn_close(c);
@@ -931,11 +1057,25 @@ static void conn_io(loop_io *io, uint32_t ev) {
 
 /* ---- accept ------------------------------------------------------------------------------ */
 
+/* Numeric address of an accepted peer; an IPv4-mapped IPv6 address is written as IPv4. */
+static void peer_name(const struct sockaddr_storage *ss, char *out, size_t cap) {
+  out[0] = 0;
+  if (ss->ss_family == AF_INET) {
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, out, (socklen_t)cap);
+  } else if (ss->ss_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(a)) inet_ntop(AF_INET, a->s6_addr + 12, out, (socklen_t)cap);
+    else inet_ntop(AF_INET6, a, out, (socklen_t)cap);
+  }
+}
+
 static void accept_io(loop_io *io, uint32_t ev) {
   io_thread *t = (io_thread *)((char *)io - offsetof(io_thread, lio));
   http_server *s = t->srv;
   for (int i = 0; i < 64; i++) {
-    int fd = accept4(t->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_storage pa;
+    socklen_t pal = sizeof pa;
+    int fd = accept4(t->lfd, (struct sockaddr *)&pa, &pal, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         /* Out of descriptors: a level-triggered listener would spin. Pause accepting for
@@ -966,6 +1106,7 @@ static void accept_io(loop_io *io, uint32_t ev) {
     }
     c->t = t;
     c->fd = fd;
+    peer_name(&pa, c->peer, sizeof c->peer);
     c->rbuf = rb;
     c->rcap = RBUF_INIT;
     c->headers = hd;
@@ -973,13 +1114,30 @@ static void accept_io(loop_io *io, uint32_t ev) {
     c->io.fd = fd;
     c->io.fn = conn_io;
     c->timer.fn = conn_timer;
+    c->kick.fn = conn_kick;
     c->ex.c = c;
     c->ex.task.fn = ex_task_run;
     pthread_mutex_init(&c->ex.mu, NULL);
     c->head_start_ms = c->last_read_ms = c->last_write_ms = loop_now_ms(t->loop);
+    if (s->o.tls) {
+      c->ssl = net_tls_new_ssl(s->o.tls, NULL, loop_now_ms(t->loop));
+      if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) {
+        SSL_free(c->ssl);
+        close(fd);
+        pthread_mutex_destroy(&c->ex.mu);
+        free(c);
+        free(rb);
+        free(hd);
+        STAT_ADD(t, connections_rejected, 1);
+        continue;
+      }
+      SSL_set_accept_state(c->ssl);
+      c->hs_want = LOOP_READ | LOOP_RDHUP;
+    }
     cinfer_status *st = loop_io_add(t->loop, &c->io, LOOP_READ | LOOP_RDHUP);
     if (st) {
       cinfer_status_free(st);
+      SSL_free(c->ssl);
       close(fd);
       pthread_mutex_destroy(&c->ex.mu);
       free(c);
@@ -1244,6 +1402,8 @@ void http_server_destroy(http_server *srv) {
     while (t->conns) {
       conn *c = t->conns;
       if (c->fd >= 0) {
+        SSL_free(c->ssl);
+        c->ssl = NULL;
         close(c->fd);
         c->fd = -1;
       }
@@ -1265,7 +1425,7 @@ void http_server_get_stats(const http_server *srv, http_server_stats *out) {
 #define S(f) out->f += atomic_load_explicit(&st->f, memory_order_relaxed)
     S(connections_accepted); S(connections_rejected); S(requests); S(responses);
     S(bytes_in); S(bytes_out); S(err_400); S(err_408); S(err_413); S(err_417);
-    S(err_431); S(err_501); S(err_505); S(cancelled);
+    S(err_431); S(err_501); S(err_505); S(cancelled); S(tls_handshake_failures);
 #undef S
   }
   out->connections_active = (uint64_t)atomic_load(&((http_server *)srv)->conns_open);
