@@ -47,13 +47,21 @@ static void serve_usage(FILE *f) {
           "  --http-idle-timeout-ms N     idle keep-alive connections close (default 60000)\n"
           "  --log-format text|json       log line format (default text)\n"
           "  --log-verbose N              1: one line per request (default 0)\n"
+          "  --tls-cert FILE              serve HTTPS on the HTTP port with this certificate\n"
+          "                               chain (PEM) ...\n"
+          "  --tls-key FILE               ... and key; both reloaded when they change\n"
+          "  --http-restricted-api GROUPS:KEY=VALUE\n"
+          "                               calls of these API groups (health, metadata,\n"
+          "                               inference, shared-memory, model-config,\n"
+          "                               model-repository, statistics, trace, logging) need\n"
+          "                               header KEY: VALUE, else 403; repeatable (Triton's flag)\n"
           "  -h, --help                   this help\n");
 }
 
 int cmd_serve(int argc, char **argv) {
   enum {
     O_REPO = 256, O_HOST, O_PORT, O_MPORT, O_MODE, O_LOAD, O_POLL, O_THREADS, O_IO,
-    O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV, O_BACKEND_DIR
+    O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV, O_BACKEND_DIR, O_TCERT, O_TKEY, O_RAPI
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -76,6 +84,9 @@ int cmd_serve(int argc, char **argv) {
       {"http-idle-timeout-ms", required_argument, 0, O_ITO},
       {"log-format", required_argument, 0, O_LOGF},
       {"log-verbose", required_argument, 0, O_LOGV},
+      {"tls-cert", required_argument, 0, O_TCERT},
+      {"tls-key", required_argument, 0, O_TKEY},
+      {"http-restricted-api", required_argument, 0, O_RAPI},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *repo = NULL, *backend_dir = NULL, *host = "0.0.0.0", *log_format = "text";
@@ -84,7 +95,9 @@ int cmd_serve(int argc, char **argv) {
   bool strict = true;
   cinfer_model_control mode = CINFER_MODEL_CONTROL_NONE;
   const char **load = calloc((size_t)argc + 1, sizeof *load);
-  size_t n_load = 0;
+  const char **rapi = calloc((size_t)argc + 1, sizeof *rapi);
+  const char *tls_cert = NULL, *tls_key = NULL;
+  size_t n_load = 0, n_rapi = 0;
   int c, rc = 2;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -125,6 +138,9 @@ int cmd_serve(int argc, char **argv) {
       case O_ITO: if (!cli_parse_int("serve", "--http-idle-timeout-ms", optarg, 1, 86400000, &ito)) goto out; break;
       case O_LOGF: log_format = optarg; break;
       case O_LOGV: if (!cli_parse_int("serve", "--log-verbose", optarg, 0, 10, &verbose)) goto out; break;
+      case O_TCERT: tls_cert = optarg; break;
+      case O_TKEY: tls_key = optarg; break;
+      case O_RAPI: rapi[n_rapi++] = optarg; break;
       case 'h': serve_usage(stdout); rc = 0; goto out;
       default: fprintf(stderr, "Run 'cinfer serve --help' for the options.\n"); goto out;
     }
@@ -173,7 +189,9 @@ int cmd_serve(int argc, char **argv) {
   frontend_opts fo = {.host = host, .http_port = (uint16_t)port, .metrics_port = (int)mport,
                       .io_threads = (int)io, .max_body_bytes = (size_t)body,
                       .max_tensor_elements = elems, .header_timeout_ms = (int)hto,
-                      .body_timeout_ms = (int)bto, .idle_timeout_ms = (int)ito};
+                      .body_timeout_ms = (int)bto, .idle_timeout_ms = (int)ito,
+                      .tls_cert = tls_cert, .tls_key = tls_key,
+                      .restricted_api = rapi, .n_restricted_api = n_rapi};
   frontend *fe = NULL;
   if ((st = frontend_start(s, &fo, &fe))) {
     LOG_E("cinfer serve: %s", cinfer_status_message(st));
@@ -200,5 +218,6 @@ int cmd_serve(int argc, char **argv) {
   rc = 0;
 out:
   free(load);
+  free(rapi);
   return rc;
 }

@@ -490,6 +490,9 @@ static void method_not_allowed(http_exchange *ex, const char *allow) {
 
 static void route(http_exchange *ex, const http_request *req, void *user) {
   frontend *fe = user;
+  char denied[256];
+  int code = api_restrictions_check_request(&fe->restrict_, req, denied, sizeof denied);
+  if (code) return respond_error(ex, code, denied);
   if (openai_route(fe, ex, req)) return;
   path_segs p;
   if (!split_path(req->path, req->path_len, &p)) return respond_error(ex, 400, "malformed request path");
@@ -596,25 +599,45 @@ cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend
   fe->server = s;
   fe->limits.max_tensor_elements = o->max_tensor_elements > 0 ? o->max_tensor_elements : (1 << 26);
   fe->limits.max_json_depth = 32;
+  cinfer_status *st = NULL;
+  for (size_t i = 0; i < o->n_restricted_api; i++) {
+    char err[256];
+    if (!api_restrictions_add(&fe->restrict_, o->restricted_api[i], err, sizeof err)) {
+      st = cinfer_status_new(CINFER_INVALID_ARG, "--http-restricted-api '%s': %s", o->restricted_api[i], err);
+      break;
+    }
+  }
+  if (!st && (o->tls_cert || o->tls_key)) {
+    if (!o->tls_cert || !o->tls_key)
+      st = cinfer_status_new(CINFER_INVALID_ARG, "--tls-cert and --tls-key go together");
+    else
+      st = net_tls_create(&(net_tls_opts){.server = true, .cert_file = o->tls_cert, .key_file = o->tls_key},
+                          &fe->tls);
+  }
+  if (st) {
+    frontend_destroy(fe);
+    return st;
+  }
   http_server_opts ho = {.host = o->host, .port = o->http_port, .io_threads = o->io_threads,
                          .max_body_bytes = o->max_body_bytes,
                          .header_timeout_ms = o->header_timeout_ms,
                          .body_timeout_ms = o->body_timeout_ms,
                          .idle_keepalive_ms = o->idle_timeout_ms,
                          .batch_begin = batch_begin,
-                         .batch_end = batch_end};
-  cinfer_status *st = http_server_create(&ho, route, fe, &fe->http);
+                         .batch_end = batch_end,
+                         .tls = fe->tls};
+  st = http_server_create(&ho, route, fe, &fe->http);
   if (st) {
-    free(fe);
+    frontend_destroy(fe);
     return cinfer_status_prefix(st, "HTTP port %u", o->http_port);
   }
   if (o->metrics_port >= 0) {
     http_server_opts mo = ho;
     mo.port = (uint16_t)o->metrics_port;
     mo.io_threads = 1;
+    mo.tls = NULL; /* Prometheus scrapes the metrics port in plain HTTP */
     if ((st = http_server_create(&mo, route_metrics_only, fe, &fe->metrics_http))) {
-      http_server_destroy(fe->http);
-      free(fe);
+      frontend_destroy(fe);
       return cinfer_status_prefix(st, "metrics port %d", o->metrics_port);
     }
   }
@@ -636,5 +659,7 @@ void frontend_destroy(frontend *f) {
   if (!f) return;
   http_server_destroy(f->http);
   http_server_destroy(f->metrics_http);
+  net_tls_destroy(f->tls);
+  api_restrictions_free(&f->restrict_);
   free(f);
 }

@@ -19,6 +19,11 @@ typedef struct frontend_opts {
   size_t max_body_bytes;       /* 413 beyond */
   int64_t max_tensor_elements; /* per input; 400 beyond */
   int header_timeout_ms, body_timeout_ms, idle_timeout_ms;
+  const char *tls_cert, *tls_key;  /* both set: HTTPS on the HTTP port (reloaded on change) */
+  /* Triton's --http-restricted-api values, "GROUP[,GROUP...]:KEY=VALUE" each (net/apigroup.h):
+   * a call of a restricted group without that header is refused with 403 naming the group. */
+  const char *const *restricted_api;
+  size_t n_restricted_api;
 } frontend_opts;
 
 cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend **out);

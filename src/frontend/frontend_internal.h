@@ -2,6 +2,7 @@
 #ifndef CINFER_FRONTEND_INTERNAL_H
 #define CINFER_FRONTEND_INTERNAL_H
 
+#include "net/apigroup.h"
 #include "frontend/frontend.h"
 #include "frontend/kserve.h"
 #include "metrics/metrics.h"
@@ -11,6 +12,8 @@ struct frontend {
   cinfer_server *server;
   http_server *http, *metrics_http;
   kserve_limits limits;
+  net_tls *tls;                 /* HTTPS on the HTTP port, or NULL */
+  api_restrictions restrict_;   /* --http-restricted-api */
 };
 
 /* The server's metrics registry (src/server), for frontend-owned metric families. */

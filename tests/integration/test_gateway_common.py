@@ -114,8 +114,11 @@ def fast_sim_repo(base_us=200, per_item_us=10, name="sim_detector"):
     return d
 
 
-def replica(repo):
-    return Server(repo, ["--threads", "2", "--exit-timeout-secs", "10"])
+def replica(repo, control=False):
+    """A replica; control=True starts it in explicit model-control mode with every model
+    loaded, so load/unload calls through the gateway can succeed (mode none refuses them)."""
+    extra = ["--model-control-mode", "explicit", "--load-model", "*"] if control else []
+    return Server(repo, ["--threads", "2", "--exit-timeout-secs", "10"] + extra)
 
 
 class LoadGen:

@@ -100,7 +100,7 @@ def test_restricted_groups_keys_and_tenants_through_the_gateway():
     kdir = tempfile.mkdtemp(prefix="cinfer-keys-")
     kfile = os.path.join(kdir, "keys.txt")
     write_keys(kfile, default_keys())
-    with replica(repo) as r:
+    with replica(repo, control=True) as r:
         r.wait_ready()
         with Gateway(gw_cfg([r.hostport], keys_file=kfile, reload_interval_ms=50)) as gw:
             gw.wait_ready()
@@ -518,3 +518,52 @@ def test_upstream_tls_ca_and_mutual_tls():
         finally:
             assert b.stop() == 0
         assert models_ready(r.port) == ["identity"]
+
+
+def test_serve_https_and_restricted_api_groups():
+    """`cinfer serve` itself: HTTPS on the HTTP port (tritonclient with ssl=True, a plaintext
+    request closed), and Triton's --http-restricted-api: the model-repository and statistics
+    groups need the header, health and inference do not; a refusal is 403 naming the group,
+    a bad flag value fails the start naming the flag."""
+    import gevent.ssl
+    import numpy as np
+    import tritonclient.http as th
+    from cinfer_server import BIN, Server as CinferServer
+    d = make_certs()
+    ca = os.path.join(d, "ca.pem")
+    repo = copy_repo(["identity"])
+    srv = CinferServer(repo, args=["--tls-cert", os.path.join(d, "srv.pem"), "--tls-key",
+                                   os.path.join(d, "srv.key"), "--model-control-mode", "explicit",
+                                   "--load-model", "identity",
+                                   "--http-restricted-api", "model-repository,statistics:admin-key=s3cret"])
+    with srv:
+        wait_for(lambda: https(srv.port, "GET", "/v2/health/ready", cafile=ca)[0] == 200, what="ready")
+        c = th.InferenceServerClient(f"127.0.0.1:{srv.port}", ssl=True,
+                                     ssl_context_factory=lambda: gevent.ssl.create_default_context(cafile=ca))
+        inp = th.InferInput("INPUT0", [1, 4], "FP32")
+        x = np.array([[1, 2, 3, 4]], dtype=np.float32)
+        inp.set_data_from_numpy(x)
+        assert np.array_equal(c.infer("identity", [inp]).as_numpy("OUTPUT0"), x)
+        rows = [  # method, path, headers, expected status, text in the body
+            ("POST", "/v2/repository/index", {}, 403, "model-repository"),
+            ("POST", "/v2/repository/models/identity/unload", {}, 403, "model-repository"),
+            ("GET", "/v2/models/identity/stats", {}, 403, "statistics"),
+            ("GET", "/v2/models/identity/stats", {"admin-key": "wrong"}, 403, "statistics"),
+            ("POST", "/v2/repository/index", {"admin-key": "s3cret"}, 200, "identity"),
+            ("GET", "/v2/models/identity/stats", {"admin-key": "s3cret"}, 200, "identity"),
+            ("GET", "/v2/models/identity", {}, 200, "identity"),
+        ]
+        for method, path, headers, want, text in rows:
+            code, body = https(srv.port, method, path, headers=headers, cafile=ca)
+            assert code == want and text.encode() in body, (method, path, headers, code, body)
+        # the unload was refused: the model still serves
+        assert np.array_equal(c.infer("identity", [inp]).as_numpy("OUTPUT0"), x)
+        c.close()
+        # plain HTTP on the TLS port gets no answer
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert closed_without_answer(s)
+    bad = subprocess.run([BIN, "serve", "--model-repository", repo, "--http-port", "0",
+                          "--http-restricted-api", "nosuchgroup:k=v"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode != 0 and "--http-restricted-api" in bad.stderr + bad.stdout, bad

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include "backends/onnx/onnx.h"
 #include "model_builder.h"
@@ -1178,6 +1179,40 @@ static void test_binary_threads(void **state) {
  * 1x1's output is >= 2 MiB: against the reference, odd sizes (the stride-2 output rounds
  * up), with/without activations and depthwise bias, blocked (a 1x1 conv after it) or plain
  * (graph output) destination; the profile must show the pair as one step. */
+/* Independent of the engine: whether this host's oneDNN has a non-reference implementation
+ * of 1x1 conv (C -> M, HxW, Relu or not) + dw 3x3 stride-2 post-op (Relu or not), under the
+ * same ISA cap the engine sets (AVX2 unless DNNL_MAX_CPU_ISA). Where it has none (the
+ * AVX-512 test host answers ref_fused_convolution) the engine must leave the pair unfused. */
+static bool onednn_has_dw_pair(int64_t C, int64_t M, int64_t H, int64_t W, bool relu1, bool relu2) {
+  dnnl_engine_t eng;
+  if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return false;
+  dnnl_dims_t xd = {1, C, H, W}, wd = {M, C, 1, 1}, yd = {1, M, H, W}, one = {1, 1}, zero = {0, 0};
+  dnnl_memory_desc_t xa, wa, ya;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_convolution_desc_t cd;
+  dnnl_primitive_desc_t pd = NULL;
+  const char *impl = NULL;
+  bool ok = dnnl_memory_desc_init_by_tag(&xa, 4, xd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+            dnnl_memory_desc_init_by_tag(&wa, 4, wd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+            dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+            dnnl_primitive_attr_create(&attr) == dnnl_success && dnnl_post_ops_create(&po) == dnnl_success &&
+            (!relu1 || dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0, 0) == dnnl_success) &&
+            dnnl_post_ops_append_dw(po, dnnl_f32, dnnl_f32, dnnl_f32, 3, 2, 1, 0, 0, NULL) == dnnl_success &&
+            (!relu2 || dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0, 0) == dnnl_success) &&
+            dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success &&
+            dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xa, &wa, NULL,
+                                               &ya, one, zero, zero) == dnnl_success &&
+            dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) == dnnl_success &&
+            dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+            strncmp(impl, "ref", 3) && !strstr(impl, "gemm");
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  dnnl_engine_destroy(eng);
+  return ok;
+}
+
 static void check_dw_fusion(int64_t C, int64_t M, int64_t H, int64_t W, bool relu1, bool relu2, bool dw_bias,
                             bool tail) {
   mb b;
@@ -1211,8 +1246,14 @@ static void check_dw_fusion(int64_t C, int64_t M, int64_t H, int64_t W, bool rel
   if (md > 1e-5 * fmax(1.0, mx))
     fail_msg("dw fusion C%lld M%lld %lldx%lld relu %d/%d bias %d tail %d: max diff %g (max %g)", (long long)C,
              (long long)M, (long long)H, (long long)W, relu1, relu2, dw_bias, tail, md, mx);
-  char *prof = profile_run(m, x, shape, 4);
-  if (!strstr(prof, relu1 ? "Conv+Relu+Conv" : "Conv+Conv")) fail_msg("not fused:\n%s", prof);
+  char *prof = profile_run(m, x, shape, 4); /* runs the plan first: the engine has set the ISA cap */
+  bool fused = strstr(prof, relu1 ? "Conv+Relu+Conv" : "Conv+Conv") != NULL;
+  bool jit = onednn_has_dw_pair(C, M, H, W, relu1, relu2);
+  if (fused != jit)
+    fail_msg("%s, although oneDNN %s a jit implementation of the pair:\n%s", fused ? "fused" : "not fused",
+             jit ? "has" : "has no", prof);
+  if (!jit) print_message("dw fusion C%lld M%lld: this host's oneDNN has no jit pair; checked unfused\n",
+                          (long long)C, (long long)M);
   free(prof);
   free(x);
   onnx_model_destroy(m);
