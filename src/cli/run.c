@@ -157,7 +157,7 @@ static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char
   cinfer_status *st = NULL;
   char path[4096];
   if (!ins || !want || !feed || !outs || !batched) {
-    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto error;
   }
   if (dir)

@@ -742,7 +742,7 @@ static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char
   size_t pl = strlen(prompt);
   unsigned char *buf = pl <= UINT32_MAX - 4 ? malloc(4 + pl) : NULL;
   if (!buf) {
-    st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto fail;
   }
   uint32_t l = (uint32_t)pl;
@@ -772,7 +772,7 @@ static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char
   } else if (p->stop) {
     char *js = cJSON_PrintUnformatted(p->stop);
     st = js ? cinfer_request_set_param_string(r, "stop_list", js, strlen(js))
-            : cinfer_status_new(CINFER_INTERNAL, "out of memory");
+            : cinfer_status_oom(NULL);
     free(js);
   }
   if (st) goto fail;
@@ -1085,7 +1085,7 @@ static void handle_tokenize(frontend *fe, http_exchange *ex, const http_request 
     char *s = NULL;
     size_t sl = 0;
     cinfer_status *st = ids ? cinfer_model_detokenize(m, ids, (size_t)k, false, &s, &sl)
-                            : cinfer_status_new(CINFER_INTERNAL, "out of memory");
+                            : cinfer_status_oom(NULL);
     free(ids);
     if (st) {
       oai_status_error(ex, st, "tokens");

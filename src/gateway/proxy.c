@@ -1013,7 +1013,7 @@ static bool authorize(gateway *g, gw_req *q) {
 void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) {
   gw_req *q = calloc(1, sizeof *q);
   if (!q) {
-    gw_respond_error(ex, 503, NULL, "gateway: out of memory");
+    gw_respond_error(ex, 500, NULL, "gateway: out of memory");
     return;
   }
   q->g = g;

@@ -81,7 +81,7 @@ static cinfer_status *find_gguf(const cinfer_model_load_info *info, const char *
     return cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': cannot open %s: %s", name,
                              path, strerror(errno));
   *out = strdup(path);
-  return *out ? NULL : cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  return *out ? NULL : cinfer_status_oom(NULL);
 }
 
 static cinfer_status *llm_autocomplete(cinfer_autocomplete *ac, const char *version_dir) {
@@ -125,7 +125,7 @@ static cinfer_status *llm_load(const cinfer_model_load_info *info, void **model)
   if (!m || !(m->name = strdup(name))) {
     free(m);
     free(path);
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   st = llm_engine_create(path, &o, &m->engine);
   free(path);
@@ -240,7 +240,7 @@ static void gen_finish(gen *g) {
     unsigned char *buf = malloc(4 + g->len);
     if (!buf) {
       cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL,
-                             cinfer_status_new(CINFER_INTERNAL, "out of memory"));
+                             cinfer_status_oom(NULL));
     } else {
       uint32_t l = (uint32_t)g->len;
       memcpy(buf, &l, 4); /* little-endian hosts only, as the rest of the codec */
@@ -423,7 +423,7 @@ static void gen_start(llm_model_state *m, cinfer_request *r) {
   if (!st && nt >= (size_t)m->ctx_len)
     st = cinfer_status_new(CINFER_INVALID_ARG, "This model's maximum context length is %d tokens; the prompt has %zu "
                            "tokens", m->ctx_len, nt);
-  if (!st && !(g = calloc(1, sizeof *g))) st = cinfer_status_new(CINFER_INTERNAL, "out of memory");
+  if (!st && !(g = calloc(1, sizeof *g))) st = cinfer_status_oom(NULL);
   if (st) {
     free(toks);
     cJSON_Delete(stop_json);

@@ -26,7 +26,7 @@ static cinfer_status *be_model_load(const cinfer_model_load_info *info, void **o
   if (snprintf(path, sizeof path, "%s/model.onnx", info->version_dir) >= (int)sizeof path)
     return cinfer_status_new(CINFER_INVALID_ARG, "model path too long");
   onnx_backend_model *bm = calloc(1, sizeof *bm);
-  if (!bm) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!bm) return cinfer_status_oom(NULL);
   cinfer_status *st = onnx_model_load_file(path, &bm->m);
   if (st) {
     free(bm);
@@ -58,7 +58,7 @@ static cinfer_status *be_instance_create(void *model, const cinfer_instance_info
     return cinfer_status_new(CINFER_UNSUPPORTED, "the ONNX engine runs on CPU instances only");
   onnx_options opt = {.threads = info->threads > 0 ? info->threads : bm->threads};
   onnx_instance *in = calloc(1, sizeof *in);
-  if (!in) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!in) return cinfer_status_oom(NULL);
   cinfer_status *st = onnx_session_create(bm->m, &opt, &in->s);
   if (st) {
     free(in);
@@ -68,7 +68,7 @@ static cinfer_status *be_instance_create(void *model, const cinfer_instance_info
   if (!in->outs) {
     onnx_session_destroy(in->s);
     free(in);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   *out = in;
   return NULL;

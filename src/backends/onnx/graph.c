@@ -71,7 +71,7 @@ static cinfer_status *topo_sort(onnx_model *m) {
   onnx_node *sorted = calloc((size_t)n + 1, sizeof *sorted);
   cinfer_status *st = NULL;
   if (!indeg || !order || !cnt || !adj || !start || !sorted) {
-    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    st = cinfer_status_oom(NULL);
     goto out;
   }
   for (int i = 0; i < n; i++)
@@ -133,7 +133,7 @@ static cinfer_status *fold_node(onnx_model *m, onnx_node *n) {
   ot *shapes = calloc(no, sizeof *shapes);
   cinfer_status *st = NULL;
   if (!in || !out || !res || !shapes) {
-    st = NODE_ERR(n, CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    st = NODE_ERR(n, CINFER_INTERNAL, "out of memory");
     goto done;
   }
   for (int i = 0; i < n->n_in; i++) in[i] = n->in[i] >= 0 ? m->values[n->in[i]].cval : NULL;
@@ -169,7 +169,7 @@ done:
 
 cinfer_status *graph_fold_constants(onnx_model *m) {
   bool *drop = calloc((size_t)m->n_nodes + 1, sizeof *drop);
-  if (!drop) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!drop) return cinfer_status_oom(NULL);
   for (int i = 0; i < m->n_nodes; i++) {
     onnx_node *n = &m->nodes[i];
     bool all = true;
@@ -210,7 +210,7 @@ static int add_const(onnx_model *m, const char *base, ot *t) {
 static cinfer_status *fuse_conv_bn(onnx_model *m) {
   count_uses(m);
   bool *drop = calloc((size_t)m->n_nodes + 1, sizeof *drop);
-  if (!drop) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!drop) return cinfer_status_oom(NULL);
   for (int i = 0; i < m->n_nodes; i++) {
     onnx_node *bn = &m->nodes[i];
     if (strcmp(bn->op_type, "BatchNormalization") || attr_i(bn, "training_mode", 0)) continue;
@@ -240,7 +240,7 @@ static cinfer_status *fuse_conv_bn(onnx_model *m) {
       ot_free(W2);
       ot_free(B2);
       free(drop);
-      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      return cinfer_status_oom(NULL);
     }
     int64_t per = ot_numel(W) / M;
     const float *sc = p[0]->data, *be = p[1]->data, *mu = p[2]->data, *var = p[3]->data;
@@ -252,13 +252,13 @@ static cinfer_status *fuse_conv_bn(onnx_model *m) {
       ((float *)B2->data)[o] = (b0 - mu[o]) * a + be[o];
     }
     int wid = add_const(m, "bnfold_w", W2);
-    if (wid < 0) { ot_free(W2); ot_free(B2); free(drop); return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+    if (wid < 0) { ot_free(W2); ot_free(B2); free(drop); return cinfer_status_oom(NULL); }
     int bid = add_const(m, "bnfold_b", B2);
-    if (bid < 0) { ot_free(B2); free(drop); return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+    if (bid < 0) { ot_free(B2); free(drop); return cinfer_status_oom(NULL); }
     cv = &m->nodes[m->values[xv].producer]; /* values may have moved, nodes did not */
     if (cv->n_in < 3) {
       int *ni = realloc(cv->in, 3 * sizeof *ni);
-      if (!ni) { free(drop); return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+      if (!ni) { free(drop); return cinfer_status_oom(NULL); }
       cv->in = ni;
       cv->n_in = 3;
     }
@@ -280,7 +280,7 @@ static cinfer_status *fuse_conv_bn(onnx_model *m) {
 static cinfer_status *fuse_conv_mul(onnx_model *m) {
   count_uses(m);
   bool *drop = calloc((size_t)m->n_nodes + 1, sizeof *drop);
-  if (!drop) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!drop) return cinfer_status_oom(NULL);
   for (int i = 0; i < m->n_nodes; i++) {
     onnx_node *mul = &m->nodes[i];
     if (strcmp(mul->op_type, "Mul") || mul->n_in != 2 || mul->in[0] < 0 || mul->in[1] < 0) continue;
@@ -313,7 +313,7 @@ static cinfer_status *fuse_conv_mul(onnx_model *m) {
       ot_free(W2);
       ot_free(B2);
       free(drop);
-      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      return cinfer_status_oom(NULL);
     }
     int64_t per = ot_numel(W) / M;
     const float *sv = S->data;
@@ -323,12 +323,12 @@ static cinfer_status *fuse_conv_mul(onnx_model *m) {
       if (B2) ((float *)B2->data)[o] *= a;
     }
     int wid = add_const(m, "mulfold_w", W2);
-    if (wid < 0) { ot_free(W2); ot_free(B2); free(drop); return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+    if (wid < 0) { ot_free(W2); ot_free(B2); free(drop); return cinfer_status_oom(NULL); }
     int bid = -1;
     if (B2 && (bid = add_const(m, "mulfold_b", B2)) < 0) {
       ot_free(B2);
       free(drop);
-      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      return cinfer_status_oom(NULL);
     }
     cv = &m->nodes[m->values[xv].producer]; /* values may have moved, nodes did not */
     cv->in[1] = wid;
@@ -349,7 +349,7 @@ static cinfer_status *remove_dead(onnx_model *m) {
   if (!live || !drop) {
     free(live);
     free(drop);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   for (int i = 0; i < m->n_outputs; i++) live[m->outputs[i]] = true;
   for (int i = m->n_nodes - 1; i >= 0; i--) {
@@ -628,7 +628,7 @@ static bool shape_like_operand(const onnx_node *n, int j) {
 
 cinfer_status *graph_mark_key_inputs(onnx_model *m) {
   m->key_input = calloc((size_t)m->n_inputs + 1, sizeof *m->key_input);
-  if (!m->key_input) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!m->key_input) return cinfer_status_oom(NULL);
   for (int i = 0; i < m->n_nodes; i++)
     for (int j = 0; j < m->nodes[i].n_in; j++)
       if (m->nodes[i].in[j] >= 0 && shape_like_operand(&m->nodes[i], j))

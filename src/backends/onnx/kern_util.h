@@ -118,7 +118,7 @@ static inline bool v8_in_exp_range(v8f x) {
 }
 
 static inline cinfer_status *kern_oom(void) {
-  return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  return cinfer_status_oom(NULL);
 }
 
 /* n bytes, 64-byte aligned, the size rounded up to a multiple of 64; NULL when out of memory */

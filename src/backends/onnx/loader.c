@@ -83,14 +83,14 @@ static cinfer_status *copy_attr(onnx_attr *a, const Onnx__AttributeProto *p, con
                                 const char *node) {
   free(a->name); /* set already when called again below for an untyped attribute */
   a->name = strdup(p->name ? p->name : "");
-  if (!a->name) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!a->name) return cinfer_status_oom(NULL);
   switch (p->type) {
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT: a->type = ATTR_F; a->f = p->f; break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT: a->type = ATTR_I; a->i = p->i; break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING:
       a->type = ATTR_S;
       a->s = malloc(p->s.len + 1);
-      if (!a->s) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      if (!a->s) return cinfer_status_oom(NULL);
       if (p->s.len) memcpy(a->s, p->s.data, p->s.len);
       a->s[p->s.len] = 0;
       break;
@@ -106,7 +106,7 @@ static cinfer_status *copy_attr(onnx_attr *a, const Onnx__AttributeProto *p, con
         return cinfer_status_new(CINFER_INVALID_ARG, "attribute too long");
       a->n = (int)p->n_floats;
       a->fs = malloc((p->n_floats + 1) * sizeof(float));
-      if (!a->fs) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      if (!a->fs) return cinfer_status_oom(NULL);
       if (p->n_floats) memcpy(a->fs, p->floats, p->n_floats * sizeof(float));
       break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS:
@@ -114,7 +114,7 @@ static cinfer_status *copy_attr(onnx_attr *a, const Onnx__AttributeProto *p, con
       if (p->n_ints > INT32_MAX) return cinfer_status_new(CINFER_INVALID_ARG, "attribute too long");
       a->n = (int)p->n_ints;
       a->is = malloc((p->n_ints + 1) * sizeof(int64_t));
-      if (!a->is) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      if (!a->is) return cinfer_status_oom(NULL);
       if (p->n_ints) memcpy(a->is, p->ints, p->n_ints * sizeof(int64_t));
       break;
     default:
@@ -214,10 +214,10 @@ static cinfer_status *build(onnx_model *m, const Onnx__ModelProto *mp, const cha
   m->ir_version = mp->ir_version;
   m->producer = strdup(mp->producer_name ? mp->producer_name : "");
   m->opsets = calloc(mp->n_opset_import + 1, sizeof *m->opsets);
-  if (!m->producer || !m->opsets) FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!m->producer || !m->opsets) FAIL(CINFER_INTERNAL, "out of memory");
   for (size_t i = 0; i < mp->n_opset_import; i++) {
     m->opsets[i].domain = strdup(mp->opset_import[i]->domain ? mp->opset_import[i]->domain : "");
-    if (!m->opsets[i].domain) FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    if (!m->opsets[i].domain) FAIL(CINFER_INTERNAL, "out of memory");
     m->opsets[i].version = mp->opset_import[i]->version;
     m->n_opsets++;
   }
@@ -230,7 +230,7 @@ static cinfer_status *build(onnx_model *m, const Onnx__ModelProto *mp, const cha
   while (nm.cap < expect * 2 + 16) nm.cap <<= 1;
   nm.slot = calloc(nm.cap, sizeof *nm.slot);
   nm.m = m;
-  if (!nm.slot) FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!nm.slot) FAIL(CINFER_INTERNAL, "out of memory");
 
   for (size_t i = 0; i < g->n_initializer; i++) {
     const Onnx__TensorProto *tp = g->initializer[i];
@@ -240,7 +240,7 @@ static cinfer_status *build(onnx_model *m, const Onnx__ModelProto *mp, const cha
     ot *t;
     if ((st = onnx_tensor_from_proto(tp, base, &t))) goto fail;
     int id = value_add(m, &nm, name, VAL_CONST);
-    if (id < 0) { ot_free(t); FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+    if (id < 0) { ot_free(t); FAIL(CINFER_INTERNAL, "out of memory"); }
     m->values[id].cval = t;
     m->n_params += ot_numel(t);
   }
@@ -261,14 +261,14 @@ static cinfer_status *build(onnx_model *m, const Onnx__ModelProto *mp, const cha
          n_real_inputs, CINFER_MAX_INPUTS);
   m->inputs = calloc(g->n_input + 1, sizeof *m->inputs);
   m->outputs = calloc(g->n_output + 1, sizeof *m->outputs);
-  if (!m->inputs || !m->outputs) FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!m->inputs || !m->outputs) FAIL(CINFER_INTERNAL, "out of memory");
   for (size_t i = 0; i < g->n_input; i++) {
     const char *name = g->input[i]->name ? g->input[i]->name : "";
     if (!*name) FAIL(CINFER_INVALID_ARG, "graph input %zu has no name", i);
     int id = map_find(&nm, name);
     if (id >= 0 && m->values[id].kind == VAL_CONST) continue; /* IR<4 style: initializer */
     if (id >= 0) FAIL(CINFER_INVALID_ARG, "graph input '%s' is listed twice", name);
-    if ((id = value_add(m, &nm, name, VAL_INPUT)) < 0) FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    if ((id = value_add(m, &nm, name, VAL_INPUT)) < 0) FAIL(CINFER_INTERNAL, "out of memory");
     fill_info(&m->values[id].info, g->input[i], m->values[id].name);
     m->values[id].has_info = true;
     if (m->values[id].info.dtype == CINFER_TYPE_INVALID)
@@ -277,7 +277,7 @@ static cinfer_status *build(onnx_model *m, const Onnx__ModelProto *mp, const cha
   }
 
   m->nodes = calloc(g->n_node + 1, sizeof *m->nodes);
-  if (!m->nodes) FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!m->nodes) FAIL(CINFER_INTERNAL, "out of memory");
   for (size_t k = 0; k < g->n_node; k++) {
     const Onnx__NodeProto *np = g->node[k];
     onnx_node *n = &m->nodes[m->n_nodes++];
@@ -292,7 +292,7 @@ static cinfer_status *build(onnx_model *m, const Onnx__ModelProto *mp, const cha
     n->out = calloc(np->n_output + 1, sizeof *n->out);
     n->attr = calloc(np->n_attribute + 1, sizeof *n->attr);
     if (!n->name || !n->op_type || !n->domain || !n->in || !n->out || !n->attr)
-      FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      FAIL(CINFER_INTERNAL, "out of memory");
     hist_add(m, n->op_type);
     int64_t opset = domain_opset(m, n->domain);
     if (opset < 0)
@@ -313,7 +313,7 @@ static cinfer_status *build(onnx_model *m, const Onnx__ModelProto *mp, const cha
       if (*in) {
         id = map_find(&nm, in);
         if (id < 0 && (id = value_add(m, &nm, in, VAL_NODE)) < 0)
-          FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+          FAIL(CINFER_INTERNAL, "out of memory");
       }
       n->in[n->n_in++] = id;
     }
@@ -327,7 +327,7 @@ static cinfer_status *build(onnx_model *m, const Onnx__ModelProto *mp, const cha
           FAIL(CINFER_INVALID_ARG, "node '%s' (%s): output '%s' is already defined elsewhere",
                n->name, n->op_type, out);
         if (id < 0 && (id = value_add(m, &nm, out, VAL_NODE)) < 0)
-          FAIL(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+          FAIL(CINFER_INTERNAL, "out of memory");
         m->values[id].producer = m->n_nodes - 1;
       }
       n->out[n->n_out++] = id;
@@ -387,7 +387,7 @@ cinfer_status *onnx_model_load_buffer(const void *buf, size_t len, const char *b
   onnx_model *m = calloc(1, sizeof *m);
   if (!m) {
     onnx__model_proto__free_unpacked(mp, NULL);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   cinfer_status *st = build(m, mp, base_dir);
   onnx__model_proto__free_unpacked(mp, NULL);
@@ -396,7 +396,7 @@ cinfer_status *onnx_model_load_buffer(const void *buf, size_t len, const char *b
   if (!st) {
     m->in_info = calloc((size_t)m->n_inputs + 1, sizeof *m->in_info);
     m->out_info = calloc((size_t)m->n_outputs + 1, sizeof *m->out_info);
-    if (!m->in_info || !m->out_info) st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    if (!m->in_info || !m->out_info) st = cinfer_status_oom(NULL);
   }
   if (st) {
     onnx_model_destroy(m);
@@ -427,7 +427,7 @@ cinfer_status *onnx_model_load_file(const char *path, onnx_model **out) {
   char *dir = strdup(path);
   if (!dir) {
     free(buf);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   char *slash = strrchr(dir, '/');
   if (slash) *slash = 0; else strcpy(dir, ".");

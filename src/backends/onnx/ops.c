@@ -873,7 +873,7 @@ static cinfer_status *split_sizes(const onnx_node *n, ot **in, int64_t *sz, int 
 }
 static cinfer_status *split_infer(const onnx_node *n, ot **in, ot **out) {
   int64_t *sz = calloc((size_t)n->n_out + 1, sizeof *sz);
-  if (!sz) return NODE_ERR(n, CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!sz) return NODE_ERR(n, CINFER_INTERNAL, "out of memory");
   int a;
   cinfer_status *st = split_sizes(n, in, sz, &a);
   for (int i = 0; !st && i < n->n_out; i++) {
@@ -897,7 +897,7 @@ static cinfer_status *split_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
     else {
       int64_t *sz = calloc((size_t)n->n_out + 1, sizeof *sz);
       int aa;
-      if (!sz) return NODE_ERR(n, CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      if (!sz) return NODE_ERR(n, CINFER_INTERNAL, "out of memory");
       cinfer_status *st = split_sizes(n, in, sz, &aa);
       len = sz[i];
       free(sz);
@@ -1385,7 +1385,7 @@ static cinfer_status *reduce_exec(onnx_exec *x, const onnx_node *n, ot **in, ot 
   int64_t on = ot_numel(out[0]);
   double *acc = malloc(sizeof(double) * (size_t)(on ? on : 1));
   int64_t *cnt = calloc((size_t)(on ? on : 1), sizeof *cnt);
-  if (!acc || !cnt) { free(acc); free(cnt); return NODE_ERR(n, CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+  if (!acc || !cnt) { free(acc); free(cnt); return NODE_ERR(n, CINFER_INTERNAL, "out of memory"); }
   double init = op == R_MAX ? -INFINITY : op == R_MIN ? INFINITY : op == R_PROD ? 1 : 0;
   if (op == R_MAX && dt_is_int(in[0]->dtype)) init = -DBL_MAX;
   for (int64_t i = 0; i < on; i++) acc[i] = init;
@@ -1481,7 +1481,7 @@ static cinfer_status *topk_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **
   int64_t outer = prod(in[0]->dims, 0, a), inner = prod(in[0]->dims, a + 1, r), D = in[0]->dims[a];
   int64_t k = out[0]->dims[a];
   int64_t *ix = malloc(sizeof(int64_t) * (size_t)(D ? D : 1));
-  if (!ix) return NODE_ERR(n, CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!ix) return NODE_ERR(n, CINFER_INTERNAL, "out of memory");
   for (int64_t o = 0; o < outer; o++)
     for (int64_t i = 0; i < inner; i++) {
       for (int64_t j = 0; j < D; j++) ix[j] = j;

@@ -887,7 +887,7 @@ cinfer_status *resize_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) 
   }
   memcpy(cur, in[0]->dims, sizeof cur);
   float *buf[2] = {malloc(sizeof(float) * (size_t)(maxe + 1)), malloc(sizeof(float) * (size_t)(maxe + 1))};
-  if (!buf[0] || !buf[1]) { free(buf[0]); free(buf[1]); return NODE_ERR(n, CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+  if (!buf[0] || !buf[1]) { free(buf[0]); free(buf[1]); return NODE_ERR(n, CINFER_INTERNAL, "out of memory"); }
   const float *src = in[0]->data;
   for (int i = 0; i < nt; i++) {
     float *dst = i == nt - 1 ? out[0]->data : buf[i & 1];

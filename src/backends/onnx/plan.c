@@ -11,7 +11,7 @@
 #include "backends/onnx/ops_util.h"
 #include "backends/onnx/plan.h"
 
-static cinfer_status *oom(void) { return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory"); }
+static cinfer_status *oom(void) { return cinfer_status_oom(NULL); }
 
 void plan_destroy(onnx_plan *p) {
   if (!p) return;

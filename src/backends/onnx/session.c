@@ -50,7 +50,7 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
                                    onnx_session **out) {
   *out = NULL;
   onnx_session *s = calloc(1, sizeof *s);
-  if (!s) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!s) return cinfer_status_oom(NULL);
   s->m = m;
   if (opt) s->opt = *opt;
   if (s->opt.threads <= 0) s->opt.threads = 1;
@@ -76,7 +76,7 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
     free(s->out_cap);
     free(s->part);
     free(s);
-    return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+    return cinfer_status_oom(NULL);
   }
   *out = s;
   return NULL;
@@ -210,7 +210,7 @@ static void slice_inputs(const onnx_session *s, const cinfer_tensor *inputs, int
 static cinfer_status *out_reserve(onnx_session *s, int i, size_t total) {
   if (total <= s->out_cap[i]) return NULL;
   void *nbuf = realloc(s->out_buf[i], total);
-  if (!nbuf) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!nbuf) return cinfer_status_oom(NULL);
   s->out_buf[i] = nbuf;
   s->out_cap[i] = total;
   return NULL;
@@ -234,7 +234,7 @@ static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, 
       s->workers = NULL;
       s->wout = s->wpart = NULL;
       s->werr = NULL;
-      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+      return cinfer_status_oom(NULL);
     }
   }
   onnx_options one = s->opt;

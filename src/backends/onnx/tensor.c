@@ -246,7 +246,7 @@ cinfer_status *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *b
     return cinfer_status_new(CINFER_INVALID_ARG, "%s: %s has %zu values, shape needs %lld",
                              what, field, n_typed, (long long)numel);
   ot *t = ot_new(dt, (int)tp->n_dims, dims);
-  if (!t) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "%s: out of memory", what);
+  if (!t) return cinfer_status_oom(what);
   if (external) {
     cinfer_status *st = read_external(tp, base_dir, t->data, nbytes, what);
     if (st) {
@@ -350,7 +350,7 @@ cinfer_status *onnx_tensor_write_pb(const char *path, const cinfer_tensor *t) {
   tp.raw_data.data = (uint8_t *)t->data;
   size_t n = onnx__tensor_proto__get_packed_size(&tp);
   uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "out of memory");
+  if (!buf) return cinfer_status_oom(NULL);
   onnx__tensor_proto__pack(&tp, buf);
   FILE *f = fopen(path, "wb");
   bool ok = f && fwrite(buf, 1, n, f) == n;
