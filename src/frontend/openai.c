@@ -179,6 +179,8 @@ typedef struct oai_choice {
   kbuf text;        /* whole answers */
   kbuf logprobs;    /* JSON array body of per-token logprob entries */
   int n_logprobs;
+  kbuf prompt_lp;   /* echo + logprobs: the same entries for the prompt's tokens */
+  int n_prompt_lp;
   char finish[16];  /* "" until the choice's last response */
   int completion_tokens;
   bool role_sent;
@@ -230,6 +232,7 @@ static void ctx_free(oai_ctx *c) {
   for (int i = 0; i < MAX_N; i++) {
     kbuf_free(&c->ch[i].text);
     kbuf_free(&c->ch[i].logprobs);
+    kbuf_free(&c->ch[i].prompt_lp);
   }
   for (resp_node *q = c->head, *nx; q; q = nx) {
     nx = q->next;
@@ -288,6 +291,7 @@ typedef struct tok_resp {
   const char *text;
   size_t text_len;
   int32_t index, token;
+  int32_t prompt_pos;     /* >= 0: a prompt token's logprob (echo), not a generated token */
   const float *logprob, *top_lp;
   const int32_t *top_ids, *usage;
   int n_top;
@@ -307,6 +311,7 @@ static const char *bytes_elem(const cinfer_tensor *t, size_t *len) {
 static void read_resp(const cinfer_response *resp, tok_resp *o) {
   memset(o, 0, sizeof *o);
   o->token = -1;
+  o->prompt_pos = -1;
   uint32_t n = cinfer_response_output_count(resp);
   for (uint32_t i = 0; i < n; i++) {
     const cinfer_tensor *t = cinfer_response_output(resp, i);
@@ -316,6 +321,7 @@ static void read_resp(const cinfer_response *resp, tok_resp *o) {
     else if (!strcmp(t->name, "finish_reason")) o->finish = bytes_elem(t, &o->finish_len);
     else if (i32 && el == 1 && !strcmp(t->name, "index")) o->index = *(const int32_t *)t->data;
     else if (i32 && el == 1 && !strcmp(t->name, "token_id")) o->token = *(const int32_t *)t->data;
+    else if (i32 && el == 1 && !strcmp(t->name, "prompt_pos")) o->prompt_pos = *(const int32_t *)t->data;
     else if (f32 && el == 1 && !strcmp(t->name, "logprob")) o->logprob = t->data;
     else if (i32 && el == 3 && !strcmp(t->name, "usage")) o->usage = t->data;
     else if (i32 && !strcmp(t->name, "top_token_ids")) o->top_ids = t->data, o->n_top = (int)el;
@@ -353,10 +359,12 @@ static void put_logprob_entry(kbuf *b, oai_ctx *c, const tok_resp *r) {
 /* completions logprobs: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{..}],"text_offset":[]} */
 static void put_completion_logprobs(kbuf *b, const oai_choice *ch) {
   cJSON *arr = NULL;
-  if (ch->logprobs.data) { /* stored without brackets */
+  if (ch->logprobs.data || ch->prompt_lp.data) { /* stored without brackets; echo: prompt first */
     kbuf t = {0};
     kbuf_puts(&t, "[");
-    kbuf_put(&t, ch->logprobs.data, ch->logprobs.len);
+    if (ch->prompt_lp.data) kbuf_put(&t, ch->prompt_lp.data, ch->prompt_lp.len);
+    if (ch->prompt_lp.data && ch->logprobs.data) kbuf_puts(&t, ",");
+    if (ch->logprobs.data) kbuf_put(&t, ch->logprobs.data, ch->logprobs.len);
     kbuf_puts(&t, "]");
     arr = t.data && !t.oom ? cJSON_ParseWithLength(t.data, t.len) : NULL;
     kbuf_free(&t);
@@ -523,6 +531,18 @@ static void drain_task(loop_task *t) {
     if (!cinfer_response_error(resp) && cinfer_response_output_count(resp) > 0 && r.index >= 0 &&
         r.index < c->n) {
       oai_choice *ch = &c->ch[r.index];
+      if (r.prompt_pos >= 0) { /* echo + logprobs: the prompt's tokens, the first without one */
+        if (ch->n_prompt_lp++) kbuf_puts(&ch->prompt_lp, ",");
+        if (r.logprob) {
+          put_logprob_entry(&ch->prompt_lp, c, &r);
+        } else {
+          kbuf_puts(&ch->prompt_lp, "{\"token\":");
+          put_token_text(&ch->prompt_lp, c->model, r.token);
+          kbuf_puts(&ch->prompt_lp, ",\"logprob\":null,\"top\":null}");
+        }
+        if (resp != final_resp) cinfer_response_free(resp);
+        continue;
+      }
       if (r.token >= 0 && c->logprobs >= 0 && r.logprob) {
         if (ch->n_logprobs++) kbuf_puts(&ch->logprobs, ",");
         put_logprob_entry(&ch->logprobs, c, &r);
@@ -576,7 +596,7 @@ static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
   if (c->lm && !cinfer_response_error(resp)) {
     tok_resp r;
     read_resp(resp, &r);
-    if (r.token >= 0 && r.index >= 0 && r.index < c->n) {
+    if (r.token >= 0 && r.prompt_pos < 0 && r.index >= 0 && r.index < c->n) {
       oai_choice *ch = &c->ch[r.index];
       if (ch->token_count++ == 0) metric_observe(c->lm->ttft, (double)(now - c->t0) * 1e-9);
       else metric_observe(c->lm->itl, (double)(now - ch->t_last) * 1e-9);
@@ -763,6 +783,10 @@ static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char
       (p->top_k >= 0 && (st = cinfer_request_set_param_int(r, "top_k", p->top_k))) ||
       (p->seed >= 0 && (st = cinfer_request_set_param_int(r, "seed", p->seed))) ||
       (lp && (st = cinfer_request_set_param_int(r, "logprobs", lp))) ||
+      /* echo + logprobs (legacy completions, as OpenAI and vLLM): the prompt's logprobs too,
+       * computed in the prefill; whole answers only */
+      (p->echo && p->logprobs >= 0 && !p->stream &&
+       (st = cinfer_request_set_param_bool(r, "prompt_logprobs", true))) ||
       (p->ignore_eos && (st = cinfer_request_set_param_bool(r, "ignore_eos", true))))
     goto fail;
   for (size_t i = 0; i < N_FLOATS; i++)

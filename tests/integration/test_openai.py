@@ -364,3 +364,32 @@ def test_kserve_client_disconnect_cancels_generation(server):
         time.sleep(0.02)
     assert model_stats(server) == (ok0, fail0 + 1)
     assert metric(server, "cinfer_llm_generation_tokens_total") - gen0 < 1500
+
+
+def test_echo_logprobs_score_the_prompt(client):
+    """Legacy completions with echo + logprobs (what lm-evaluation-harness sends for a
+    log-likelihood): the prompt's tokens come back with their logprobs (the first null), then
+    the generated one. The logprob the server gives a prompt token equals the one it gave
+    the same token when it generated it."""
+    prompt = "The capital of France is"
+    gen = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0, logprobs=1)
+    word = gen.choices[0].text
+    lp_generated = gen.choices[0].logprobs.token_logprobs[0]
+    assert word and lp_generated < 0
+    r = client.completions.create(model=MODEL, prompt=prompt + word, max_tokens=1, temperature=0,
+                                  logprobs=2, echo=True)
+    ch = r.choices[0]
+    lp = ch.logprobs
+    n = r.usage.prompt_tokens + r.usage.completion_tokens
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == n
+    assert ch.text == "".join(lp.tokens) and ch.text.startswith(prompt + word)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(x is not None and x <= 0 for x in lp.token_logprobs[1:])
+    assert all(len(t) <= 2 for t in lp.top_logprobs[1:])
+    last_prompt = r.usage.prompt_tokens - 1
+    assert lp.tokens[last_prompt] == word, lp.tokens
+    assert abs(lp.token_logprobs[last_prompt] - lp_generated) < 2e-3, (lp.token_logprobs, lp_generated)
+    # the greedy choice at each prompt position is the best of its top_logprobs
+    for i in range(1, last_prompt + 1):
+        best = max(lp.top_logprobs[i].values())
+        assert lp.token_logprobs[i] <= best + 1e-6

@@ -183,6 +183,7 @@ struct gen {
   bool stream;         /* one response per event; else one FINAL with the whole text */
   int n, n_submitted;  /* n_submitted under m->mu */
   int logprobs;
+  int32_t first_token; /* prompt_logprobs: the prompt's first id (it has no logprob) */
   _Atomic int remaining;
   _Atomic bool cancel_sent;
   char *text;          /* whole mode */
@@ -293,7 +294,9 @@ static void gen_respond_event(gen *g, int index, const llm_event *ev) {
                              .shape = {1}, .data = tb, .byte_size = 4 + ev->text_len};
   out[n++] = t_i32("index", &idx, 1);
   out[n++] = t_i32("token_id", &tok, 1);
-  if (g->logprobs > 0 && ev->token >= 0) {
+  int32_t pos = ev->pos;
+  if (ev->prompt) out[n++] = t_i32("prompt_pos", &pos, 1); /* a prompt token's logprob */
+  if ((g->logprobs > 0 || ev->prompt) && ev->token >= 0) {
     out[n++] = (cinfer_tensor){.name = "logprob", .dtype = CINFER_TYPE_FP32, .ndim = 1,
                                .shape = {1}, .data = &lp, .byte_size = 4};
     out[n++] = t_i32("top_token_ids", top_ids, k);
@@ -322,6 +325,13 @@ static void gen_event(void *user, const llm_event *ev) {
     gen_fail(g, cinfer_status_new(CINFER_INTERNAL, "generation failed: %s",
                                   ev->error ? ev->error : "unknown error"));
   if (g->stream) {
+    if (!gone && ev->prompt && ev->pos == 1) { /* position 0 first: its token, no logprob */
+      llm_event first = {.seq_id = ev->seq_id, .token = g->first_token, .text = "", .prompt = true};
+      cinfer_request_respond(g->r, (cinfer_tensor[]){t_i32("index", &(int32_t){sq->index}, 1),
+                                                     t_i32("token_id", &first.token, 1),
+                                                     t_i32("prompt_pos", &first.pos, 1)},
+                             3, 0, NULL);
+    }
     if (!gone && ev->finish != LLM_FINISH_ERROR && ev->finish != LLM_FINISH_CANCELLED)
       gen_respond_event(g, sq->index, ev);
   } else if (ev->text_len && !gone) {
@@ -367,6 +377,7 @@ static cinfer_status *read_sampling(llm_model_state *m, cinfer_request *r, llm_s
     if (cinfer_request_param_double(r, fl[i].key, &dv)) *fl[i].out = (float)dv;
   bool b;
   if (cinfer_request_param_bool(r, "ignore_eos", &b)) s->ignore_eos = b;
+  if (cinfer_request_param_bool(r, "prompt_logprobs", &b)) s->prompt_logprobs = b;
   const char *sv;
   if (cinfer_request_param_string(r, "stop", &sv)) {
     stops[s->n_stop++] = sv;
@@ -416,6 +427,9 @@ static void gen_start(llm_model_state *m, cinfer_request *r) {
   size_t nt = 0;
   gen *g = NULL;
   cinfer_status *st = read_sampling(m, r, &s, &n, stops, &stop_json);
+  if (!st && s.prompt_logprobs && !stream)
+    st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': parameter 'prompt_logprobs' needs 'stream' (one "
+                           "response per prompt token)", m->name);
   if (!st && n > 1 && !stream)
     st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': parameter 'n' > 1 needs 'stream' (one response per "
                            "token, each naming its choice index)", m->name);
@@ -435,6 +449,7 @@ static void gen_start(llm_model_state *m, cinfer_request *r) {
   g->stream = stream;
   g->n = n;
   g->logprobs = s.logprobs;
+  g->first_token = nt ? toks[0] : -1;
   pthread_mutex_init(&g->err_mu, NULL);
   atomic_init(&g->remaining, n + 1);
   pthread_mutex_lock(&m->mu);
@@ -447,6 +462,7 @@ static void gen_start(llm_model_state *m, cinfer_request *r) {
   for (; i < n; i++) {
     llm_request lr = {.tokens = toks, .n_tokens = nt, .sampling = s};
     if (seed0 >= 0) lr.sampling.seed = seed0 + i;
+    lr.sampling.prompt_logprobs = s.prompt_logprobs && i == 0; /* the choices share the prompt */
     g->seqs[i].g = g;
     g->seqs[i].index = i;
     uint64_t id;
