@@ -17,6 +17,7 @@
 
 #include "backends/llm/llm.h"
 #include "cli/cli.h"
+#include "core/clock.h"
 
 typedef struct {
   pthread_mutex_t mu;
@@ -373,8 +374,7 @@ int cmd_generate(int argc, char **argv) {
     st = cinfer_status_oom(NULL);
     goto fail;
   }
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  uint64_t t0 = clock_now_ns();
   for (int i = 0; i < parallel; i++) {
     if (parallel > 1 && sp.seed >= 0) req.sampling.seed = sp.seed + i;
     st = llm_engine_submit(e, &req, on_event, &g, &id);
@@ -392,13 +392,13 @@ int cmd_generate(int argc, char **argv) {
   pthread_mutex_lock(&g.mu);
   while (!g.done) pthread_cond_wait(&g.cv, &g.mu);
   pthread_mutex_unlock(&g.mu);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
+  uint64_t t1 = clock_now_ns();
   if (ids) {
     for (int i = 0; i < g.n_out; i++) printf(i ? " %d" : "%d", g.out_ids[i]);
   }
   printf("\n");
   if (parallel > 1) {
-    double wall = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    double wall = (double)(t1 - t0) * 1e-9;
     fprintf(stderr, "[parallel %d] %d output tokens in %.2f s: %.1f tok/s aggregate\n", parallel, g.n_tokens, wall,
             g.n_tokens / wall);
   }

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "backends/onnx/onnx.h"
 #include "cli/cli.h"
 #include "core/elem.h"
@@ -73,19 +74,6 @@ static cinfer_status *load_tensor(const char *path, owned_tensor *o) {
   size_t n = strlen(path);
   if (n > 4 && !strcmp(path + n - 4, ".npy")) return onnx_tensor_read_npy(path, &o->t, &o->data);
   return onnx_tensor_read_pb(path, &o->t, &o->data, &o->name);
-}
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* process CPU time (all threads): steadier than wall time on a shared machine */
-static double cpu_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static double get_d(const cinfer_tensor *t, size_t i) { return cinfer_elem_f64(t->dtype, t->data, i, NAN); }
@@ -211,21 +199,21 @@ static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char
       feed[i].byte_size *= (size_t)o->batch;
       feed[i].shape[0] = o->batch;
     }
-  double t0 = now_ms();
+  double t0 = (clock_now_ns() * 1e-6);
   for (int l = 0; l < loops && !st; l++) st = onnx_session_run(s, feed, nin, outs);
   if (st) goto error;
-  double first = now_ms() - t0;
+  double first = (clock_now_ns() * 1e-6) - t0;
   if (o->repeat > 0) {
     double *lat = malloc(sizeof(double) * (size_t)o->repeat);
     if (!lat) { st = cinfer_status_oom(NULL); goto error; }
     if (o->profile) onnx_session_profile_reset(s);
-    double tot0 = now_ms(), cpu0 = cpu_ms();
+    double tot0 = (clock_now_ns() * 1e-6), cpu0 = (clock_cpu_ns() * 1e-6);
     for (int r = 0; r < o->repeat && !st; r++) {
-      double a = now_ms();
+      double a = (clock_now_ns() * 1e-6);
       for (int l = 0; l < loops && !st; l++) st = onnx_session_run(s, feed, nin, outs);
-      lat[r] = now_ms() - a;
+      lat[r] = (clock_now_ns() * 1e-6) - a;
     }
-    double total = now_ms() - tot0, cpu = cpu_ms() - cpu0;
+    double total = (clock_now_ns() * 1e-6) - tot0, cpu = (clock_cpu_ns() * 1e-6) - cpu0;
     if (!st) {
       qsort(lat, (size_t)o->repeat, sizeof(double), cmp_double);
       double mean = 0;

@@ -5,6 +5,7 @@
  * cinfer_server_infer_async -> response callback (worker thread) encodes the response and
  * answers the exchange -> the per-exchange context is freed on the exchange's I/O loop,
  * after which no cancel notification can arrive for it. */
+#include "core/clock.h"
 #include "frontend/frontend.h"
 
 #include <cjson/cJSON.h>
@@ -30,9 +31,9 @@
 
 static const http_header json_hdr[] = {{"Content-Type", 12, "application/json", 16}};
 
-static void respond_json(http_exchange *ex, int status, kbuf *b) {
+static void respond_json(http_exchange *ex, int status, cbuf *b) {
   if (b->oom) {
-    kbuf_free(b);
+    cbuf_free(b);
     static const char oom[] = "{\"error\":\"out of memory\"}";
     http_respond(ex, 500, json_hdr, 1, oom, sizeof oom - 1);
     return;
@@ -42,7 +43,7 @@ static void respond_json(http_exchange *ex, int status, kbuf *b) {
 }
 
 static void respond_error(http_exchange *ex, int status, const char *msg) {
-  kbuf b = {0};
+  cbuf b = {0};
   kserve_encode_error(&b, msg);
   respond_json(ex, status, &b);
 }
@@ -138,18 +139,12 @@ static void on_cancel(void *arg) {
   if (!atomic_load(&c->answered)) cinfer_request_cancel(c->req);
 }
 
-static uint64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void log_request(infer_ctx *c, int status, const char *err) {
   if (log_verbosity() < 1) return;
   char ver[32], code[8], us[32];
   snprintf(ver, sizeof ver, "%lld", (long long)cinfer_model_version(c->model));
   snprintf(code, sizeof code, "%d", status);
-  snprintf(us, sizeof us, "%.1f", (double)(mono_ns() - c->t0) / 1e3);
+  snprintf(us, sizeof us, "%.1f", (double)(clock_now_ns() - c->t0) / 1e3);
   const char *id = kserve_request_id(c->kreq);
   const char *kv[] = {"request_id", id ? id : "", "model", cinfer_model_name(c->model), "version", ver,
                       "status", code, "duration_us", us, err ? "error" : NULL, err, NULL};
@@ -168,11 +163,11 @@ static void respond_task(void *arg) {
     log_request(c, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
     respond_error(c->ex, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
   } else {
-    kbuf b = {0};
+    cbuf b = {0};
     size_t jlen = 0;
     if (!kserve_encode_response(&b, &jlen, cinfer_model_name(c->model),
                                 cinfer_model_version(c->model), c->kreq, resp)) {
-      kbuf_free(&b);
+      cbuf_free(&b);
       respond_error(c->ex, 500, "out of memory encoding the response");
     } else if (jlen < b.len) {
       char hl[32];
@@ -230,7 +225,7 @@ static void handle_infer(frontend *fe, http_exchange *ex, const http_request *re
   c->fe = fe;
   c->ex = ex;
   c->model = m;
-  c->t0 = mono_ns();
+  c->t0 = clock_now_ns();
   if ((st = kserve_decode(req->body, req->body_len, hlen, &fe->limits, &c->kreq)) ||
       (st = cinfer_request_create(m, &c->req)) || (st = kserve_apply(c->kreq, c->req))) {
     respond_status(ex, st);
@@ -253,14 +248,14 @@ bad_hlen:
 
 /* ---- metadata, config, stats ---------------------------------------------------------- */
 
-static void put_io(kbuf *b, const model_config_io *io, bool batching) {
-  kbuf_puts(b, "{\"name\":");
-  kbuf_json_string(b, io->name, strlen(io->name));
-  kbuf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", cinfer_dtype_name(io->data_type));
+static void put_io(cbuf *b, const model_config_io *io, bool batching) {
+  cbuf_puts(b, "{\"name\":");
+  cbuf_json_string(b, io->name, strlen(io->name));
+  cbuf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", cinfer_dtype_name(io->data_type));
   int k = 0;
-  if (batching) kbuf_printf(b, "%s-1", k++ ? "," : "");
-  for (int d = 0; d < io->ndims; d++) kbuf_printf(b, "%s%lld", k++ ? "," : "", (long long)io->dims[d]);
-  kbuf_puts(b, "]}");
+  if (batching) cbuf_printf(b, "%s-1", k++ ? "," : "");
+  for (int d = 0; d < io->ndims; d++) cbuf_printf(b, "%s%lld", k++ ? "," : "", (long long)io->dims[d]);
+  cbuf_puts(b, "]}");
 }
 
 static void handle_model_metadata(frontend *fe, http_exchange *ex, const char *name, int64_t version) {
@@ -268,10 +263,10 @@ static void handle_model_metadata(frontend *fe, http_exchange *ex, const char *n
   cinfer_status *st = cinfer_server_model_acquire(fe->server, name, version, &m);
   if (st) return respond_status(ex, st);
   const cinfer_model_config *c = cinfer_model_config_of(m);
-  kbuf b = {0};
-  kbuf_puts(&b, "{\"name\":");
-  kbuf_json_string(&b, name, strlen(name));
-  kbuf_puts(&b, ",\"versions\":[");
+  cbuf b = {0};
+  cbuf_puts(&b, "{\"name\":");
+  cbuf_json_string(&b, name, strlen(name));
+  cbuf_puts(&b, ",\"versions\":[");
   /* Every ready version: the call writes at most cap, so a full array asks again with a
    * bigger one (a model may keep any number of versions: version_policy all). */
   int64_t small[64], *vs = small;
@@ -280,7 +275,7 @@ static void handle_model_metadata(frontend *fe, http_exchange *ex, const char *n
     int64_t *bigger = cap <= SIZE_MAX / 2 / sizeof *vs ? malloc(2 * cap * sizeof *vs) : NULL;
     if (!bigger) {
       if (vs != small) free(vs);
-      kbuf_free(&b);
+      cbuf_free(&b);
       cinfer_model_release(m);
       return respond_error(ex, 500, "out of memory");
     }
@@ -288,22 +283,22 @@ static void handle_model_metadata(frontend *fe, http_exchange *ex, const char *n
     vs = bigger;
     cap *= 2;
   }
-  for (size_t i = 0; i < nv; i++) kbuf_printf(&b, "%s\"%lld\"", i ? "," : "", (long long)vs[i]);
+  for (size_t i = 0; i < nv; i++) cbuf_printf(&b, "%s\"%lld\"", i ? "," : "", (long long)vs[i]);
   if (vs != small) free(vs);
-  kbuf_puts(&b, "],\"platform\":");
+  cbuf_puts(&b, "],\"platform\":");
   const char *plat = cinfer_model_platform(m);
-  kbuf_json_string(&b, plat, strlen(plat));
-  kbuf_puts(&b, ",\"inputs\":[");
+  cbuf_json_string(&b, plat, strlen(plat));
+  cbuf_puts(&b, ",\"inputs\":[");
   for (size_t i = 0; i < c->n_inputs; i++) {
-    if (i) kbuf_puts(&b, ",");
+    if (i) cbuf_puts(&b, ",");
     put_io(&b, &c->inputs[i], c->max_batch_size > 0);
   }
-  kbuf_puts(&b, "],\"outputs\":[");
+  cbuf_puts(&b, "],\"outputs\":[");
   for (size_t i = 0; i < c->n_outputs; i++) {
-    if (i) kbuf_puts(&b, ",");
+    if (i) cbuf_puts(&b, ",");
     put_io(&b, &c->outputs[i], c->max_batch_size > 0);
   }
-  kbuf_puts(&b, "]}");
+  cbuf_puts(&b, "]}");
   cinfer_model_release(m);
   respond_json(ex, 200, &b);
 }
@@ -318,8 +313,8 @@ static void handle_model_config(frontend *fe, http_exchange *ex, const char *nam
   http_respond_owned(ex, 200, json_hdr, 1, json, strlen(json), free);
 }
 
-static void put_stat(kbuf *b, const char *k, const cinfer_duration_stat *d, bool comma) {
-  kbuf_printf(b, "%s\"%s\":{\"count\":%llu,\"ns\":%llu}", comma ? "," : "", k,
+static void put_stat(cbuf *b, const char *k, const cinfer_duration_stat *d, bool comma) {
+  cbuf_printf(b, "%s\"%s\":{\"count\":%llu,\"ns\":%llu}", comma ? "," : "", k,
               (unsigned long long)d->count, (unsigned long long)d->ns);
 }
 
@@ -328,14 +323,14 @@ static void handle_stats(frontend *fe, http_exchange *ex, const char *name, int6
   size_t n;
   cinfer_status *st = cinfer_server_model_stats(fe->server, name, version, &a, &n);
   if (st) return respond_status(ex, st);
-  kbuf b = {0};
-  kbuf_puts(&b, "{\"model_stats\":[");
+  cbuf b = {0};
+  cbuf_puts(&b, "{\"model_stats\":[");
   static const cinfer_duration_stat zero;
   for (size_t i = 0; i < n; i++) {
     const cinfer_model_stats *s = &a[i];
-    kbuf_puts(&b, i ? ",{\"name\":" : "{\"name\":");
-    kbuf_json_string(&b, s->name, strlen(s->name));
-    kbuf_printf(&b, ",\"version\":\"%lld\",\"last_inference\":%llu,\"inference_count\":%llu,"
+    cbuf_puts(&b, i ? ",{\"name\":" : "{\"name\":");
+    cbuf_json_string(&b, s->name, strlen(s->name));
+    cbuf_printf(&b, ",\"version\":\"%lld\",\"last_inference\":%llu,\"inference_count\":%llu,"
                 "\"execution_count\":%llu,\"inference_stats\":{",
                 (long long)s->version, (unsigned long long)s->last_inference_ms,
                 (unsigned long long)s->inference_count, (unsigned long long)s->execution_count);
@@ -347,9 +342,9 @@ static void handle_stats(frontend *fe, http_exchange *ex, const char *name, int6
     put_stat(&b, "compute_output", &s->compute_output, true);
     put_stat(&b, "cache_hit", &zero, true);
     put_stat(&b, "cache_miss", &zero, true);
-    kbuf_puts(&b, "},\"batch_stats\":[]}");
+    cbuf_puts(&b, "},\"batch_stats\":[]}");
   }
-  kbuf_puts(&b, "]}");
+  cbuf_puts(&b, "]}");
   free(a);
   respond_json(ex, 200, &b);
 }
@@ -374,17 +369,17 @@ static void handle_index(frontend *fe, http_exchange *ex, const http_request *re
   size_t n;
   cinfer_status *st = cinfer_server_repository_index(fe->server, ready_only, &e, &n);
   if (st) return respond_status(ex, st);
-  kbuf b = {0};
-  kbuf_puts(&b, "[");
+  cbuf b = {0};
+  cbuf_puts(&b, "[");
   for (size_t i = 0; i < n; i++) {
-    kbuf_puts(&b, i ? ",{\"name\":" : "{\"name\":");
-    kbuf_json_string(&b, e[i].name, strlen(e[i].name));
-    if (e[i].version >= 0) kbuf_printf(&b, ",\"version\":\"%lld\"", (long long)e[i].version);
-    kbuf_printf(&b, ",\"state\":\"%s\",\"reason\":", e[i].state);
-    kbuf_json_string(&b, e[i].reason, strlen(e[i].reason));
-    kbuf_puts(&b, "}");
+    cbuf_puts(&b, i ? ",{\"name\":" : "{\"name\":");
+    cbuf_json_string(&b, e[i].name, strlen(e[i].name));
+    if (e[i].version >= 0) cbuf_printf(&b, ",\"version\":\"%lld\"", (long long)e[i].version);
+    cbuf_printf(&b, ",\"state\":\"%s\",\"reason\":", e[i].state);
+    cbuf_json_string(&b, e[i].reason, strlen(e[i].reason));
+    cbuf_puts(&b, "}");
   }
-  kbuf_puts(&b, "]");
+  cbuf_puts(&b, "]");
   cinfer_model_index_free(e, n);
   respond_json(ex, 200, &b);
 }

@@ -369,128 +369,37 @@ cinfer_status *kserve_apply(kserve_request *k, cinfer_request *r) {
 
 /* ---- encoding ------------------------------------------------------------------------ */
 
-static void kbuf_reserve(kbuf *b, size_t n) {
-  if (b->oom || b->cap - b->len >= n) return;
-  size_t ncap = b->cap ? b->cap : 256;
-  while (ncap - b->len < n) ncap *= 2;
-  char *nd = realloc(b->data, ncap);
-  if (!nd) {
-    b->oom = true;
-    return;
-  }
-  b->data = nd;
-  b->cap = ncap;
-}
-
-void kbuf_put(kbuf *b, const void *p, size_t n) {
-  kbuf_reserve(b, n + 1);
-  if (b->oom) return;
-  memcpy(b->data + b->len, p, n);
-  b->len += n;
-  b->data[b->len] = 0;
-}
-
-void kbuf_puts(kbuf *b, const char *s) { kbuf_put(b, s, strlen(s)); }
-
-void kbuf_printf(kbuf *b, const char *fmt, ...) {
-  for (int tries = 0; tries < 2 && !b->oom; tries++) {
-    kbuf_reserve(b, 64);
-    if (b->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    if (n < 0) { b->oom = true; return; }
-    if ((size_t)n < b->cap - b->len) { b->len += (size_t)n; return; }
-    kbuf_reserve(b, (size_t)n + 1);
-  }
-}
-
-void kbuf_json_string(kbuf *b, const char *s, size_t n) {
-  kbuf_reserve(b, n * 6 + 3);
-  if (b->oom) return;
-  char *o = b->data + b->len;
-  *o++ = '"';
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == '"' || c == '\\') { *o++ = '\\'; *o++ = (char)c; }
-    else if (c == '\n') { *o++ = '\\'; *o++ = 'n'; }
-    else if (c == '\r') { *o++ = '\\'; *o++ = 'r'; }
-    else if (c == '\t') { *o++ = '\\'; *o++ = 't'; }
-    else if (c < 0x20) o += sprintf(o, "\\u%04x", c);
-    else *o++ = (char)c;
-  }
-  *o++ = '"';
-  *o = 0;
-  b->len = (size_t)(o - b->data);
-}
-
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not one. */
-static size_t utf8_valid_len(const unsigned char *s, size_t n) {
-  unsigned char c = s[0];
-  size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-  if (!l || l > n || (l == 2 && c < 0xc2) || (l == 4 && c > 0xf4)) return 0;
-  for (size_t i = 1; i < l; i++)
-    if ((s[i] & 0xc0) != 0x80) return 0;
-  if (l == 3 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0))) return 0;
-  if (l == 4 && ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] >= 0x90))) return 0;
-  return l;
-}
-
-void kbuf_json_string_utf8(kbuf *b, const char *s, size_t n) {
-  kbuf t = {0};
-  const unsigned char *p = (const unsigned char *)s;
-  for (size_t i = 0; i < n;) {
-    size_t l = utf8_valid_len(p + i, n - i);
-    if (l) {
-      kbuf_put(&t, p + i, l);
-      i += l;
-    } else {
-      kbuf_put(&t, "\xef\xbf\xbd", 3); /* U+FFFD */
-      i++;
-    }
-  }
-  kbuf_json_string(b, t.data ? t.data : "", t.len);
-  if (t.oom) b->oom = true;
-  kbuf_free(&t);
-}
-
-void kbuf_free(kbuf *b) {
-  free(b->data);
-  memset(b, 0, sizeof *b);
-}
-
 /* Shortest text that reads back as the same float (fp32: true) or double. JSON has no
  * spelling for non-finite numbers; these are the ones Python's json and core/json accept. */
-static void put_real(kbuf *b, double d, bool fp32) {
-  if (isnan(d)) kbuf_puts(b, "NaN");
-  else if (isinf(d)) kbuf_puts(b, d > 0 ? "Infinity" : "-Infinity");
+static void put_real(cbuf *b, double d, bool fp32) {
+  if (isnan(d)) cbuf_puts(b, "NaN");
+  else if (isinf(d)) cbuf_puts(b, d > 0 ? "Infinity" : "-Infinity");
   else {
     char t[NUMFMT_BUF];
-    kbuf_put(b, t, fp32 ? numfmt_float(t, (float)d) : numfmt_double(t, d));
+    cbuf_put(b, t, fp32 ? numfmt_float(t, (float)d) : numfmt_double(t, d));
   }
 }
 
-static void put_u64(kbuf *b, uint64_t v) {
+static void put_u64(cbuf *b, uint64_t v) {
   char t[20], *o = t + sizeof t;
   do *--o = (char)('0' + v % 10); while (v /= 10);
-  kbuf_put(b, o, (size_t)(t + sizeof t - o));
+  cbuf_put(b, o, (size_t)(t + sizeof t - o));
 }
 
-static void put_i64(kbuf *b, int64_t v) {
-  if (v < 0) kbuf_put(b, "-", 1);
+static void put_i64(cbuf *b, int64_t v) {
+  if (v < 0) cbuf_put(b, "-", 1);
   put_u64(b, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
 }
 
-static void encode_data(kbuf *b, const cinfer_tensor *t) {
+static void encode_data(cbuf *b, const cinfer_tensor *t) {
   int64_t n = cinfer_shape_elements(t->shape, t->ndim);
   const unsigned char *p = t->data;
-  kbuf_put(b, "[", 1);
+  cbuf_put(b, "[", 1);
   size_t off = 0;
   for (int64_t i = 0; i < n && !b->oom; i++) {
-    if (i) kbuf_put(b, ",", 1);
+    if (i) cbuf_put(b, ",", 1);
     switch (t->dtype) {
-      case CINFER_TYPE_BOOL: kbuf_puts(b, p[i] ? "true" : "false"); break;
+      case CINFER_TYPE_BOOL: cbuf_puts(b, p[i] ? "true" : "false"); break;
       case CINFER_TYPE_UINT8: put_u64(b, p[i]); break;
       case CINFER_TYPE_INT8: put_i64(b, (int8_t)p[i]); break;
 #define NUM(T, ctype, put)                               \
@@ -517,14 +426,14 @@ static void encode_data(kbuf *b, const cinfer_tensor *t) {
                      (uint32_t)p[off + 3] << 24;
         off += 4;
         if (l > t->byte_size - off) l = (uint32_t)(t->byte_size - off);
-        kbuf_json_string(b, (const char *)p + off, l);
+        cbuf_json_string(b, (const char *)p + off, l);
         off += l;
         break;
       }
-      default: kbuf_puts(b, "null"); break;
+      default: cbuf_puts(b, "null"); break;
     }
   }
-  kbuf_put(b, "]", 1);
+  cbuf_put(b, "]", 1);
 }
 
 bool kserve_output_binary(const kserve_request *req, const char *name) {
@@ -534,55 +443,55 @@ bool kserve_output_binary(const kserve_request *req, const char *name) {
   return req->binary_default;
 }
 
-bool kserve_encode_response(kbuf *out, size_t *json_len, const char *model, int64_t version,
+bool kserve_encode_response(cbuf *out, size_t *json_len, const char *model, int64_t version,
                             const kserve_request *req, const cinfer_response *resp) {
   const char *id = req ? req->id : NULL;
-  kbuf_puts(out, "{");
+  cbuf_puts(out, "{");
   if (id && id[0]) {
-    kbuf_puts(out, "\"id\":");
-    kbuf_json_string(out, id, strlen(id));
-    kbuf_puts(out, ",");
+    cbuf_puts(out, "\"id\":");
+    cbuf_json_string(out, id, strlen(id));
+    cbuf_puts(out, ",");
   }
-  kbuf_puts(out, "\"model_name\":");
-  kbuf_json_string(out, model, strlen(model));
-  kbuf_puts(out, ",\"model_version\":\"");
+  cbuf_puts(out, "\"model_name\":");
+  cbuf_json_string(out, model, strlen(model));
+  cbuf_puts(out, ",\"model_version\":\"");
   put_i64(out, version);
-  kbuf_puts(out, "\",\"outputs\":[");
+  cbuf_puts(out, "\",\"outputs\":[");
   uint32_t n = cinfer_response_output_count(resp);
   for (uint32_t i = 0; i < n; i++) {
     const cinfer_tensor *t = cinfer_response_output(resp, i);
-    if (i) kbuf_put(out, ",", 1);
-    kbuf_puts(out, "{\"name\":");
-    kbuf_json_string(out, t->name, strlen(t->name));
-    kbuf_puts(out, ",\"datatype\":\"");
-    kbuf_puts(out, cinfer_dtype_name(t->dtype));
-    kbuf_puts(out, "\",\"shape\":[");
+    if (i) cbuf_put(out, ",", 1);
+    cbuf_puts(out, "{\"name\":");
+    cbuf_json_string(out, t->name, strlen(t->name));
+    cbuf_puts(out, ",\"datatype\":\"");
+    cbuf_puts(out, cinfer_dtype_name(t->dtype));
+    cbuf_puts(out, "\",\"shape\":[");
     for (int d = 0; d < t->ndim; d++) {
-      if (d) kbuf_put(out, ",", 1);
+      if (d) cbuf_put(out, ",", 1);
       put_i64(out, t->shape[d]);
     }
-    kbuf_puts(out, "]");
+    cbuf_puts(out, "]");
     if (kserve_output_binary(req, t->name)) {
-      kbuf_puts(out, ",\"parameters\":{\"binary_data_size\":");
+      cbuf_puts(out, ",\"parameters\":{\"binary_data_size\":");
       put_u64(out, t->byte_size);
-      kbuf_puts(out, "}}");
+      cbuf_puts(out, "}}");
     } else {
-      kbuf_puts(out, ",\"data\":");
+      cbuf_puts(out, ",\"data\":");
       encode_data(out, t);
-      kbuf_puts(out, "}");
+      cbuf_puts(out, "}");
     }
   }
-  kbuf_puts(out, "]}");
+  cbuf_puts(out, "]}");
   *json_len = out->len;
   for (uint32_t i = 0; i < n; i++) {
     const cinfer_tensor *t = cinfer_response_output(resp, i);
-    if (kserve_output_binary(req, t->name)) kbuf_put(out, t->data, t->byte_size);
+    if (kserve_output_binary(req, t->name)) cbuf_put(out, t->data, t->byte_size);
   }
   return !out->oom;
 }
 
-void kserve_encode_error(kbuf *out, const char *msg) {
-  kbuf_puts(out, "{\"error\":");
-  kbuf_json_string(out, msg, strlen(msg));
-  kbuf_puts(out, "}");
+void kserve_encode_error(cbuf *out, const char *msg) {
+  cbuf_puts(out, "{\"error\":");
+  cbuf_json_string(out, msg, strlen(msg));
+  cbuf_puts(out, "}");
 }

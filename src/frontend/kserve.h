@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "cinfer/cinfer.h"
+#include "core/buf.h"
 
 /* Per-server limits. Besides these, a request may carry at most CINFER_MAX_INPUTS
  * inputs and CINFER_MAX_OUTPUTS requested outputs, and a shape at most CINFER_MAX_DIMS
@@ -53,21 +54,6 @@ bool kserve_request_binary_default(const kserve_request *k);
  * to the cinfer request), requested outputs, parameters, id, priority and timeout. */
 cinfer_status *kserve_apply(kserve_request *k, cinfer_request *r);
 
-/* A growable byte buffer. */
-typedef struct kbuf {
-  char *data;
-  size_t len, cap;
-  bool oom;
-} kbuf;
-void kbuf_put(kbuf *b, const void *p, size_t n);
-void kbuf_puts(kbuf *b, const char *s);
-void kbuf_printf(kbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void kbuf_json_string(kbuf *b, const char *s, size_t n); /* quoted and escaped */
-/* The same, and bytes that are not valid UTF-8 become U+FFFD (for text that may hold a
- * partial character, e.g. a single token's bytes). */
-void kbuf_json_string_utf8(kbuf *b, const char *s, size_t n);
-void kbuf_free(kbuf *b);
-
 /* True when the response output named `name` goes to the binary section: its
  * binary_data parameter when the request lists it, else the request's binary_data_output.
  * req may be NULL (every output as JSON). */
@@ -76,9 +62,9 @@ bool kserve_output_binary(const kserve_request *req, const char *name);
  * JSON). Outputs that kserve_output_binary selects go to the binary section; then
  * *json_len < out->len and the caller sets Inference-Header-Content-Length. Every output
  * of the response is encoded, however many. Returns false on allocation failure. */
-bool kserve_encode_response(kbuf *out, size_t *json_len, const char *model, int64_t version,
+bool kserve_encode_response(cbuf *out, size_t *json_len, const char *model, int64_t version,
                             const kserve_request *req, const cinfer_response *resp);
 /* {"error":"..."} */
-void kserve_encode_error(kbuf *out, const char *msg);
+void kserve_encode_error(cbuf *out, const char *msg);
 
 #endif

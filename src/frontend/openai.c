@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "core/clock.h"
 #include "frontend/frontend_internal.h"
 #include "frontend/kserve.h"
 #include "metrics/metrics.h"
@@ -51,15 +52,15 @@ static void oai_error(http_exchange *ex, int status, const char *type, const cha
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  kbuf b = {0};
-  kbuf_puts(&b, "{\"error\":{\"message\":");
-  kbuf_json_string(&b, msg, strlen(msg));
-  kbuf_printf(&b, ",\"type\":\"%s\",\"param\":", type);
-  if (param) kbuf_json_string(&b, param, strlen(param));
-  else kbuf_puts(&b, "null");
-  kbuf_puts(&b, ",\"code\":null}}");
+  cbuf b = {0};
+  cbuf_puts(&b, "{\"error\":{\"message\":");
+  cbuf_json_string(&b, msg, strlen(msg));
+  cbuf_printf(&b, ",\"type\":\"%s\",\"param\":", type);
+  if (param) cbuf_json_string(&b, param, strlen(param));
+  else cbuf_puts(&b, "null");
+  cbuf_puts(&b, ",\"code\":null}}");
   if (b.oom) {
-    kbuf_free(&b);
+    cbuf_free(&b);
     http_respond(ex, 500, json_hdr, 1, "{}", 2);
     return;
   }
@@ -176,10 +177,10 @@ void openai_update_metrics(cinfer_server *s) {
 /* ---- request state ------------------------------------------------------------------- */
 
 typedef struct oai_choice {
-  kbuf text;        /* whole answers */
-  kbuf logprobs;    /* JSON array body of per-token logprob entries */
+  cbuf text;        /* whole answers */
+  cbuf logprobs;    /* JSON array body of per-token logprob entries */
   int n_logprobs;
-  kbuf prompt_lp;   /* echo + logprobs: the same entries for the prompt's tokens */
+  cbuf prompt_lp;   /* echo + logprobs: the same entries for the prompt's tokens */
   int n_prompt_lp;
   char finish[16];  /* "" until the choice's last response */
   int completion_tokens;
@@ -222,17 +223,11 @@ typedef struct oai_ctx {
   oai_choice ch[MAX_N];
 } oai_ctx;
 
-static uint64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void ctx_free(oai_ctx *c) {
   for (int i = 0; i < MAX_N; i++) {
-    kbuf_free(&c->ch[i].text);
-    kbuf_free(&c->ch[i].logprobs);
-    kbuf_free(&c->ch[i].prompt_lp);
+    cbuf_free(&c->ch[i].text);
+    cbuf_free(&c->ch[i].logprobs);
+    cbuf_free(&c->ch[i].prompt_lp);
   }
   for (resp_node *q = c->head, *nx; q; q = nx) {
     nx = q->next;
@@ -257,32 +252,32 @@ static void on_cancel(void *arg) {
   if (!atomic_load(&c->answered)) cinfer_request_cancel(c->req);
 }
 
-static void put_usage(kbuf *b, const oai_ctx *c) {
+static void put_usage(cbuf *b, const oai_ctx *c) {
   int comp = 0;
   for (int i = 0; i < c->n; i++) comp += c->ch[i].completion_tokens;
-  kbuf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+  cbuf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
                  "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
               c->prompt_tokens, comp, c->prompt_tokens + comp, c->cached_tokens);
 }
 
-static void chunk_head(kbuf *b, const oai_ctx *c) {
-  kbuf_printf(b, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", c->id,
+static void chunk_head(cbuf *b, const oai_ctx *c) {
+  cbuf_printf(b, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", c->id,
               c->chat ? "chat.completion.chunk" : "text_completion", c->created);
   const char *mn = cinfer_model_name(c->model);
-  kbuf_json_string(b, mn, strlen(mn));
+  cbuf_json_string(b, mn, strlen(mn));
 }
 
 /* Token text for logprobs (may be a partial UTF-8 sequence: escaped as is). */
-static void put_token_text(kbuf *b, const cinfer_model *m, int32_t id) {
+static void put_token_text(cbuf *b, const cinfer_model *m, int32_t id) {
   char *s = NULL;
   size_t n = 0;
   cinfer_status *st = cinfer_model_detokenize(m, &id, 1, true, &s, &n);
   if (st) {
     cinfer_status_free(st);
-    kbuf_puts(b, "\"\"");
+    cbuf_puts(b, "\"\"");
     return;
   }
-  kbuf_json_string_utf8(b, s, n);
+  cbuf_json_string_utf8(b, s, n);
   free(s);
 }
 
@@ -330,44 +325,44 @@ static void read_resp(const cinfer_response *resp, tok_resp *o) {
   if (!o->top_lp) o->n_top = 0;
 }
 
-static void put_logprob_entry(kbuf *b, oai_ctx *c, const tok_resp *r) {
+static void put_logprob_entry(cbuf *b, oai_ctx *c, const tok_resp *r) {
   float lp = r->logprob ? *r->logprob : 0;
   int k = r->n_top < c->logprobs ? r->n_top : c->logprobs;
   if (c->chat) {
-    kbuf_puts(b, "{\"token\":");
+    cbuf_puts(b, "{\"token\":");
     put_token_text(b, c->model, r->token);
-    kbuf_printf(b, ",\"logprob\":%.6g,\"top_logprobs\":[", lp);
+    cbuf_printf(b, ",\"logprob\":%.6g,\"top_logprobs\":[", lp);
     for (int i = 0; i < k; i++) {
-      kbuf_puts(b, i ? ",{\"token\":" : "{\"token\":");
+      cbuf_puts(b, i ? ",{\"token\":" : "{\"token\":");
       put_token_text(b, c->model, r->top_ids[i]);
-      kbuf_printf(b, ",\"logprob\":%.6g}", r->top_lp[i]);
+      cbuf_printf(b, ",\"logprob\":%.6g}", r->top_lp[i]);
     }
-    kbuf_puts(b, "]}");
+    cbuf_puts(b, "]}");
   } else { /* completions: parallel arrays are assembled at the end; keep entries */
-    kbuf_puts(b, "{\"token\":");
+    cbuf_puts(b, "{\"token\":");
     put_token_text(b, c->model, r->token);
-    kbuf_printf(b, ",\"logprob\":%.6g,\"top\":{", lp);
+    cbuf_printf(b, ",\"logprob\":%.6g,\"top\":{", lp);
     for (int i = 0; i < k; i++) {
-      if (i) kbuf_puts(b, ",");
+      if (i) cbuf_puts(b, ",");
       put_token_text(b, c->model, r->top_ids[i]);
-      kbuf_printf(b, ":%.6g", r->top_lp[i]);
+      cbuf_printf(b, ":%.6g", r->top_lp[i]);
     }
-    kbuf_puts(b, "}}");
+    cbuf_puts(b, "}}");
   }
 }
 
 /* completions logprobs: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{..}],"text_offset":[]} */
-static void put_completion_logprobs(kbuf *b, const oai_choice *ch) {
+static void put_completion_logprobs(cbuf *b, const oai_choice *ch) {
   cJSON *arr = NULL;
   if (ch->logprobs.data || ch->prompt_lp.data) { /* stored without brackets; echo: prompt first */
-    kbuf t = {0};
-    kbuf_puts(&t, "[");
-    if (ch->prompt_lp.data) kbuf_put(&t, ch->prompt_lp.data, ch->prompt_lp.len);
-    if (ch->prompt_lp.data && ch->logprobs.data) kbuf_puts(&t, ",");
-    if (ch->logprobs.data) kbuf_put(&t, ch->logprobs.data, ch->logprobs.len);
-    kbuf_puts(&t, "]");
+    cbuf t = {0};
+    cbuf_puts(&t, "[");
+    if (ch->prompt_lp.data) cbuf_put(&t, ch->prompt_lp.data, ch->prompt_lp.len);
+    if (ch->prompt_lp.data && ch->logprobs.data) cbuf_puts(&t, ",");
+    if (ch->logprobs.data) cbuf_put(&t, ch->logprobs.data, ch->logprobs.len);
+    cbuf_puts(&t, "]");
     arr = t.data && !t.oom ? cJSON_ParseWithLength(t.data, t.len) : NULL;
-    kbuf_free(&t);
+    cbuf_free(&t);
   }
   cJSON *wrap = cJSON_CreateObject();
   cJSON *toks = cJSON_AddArrayToObject(wrap, "tokens");
@@ -380,8 +375,8 @@ static void put_completion_logprobs(kbuf *b, const oai_choice *ch) {
     cJSON_AddItemToArray(tops, cJSON_Duplicate(cJSON_GetObjectItem(e, "top"), 1));
   }
   char *s = cJSON_PrintUnformatted(wrap);
-  if (s) kbuf_puts(b, s);
-  else kbuf_puts(b, "null");
+  if (s) cbuf_puts(b, s);
+  else cbuf_puts(b, "null");
   free(s);
   cJSON_Delete(wrap);
   cJSON_Delete(arr);
@@ -399,51 +394,51 @@ static void answer_whole(oai_ctx *c, const cinfer_status *err) {
                    cinfer_status_message(err));
     return;
   }
-  kbuf b = {0};
-  kbuf_printf(&b, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", c->id,
+  cbuf b = {0};
+  cbuf_printf(&b, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", c->id,
               c->chat ? "chat.completion" : "text_completion", c->created);
   const char *mn = cinfer_model_name(c->model);
-  kbuf_json_string(&b, mn, strlen(mn));
-  kbuf_puts(&b, ",\"choices\":[");
+  cbuf_json_string(&b, mn, strlen(mn));
+  cbuf_puts(&b, ",\"choices\":[");
   for (int i = 0; i < c->n; i++) {
     oai_choice *ch = &c->ch[i];
-    kbuf_printf(&b, "%s{\"index\":%d,", i ? "," : "", i);
+    cbuf_printf(&b, "%s{\"index\":%d,", i ? "," : "", i);
     const char *txt = ch->text.data ? ch->text.data : "";
     if (c->chat) {
-      kbuf_puts(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
-      kbuf_json_string(&b, txt, ch->text.len);
-      kbuf_puts(&b, "},\"logprobs\":");
+      cbuf_puts(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
+      cbuf_json_string(&b, txt, ch->text.len);
+      cbuf_puts(&b, "},\"logprobs\":");
       if (c->logprobs >= 0 && ch->logprobs.data) {
-        kbuf_puts(&b, "{\"content\":[");
-        kbuf_put(&b, ch->logprobs.data, ch->logprobs.len);
-        kbuf_puts(&b, "]}");
+        cbuf_puts(&b, "{\"content\":[");
+        cbuf_put(&b, ch->logprobs.data, ch->logprobs.len);
+        cbuf_puts(&b, "]}");
       } else if (c->logprobs >= 0) {
-        kbuf_puts(&b, "{\"content\":[]}");
+        cbuf_puts(&b, "{\"content\":[]}");
       } else {
-        kbuf_puts(&b, "null");
+        cbuf_puts(&b, "null");
       }
     } else {
-      kbuf_puts(&b, "\"text\":");
+      cbuf_puts(&b, "\"text\":");
       if (c->echo && c->prompt) {
-        kbuf t = {0};
-        kbuf_puts(&t, c->prompt);
-        kbuf_put(&t, txt, ch->text.len);
-        kbuf_json_string(&b, t.data ? t.data : "", t.len);
-        kbuf_free(&t);
+        cbuf t = {0};
+        cbuf_puts(&t, c->prompt);
+        cbuf_put(&t, txt, ch->text.len);
+        cbuf_json_string(&b, t.data ? t.data : "", t.len);
+        cbuf_free(&t);
       } else {
-        kbuf_json_string(&b, txt, ch->text.len);
+        cbuf_json_string(&b, txt, ch->text.len);
       }
-      kbuf_puts(&b, ",\"logprobs\":");
+      cbuf_puts(&b, ",\"logprobs\":");
       if (c->logprobs >= 0) put_completion_logprobs(&b, ch);
-      else kbuf_puts(&b, "null");
+      else cbuf_puts(&b, "null");
     }
-    kbuf_printf(&b, ",\"finish_reason\":\"%s\"}", ch->finish[0] ? ch->finish : "stop");
+    cbuf_printf(&b, ",\"finish_reason\":\"%s\"}", ch->finish[0] ? ch->finish : "stop");
   }
-  kbuf_puts(&b, "],");
+  cbuf_puts(&b, "],");
   put_usage(&b, c);
-  kbuf_puts(&b, "}");
+  cbuf_puts(&b, "}");
   if (b.oom) {
-    kbuf_free(&b);
+    cbuf_free(&b);
     oai_error(c->ex, 500, "server_error", NULL, "out of memory");
     return;
   }
@@ -457,44 +452,44 @@ static void stream_begin(oai_ctx *c) {
 }
 
 /* Appends the SSE chunk(s) of one token response to b (I/O loop). */
-static void stream_event(oai_ctx *c, kbuf *b, const tok_resp *r) {
+static void stream_event(oai_ctx *c, cbuf *b, const tok_resp *r) {
   oai_choice *ch = &c->ch[r->index];
   if (!(r->text_len || !ch->role_sent || r->finish)) return;
   chunk_head(b, c);
-  kbuf_printf(b, ",\"choices\":[{\"index\":%d,", r->index);
+  cbuf_printf(b, ",\"choices\":[{\"index\":%d,", r->index);
   if (c->chat) {
-    kbuf_puts(b, "\"delta\":{");
-    if (!ch->role_sent) kbuf_puts(b, "\"role\":\"assistant\"");
+    cbuf_puts(b, "\"delta\":{");
+    if (!ch->role_sent) cbuf_puts(b, "\"role\":\"assistant\"");
     if (r->text_len) {
-      kbuf_puts(b, ch->role_sent ? "\"content\":" : ",\"content\":");
-      kbuf_json_string(b, r->text, r->text_len);
+      cbuf_puts(b, ch->role_sent ? "\"content\":" : ",\"content\":");
+      cbuf_json_string(b, r->text, r->text_len);
     }
-    kbuf_puts(b, "}");
+    cbuf_puts(b, "}");
   } else {
-    kbuf_puts(b, "\"text\":");
-    kbuf_json_string(b, r->text ? r->text : "", r->text_len);
+    cbuf_puts(b, "\"text\":");
+    cbuf_json_string(b, r->text ? r->text : "", r->text_len);
   }
   ch->role_sent = true;
-  kbuf_puts(b, ",\"logprobs\":null,\"finish_reason\":");
-  if (r->finish) kbuf_printf(b, "\"%.*s\"", (int)r->finish_len, r->finish);
-  else kbuf_puts(b, "null");
-  kbuf_puts(b, "}]}\n\n");
+  cbuf_puts(b, ",\"logprobs\":null,\"finish_reason\":");
+  if (r->finish) cbuf_printf(b, "\"%.*s\"", (int)r->finish_len, r->finish);
+  else cbuf_puts(b, "null");
+  cbuf_puts(b, "}]}\n\n");
 }
 
-static void stream_finish(oai_ctx *c, kbuf *b, const cinfer_status *err) {
+static void stream_finish(oai_ctx *c, cbuf *b, const cinfer_status *err) {
   if (err) {
     const char *msg = cinfer_status_message(err);
-    kbuf_puts(b, "data: {\"error\":{\"message\":");
-    kbuf_json_string(b, msg, strlen(msg));
-    kbuf_puts(b, ",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
+    cbuf_puts(b, "data: {\"error\":{\"message\":");
+    cbuf_json_string(b, msg, strlen(msg));
+    cbuf_puts(b, ",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
   }
   if (c->include_usage) {
     chunk_head(b, c);
-    kbuf_puts(b, ",\"choices\":[],");
+    cbuf_puts(b, ",\"choices\":[],");
     put_usage(b, c);
-    kbuf_puts(b, "}\n\n");
+    cbuf_puts(b, "}\n\n");
   }
-  kbuf_puts(b, "data: [DONE]\n\n");
+  cbuf_puts(b, "data: [DONE]\n\n");
 }
 
 static void log_request(oai_ctx *c, int status, const char *err) {
@@ -502,7 +497,7 @@ static void log_request(oai_ctx *c, int status, const char *err) {
   char ver[32], code[8], us[32];
   snprintf(ver, sizeof ver, "%lld", (long long)cinfer_model_version(c->model));
   snprintf(code, sizeof code, "%d", status);
-  snprintf(us, sizeof us, "%.1f", (double)(mono_ns() - c->t0) / 1e3);
+  snprintf(us, sizeof us, "%.1f", (double)(clock_now_ns() - c->t0) / 1e3);
   const char *kv[] = {"request_id", c->id, "model", cinfer_model_name(c->model), "version", ver,
                       "status", code, "duration_us", us, "api", c->chat ? "chat" : "completions",
                       err ? "error" : NULL, err, NULL};
@@ -519,7 +514,7 @@ static void drain_task(loop_task *t) {
   c->tail = &c->head;
   c->posted = false;
   pthread_mutex_unlock(&c->mu);
-  kbuf b = {0};
+  cbuf b = {0};
   cinfer_response *final_resp = NULL;
   for (resp_node *nx; q; q = nx) {
     nx = q->next;
@@ -532,25 +527,25 @@ static void drain_task(loop_task *t) {
         r.index < c->n) {
       oai_choice *ch = &c->ch[r.index];
       if (r.prompt_pos >= 0) { /* echo + logprobs: the prompt's tokens, the first without one */
-        if (ch->n_prompt_lp++) kbuf_puts(&ch->prompt_lp, ",");
+        if (ch->n_prompt_lp++) cbuf_puts(&ch->prompt_lp, ",");
         if (r.logprob) {
           put_logprob_entry(&ch->prompt_lp, c, &r);
         } else {
-          kbuf_puts(&ch->prompt_lp, "{\"token\":");
+          cbuf_puts(&ch->prompt_lp, "{\"token\":");
           put_token_text(&ch->prompt_lp, c->model, r.token);
-          kbuf_puts(&ch->prompt_lp, ",\"logprob\":null,\"top\":null}");
+          cbuf_puts(&ch->prompt_lp, ",\"logprob\":null,\"top\":null}");
         }
         if (resp != final_resp) cinfer_response_free(resp);
         continue;
       }
       if (r.token >= 0 && c->logprobs >= 0 && r.logprob) {
-        if (ch->n_logprobs++) kbuf_puts(&ch->logprobs, ",");
+        if (ch->n_logprobs++) cbuf_puts(&ch->logprobs, ",");
         put_logprob_entry(&ch->logprobs, c, &r);
       }
       if (c->stream) {
         if (!c->client_gone) stream_event(c, &b, &r);
       } else if (r.text_len) {
-        kbuf_put(&ch->text, r.text, r.text_len);
+        cbuf_put(&ch->text, r.text, r.text_len);
       }
       if (r.finish) {
         snprintf(ch->finish, sizeof ch->finish, "%.*s", (int)r.finish_len, r.finish);
@@ -567,7 +562,7 @@ static void drain_task(loop_task *t) {
       stream_begin(c);
       if (b.oom || !http_stream_write(c->ex, b.data, b.len)) on_cancel(c);
     }
-    kbuf_free(&b);
+    cbuf_free(&b);
     return;
   }
   /* FINAL: answer, then free (on this loop: no cancel notification can follow). An error
@@ -582,7 +577,7 @@ static void drain_task(loop_task *t) {
     answer_whole(c, err);
   }
   log_request(c, err ? status_http(err) : 200, err ? cinfer_status_message(err) : NULL);
-  kbuf_free(&b);
+  cbuf_free(&b);
   cinfer_response_free(final_resp);
   ctx_free(c);
 }
@@ -591,7 +586,7 @@ static void drain_task(loop_task *t) {
  * response for the I/O loop and posts the context's task unless it is already queued. */
 static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
   oai_ctx *c = user;
-  uint64_t now = mono_ns();
+  uint64_t now = clock_now_ns();
   bool final = (flags & CINFER_RESPONSE_FINAL) != 0;
   if (c->lm && !cinfer_response_error(resp)) {
     tok_resp r;
@@ -899,7 +894,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
       if (cJSON_IsString(content)) {
         contents[i] = content->valuestring;
       } else if (cJSON_IsArray(content)) { /* [{"type":"text","text":"..."}] */
-        kbuf t = {0};
+        cbuf t = {0};
         for (const cJSON *part = content->child; part; part = part->next) {
           const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type");
           const cJSON *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
@@ -909,10 +904,10 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
             ok = false;
             break;
           }
-          kbuf_puts(&t, tx->valuestring);
+          cbuf_puts(&t, tx->valuestring);
         }
         if (t.oom) {
-          kbuf_free(&t);
+          cbuf_free(&t);
           oai_error(ex, 500, "server_error", NULL, "out of memory");
           ok = false;
         }
@@ -976,7 +971,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   c->n = p.n;
   c->logprobs = p.logprobs;
   c->created = (long long)time(NULL);
-  c->t0 = mono_ns();
+  c->t0 = clock_now_ns();
   pthread_mutex_init(&c->mu, NULL);
   c->tail = &c->head;
   c->task.fn = drain_task;
@@ -1004,8 +999,8 @@ static void handle_models(frontend *fe, http_exchange *ex) {
   size_t n;
   cinfer_status *st = cinfer_server_repository_index(fe->server, true, &idx, &n);
   if (st) return oai_status_error(ex, st, NULL);
-  kbuf b = {0};
-  kbuf_puts(&b, "{\"object\":\"list\",\"data\":[");
+  cbuf b = {0};
+  cbuf_puts(&b, "{\"object\":\"list\",\"data\":[");
   int k = 0;
   for (size_t i = 0; i < n; i++) {
     if (i && !strcmp(idx[i].name, idx[i - 1].name)) continue; /* one entry per model name */
@@ -1015,16 +1010,16 @@ static void handle_models(frontend *fe, http_exchange *ex) {
       continue;
     }
     if (cinfer_model_is_generative(m)) {
-      kbuf_puts(&b, k++ ? ",{\"id\":" : "{\"id\":");
-      kbuf_json_string(&b, idx[i].name, strlen(idx[i].name));
-      kbuf_puts(&b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"cinfer\"}");
+      cbuf_puts(&b, k++ ? ",{\"id\":" : "{\"id\":");
+      cbuf_json_string(&b, idx[i].name, strlen(idx[i].name));
+      cbuf_puts(&b, ",\"object\":\"model\",\"created\":0,\"owned_by\":\"cinfer\"}");
     }
     cinfer_model_release(m);
   }
-  kbuf_puts(&b, "]}");
+  cbuf_puts(&b, "]}");
   cinfer_model_index_free(idx, n);
   if (b.oom) {
-    kbuf_free(&b);
+    cbuf_free(&b);
     return oai_error(ex, 500, "server_error", NULL, "out of memory");
   }
   http_respond_owned(ex, 200, json_hdr, 1, b.data, b.len, free);
@@ -1068,7 +1063,7 @@ static void handle_tokenize(frontend *fe, http_exchange *ex, const http_request 
     cJSON_Delete(j);
     return;
   }
-  kbuf b = {0};
+  cbuf b = {0};
   if (!detok) {
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(j, "content");
     if (!cJSON_IsString(content)) {
@@ -1084,9 +1079,9 @@ static void handle_tokenize(frontend *fe, http_exchange *ex, const http_request 
       oai_status_error(ex, st, "content");
       goto out;
     }
-    kbuf_puts(&b, "{\"tokens\":[");
-    for (size_t i = 0; i < n; i++) kbuf_printf(&b, i ? ",%d" : "%d", toks[i]);
-    kbuf_puts(&b, "]}");
+    cbuf_puts(&b, "{\"tokens\":[");
+    for (size_t i = 0; i < n; i++) cbuf_printf(&b, i ? ",%d" : "%d", toks[i]);
+    cbuf_puts(&b, "]}");
     free(toks);
   } else {
     const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(j, "tokens");
@@ -1115,15 +1110,15 @@ static void handle_tokenize(frontend *fe, http_exchange *ex, const http_request 
       oai_status_error(ex, st, "tokens");
       goto out;
     }
-    kbuf_puts(&b, "{\"content\":");
-    kbuf_json_string(&b, s, sl);
-    kbuf_puts(&b, "}");
+    cbuf_puts(&b, "{\"content\":");
+    cbuf_json_string(&b, s, sl);
+    cbuf_puts(&b, "}");
     free(s);
   }
   if (b.oom) oai_error(ex, 500, "server_error", NULL, "out of memory");
   else http_respond_owned(ex, 200, json_hdr, 1, b.data, b.len, free), b.data = NULL;
 out:
-  kbuf_free(&b);
+  cbuf_free(&b);
   cinfer_model_release(m);
   cJSON_Delete(j);
 }

@@ -17,6 +17,8 @@
 #include <stdatomic.h>
 
 #include "cinfer/cinfer.h"
+#include "core/clock.h"
+#include "core/hash.h"
 #include "metrics/metrics.h"
 #include "sched/batcher.h"
 #include "server/cfgview.h"
@@ -151,7 +153,6 @@ void model_ref(cinfer_model *m);
 /* Decoupled backends: counts r's FINAL response (err NULL: a success) in the statistics. */
 void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err);
 void model_destroy_now(cinfer_model *m); /* reaper: stop workers, unload */
-uint64_t now_ns(void);
 void model_busy_update(cinfer_model *m, uint64_t window_ns);
 
 /* server.c */

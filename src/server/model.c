@@ -20,18 +20,6 @@
 #include "server/backend_config.h"
 #include "server/internal.h"
 
-uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t unix_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
-}
-
 void model_ref(cinfer_model *m) { atomic_fetch_add(&m->refs, 1); }
 
 void cinfer_model_release(cinfer_model *m) {
@@ -125,7 +113,7 @@ static void stat_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns) {
 }
 
 static void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric *reason) {
-  uint64_t t = now_ns() - r->t_arrival;
+  uint64_t t = clock_now_ns() - r->t_arrival;
   pthread_mutex_lock(&m->stats_mu);
   stat_add(&m->stats.fail, 1, t);
   pthread_mutex_unlock(&m->stats_mu);
@@ -143,7 +131,7 @@ void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status 
     record_failure(m, r, cinfer_status_code(err), NULL);
     return;
   }
-  uint64_t t = now_ns() - r->t_arrival;
+  uint64_t t = clock_now_ns() - r->t_arrival;
   pthread_mutex_lock(&m->stats_mu);
   stat_add(&m->stats.success, 1, t);
   pthread_mutex_unlock(&m->stats_mu);
@@ -228,7 +216,7 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
     resp->outputs = ts;
     resp->n = no;
     resp->block = bl;
-    uint64_t t_end = now_ns();
+    uint64_t t_end = clock_now_ns();
     pthread_mutex_lock(&m->stats_mu);
     stat_add(&m->stats.success, 1, t_end - r->t_arrival);
     stat_phases_locked(m, r, t0, t1, t2, t_end);
@@ -244,7 +232,7 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
 static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
                       cinfer_tensor *inputs, void **bufs) {
   cinfer_model *m = inst->model;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = clock_now_ns();
   int64_t rows = 0;
   for (uint32_t k = 0; k < n; k++) rows += reqs[k]->rows;
 
@@ -285,7 +273,7 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
     inputs[n_in].device_id = 0;
     n_in++;
   }
-  uint64_t t1 = now_ns();
+  uint64_t t1 = clock_now_ns();
   batch_core core = {.model = m};
   cinfer_batch b = {.n_requests = n, .requests = reqs, .batch_size = rows,
                     .n_inputs = n_in, .inputs = inputs, .core_ = &core};
@@ -296,13 +284,13 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
    * below have read it. */
   for (uint32_t k = 0; decoupled && k < n; k++) cinfer_request_ref(reqs[k]);
   if (!st) st = m->backend->execute(inst->state, &b);
-  uint64_t t2 = now_ns();
+  uint64_t t2 = clock_now_ns();
   for (uint32_t i = 0; i < n_in; i++) free(bufs[i]);
 
   pthread_mutex_lock(&m->stats_mu);
   m->stats.execution_count++;
   m->stats.inference_count += (uint64_t)rows;
-  m->stats.last_inference_ms = unix_ms();
+  m->stats.last_inference_ms = clock_unix_ms();
   /* A decoupled backend streams the responses itself: the compute phases end here. */
   for (uint32_t k = 0; decoupled && !st && k < n; k++) stat_phases_locked(m, reqs[k], t0, t1, t2, t2);
   pthread_mutex_unlock(&m->stats_mu);
@@ -386,7 +374,7 @@ static void *worker_main(void *arg) {
   }
   pthread_mutex_lock(&m->mu);
   for (;;) {
-    uint64_t now = now_ns();
+    uint64_t now = clock_now_ns();
     expire_locked(m, now);
     size_t n = 0;
     uint64_t wake = UINT64_MAX;
@@ -415,7 +403,7 @@ static void *worker_main(void *arg) {
     pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
 
-    uint64_t t = now_ns();
+    uint64_t t = clock_now_ns();
     uint32_t live = 0;
     for (size_t i = 0; i < n; i++) {
       cinfer_request *r = items[i].user;
@@ -426,7 +414,7 @@ static void *worker_main(void *arg) {
         batch[live++] = r;
     }
     if (live) run_batch(inst, batch, live, inputs, bufs);
-    uint64_t busy = now_ns() - t;
+    uint64_t busy = clock_now_ns() - t;
     pthread_mutex_lock(&m->mu);
     inst->busy_ns += busy;
   }
@@ -828,7 +816,7 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
                                  (long long)r->inputs[i].t.shape[0]);
   }
   r->shape_key = shape_key(r, m->batching ? 1 : 0);
-  r->t_arrival = now_ns();
+  r->t_arrival = clock_now_ns();
   batcher_item it = {.rows = m->batching && m->db.enabled ? r->rows : 1, .shape_key = r->shape_key,
                      .priority = r->priority, .timeout_us = r->timeout_us, .user = r};
   pthread_mutex_lock(&m->mu);

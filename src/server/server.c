@@ -299,15 +299,9 @@ static size_t list_versions(const char *dir, int64_t *out, size_t cap) {
   return n;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-  return h;
-}
-
 /* A fingerprint of a model folder: names, sizes and mtimes two levels deep. */
 static uint64_t dir_fingerprint(const char *dir, int depth) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = HASH_FNV_SEED;
   struct dirent **list = NULL;
   int n = scandir(dir, &list, NULL, alphasort);
   for (int i = 0; i < n; i++) {
@@ -317,12 +311,12 @@ static uint64_t dir_fingerprint(const char *dir, int depth) {
       struct stat st;
       snprintf(p, sizeof p, "%s/%s", dir, nm);
       if (stat(p, &st) == 0) {
-        h = fnv(h, nm, strlen(nm));
-        h = fnv(h, &st.st_size, sizeof st.st_size);
-        h = fnv(h, &st.st_mtim, sizeof st.st_mtim);
+        h = hash_fnv1a(h, nm, strlen(nm));
+        h = hash_fnv1a(h, &st.st_size, sizeof st.st_size);
+        h = hash_fnv1a(h, &st.st_mtim, sizeof st.st_mtim);
         if (S_ISDIR(st.st_mode) && depth > 0) {
           uint64_t sub = dir_fingerprint(p, depth - 1);
-          h = fnv(h, &sub, sizeof sub);
+          h = hash_fnv1a(h, &sub, sizeof sub);
         }
       }
     }
@@ -609,7 +603,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
 
     cinfer_model_config *cfg = NULL;
     cinfer_model *m = NULL;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = clock_now_ns();
     st = config_json ? cfg_load_json(dir, name, config_json, &cfg) : cfg_load(dir, name, &cfg);
     if (!st) st = model_create(s, name, v, dir, cfg, &m); /* takes cfg */
     if (!st) live_add(s);
@@ -634,7 +628,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
     pthread_mutex_unlock(&s->mu);
     cinfer_model_release(old); /* drains, then the reaper unloads it */
     char msg[128];
-    snprintf(msg, sizeof msg, "loaded model in %.1f ms", (double)(now_ns() - t0) / 1e6);
+    snprintf(msg, sizeof msg, "loaded model in %.1f ms", (double)(clock_now_ns() - t0) / 1e6);
     log_kv_model(msg, name, v, NULL);
   }
   /* Versions no longer selected go away. */
@@ -769,9 +763,7 @@ static void *poller_main(void *arg) {
   cinfer_server *s = arg;
   pthread_mutex_lock(&s->reap_mu);
   while (!s->poll_stop) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += s->opts.repository_poll_secs > 0 ? s->opts.repository_poll_secs : 15;
+    struct timespec ts = clock_abs_after_ms(1000ull * (s->opts.repository_poll_secs > 0 ? s->opts.repository_poll_secs : 15));
     pthread_cond_timedwait(&s->poll_cv, &s->reap_mu, &ts);
     if (s->poll_stop) break;
     pthread_mutex_unlock(&s->reap_mu);
@@ -831,7 +823,7 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
   pthread_cond_init(&s->reap_cv, NULL);
   pthread_cond_init(&s->poll_cv, NULL);
   s->metrics = metrics_registry_create();
-  s->busy_window_start = now_ns();
+  s->busy_window_start = clock_now_ns();
   if (!s->metrics || pthread_create(&s->reaper, NULL, reaper_main, s)) {
     metrics_registry_destroy(s->metrics);
     free(s->backend_dir);
@@ -1097,7 +1089,7 @@ cinfer_status *cinfer_server_model_stats(cinfer_server *s, const char *name, int
 cinfer_status *cinfer_server_metrics_text(cinfer_server *s, char **text, size_t *len) {
   metric_set(s->m_rss, metrics_process_resident_bytes());
   metric_set(s->m_cpu, metrics_process_cpu_seconds());
-  uint64_t now = now_ns();
+  uint64_t now = clock_now_ns();
   pthread_mutex_lock(&s->mu);
   uint64_t window = now - s->busy_window_start;
   if (window > 1000000000ull) { /* busy ratio over the last scrape interval (>= 1 s) */

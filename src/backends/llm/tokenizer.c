@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backends/llm/unicode_tables.h"
+#include "core/buf.h"
 #include "core/hash.h"
 
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
@@ -817,13 +818,6 @@ size_t llm_detok_flush(llm_detok *st, char *out, size_t cap) {
 }
 
 /* ---- chat templates ---- */
-typedef struct { char *p; size_t n, cap; bool oom; } sbuf;
-static void sb_add(sbuf *b, const char *s) {
-  size_t l = strlen(s);
-  if (!grow((void **)&b->p, &b->cap, b->n + l + 1, 1)) { b->oom = true; return; }
-  memcpy(b->p + b->n, s, l + 1);
-  b->n += l;
-}
 
 cinfer_status *llm_chat_render(const llm_tokenizer *t, const char *override, const llm_chat_msg *msgs,
                                size_t n, bool add_generation_prompt, char **out) {
@@ -851,31 +845,26 @@ cinfer_status *llm_chat_render(const llm_tokenizer *t, const char *override, con
       def_sys = strndup(m, (size_t)(e - m));
     }
   }
-  sbuf b = {0};
+  cbuf b = {0};
   for (size_t i = 0; i < n; i++) {
     if (!msgs[i].role || !msgs[i].content) {
       free(def_sys);
-      free(b.p);
+      cbuf_free(&b);
       return cinfer_status_new(CINFER_INVALID_ARG, "chat: message %zu has no role or content", i);
     }
     if (i == 0 && def_sys && strcmp(msgs[0].role, "system")) {
-      sb_add(&b, "<|im_start|>system\n");
-      sb_add(&b, def_sys);
-      sb_add(&b, "<|im_end|>\n");
+      cbuf_puts(&b, "<|im_start|>system\n");
+      cbuf_puts(&b, def_sys);
+      cbuf_puts(&b, "<|im_end|>\n");
     }
-    sb_add(&b, "<|im_start|>");
-    sb_add(&b, msgs[i].role);
-    sb_add(&b, "\n");
-    sb_add(&b, msgs[i].content);
-    sb_add(&b, "<|im_end|>\n");
+    cbuf_puts(&b, "<|im_start|>");
+    cbuf_puts(&b, msgs[i].role);
+    cbuf_puts(&b, "\n");
+    cbuf_puts(&b, msgs[i].content);
+    cbuf_puts(&b, "<|im_end|>\n");
   }
-  if (add_generation_prompt) sb_add(&b, "<|im_start|>assistant\n");
+  if (add_generation_prompt) cbuf_puts(&b, "<|im_start|>assistant\n");
   free(def_sys);
-  if (b.oom || !b.p) {
-    free(b.p);
-    if (!b.oom && (b.p = strdup(""))) { *out = b.p; return NULL; }
-    return cinfer_status_oom("chat");
-  }
-  *out = b.p;
+  if (!(*out = cbuf_take(&b))) return cinfer_status_oom("chat");
   return NULL;
 }

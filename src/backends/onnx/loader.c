@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hash.h"
 #include "backends/onnx/onnx_impl.h"
 #include "backends/onnx/plan.h"
 #include "backends/onnx/tensor_pb.h"
@@ -20,12 +21,6 @@ typedef struct name_map {
   size_t cap;
   onnx_model *m;
 } name_map;
-
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
-  return h;
-}
 
 static int map_find(const name_map *nm, const char *name) {
   for (size_t i = hash_str(name) & (nm->cap - 1);; i = (i + 1) & (nm->cap - 1)) {

@@ -10,6 +10,7 @@
 
 #include "backends/onnx/ops_util.h"
 #include "backends/onnx/plan.h"
+#include "core/clock.h"
 
 static cinfer_status *oom(void) { return cinfer_status_oom(NULL); }
 
@@ -610,12 +611,6 @@ static void check_step(plan_step *ps, onnx_exec *x) {
   ot_free(ref);
 }
 
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *map, bool profile) {
   const onnx_model *m = p->m;
   for (int i = 0; i < m->n_inputs; i++)
@@ -626,7 +621,7 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
   onnx_exec x = {.threads = p->threads};
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *ps = &p->steps[s];
-    double t0 = profile ? now_ns() : 0;
+    double t0 = profile ? (double)clock_now_ns() : 0;
     cinfer_status *st;
     if (ps->fast) {
       st = fast_run(ps->fast, ps, p->threads);
@@ -638,7 +633,7 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
     if (trace_on()) trace_step(p, ps);
     if (ps->fast && getenv("CINFER_ONNX_CHECK") && !p->layout[ps->out_id[0]]) check_step(ps, &x);
     if (profile) {
-      ps->ns += now_ns() - t0;
+      ps->ns += (double)clock_now_ns() - t0;
       ps->calls++;
     }
   }
