@@ -17,6 +17,7 @@
 
 #include "backends/llm/llm.h"
 #include "cli/cli.h"
+#include "core/buf.h"
 #include "core/clock.h"
 
 typedef struct {
@@ -87,41 +88,16 @@ static void ppl_event(void *user, const llm_event *ev) {
   }
 }
 
-static char *read_text_file(const char *path, size_t *n, cinfer_status **st) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    *st = cinfer_status_new(CINFER_INVALID_ARG, "--perplexity %s: %s", path, strerror(errno));
-    return NULL;
-  }
-  size_t cap = 1 << 16, len = 0;
-  char *p = malloc(cap);
-  for (size_t k; p && (k = fread(p + len, 1, cap - len, f)) > 0;) {
-    len += k;
-    if (len == cap) {
-      char *np = cap < ((size_t)1 << 30) ? realloc(p, cap *= 2) : NULL;
-      if (!np) free(p);
-      p = np;
-    }
-  }
-  fclose(f);
-  if (!p) {
-    *st = cinfer_status_new(CINFER_INVALID_ARG, "--perplexity %s: out of memory or larger than 1 GiB", path);
-    return NULL;
-  }
-  *n = len;
-  return p;
-}
-
 /* Scores the text of `path` in chunks of n_ctx tokens; prints [chunk]running-ppl lines and
  * the final estimate; with out_path, writes every prompt position's logprob as TSV. */
 static int run_perplexity(llm_engine *e, const char *path, int n_ctx, const char *out_path) {
   cinfer_status *st = NULL;
-  size_t len = 0;
-  char *text = read_text_file(path, &len, &st);
+  cbuf text = {0};
   int32_t *toks = NULL, *bos = NULL;
   size_t nt = 0, nb = 0;
-  if (text) st = llm_engine_tokenize(e, text, len, true, false, &toks, &nt);
-  free(text);
+  st = cbuf_read_file(&text, path, (size_t)1 << 30);
+  if (!st) st = llm_engine_tokenize(e, text.data ? text.data : "", text.len, true, false, &toks, &nt);
+  cbuf_free(&text);
   if (!st) st = llm_engine_tokenize(e, "", 0, true, false, &bos, &nb); /* [BOS] when the model adds one */
   if (st) {
     fprintf(stderr, "cinfer generate: %s\n", cinfer_status_message(st));

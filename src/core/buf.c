@@ -1,11 +1,14 @@
 /* buf.c: see buf.h. */
 #include "core/buf.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cinfer/types.h"
 
 bool cbuf_reserve(cbuf *b, size_t n) {
   if (b->oom) return false;
@@ -116,6 +119,32 @@ char *cbuf_take(cbuf *b) {
   b->len = b->cap = 0;
   b->oom = false;
   return p;
+}
+
+cinfer_status *cbuf_read_file(cbuf *b, const char *path, size_t max_bytes) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return cinfer_status_new(CINFER_INVALID_ARG, "%s: %s", path, strerror(errno));
+  size_t start = b->len;
+  cinfer_status *st = NULL;
+  for (;;) {
+    if (!cbuf_reserve(b, 4096)) {
+      st = cinfer_status_oom(path);
+      break;
+    }
+    size_t got = fread(b->data + b->len, 1, b->cap - b->len - 1, f);
+    b->len += got;
+    b->data[b->len] = 0;
+    if (b->len - start > max_bytes) {
+      st = cinfer_status_new(CINFER_INVALID_ARG, "%s: larger than %zu bytes", path, max_bytes);
+      break;
+    }
+    if (got == 0) {
+      if (ferror(f)) st = cinfer_status_new(CINFER_INVALID_ARG, "%s: read error", path);
+      break;
+    }
+  }
+  fclose(f);
+  return st;
 }
 
 void cbuf_free(cbuf *b) {

@@ -32,4 +32,9 @@ void cbuf_json_string_utf8(cbuf *b, const char *s, size_t n);
 char *cbuf_take(cbuf *b);
 void cbuf_free(cbuf *b);
 
+struct cinfer_status;
+/* Appends the whole file at path to b. INVALID_ARG naming the file when it cannot be
+ * opened or read or is larger than max_bytes; INTERNAL (out of memory) when b cannot grow. */
+struct cinfer_status *cbuf_read_file(cbuf *b, const char *path, size_t max_bytes);
+
 #endif

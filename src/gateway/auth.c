@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "core/buf.h"
 #include "gateway/gateway.h"
 
 /* ---- keys ---------------------------------------------------------------------------- */
@@ -179,39 +180,11 @@ fail:
 
 cinfer_status *gw_keys_load(const char *path, gw_keyset **out) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return cinfer_status_new(CINFER_INVALID_ARG, "%s: %s", path, strerror(errno));
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len == cap) {
-      if (cap >= (64u << 20)) {
-        free(buf);
-        fclose(f);
-        return cinfer_status_new(CINFER_INVALID_ARG, "%s: larger than 64 MiB", path);
-      }
-      cap = cap ? cap * 2 : 4096;
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        free(buf);
-        fclose(f);
-        return cinfer_status_new(CINFER_INTERNAL, "%s: out of memory", path);
-      }
-      buf = nb;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) break;
-  }
-  bool err = ferror(f);
-  fclose(f);
-  if (err) {
-    free(buf);
-    return cinfer_status_new(CINFER_INVALID_ARG, "%s: read error", path);
-  }
-  cinfer_status *st = gw_keys_parse(buf, len, path, out);
-  OPENSSL_cleanse(buf, len);
-  free(buf);
+  cbuf b = {0};
+  cinfer_status *st = cbuf_read_file(&b, path, 64u << 20);
+  if (!st) st = gw_keys_parse(b.data, b.len, path, out);
+  if (b.data) OPENSSL_cleanse(b.data, b.cap); /* the file holds secrets' hashes */
+  cbuf_free(&b);
   return st;
 }
 

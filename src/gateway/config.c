@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "gateway/gateway.h"
 #include "net/tls.h"
 
@@ -627,38 +628,10 @@ out:
 }
 
 cinfer_status *gw_config_load_file(gw_config *c, const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return cinfer_status_new(CINFER_INVALID_ARG, "%s: %s", path, strerror(errno));
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len == cap) {
-      if (cap >= (16u << 20)) {
-        free(buf);
-        fclose(f);
-        return cinfer_status_new(CINFER_INVALID_ARG, "%s: larger than 16 MiB", path);
-      }
-      cap = cap ? cap * 2 : 4096;
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        free(buf);
-        fclose(f);
-        return cinfer_status_new(CINFER_INTERNAL, "%s: out of memory", path);
-      }
-      buf = nb;
-    }
-    size_t r = fread(buf + len, 1, cap - len, f);
-    len += r;
-    if (r == 0) break;
-  }
-  bool ioerr = ferror(f);
-  fclose(f);
-  if (ioerr) {
-    free(buf);
-    return cinfer_status_new(CINFER_INVALID_ARG, "%s: read error", path);
-  }
-  cinfer_status *st = gw_config_apply_json(c, buf, len, path);
-  free(buf);
+  cbuf b = {0};
+  cinfer_status *st = cbuf_read_file(&b, path, 16u << 20);
+  if (!st) st = gw_config_apply_json(c, b.data ? b.data : "", b.len, path);
+  cbuf_free(&b);
   return st;
 }
 
