@@ -145,13 +145,16 @@ def main():
                             counts[key] += 1
                 else:
                     body = json.dumps({"inputs": [
-                        {"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]},
-                        {"name": "INPUT1", "datatype": "FP32", "shape": [1, 2], "data": [3, 4]}]})
-                    code, _ = post(base + "/v2/models/identity_pair/infer", body.encode())
+                        {"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]},
+                        {"name": "INPUT1", "datatype": "INT32", "shape": [1, 4], "data": [5, 6, 7, 8]}]})
+                    code, out = post(base + "/v2/models/identity_pair/infer", body.encode())
                     if code == 200:
+                        got = {o["name"]: o["data"] for o in json.loads(out)["outputs"]}
+                        if got != {"OUTPUT0": [1, 2, 3, 4], "OUTPUT1": [5, 6, 7, 8]}:
+                            fail(f"identity_pair: wrong outputs {got}")
                         with lock:
                             counts["probe_loaded"] += 1
-                    elif 400 <= code < 500 or code == 503:
+                    elif code in (404, 503):  # not loaded at that moment: a clean refusal
                         with lock:
                             counts["probe_unloaded"] += 1
                     else:

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "repo/scan.h"
 #include "server/internal.h"
 
 typedef enum vstate { V_UNAVAILABLE, V_LOADING, V_READY, V_UNLOADING, V_COUNT_ } vstate;
@@ -269,63 +270,6 @@ int server_thread_budget(const cinfer_server *s) {
 }
 void server_request_done(cinfer_server *s) { atomic_fetch_sub(&s->inflight, 1); }
 
-static bool is_version_name(const char *n) {
-  if (!*n || strlen(n) > 18) return false;
-  for (const char *p = n; *p; p++)
-    if (*p < '0' || *p > '9') return false;
-  return true;
-}
-
-static int cmp_desc(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* Numeric subfolders of dir, highest first. Returns the count (at most cap). */
-static size_t list_versions(const char *dir, int64_t *out, size_t cap) {
-  DIR *d = opendir(dir);
-  if (!d) return 0;
-  size_t n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < cap) {
-    if (!is_version_name(e->d_name)) continue;
-    char p[4096];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) out[n++] = strtoll(e->d_name, NULL, 10);
-  }
-  closedir(d);
-  qsort(out, n, sizeof *out, cmp_desc);
-  return n;
-}
-
-/* A fingerprint of a model folder: names, sizes and mtimes two levels deep. */
-static uint64_t dir_fingerprint(const char *dir, int depth) {
-  uint64_t h = HASH_FNV_SEED;
-  struct dirent **list = NULL;
-  int n = scandir(dir, &list, NULL, alphasort);
-  for (int i = 0; i < n; i++) {
-    const char *nm = list[i]->d_name;
-    if (nm[0] != '.') {
-      char p[4096];
-      struct stat st;
-      snprintf(p, sizeof p, "%s/%s", dir, nm);
-      if (stat(p, &st) == 0) {
-        h = hash_fnv1a(h, nm, strlen(nm));
-        h = hash_fnv1a(h, &st.st_size, sizeof st.st_size);
-        h = hash_fnv1a(h, &st.st_mtim, sizeof st.st_mtim);
-        if (S_ISDIR(st.st_mode) && depth > 0) {
-          uint64_t sub = dir_fingerprint(p, depth - 1);
-          h = hash_fnv1a(h, &sub, sizeof sub);
-        }
-      }
-    }
-    free(list[i]);
-  }
-  free(list);
-  return h;
-}
-
 static model_entry *find_entry(cinfer_server *s, const char *name) {
   for (model_entry *e = s->models; e; e = e->next)
     if (!strcmp(e->name, name)) return e;
@@ -539,7 +483,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return cinfer_status_new(CINFER_NOT_FOUND, "failed to load '%s': no such model in the repository", name);
-  uint64_t fp = dir_fingerprint(dir, 2);
+  uint64_t fp = repo_dir_fingerprint(dir, 2);
 
   pthread_mutex_lock(&s->mu);
   model_entry *e = get_entry(s, name);
@@ -560,21 +504,27 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
     log_kv_model("model config rejected", name, -1, cinfer_status_message(st));
     return cinfer_status_prefix(st, "failed to load '%s'", name);
   }
-  int64_t avail[256];
-  size_t na = list_versions(dir, avail, 256);
+  int64_t *avail = NULL, *sel = NULL;
+  size_t na = 0, ns = 0;
+  if ((st = repo_list_versions(dir, &avail, &na)) || (na && !(sel = malloc(na * sizeof *sel)))) {
+    if (!st) st = cinfer_status_oom(name);
+    free(avail);
+    cfg_free(probe);
+    return cinfer_status_prefix(st, "failed to load '%s'", name);
+  }
   int num_latest, n_specific;
   const int64_t *specific;
   cfg_version_kind vk = cfg_version_policy(probe, &num_latest, &specific, &n_specific);
-  int64_t sel[256];
-  size_t ns = 0;
   for (size_t i = 0; i < na; i++) {
     bool take = vk == CFG_VERSIONS_ALL || (vk == CFG_VERSIONS_LATEST && (int)i < num_latest);
     for (int k = 0; vk == CFG_VERSIONS_SPECIFIC && k < n_specific; k++)
       if (specific[k] == avail[i]) take = true;
     if (take) sel[ns++] = avail[i];
   }
+  free(avail);
   cfg_free(probe);
   if (ns == 0) {
+    free(sel);
     st = cinfer_status_new(CINFER_INVALID_ARG,
                            "failed to load '%s': no version folder matches the version policy", name);
     pthread_mutex_lock(&s->mu);
@@ -632,37 +582,48 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
     log_kv_model(msg, name, v, NULL);
   }
   /* Versions no longer selected go away. */
-  pthread_mutex_lock(&s->mu);
-  cinfer_model *drop[256];
-  size_t nd = 0;
-  for (version_entry *ve = e->versions; ve; ve = ve->next) {
-    bool keep = false;
-    for (size_t i = 0; i < ns; i++)
-      if (sel[i] == ve->version) keep = true;
-    if (!keep && ve->model && nd < 256) {
-      drop[nd++] = ve->model;
-      ve->model = NULL;
-      set_state(ve, V_UNLOADING);
+  /* Versions the policy no longer selects leave the table, one at a time: each model is
+   * released with s->mu dropped (a release may hand it to the reaper). No allocation, so
+   * nothing here can fail half-way. */
+  for (;;) {
+    cinfer_model *drop = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (version_entry *ve = e->versions; ve && !drop; ve = ve->next) {
+      bool keep = false;
+      for (size_t i = 0; i < ns; i++)
+        if (sel[i] == ve->version) keep = true;
+      if (!keep && ve->model) {
+        drop = ve->model;
+        ve->model = NULL;
+        set_state(ve, V_UNLOADING);
+      }
     }
+    pthread_mutex_unlock(&s->mu);
+    if (!drop) break;
+    cinfer_model_release(drop);
   }
-  pthread_mutex_unlock(&s->mu);
-  for (size_t i = 0; i < nd; i++) cinfer_model_release(drop[i]);
+  free(sel);
   return first_err;
 }
 
+/* Every version leaves the table, one at a time, each released with s->mu dropped (no
+ * array: a model may have any number of versions, and every one must be released or the
+ * reaper waits for it forever). */
 static void unload_entry_locked(cinfer_server *s, model_entry *e) {
-  cinfer_model *drop[256];
-  size_t nd = 0;
-  for (version_entry *ve = e->versions; ve; ve = ve->next)
-    if (ve->model && nd < 256) {
-      drop[nd++] = ve->model;
-      ve->model = NULL;
-      set_state(ve, V_UNLOADING);
-    }
   e->wanted = false;
-  pthread_mutex_unlock(&s->mu);
-  for (size_t i = 0; i < nd; i++) cinfer_model_release(drop[i]);
-  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    cinfer_model *drop = NULL;
+    for (version_entry *ve = e->versions; ve && !drop; ve = ve->next)
+      if (ve->model) {
+        drop = ve->model;
+        ve->model = NULL;
+        set_state(ve, V_UNLOADING);
+      }
+    if (!drop) break;
+    pthread_mutex_unlock(&s->mu);
+    cinfer_model_release(drop);
+    pthread_mutex_lock(&s->mu);
+  }
 }
 
 /* The server's own loads (startup, polling), whatever the control mode. */
@@ -706,33 +667,20 @@ cinfer_status *cinfer_server_unload_model(cinfer_server *s, const char *name) {
   return st;
 }
 
-/* Model folders currently in the repository (a folder is a model). */
-static size_t scan_repo(const char *repo, char ***names) {
-  struct dirent **list = NULL;
-  int n = scandir(repo, &list, NULL, alphasort);
-  size_t k = 0;
-  *names = calloc(n > 0 ? (size_t)n : 1, sizeof **names);
-  for (int i = 0; i < n; i++) {
-    char p[4096];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/%s", repo, list[i]->d_name);
-    if (list[i]->d_name[0] != '.' && *names && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
-      (*names)[k++] = strdup(list[i]->d_name);
-    free(list[i]);
-  }
-  free(list);
-  return k;
-}
-
 static void poll_once(cinfer_server *s) {
   char **names;
-  size_t n = scan_repo(s->repo, &names);
+  size_t n;
+  cinfer_status *st = repo_list_models(s->repo, &names, &n);
+  if (st) { /* the repository went away or memory ran out: keep what is loaded */
+    LOG_E("repository poll: %s", cinfer_status_message(st));
+    cinfer_status_free(st);
+    return;
+  }
   /* New or changed folders load; removed ones unload. */
   for (size_t i = 0; i < n; i++) {
-    if (!names[i]) continue;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/%s", s->repo, names[i]);
-    uint64_t fp = dir_fingerprint(dir, 2);
+    uint64_t fp = repo_dir_fingerprint(dir, 2);
     pthread_mutex_lock(&s->mu);
     model_entry *e = find_entry(s, names[i]);
     bool changed = !e || e->fingerprint != fp;
@@ -755,8 +703,7 @@ static void poll_once(cinfer_server *s) {
   }
   pthread_mutex_unlock(&s->mu);
   pthread_mutex_unlock(&s->load_mu);
-  for (size_t i = 0; i < n; i++) free(names[i]);
-  free(names);
+  repo_names_free(names, n);
 }
 
 static void *poller_main(void *arg) {
@@ -838,10 +785,14 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
                                            "Resident memory of the process", METRIC_GAUGE, NULL, 0), none);
 
   /* Initial loads. */
-  char **names;
-  size_t n = scan_repo(s->repo, &names);
+  char **names = NULL;
+  size_t n = 0;
+  cinfer_status *lst = repo_list_models(s->repo, &names, &n);
+  if (lst) {
+    cinfer_server_destroy(s);
+    return lst;
+  }
   for (size_t i = 0; i < n; i++) {
-    if (!names[i]) continue;
     bool load = opts->control_mode != CINFER_MODEL_CONTROL_EXPLICIT;
     for (size_t k = 0; !load && k < opts->n_startup_models; k++)
       if (!strcmp(opts->startup_models[k], "*") || !strcmp(opts->startup_models[k], names[i])) load = true;
@@ -853,8 +804,7 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
       pthread_mutex_unlock(&s->mu);
     }
   }
-  for (size_t i = 0; i < n; i++) free(names[i]);
-  free(names);
+  repo_names_free(names, n);
   for (size_t k = 0; k < opts->n_startup_models; k++) {
     if (!strcmp(opts->startup_models[k], "*")) continue;
     pthread_mutex_lock(&s->mu);
@@ -1019,6 +969,11 @@ cinfer_status *cinfer_server_model_acquire(cinfer_server *s, const char *name, i
   }
   pthread_mutex_unlock(&s->mu);
   return st;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
 }
 
 size_t cinfer_server_model_versions(cinfer_server *s, const char *name, int64_t *versions, size_t cap) {

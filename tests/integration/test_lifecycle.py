@@ -270,3 +270,22 @@ def test_unimplemented_config_fails_the_load_naming_the_field():
             c.close()
     finally:
         shutil.rmtree(repo)
+
+
+def test_more_than_256_versions_none_dropped():
+    """The version scan kept the first 256 folders readdir returned (and the 'latest' policy
+    picked among those): with 300 versions, latest is 300 and 'all' serves all 300."""
+    repo = copy_repo(["identity"])
+    for v in range(2, 301):
+        os.mkdir(os.path.join(repo, "identity", str(v)))
+    with Server(repo) as s:
+        s.wait_ready()
+        meta = json.load(urllib.request.urlopen(s.url + "/v2/models/identity"))
+        assert meta["versions"] == ["300"], meta["versions"]
+    cfg = os.path.join(repo, "identity", "config.pbtxt")
+    with open(cfg, "a") as f:
+        f.write("\nversion_policy: { all: {} }\n")
+    with Server(repo) as s:
+        s.wait_ready()
+        meta = json.load(urllib.request.urlopen(s.url + "/v2/models/identity"))
+        assert sorted(int(v) for v in meta["versions"]) == list(range(1, 301))

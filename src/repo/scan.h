@@ -1,0 +1,28 @@
+/* scan.h: reading a Triton model repository from disk: which folders are models, which of
+ * their subfolders are versions, and a fingerprint that changes when a model's files do
+ * (what poll mode compares). The config itself is config.h's business.
+ *
+ * Layout: <repo>/<model>/config.pbtxt and <repo>/<model>/<version>/..., a version being a
+ * folder whose name is all digits (at most 18, so it fits int64). Names starting with '.'
+ * are ignored. No count is clamped: every folder found is returned. */
+#ifndef CINFER_REPO_SCAN_H
+#define CINFER_REPO_SCAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cinfer/types.h"
+
+bool repo_is_version_name(const char *name);
+/* The version folders of model folder dir, highest first. *out is malloc'd (NULL when
+ * none) and owned by the caller. A folder that cannot be read has no versions. */
+cinfer_status *repo_list_versions(const char *dir, int64_t **out, size_t *n);
+/* The model folders of repo in name order. *names (and each name) are malloc'd; free with
+ * repo_names_free. INVALID_ARG naming repo when it cannot be read. */
+cinfer_status *repo_list_models(const char *repo, char ***names, size_t *n);
+void repo_names_free(char **names, size_t n);
+/* A hash of the names, sizes and modification times below dir, `depth` folders deep. */
+uint64_t repo_dir_fingerprint(const char *dir, int depth);
+
+#endif
