@@ -153,9 +153,18 @@ void openai_update_metrics(cinfer_server *s) {
       cinfer_status_free(st);
       continue;
     }
-    cinfer_backend_metric bm[32];
-    uint32_t k = cinfer_model_backend_metrics(m, bm, 32);
-    if (k > 32) k = 32;
+    /* the backend says how many it has: ask again with room for all of them */
+    cinfer_backend_metric small[16], *bm = small;
+    uint32_t k = cinfer_model_backend_metrics(m, small, 16);
+    if (k > 16) {
+      uint32_t cap = k;
+      if ((bm = calloc(cap, sizeof *bm))) {
+        k = cinfer_model_backend_metrics(m, bm, cap);
+        if (k > cap) k = cap; /* grew meanwhile: the rest at the next scrape */
+      } else {
+        bm = small, k = 16; /* out of memory: only the first 16 this scrape */
+      }
+    }
     pthread_mutex_lock(&metrics_mu);
     for (uint32_t j = 0; j < k; j++) {
       bm_entry *e = bm_for(s, cinfer_model_name(m), &bm[j]);
@@ -169,6 +178,7 @@ void openai_update_metrics(cinfer_server *s) {
       }
     }
     pthread_mutex_unlock(&metrics_mu);
+    if (bm != small) free(bm);
     cinfer_model_release(m);
   }
   cinfer_model_index_free(idx, n);
