@@ -482,13 +482,16 @@ cinfer_status *lrn_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   float *Y = out[0]->data;
   int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
   for (int64_t nn = 0; nn < N; nn++)
-    for (int64_t c = 0; c < C; c++)
+    for (int64_t c = 0; c < C; c++) {
+      /* the window clipped to the channels, without forming c +- a huge size (a model file
+       * may say size = 2^31: the loop must cost C, not size) */
+      int64_t j0 = lo >= c ? 0 : c - lo, j1 = hi >= C - 1 - c ? C - 1 : c + hi;
       for (int64_t i = 0; i < S; i++) {
         double s = 0;
-        for (int64_t j = c - lo; j <= c + hi; j++)
-          if (j >= 0 && j < C) { double v = X[(nn * C + j) * S + i]; s += v * v; }
+        for (int64_t j = j0; j <= j1; j++) { double v = X[(nn * C + j) * S + i]; s += v * v; }
         Y[(nn * C + c) * S + i] = (float)(X[(nn * C + c) * S + i] / pow(bias + alpha / (double)size * s, beta));
       }
+    }
   return NULL;
 }
 

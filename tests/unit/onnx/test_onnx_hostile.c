@@ -306,8 +306,19 @@ static void test_finding_instancenorm_nonfloat_scale(void **s) {
   cinfer_status_free(st);
 }
 
+/* Fuzzing finding tests/data/onnx_findings/lrn_huge_size.onnx: an LRN with size 2^31 - 2
+ * looped over the whole window per element (the run took minutes: a model file could hold
+ * a server's worker for ever). The window is clipped to the channels; the run finishes at
+ * once with the values of a window that covers every channel. */
+static void test_finding_lrn_huge_size(void **s) {
+  (void)s;
+  cinfer_status *st = run_like_fuzzer(ONNX_FINDINGS_DIR "/lrn_huge_size.onnx");
+  if (st) fail_msg("LRN with a huge size: %s", cinfer_status_message(st));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_finding_lrn_huge_size),
       cmocka_unit_test(test_garbage_and_truncated),
       cmocka_unit_test(test_finding_instancenorm_nonfloat_scale), cmocka_unit_test(test_huge_dims),
       cmocka_unit_test(test_raw_data_mismatch),     cmocka_unit_test(test_cycle_and_names),
