@@ -10,6 +10,7 @@
  *   1xx interim responses (not 101) are skipped: parsing restarts in HEAD after them.
  * The header is parsed in place in the caller's buffer; body bytes are handed to a
  * callback and never kept. Chunk sizes are limited to 15 hex digits (no overflow). */
+#include "core/hex.h"
 #include "bench/bench.h"
 
 #include <ctype.h>
@@ -125,13 +126,6 @@ static size_t header_end(const char *d, size_t len, size_t from) {
   return 0;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c = (char)(c | 0x20);
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
 bench_http_rc bench_http_feed(bench_http_resp *r, const char *data, size_t len,
                               size_t *consumed, bench_body_fn on_body, void *ud,
                               size_t max_header) {
@@ -202,7 +196,7 @@ bench_http_rc bench_http_feed(bench_http_resp *r, const char *data, size_t len,
       }
       case ST_CHUNK_SIZE: {
         char c = data[i++];
-        int h = hexval(c);
+        int h = hex_digit((unsigned char)(c));
         if (h >= 0) {
           if (++r->chunk_digits > 15) return r->error = "chunk size too large", BENCH_HTTP_ERROR;
           r->remaining = r->remaining * 16 + (uint64_t)h;

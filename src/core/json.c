@@ -4,6 +4,7 @@
  * already scanned (a string's unescaped form is never longer than its escaped form), so
  * the arena grows at most in proportion to the text; recursion depth is bounded by
  * max_depth, checked before descending. */
+#include "core/hex.h"
 #include "core/json.h"
 
 #include <math.h>
@@ -86,17 +87,10 @@ static json_value *node(parser *p, json_type t) {
   return v;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 static int hex4(const char *s) {
   int v = 0;
   for (int i = 0; i < 4; i++) {
-    int h = hexval(s[i]);
+    int h = hex_digit((unsigned char)(s[i]));
     if (h < 0) return -1;
     v = v << 4 | h;
   }

@@ -55,42 +55,6 @@ static void respond_status(http_exchange *ex, cinfer_status *st) {
 
 /* ---- path handling -------------------------------------------------------------------- */
 
-#define MAX_SEGS 8
-typedef struct path_segs {
-  int n;
-  char seg[MAX_SEGS][256];
-} path_segs;
-
-static int hexval(char c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-/* Splits "/a/b%20c/d" into decoded segments. False when too many or too long. */
-static bool split_path(const char *p, size_t n, path_segs *out) {
-  out->n = 0;
-  size_t i = 0;
-  while (i < n) {
-    while (i < n && p[i] == '/') i++;
-    if (i == n) break;
-    if (out->n == MAX_SEGS) return false;
-    char *o = out->seg[out->n];
-    size_t k = 0;
-    while (i < n && p[i] != '/') {
-      char c = p[i++];
-      if (c == '%' && i + 1 < n && hexval(p[i]) >= 0 && hexval(p[i + 1]) >= 0) {
-        c = (char)(hexval(p[i]) * 16 + hexval(p[i + 1]));
-        i += 2;
-      }
-      if (k == 255 || c == 0) return false;
-      o[k++] = c;
-    }
-    o[k] = 0;
-    out->n++;
-  }
-  return true;
-}
-
 static bool parse_version(const char *s, int64_t *v) {
   if (!*s || strlen(s) > 18) return false;
   int64_t x = 0;
@@ -489,8 +453,8 @@ static void route(http_exchange *ex, const http_request *req, void *user) {
   int code = api_restrictions_check_request(&fe->restrict_, req, denied, sizeof denied);
   if (code) return respond_error(ex, code, denied);
   if (openai_route(fe, ex, req)) return;
-  path_segs p;
-  if (!split_path(req->path, req->path_len, &p)) return respond_error(ex, 400, "malformed request path");
+  http_path_segs p;
+  if (!http_path_split(req->path, req->path_len, &p)) return respond_error(ex, 400, "malformed request path");
   bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
   bool post = req->method_id == HTTP_POST;
   if (p.n == 1 && !strcmp(p.seg[0], "metrics")) {

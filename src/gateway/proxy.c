@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hex.h"
 #include "core/hash.h"
 #include "core/log.h"
 #include "gateway/internal.h"
@@ -102,12 +103,6 @@ static bool valid_id(const char *v, size_t n) {
   return true;
 }
 
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c = tolower(c);
-  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* Decodes a percent-encoded path segment into out[cap]; false when invalid or too long. */
 static bool decode_seg(const char *s, size_t n, char *out, size_t cap) {
   size_t o = 0;
@@ -115,7 +110,7 @@ static bool decode_seg(const char *s, size_t n, char *out, size_t cap) {
     int c = (unsigned char)s[i];
     if (c == '%') {
       if (i + 2 >= n) return false;
-      int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
+      int h = hex_digit((unsigned char)(s[i + 1])), l = hex_digit((unsigned char)(s[i + 2]));
       if (h < 0 || l < 0) return false;
       c = h * 16 + l;
       i += 2;

@@ -79,49 +79,7 @@ static const route_row routes[] = {
     {"health", API_GROUP_NONE, false},
 };
 
-#define MAX_SEGS 10
-#define SEG_CAP 256
-
-typedef struct segs {
-  char s[MAX_SEGS][SEG_CAP];
-  int n;
-} segs;
-
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-/* As the server's split_path: repeated '/' collapse; "%XX" decodes (an invalid escape
- * stays literal); NUL, too many or too long segments fail. */
-static bool split(const char *p, size_t n, segs *out) {
-  out->n = 0;
-  size_t i = 0;
-  while (i < n) {
-    while (i < n && p[i] == '/') i++;
-    if (i == n) break;
-    if (out->n == MAX_SEGS) return false;
-    char *o = out->s[out->n];
-    size_t k = 0;
-    while (i < n && p[i] != '/') {
-      char c = p[i++];
-      if (c == '%' && i + 1 < n && hexval((unsigned char)p[i]) >= 0 &&
-          hexval((unsigned char)p[i + 1]) >= 0) {
-        c = (char)(hexval((unsigned char)p[i]) * 16 + hexval((unsigned char)p[i + 1]));
-        i += 2;
-      }
-      if (k == SEG_CAP - 1 || c == 0) return false;
-      o[k++] = c;
-    }
-    o[k] = 0;
-    out->n++;
-  }
-  return true;
-}
-
-static bool match(const char *pattern, const segs *p, char *model, size_t mcap) {
+static bool match(const char *pattern, const http_path_segs *p, char *model, size_t mcap) {
   int at = 0;
   const char *s = pattern;
   while (*s) {
@@ -130,11 +88,11 @@ static bool match(const char *pattern, const segs *p, char *model, size_t mcap) 
     if (at >= p->n) return false;
     if (len >= 3 && s[0] == '{') {
       bool versions = len >= 5 && !strncmp(s + len - 2, ".v", 2);
-      if (s[1] == 'm') snprintf(model, mcap, "%s", p->s[at]);
+      if (s[1] == 'm') snprintf(model, mcap, "%s", p->seg[at]);
       at++;
-      if (versions && at + 1 < p->n && !strcmp(p->s[at], "versions")) at += 2;
+      if (versions && at + 1 < p->n && !strcmp(p->seg[at], "versions")) at += 2;
     } else {
-      if (strlen(p->s[at]) != len || memcmp(p->s[at], s, len)) return false;
+      if (strlen(p->seg[at]) != len || memcmp(p->seg[at], s, len)) return false;
       at++;
     }
     s = e ? e + 1 : s + len;
@@ -147,9 +105,9 @@ void api_classify(http_method method, const char *path, size_t len, api_route *o
   out->group = API_GROUP_UNKNOWN;
   out->model[0] = 0;
   out->listing = false;
-  segs p;
-  if (!split(path, len, &p) || p.n == 0) return;
-  char model[SEG_CAP];
+  http_path_segs p;
+  if (!http_path_split(path, len, &p) || p.n == 0) return;
+  char model[HTTP_PATH_SEG_CAP];
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
     model[0] = 0;
     if (!match(routes[i].pattern, &p, model, sizeof model)) continue;

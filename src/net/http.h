@@ -296,4 +296,18 @@ bool http_client_connected(const http_client *c);
  * frees the client. Loop thread only. NULL is a no-op. */
 void http_client_destroy(http_client *c);
 
+/* ---- request paths --------------------------------------------------------------------- */
+
+/* A path split the one way the server routes it and the API-group classifier classifies it
+ * (so a path cannot be checked as one route and run as another): repeated '/' collapse,
+ * "%XX" decodes (an invalid escape stays literal); a NUL byte, more than
+ * HTTP_PATH_MAX_SEGS segments or a segment of HTTP_PATH_SEG_CAP bytes or more fail. */
+#define HTTP_PATH_MAX_SEGS 10
+#define HTTP_PATH_SEG_CAP 256
+typedef struct http_path_segs {
+  int n;
+  char seg[HTTP_PATH_MAX_SEGS][HTTP_PATH_SEG_CAP];
+} http_path_segs;
+bool http_path_split(const char *path, size_t len, http_path_segs *out);
+
 #endif

@@ -7,6 +7,7 @@
  * tests check this). Lines must end in CRLF; obs-fold, whitespace before ':' and control
  * characters are rejected (request smuggling hardening, RFC 9112 sections 5 and 6.3).
  */
+#include "core/hex.h"
 #include "net/http.h"
 
 #include <string.h>
@@ -389,11 +390,28 @@ enum {
 
 #define CK_MAX_TRAILER 8192
 
-static int hexval(unsigned char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c = lower(c);
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
+bool http_path_split(const char *p, size_t n, http_path_segs *out) {
+  out->n = 0;
+  size_t i = 0;
+  while (i < n) {
+    while (i < n && p[i] == '/') i++;
+    if (i == n) break;
+    if (out->n == HTTP_PATH_MAX_SEGS) return false;
+    char *o = out->seg[out->n];
+    size_t k = 0;
+    while (i < n && p[i] != '/') {
+      char c = p[i++];
+      if (c == '%' && i + 1 < n && hex_digit((unsigned char)p[i]) >= 0 && hex_digit((unsigned char)p[i + 1]) >= 0) {
+        c = (char)(hex_digit((unsigned char)p[i]) * 16 + hex_digit((unsigned char)p[i + 1]));
+        i += 2;
+      }
+      if (k == HTTP_PATH_SEG_CAP - 1 || c == 0) return false;
+      o[k++] = c;
+    }
+    o[k] = 0;
+    out->n++;
+  }
+  return true;
 }
 
 http_chunked_result http_chunked_decode(http_chunked *st, char *buf, size_t len,
@@ -405,7 +423,7 @@ http_chunked_result http_chunked_decode(http_chunked *st, char *buf, size_t len,
     switch (st->state) {
       case CK_SIZE:
       case CK_SIZE_MORE: {
-        int h = hexval(c);
+        int h = hex_digit((unsigned char)(c));
         if (h >= 0) {
           if (st->digits >= 15) { res = HTTP_CHUNKED_ERROR; goto out; }
           st->remaining = st->remaining * 16 + (uint64_t)h;

@@ -12,6 +12,7 @@
  *    pbtxt_free(root) on any error path releases everything;
  *  - the stack never exceeds PBTXT_MAX_DEPTH message frames (+ as many list frames).
  */
+#include "core/hex.h"
 #include "repo/pbtxt.h"
 
 #include <errno.h>
@@ -99,13 +100,6 @@ static const char *char_desc(int c, char buf[16]) {
   return buf;
 }
 
-static int hexval(int c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 /* Decodes one quoted literal starting at the quote; appends bytes to *buf. */
 static bool lex_string(lexer *lx, char **buf, size_t *blen, size_t *bcap) {
   int q = cur(lx), sline = lx->line, scol = lx->col;
@@ -137,8 +131,8 @@ static bool lex_string(lexer *lx, char **buf, size_t *blen, size_t *bcap) {
         case 'x': case 'X': {
           advance(lx);
           int v = 0, n = 0;
-          while (n < 2 && hexval(cur(lx)) >= 0) {
-            v = v * 16 + hexval(cur(lx));
+          while (n < 2 && hex_digit((unsigned char)(cur(lx))) >= 0) {
+            v = v * 16 + hex_digit((unsigned char)(cur(lx)));
             advance(lx);
             n++;
           }
@@ -196,7 +190,7 @@ static bool classify_number(lexer *lx, token *t, const char *s, size_t n, bool n
   if (n > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
     uint64_t v = 0;
     for (size_t i = 2; i < n; i++) {
-      int h = hexval((unsigned char)text[i]);
+      int h = hex_digit((unsigned char)((unsigned char)text[i]));
       if (h < 0) goto bad;
       if (v > (UINT64_MAX >> 4)) goto range;
       v = v * 16 + (uint64_t)h;

@@ -14,6 +14,7 @@
  * that are not tokens become <0xXX> byte tokens.
  * Invariants: every token id stored is in [0, n_vocab); hash tables point into the GGUF
  * mapping, which outlives the tokenizer. */
+#include "core/hex.h"
 #include "backends/llm/tokenizer.h"
 
 #include <stdlib.h>
@@ -143,13 +144,6 @@ static int cmp_special(const void *a, const void *b, void *ctx) {
   return *(const int32_t *)a - *(const int32_t *)b;
 }
 
-static int hexval(uint8_t c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
 static cinfer_status *tok_err(llm_tokenizer *t, const char *fmt, const char *arg) {
   llm_tokenizer_destroy(t);
   return cinfer_status_new(CINFER_UNSUPPORTED, fmt, arg);
@@ -228,7 +222,7 @@ cinfer_status *llm_tokenizer_create(const llm_gguf *g, llm_tokenizer **out) {
           else t->pieces[off++] = (char)s[k++];
         }
       } else if (t->ttype[i] == TT_BYTE && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' &&
-                 (hi = hexval(s[3])) >= 0 && (lo = hexval(s[4])) >= 0) {
+                 (hi = hex_digit((unsigned char)(s[3]))) >= 0 && (lo = hex_digit((unsigned char)(s[4]))) >= 0) {
         t->pieces[off++] = (char)(hi << 4 | lo);
       } else if (t->ttype[i] != TT_UNUSED) {
         memcpy(t->pieces + off, s, n);
