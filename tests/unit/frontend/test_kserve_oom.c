@@ -25,34 +25,8 @@
 #include "cinfer/cinfer.h"
 #include "kserve_cases.h"
 
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t m);
-void *__real_realloc(void *p, size_t n);
-char *__real_strdup(const char *s);
-char *__real_strndup(const char *s, size_t n);
-int __real_posix_memalign(void **p, size_t align, size_t n);
-
-static long budget = -1; /* allocations left before failing; -1 = never fail */
-static long failures;
-static pthread_t tortured;
-
-static bool should_fail(void) {
-  if (budget < 0 || !pthread_equal(pthread_self(), tortured)) return false;
-  if (budget == 0) {
-    failures++;
-    return true;
-  }
-  budget--;
-  return false;
-}
-void *__wrap_malloc(size_t n) { return should_fail() ? NULL : __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t m) { return should_fail() ? NULL : __real_calloc(n, m); }
-void *__wrap_realloc(void *p, size_t n) { return should_fail() ? NULL : __real_realloc(p, n); }
-char *__wrap_strdup(const char *s) { return should_fail() ? NULL : __real_strdup(s); }
-char *__wrap_strndup(const char *s, size_t n) { return should_fail() ? NULL : __real_strndup(s, n); }
-int __wrap_posix_memalign(void **p, size_t align, size_t n) {
-  return should_fail() ? ENOMEM : __real_posix_memalign(p, align, n);
-}
+#define TORTURE_WRAP_POSIX_MEMALIGN
+#include "../core/torture.h"
 
 static cinfer_server *server;
 static cinfer_model *model;
@@ -98,10 +72,10 @@ static int teardown(void **state) {
 }
 
 static char *copy_unfailed(const char *s) {
-  long saved = budget;
-  budget = -1;
+  long saved = torture_budget;
+  torture_budget = -1;
   char *r = __real_strdup(s);
-  budget = saved;
+  torture_budget = saved;
   return r;
 }
 
@@ -145,18 +119,18 @@ static char *run_once(const char *body, size_t len, int64_t hl, bool *oom) {
 
 static void torture(const char *name, const char *body, size_t len, int64_t hl, const char *want_desc) {
   bool oom;
-  budget = -1;
+  torture_budget = -1;
   char *want = run_once(body, len, hl, &oom);
   assert_false(oom);
   assert_non_null(want);
   if (want_desc && strcmp(want, want_desc)) fail_msg("%s: '%s', want '%s'", name, want, want_desc);
   long n;
   for (n = 0;; n++) {
-    budget = n;
-    failures = 0;
+    torture_budget = n;
+    torture_failures = 0;
     char *got = run_once(body, len, hl, &oom);
-    budget = -1;
-    if (failures == 0) { /* the run needed fewer than n allocations: done */
+    torture_budget = -1;
+    if (torture_failures == 0) { /* the run needed fewer than n allocations: done */
       assert_false(oom);
       assert_string_equal(got, want);
       free(got);
@@ -175,7 +149,7 @@ static void torture(const char *name, const char *body, size_t len, int64_t hl, 
 
 static void test_torture_cases(void **state) {
   (void)state;
-  tortured = pthread_self();
+  torture_armed = true; /* this thread only: the tortured code runs here */
   for (size_t c = 0; c < sizeof KSERVE_CASES / sizeof *KSERVE_CASES; c++) {
     const kserve_case *kc = &KSERVE_CASES[c];
     size_t len;
@@ -189,7 +163,7 @@ static void test_torture_cases(void **state) {
 /* Bodies that fail after allocating: the error path must free what was built. */
 static void test_torture_errors(void **state) {
   (void)state;
-  tortured = pthread_self();
+  torture_armed = true; /* this thread only: the tortured code runs here */
   static const char *const bodies[] = {
       /* fails in decode, after the first input's data was converted */
       "{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,2],\"data\":[1,2]},"

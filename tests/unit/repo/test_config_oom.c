@@ -16,31 +16,7 @@
 
 #include "repo/config.h"
 
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t m);
-void *__real_realloc(void *p, size_t n);
-char *__real_strdup(const char *s);
-char *__real_strndup(const char *s, size_t n);
-
-static long budget = -1; /* allocations left before failing; -1 = never fail */
-static long failures;
-
-static bool should_fail(void) {
-  if (budget < 0) return false;
-  if (budget == 0) {
-    failures++;
-    return true;
-  }
-  budget--;
-  return false;
-}
-void *__wrap_malloc(size_t n) { return should_fail() ? NULL : __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t m) { return should_fail() ? NULL : __real_calloc(n, m); }
-void *__wrap_realloc(void *p, size_t n) { return should_fail() ? NULL : __real_realloc(p, n); }
-char *__wrap_strdup(const char *s) { return should_fail() ? NULL : __real_strdup(s); }
-char *__wrap_strndup(const char *s, size_t n) { return should_fail() ? NULL : __real_strndup(s, n); }
-static void *hook_malloc(size_t n) { return __wrap_malloc(n); }
-static void hook_free(void *p) { free(p); }
+#include "../core/torture.h"
 
 static char *read_data(const char *rel, size_t *len) {
   char path[1024];
@@ -68,10 +44,10 @@ static char *run_once(const char *name, const char *text, size_t len, bool *oom)
     if (cinfer_status_code(st) == CINFER_INTERNAL && !strcmp(cinfer_status_message(st), "out of memory")) {
       *oom = true;
     } else {
-      long saved = budget;
-      budget = -1;
+      long saved = torture_budget;
+      torture_budget = -1;
       result = __real_strdup(cinfer_status_message(st));
-      budget = saved;
+      torture_budget = saved;
     }
     assert_null(c);
     cinfer_status_free(st);
@@ -94,17 +70,17 @@ static void torture(const char *rel) {
   size_t len;
   char *text = read_data(rel, &len);
   bool oom;
-  budget = -1;
+  torture_budget = -1;
   char *want = run_once(rel, text, len, &oom);
   assert_false(oom);
   assert_non_null(want);
   long n;
   for (n = 0;; n++) {
-    budget = n;
-    failures = 0;
+    torture_budget = n;
+    torture_failures = 0;
     char *got = run_once(rel, text, len, &oom);
-    budget = -1;
-    if (failures == 0) { /* the run needed fewer than n allocations: done */
+    torture_budget = -1;
+    if (torture_failures == 0) { /* the run needed fewer than n allocations: done */
       assert_false(oom);
       assert_string_equal(got, want);
       free(got);
@@ -133,7 +109,8 @@ static void test_torture_corpus(void **state) {
 }
 
 int main(void) {
-  cJSON_Hooks hooks = {hook_malloc, hook_free};
+  torture_armed = true; /* single-threaded: the main thread is the tortured one */
+  cJSON_Hooks hooks = {torture_hook_malloc, torture_hook_free};
   cJSON_InitHooks(&hooks);
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_torture_corpus)};
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,32 +17,7 @@
 
 #include "server_test_util.h"
 
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t m);
-void *__real_realloc(void *p, size_t n);
-char *__real_strdup(const char *s);
-char *__real_strndup(const char *s, size_t n);
-
-static _Thread_local bool torture_thread; /* set on the test thread only */
-static long budget = -1;                  /* allocations left before failing; -1 = never */
-static long failures;
-
-static bool should_fail(void) {
-  if (!torture_thread || budget < 0) return false;
-  if (budget == 0) {
-    failures++;
-    return true;
-  }
-  budget--;
-  return false;
-}
-void *__wrap_malloc(size_t n) { return should_fail() ? NULL : __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t m) { return should_fail() ? NULL : __real_calloc(n, m); }
-void *__wrap_realloc(void *p, size_t n) { return should_fail() ? NULL : __real_realloc(p, n); }
-char *__wrap_strdup(const char *s) { return should_fail() ? NULL : __real_strdup(s); }
-char *__wrap_strndup(const char *s, size_t n) { return should_fail() ? NULL : __real_strndup(s, n); }
-static void *hook_malloc(size_t n) { return __wrap_malloc(n); }
-static void hook_free(void *p) { free(p); }
+#include "../core/torture.h"
 
 static const char *const CFG =
     "name: \"t\"\nbackend: \"identity\"\nmax_batch_size: 8\n"
@@ -100,12 +75,12 @@ static void torture_load(const char *json) {
   unload_and_wait(s);
   long n;
   for (n = 0;; n++) {
-    failures = 0;
-    budget = n;
-    torture_thread = true;
+    torture_failures = 0;
+    torture_budget = n;
+    torture_armed = true;
     st = cinfer_server_load_model(s, "t", json);
-    torture_thread = false;
-    budget = -1;
+    torture_armed = false;
+    torture_budget = -1;
     const char *state = tu_state(s, "t", 1, NULL, 0);
     if (!st) {
       assert_string_equal(state, "READY");
@@ -121,7 +96,7 @@ static void torture_load(const char *json) {
       assert_string_not_equal(state, "READY");
       cinfer_status_free(st);
     }
-    if (failures == 0) break; /* the load needed fewer than n allocations: done */
+    if (torture_failures == 0) break; /* the load needed fewer than n allocations: done */
   }
   print_message("%s: %ld allocations failed in turn\n", json ? "config JSON" : "config.pbtxt", n);
   assert_true(n > 20); /* the load really allocates */
@@ -145,7 +120,7 @@ static void test_torture_load_with_config_json(void **state) {
 }
 
 int main(void) {
-  cJSON_Hooks hooks = {hook_malloc, hook_free};
+  cJSON_Hooks hooks = {torture_hook_malloc, torture_hook_free};
   cJSON_InitHooks(&hooks);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_torture_load_from_file),
