@@ -131,6 +131,7 @@ static cinfer_status *fold_node(onnx_model *m, onnx_node *n) {
   size_t ni = (size_t)n->n_in + 1, no = (size_t)n->n_out + 1;
   ot **in = calloc(ni, sizeof *in), **out = calloc(no, sizeof *out), **res = calloc(no, sizeof *res);
   ot *shapes = calloc(no, sizeof *shapes);
+  ostr_heap *heap = NULL;
   cinfer_status *st = NULL;
   if (!in || !out || !res || !shapes) {
     st = NODE_ERR(n, CINFER_INTERNAL, "out of memory");
@@ -148,10 +149,24 @@ static cinfer_status *fold_node(onnx_model *m, onnx_node *n) {
     }
     out[o] = res[o];
   }
-  onnx_exec x = {.threads = 1};
+  heap = ostr_heap_new();
+  if (!heap) {
+    st = cinfer_status_oom(NULL);
+    goto done;
+  }
+  onnx_exec x = {.threads = 1, .heap = heap};
   if ((st = n->op->exec(&x, n, in, out))) goto done;
   for (int o = 0; o < n->n_out; o++) {
     if (!res[o]) continue;
+    if (res[o]->dtype == CINFER_TYPE_BYTES) { /* own the bytes: heap and inputs go away */
+      ot *own = ot_clone(res[o]);
+      if (!own) {
+        st = NODE_ERR(n, CINFER_RESOURCE_EXHAUSTED, "constant result too large");
+        goto done;
+      }
+      ot_free(res[o]);
+      res[o] = own;
+    }
     onnx_value *v = &m->values[n->out[o]];
     v->kind = VAL_CONST;
     v->cval = res[o];
@@ -160,6 +175,7 @@ static cinfer_status *fold_node(onnx_model *m, onnx_node *n) {
   }
 done:
   for (int o = 0; res && o < n->n_out; o++) ot_free(res[o]);
+  ostr_heap_free(heap);
   free(in);
   free(out);
   free(res);
@@ -378,6 +394,7 @@ static cinfer_status *remove_dead(onnx_model *m) {
 
 cinfer_status *graph_compile(onnx_model *m) {
   cinfer_status *st = topo_sort(m);
+  if (!st) st = graph_check_strings(m);
   if (!st) st = graph_fold_constants(m);
   if (!st) st = fuse_conv_bn(m);
   if (!st) st = fuse_conv_mul(m);

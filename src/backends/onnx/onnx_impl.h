@@ -31,6 +31,9 @@ typedef struct ot {
 } ot;
 
 int64_t ot_numel(const ot *t);
+/* Bytes of one element inside the engine: cinfer_dtype_size, and sizeof(ostr) for BYTES
+ * (STRING), whose elements are descriptors (strings.c). */
+size_t ot_esize(cinfer_dtype dt);
 size_t ot_nbytes(const ot *t);
 /* Allocates a tensor with malloc'd, 64-byte aligned, zeroed data (free with ot_free). */
 ot *ot_new(cinfer_dtype dt, int ndim, const int64_t *dims);
@@ -39,7 +42,35 @@ ot *ot_clone(const ot *t);
 /* Reads element i as double / int64 (any numeric dtype). */
 double ot_get_f(const ot *t, int64_t i);
 int64_t ot_get_i(const ot *t, int64_t i);
+/* Stores v: floats round to nearest (FP16/BF16 through float, as ONNX Runtime does), an
+ * integer type keeps v's low bits (two's complement wrap-around), BOOL is v != 0. */
 void ot_set_f(ot *t, int64_t i, double v);
+void ot_set_i(ot *t, int64_t i, int64_t v);
+/* Reads element i of an integer or BOOL tensor as the low 64 bits (UINT64 unchanged). */
+uint64_t ot_get_bits(const ot *t, int64_t i);
+
+/* ---- strings (strings.c: the layout and who owns the bytes) ---- */
+typedef struct ostr {
+  const char *p; /* never written through; NULL when n == 0 may be */
+  uint64_t n;
+} ostr;
+typedef struct ostr_heap ostr_heap;
+ostr_heap *ostr_heap_new(void); /* NULL when out of memory */
+/* n bytes valid until reset/free; NULL when out of memory or past ONNX_MAX_TENSOR_BYTES
+ * in all since the last reset */
+char *ostr_heap_alloc(ostr_heap *h, size_t n);
+void ostr_heap_reset(ostr_heap *h);
+void ostr_heap_free(ostr_heap *h);
+/* The length-prefixed layout (cinfer_tensor BYTES) -> n descriptors into `data`; every
+ * prefix and length checked against byte_size, which the n strings must fill exactly. */
+cinfer_status *ostr_parse(const void *data, size_t byte_size, int64_t n, ostr *dst,
+                          const char *what);
+/* Bytes the length-prefixed layout of s[0..n) takes (each length must fit 32 bits). */
+cinfer_status *ostr_packed_size(const ostr *s, int64_t n, size_t *bytes, const char *what);
+void ostr_pack(const ostr *s, int64_t n, void *dst);
+/* A self-contained BYTES tensor: descriptors and a copy of the bytes in one allocation
+ * (ot_free frees both). NULL when out of memory or too large. */
+ot *ot_new_strings(int ndim, const int64_t *dims, const ostr *src);
 cinfer_dtype onnx_dtype_from_proto(int32_t dt); /* INVALID when unsupported */
 int32_t onnx_dtype_to_proto(cinfer_dtype dt);
 void ot_shape_str(const ot *t, char *buf, size_t n);
@@ -124,6 +155,13 @@ enum {
   OP_ALIAS = 2,        /* output 0 may share input 0's bytes (Reshape, Flatten...) */
   OP_NO_BATCH = 4,     /* mixes along dim 0: never batch-agnostic */
 };
+/* onnx_op.str_in: bit j set = input j may be a STRING tensor (the op moves its elements
+ * without reading them, or is Cast); STR_ALL: every input */
+#define STR_IN(j) (1u << (j))
+#define STR_ALL 0x80000000u
+static inline bool op_takes_string(unsigned str_in, int j) {
+  return (str_in & STR_ALL) || (j < 31 && (str_in & STR_IN(j)));
+}
 typedef struct onnx_op {
   const char *name;
   int since;               /* first supported opset (ONNX domain) */
@@ -132,6 +170,7 @@ typedef struct onnx_op {
                               in[i]->data is non-NULL when the value is known at plan time */
   op_exec_fn exec;         /* reference kernel */
   unsigned flags;
+  unsigned str_in;         /* inputs that may be STRING (STR_IN, STR_ALL); 0: none */
 } onnx_op;
 const onnx_op *onnx_op_find(const char *op_type, const char *domain, int opset);
 /* Lists supported operator names (for docs). */
@@ -151,6 +190,8 @@ typedef struct onnx_fused {
 struct onnx_exec {
   int threads;
   const onnx_fused *fused; /* for the node being executed, or NULL */
+  ostr_heap *heap;         /* where new strings go (Cast to STRING); outlives the result's
+                              readers (strings.c) */
 };
 
 static inline float act_apply(const onnx_fused *f, float v) {
@@ -192,6 +233,9 @@ void graph_analyse_batch(onnx_model *m);
 /* Marks graph inputs that feed shape-like operands (Reshape's shape, Slice's starts, ...):
  * their values become part of the plan key. */
 cinfer_status *graph_mark_key_inputs(onnx_model *m);
+/* Follows element types from the inputs and constants through the graph and refuses a
+ * STRING input of an operator that does not take strings (strings.c), naming the node. */
+cinfer_status *graph_check_strings(const onnx_model *m);
 #define ONNX_MAX_KEY_INPUT_ELEMENTS 4096
 
 /* ---- errors ---- */

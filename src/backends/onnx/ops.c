@@ -277,10 +277,10 @@ static cinfer_status *unary_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
   }
   if (dt_is_int(in[0]->dtype) && (u == U_ABS || u == U_NEG)) {
     for (int64_t i = 0; i < cnt; i++) {
-      int64_t v = ot_get_i(in[0], i);
-      int64_t r = u == U_ABS ? (v < 0 ? -v : v) : -v;
-      if (in[0]->dtype == CINFER_TYPE_INT64) ((int64_t *)out[0]->data)[i] = r;
-      else ot_set_f(out[0], i, (double)r);
+      uint64_t v = ot_get_bits(in[0], i); /* wraps as ORT: Neg(-128) is -128 in INT8 */
+      bool neg = !dt_is_unsigned(in[0]->dtype) && (int64_t)v < 0;
+      uint64_t r = u == U_ABS ? (neg ? 0 - v : v) : 0 - v;
+      ot_set_i(out[0], i, (int64_t)r);
     }
     return NULL;
   }
@@ -386,38 +386,62 @@ static int64_t ipow(int64_t x, int64_t y) {
   return r;
 }
 
+/* integers: two's complement wrap-around in the type's width (computed on 64 bits, the
+ * low bits stored), unsigned division/comparison for unsigned types; division or modulo
+ * by zero gives 0 (ORT raises SIGFPE) */
+static void bin_row_int(bin_ctx *c, int64_t o, int64_t pa, int64_t pb) {
+  uint64_t ux = ot_get_bits(c->a, pa), uy = ot_get_bits(c->bb, pb), v;
+  int64_t x = (int64_t)ux, y = (int64_t)uy;
+  bool u = dt_is_unsigned(c->a->dtype);
+  switch (c->b) {
+    case B_ADD: v = ux + uy; break;
+    case B_SUB: v = ux - uy; break;
+    case B_MUL: v = ux * uy; break;
+    case B_DIV:
+      if (uy == 0) v = 0;
+      else if (u) v = ux / uy;
+      else v = y == -1 ? 0 - ux : (uint64_t)(x / y);
+      break;
+    case B_MOD:
+      if (uy == 0) v = 0;
+      else if (u) v = ux % uy;
+      else if (y == -1) v = 0;
+      else {
+        int64_t r = x % y;
+        if (!c->fmod_ && r != 0 && ((r < 0) != (y < 0))) r += y;
+        v = (uint64_t)r;
+      }
+      break;
+    case B_POW:
+      if (dt_is_int(c->bb->dtype)) {
+        v = (uint64_t)ipow(x, y);
+      } else {
+        double d = pow(u ? (double)ux : (double)x, ot_get_f(c->bb, pb));
+        v = (uint64_t)(d > -9.2e18 && d < 9.2e18 ? (int64_t)d : d > 0 ? INT64_MAX : INT64_MIN);
+      }
+      break;
+    case B_MAX: v = (u ? ux > uy : x > y) ? ux : uy; break;
+    case B_MIN: v = (u ? ux < uy : x < y) ? ux : uy; break;
+    case B_PRELU: v = x >= 0 ? ux : ux * uy; break;
+    case B_EQ: v = ux == uy; break;
+    case B_LT: v = u ? ux < uy : x < y; break;
+    case B_GT: v = u ? ux > uy : x > y; break;
+    case B_LE: v = u ? ux <= uy : x <= y; break;
+    case B_GE: v = u ? ux >= uy : x >= y; break;
+    default: v = ux; break;
+  }
+  ot_set_i(c->o, o, (int64_t)v);
+}
+
 static void bin_row_gen(void *vc, int64_t o, int64_t ia, int64_t ib, int64_t ic, int64_t n,
                         int64_t sa, int64_t sb, int64_t sc) {
   bin_ctx *c = vc;
-  bool isint = dt_is_int(c->a->dtype);
+  bool isint = dt_is_int(c->a->dtype) || (c->a->dtype == CINFER_TYPE_BOOL && c->b == B_EQ);
   for (int64_t i = 0; i < n; i++) {
     int64_t pa = ia + i * sa, pb = ib + i * sb;
     double r;
-    if (isint && !binop_is_cmp(c->b)) {
-      int64_t x = ot_get_i(c->a, pa), y = ot_get_i(c->bb, pb), v;
-      switch (c->b) {
-        case B_ADD: v = (int64_t)((uint64_t)x + (uint64_t)y); break;
-        case B_SUB: v = (int64_t)((uint64_t)x - (uint64_t)y); break;
-        case B_MUL: v = (int64_t)((uint64_t)x * (uint64_t)y); break;
-        case B_DIV: v = y == 0 ? 0 : (y == -1 ? (int64_t)(0 - (uint64_t)x) : x / y); break;
-        case B_MOD:
-          if (y == 0) v = 0;
-          else if (y == -1) v = 0;
-          else {
-            v = x % y;
-            if (!c->fmod_ && v != 0 && ((v < 0) != (y < 0))) v += y;
-          }
-          break;
-        case B_POW:
-          v = dt_is_int(c->bb->dtype) ? ipow(x, y) : (int64_t)pow((double)x, ot_get_f(c->bb, pb));
-          break;
-        case B_MAX: v = x > y ? x : y; break;
-        case B_MIN: v = x < y ? x : y; break;
-        case B_PRELU: v = x >= 0 ? x : x * y; break;
-        default: v = x; break;
-      }
-      if (c->o->dtype == CINFER_TYPE_INT64) ((int64_t *)c->o->data)[o + i] = v;
-      else ot_set_f(c->o, o + i, (double)v);
+    if (isint) {
+      bin_row_int(c, o + i, pa, pb);
       continue;
     }
     double x = ot_get_f(c->a, pa), y = ot_get_f(c->bb, pb);
@@ -497,7 +521,7 @@ static void where_row(void *vc, int64_t o, int64_t ia, int64_t ib, int64_t ic, i
   }
 }
 static cinfer_status *where_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
-  where_ctx w = {in[0], in[1], in[2], out[0], cinfer_dtype_size(out[0]->dtype)};
+  where_ctx w = {in[0], in[1], in[2], out[0], ot_esize(out[0]->dtype)};
   bcast_iter3(out[0], in[0], in[1], in[2], where_row, &w);
   return NULL;
 }
@@ -538,29 +562,7 @@ static cinfer_status *clip_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **
 
 /* ======================= type / shape ops ======================= */
 
-static cinfer_status *cast_infer(const onnx_node *n, ot **in, ot **out) {
-  cinfer_dtype to = onnx_dtype_from_proto((int32_t)attr_i(n, "to", 0));
-  if (to == CINFER_TYPE_INVALID || to == CINFER_TYPE_FP16 || in[0]->dtype == CINFER_TYPE_FP16)
-    return NODE_ERR(n, CINFER_UNSUPPORTED, "cast to/from type %lld is not supported",
-                    (long long)attr_i(n, "to", 0));
-  copy_shape(out[0], in[0]);
-  out[0]->dtype = to;
-  return NULL;
-}
-static cinfer_status *cast_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
-  int64_t c = ot_numel(in[0]);
-  bool iint = dt_is_int(in[0]->dtype) || in[0]->dtype == CINFER_TYPE_BOOL;
-  for (int64_t i = 0; i < c; i++) {
-    if (iint && out[0]->dtype == CINFER_TYPE_INT64) ((int64_t *)out[0]->data)[i] = ot_get_i(in[0], i);
-    else if (out[0]->dtype == CINFER_TYPE_INT64 || out[0]->dtype == CINFER_TYPE_INT32) {
-      double v = ot_get_f(in[0], i);
-      if (!(v > -9.2e18 && v < 9.2e18)) v = 0;
-      if (iint) ot_set_f(out[0], i, (double)ot_get_i(in[0], i));
-      else ot_set_f(out[0], i, v);
-    } else ot_set_f(out[0], i, ot_get_f(in[0], i));
-  }
-  return NULL;
-}
+/* Cast, CastLike: ops_cast.c */
 
 static cinfer_status *copy_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   if (out[0]->data != in[0]->data && ot_nbytes(in[0]))
@@ -765,7 +767,7 @@ static cinfer_status *transpose_exec(onnx_exec *x, const onnx_node *n, ot **in, 
   const int64_t *p;
   int k = attr_ints(n, "perm", &p);
   int r = in[0]->ndim;
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   int64_t istr[OT_MAX_DIMS], s[OT_MAX_DIMS];
   int64_t acc = 1;
   for (int i = r - 1; i >= 0; i--) { istr[i] = acc; acc *= in[0]->dims[i]; }
@@ -817,7 +819,7 @@ static cinfer_status *concat_infer(const onnx_node *n, ot **in, ot **out) {
 static cinfer_status *concat_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   int r = in[0]->ndim;
   int a = norm_axis(attr_i(n, "axis", n->opset < 4 ? 1 : 0), r);
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   int64_t outer = prod(out[0]->dims, 0, a), inner = prod(out[0]->dims, a + 1, r);
   size_t orow = (size_t)(out[0]->dims[a] * inner) * es;
   size_t off = 0;
@@ -887,7 +889,7 @@ static cinfer_status *split_infer(const onnx_node *n, ot **in, ot **out) {
 static cinfer_status *split_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   int r = in[0]->ndim;
   int a = norm_axis(attr_i(n, "axis", 0), r);
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   int64_t outer = prod(in[0]->dims, 0, a), inner = prod(in[0]->dims, a + 1, r);
   size_t irow = (size_t)(in[0]->dims[a] * inner) * es, off = 0;
   for (int i = 0; i < n->n_out; i++) {
@@ -992,7 +994,7 @@ static cinfer_status *slice_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
   cinfer_status *st = slice_params(n, in, &p, od);
   if (st) return st;
   int r = in[0]->ndim;
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   int64_t istr[OT_MAX_DIMS] = {0}, acc = 1;
   for (int i = r - 1; i >= 0; i--) { istr[i] = acc; acc *= in[0]->dims[i]; }
   int64_t total = ot_numel(out[0]);
@@ -1048,7 +1050,7 @@ static cinfer_status *gather_infer(const onnx_node *n, ot **in, ot **out) {
 static cinfer_status *gather_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   int r = in[0]->ndim;
   int a = norm_axis(attr_i(n, "axis", 0), r);
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   int64_t outer = prod(in[0]->dims, 0, a), inner = prod(in[0]->dims, a + 1, r), D = in[0]->dims[a];
   int64_t ni = ot_numel(in[1]);
   size_t row = (size_t)inner * es;
@@ -1097,7 +1099,7 @@ static cinfer_status *cos_infer(const onnx_node *n, ot **in, ot **out) {
 static cinfer_status *cos_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   const onnx_attr *a = node_attr(n, "value");
   int64_t c = ot_numel(out[0]);
-  size_t es = cinfer_dtype_size(out[0]->dtype);
+  size_t es = ot_esize(out[0]->dtype);
   if (a && a->type == ATTR_T && ot_numel(a->t) >= 1)
     for (int64_t i = 0; i < c; i++) memcpy((char *)out[0]->data + (size_t)i * es, a->t->data, es);
   else memset(out[0]->data, 0, (size_t)c * es);
@@ -1140,14 +1142,14 @@ static cinfer_status *expand_infer(const onnx_node *n, ot **in, ot **out) {
   return NULL;
 }
 static cinfer_status *expand_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
-  where_ctx w = {NULL, in[0], NULL, out[0], cinfer_dtype_size(in[0]->dtype)};
+  where_ctx w = {NULL, in[0], NULL, out[0], ot_esize(in[0]->dtype)};
   (void)w;
   /* copy via the broadcast iterator: a = input */
   int r = out[0]->ndim;
   int64_t sa[OT_MAX_DIMS];
   bstrides(in[0], out[0], sa);
   int64_t total = ot_numel(out[0]);
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   int64_t idx[OT_MAX_DIMS] = {0}, off = 0;
   for (int64_t o = 0; o < total; o++) {
     memcpy((char *)out[0]->data + (size_t)o * es, (char *)in[0]->data + (size_t)off * es, es);
@@ -1176,7 +1178,7 @@ static cinfer_status *tile_infer(const onnx_node *n, ot **in, ot **out) {
 }
 static cinfer_status *tile_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   int r = out[0]->ndim;
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   int64_t total = ot_numel(out[0]), istr[OT_MAX_DIMS], acc = 1;
   for (int i = r - 1; i >= 0; i--) { istr[i] = acc; acc *= in[0]->dims[i]; }
   int64_t idx[OT_MAX_DIMS] = {0};
@@ -1261,7 +1263,7 @@ static cinfer_status *pad_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **o
   const char *mode = attr_s(n, "mode", "constant");
   int md = !strcmp(mode, "reflect") ? 1 : !strcmp(mode, "edge") ? 2 : 0;
   int r = out[0]->ndim;
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   if (md == 0 && r >= 1 && in[0]->dtype == CINFER_TYPE_FP32) {
     /* constant mode: fill, then copy the input rows (innermost dim) into place */
     int64_t total = ot_numel(out[0]);
@@ -1520,7 +1522,7 @@ static cinfer_status *d2s_infer(const onnx_node *n, ot **in, ot **out) {
 }
 static cinfer_status *d2s_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   int64_t b = attr_i(n, "blocksize", 0);
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   bool d2s = !strcmp(n->op_type, "DepthToSpace"), crd = !strcmp(attr_s(n, "mode", "DCR"), "CRD");
   const int64_t *id = in[0]->dims, *od = out[0]->dims;
   int64_t N = od[0], C = od[1], H = od[2], W = od[3];
@@ -1575,7 +1577,7 @@ static cinfer_status *gel_infer(const onnx_node *n, ot **in, ot **out) {
 }
 static cinfer_status *gel_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   int r = in[0]->ndim, a = norm_axis(attr_i(n, "axis", 0), r);
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   int64_t istr[OT_MAX_DIMS], acc = 1, total = ot_numel(out[0]), idx[OT_MAX_DIMS] = {0};
   for (int d = r - 1; d >= 0; d--) { istr[d] = acc; acc *= in[0]->dims[d]; }
   for (int64_t o = 0; o < total; o++) {
@@ -1605,7 +1607,7 @@ static cinfer_status *trilu_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
   bool upper = attr_i(n, "upper", 1) != 0;
   int r = in[0]->ndim;
   int64_t R = in[0]->dims[r - 2], C = in[0]->dims[r - 1], mats = prod(in[0]->dims, 0, r - 2);
-  size_t es = cinfer_dtype_size(in[0]->dtype);
+  size_t es = ot_esize(in[0]->dtype);
   for (int64_t m = 0; m < mats; m++)
     for (int64_t i = 0; i < R; i++)
       for (int64_t j = 0; j < C; j++) {
@@ -1614,17 +1616,6 @@ static cinfer_status *trilu_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
         if (keep) memcpy((char *)out[0]->data + off, (char *)in[0]->data + off, es);
         else memset((char *)out[0]->data + off, 0, es);
       }
-  return NULL;
-}
-
-/* CastLike(input, target): Cast to the target's type */
-static cinfer_status *castlike_infer(const onnx_node *n, ot **in, ot **out) {
-  if (in[1]->dtype == CINFER_TYPE_FP16 || in[0]->dtype == CINFER_TYPE_FP16 ||
-      !cinfer_dtype_size(in[1]->dtype) || !cinfer_dtype_size(in[0]->dtype))
-    return NODE_ERR(n, CINFER_UNSUPPORTED, "cast between %s and %s", cinfer_dtype_name(in[0]->dtype),
-                    cinfer_dtype_name(in[1]->dtype));
-  copy_shape(out[0], in[0]);
-  out[0]->dtype = in[1]->dtype;
   return NULL;
 }
 
@@ -1679,27 +1670,27 @@ static const onnx_op op_table[] = {
     {"And", 7, 2, 2, binary_infer, binary_exec, 0},
     {"Or", 7, 2, 2, binary_infer, binary_exec, 0},
     {"Xor", 7, 2, 2, binary_infer, binary_exec, 0},
-    {"Where", 9, 3, 3, where_infer, where_exec, 0},
+    {"Where", 9, 3, 3, where_infer, where_exec, 0, STR_IN(1) | STR_IN(2)},
     {"Clip", 6, 1, 3, clip_infer, clip_exec, 0},
-    {"Cast", 6, 1, 1, cast_infer, cast_exec, 0},
-    {"Identity", 1, 1, 1, identity_infer, copy_exec, OP_ALIAS},
+    {"Cast", 6, 1, 1, cast_infer, cast_exec, 0, STR_IN(0)},
+    {"Identity", 1, 1, 1, identity_infer, copy_exec, OP_ALIAS, STR_IN(0)},
     {"Dropout", 1, 1, 3, identity_infer, dropout_exec, OP_ALIAS},
-    {"Shape", 1, 1, 1, shape_infer, shape_exec, OP_SHAPE_ONLY},
-    {"Size", 1, 1, 1, size_infer, size_exec, OP_SHAPE_ONLY},
-    {"Reshape", 1, 1, 2, reshape_infer, copy_exec, OP_ALIAS},
-    {"Flatten", 1, 1, 1, flatten_infer, copy_exec, OP_ALIAS},
-    {"Squeeze", 1, 1, 2, squeeze_infer, copy_exec, OP_ALIAS},
-    {"Unsqueeze", 1, 1, 2, unsqueeze_infer, copy_exec, OP_ALIAS},
-    {"Transpose", 1, 1, 1, transpose_infer, transpose_exec, 0},
-    {"Concat", 4, 1, 4096, concat_infer, concat_exec, 0},
-    {"Split", 2, 1, 2, split_infer, split_exec, 0},
-    {"Slice", 1, 1, 5, slice_infer, slice_exec, 0},
-    {"Gather", 1, 2, 2, gather_infer, gather_exec, 0},
+    {"Shape", 1, 1, 1, shape_infer, shape_exec, OP_SHAPE_ONLY, STR_IN(0)},
+    {"Size", 1, 1, 1, size_infer, size_exec, OP_SHAPE_ONLY, STR_IN(0)},
+    {"Reshape", 1, 1, 2, reshape_infer, copy_exec, OP_ALIAS, STR_IN(0)},
+    {"Flatten", 1, 1, 1, flatten_infer, copy_exec, OP_ALIAS, STR_IN(0)},
+    {"Squeeze", 1, 1, 2, squeeze_infer, copy_exec, OP_ALIAS, STR_IN(0)},
+    {"Unsqueeze", 1, 1, 2, unsqueeze_infer, copy_exec, OP_ALIAS, STR_IN(0)},
+    {"Transpose", 1, 1, 1, transpose_infer, transpose_exec, 0, STR_IN(0)},
+    {"Concat", 4, 1, 4096, concat_infer, concat_exec, 0, STR_ALL},
+    {"Split", 2, 1, 2, split_infer, split_exec, 0, STR_IN(0)},
+    {"Slice", 1, 1, 5, slice_infer, slice_exec, 0, STR_IN(0)},
+    {"Gather", 1, 2, 2, gather_infer, gather_exec, 0, STR_IN(0)},
     {"Constant", 1, 0, 0, constant_infer, constant_exec, 0},
     {"ConstantOfShape", 9, 1, 1, cos_infer, cos_exec, 0},
     {"Range", 11, 3, 3, range_infer, range_exec, 0},
-    {"Expand", 8, 2, 2, expand_infer, expand_exec, 0},
-    {"Tile", 6, 2, 2, tile_infer, tile_exec, 0},
+    {"Expand", 8, 2, 2, expand_infer, expand_exec, 0, STR_IN(0)},
+    {"Tile", 6, 2, 2, tile_infer, tile_exec, 0, STR_IN(0)},
     {"Pad", 2, 1, 4, pad_infer, pad_exec, 0},
     {"ReduceSum", 1, 1, 2, reduce_infer, reduce_exec, 0},
     {"ReduceMean", 1, 1, 2, reduce_infer, reduce_exec, 0},
@@ -1717,9 +1708,9 @@ static const onnx_op op_table[] = {
     {"DepthToSpace", 1, 1, 1, d2s_infer, d2s_exec, 0},
     {"SpaceToDepth", 1, 1, 1, d2s_infer, d2s_exec, 0},
     {"CumSum", 11, 2, 2, cumsum_infer, cumsum_exec, 0},
-    {"GatherElements", 11, 2, 2, gel_infer, gel_exec, 0},
+    {"GatherElements", 11, 2, 2, gel_infer, gel_exec, 0, STR_IN(0)},
     {"Trilu", 14, 1, 2, trilu_infer, trilu_exec, 0},
-    {"CastLike", 15, 2, 2, castlike_infer, cast_exec, 0},
+    {"CastLike", 15, 2, 2, castlike_infer, cast_exec, 0, STR_IN(0) | STR_IN(1)},
     {"Shrink", 9, 1, 1, shrink_infer, shrink_exec, 0},
     {"Conv", 1, 2, 3, conv_infer, conv_exec, 0},
     {"ConvTranspose", 1, 2, 3, convt_infer, convt_exec, 0},

@@ -6,8 +6,15 @@
 
 #include "backends/onnx/onnx_impl.h"
 
+/* FP16 and BF16 are computed in float/double by the generic paths (ot_get_f) and rounded
+ * once when stored (ot_set_f) */
 static inline bool dt_is_float(cinfer_dtype t) {
-  return t == CINFER_TYPE_FP32 || t == CINFER_TYPE_FP64;
+  return t == CINFER_TYPE_FP32 || t == CINFER_TYPE_FP64 || t == CINFER_TYPE_FP16 ||
+         t == CINFER_TYPE_BF16;
+}
+static inline bool dt_is_unsigned(cinfer_dtype t) {
+  return t == CINFER_TYPE_UINT8 || t == CINFER_TYPE_UINT16 || t == CINFER_TYPE_UINT32 ||
+         t == CINFER_TYPE_UINT64 || t == CINFER_TYPE_BOOL;
 }
 static inline bool dt_is_int(cinfer_dtype t) {
   return t == CINFER_TYPE_INT8 || t == CINFER_TYPE_INT16 || t == CINFER_TYPE_INT32 ||
@@ -61,5 +68,11 @@ typedef struct conv_geom {
  * kernel_shape attribute (pooling, kshape NULL). Validates everything. */
 cinfer_status *conv_geom_make(const onnx_node *n, const ot *x, const int64_t *kshape,
                               bool pool, conv_geom *g);
+/* ops_cast.c */
+cinfer_status *cast_infer(const onnx_node *n, ot **in, ot **out);
+cinfer_status *castlike_infer(const onnx_node *n, ot **in, ot **out);
+cinfer_status *cast_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out);
+/* in -> out's dtype (same shape) */
+cinfer_status *cast_to(onnx_exec *x, const onnx_node *n, const ot *in, ot *out);
 void clip_bounds(const onnx_node *n, ot **in, double *lo, double *hi);
 #endif

@@ -36,6 +36,8 @@ void plan_destroy(onnx_plan *p) {
   free(p->alias_off);
   free(p->key);
   free(p->arena);
+  ostr_heap_free(p->sheap);
+  ostr_heap_free(p->rheap);
   free(p);
 }
 
@@ -416,7 +418,9 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
   p->bytes = calloc((size_t)nv + 1, sizeof *p->bytes);
   p->steps = calloc((size_t)m->n_nodes + 1, sizeof *p->steps);
   bool *skip = calloc((size_t)m->n_nodes + 1, sizeof *skip);
-  if (!p->key || !p->vals || !p->is_static || !p->root || !p->alias_off || !p->layout || !p->bytes || !p->steps || !skip) {
+  p->sheap = ostr_heap_new();
+  p->rheap = ostr_heap_new();
+  if (!p->sheap || !p->rheap || !p->key || !p->vals || !p->is_static || !p->root || !p->alias_off || !p->layout || !p->bytes || !p->steps || !skip) {
     st = oom();
     goto fail;
   }
@@ -474,6 +478,12 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
       s->out_id[o] = n->out[o];
       s->out[o] = n->out[o] >= 0 ? &p->vals[n->out[o]] : NULL;
     }
+    for (int j = 0; j < n->n_in; j++)
+      if (s->in[j] && s->in[j]->dtype == CINFER_TYPE_BYTES && !op_takes_string(n->op->str_in, j)) {
+        st = NODE_ERR(n, CINFER_UNSUPPORTED, "input %d ('%s') is STRING; %s does not take strings", j,
+                      m->values[n->in[j]].name, n->op_type);
+        goto fail;
+      }
     if ((st = n->op->infer(n, s->in, s->out))) goto fail;
     for (int o = 0; o < n->n_out; o++)
       if (s->out[o] && (ot_numel(s->out[o]) < 0 ||
@@ -491,7 +501,7 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
         s->out[o]->data = d;
         p->is_static[n->out[o]] = true;
       }
-      onnx_exec x = {.threads = 1};
+      onnx_exec x = {.threads = 1, .heap = p->sheap};
       if ((st = n->op->exec(&x, n, s->in, s->out))) goto fail;
       free(s->in); free(s->out); free(s->in_id); free(s->out_id);
       p->n_steps--;
@@ -618,7 +628,8 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
   for (int v = 0; v < m->n_values; v++)
     if (p->root[v] != v && m->values[p->root[v]].kind == VAL_INPUT) p->vals[v].data = p->vals[p->root[v]].data;
   omp_set_num_threads(p->threads);
-  onnx_exec x = {.threads = p->threads};
+  ostr_heap_reset(p->rheap);
+  onnx_exec x = {.threads = p->threads, .heap = p->rheap};
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *ps = &p->steps[s];
     double t0 = profile ? (double)clock_now_ns() : 0;

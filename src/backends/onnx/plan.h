@@ -64,6 +64,8 @@ typedef struct onnx_plan {
   void **layout;         /* dnnl_memory_desc_t* or NULL, owned */
   size_t *bytes;         /* storage bytes when not plain (blocked), else 0 */
   void **owned;          /* plan-time computed data */
+  ostr_heap *sheap;      /* strings made at plan time (static nodes), freed with the plan */
+  ostr_heap *rheap;      /* strings made by a run (Cast to STRING), reset when a run starts */
   int n_owned, cap_owned;
   plan_step *steps;
   int n_steps;

@@ -44,6 +44,12 @@ struct onnx_session {
   cinfer_tensor *wpart;   /* [threads][n_inputs]: the workers' row ranges of one call */
   cinfer_status **werr;   /* [threads] */
   cinfer_tensor *part;    /* [n_inputs]: one run's rows (sub-batching, the one-row plan) */
+  /* STRING inputs (strings.c): the caller's tensors with each BYTES one's data replaced
+   * by descriptors (sdesc[i], capacity scap[i] elements) into its bytes */
+  cinfer_tensor *conv;
+  ostr **sdesc;
+  size_t *scap;
+  bool has_strings;       /* an input or output is STRING: no sub-batches or workers */
 };
 
 cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
@@ -70,14 +76,23 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
   s->out_buf = calloc((size_t)m->n_outputs + 1, sizeof *s->out_buf);
   s->out_cap = calloc((size_t)m->n_outputs + 1, sizeof *s->out_cap);
   s->part = calloc((size_t)m->n_inputs + 1, sizeof *s->part);
-  if (!s->map || !s->out_buf || !s->out_cap || !s->part) {
+  s->conv = calloc((size_t)m->n_inputs + 1, sizeof *s->conv);
+  s->sdesc = calloc((size_t)m->n_inputs + 1, sizeof *s->sdesc);
+  s->scap = calloc((size_t)m->n_inputs + 1, sizeof *s->scap);
+  if (!s->map || !s->out_buf || !s->out_cap || !s->part || !s->conv || !s->sdesc || !s->scap) {
     free(s->map);
     free(s->out_buf);
     free(s->out_cap);
     free(s->part);
+    free(s->conv);
+    free(s->sdesc);
+    free(s->scap);
     free(s);
     return cinfer_status_oom(NULL);
   }
+  for (int i = 0; i < m->n_inputs; i++) s->has_strings |= m->in_info[i].dtype == CINFER_TYPE_BYTES;
+  for (int i = 0; i < m->n_outputs; i++) /* an undeclared output type may turn out STRING */
+    s->has_strings |= m->out_info[i].dtype == CINFER_TYPE_BYTES || m->out_info[i].dtype == CINFER_TYPE_INVALID;
   *out = s;
   return NULL;
 }
@@ -99,6 +114,10 @@ void onnx_session_destroy(onnx_session *s) {
   free(s->out_cap);
   free(s->map);
   free(s->part);
+  for (int i = 0; i < s->m->n_inputs; i++) free(s->sdesc[i]);
+  free(s->sdesc);
+  free(s->scap);
+  free(s->conv);
   free(s);
 }
 
@@ -133,7 +152,20 @@ static cinfer_status *check_inputs(onnx_session *s, const cinfer_tensor *in, int
                                  info->name, d, (long long)t->shape[d], (long long)info->shape[d]);
     }
     int64_t el = cinfer_shape_elements(t->shape, t->ndim);
-    if (el < 0 || el > ONNX_MAX_TENSOR_BYTES || (size_t)el * cinfer_dtype_size(t->dtype) != t->byte_size || (el && !t->data))
+    if (t->dtype == CINFER_TYPE_BYTES) {
+      if (el < 0 || el > ONNX_MAX_TENSOR_BYTES / (int64_t)sizeof(ostr) || (t->byte_size && !t->data))
+        return cinfer_status_new(CINFER_INVALID_ARG, "input '%s': shape too large", info->name);
+      if ((size_t)el > s->scap[i]) {
+        ostr *d = realloc(s->sdesc[i], sizeof *d * (size_t)el);
+        if (!d) return cinfer_status_oom(info->name);
+        s->sdesc[i] = d;
+        s->scap[i] = (size_t)el;
+      }
+      char what[300];
+      snprintf(what, sizeof what, "input '%s'", info->name);
+      cinfer_status *st = ostr_parse(t->data, t->byte_size, el, s->sdesc[i], what);
+      if (st) return st;
+    } else if (el < 0 || el > ONNX_MAX_TENSOR_BYTES || (size_t)el * cinfer_dtype_size(t->dtype) != t->byte_size || (el && !t->data))
       return cinfer_status_new(CINFER_INVALID_ARG, "input '%s': %zu bytes do not match its shape",
                                info->name, t->byte_size);
     s->map[i] = k;
@@ -321,6 +353,19 @@ static cinfer_status *rows_per_run(onnx_session *s, const cinfer_tensor *inputs,
   return NULL;
 }
 
+/* A STRING output: its descriptors written in the length-prefixed layout to out_buf[i]. */
+static cinfer_status *pack_output(onnx_session *s, int i, const ot *o, cinfer_tensor *t) {
+  size_t nb;
+  char what[300];
+  snprintf(what, sizeof what, "output '%s'", s->m->values[s->m->outputs[i]].name);
+  cinfer_status *st = ostr_packed_size(o->data, ot_numel(o), &nb, what);
+  if (!st) st = out_reserve(s, i, nb ? nb : 1);
+  if (st) return st;
+  ostr_pack(o->data, ot_numel(o), s->out_buf[i]);
+  set_output(s, i, o, s->out_buf[i], -1, nb, t);
+  return NULL;
+}
+
 cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, int n_inputs,
                                 cinfer_tensor *outputs) {
   cinfer_status *st = check_inputs(s, inputs, n_inputs);
@@ -328,6 +373,27 @@ cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, in
   const onnx_model *m = s->m;
   onnx_plan *p;
   int64_t N, rows;
+  if (s->has_strings) { /* the plan reads descriptors; one run for the whole batch */
+    memcpy(s->conv, inputs, sizeof *inputs * (size_t)n_inputs);
+    for (int i = 0; i < m->n_inputs; i++)
+      if (m->in_info[i].dtype == CINFER_TYPE_BYTES) {
+        cinfer_tensor *t = &s->conv[s->map[i]];
+        t->data = s->sdesc[i];
+        t->byte_size = (size_t)cinfer_shape_elements(t->shape, t->ndim) * sizeof(ostr);
+      }
+    if ((st = get_plan(s, s->conv, &p))) return st;
+    s->last = p;
+    if ((st = plan_run(p, s->conv, s->map, s->opt.profile))) return st;
+    for (int i = 0; i < m->n_outputs; i++) {
+      const ot *o = &p->vals[m->outputs[i]];
+      if (o->dtype == CINFER_TYPE_BYTES) {
+        if ((st = pack_output(s, i, o, &outputs[i]))) return st;
+      } else {
+        set_output(s, i, o, o->data, -1, ot_nbytes(o), &outputs[i]);
+      }
+    }
+    return NULL;
+  }
   if (s->opt.threads > 1 && (N = split_rows(s, inputs))) return run_workers(s, inputs, N, outputs);
   if ((st = rows_per_run(s, inputs, &N, &rows))) return st;
   if (!rows) {

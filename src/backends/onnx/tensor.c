@@ -12,6 +12,7 @@
 #include "backends/onnx/onnx_impl.h"
 #include "backends/onnx/tensor_pb.h"
 #include "core/elem.h"
+#include "core/half.h"
 
 int64_t ot_numel(const ot *t) {
   int64_t n = 1;
@@ -25,7 +26,7 @@ int64_t ot_numel(const ot *t) {
 
 size_t ot_nbytes(const ot *t) {
   int64_t n = ot_numel(t);
-  return n < 0 ? 0 : (size_t)n * cinfer_dtype_size(t->dtype);
+  return n < 0 ? 0 : (size_t)n * ot_esize(t->dtype);
 }
 
 ot *ot_new(cinfer_dtype dt, int ndim, const int64_t *dims) {
@@ -35,7 +36,7 @@ ot *ot_new(cinfer_dtype dt, int ndim, const int64_t *dims) {
   t->ndim = ndim;
   for (int i = 0; i < ndim; i++) t->dims[i] = dims[i];
   int64_t n = ot_numel(t);
-  size_t es = cinfer_dtype_size(dt);
+  size_t es = ot_esize(dt);
   if (n < 0 || es == 0 || (uint64_t)n > (uint64_t)ONNX_MAX_TENSOR_BYTES / es) {
     free(t);
     return NULL;
@@ -58,19 +59,56 @@ void ot_free(ot *t) {
 }
 
 ot *ot_clone(const ot *t) {
+  if (t->dtype == CINFER_TYPE_BYTES) return ot_new_strings(t->ndim, t->dims, t->data);
   ot *c = ot_new(t->dtype, t->ndim, t->dims);
   if (c && ot_nbytes(t)) memcpy(c->data, t->data, ot_nbytes(t));
   return c;
 }
 
-double ot_get_f(const ot *t, int64_t i) { return cinfer_elem_f64(t->dtype, t->data, (size_t)i, 0); }
+static bool is_int_type(cinfer_dtype t) {
+  return t == CINFER_TYPE_INT8 || t == CINFER_TYPE_INT16 || t == CINFER_TYPE_INT32 ||
+         t == CINFER_TYPE_INT64 || t == CINFER_TYPE_UINT8 || t == CINFER_TYPE_UINT16 ||
+         t == CINFER_TYPE_UINT32 || t == CINFER_TYPE_UINT64;
+}
+
+double ot_get_f(const ot *t, int64_t i) {
+  if (t->dtype == CINFER_TYPE_FP16) return half_to_float(((const uint16_t *)t->data)[i]);
+  if (t->dtype == CINFER_TYPE_BF16) return bf16_to_float(((const uint16_t *)t->data)[i]);
+  return cinfer_elem_f64(t->dtype, t->data, (size_t)i, 0);
+}
+
+uint64_t ot_get_bits(const ot *t, int64_t i) {
+  switch (t->dtype) {
+    case CINFER_TYPE_INT8: return (uint64_t)(int64_t)((const int8_t *)t->data)[i];
+    case CINFER_TYPE_INT16: return (uint64_t)(int64_t)((const int16_t *)t->data)[i];
+    case CINFER_TYPE_INT32: return (uint64_t)(int64_t)((const int32_t *)t->data)[i];
+    case CINFER_TYPE_INT64: return (uint64_t)((const int64_t *)t->data)[i];
+    case CINFER_TYPE_UINT8: case CINFER_TYPE_BOOL: return ((const uint8_t *)t->data)[i];
+    case CINFER_TYPE_UINT16: return ((const uint16_t *)t->data)[i];
+    case CINFER_TYPE_UINT32: return ((const uint32_t *)t->data)[i];
+    case CINFER_TYPE_UINT64: return ((const uint64_t *)t->data)[i];
+    default: return (uint64_t)ot_get_i(t, i);
+  }
+}
+
+void ot_set_i(ot *t, int64_t i, int64_t v) {
+  uint64_t u = (uint64_t)v;
+  switch (t->dtype) {
+    case CINFER_TYPE_INT8: case CINFER_TYPE_UINT8: ((uint8_t *)t->data)[i] = (uint8_t)u; break;
+    case CINFER_TYPE_BOOL: ((uint8_t *)t->data)[i] = u != 0; break;
+    case CINFER_TYPE_INT16: case CINFER_TYPE_UINT16: ((uint16_t *)t->data)[i] = (uint16_t)u; break;
+    case CINFER_TYPE_INT32: case CINFER_TYPE_UINT32: ((uint32_t *)t->data)[i] = (uint32_t)u; break;
+    case CINFER_TYPE_INT64: case CINFER_TYPE_UINT64: ((uint64_t *)t->data)[i] = u; break;
+    default: ot_set_f(t, i, (double)v); break;
+  }
+}
 
 int64_t ot_get_i(const ot *t, int64_t i) {
   switch (t->dtype) {
     case CINFER_TYPE_INT64: return ((const int64_t *)t->data)[i];
     case CINFER_TYPE_INT32: return ((const int32_t *)t->data)[i];
     case CINFER_TYPE_UINT64: return (int64_t)((const uint64_t *)t->data)[i];
-    case CINFER_TYPE_FP32: case CINFER_TYPE_FP64: {
+    case CINFER_TYPE_FP32: case CINFER_TYPE_FP64: case CINFER_TYPE_FP16: case CINFER_TYPE_BF16: {
       double d = ot_get_f(t, i);
       if (!(d > -9.2e18 && d < 9.2e18)) return d > 0 ? INT64_MAX : INT64_MIN;
       return (int64_t)d;
@@ -83,16 +121,20 @@ void ot_set_f(ot *t, int64_t i, double v) {
   switch (t->dtype) {
     case CINFER_TYPE_FP32: ((float *)t->data)[i] = (float)v; break;
     case CINFER_TYPE_FP64: ((double *)t->data)[i] = v; break;
-    case CINFER_TYPE_INT64: ((int64_t *)t->data)[i] = (int64_t)v; break;
-    case CINFER_TYPE_INT32: ((int32_t *)t->data)[i] = (int32_t)v; break;
-    case CINFER_TYPE_INT16: ((int16_t *)t->data)[i] = (int16_t)v; break;
-    case CINFER_TYPE_INT8: ((int8_t *)t->data)[i] = (int8_t)v; break;
-    case CINFER_TYPE_UINT8: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
+    case CINFER_TYPE_FP16: ((uint16_t *)t->data)[i] = float_to_half((float)v); break;
+    case CINFER_TYPE_BF16: ((uint16_t *)t->data)[i] = float_to_bf16((float)v); break;
     case CINFER_TYPE_BOOL: ((uint8_t *)t->data)[i] = v != 0; break;
-    case CINFER_TYPE_UINT16: ((uint16_t *)t->data)[i] = (uint16_t)v; break;
-    case CINFER_TYPE_UINT32: ((uint32_t *)t->data)[i] = (uint32_t)v; break;
-    case CINFER_TYPE_UINT64: ((uint64_t *)t->data)[i] = (uint64_t)v; break;
-    default: break;
+    case CINFER_TYPE_UINT64:
+      if (v >= 9223372036854775808.0 && v < 18446744073709551616.0) {
+        ((uint64_t *)t->data)[i] = (uint64_t)v;
+        break;
+      }
+      /* fall through */
+    default:
+      if (is_int_type(t->dtype)) /* truncate toward zero, keep the low bits; NaN and out of
+                                    int64 range: INT64_MIN's bits (x86's cvttsd2si) */
+        ot_set_i(t, i, v > -9223372036854775808.0 && v < 9223372036854775808.0 ? (int64_t)v : INT64_MIN);
+      break;
   }
 }
 
@@ -118,6 +160,8 @@ cinfer_dtype onnx_dtype_from_proto(int32_t dt) {
     case 11: return CINFER_TYPE_FP64;
     case 12: return CINFER_TYPE_UINT32;
     case 13: return CINFER_TYPE_UINT64;
+    case 8: return CINFER_TYPE_BYTES;
+    case 16: return CINFER_TYPE_BF16;
     default: return CINFER_TYPE_INVALID;
   }
 }
@@ -211,7 +255,7 @@ cinfer_status *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *b
                              OT_MAX_DIMS);
   int64_t dims[OT_MAX_DIMS];
   int64_t numel = 1;
-  size_t es = cinfer_dtype_size(dt);
+  size_t es = ot_esize(dt);
   for (size_t i = 0; i < tp->n_dims; i++) {
     dims[i] = tp->dims[i];
     if (dims[i] < 0)
@@ -223,6 +267,27 @@ cinfer_status *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *b
     numel *= dims[i];
   }
   size_t nbytes = (size_t)numel * es;
+  if (dt == CINFER_TYPE_BYTES) { /* STRING: string_data only (ONNX keeps no raw form) */
+    if (tp->has_raw_data || (tp->has_data_location &&
+                             tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
+      return cinfer_status_new(CINFER_INVALID_ARG, "%s: a STRING tensor keeps its values in string_data "
+                               "(raw_data and external data are not allowed)", what);
+    if (tp->n_string_data != (size_t)numel)
+      return cinfer_status_new(CINFER_INVALID_ARG, "%s: string_data has %zu values, shape needs %lld",
+                               what, tp->n_string_data, (long long)numel);
+    ostr *tmp = malloc(sizeof *tmp * ((size_t)numel + 1));
+    if (!tmp) return cinfer_status_oom(what);
+    for (int64_t i = 0; i < numel; i++) {
+      tmp[i].p = (const char *)tp->string_data[i].data;
+      tmp[i].n = tp->string_data[i].len;
+    }
+    ot *t = ot_new_strings((int)tp->n_dims, dims, tmp);
+    free(tmp);
+    if (!t) return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "%s: strings too large (over %lld bytes)",
+                                     what, (long long)ONNX_MAX_TENSOR_BYTES);
+    *out = t;
+    return NULL;
+  }
   bool external = tp->has_data_location &&
                   tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
   size_t n_typed = 0;
@@ -263,7 +328,7 @@ cinfer_status *onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *b
         case CINFER_TYPE_FP64: ((double *)t->data)[i] = tp->double_data[i]; break;
         case CINFER_TYPE_UINT32: ((uint32_t *)t->data)[i] = (uint32_t)tp->uint64_data[i]; break;
         case CINFER_TYPE_UINT64: ((uint64_t *)t->data)[i] = tp->uint64_data[i]; break;
-        case CINFER_TYPE_FP16: case CINFER_TYPE_UINT16:
+        case CINFER_TYPE_FP16: case CINFER_TYPE_BF16: case CINFER_TYPE_UINT16:
           ((uint16_t *)t->data)[i] = (uint16_t)tp->int32_data[i]; break;
         case CINFER_TYPE_INT16: ((int16_t *)t->data)[i] = (int16_t)tp->int32_data[i]; break;
         case CINFER_TYPE_INT32: ((int32_t *)t->data)[i] = tp->int32_data[i]; break;
@@ -329,6 +394,23 @@ cinfer_status *onnx_tensor_read_pb(const char *path, cinfer_tensor *t, void **ow
   t->dtype = o->dtype;
   t->ndim = o->ndim;
   memcpy(t->shape, o->dims, sizeof o->dims);
+  if (o->dtype == CINFER_TYPE_BYTES) { /* to the length-prefixed layout of cinfer_tensor */
+    size_t nb = 0;
+    int64_t n = ot_numel(o);
+    void *packed = NULL;
+    st = ostr_packed_size(o->data, n, &nb, path);
+    if (!st && !(packed = malloc(nb ? nb : 1))) st = cinfer_status_oom(path);
+    if (!st) ostr_pack(o->data, n, packed);
+    ot_free(o);
+    if (st) {
+      if (name_owned) { free(*name_owned); *name_owned = NULL; }
+      return st;
+    }
+    t->data = packed;
+    t->byte_size = nb;
+    *owned = packed;
+    return NULL;
+  }
   t->data = o->data;
   t->byte_size = ot_nbytes(o);
   *owned = o->data;
@@ -345,13 +427,37 @@ cinfer_status *onnx_tensor_write_pb(const char *path, const cinfer_tensor *t) {
   tp.has_data_type = 1;
   tp.data_type = onnx_dtype_to_proto(t->dtype);
   tp.name = (char *)(t->name ? t->name : "");
-  tp.has_raw_data = 1;
-  tp.raw_data.len = t->byte_size;
-  tp.raw_data.data = (uint8_t *)t->data;
+  ProtobufCBinaryData *strs = NULL;
+  if (t->dtype == CINFER_TYPE_BYTES) { /* string_data, one entry per element */
+    int64_t n = cinfer_shape_elements(t->shape, t->ndim);
+    ostr *d = n >= 0 ? malloc(sizeof *d * ((size_t)n + 1)) : NULL;
+    strs = d ? malloc(sizeof *strs * ((size_t)n + 1)) : NULL;
+    cinfer_status *st = !strs ? cinfer_status_oom(path) : ostr_parse(t->data, t->byte_size, n, d, path);
+    if (st) {
+      free(d);
+      free(strs);
+      return st;
+    }
+    for (int64_t i = 0; i < n; i++) {
+      strs[i].data = (uint8_t *)d[i].p;
+      strs[i].len = d[i].n;
+    }
+    free(d);
+    tp.n_string_data = (size_t)n;
+    tp.string_data = strs;
+  } else {
+    tp.has_raw_data = 1;
+    tp.raw_data.len = t->byte_size;
+    tp.raw_data.data = (uint8_t *)t->data;
+  }
   size_t n = onnx__tensor_proto__get_packed_size(&tp);
   uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) return cinfer_status_oom(NULL);
+  if (!buf) {
+    free(strs);
+    return cinfer_status_oom(NULL);
+  }
   onnx__tensor_proto__pack(&tp, buf);
+  free(strs);
   FILE *f = fopen(path, "wb");
   bool ok = f && fwrite(buf, 1, n, f) == n;
   if (f && fclose(f)) ok = false;
