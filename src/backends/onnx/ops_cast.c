@@ -10,7 +10,8 @@
  *     what x86's cvttss2si/cvttsd2si give ORT: for INT8/16/32 and UINT8/16 the 32-bit
  *     conversion (INT32_MIN's bits when out of range) and its low bits; INT64 the 64-bit one
  *     (INT64_MIN); UINT32 / UINT64 the unsigned sequence (x below 2^31 / 2^63: the signed
- *     conversion, else the conversion of x - 2^31 / 2^63 with the top bit flipped);
+ *     conversion, else the conversion of x - 2^31 / 2^63 with the top bit flipped), except
+ *     FP16 -> UINT32, the low bits of the 64-bit conversion;
  *   - number -> STRING: integers in decimal, BOOL "1"/"0", floats printf("%.8g") with
  *     "NaN", "INF", "-INF";
  *   - STRING -> number: std::stod / stoll / stoull as ORT calls them: leading white space,
@@ -42,8 +43,10 @@ static int64_t cvt64(double x) {
   return x >= -9223372036854775808.0 && x < 9223372036854775808.0 ? (int64_t)x : INT64_MIN;
 }
 
-/* the bits ORT stores for float x cast to integer type t */
-static uint64_t float_to_int_bits(double x, cinfer_dtype t) {
+/* the bits ORT stores for float x (of type `from`) cast to integer type t */
+static uint64_t float_to_int_bits(double x, cinfer_dtype from, cinfer_dtype t) {
+  if (t == CINFER_TYPE_UINT32 && from == CINFER_TYPE_FP16)
+    return (uint32_t)cvt64(x); /* ORT's scalar path for FP16: the 64-bit conversion */
   switch (t) {
     case CINFER_TYPE_INT64: return (uint64_t)cvt64(x);
     case CINFER_TYPE_UINT32:
@@ -166,7 +169,7 @@ cinfer_status *cast_to(onnx_exec *x, const onnx_node *n, const ot *in, ot *out) 
       double v = get_float(in, i);
       if (is_float_t(to)) store_float(out, i, v);
       else if (to == CINFER_TYPE_BOOL) ((uint8_t *)out->data)[i] = v != 0 || v != v;
-      else ot_set_i(out, i, (int64_t)float_to_int_bits(v, to));
+      else ot_set_i(out, i, (int64_t)float_to_int_bits(v, from, to));
     }
     return NULL;
   }
