@@ -353,6 +353,11 @@ static cinfer_status *rows_per_run(onnx_session *s, const cinfer_tensor *inputs,
   return NULL;
 }
 
+static cinfer_status *undeclared_string(const onnx_session *s, int i) {
+  return cinfer_status_new(CINFER_INVALID_ARG, "output '%s' is STRING, but the model declares it %s",
+                           s->m->values[s->m->outputs[i]].name, cinfer_dtype_name(s->m->out_info[i].dtype));
+}
+
 /* A STRING output: its descriptors written in the length-prefixed layout to out_buf[i]. */
 static cinfer_status *pack_output(onnx_session *s, int i, const ot *o, cinfer_tensor *t) {
   size_t nb;
@@ -387,6 +392,8 @@ cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, in
     for (int i = 0; i < m->n_outputs; i++) {
       const ot *o = &p->vals[m->outputs[i]];
       if (o->dtype == CINFER_TYPE_BYTES) {
+        cinfer_dtype decl = m->out_info[i].dtype;
+        if (decl != CINFER_TYPE_BYTES && decl != CINFER_TYPE_INVALID) return undeclared_string(s, i);
         if ((st = pack_output(s, i, o, &outputs[i]))) return st;
       } else {
         set_output(s, i, o, o->data, -1, ot_nbytes(o), &outputs[i]);
@@ -402,6 +409,7 @@ cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, in
     if ((st = plan_run(p, inputs, s->map, s->opt.profile))) return st;
     for (int i = 0; i < m->n_outputs; i++) {
       const ot *o = &p->vals[m->outputs[i]];
+      if (o->dtype == CINFER_TYPE_BYTES) return undeclared_string(s, i);
       set_output(s, i, o, o->data, -1, ot_nbytes(o), &outputs[i]);
     }
     return NULL;
@@ -416,6 +424,7 @@ cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, in
     for (int i = 0; i < m->n_outputs; i++) {
       const ot *o = &p->vals[m->outputs[i]];
       size_t nb = ot_nbytes(o), total;
+      if (o->dtype == CINFER_TYPE_BYTES) return undeclared_string(s, i);
       if (o->ndim < 1 || o->dims[0] != b)
         return cinfer_status_new(CINFER_INTERNAL, "output '%s' does not carry the batch in dim 0",
                                  m->values[m->outputs[i]].name);
