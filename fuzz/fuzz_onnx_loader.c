@@ -2,7 +2,8 @@
  * (onnx_model_load_buffer: protobuf decoding, tensor validation, topological sort,
  * constant folding, fusion, batch analysis). External data is disabled (base_dir NULL).
  * When a model loads, a session runs it once on zero inputs of its declared shape when
- * that shape is fully known and small, so plan building is fuzzed as well. */
+ * that shape is fully known and small (STRING inputs: empty strings), so plan building is
+ * fuzzed as well. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +36,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     in[i].name = info->name;
     in[i].dtype = info->dtype;
     in[i].ndim = info->ndim;
-    if (info->ndim < 0 || !cinfer_dtype_size(info->dtype)) { ok = false; break; }
+    bool str = info->dtype == CINFER_TYPE_BYTES; /* STRING: every element empty (a zero length) */
+    if (info->ndim < 0 || (!str && !cinfer_dtype_size(info->dtype))) { ok = false; break; }
     for (int d = 0; d < info->ndim; d++) in[i].shape[d] = info->shape[d] < 0 ? 1 : info->shape[d];
     int64_t el = cinfer_shape_elements(in[i].shape, in[i].ndim);
     if (el < 0 || el > 4096) { ok = false; break; }
-    in[i].byte_size = (size_t)el * cinfer_dtype_size(info->dtype);
+    in[i].byte_size = (size_t)el * (str ? 4 : cinfer_dtype_size(info->dtype));
     bufs[i] = calloc(1, in[i].byte_size + 1);
     in[i].data = bufs[i];
   }
