@@ -25,6 +25,7 @@
 #include "backends/onnx/onnx.h"
 #include "cli/cli.h"
 #include "core/elem.h"
+#include "core/half.h"
 
 typedef struct run_opts {
   const char *model, *data_dir, *out_dir;
@@ -76,7 +77,11 @@ static cinfer_status *load_tensor(const char *path, owned_tensor *o) {
   return onnx_tensor_read_pb(path, &o->t, &o->data, &o->name);
 }
 
-static double get_d(const cinfer_tensor *t, size_t i) { return cinfer_elem_f64(t->dtype, t->data, i, NAN); }
+static double get_d(const cinfer_tensor *t, size_t i) {
+  if (t->dtype == CINFER_TYPE_FP16) return half_to_float(((const uint16_t *)t->data)[i]);
+  if (t->dtype == CINFER_TYPE_BF16) return bf16_to_float(((const uint16_t *)t->data)[i]);
+  return cinfer_elem_f64(t->dtype, t->data, i, NAN);
+}
 
 static void shape_str(const cinfer_tensor *t, char *b, size_t n) {
   size_t o = (size_t)snprintf(b, n, "[");
@@ -97,6 +102,11 @@ static bool compare(const char *name, const cinfer_tensor *got, const cinfer_ten
     printf("  output %-40s FAIL: got %s %s, expected %s %s\n", name, cinfer_dtype_name(got->dtype),
            gs, cinfer_dtype_name(want->dtype), ws);
     return false;
+  }
+  if (got->dtype == CINFER_TYPE_BYTES) { /* strings: byte for byte (the length-prefixed layout) */
+    bool same = got->byte_size == want->byte_size && !memcmp(got->data, want->data, got->byte_size);
+    printf("  output %-40s %-5s %-16s %s\n", name, "BYTES", gs, same ? "PASS" : "FAIL (strings differ)");
+    return same;
   }
   size_t es = cinfer_dtype_size(got->dtype), n = es ? got->byte_size / es : 0;
   double max_abs = 0, max_rel = 0;

@@ -528,3 +528,47 @@ def test_qa_shaped_add_sub(client, combo, batch):
             np.testing.assert_allclose(got[k], ort_out[f"OUTPUT{k}"], rtol=2 ** -11, atol=0)
         else:
             assert_same(got[k], ort_out[f"OUTPUT{k}"], f"{name} OUTPUT{k} vs ONNX Runtime")
+
+
+# ---- `cinfer run` (the ONNX test runner) on STRING and FP16 test data -----------------------
+
+def write_pb(path, arr, name):
+    t = numpy_helper.from_array(arr, name)
+    with open(path, "wb") as f:
+        f.write(t.SerializeToString())
+
+
+@pytest.mark.parametrize("name", ["s_concat", "add_float16", "cast_float32"])
+def test_cinfer_run_compares_strings_and_fp16(name, tmp_path):
+    import subprocess
+    from cinfer_server import BIN
+    m = MODELS[name]
+    d = str(tmp_path)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    feeds = {"s_concat": {"x": string_input()},
+             "add_float16": {"a": values("float16", 64, 1).reshape(4, 16), "b": values("float16", 16, 2)},
+             "cast_float32": {"x": values("float32")}}[name]
+    want = ort_run(m, feeds)
+    ts = os.path.join(d, "test_data_set_0")
+    os.makedirs(ts)
+    for k, (n, v) in enumerate(feeds.items()):
+        write_pb(os.path.join(ts, f"input_{k}.pb"), v, n)
+    outs = [o.name for o in m.graph.output]
+    for k, o in enumerate(outs):
+        write_pb(os.path.join(ts, f"output_{k}.pb"), want[o], o)
+    # atol/rtol 0: FP16 outputs must be exact; NaN equals NaN
+    r = subprocess.run([BIN, "run", "--model", os.path.join(d, "model.onnx"), "--test-data-dir", d,
+                        "--rtol", "0", "--atol", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "FAIL" not in r.stdout and r.stdout.count("PASS") >= len(outs), r.stdout
+    # a wrong expectation fails: one string / one FP16 value changed
+    k = next(k for k, o in enumerate(outs) if want[o].dtype != np.bool_)
+    o0 = want[outs[k]].copy()
+    if o0.dtype == np.object_:
+        o0.ravel()[3] = "not it"
+    else:
+        o0.ravel()[3] = o0.ravel()[3] + o0.dtype.type(1)
+    write_pb(os.path.join(ts, f"output_{k}.pb"), o0, outs[k])
+    r = subprocess.run([BIN, "run", "--model", os.path.join(d, "model.onnx"), "--test-data-dir", d,
+                        "--rtol", "0", "--atol", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "FAIL" in r.stdout, r.stdout + r.stderr
