@@ -254,6 +254,12 @@ def server():
             with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
                 f.write(qa_config(name, c, batch))
             onnx.save(qa_add_sub_model(*c, batch), os.path.join(repo, name, "1", "model.onnx"))
+    # STRING in and out through the dynamic batcher (requests of 1-3 rows batched together)
+    dyn = ("string", "string", "int32")
+    os.makedirs(os.path.join(repo, "qa_dynamic", "1"))
+    with open(os.path.join(repo, "qa_dynamic", "config.pbtxt"), "w") as f:
+        f.write(qa_config("qa_dynamic", dyn, True) + "dynamic_batching { max_queue_delay_microseconds: 20000 }\n")
+    onnx.save(qa_add_sub_model(*dyn, True), os.path.join(repo, "qa_dynamic", "1", "model.onnx"))
     with Server(repo) as s:
         # not wait_ready(): bad_add_strings is UNAVAILABLE on purpose, so the server is not
         # ready (as Triton); it listens once the startup loads are done
@@ -572,3 +578,34 @@ def test_cinfer_run_compares_strings_and_fp16(name, tmp_path):
     r = subprocess.run([BIN, "run", "--model", os.path.join(d, "model.onnx"), "--test-data-dir", d,
                         "--rtol", "0", "--atol", "0"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "FAIL" in r.stdout, r.stdout + r.stderr
+
+
+def test_strings_through_the_dynamic_batcher(server):
+    import concurrent.futures as cf
+    combo = ("string", "string", "int32")
+    c0 = httpclient.InferenceServerClient(server.hostport)
+    before = c0.get_inference_statistics("qa_dynamic")["model_stats"][0]
+
+    def one(i):
+        c = httpclient.InferenceServerClient(server.hostport)
+        x0, x1 = (x[: 1 + i % 3] for x in qa_inputs("string", True, seed=i))
+        inputs = []
+        for k, x in enumerate((x0, x1)):
+            inp = httpclient.InferInput(f"INPUT{k}", list(x.shape), "BYTES")
+            inp.set_data_from_numpy(x, binary_data=True)
+            inputs.append(inp)
+        res = c.infer("qa_dynamic", inputs)
+        want = qa_expected(combo, x0, x1)
+        assert_same(res.as_numpy("OUTPUT0"), want[0], f"request {i} OUTPUT0")
+        assert_same(res.as_numpy("OUTPUT1"), want[1], f"request {i} OUTPUT1")
+        c.close()
+        return True
+
+    n = 32
+    with cf.ThreadPoolExecutor(8) as ex:
+        assert all(ex.map(one, range(n)))
+    after = c0.get_inference_statistics("qa_dynamic")["model_stats"][0]
+    assert after["inference_count"] - before["inference_count"] == sum(1 + i % 3 for i in range(n))
+    # concurrent requests were batched (so rows of several requests' strings shared a run)
+    assert after["execution_count"] - before["execution_count"] < n
+    c0.close()
