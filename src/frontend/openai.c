@@ -653,7 +653,60 @@ typedef struct parsed {
   int n;
   bool stream, include_usage, echo, ignore_eos;
   int logprobs; /* -1 none */
+  /* structured output (at most one): response_format json_schema's schema, json_object,
+   * or a GBNF grammar (llama.cpp's `grammar` field) */
+  const cJSON *schema;
+  bool json_object;
+  const char *grammar;
 } parsed;
+
+/* response_format, grammar, and the fields whose effect is not implemented (refused, never
+ * ignored). Returns false after answering. */
+static bool parse_structured(http_exchange *ex, const cJSON *j, parsed *p) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "response_format");
+  if (v && !cJSON_IsNull(v)) {
+    const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
+    if (!cJSON_IsString(t)) {
+      oai_error(ex, 400, "invalid_request_error", "response_format",
+                "'response_format' must be an object with a string 'type'");
+      return false;
+    }
+    if (!strcmp(t->valuestring, "json_object")) {
+      p->json_object = true;
+    } else if (!strcmp(t->valuestring, "json_schema")) {
+      const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
+      const cJSON *sc = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
+      if (!cJSON_IsObject(sc) && !cJSON_IsBool(sc)) {
+        oai_error(ex, 400, "invalid_request_error", "response_format",
+                  "'response_format' of type 'json_schema' needs 'json_schema': {\"name\": ..., \"schema\": {...}}");
+        return false;
+      }
+      p->schema = sc;
+    } else if (strcmp(t->valuestring, "text")) {
+      oai_error(ex, 400, "invalid_request_error", "response_format",
+                "'response_format.type' must be 'text', 'json_object' or 'json_schema', got '%s'", t->valuestring);
+      return false;
+    }
+  }
+  v = cJSON_GetObjectItemCaseSensitive(j, "grammar");
+  if (v && !cJSON_IsNull(v)) {
+    if (!cJSON_IsString(v)) {
+      oai_error(ex, 400, "invalid_request_error", "grammar", "'grammar' must be a string (GBNF)");
+      return false;
+    }
+    if (p->schema || p->json_object) {
+      oai_error(ex, 400, "invalid_request_error", "grammar", "give 'grammar' or a JSON 'response_format', not both");
+      return false;
+    }
+    p->grammar = v->valuestring;
+  }
+  v = cJSON_GetObjectItemCaseSensitive(j, "logit_bias");
+  if (v && !cJSON_IsNull(v) && !(cJSON_IsObject(v) && !v->child)) {
+    oai_error(ex, 400, "invalid_request_error", "logit_bias", "'logit_bias' is not supported by this server");
+    return false;
+  }
+  return true;
+}
 
 /* Returns false after answering. */
 static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p) {
@@ -753,6 +806,7 @@ static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p
     }
     p->echo = cJSON_IsTrue(NUM("echo"));
   }
+  if (!parse_structured(ex, j, p)) return false;
 #undef NUM
   return true;
 }
@@ -796,6 +850,16 @@ static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char
     goto fail;
   for (size_t i = 0; i < N_FLOATS; i++)
     if (p->f_given[i] && (st = cinfer_request_set_param_double(r, float_keys[i], p->f[i]))) goto fail;
+  if (p->grammar) {
+    st = cinfer_request_set_param_string(r, "grammar", p->grammar, strlen(p->grammar));
+  } else if (p->json_object) {
+    st = cinfer_request_set_param_bool(r, "json_object", true);
+  } else if (p->schema) {
+    char *js = cJSON_PrintUnformatted(p->schema);
+    st = js ? cinfer_request_set_param_string(r, "json_schema", js, strlen(js)) : cinfer_status_oom(NULL);
+    free(js);
+  }
+  if (st) goto fail;
   if (cJSON_IsString(p->stop)) {
     st = cinfer_request_set_param_string(r, "stop", p->stop->valuestring, strlen(p->stop->valuestring));
   } else if (p->stop) {

@@ -931,14 +931,18 @@ static bool step_char(matcher *m, const sset *in, uint32_t c, sset *out) {
   return finish(m, out);
 }
 
-typedef struct { uint32_t val; uint8_t need; } partial; /* an unfinished UTF-8 character */
+/* An unfinished UTF-8 character: the bits so far, the bytes still to come, and the smallest
+ * code point its length may encode (shorter spellings are overlong, hence invalid: the
+ * detokeniser would print U+FFFD for them, so the grammar must not take them either). */
+typedef struct { uint32_t val, min; uint8_t need; } partial;
 
 /* Some stack can take a character that starts with the partial bytes. */
 static bool partial_ok(const llm_grammar *g, const sset *s, partial p) {
   if (!p.need) return true;
   uint32_t lo = p.val << (6 * p.need), hi = lo | ((1u << (6 * p.need)) - 1);
   if (hi > 0x10FFFF) hi = 0x10FFFF;
-  if (lo > hi) return false;
+  if (lo < p.min) lo = p.min;
+  if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return false; /* overlong, or surrogates only */
   for (uint32_t i = 0; i < s->n; i++)
     if (set_meets(g, g->el[s->v[i]->pos].arg, lo, hi)) return true;
   return false;
@@ -955,7 +959,7 @@ static int step_byte(matcher *m, const sset *in, partial *p, uint8_t b, sset *ou
       return partial_ok(m->g, in, *p);
     }
     uint32_t c = p->val;
-    if (c > 0x10FFFF) return 0;
+    if (c > 0x10FFFF || c < p->min || (c >= 0xD800 && c <= 0xDFFF)) return 0;
     if (!step_char(m, in, c, out)) return -1;
     return out->n || out->accept;
   }
@@ -963,9 +967,9 @@ static int step_byte(matcher *m, const sset *in, partial *p, uint8_t b, sset *ou
     if (!step_char(m, in, b, out)) return -1;
     return out->n || out->accept;
   }
-  if (b >= 0xC2 && b <= 0xDF) *p = (partial){b & 0x1F, 1};
-  else if (b >= 0xE0 && b <= 0xEF) *p = (partial){b & 0x0F, 2};
-  else if (b >= 0xF0 && b <= 0xF4) *p = (partial){b & 0x07, 3};
+  if (b >= 0xC2 && b <= 0xDF) *p = (partial){b & 0x1F, 0x80, 1};
+  else if (b >= 0xE0 && b <= 0xEF) *p = (partial){b & 0x0F, 0x800, 2};
+  else if (b >= 0xF0 && b <= 0xF4) *p = (partial){b & 0x07, 0x10000, 3};
   else return 0;
   *out = *in;
   return partial_ok(m->g, in, *p);

@@ -120,6 +120,18 @@ static void test_partial_utf8(void **state) {
   assert_false(llm_grammar_accept_text(s, "<\xE6", 2)); /* U+6000.. is not Greek */
   llm_grammar_state_destroy(s);
   llm_grammar_unref(g);
+  /* overlong spellings and surrogates are not characters: E0 80 A2 would be '"' in 3 bytes */
+  g = compile_ok("root ::= \"\\\"\" [^\\x00]*\n");
+  assert_null(llm_grammar_state_create(g, &s));
+  assert_false(llm_grammar_accept_text(s, "\xE0\x80\xA2", 3));
+  assert_false(llm_grammar_accept_text(s, "\xE0\x80", 2)); /* no 3-byte character starts so */
+  assert_false(llm_grammar_accept_text(s, "\xC1\xA2", 2));
+  assert_true(llm_grammar_accept_text(s, "\"", 1));
+  assert_false(llm_grammar_accept_text(s, "\xED\xA0\x80", 3)); /* U+D800 */
+  assert_false(llm_grammar_accept_text(s, "\xF0\x80\x80\xA2", 4));
+  assert_true(llm_grammar_accept_text(s, "\xE2\x82\xAC\xF0\x9F\x98\x80", 7)); /* € 😀 */
+  llm_grammar_state_destroy(s);
+  llm_grammar_unref(g);
 }
 
 static void test_json_object_grammar(void **state) {
