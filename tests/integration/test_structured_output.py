@@ -158,3 +158,105 @@ def test_schema_is_compiled_once(client, server):
     b = client.chat.completions.create(**kw).choices[0].message.content
     assert metric(server, "cinfer_llm_grammar_compiles_total") == before + 1
     assert a == b and json.loads(a)["word"] in ("alpha", "beta", "gamma")
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
+                                            "unit": {"enum": ["celsius", "fahrenheit"]}},
+           "required": ["city"], "additionalProperties": False}
+TIME = {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 40}}, "required": ["tz"],
+        "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "description": "Local time in a time zone",
+                                           "parameters": TIME}}]
+SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
+ASK = [{"role": "user", "content": "What is the weather in Paris today?"}]
+
+
+def check_call(call):
+    assert call.type == "function" and call.id
+    assert call.function.name in SCHEMAS
+    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+
+def test_tool_choice_required_returns_a_parseable_call(client):
+    for seed in range(5):
+        r = client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required",
+                                           parallel_tool_calls=False, temperature=1.0, seed=seed, max_tokens=120)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls", ch
+        assert ch.message.content is None
+        assert len(ch.message.tool_calls) == 1
+        check_call(ch.message.tool_calls[0])
+
+
+def test_named_tool_streamed(client):
+    stream = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=TOOLS, stream=True, max_tokens=120, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_time"}})
+    calls, finish = {}, None
+    for chunk in stream:
+        for c in chunk.choices:
+            for tc in c.delta.tool_calls or []:
+                e = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                e["name"] += tc.function.name or ""
+                e["arguments"] += tc.function.arguments or ""
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls"
+    assert [c["name"] for c in calls.values()] == ["get_time"]
+    jsonschema.validate(json.loads(calls[0]["arguments"]), TIME)
+
+
+def test_tool_choice_auto_is_prose_or_valid_calls(client):
+    kinds = set()
+    for seed, q in enumerate(["What is the weather in Paris today?", "Tell me a joke about cats.",
+                              "What time is it in Tokyo?", "Hello!"]):
+        r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": q}], tools=TOOLS,
+                                           temperature=1.0, seed=seed, max_tokens=100)
+        ch = r.choices[0]
+        if ch.message.tool_calls:
+            assert ch.finish_reason == "tool_calls"
+            for call in ch.message.tool_calls:
+                check_call(call)
+            kinds.add("calls")
+        elif ch.finish_reason == "stop":
+            assert ch.message.content and ch.message.content.lstrip()[0] not in "[{"
+            kinds.add("prose")
+    assert kinds
+
+
+def test_tool_results_in_the_conversation(client):
+    msgs = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                              "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 18, \"sky\": \"cloudy\"}"}]
+    r = client.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS, tool_choice="none",
+                                       temperature=0, max_tokens=40)
+    ch = r.choices[0]
+    assert ch.message.tool_calls is None and ch.message.content
+    assert r.usage.prompt_tokens > 100  # the tools, the call and its result were in the prompt
+
+
+def test_bad_tools_are_400_with_the_reason(client):
+    bad_schema = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}}}]
+    cases = [
+        (dict(tools=bad_schema, tool_choice="required"), "unsupported keyword (its constraint would not be enforced): 'format'"),
+        (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": "x"}}]), "must be a JSON Schema object"),
+        (dict(tools=[{"type": "function", "function": {"name": "no spaces"}}]), "letters, digits"),
+        (dict(tools=[{"type": "retrieval"}]), "tools[0] must be"),
+        (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}), "not in 'tools'"),
+        (dict(tools=TOOLS, tool_choice="sometimes"), "'tool_choice' must be"),
+        (dict(tool_choice="required"), "'tool_choice' needs 'tools'"),
+        (dict(tools=TOOLS, response_format={"type": "json_object"}), "not both"),
+        (dict(extra_body={"functions": [{"name": "f"}]}), "use 'tools'"),
+        (dict(tools=TOOLS + TOOLS[:1]), "used twice"),
+    ]
+    for kw, want in cases:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, **kw)
+        assert want in str(e.value), (kw, str(e.value))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2, extra_body={"tools": TOOLS})
+    assert "/v1/chat/completions" in str(e.value)

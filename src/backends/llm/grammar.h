@@ -53,6 +53,9 @@ const char *llm_grammar_json_object_gbnf(void);
  * INVALID_ARG naming the keyword and its JSON pointer: output is valid by construction or the
  * request is refused. *gbnf is NUL-terminated, caller frees. */
 cinfer_status *llm_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
+/* The same, or free text that does not begin with '[', '{' or a blank (tool_choice "auto":
+ * the model answers in prose or makes calls that always parse). */
+cinfer_status *llm_json_schema_or_text_gbnf(const char *schema, size_t len, char **gbnf);
 
 /* The vocabulary as a byte trie, built once per tokenizer (control tokens are left out: they
  * are never allowed under a grammar, except end-of-generation when the grammar accepts). */

@@ -465,7 +465,7 @@ static const char primitives[] =
     "j-object ::= \"{\" j-ws ( j-string \":\" j-ws j-value (\",\" j-ws j-string \":\" j-ws j-value)* )? \"}\" j-ws\n"
     "j-array ::= \"[\" j-ws ( j-value (\",\" j-ws j-value)* )? \"]\" j-ws\n";
 
-cinfer_status *llm_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) {
+static cinfer_status *translate(const char *schema, size_t len, bool or_text, char **gbnf) {
   *gbnf = NULL;
   json_doc *d;
   cinfer_status *st = json_parse(schema, len, 64, &d);
@@ -473,7 +473,10 @@ cinfer_status *llm_json_schema_to_gbnf(const char *schema, size_t len, char **gb
   conv c = {.root = json_root(d)};
   char top[16];
   if (gen(&c, c.root, "", top)) {
-    cbuf_printf(&c.out, "root ::= j-ws %s\n%s", top, primitives);
+    if (or_text) /* free text may not begin like JSON (nor with blanks before it) */
+      cbuf_printf(&c.out, "root ::= j-ws %s | [^[{ \\t\\n\\r] j-any*\nj-any ::= [^\\x00]\n%s", top, primitives);
+    else
+      cbuf_printf(&c.out, "root ::= j-ws %s\n%s", top, primitives);
     if (c.out.oom) c.err = cinfer_status_oom("JSON schema");
   }
   for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
@@ -485,4 +488,12 @@ cinfer_status *llm_json_schema_to_gbnf(const char *schema, size_t len, char **gb
   }
   *gbnf = cbuf_take(&c.out);
   return *gbnf ? NULL : cinfer_status_oom("JSON schema");
+}
+
+cinfer_status *llm_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf) {
+  return translate(schema, len, false, gbnf);
+}
+
+cinfer_status *llm_json_schema_or_text_gbnf(const char *schema, size_t len, char **gbnf) {
+  return translate(schema, len, true, gbnf);
 }

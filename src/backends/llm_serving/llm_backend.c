@@ -367,7 +367,7 @@ static void gen_event(void *user, const llm_event *ev) {
 }
 
 /* The compiled grammar of src (from the cache, or compiled and cached); a new reference.
- * kind: 'g' GBNF, 's' JSON Schema, 'o' any JSON object. */
+ * kind: 'g' GBNF, 's' JSON Schema, 't' JSON Schema or free text, 'o' any JSON object. */
 static cinfer_status *grammar_get(llm_model_state *m, char kind, const char *text, llm_grammar **out) {
   size_t tl = strlen(text);
   char *src = malloc(tl + 2);
@@ -390,9 +390,10 @@ static cinfer_status *grammar_get(llm_model_state *m, char kind, const char *tex
   char *gbnf = NULL;
   cinfer_status *st = NULL;
   if (kind == 's') st = llm_json_schema_to_gbnf(text, tl, &gbnf);
+  else if (kind == 't') st = llm_json_schema_or_text_gbnf(text, tl, &gbnf);
   llm_grammar *g = NULL;
   if (!st) {
-    const char *t = kind == 's' ? gbnf : kind == 'o' ? llm_grammar_json_object_gbnf() : text;
+    const char *t = gbnf ? gbnf : kind == 'o' ? llm_grammar_json_object_gbnf() : text;
     st = llm_grammar_compile(t, strlen(t), &g);
   }
   free(gbnf);
@@ -415,8 +416,9 @@ static cinfer_status *grammar_get(llm_model_state *m, char kind, const char *tex
   return NULL;
 }
 
-/* Parameters grammar (GBNF), json_schema (a JSON Schema as text) and json_object (bool):
- * at most one. */
+/* Parameters grammar (GBNF), json_schema (a JSON Schema as text; with json_schema_or_text
+ * true, free text not beginning like JSON is allowed too) and json_object (bool): at most
+ * one. */
 static cinfer_status *read_grammar(llm_model_state *m, cinfer_request *r, llm_grammar **out) {
   *out = NULL;
   const char *gv = NULL, *sv = NULL;
@@ -428,7 +430,10 @@ static cinfer_status *read_grammar(llm_model_state *m, cinfer_request *r, llm_gr
     return cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': give at most one of the parameters 'grammar', "
                              "'json_schema' and 'json_object'", m->name);
   if (!has_g && !has_s && !obj) return NULL;
-  cinfer_status *st = grammar_get(m, has_g ? 'g' : has_s ? 's' : 'o', has_g ? gv : has_s ? sv : "", out);
+  bool or_text = false;
+  cinfer_request_param_bool(r, "json_schema_or_text", &or_text);
+  char kind = has_g ? 'g' : has_s ? (or_text ? 't' : 's') : 'o';
+  cinfer_status *st = grammar_get(m, kind, has_g ? gv : has_s ? sv : "", out);
   if (!st) return NULL;
   cinfer_status *w = cinfer_status_new(cinfer_status_code(st), "llm model '%s': parameter '%s': %s", m->name,
                                        has_g ? "grammar" : has_s ? "json_schema" : "json_object",
