@@ -38,6 +38,24 @@ static void fail(conv *c, const char *ptr, const char *fmt, const char *arg) {
                              arg ? arg : "", arg ? "'" : "");
 }
 
+/* Whether s[0..n) is valid UTF-8 (a literal the model could write: its text is UTF-8). */
+static bool utf8_ok(const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s, *e = p + n;
+  while (p < e) {
+    unsigned c = *p++;
+    int k = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
+    if (k < 0 || e - p < k) return false;
+    uint32_t v = c & (0x3F >> k);
+    for (int i = 0; i < k; i++, p++) {
+      if ((*p & 0xC0) != 0x80) return false;
+      v = v << 6 | (*p & 0x3F);
+    }
+    if ((k == 2 && (v < 0x800 || (v >= 0xD800 && v <= 0xDFFF))) || (k == 3 && (v < 0x10000 || v > 0x10FFFF)))
+      return false;
+  }
+  return true;
+}
+
 /* GBNF literal of bytes s[0..n) (quotes included). */
 static void lit(cbuf *b, const char *s, size_t n) {
   cbuf_put(b, "\"", 1);
@@ -199,6 +217,12 @@ static bool gen_object(conv *c, const json_value *s, const char *ptr, cbuf *rhs)
       cbuf kv = {0};
       cbuf key = {0};
       cbuf_json_string(&key, p->key, strlen(p->key));
+      if (!key.oom && !utf8_ok(key.data, key.len)) {
+        fail(c, ptr, "a property name is not valid UTF-8", NULL);
+        cbuf_free(&key);
+        cbuf_free(&kv);
+        break;
+      }
       lit(&kv, key.data, key.len);
       cbuf_printf(&kv, " j-ws \":\" j-ws %s", vals[i]);
       /* first_i ::= kv after_(i+1) [| first_(i+1)] ;  after_i ::= "," j-ws kv after_(i+1) [| after_(i+1)] */
@@ -400,6 +424,11 @@ static bool gen(conv *c, const json_value *s, const char *ptr, char name[16]) {
       for (; v; v = en ? v->next : NULL) {
         cbuf t = {0};
         json_text(&t, v);
+        if (!t.oom && !utf8_ok(t.data ? t.data : "", t.len)) {
+          fail(c, ptr, "an 'enum' or 'const' value is not valid UTF-8", NULL);
+          cbuf_free(&t);
+          break;
+        }
         if (rhs.len) cbuf_puts(&rhs, " | ");
         lit(&rhs, t.data ? t.data : "", t.len);
         cbuf_puts(&rhs, " j-ws");
