@@ -260,3 +260,50 @@ def test_bad_tools_are_400_with_the_reason(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL, prompt="x", max_tokens=2, extra_body={"tools": TOOLS})
     assert "/v1/chat/completions" in str(e.value)
+
+
+LLAMA3_STYLE = ("{% for message in messages %}{% set content = '<|start_header_id|>' + message['role'] + "
+                "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+                "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+                "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+
+
+def _with_template(repo, name, template):
+    import os
+    import shutil
+    src = os.path.join(repo, MODEL)
+    dst = os.path.join(repo, name)
+    shutil.copytree(src, dst, symlinks=True)
+    cfg = open(os.path.join(dst, "config.pbtxt")).read().replace(f'name: "{MODEL}"', f'name: "{name}"')
+    esc = template.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    cfg += f'parameters {{ key: "chat_template" value: {{ string_value: "{esc}" }} }}\n'
+    open(os.path.join(dst, "config.pbtxt"), "w").write(cfg)
+
+
+def test_chat_templates_are_jinja_and_unsupported_ones_fail_the_load():
+    import time
+    import jinja2
+    repo = copy_repo([MODEL])
+    _with_template(repo, "llama3_style", LLAMA3_STYLE)
+    _with_template(repo, "bad_template", "{% macro greet(m) %}{{ m }}{% endmacro %}{{ greet(messages) }}")
+    with Server(repo) as s:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            req = urllib.request.Request(s.url + "/v2/repository/index", data=b"{}", method="POST")
+            idx = {m["name"]: m for m in json.loads(urllib.request.urlopen(req).read())}
+            if all(idx.get(n, {}).get("state") in ("READY", "UNAVAILABLE") for n in (MODEL, "llama3_style", "bad_template")):
+                break
+            time.sleep(0.1)
+        assert idx["bad_template"]["state"] == "UNAVAILABLE"
+        assert "unsupported Jinja statement 'macro'" in idx["bad_template"]["reason"], idx["bad_template"]
+        assert idx["llama3_style"]["state"] == "READY"
+        # the model's prompt is the template rendered as Jinja2 renders it
+        msgs = [{"role": "user", "content": "  Name a color.  "}]
+        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+        want = env.from_string(LLAMA3_STYLE).render(messages=msgs, add_generation_prompt=True,
+                                                    bos_token="<|im_start|>", eos_token="<|im_end|>")
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=120)
+        r = client.chat.completions.create(model="llama3_style", messages=msgs, max_tokens=4, temperature=0)
+        body = json.dumps({"model": "llama3_style", "content": want, "add_special": False}).encode()
+        toks = json.loads(urllib.request.urlopen(urllib.request.Request(s.url + "/tokenize", data=body)).read())["tokens"]
+        assert r.usage.prompt_tokens == len(toks)

@@ -23,6 +23,7 @@
 #include "backends/llm/llm.h"
 #include "backends/llm/model.h"
 #include "backends/llm/grammar.h"
+#include "backends/llm/jinja.h"
 #include "backends/llm/tokenizer.h"
 #include "core/clock.h"
 
@@ -68,7 +69,9 @@ struct llm_engine {
   llm_pool *pool;
   llm_scratch *scratch;
   llm_engine_opts o;
-  char *chat_template;
+  char *chat_template;      /* the override "chatml" (built-in renderer), else NULL */
+  llm_jinja *jinja;         /* the chat template otherwise: an override's text or the GGUF's */
+  char *bos_text, *eos_text;
   int bs, n_vocab;
   /* step-thread state */
   seq **running;
@@ -235,9 +238,36 @@ cinfer_status *llm_engine_create(const char *path, const llm_engine_opts *opts, 
     st = cinfer_status_oom("engine");
     goto fail;
   }
-  if (opts && opts->chat_template && !(e->chat_template = strdup(opts->chat_template))) {
-    st = cinfer_status_oom("engine");
-    goto fail;
+  {
+    const char *ovr = opts ? opts->chat_template : NULL;
+    const char *tpl = ovr ? ovr : llm_tokenizer_chat_template(e->tok);
+    if (ovr && !strcmp(ovr, "chatml")) {
+      if (!(e->chat_template = strdup(ovr))) {
+        st = cinfer_status_oom("engine");
+        goto fail;
+      }
+    } else if (tpl) {
+      if ((st = llm_jinja_compile(tpl, strlen(tpl), &e->jinja))) {
+        cinfer_status *w = cinfer_status_new(cinfer_status_code(st),
+                                             "%s: %s (set the model parameter chat_template to \"chatml\" or to a "
+                                             "template this renderer supports)",
+                                             ovr ? "the chat_template parameter" : "the model's tokenizer.chat_template",
+                                             cinfer_status_message(st));
+        cinfer_status_free(st);
+        st = w;
+        goto fail;
+      }
+      size_t bl = 0, el = 0;
+      int32_t bos = llm_tokenizer_bos(e->tok), eos = llm_tokenizer_eos(e->tok);
+      const char *bp = bos >= 0 ? llm_token_piece(e->tok, bos, true, &bl) : "";
+      const char *ep = eos >= 0 ? llm_token_piece(e->tok, eos, true, &el) : "";
+      e->bos_text = strndup(bp, bl);
+      e->eos_text = strndup(ep, el);
+      if (!e->bos_text || !e->eos_text) {
+        st = cinfer_status_oom("engine");
+        goto fail;
+      }
+    }
   }
   llm_gguf_str s;
   if (llm_gguf_get_str(e->g, "general.name", &s)) snprintf(e->name, sizeof e->name, "%.*s", (int)(s.n > 127 ? 127 : s.n), s.p);
@@ -297,6 +327,9 @@ void llm_engine_destroy(llm_engine *e) {
   free(e->textbuf);
   free(e->live);
   free(e->chat_template);
+  llm_jinja_free(e->jinja);
+  free(e->bos_text);
+  free(e->eos_text);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv);
   free(e);
@@ -1111,6 +1144,20 @@ cinfer_status *llm_engine_detokenize(const llm_engine *e, const int32_t *ids, si
 
 cinfer_status *llm_engine_chat_render(const llm_engine *e, const char *const *roles, const char *const *contents,
                                       size_t n, bool add_generation_prompt, char **out) {
+  if (e->jinja) {
+    llm_jinja_msg *jm = calloc(n ? n : 1, sizeof *jm);
+    if (!jm) return cinfer_status_oom("chat");
+    for (size_t i = 0; i < n; i++) {
+      if (!roles[i] || !contents[i]) {
+        free(jm);
+        return cinfer_status_new(CINFER_INVALID_ARG, "chat: message %zu has no role or content", i);
+      }
+      jm[i] = (llm_jinja_msg){roles[i], contents[i]};
+    }
+    cinfer_status *st = llm_jinja_render(e->jinja, jm, n, add_generation_prompt, e->bos_text, e->eos_text, out);
+    free(jm);
+    return st;
+  }
   llm_chat_msg *m = calloc(n ? n : 1, sizeof *m);
   if (!m) return cinfer_status_oom("chat");
   for (size_t i = 0; i < n; i++) m[i] = (llm_chat_msg){roles[i], contents[i]};
