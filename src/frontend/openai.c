@@ -38,6 +38,11 @@
 
 #define MAX_N 16
 #define MAX_STOP 8
+/* tool_choice: none (tools shown, never called), auto (prose, or calls that always parse),
+ * required (one or more calls), a named function (one call of it). */
+enum { TOOLS_OFF, TOOLS_NONE, TOOLS_AUTO, TOOLS_REQUIRED, TOOLS_NAMED };
+#define MAX_TOOLS 128
+#define MAX_PARALLEL_CALLS 8
 
 static const http_header json_hdr[] = {{"Content-Type", 12, "application/json", 16}};
 static const http_header sse_hdr[] = {{"Content-Type", 12, "text/event-stream", 17},
@@ -195,6 +200,7 @@ typedef struct oai_choice {
   char finish[16];  /* "" until the choice's last response */
   int completion_tokens;
   bool role_sent;
+  int tool_state;   /* streamed with tools: 0 undecided (text held in `text`), 1 prose, 2 calls */
   /* response-callback thread only (metrics) */
   uint64_t t_last;
   int token_count;
@@ -215,6 +221,7 @@ typedef struct oai_ctx {
   llm_metrics *lm;
   bool chat, stream, include_usage, echo;
   int n, logprobs;
+  int tool_mode;          /* TOOLS_* of the request */
   char id[48];
   long long created;
   char *prompt;           /* completions echo */
@@ -232,6 +239,8 @@ typedef struct oai_ctx {
   loop_task task;
   oai_choice ch[MAX_N];
 } oai_ctx;
+
+static bool put_tool_calls(cbuf *b, const oai_ctx *c, int choice, const char *text, size_t len);
 
 static void ctx_free(oai_ctx *c) {
   for (int i = 0; i < MAX_N; i++) {
@@ -414,9 +423,16 @@ static void answer_whole(oai_ctx *c, const cinfer_status *err) {
     oai_choice *ch = &c->ch[i];
     cbuf_printf(&b, "%s{\"index\":%d,", i ? "," : "", i);
     const char *txt = ch->text.data ? ch->text.data : "";
+    bool calls = false;
     if (c->chat) {
       cbuf_puts(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
-      cbuf_json_string(&b, txt, ch->text.len);
+      size_t mark = b.len;
+      if (c->tool_mode >= TOOLS_AUTO) {
+        cbuf_puts(&b, "null,");
+        calls = put_tool_calls(&b, c, i, txt, ch->text.len);
+        if (!calls && !b.oom) b.len = mark, b.data[mark] = 0;
+      }
+      if (!calls) cbuf_json_string(&b, txt, ch->text.len);
       cbuf_puts(&b, "},\"logprobs\":");
       if (c->logprobs >= 0 && ch->logprobs.data) {
         cbuf_puts(&b, "{\"content\":[");
@@ -442,7 +458,7 @@ static void answer_whole(oai_ctx *c, const cinfer_status *err) {
       if (c->logprobs >= 0) put_completion_logprobs(&b, ch);
       else cbuf_puts(&b, "null");
     }
-    cbuf_printf(&b, ",\"finish_reason\":\"%s\"}", ch->finish[0] ? ch->finish : "stop");
+    cbuf_printf(&b, ",\"finish_reason\":\"%s\"}", calls ? "tool_calls" : ch->finish[0] ? ch->finish : "stop");
   }
   cbuf_puts(&b, "],");
   put_usage(&b, c);
@@ -462,6 +478,47 @@ static void stream_begin(oai_ctx *c) {
 }
 
 /* Appends the SSE chunk(s) of one token response to b (I/O loop). */
+static void stream_event(oai_ctx *c, cbuf *b, const tok_resp *r);
+
+/* Streamed with tools: prose streams as it comes once its first character shows it is not a
+ * call; calls are held and sent whole, as one tool_calls delta, when the choice ends. */
+static void stream_event_tools(oai_ctx *c, cbuf *b, const tok_resp *r) {
+  oai_choice *ch = &c->ch[r->index];
+  if (ch->tool_state == 1) {
+    stream_event(c, b, r);
+    return;
+  }
+  if (r->text_len) cbuf_put(&ch->text, r->text, r->text_len);
+  if (ch->tool_state == 0) {
+    size_t i = 0;
+    while (i < ch->text.len && strchr(" \t\r\n", ch->text.data[i])) i++;
+    if (i < ch->text.len) ch->tool_state = ch->text.data[i] == '[' ? 2 : 1;
+    if (ch->tool_state == 1 || (ch->tool_state == 0 && r->finish)) { /* prose: what was held, then on */
+      ch->tool_state = 1;
+      tok_resp held = *r;
+      held.text = ch->text.data;
+      held.text_len = ch->text.len;
+      stream_event(c, b, &held);
+      return;
+    }
+  }
+  if (!r->finish) return;
+  /* the calls, whole */
+  chunk_head(b, c);
+  cbuf_printf(b, ",\"choices\":[{\"index\":%d,\"delta\":{\"role\":\"assistant\",\"content\":null,", r->index);
+  size_t mark = b->len;
+  bool calls = put_tool_calls(b, c, r->index, ch->text.data ? ch->text.data : "", ch->text.len);
+  if (!calls && !b->oom) { /* cut by max_tokens: the text as it is */
+    b->len = mark - strlen("\"content\":null,");
+    b->data[b->len] = 0;
+    cbuf_puts(b, "\"content\":");
+    cbuf_json_string(b, ch->text.data ? ch->text.data : "", ch->text.len);
+  }
+  ch->role_sent = true;
+  cbuf_printf(b, "},\"logprobs\":null,\"finish_reason\":\"%s\"}]}\n\n",
+              calls ? "tool_calls" : ch->finish[0] ? ch->finish : "length");
+}
+
 static void stream_event(oai_ctx *c, cbuf *b, const tok_resp *r) {
   oai_choice *ch = &c->ch[r->index];
   if (!(r->text_len || !ch->role_sent || r->finish)) return;
@@ -552,13 +609,16 @@ static void drain_task(loop_task *t) {
         if (ch->n_logprobs++) cbuf_puts(&ch->logprobs, ",");
         put_logprob_entry(&ch->logprobs, c, &r);
       }
+      if (r.finish) snprintf(ch->finish, sizeof ch->finish, "%.*s", (int)r.finish_len, r.finish);
       if (c->stream) {
-        if (!c->client_gone) stream_event(c, &b, &r);
+        if (!c->client_gone) {
+          if (c->chat && c->tool_mode >= TOOLS_AUTO) stream_event_tools(c, &b, &r);
+          else stream_event(c, &b, &r);
+        }
       } else if (r.text_len) {
         cbuf_put(&ch->text, r.text, r.text_len);
       }
       if (r.finish) {
-        snprintf(ch->finish, sizeof ch->finish, "%.*s", (int)r.finish_len, r.finish);
         if (r.usage) {
           ch->completion_tokens = r.usage[1];
           if (r.index == 0) c->prompt_tokens = r.usage[0], c->cached_tokens = r.usage[2];
@@ -653,7 +713,176 @@ typedef struct parsed {
   int n;
   bool stream, include_usage, echo, ignore_eos;
   int logprobs; /* -1 none */
+  /* structured output (at most one): response_format json_schema's schema, json_object,
+   * or a GBNF grammar (llama.cpp's `grammar` field) */
+  const cJSON *schema;
+  bool json_object;
+  const char *grammar;
+  /* tool calling (chat): the request's tools, the choice, parallel_tool_calls */
+  const cJSON *tools;
+  int tool_mode;          /* TOOLS_* */
+  const char *tool_name;  /* TOOLS_NAMED */
+  bool parallel;
 } parsed;
+
+
+/* response_format, grammar, and the fields whose effect is not implemented (refused, never
+ * ignored). Returns false after answering. */
+static bool valid_tool_name(const char *n) {
+  size_t l = strlen(n);
+  if (l < 1 || l > 64) return false;
+  for (size_t i = 0; i < l; i++)
+    if (!((n[i] >= 'a' && n[i] <= 'z') || (n[i] >= 'A' && n[i] <= 'Z') || (n[i] >= '0' && n[i] <= '9') ||
+          n[i] == '_' || n[i] == '-'))
+      return false;
+  return true;
+}
+
+/* tools, tool_choice, parallel_tool_calls. Returns false after answering. */
+static bool parse_tools(http_exchange *ex, const cJSON *j, bool chat, parsed *p) {
+  if (cJSON_GetObjectItemCaseSensitive(j, "functions") || cJSON_GetObjectItemCaseSensitive(j, "function_call")) {
+    oai_error(ex, 400, "invalid_request_error", "functions",
+              "'functions' and 'function_call' are deprecated and not supported; use 'tools' and 'tool_choice'");
+    return false;
+  }
+  const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
+  const cJSON *choice = cJSON_GetObjectItemCaseSensitive(j, "tool_choice");
+  const cJSON *par = cJSON_GetObjectItemCaseSensitive(j, "parallel_tool_calls");
+  p->parallel = true;
+  if (par && !cJSON_IsNull(par)) {
+    if (!cJSON_IsBool(par)) {
+      oai_error(ex, 400, "invalid_request_error", "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+      return false;
+    }
+    p->parallel = cJSON_IsTrue(par);
+  }
+  if (!tools || cJSON_IsNull(tools) || (cJSON_IsArray(tools) && !tools->child)) {
+    if (choice && !cJSON_IsNull(choice) && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"))) {
+      oai_error(ex, 400, "invalid_request_error", "tool_choice", "'tool_choice' needs 'tools'");
+      return false;
+    }
+    return true;
+  }
+  if (!chat) {
+    oai_error(ex, 400, "invalid_request_error", "tools", "'tools' is for /v1/chat/completions");
+    return false;
+  }
+  if (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > MAX_TOOLS) {
+    oai_error(ex, 400, "invalid_request_error", "tools", "'tools' must be an array of at most %d tools", MAX_TOOLS);
+    return false;
+  }
+  int k = 0;
+  for (const cJSON *t = tools->child; t; t = t->next, k++) {
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(t, "type");
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+    const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+    const cJSON *pa = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "parameters") : NULL;
+    if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") || !cJSON_IsObject(fn)) {
+      oai_error(ex, 400, "invalid_request_error", "tools", "tools[%d] must be {\"type\": \"function\", \"function\": {...}}", k);
+      return false;
+    }
+    if (!cJSON_IsString(nm) || !valid_tool_name(nm->valuestring)) {
+      oai_error(ex, 400, "invalid_request_error", "tools",
+                "tools[%d].function.name must be 1 to 64 letters, digits, '_' or '-'", k);
+      return false;
+    }
+    for (const cJSON *u = tools->child; u != t; u = u->next)
+      if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, "function"), "name")->valuestring,
+                  nm->valuestring)) {
+        oai_error(ex, 400, "invalid_request_error", "tools", "tools[%d]: the function name '%s' is used twice", k,
+                  nm->valuestring);
+        return false;
+      }
+    if (pa && !cJSON_IsNull(pa) && !cJSON_IsObject(pa)) {
+      oai_error(ex, 400, "invalid_request_error", "tools",
+                "tools[%d].function.parameters must be a JSON Schema object", k);
+      return false;
+    }
+  }
+  p->tools = tools;
+  p->tool_mode = TOOLS_AUTO;
+  if (cJSON_IsString(choice)) {
+    const char *c = choice->valuestring;
+    p->tool_mode = !strcmp(c, "none") ? TOOLS_NONE : !strcmp(c, "auto") ? TOOLS_AUTO
+                   : !strcmp(c, "required") ? TOOLS_REQUIRED : -1;
+    if (p->tool_mode < 0) {
+      oai_error(ex, 400, "invalid_request_error", "tool_choice",
+                "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      return false;
+    }
+  } else if (choice && !cJSON_IsNull(choice)) {
+    const cJSON *fn = cJSON_IsObject(choice) ? cJSON_GetObjectItemCaseSensitive(choice, "function") : NULL;
+    const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+    if (!cJSON_IsString(nm)) {
+      oai_error(ex, 400, "invalid_request_error", "tool_choice",
+                "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      return false;
+    }
+    bool found = false;
+    for (const cJSON *t = tools->child; t && !found; t = t->next)
+      found = !strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name")->valuestring,
+                      nm->valuestring);
+    if (!found) {
+      oai_error(ex, 400, "invalid_request_error", "tool_choice", "'tool_choice' names '%s', which is not in 'tools'",
+                nm->valuestring);
+      return false;
+    }
+    p->tool_mode = TOOLS_NAMED;
+    p->tool_name = nm->valuestring;
+  }
+  if (p->tool_mode >= TOOLS_AUTO && (p->schema || p->json_object || p->grammar)) {
+    oai_error(ex, 400, "invalid_request_error", "tools",
+              "give 'tools' (with a tool_choice other than 'none') or a structured 'response_format' / 'grammar', not both");
+    return false;
+  }
+  return true;
+}
+
+static bool parse_structured(http_exchange *ex, const cJSON *j, bool chat, parsed *p) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "response_format");
+  if (v && !cJSON_IsNull(v)) {
+    const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
+    if (!cJSON_IsString(t)) {
+      oai_error(ex, 400, "invalid_request_error", "response_format",
+                "'response_format' must be an object with a string 'type'");
+      return false;
+    }
+    if (!strcmp(t->valuestring, "json_object")) {
+      p->json_object = true;
+    } else if (!strcmp(t->valuestring, "json_schema")) {
+      const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
+      const cJSON *sc = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
+      if (!cJSON_IsObject(sc) && !cJSON_IsBool(sc)) {
+        oai_error(ex, 400, "invalid_request_error", "response_format",
+                  "'response_format' of type 'json_schema' needs 'json_schema': {\"name\": ..., \"schema\": {...}}");
+        return false;
+      }
+      p->schema = sc;
+    } else if (strcmp(t->valuestring, "text")) {
+      oai_error(ex, 400, "invalid_request_error", "response_format",
+                "'response_format.type' must be 'text', 'json_object' or 'json_schema', got '%s'", t->valuestring);
+      return false;
+    }
+  }
+  v = cJSON_GetObjectItemCaseSensitive(j, "grammar");
+  if (v && !cJSON_IsNull(v)) {
+    if (!cJSON_IsString(v)) {
+      oai_error(ex, 400, "invalid_request_error", "grammar", "'grammar' must be a string (GBNF)");
+      return false;
+    }
+    if (p->schema || p->json_object) {
+      oai_error(ex, 400, "invalid_request_error", "grammar", "give 'grammar' or a JSON 'response_format', not both");
+      return false;
+    }
+    p->grammar = v->valuestring;
+  }
+  v = cJSON_GetObjectItemCaseSensitive(j, "logit_bias");
+  if (v && !cJSON_IsNull(v) && !(cJSON_IsObject(v) && !v->child)) {
+    oai_error(ex, 400, "invalid_request_error", "logit_bias", "'logit_bias' is not supported by this server");
+    return false;
+  }
+  return parse_tools(ex, j, chat, p);
+}
 
 /* Returns false after answering. */
 static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p) {
@@ -753,8 +982,134 @@ static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p
     }
     p->echo = cJSON_IsTrue(NUM("echo"));
   }
+  if (!parse_structured(ex, j, chat, p)) return false;
 #undef NUM
   return true;
+}
+
+static const char *tool_fn_name(const cJSON *tool) {
+  return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tool, "function"), "name")->valuestring;
+}
+
+/* The JSON Schema of an answer that calls tools: an array of {"name": N, "arguments": A}
+ * where A follows N's parameters (any object when it has none). NULL on OOM. */
+static char *tool_calls_schema(const parsed *p) {
+  cJSON *root = cJSON_CreateObject(), *items = cJSON_CreateObject(), *any = cJSON_CreateArray();
+  bool ok = root && items && any;
+  for (const cJSON *t = p->tools ? p->tools->child : NULL; ok && t; t = t->next) {
+    const char *name = tool_fn_name(t);
+    if (p->tool_mode == TOOLS_NAMED && strcmp(name, p->tool_name)) continue;
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "parameters");
+    cJSON *call = cJSON_CreateObject(), *props = cJSON_CreateObject(), *nm = cJSON_CreateObject();
+    cJSON *args = cJSON_IsObject(params) ? cJSON_Duplicate(params, 1) : cJSON_CreateObject();
+    cJSON *req = cJSON_CreateArray();
+    ok = call && props && nm && args && req && cJSON_AddStringToObject(nm, "const", name) &&
+         cJSON_AddItemToObject(props, "name", nm) && cJSON_AddItemToObject(props, "arguments", args) &&
+         cJSON_AddItemToArray(req, cJSON_CreateString("name")) && cJSON_AddItemToArray(req, cJSON_CreateString("arguments")) &&
+         cJSON_AddStringToObject(call, "type", "object") && cJSON_AddItemToObject(call, "properties", props) &&
+         cJSON_AddItemToObject(call, "required", req) && cJSON_AddFalseToObject(call, "additionalProperties") &&
+         cJSON_AddItemToArray(any, call);
+    if (!ok) {
+      cJSON_Delete(call);
+      cJSON_Delete(props);
+      cJSON_Delete(nm);
+      cJSON_Delete(args);
+      cJSON_Delete(req);
+    }
+    if (ok && !cJSON_IsObject(params)) cJSON_AddStringToObject(args, "type", "object");
+  }
+  int max = p->tool_mode == TOOLS_NAMED || !p->parallel ? 1 : MAX_PARALLEL_CALLS;
+  ok = ok && cJSON_AddItemToObject(items, "anyOf", any) && (any = NULL, 1) &&
+       cJSON_AddStringToObject(root, "type", "array") && cJSON_AddItemToObject(root, "items", items) &&
+       (items = NULL, 1) && cJSON_AddNumberToObject(root, "minItems", 1) && cJSON_AddNumberToObject(root, "maxItems", max);
+  char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
+  cJSON_Delete(any);
+  cJSON_Delete(items);
+  cJSON_Delete(root);
+  return out;
+}
+
+/* The text that tells the model about its tools (a system message; the chat templates we
+ * render have no tool syntax of their own). NULL on OOM. */
+static char *tools_system_text(const parsed *p, const char *system) {
+  cbuf b = {0};
+  if (system && *system) {
+    cbuf_puts(&b, system);
+    cbuf_puts(&b, "\n\n");
+  }
+  cbuf_puts(&b, "You can call these functions (their parameters are JSON Schemas):\n");
+  for (const cJSON *t = p->tools->child; t; t = t->next) {
+    char *js = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(t, "function"));
+    if (!js) {
+      cbuf_free(&b);
+      return NULL;
+    }
+    cbuf_puts(&b, js);
+    cbuf_puts(&b, "\n");
+    free(js);
+  }
+  if (p->tool_mode == TOOLS_NONE)
+    cbuf_puts(&b, "Do not call a function now: answer in text.");
+  else
+    cbuf_puts(&b, "To call functions, answer with only a JSON array of calls, "
+                  "[{\"name\": \"<function name>\", \"arguments\": {<arguments>}}]"
+                  "; to answer without a call, write text.");
+  return cbuf_take(&b);
+}
+
+/* An assistant message's tool_calls as the text the model writes for them. */
+static bool render_tool_calls(const cJSON *calls, cbuf *b) {
+  cbuf_puts(b, "[");
+  int k = 0;
+  for (const cJSON *tc = calls->child; tc; tc = tc->next, k++) {
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+    const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+    const cJSON *ar = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
+    if (!cJSON_IsString(nm) || !cJSON_IsString(ar)) return false;
+    cbuf_puts(b, k ? ", {\"name\": " : "{\"name\": ");
+    cbuf_json_string(b, nm->valuestring, strlen(nm->valuestring));
+    cbuf_puts(b, ", \"arguments\": ");
+    cJSON *parsed_args = cJSON_Parse(ar->valuestring);
+    char *js = parsed_args ? cJSON_PrintUnformatted(parsed_args) : NULL;
+    cbuf_puts(b, js ? js : "{}");
+    free(js);
+    cJSON_Delete(parsed_args);
+    cbuf_puts(b, "}");
+  }
+  cbuf_puts(b, "]");
+  return true;
+}
+
+/* A choice's text as OpenAI tool_calls ("[...]" of {name, arguments}); false when the text is
+ * not such an array (prose, or cut by max_tokens). */
+static bool put_tool_calls(cbuf *b, const oai_ctx *c, int choice, const char *text, size_t len) {
+  size_t i = 0;
+  while (i < len && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r')) i++;
+  if (i == len || text[i] != '[') return false;
+  cJSON *arr = cJSON_ParseWithLength(text + i, len - i);
+  bool ok = cJSON_IsArray(arr) && arr->child;
+  for (const cJSON *e = ok ? arr->child : NULL; e && ok; e = e->next)
+    ok = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "name")) &&
+         cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(e, "arguments"));
+  if (ok) {
+    cbuf_puts(b, "\"tool_calls\":[");
+    int k = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, k++) {
+      const char *nm = cJSON_GetObjectItemCaseSensitive(e, "name")->valuestring;
+      char *args = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(e, "arguments"));
+      cbuf_printf(b, "%s{\"index\":%d,\"id\":\"call_%s_%d_%d\",\"type\":\"function\",\"function\":{\"name\":",
+                  k ? "," : "", k, c->id, choice, k);
+      cbuf_json_string(b, nm, strlen(nm));
+      cbuf_puts(b, ",\"arguments\":");
+      cbuf_json_string(b, args ? args : "{}", args ? strlen(args) : 2);
+      if (!args) b->oom = true;
+      free(args);
+      cbuf_puts(b, "}}");
+    }
+    cbuf_puts(b, "]");
+  }
+  cJSON_Delete(arr);
+  return ok;
 }
 
 /* The request for the backend (protocol in backends/llm_serving/llm_backend.h): the prompt
@@ -796,6 +1151,21 @@ static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char
     goto fail;
   for (size_t i = 0; i < N_FLOATS; i++)
     if (p->f_given[i] && (st = cinfer_request_set_param_double(r, float_keys[i], p->f[i]))) goto fail;
+  if (p->tool_mode >= TOOLS_AUTO) {
+    char *js = tool_calls_schema(p);
+    st = js ? cinfer_request_set_param_string(r, "json_schema", js, strlen(js)) : cinfer_status_oom(NULL);
+    free(js);
+    if (!st && p->tool_mode == TOOLS_AUTO) st = cinfer_request_set_param_bool(r, "json_schema_or_text", true);
+  } else if (p->grammar) {
+    st = cinfer_request_set_param_string(r, "grammar", p->grammar, strlen(p->grammar));
+  } else if (p->json_object) {
+    st = cinfer_request_set_param_bool(r, "json_object", true);
+  } else if (p->schema) {
+    char *js = cJSON_PrintUnformatted(p->schema);
+    st = js ? cinfer_request_set_param_string(r, "json_schema", js, strlen(js)) : cinfer_status_oom(NULL);
+    free(js);
+  }
+  if (st) goto fail;
   if (cJSON_IsString(p->stop)) {
     st = cinfer_request_set_param_string(r, "stop", p->stop->valuestring, strlen(p->stop->valuestring));
   } else if (p->stop) {
@@ -887,8 +1257,9 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
       oai_error(ex, 400, "invalid_request_error", "messages", "'messages' must be a non-empty array");
       goto out;
     }
-    const char **roles = calloc((size_t)nm, sizeof *roles), **contents = calloc((size_t)nm, sizeof *contents);
-    char **owned = calloc((size_t)nm, sizeof *owned);
+    /* one more slot: the tools' system message may be inserted first */
+    const char **roles = calloc((size_t)nm + 1, sizeof *roles), **contents = calloc((size_t)nm + 1, sizeof *contents);
+    char **owned = calloc((size_t)nm + 1, sizeof *owned);
     bool ok = roles && contents && owned;
     if (!ok) oai_error(ex, 500, "server_error", NULL, "out of memory");
     int i = 0;
@@ -901,7 +1272,23 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
         break;
       }
       roles[i] = role->valuestring;
-      if (cJSON_IsString(content)) {
+      const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+      if (!strcmp(role->valuestring, "assistant") && cJSON_IsArray(calls) && calls->child) {
+        cbuf t = {0};
+        if (!render_tool_calls(calls, &t)) {
+          cbuf_free(&t);
+          oai_error(ex, 400, "invalid_request_error", "messages",
+                    "messages[%d].tool_calls[] must be {\"function\": {\"name\": string, \"arguments\": string}}", i);
+          ok = false;
+          break;
+        }
+        if (!(owned[i] = cbuf_take(&t))) {
+          oai_error(ex, 500, "server_error", NULL, "out of memory");
+          ok = false;
+          break;
+        }
+        contents[i] = owned[i];
+      } else if (cJSON_IsString(content)) {
         contents[i] = content->valuestring;
       } else if (cJSON_IsArray(content)) { /* [{"type":"text","text":"..."}] */
         cbuf t = {0};
@@ -933,6 +1320,25 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
       } else {
         oai_error(ex, 400, "invalid_request_error", "messages", "messages[%d].content must be a string", i);
         ok = false;
+      }
+    }
+    if (ok && p.tools) { /* the tools, told in the system message */
+      bool sys = !strcmp(roles[0], "system");
+      char *t = tools_system_text(&p, sys ? contents[0] : NULL);
+      if (!t) {
+        oai_error(ex, 500, "server_error", NULL, "out of memory");
+        ok = false;
+      } else if (sys) {
+        free(owned[0]);
+        owned[0] = t;
+        contents[0] = t;
+      } else {
+        memmove(roles + 1, roles, (size_t)nm * sizeof *roles);
+        memmove(contents + 1, contents, (size_t)nm * sizeof *contents);
+        memmove(owned + 1, owned, (size_t)nm * sizeof *owned);
+        roles[0] = "system";
+        contents[0] = owned[0] = t;
+        nm++;
       }
     }
     cinfer_status *st = NULL;
@@ -980,6 +1386,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   c->echo = p.echo;
   c->n = p.n;
   c->logprobs = p.logprobs;
+  c->tool_mode = chat ? p.tool_mode : TOOLS_OFF;
   c->created = (long long)time(NULL);
   c->t0 = clock_now_ns();
   pthread_mutex_init(&c->mu, NULL);

@@ -22,6 +22,8 @@
 
 #include "backends/llm/llm.h"
 #include "backends/llm/model.h"
+#include "backends/llm/grammar.h"
+#include "backends/llm/jinja.h"
 #include "backends/llm/tokenizer.h"
 #include "core/clock.h"
 
@@ -55,6 +57,7 @@ typedef struct seq {
   int logits_row;         /* first row in the step's logits, -1 when none */
   int n_rows;             /* rows from logits_row: prompt_logprobs rows, then the sampling row */
   int plp_done;           /* prompt_logprobs: next prompt position whose event is due (from 1) */
+  llm_grammar_state *gs;  /* constrained decoding (sp.grammar), else NULL */
   struct seq *next;       /* incoming list */
 } seq;
 
@@ -66,7 +69,9 @@ struct llm_engine {
   llm_pool *pool;
   llm_scratch *scratch;
   llm_engine_opts o;
-  char *chat_template;
+  char *chat_template;      /* the override "chatml" (built-in renderer), else NULL */
+  llm_jinja *jinja;         /* the chat template otherwise: an override's text or the GGUF's */
+  char *bos_text, *eos_text;
   int bs, n_vocab;
   /* step-thread state */
   seq **running;
@@ -97,6 +102,8 @@ struct llm_engine {
   int plp_left;             /* prompt_logprob_rows not yet given out in the step being built */
   char name[128], arch[32];
   bool trace; /* $CINFER_LLM_TRACE: one line per step on stderr */
+  llm_grammar_vocab *gvocab; /* the vocabulary trie, built at the first grammar request (gvocab_mu) */
+  pthread_mutex_t gvocab_mu;
 };
 
 const char *llm_finish_name(llm_finish f) {
@@ -133,6 +140,7 @@ cinfer_status *llm_sampling_check(const llm_sampling *s) {
   for (int i = 0; i < s->n_stop; i++) BAD(!s->stop[i] || !s->stop[i][0] || strlen(s->stop[i]) > 256, "stop strings must be 1..256 bytes");
   BAD(s->n_stop_tokens < 0 || s->n_stop_tokens > 64 || (s->n_stop_tokens && !s->stop_tokens), "at most 64 stop tokens");
   BAD(s->logprobs < 0 || s->logprobs > MAX_LOGPROBS, "logprobs must be in [0, 20]");
+  BAD(s->grammar && s->ignore_eos, "ignore_eos cannot be combined with a grammar (it ends the text)");
 #undef BAD
   return NULL;
 }
@@ -146,6 +154,7 @@ static void seq_free(seq *s) {
   free(s->tokens);
   free(s->blocks);
   free(s->held);
+  llm_grammar_state_destroy(s->gs);
   free(s);
 }
 
@@ -156,6 +165,7 @@ cinfer_status *llm_engine_create(const char *path, const llm_engine_opts *opts, 
   llm_engine *e = calloc(1, sizeof *e);
   if (!e) return cinfer_status_oom("engine");
   pthread_mutex_init(&e->mu, NULL);
+  pthread_mutex_init(&e->gvocab_mu, NULL);
   pthread_cond_init(&e->cv, NULL);
   e->next_id = 1;
   e->trace = getenv("CINFER_LLM_TRACE") != NULL;
@@ -228,9 +238,36 @@ cinfer_status *llm_engine_create(const char *path, const llm_engine_opts *opts, 
     st = cinfer_status_oom("engine");
     goto fail;
   }
-  if (opts && opts->chat_template && !(e->chat_template = strdup(opts->chat_template))) {
-    st = cinfer_status_oom("engine");
-    goto fail;
+  {
+    const char *ovr = opts ? opts->chat_template : NULL;
+    const char *tpl = ovr ? ovr : llm_tokenizer_chat_template(e->tok);
+    if (ovr && !strcmp(ovr, "chatml")) {
+      if (!(e->chat_template = strdup(ovr))) {
+        st = cinfer_status_oom("engine");
+        goto fail;
+      }
+    } else if (tpl) {
+      if ((st = llm_jinja_compile(tpl, strlen(tpl), &e->jinja))) {
+        cinfer_status *w = cinfer_status_new(cinfer_status_code(st),
+                                             "%s: %s (set the model parameter chat_template to \"chatml\" or to a "
+                                             "template this renderer supports)",
+                                             ovr ? "the chat_template parameter" : "the model's tokenizer.chat_template",
+                                             cinfer_status_message(st));
+        cinfer_status_free(st);
+        st = w;
+        goto fail;
+      }
+      size_t bl = 0, el = 0;
+      int32_t bos = llm_tokenizer_bos(e->tok), eos = llm_tokenizer_eos(e->tok);
+      const char *bp = bos >= 0 ? llm_token_piece(e->tok, bos, true, &bl) : "";
+      const char *ep = eos >= 0 ? llm_token_piece(e->tok, eos, true, &el) : "";
+      e->bos_text = strndup(bp, bl);
+      e->eos_text = strndup(ep, el);
+      if (!e->bos_text || !e->eos_text) {
+        st = cinfer_status_oom("engine");
+        goto fail;
+      }
+    }
   }
   llm_gguf_str s;
   if (llm_gguf_get_str(e->g, "general.name", &s)) snprintf(e->name, sizeof e->name, "%.*s", (int)(s.n > 127 ? 127 : s.n), s.p);
@@ -270,6 +307,8 @@ void llm_engine_destroy(llm_engine *e) {
   llm_scratch_destroy(e->scratch);
   llm_pool_destroy(e->pool);
   llm_kv_destroy(e->kv);
+  llm_grammar_vocab_destroy(e->gvocab);
+  pthread_mutex_destroy(&e->gvocab_mu);
   llm_tokenizer_destroy(e->tok);
   llm_model_destroy(e->model);
   llm_gguf_close(e->g);
@@ -288,6 +327,9 @@ void llm_engine_destroy(llm_engine *e) {
   free(e->textbuf);
   free(e->live);
   free(e->chat_template);
+  llm_jinja_free(e->jinja);
+  free(e->bos_text);
+  free(e->eos_text);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv);
   free(e);
@@ -356,6 +398,18 @@ cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stre
     if ((ok = s->stop_tokens != NULL)) memcpy(s->stop_tokens, req->sampling.stop_tokens, (size_t)s->sp.n_stop_tokens * 4);
   }
   s->sp.stop_tokens = NULL;
+  s->sp.grammar = NULL;
+  if (ok && req->sampling.grammar) {
+    pthread_mutex_lock(&e->gvocab_mu);
+    st = e->gvocab ? NULL : llm_grammar_vocab_create(e->tok, &e->gvocab);
+    pthread_mutex_unlock(&e->gvocab_mu);
+    if (!st) st = llm_grammar_state_create(req->sampling.grammar, &s->gs);
+    if (st) {
+      free(toks);
+      seq_free(s);
+      return st;
+    }
+  }
   s->cap_tokens = (int)nt + 64;
   s->tokens = malloc((size_t)s->cap_tokens * 4);
   ok = ok && s->tokens;
@@ -508,8 +562,6 @@ static void apply_penalties(seq *s, float *logits) {
   }
 }
 
-/* Returns the sampled token; fills logprob/top when requested (from the unmodified
- * model distribution). logits is modified. */
 /* log-sum-exp of a logits row (the log-softmax's normaliser), and its k best entries as
  * logprobs, best first (ties: lower id first). */
 static double row_logsoftmax(const float *logits, int n, int k, llm_token_logprob *top, int *n_top) {
@@ -534,14 +586,10 @@ static double row_logsoftmax(const float *logits, int n, int k, llm_token_logpro
   return lse;
 }
 
-static int32_t sample(llm_engine *e, seq *s, float *logits, float *lp, llm_token_logprob *top, int *n_top) {
+/* Chooses a token from (penalised, possibly masked) logits: greedy, or temperature with
+ * top-k / min-p / top-p. Reads logits only. */
+static int32_t pick(llm_engine *e, seq *s, const float *logits) {
   int n = e->n_vocab;
-  *n_top = 0;
-  double lse = 0;
-  if (s->sp.logprobs > 0) lse = row_logsoftmax(logits, n, s->sp.logprobs, top, n_top);
-  float *raw = e->probs; /* keep raw logits for the chosen token's logprob */
-  if (s->sp.logprobs > 0) memcpy(raw, logits, (size_t)n * 4);
-  apply_penalties(s, logits);
   int32_t chosen = 0;
   if (s->sp.temperature == 0.0f) {
     chosen = llm_argmax(logits, n);
@@ -565,7 +613,7 @@ static int32_t sample(llm_engine *e, seq *s, float *logits, float *lp, llm_token
        * < n * 4e-18 of the mass), sorted by logit; then top-k, softmax, min-p, top-p */
       for (int i = 0; i < n; i++)
         if ((logits[i] - mx) / t > -40.0f) idx[m++] = i;
-      qsort_r(idx, (size_t)m, sizeof *idx, cmp_desc, logits);
+      qsort_r(idx, (size_t)m, sizeof *idx, cmp_desc, (void *)(uintptr_t)logits); /* read only */
       if (s->sp.top_k > 0 && s->sp.top_k < m) m = s->sp.top_k;
       for (int i = 0; i < m; i++) {
         pbuf[i] = expf((logits[idx[i]] - mx) / t);
@@ -606,6 +654,41 @@ static int32_t sample(llm_engine *e, seq *s, float *logits, float *lp, llm_token
       }
     }
   }
+  return chosen;
+}
+
+/* Under a grammar: the sampled token when the grammar allows it (greedy, or plain
+ * temperature sampling, where drawing again from the masked distribution after a refusal
+ * gives exactly the masked distribution), else the choice from the masked logits. -1 when
+ * no token can continue, -2 when the mask could not be computed. */
+static int32_t pick_constrained(llm_engine *e, seq *s, float *logits) {
+  const llm_sampling *sp = &s->sp;
+  e->st.grammar_tokens_total++;
+  bool plain = sp->temperature == 0.0f || (sp->top_k == 0 && sp->top_p >= 1.0f && sp->min_p == 0);
+  if (plain) {
+    int32_t t = pick(e, s, logits);
+    if (llm_grammar_allows(s->gs, e->tok, t)) return t;
+  }
+  double t0 = clock_now_s();
+  int allowed = llm_grammar_mask(s->gs, e->gvocab, e->tok, logits, e->n_vocab);
+  e->st.grammar_masks_total++;
+  e->st.grammar_mask_seconds_total += clock_now_s() - t0;
+  if (allowed <= 0) return allowed == 0 ? -1 : -2;
+  return pick(e, s, logits);
+}
+
+/* Returns the sampled token (or pick_constrained's negative codes); fills logprob/top when
+ * requested (from the unmodified model distribution). logits is modified. */
+static int32_t sample(llm_engine *e, seq *s, float *logits, float *lp, llm_token_logprob *top, int *n_top) {
+  int n = e->n_vocab;
+  *n_top = 0;
+  double lse = 0;
+  if (s->sp.logprobs > 0) lse = row_logsoftmax(logits, n, s->sp.logprobs, top, n_top);
+  float *raw = e->probs; /* keep raw logits for the chosen token's logprob */
+  if (s->sp.logprobs > 0) memcpy(raw, logits, (size_t)n * 4);
+  apply_penalties(s, logits);
+  int32_t chosen = s->gs ? pick_constrained(e, s, logits) : pick(e, s, logits);
+  if (chosen < 0) return chosen;
   if (s->sp.logprobs > 0) *lp = (float)(raw[chosen] - lse);
   return chosen;
 }
@@ -802,6 +885,13 @@ static bool handle_token(llm_engine *e, seq *s, const float *row) {
   llm_token_logprob top[MAX_LOGPROBS];
   int n_top = 0;
   int32_t tok = sample(e, s, logits, &lp, top, &n_top);
+  if (tok < 0) {
+    finish_seq(e, s, LLM_FINISH_ERROR,
+               tok == -1 ? "no token of the vocabulary can continue the grammar"
+                         : "the grammar's token mask could not be computed (out of memory, or more "
+                           "parse stacks than the limit: the grammar is too ambiguous)");
+    return true;
+  }
   if (s->t_first == 0) s->t_first = clock_now_s();
   s->n_generated++;
   e->st.generation_tokens_total++;
@@ -811,6 +901,10 @@ static bool handle_token(llm_engine *e, seq *s, const float *row) {
     /* the stop token itself is not streamed as text */
     emit(e, s, tok, "", 0, lp, top, n_top, LLM_FINISH_NONE, NULL);
     finish_seq(e, s, LLM_FINISH_STOP, NULL);
+    return true;
+  }
+  if (s->gs && !llm_grammar_accept(s->gs, e->tok, tok)) {
+    finish_seq(e, s, LLM_FINISH_ERROR, "the grammar refused its own allowed token (out of memory?)");
     return true;
   }
   if (!seq_push_token(s, tok)) {
@@ -845,6 +939,10 @@ static bool handle_token(llm_engine *e, seq *s, const float *row) {
   emit(e, s, tok, s->held, en, lp, top, n_top, LLM_FINISH_NONE, NULL);
   memmove(s->held, s->held + en, s->held_n - en);
   s->held_n -= en;
+  if (s->gs && llm_grammar_must_end(s->gs)) { /* the grammar's sentence is complete */
+    finish_seq(e, s, LLM_FINISH_STOP, NULL);
+    return true;
+  }
   if (s->n_tokens >= s->max_total) {
     finish_seq(e, s, LLM_FINISH_LENGTH, NULL);
     return true;
@@ -1046,6 +1144,20 @@ cinfer_status *llm_engine_detokenize(const llm_engine *e, const int32_t *ids, si
 
 cinfer_status *llm_engine_chat_render(const llm_engine *e, const char *const *roles, const char *const *contents,
                                       size_t n, bool add_generation_prompt, char **out) {
+  if (e->jinja) {
+    llm_jinja_msg *jm = calloc(n ? n : 1, sizeof *jm);
+    if (!jm) return cinfer_status_oom("chat");
+    for (size_t i = 0; i < n; i++) {
+      if (!roles[i] || !contents[i]) {
+        free(jm);
+        return cinfer_status_new(CINFER_INVALID_ARG, "chat: message %zu has no role or content", i);
+      }
+      jm[i] = (llm_jinja_msg){roles[i], contents[i]};
+    }
+    cinfer_status *st = llm_jinja_render(e->jinja, jm, n, add_generation_prompt, e->bos_text, e->eos_text, out);
+    free(jm);
+    return st;
+  }
   llm_chat_msg *m = calloc(n ? n : 1, sizeof *m);
   if (!m) return cinfer_status_oom("chat");
   for (size_t i = 0; i < n; i++) m[i] = (llm_chat_msg){roles[i], contents[i]};

@@ -54,6 +54,11 @@ typedef struct llm_sampling {
   int n_stop_tokens;
   bool ignore_eos;
   int logprobs;             /* 0 = none; n > 0: chosen token's logprob + top n (n <= 20) */
+  struct llm_grammar *grammar; /* NULL = free text; else constrained decoding (grammar.h): the
+                               engine takes a reference at submit. Tokens the grammar does not
+                               allow are never sampled, end-of-generation only where it accepts,
+                               and the sequence stops (finish "stop") when nothing can follow.
+                               Logprobs stay those of the model's unconstrained distribution. */
   bool prompt_logprobs;     /* also stream the logprob of every prompt token after the first
                                (events with .prompt set; with the top `logprobs` alternatives),
                                computed in the prefill; such a prompt is never taken from the
@@ -120,6 +125,11 @@ typedef struct llm_engine_stats {
   uint64_t prompt_tokens_total, generation_tokens_total;
   uint64_t prefix_queries_total, prefix_hits_total; /* in tokens */
   uint64_t preemptions_total, steps_total, requests_finished_total;
+  /* constrained decoding: tokens chosen under a grammar, how many of them needed the full
+   * vocabulary mask (the sampled token was not allowed, or top-k/top-p/min-p sampling),
+   * and the seconds spent masking */
+  uint64_t grammar_tokens_total, grammar_masks_total;
+  double grammar_mask_seconds_total;
 } llm_engine_stats;
 
 typedef struct llm_model_info {

@@ -813,6 +813,8 @@ size_t llm_detok_flush(llm_detok *st, char *out, size_t cap) {
 
 /* ---- chat templates ---- */
 
+const char *llm_tokenizer_chat_template(const llm_tokenizer *t) { return t->chat_template; }
+
 cinfer_status *llm_chat_render(const llm_tokenizer *t, const char *override, const llm_chat_msg *msgs,
                                size_t n, bool add_generation_prompt, char **out) {
   *out = NULL;

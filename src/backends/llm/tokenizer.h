@@ -75,6 +75,8 @@ typedef struct llm_chat_msg {
   const char *content;
 } llm_chat_msg;
 
+/* The GGUF's tokenizer.chat_template text (borrowed), or NULL. */
+const char *llm_tokenizer_chat_template(const llm_tokenizer *t);
 /* Renders messages with the model's template (tokenizer.chat_template) or `override`
  * ("chatml"). Returns UNSUPPORTED naming the template when it is not recognised.
  * *out is NUL-terminated, caller frees. */

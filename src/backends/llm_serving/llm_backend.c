@@ -20,15 +20,23 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backends/llm/grammar.h"
 #include "backends/llm/llm.h"
+#include "core/hash.h"
 
+#define GRAMMAR_CACHE 32
 typedef struct gen gen;
 typedef struct llm_model_state {
   llm_engine *engine;
   char *name;
   int ctx_len;
-  pthread_mutex_t mu; /* gens */
+  pthread_mutex_t mu; /* gens, grammars */
   gen *gens;          /* requests with sequences in the engine (for llm_cancel) */
+  /* compiled grammars by source (kind + text), most recent first: a schema sent with every
+   * request is compiled once */
+  struct cached_grammar { uint64_t h; char *src; llm_grammar *g; } grammars[GRAMMAR_CACHE];
+  int n_grammars;
+  uint64_t grammar_compiles; /* (mu) */
 } llm_model_state;
 
 static cinfer_status *param_long(const cinfer_model_load_info *info, const char *key,
@@ -146,6 +154,10 @@ static void llm_unload(void *model) {
   llm_model_state *m = model;
   if (!m) return;
   llm_engine_destroy(m->engine); /* no request is left: the core unloads after the last */
+  for (int i = 0; i < m->n_grammars; i++) {
+    free(m->grammars[i].src);
+    llm_grammar_unref(m->grammars[i].g);
+  }
   pthread_mutex_destroy(&m->mu);
   free(m->name);
   free(m);
@@ -354,6 +366,82 @@ static void gen_event(void *user, const llm_event *ev) {
   if (ev->finish != LLM_FINISH_NONE) gen_put(g);
 }
 
+/* The compiled grammar of src (from the cache, or compiled and cached); a new reference.
+ * kind: 'g' GBNF, 's' JSON Schema, 't' JSON Schema or free text, 'o' any JSON object. */
+static cinfer_status *grammar_get(llm_model_state *m, char kind, const char *text, llm_grammar **out) {
+  size_t tl = strlen(text);
+  char *src = malloc(tl + 2);
+  if (!src) return cinfer_status_oom("grammar");
+  src[0] = kind;
+  memcpy(src + 1, text, tl + 1);
+  uint64_t h = hash_bytes(src, tl + 1);
+  pthread_mutex_lock(&m->mu);
+  for (int i = 0; i < m->n_grammars; i++) {
+    if (m->grammars[i].h != h || strcmp(m->grammars[i].src, src)) continue;
+    struct cached_grammar c = m->grammars[i];
+    memmove(&m->grammars[1], &m->grammars[0], (size_t)i * sizeof c);
+    m->grammars[0] = c;
+    *out = llm_grammar_ref(c.g);
+    pthread_mutex_unlock(&m->mu);
+    free(src);
+    return NULL;
+  }
+  pthread_mutex_unlock(&m->mu);
+  char *gbnf = NULL;
+  cinfer_status *st = NULL;
+  if (kind == 's') st = llm_json_schema_to_gbnf(text, tl, &gbnf);
+  else if (kind == 't') st = llm_json_schema_or_text_gbnf(text, tl, &gbnf);
+  llm_grammar *g = NULL;
+  if (!st) {
+    const char *t = gbnf ? gbnf : kind == 'o' ? llm_grammar_json_object_gbnf() : text;
+    st = llm_grammar_compile(t, strlen(t), &g);
+  }
+  free(gbnf);
+  if (st) {
+    free(src);
+    return st;
+  }
+  pthread_mutex_lock(&m->mu);
+  m->grammar_compiles++;
+  if (m->n_grammars == GRAMMAR_CACHE) {
+    m->n_grammars--;
+    free(m->grammars[m->n_grammars].src);
+    llm_grammar_unref(m->grammars[m->n_grammars].g);
+  }
+  memmove(&m->grammars[1], &m->grammars[0], (size_t)m->n_grammars * sizeof m->grammars[0]);
+  m->grammars[0] = (struct cached_grammar){h, src, llm_grammar_ref(g)};
+  m->n_grammars++;
+  pthread_mutex_unlock(&m->mu);
+  *out = g;
+  return NULL;
+}
+
+/* Parameters grammar (GBNF), json_schema (a JSON Schema as text; with json_schema_or_text
+ * true, free text not beginning like JSON is allowed too) and json_object (bool): at most
+ * one. */
+static cinfer_status *read_grammar(llm_model_state *m, cinfer_request *r, llm_grammar **out) {
+  *out = NULL;
+  const char *gv = NULL, *sv = NULL;
+  bool obj = false;
+  bool has_g = cinfer_request_param_string(r, "grammar", &gv);
+  bool has_s = cinfer_request_param_string(r, "json_schema", &sv);
+  cinfer_request_param_bool(r, "json_object", &obj);
+  if (has_g + has_s + obj > 1)
+    return cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': give at most one of the parameters 'grammar', "
+                             "'json_schema' and 'json_object'", m->name);
+  if (!has_g && !has_s && !obj) return NULL;
+  bool or_text = false;
+  cinfer_request_param_bool(r, "json_schema_or_text", &or_text);
+  char kind = has_g ? 'g' : has_s ? (or_text ? 't' : 's') : 'o';
+  cinfer_status *st = grammar_get(m, kind, has_g ? gv : has_s ? sv : "", out);
+  if (!st) return NULL;
+  cinfer_status *w = cinfer_status_new(cinfer_status_code(st), "llm model '%s': parameter '%s': %s", m->name,
+                                       has_g ? "grammar" : has_s ? "json_schema" : "json_object",
+                                       cinfer_status_message(st));
+  cinfer_status_free(st);
+  return w;
+}
+
 static cinfer_status *read_sampling(llm_model_state *m, cinfer_request *r, llm_sampling *s,
                                     int *n, const char **stops, cJSON **stop_json) {
   int64_t iv;
@@ -394,7 +482,8 @@ static cinfer_status *read_sampling(llm_model_state *m, cinfer_request *r, llm_s
     }
   }
   s->stop = stops;
-  return llm_sampling_check(s);
+  cinfer_status *st = read_grammar(m, r, &s->grammar);
+  return st ? st : llm_sampling_check(s);
 }
 
 /* Takes r over: reads text_input and the parameters, tokenizes the prompt once (on this
@@ -441,6 +530,7 @@ static void gen_start(llm_model_state *m, cinfer_request *r) {
   if (st) {
     free(toks);
     cJSON_Delete(stop_json);
+    llm_grammar_unref(s.grammar);
     cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL, st);
     return;
   }
@@ -477,6 +567,7 @@ static void gen_start(llm_model_state *m, cinfer_request *r) {
   }
   free(toks);
   cJSON_Delete(stop_json);
+  llm_grammar_unref(s.grammar); /* each sequence holds its own reference */
   if (st) {
     gen_fail(g, st);
     gen_cancel(g);
@@ -521,7 +612,11 @@ static cinfer_status *llm_render_chat_m(void *model, const char *const *roles,
 
 static uint32_t llm_metrics(void *model, cinfer_backend_metric *out, uint32_t cap) {
   llm_engine_stats es;
-  llm_engine_get_stats(((llm_model_state *)model)->engine, &es);
+  llm_model_state *ms = model;
+  llm_engine_get_stats(ms->engine, &es);
+  pthread_mutex_lock(&ms->mu);
+  uint64_t compiles = ms->grammar_compiles;
+  pthread_mutex_unlock(&ms->mu);
   const cinfer_backend_metric all[] = {
       {"cinfer_llm_running_sequences", "Sequences in the running batch", CINFER_BACKEND_METRIC_GAUGE, es.running},
       {"cinfer_llm_waiting_sequences", "Sequences waiting for admission", CINFER_BACKEND_METRIC_GAUGE, es.waiting},
@@ -537,6 +632,14 @@ static uint32_t llm_metrics(void *model, cinfer_backend_metric *out, uint32_t ca
        (double)es.prefix_hits_total},
       {"cinfer_llm_preemptions_total", "Sequences preempted for lack of KV blocks", CINFER_BACKEND_METRIC_COUNTER,
        (double)es.preemptions_total},
+      {"cinfer_llm_grammar_compiles_total", "Grammars and JSON schemas compiled (a repeated one comes from the cache)",
+       CINFER_BACKEND_METRIC_COUNTER, (double)compiles},
+      {"cinfer_llm_grammar_tokens_total", "Tokens chosen under a grammar (structured output)",
+       CINFER_BACKEND_METRIC_COUNTER, (double)es.grammar_tokens_total},
+      {"cinfer_llm_grammar_masks_total", "Grammar tokens that needed the full vocabulary mask",
+       CINFER_BACKEND_METRIC_COUNTER, (double)es.grammar_masks_total},
+      {"cinfer_llm_grammar_mask_seconds_total", "Time spent computing grammar token masks",
+       CINFER_BACKEND_METRIC_COUNTER, es.grammar_mask_seconds_total},
   };
   uint32_t n = sizeof all / sizeof all[0];
   for (uint32_t i = 0; i < n && i < cap; i++) out[i] = all[i];
