@@ -125,13 +125,13 @@ cinfer_status *gw_keys_parse(const char *text, size_t len, const char *origin, g
       if (i == ll) break;
       size_t j = i;
       while (j < ll && !isspace((unsigned char)l[j])) j++;
-      if (nf == 8) KFAIL("too many fields (want ID SHA256 ROLE MODELS [rate=R] [burst=B])");
+      if (nf == 8) KFAIL("too many fields (want ID SHA256 ROLE MODELS [rate=R] [burst=B] [tpm=T])");
       f[nf] = l + i;
       fl[nf++] = j - i;
       i = j;
     }
     if (nf == 0) continue;
-    if (nf < 4) KFAIL("want ID SHA256 ROLE MODELS [rate=R] [burst=B], got %d field%s", nf, nf == 1 ? "" : "s");
+    if (nf < 4) KFAIL("want ID SHA256 ROLE MODELS [rate=R] [burst=B] [tpm=T], got %d field%s", nf, nf == 1 ? "" : "s");
     gw_key k = {0};
     if (!valid_key_id(f[0], fl[0]))
       KFAIL("id: '%.*s' must be 1 to 64 of A-Z a-z 0-9 . _ -", (int)(fl[0] > 64 ? 64 : fl[0]), f[0]);
@@ -154,13 +154,16 @@ cinfer_status *gw_keys_parse(const char *text, size_t len, const char *origin, g
       bool ok;
       if (fl[i] > 5 && !memcmp(f[i], "rate=", 5)) ok = parse_num(f[i] + 5, fl[i] - 5, 0.001, 1e9, &k.rate);
       else if (fl[i] > 6 && !memcmp(f[i], "burst=", 6)) ok = parse_num(f[i] + 6, fl[i] - 6, 0, 1e9, &k.burst);
+      else if (fl[i] > 4 && !memcmp(f[i], "tpm=", 4)) ok = parse_num(f[i] + 4, fl[i] - 4, 1, 1e12, &k.tpm);
       else {
         key_free(&k);
-        KFAIL("'%.*s': options are rate=R (requests/s, > 0) and burst=B", (int)(fl[i] > 40 ? 40 : fl[i]), f[i]);
+        KFAIL("'%.*s': options are rate=R (requests/s, > 0), burst=B and tpm=T (LLM tokens per minute)",
+              (int)(fl[i] > 40 ? 40 : fl[i]), f[i]);
       }
       if (!ok) {
         key_free(&k);
-        KFAIL("'%.*s': not a number in range (rate in [0.001, 1e9], burst in [0, 1e9])", (int)(fl[i] > 40 ? 40 : fl[i]), f[i]);
+        KFAIL("'%.*s': not a number in range (rate in [0.001, 1e9], burst in [0, 1e9], tpm in [1, 1e12])",
+              (int)(fl[i] > 40 ? 40 : fl[i]), f[i]);
       }
     }
     gw_key *nk = realloc(ks->keys, (ks->n + 1) * sizeof *nk);

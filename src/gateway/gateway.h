@@ -179,6 +179,32 @@ typedef struct gw_bucket_result {
 gw_bucket_result gw_bucket_take(gw_bucket *b, double rate, double burst, bool nodelay,
                                 uint64_t now_ms);
 
+/* A per-key token budget (tokens per minute), paid after the fact: the level refills at
+ * tpm/60 per second up to tpm, a request is admitted while the level is above zero, and
+ * the tokens its answer used are then taken (the level may go below zero: the debt is
+ * waited out). */
+typedef struct gw_tokens {
+  double level;
+  uint64_t last_ms;
+  bool used;
+} gw_tokens;
+/* 0 when admitted, else the seconds until the level is above zero again. */
+uint64_t gw_tokens_admit(gw_tokens *t, double tpm, uint64_t now_ms);
+void gw_tokens_charge(gw_tokens *t, double tpm, double tokens, uint64_t now_ms);
+
+/* Counts the tokens of an OpenAI answer as it streams by: the last "total_tokens" seen
+ * (a whole answer's usage, or a stream's final usage chunk with include_usage), else one
+ * token per streamed chunk that carries a choice. Fed in pieces of any size. */
+typedef struct gw_tok_usage {
+  long long total;        /* -1 until "total_tokens" is seen */
+  long long chunks;
+  char tail[40];          /* the last bytes of the previous piece (a pattern may straddle) */
+  size_t tail_len;
+} gw_tok_usage;
+void gw_tok_usage_init(gw_tok_usage *u);
+void gw_tok_usage_feed(gw_tok_usage *u, const char *data, size_t len);
+long long gw_tok_usage_tokens(const gw_tok_usage *u);
+
 /* Balancer over candidates (indexes into outstanding/weights). Returns the chosen position
  * in [0, n) or -1 when n == 0.
  *  P2C: two distinct random candidates, the one with fewer outstanding requests (ties:
@@ -241,6 +267,7 @@ typedef struct gw_key {
   bool all_models;           /* "*" */
   char **models; size_t n_models;
   double rate, burst;        /* requests/s for this key (0 = the gateway's --rate) */
+  double tpm;                /* LLM tokens per minute for this key (0 = no token budget) */
 } gw_key;
 
 typedef struct gw_keyset {
@@ -250,7 +277,7 @@ typedef struct gw_keyset {
 } gw_keyset;
 
 /* Parses a key file: one key a line, '#' comments and blank lines ignored:
- *   ID SHA256-HEX tenant|operator MODELS [rate=R] [burst=B]
+ *   ID SHA256-HEX tenant|operator MODELS [rate=R] [burst=B] [tpm=T]
  * MODELS is "*" or a comma list of model names. Errors name origin and line, e.g.
  * "keys.txt:3: role: 'admin' is not tenant or operator". refs starts at 1. */
 cinfer_status *gw_keys_parse(const char *text, size_t len, const char *origin, gw_keyset **out);

@@ -155,6 +155,10 @@ struct gateway {
   ino_t keys_ino;
   uint64_t next_keys_ms;
 
+  pthread_mutex_t tok_mu;  /* per-key token budgets (key tpm=) */
+  struct gw_tok_entry { char id[65]; gw_tokens t; } *tok;
+  size_t n_tok, cap_tok;
+
   pthread_mutex_t rate_mu;
   gw_rate_entry *rate;    /* open addressing, cfg.rate_max_keys * 2 slots */
   size_t rate_slots, rate_used;
@@ -167,7 +171,7 @@ struct gateway {
 
   metrics_registry *reg;
   metric_family *f_requests, *f_duration, *f_healthy, *f_ejections, *f_retries, *f_rate,
-      *f_shed, *f_active, *f_up_outstanding;
+      *f_shed, *f_active, *f_up_outstanding, *f_tokens, *f_token_limited;
   metric *m_active;
   uint64_t start_ms;
 };

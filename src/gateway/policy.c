@@ -11,6 +11,7 @@
  * reset the failure run. Usable = HEALTHY and not ejected.
  */
 #include <math.h>
+#include <string.h>
 
 #include "core/hash.h"
 #include "gateway/gateway.h"
@@ -48,6 +49,75 @@ gw_bucket_result gw_bucket_take(gw_bucket *b, double rate, double burst, bool no
   if (!nodelay && excess > 0) r.delay_ms = (uint64_t)ceil(excess / rate * 1000.0);
   return r;
 }
+
+static void tokens_refill(gw_tokens *t, double tpm, uint64_t now_ms) {
+  if (!t->used) {
+    t->used = true;
+    t->level = tpm;
+    t->last_ms = now_ms;
+    return;
+  }
+  double elapsed = now_ms > t->last_ms ? (double)(now_ms - t->last_ms) / 1000.0 : 0;
+  t->level += tpm / 60.0 * elapsed;
+  if (t->level > tpm) t->level = tpm;
+  t->last_ms = now_ms;
+}
+
+uint64_t gw_tokens_admit(gw_tokens *t, double tpm, uint64_t now_ms) {
+  tokens_refill(t, tpm, now_ms);
+  if (t->level > 0) return 0;
+  uint64_t s = (uint64_t)ceil((1e-9 - t->level) / (tpm / 60.0));
+  return s < 1 ? 1 : s;
+}
+
+void gw_tokens_charge(gw_tokens *t, double tpm, double tokens, uint64_t now_ms) {
+  tokens_refill(t, tpm, now_ms);
+  t->level -= tokens;
+}
+
+void gw_tok_usage_init(gw_tok_usage *u) {
+  memset(u, 0, sizeof *u);
+  u->total = -1;
+}
+
+/* Scans buf[0..n) for the patterns; `from` is where the new bytes start (a match must end
+ * at or after it, so a straddling one is counted once). */
+static void usage_scan(gw_tok_usage *u, const char *buf, size_t n, size_t from) {
+  static const char tt[] = "\"total_tokens\":", ch[] = "\"choices\":[{";
+  for (size_t i = 0; i < n; i++) {
+    /* setting the total again is harmless, so a match in the tail is taken again (its
+     * number may have been cut at the end of the previous piece) */
+    if (i + sizeof tt - 1 <= n && !memcmp(buf + i, tt, sizeof tt - 1)) {
+      size_t k = i + sizeof tt - 1;
+      while (k < n && buf[k] == ' ') k++;
+      long long v = 0;
+      size_t d = k;
+      while (d < n && buf[d] >= '0' && buf[d] <= '9' && v < (1ll << 50)) v = v * 10 + (buf[d++] - '0');
+      if (d > k && d < n) u->total = v; /* the number is complete (a byte follows it) */
+    }
+    if (i + sizeof ch - 1 <= n && !memcmp(buf + i, ch, sizeof ch - 1) && i + sizeof ch - 1 > from) u->chunks++;
+  }
+}
+
+void gw_tok_usage_feed(gw_tok_usage *u, const char *data, size_t len) {
+  char tmp[40 + 4096];
+  while (len) {
+    size_t k = len < 4096 ? len : 4096;
+    memcpy(tmp, u->tail, u->tail_len);
+    memcpy(tmp + u->tail_len, data, k);
+    size_t n = u->tail_len + k;
+    usage_scan(u, tmp, n, u->tail_len);
+    /* keep what a pattern and its number may still need; a "total_tokens" whose number was
+     * cut is found again from the tail */
+    size_t keep = n < sizeof u->tail ? n : sizeof u->tail;
+    memcpy(u->tail, tmp + n - keep, keep);
+    u->tail_len = keep;
+    data += k;
+    len -= k;
+  }
+}
+
+long long gw_tok_usage_tokens(const gw_tok_usage *u) { return u->total >= 0 ? u->total : u->chunks; }
 
 int gw_balance_pick(gw_balancer kind, size_t n, const uint32_t *outstanding,
                     const int *weights, uint64_t *rng, uint64_t *rr_cursor) {

@@ -51,6 +51,8 @@ struct gw_req {
   gw_replica *cur;
   bool streaming, buffered, discard, head_seen;
   bool holds_retry, counted_active, aborting, done;
+  bool count_tokens;          /* the key has a token budget: usage is counted and charged */
+  gw_tok_usage usage;
   int status;
   char *harena;              /* response header bytes */
   http_header hdrs[GW_MAX_RESP_HEADERS + 4];
@@ -334,8 +336,40 @@ static void audit_line(gw_req *q, int code) {
             api_group_name(q->route.group), q->who, st);
 }
 
+/* The key's token bucket (created full at its first use); call with tok_mu held. */
+static gw_tokens *tok_entry(gateway *g, const char *id) {
+  for (size_t i = 0; i < g->n_tok; i++)
+    if (!strcmp(g->tok[i].id, id)) return &g->tok[i].t;
+  if (g->n_tok == g->cap_tok) {
+    size_t nc = g->cap_tok ? g->cap_tok * 2 : 16;
+    struct gw_tok_entry *nt = realloc(g->tok, nc * sizeof *nt);
+    if (!nt) return NULL;
+    g->tok = nt;
+    g->cap_tok = nc;
+  }
+  struct gw_tok_entry *e = &g->tok[g->n_tok++];
+  memset(e, 0, sizeof *e);
+  snprintf(e->id, sizeof e->id, "%s", id);
+  return &e->t;
+}
+
+/* A successful LLM answer: its tokens are taken from the key's budget. */
+static void charge_tokens(gw_req *q) {
+  gateway *g = q->g;
+  long long n = gw_tok_usage_tokens(&q->usage);
+  q->count_tokens = false;
+  if (n <= 0) return;
+  pthread_mutex_lock(&g->tok_mu);
+  gw_tokens *t = tok_entry(g, q->key->id);
+  if (t) gw_tokens_charge(t, q->key->tpm, (double)n, clock_now_ms());
+  pthread_mutex_unlock(&g->tok_mu);
+  const char *labels[] = {"key", q->key->id, NULL};
+  metric_inc(gw_series(g->f_tokens, labels), (double)n);
+}
+
 static void req_metrics(gw_req *q, int code) {
   gateway *g = q->g;
+  if (q->count_tokens && code == 200) charge_tokens(q);
   if (q->audit) audit_line(q, code);
   if (q->variant >= 0 && code != 499) canary_record(g, q, code);
   char cbuf[8];
@@ -640,6 +674,7 @@ static void up_body(void *user, const char *data, size_t len) {
   gw_conn *c = user;
   gw_req *q = c->req;
   if (!q || q->discard) return;
+  if (q->count_tokens && q->status == 200) gw_tok_usage_feed(&q->usage, data, len);
   if (q->buffered) {
     size_t k = q->body_cap - q->body_len < len ? q->body_cap - q->body_len : len;
     if (k) memcpy(q->body + q->body_len, data, k);
@@ -1082,6 +1117,33 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
       return;
     }
     delay_ms = br.delay_ms;
+  }
+
+  /* 1b. the key's LLM token budget (tokens per minute, paid from the answers' usage) */
+  if (q->key && q->key->tpm > 0 && q->hreq->path_len > 4 && !memcmp(q->hreq->path, "/v1/", 4)) {
+    pthread_mutex_lock(&g->tok_mu);
+    gw_tokens *t = tok_entry(g, q->key->id);
+    uint64_t wait_s = t ? gw_tokens_admit(t, q->key->tpm, clock_now_ms()) : 0;
+    pthread_mutex_unlock(&g->tok_mu);
+    if (wait_s) {
+      const char *labels[] = {"model", admission_model(g, q), NULL};
+      metric_inc(gw_series(g->f_token_limited, labels), 1);
+      q->done = true;
+      req_metrics(q, 429);
+      char ra[24], body[240];
+      snprintf(ra, sizeof ra, "%llu", (unsigned long long)wait_s);
+      int n = snprintf(body, sizeof body,
+                       "{\"error\":{\"message\":\"token budget of key '%s' spent (%.0f tokens per minute): retry "
+                       "after %s s\",\"type\":\"rate_limit_error\"}}", q->key->id, q->key->tpm, ra);
+      http_header h[3] = {{"Content-Type", 12, "application/json", 16},
+                          {"Retry-After", 11, ra, strlen(ra)},
+                          {"X-Request-Id", 12, q->id, strlen(q->id)}};
+      http_respond(ex, 429, h, 3, body, (size_t)n);
+      req_free(q);
+      return;
+    }
+    q->count_tokens = true;
+    gw_tok_usage_init(&q->usage);
   }
 
   /* 2. global concurrency with priority classes */

@@ -348,6 +348,7 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   memset(cfg, 0, sizeof *cfg);
   pthread_mutex_init(&g->mu, NULL);
   pthread_mutex_init(&g->rate_mu, NULL);
+  pthread_mutex_init(&g->tok_mu, NULL);
   pthread_mutex_init(&g->keys_mu, NULL);
   g->start_ms = clock_now_ms();
   g->n_loops = g->cfg.io_threads < 1 ? 1 : g->cfg.io_threads > GW_MAX_LOOPS ? GW_MAX_LOOPS : g->cfg.io_threads;
@@ -374,6 +375,12 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
                                 METRIC_COUNTER, NULL, 0);
   g->f_rate = metrics_family(g->reg, "cinfer_gateway_rate_limited_total",
                              "Requests answered 429 by the rate limit", METRIC_COUNTER, NULL, 0);
+  g->f_tokens = metrics_family(g->reg, "cinfer_gateway_tokens_total",
+                               "LLM tokens (prompt + completion, from the answers' usage) charged to a key's budget",
+                               METRIC_COUNTER, NULL, 0);
+  g->f_token_limited = metrics_family(g->reg, "cinfer_gateway_token_limited_total",
+                                      "Requests answered 429 because the key's token budget (tpm) is spent",
+                                      METRIC_COUNTER, NULL, 0);
   g->f_shed = metrics_family(g->reg, "cinfer_gateway_shed_total",
                              "Requests answered 503 by the concurrency limit", METRIC_COUNTER, NULL, 0);
   g->f_active = metrics_family(g->reg, "cinfer_gateway_active_requests",
@@ -495,6 +502,8 @@ void gateway_destroy(gateway *g) {
   gw_config_free(&g->cfg);
   pthread_mutex_destroy(&g->mu);
   pthread_mutex_destroy(&g->rate_mu);
+  pthread_mutex_destroy(&g->tok_mu);
+  free(g->tok);
   gw_keyset_unref(g->keys);
   net_tls_destroy(g->tls_srv);
   net_tls_destroy(g->tls_up);

@@ -567,3 +567,41 @@ def test_serve_https_and_restricted_api_groups():
                           "--http-restricted-api", "nosuchgroup:k=v"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode != 0 and "--http-restricted-api" in bad.stderr + bad.stdout, bad
+
+
+def test_token_budget_per_key_from_usage():
+    # alice may spend 150 LLM tokens a minute: each answer's usage (prompt + completion) is
+    # taken from her budget; once it is spent she gets 429 with Retry-After at once, while
+    # bob (no budget) is unaffected. The tokens charged are what the answers reported.
+    repo = copy_repo(["smollm2"])
+    kdir = tempfile.mkdtemp(prefix="cinfer-keys-")
+    kfile = os.path.join(kdir, "keys.txt")
+    write_keys(kfile, [key_line("alice", KEYS["alice"], "tenant", "smollm2", "tpm=150"),
+                       key_line("bob", KEYS["bob"], "tenant", "smollm2")])
+    with replica(repo) as rep:
+        rep.wait_ready()
+        with Gateway(gw_cfg([f"127.0.0.1:{rep.port}"], keys_file=kfile)) as gw:
+            gw.wait_ready()
+            wait_for(lambda: "smollm2" in gw.replica(f"127.0.0.1:{rep.port}")["models"], what="model discovery")
+            body = {"model": "smollm2", "prompt": "Count: 1, 2, 3,", "max_tokens": 16, "temperature": 0,
+                    "ignore_eos": True}
+            used, answers = 0, 0
+            for _ in range(20):
+                code, hdrs, b = request(gw.port, "POST", "/v1/completions", body, headers=auth("alice"))
+                if code == 429:
+                    break
+                assert code == 200, b
+                used += json.loads(b)["usage"]["total_tokens"]
+                answers += 1
+            assert code == 429, "the budget was never enforced"
+            assert int(hdrs["retry-after"]) >= 1
+            assert b"token budget of key 'alice' spent" in b, b
+            assert used >= 150 and answers >= 3, (used, answers)  # admitted while the budget was above zero
+            # streamed without include_usage: one token per chunk; bob has no budget
+            code, _, b = request(gw.port, "POST", "/v1/completions", {**body, "stream": True}, headers=auth("bob"))
+            assert code == 200 and b.count(b"data: {") >= 16
+            metrics = request(gw.port, "GET", "/metrics")[2].decode()
+            charged = [float(l.split()[-1]) for l in metrics.splitlines()
+                       if l.startswith('cinfer_gateway_tokens_total{key="alice"}')]
+            assert charged == [float(used)], (charged, used)
+            assert 'cinfer_gateway_token_limited_total{model="smollm2"} 1' in metrics

@@ -252,8 +252,46 @@ static void test_affinity_sticky_spread_minimal_moves_bounded(void **st) {
   assert_int_equal(gw_affinity_pick(0, ids, h, load, 1.25), -1);
 }
 
+/* Token budget: admitted while above zero, the answer's tokens taken after (debt allowed),
+ * refilled at tpm/60 per second up to tpm; Retry-After covers the debt. */
+static void test_token_budget(void **state) {
+  (void)state;
+  gw_tokens t = {0};
+  assert_int_equal(gw_tokens_admit(&t, 60, 1000), 0);   /* a new key starts full (60) */
+  gw_tokens_charge(&t, 60, 50, 1000);
+  assert_int_equal(gw_tokens_admit(&t, 60, 1000), 0);   /* 10 left */
+  gw_tokens_charge(&t, 60, 40, 1000);                   /* -30: in debt */
+  assert_int_equal(gw_tokens_admit(&t, 60, 1000), 31);  /* 1 token/s: 30 s, then above zero */
+  assert_int_equal(gw_tokens_admit(&t, 60, 21000), 11); /* 20 s later: -10 */
+  assert_int_equal(gw_tokens_admit(&t, 60, 31500), 0);  /* +0.5 */
+  assert_int_equal(gw_tokens_admit(&t, 60, 1000000), 0);
+  assert_true(t.level <= 60.0); /* capped at one minute's worth */
+}
+
+/* Usage counting fed in pieces of every size: total_tokens wins; chunks otherwise. */
+static void test_usage_counting(void **state) {
+  (void)state;
+  const char *whole = "{\"choices\":[{\"text\":\"x\"}],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":16,"
+                      "\"total_tokens\":23}}";
+  const char *sse = "data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\ndata: {\"choices\":[{\"index\":0,"
+                    "\"text\":\"b\"}]}\n\ndata: {\"choices\":[{\"index\":0,\"text\":\"\"}]}\n\ndata: [DONE]\n\n";
+  for (size_t piece = 1; piece <= 64; piece++) {
+    gw_tok_usage u;
+    gw_tok_usage_init(&u);
+    for (size_t i = 0; i < strlen(whole); i += piece)
+      gw_tok_usage_feed(&u, whole + i, strlen(whole) - i < piece ? strlen(whole) - i : piece);
+    assert_int_equal(gw_tok_usage_tokens(&u), 23);
+    gw_tok_usage_init(&u);
+    for (size_t i = 0; i < strlen(sse); i += piece)
+      gw_tok_usage_feed(&u, sse + i, strlen(sse) - i < piece ? strlen(sse) - i : piece);
+    assert_int_equal(gw_tok_usage_tokens(&u), 3);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_token_budget),
+      cmocka_unit_test(test_usage_counting),
       cmocka_unit_test(test_p2c_prefers_less_loaded),
       cmocka_unit_test(test_p2c_uniform_when_equal_and_deterministic),
       cmocka_unit_test(test_round_robin_and_weighted),
