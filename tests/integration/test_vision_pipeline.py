@@ -40,6 +40,22 @@ output [ { name: "PIXELS" data_type: TYPE_UINT8 dims: [ -1, -1, 3 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 20000 }
 parameters { key: "max_pixels" value: { string_value: "4096" } }
 """
+PRE_FP16 = """name: "pre_fp16"
+backend: "image_preprocess"
+max_batch_size: 4
+input [ { name: "PIXELS" data_type: TYPE_UINT8 dims: [ -1, -1, 3 ] } ]
+output [ { name: "T" data_type: TYPE_FP16 dims: [ 120, 200, 3 ] },
+         { name: "X" data_type: TYPE_FP32 dims: [ 6 ] } ]
+parameters { key: "width" value: { string_value: "200" } }
+parameters { key: "height" value: { string_value: "120" } }
+parameters { key: "resize" value: { string_value: "letterbox" } }
+parameters { key: "pad_value" value: { string_value: "114" } }
+parameters { key: "layout" value: { string_value: "nhwc" } }
+parameters { key: "color" value: { string_value: "bgr" } }
+parameters { key: "scale" value: { string_value: "0.00392156862745098" } }
+parameters { key: "mean" value: { string_value: "0.406,0.456,0.485" } }
+parameters { key: "std" value: { string_value: "0.225,0.224,0.229" } }
+"""
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +64,9 @@ def server():
     os.makedirs(os.path.join(repo, "small_decode", "1"))
     with open(os.path.join(repo, "small_decode", "config.pbtxt"), "w") as f:
         f.write(SMALL_DECODE)
+    os.makedirs(os.path.join(repo, "pre_fp16", "1"))
+    with open(os.path.join(repo, "pre_fp16", "config.pbtxt"), "w") as f:
+        f.write(PRE_FP16)
     with Server(repo) as s:
         s.wait_ready()
         yield s
@@ -242,3 +261,17 @@ def test_batched_requests_fail_alone(client):
     assert isinstance(results[7], InferenceServerException) and "max_pixels" in results[7].message()
     stats = client.get_inference_statistics("small_decode")["model_stats"][0]
     assert stats["inference_stats"]["success"]["count"] >= 6
+
+
+def test_preprocess_fp16_nhwc_bgr_letterbox(client, astronaut):
+    """The other output options: FP16, NHWC, BGR, a grey letterbox border, a batch of 2."""
+    _, img = astronaut
+    two = np.stack([img, img[::-1].copy()])
+    got = infer(client, "pre_fp16", {"PIXELS": two}, ["T", "X"])
+    assert got["T"].dtype == np.float16 and got["T"].shape == (2, 120, 200, 3)
+    for k in range(2):
+        canvas, xf = vr.letterbox(two[k], 200, 120, pad=114.0)
+        want = ((canvas[:, :, ::-1] / 255.0) - np.array([0.406, 0.456, 0.485])) / np.array([0.225, 0.224, 0.229])
+        np.testing.assert_allclose(got["T"][k].astype(np.float32), want, atol=2e-2)  # fp16: 3 digits
+        np.testing.assert_allclose(got["X"][k], [*xf, 512, 512], atol=1e-6)
+    assert got["X"][0][2] == 40 and got["X"][0][3] == 0  # pillarboxed: 120x120 in 200 wide
