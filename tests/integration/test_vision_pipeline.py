@@ -12,7 +12,7 @@ chains them, and compared with an independent NumPy + ONNX Runtime reference
 - bad images (corrupt, truncated, not an image, over max_pixels) are 400s naming the cause,
   while other requests, batched with them, succeed."""
 import os
-import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -275,3 +275,28 @@ def test_preprocess_fp16_nhwc_bgr_letterbox(client, astronaut):
         np.testing.assert_allclose(got["T"][k].astype(np.float32), want, atol=2e-2)  # fp16: 3 digits
         np.testing.assert_allclose(got["X"][k], [*xf, 512, 512], atol=1e-6)
     assert got["X"][0][2] == 40 and got["X"][0][3] == 0  # pillarboxed: 120x120 in 200 wide
+
+
+def test_pipelines_repository_loads():
+    """examples/pipelines: every stage (linked from model_repository) loads; the two
+    ensembles load, or — while the server does not run ensembles — fail with a reason that
+    says so, leaving the stages serving."""
+    pipelines = os.path.join(EXAMPLES, "..", "pipelines")
+    with Server(pipelines) as s:
+        # Not "ready" while a model failed to load: wait (bounded) until every load settled.
+        deadline, idx = time.monotonic() + 120, {}
+        while time.monotonic() < deadline:
+            try:
+                c = httpclient.InferenceServerClient(s.hostport)
+                idx = {m["name"]: m for m in c.get_model_repository_index()}
+                if len(idx) >= len(STAGES) + 2 and all(
+                        m.get("state") in ("READY", "UNAVAILABLE") for m in idx.values()):
+                    break
+            except Exception:
+                pass
+            time.sleep(0.05)
+        assert set(STAGES) | {"face_analytics", "face_detect"} <= set(idx), sorted(idx)
+        for m in STAGES:
+            assert idx[m]["state"] == "READY", idx[m]
+        for m in ("face_analytics", "face_detect"):
+            assert idx[m]["state"] == "READY" or "ensemble" in idx[m].get("reason", ""), idx[m]
