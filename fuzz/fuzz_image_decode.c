@@ -3,7 +3,7 @@
  * INVALID_ARG (never another code, never a crash or a leak) or decodes to an image within
  * the pixel limit whose every byte is readable; probe and decode agree on the size. The
  * limit is small (1 Mpx) so that huge declared sizes are refused from the header and the
- * fuzzer stays fast. Seeds: fuzz/corpus/image (small PNG and JPEG files). */
+ * fuzzer stays fast. Seeds: fuzz/corpus/image_decode (small PNG and JPEG files). */
 #include <stdint.h>
 #include <stdlib.h>
 
