@@ -300,3 +300,46 @@ def test_pipelines_repository_loads():
             assert idx[m]["state"] == "READY", idx[m]
         for m in ("face_analytics", "face_detect"):
             assert idx[m]["state"] == "READY" or "ensemble" in idx[m].get("reason", ""), idx[m]
+
+
+def expect_stage_400(client, model, inputs, outputs, needle):
+    with pytest.raises(InferenceServerException) as e:
+        infer(client, model, inputs, outputs)
+    assert e.value.status() == "400", (model, e.value.status(), e.value.message())
+    assert needle in e.value.message(), (model, e.value.message())
+
+
+def test_stage_bad_inputs(client, astronaut):
+    """Each stage refuses inputs it cannot use with a 400 naming the cause; the server and
+    the stage keep serving."""
+    _, img = astronaut
+    px = img[None].copy()
+    f32 = np.float32
+    box = np.array([[170, 50, 280, 180]], dtype=f32)
+    # detection_postprocess: a transform with scale 0, a transform of the wrong size.
+    zeros = {r: np.zeros([1, (4 if "cls" in r else 8 if "bbox" in r else 20), n, n], dtype=f32)
+             for r, n in zip(RETINA_OUTS, [20, 20, 20, 40, 40, 40, 80, 80, 80])}
+    expect_stage_400(client, "retinaface_post", {**zeros, "TRANSFORM": np.zeros((1, 6), f32)},
+                     ["BOXES"], "transform value 0")
+    bad_xf = np.array([[1, 1, 0, 0, 512, np.nan]], dtype=f32)
+    expect_stage_400(client, "retinaface_post", {**zeros, "TRANSFORM": bad_xf}, ["BOXES"],
+                     "transform value 5")
+    # face_crop: non-finite boxes, degenerate landmarks, too many faces.
+    expect_stage_400(client, "crop_ssrnet", {"PIXELS": px, "BOXES": np.array([[0, 0, np.inf, 9]], f32)},
+                     ["input"], "box 1 is not finite")
+    same = np.full((1, 10), 100, dtype=f32)
+    expect_stage_400(client, "crop_embedding", {"PIXELS": px, "BOXES": box, "LANDMARKS": same},
+                     ["input"], "degenerate")
+    many = np.tile(box, (65, 1))
+    expect_stage_400(client, "crop_ssrnet", {"PIXELS": px, "BOXES": many}, ["input"], "max_faces")
+    # A box far outside the image still gives a (border) crop, not an error.
+    out = infer(client, "crop_ssrnet", {"PIXELS": px, "BOXES": np.array([[-900, -900, -800, -800]], f32)},
+                ["input"])["input"]
+    assert out.shape == (1, 3, 64, 64) and np.isfinite(out).all()
+    # image_preprocess: an image without 3 channels is refused by the config's dims.
+    with pytest.raises(InferenceServerException) as e:
+        infer(client, "retinaface_pre", {"PIXELS": np.zeros((1, 4, 4, 4), np.uint8)}, ["data"])
+    assert e.value.status() == "400"
+    assert client.is_server_live()
+    for m in ("retinaface_post", "crop_ssrnet", "crop_embedding", "retinaface_pre"):
+        assert client.is_model_ready(m)
