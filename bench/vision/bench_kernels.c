@@ -38,7 +38,7 @@ static double time_resize(resize_fn f, const uint8_t *src, int sw, int sh, vis_r
 }
 
 int main(int argc, char **argv) {
-  const char *path = argc > 1 ? argv[1] : "shared/models/vision/astronaut.png";
+  const char *path = argc > 1 ? argv[1] : "../shared/models/vision/astronaut.png";
   float mean[3] = {0, 0, 0}, sd[3] = {1, 1, 1};
   vis_norm n;
   vis_norm_make(&n, 1, mean, sd, false, true);
