@@ -9,12 +9,23 @@ extern const cinfer_backend_iface cinfer_identity_backend;
 extern const cinfer_backend_iface cinfer_sim_backend;
 extern const cinfer_backend_iface cinfer_llm_backend;
 extern const cinfer_backend_iface onnx_backend_iface;
+/* src/backends/vision: the pre- and post-processing stages of the vision pipelines. */
+extern const cinfer_backend_iface cinfer_image_decode_backend;
+extern const cinfer_backend_iface cinfer_image_preprocess_backend;
+extern const cinfer_backend_iface cinfer_detection_postprocess_backend;
+extern const cinfer_backend_iface cinfer_face_crop_backend;
+extern const cinfer_backend_iface cinfer_attribute_decode_backend;
 
 static const cinfer_backend_iface *const builtin[] = {
     &cinfer_identity_backend,
     &cinfer_sim_backend,
     &cinfer_llm_backend,
     &onnx_backend_iface,
+    &cinfer_image_decode_backend,
+    &cinfer_image_preprocess_backend,
+    &cinfer_detection_postprocess_backend,
+    &cinfer_face_crop_backend,
+    &cinfer_attribute_decode_backend,
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
