@@ -1,0 +1,892 @@
+/* sequence.c: models with `sequence_batching` (Triton's stateful models). The policy
+ * (slots, backlog, when a batch goes, idle release) is src/sched/sequence.c; this file is
+ * the server's side of it:
+ *   - the config: strategy, control_input, state, max_sequence_idle_microseconds; every
+ *     field cinfer does not implement fails the load naming it;
+ *   - enqueue: the request's sequence_id / sequence_start / sequence_end parameters,
+ *     checked with Triton's error texts;
+ *   - the workers (one per instance): take a batch from the sequence batcher, add to each
+ *     request its control tensors (START, END, READY, CORRID) and its implicit state
+ *     inputs, run it through model.c's batch path, then keep each request's state outputs
+ *     for the next request of its sequence (model_seq_after_execute). The backend sees
+ *     control and state tensors as ordinary inputs and outputs; clients never see them.
+ *
+ * Threads: everything that touches m->seq->sched holds m->mu. A sequence's state is only
+ * touched by the worker that runs its (single) executing request, between seqsched_next
+ * and seqsched_done, so it needs no lock of its own. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "repo/config.h"
+#include "repo/pbtxt.h"
+#include "sched/sequence.h"
+#include "server/internal.h"
+
+enum { CTL_START, CTL_END, CTL_READY, CTL_CORRID, CTL_N };
+static const char *const ctl_kind_names[CTL_N] = {"CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END",
+                                                  "CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_CORRID"};
+
+typedef struct seq_ctl {
+  bool on;
+  char *name;
+  cinfer_dtype dtype;
+  unsigned char val[2][4]; /* false, true (INT32 / FP32 / BOOL) */
+} seq_ctl;
+
+typedef struct seq_state_def {
+  char *in, *out;
+  cinfer_dtype dtype;
+  int ndim;
+  int64_t dims[CINFER_MAX_DIMS];
+  void *init;        /* initial value (zeros when zero_data or no initial_state) */
+  size_t init_bytes;
+} seq_state_def;
+
+struct seqmodel {
+  seqsched *sched;
+  seq_ctl ctl[CTL_N];
+  seq_state_def *states;
+  int n_states;
+  int n_extra;       /* control + state inputs added to each request */
+  metric *m_open;    /* cinfer_sequence_active: sequences open or closing */
+};
+
+/* With m->mu held: the gauges after a change. */
+static void gauges_locked(cinfer_model *m) {
+  seqsched_stats ss;
+  seqsched_get_stats(m->seq->sched, &ss);
+  metric_set(m->m.pending, (double)ss.queued);
+  metric_set(m->seq->m_open, (double)ss.open);
+}
+
+/* A sequence's state values: the caller state of sched/sequence.h. */
+typedef struct seq_val {
+  void *data;
+  size_t bytes;
+  int ndim;
+  int64_t shape[CINFER_MAX_DIMS];
+} seq_val;
+typedef struct seq_vals {
+  int n;
+  seq_val v[];
+} seq_vals;
+
+static void vals_free(void *p) {
+  seq_vals *vs = p;
+  if (!vs) return;
+  for (int i = 0; i < vs->n; i++) free(vs->v[i].data);
+  free(vs);
+}
+
+/* ---- configuration -------------------------------------------------------------------- */
+
+typedef struct pctx {
+  const char *src;
+  cinfer_status *err;
+} pctx;
+
+static bool pfail(pctx *p, const pbtxt_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool pfail(pctx *p, const pbtxt_node *n, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (!p->err) {
+    if (n && n->line > 0) p->err = cinfer_status_new(CINFER_INVALID_ARG, "%s:%d: %s", p->src, n->line, msg);
+    else p->err = cinfer_status_new(CINFER_INVALID_ARG, "%s: %s", p->src, msg);
+  }
+  return false;
+}
+
+static bool pnot_impl(pctx *p, const pbtxt_node *n, const char *field) {
+  if (!p->err) {
+    if (n && n->line > 0)
+      p->err = cinfer_status_new(CINFER_UNSUPPORTED, "%s:%d: %s is not implemented by cinfer; the model "
+                                 "cannot load with it (remove it)", p->src, n->line, field);
+    else
+      p->err = cinfer_status_new(CINFER_UNSUPPORTED, "%s: %s is not implemented by cinfer; the model "
+                                 "cannot load with it (remove it)", p->src, field);
+  }
+  return false;
+}
+
+/* A JSON config writes 64-bit integers and enums as strings. */
+static const pbtxt_node *scalar(const pbtxt_node *n, pbtxt_node *tmp) {
+  if (!n->json || n->kind != PBTXT_STRING || !n->str[0]) return n;
+  *tmp = *n;
+  const char *s = n->str;
+  bool neg = *s == '-';
+  if (neg) s++;
+  if (*s >= '0' && *s <= '9') {
+    uint64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+      if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) return n;
+      v = v * 10 + (uint64_t)(*s - '0');
+    }
+    if (*s) return n;
+    tmp->kind = PBTXT_INT;
+    tmp->neg = neg;
+    tmp->mag = v;
+    tmp->f = neg ? -(double)v : (double)v;
+    return tmp;
+  }
+  tmp->kind = PBTXT_IDENT;
+  return tmp;
+}
+
+static bool get_u64(pctx *p, const pbtxt_node *n, const char *field, uint64_t *out) {
+  pbtxt_node t;
+  if (!pbtxt_as_uint64(scalar(n, &t), out)) return pfail(p, n, "%s must be a non-negative integer", field);
+  return true;
+}
+
+static bool get_i64(pctx *p, const pbtxt_node *n, const char *field, int64_t *out) {
+  pbtxt_node t;
+  if (!pbtxt_as_int64(scalar(n, &t), out)) return pfail(p, n, "%s must be an integer", field);
+  return true;
+}
+
+static bool get_double(pctx *p, const pbtxt_node *n, const char *field, double *out) {
+  pbtxt_node t;
+  if (!pbtxt_as_double(scalar(n, &t), out)) return pfail(p, n, "%s must be a number", field);
+  return true;
+}
+
+static bool get_bool(pctx *p, const pbtxt_node *n, const char *field, bool *out) {
+  if (!pbtxt_as_bool(n, out)) return pfail(p, n, "%s must be true or false", field);
+  return true;
+}
+
+static const char *get_ident(const pbtxt_node *n, pbtxt_node *tmp) {
+  const pbtxt_node *s = scalar(n, tmp);
+  return s->kind == PBTXT_IDENT ? s->str : NULL;
+}
+
+static bool get_str(pctx *p, const pbtxt_node *n, const char *field, const char **out) {
+  if (n->kind != PBTXT_STRING || strlen(n->str) != n->len) return pfail(p, n, "%s must be a string", field);
+  *out = n->str;
+  return true;
+}
+
+static bool get_dtype(pctx *p, const pbtxt_node *n, const char *field, cinfer_dtype *out) {
+  pbtxt_node t;
+  const char *id = get_ident(n, &t);
+  cinfer_dtype d = id && !strncmp(id, "TYPE_", 5) ? cinfer_dtype_parse(id, strlen(id)) : CINFER_TYPE_INVALID;
+  if (d == CINFER_TYPE_INVALID) return pfail(p, n, "%s: unknown data type", field);
+  *out = d;
+  return true;
+}
+
+static bool parse_direct(pctx *p, const pbtxt_node *n, seqsched_config *sc) {
+  for (size_t i = 0; i < n->n_children; i++) {
+    const pbtxt_node *c = n->children[i];
+    if (!strcmp(c->name, "max_queue_delay_microseconds")) {
+      if (!get_u64(p, c, "sequence_batching.direct.max_queue_delay_microseconds", &sc->max_queue_delay_us)) return false;
+    } else if (!strcmp(c->name, "minimum_slot_utilization")) {
+      if (!get_double(p, c, "sequence_batching.direct.minimum_slot_utilization", &sc->minimum_slot_utilization)) return false;
+    } else {
+      return pfail(p, c, "unknown field 'sequence_batching.direct.%s'", c->name);
+    }
+  }
+  return true;
+}
+
+static bool parse_oldest(pctx *p, const pbtxt_node *n, seqsched_config *sc, int64_t *pref, size_t *npref) {
+  for (size_t i = 0; i < n->n_children; i++) {
+    const pbtxt_node *c = n->children[i];
+    if (!strcmp(c->name, "max_candidate_sequences")) {
+      uint64_t v;
+      if (!get_u64(p, c, "sequence_batching.oldest.max_candidate_sequences", &v)) return false;
+      if (v > SEQSCHED_MAX_SLOTS)
+        return pfail(p, c, "sequence_batching.oldest.max_candidate_sequences %llu is more than %u",
+                     (unsigned long long)v, SEQSCHED_MAX_SLOTS);
+      sc->max_candidate_sequences = (uint32_t)v;
+    } else if (!strcmp(c->name, "preferred_batch_size")) {
+      int64_t v;
+      if (!get_i64(p, c, "sequence_batching.oldest.preferred_batch_size", &v)) return false;
+      if (*npref >= 64) return pfail(p, c, "sequence_batching.oldest.preferred_batch_size: at most 64 sizes");
+      pref[(*npref)++] = v;
+    } else if (!strcmp(c->name, "max_queue_delay_microseconds")) {
+      if (!get_u64(p, c, "sequence_batching.oldest.max_queue_delay_microseconds", &sc->max_queue_delay_us)) return false;
+    } else if (!strcmp(c->name, "preserve_ordering")) {
+      bool b;
+      if (!get_bool(p, c, "sequence_batching.oldest.preserve_ordering", &b)) return false;
+      if (b) return pnot_impl(p, c, "sequence_batching.oldest.preserve_ordering");
+    } else {
+      return pfail(p, c, "unknown field 'sequence_batching.oldest.%s'", c->name);
+    }
+  }
+  return true;
+}
+
+static bool parse_control_input(pctx *p, const pbtxt_node *n, seqmodel *sm) {
+  const char *name = NULL;
+  int n_controls = 0;
+  for (size_t i = 0; i < n->n_children; i++) {
+    const pbtxt_node *c = n->children[i];
+    if (!strcmp(c->name, "name")) {
+      if (!get_str(p, c, "sequence_batching.control_input.name", &name)) return false;
+    } else if (strcmp(c->name, "control")) {
+      return pfail(p, c, "unknown field 'sequence_batching.control_input.%s'", c->name);
+    }
+  }
+  if (!name || !name[0]) return pfail(p, n, "sequence_batching.control_input must have a 'name'");
+  for (size_t i = 0; i < n->n_children; i++) {
+    const pbtxt_node *c = n->children[i];
+    if (strcmp(c->name, "control")) continue;
+    n_controls++;
+    int kind = -1;
+    int32_t iv[2];
+    double fv[2];
+    bool bv[2];
+    int ni = 0, nf = 0, nb = 0;
+    cinfer_dtype dt = CINFER_TYPE_INVALID;
+    for (size_t j = 0; j < c->n_children; j++) {
+      const pbtxt_node *f = c->children[j];
+      if (!strcmp(f->name, "kind")) {
+        pbtxt_node t;
+        const char *id = get_ident(f, &t);
+        for (int k = 0; id && k < CTL_N; k++)
+          if (!strcmp(id, ctl_kind_names[k])) kind = k;
+        if (kind < 0) return pfail(p, f, "sequence_batching.control_input '%s': unknown control kind", name);
+      } else if (!strcmp(f->name, "int32_false_true")) {
+        int64_t v;
+        if (!get_i64(p, f, "sequence_batching.control_input.control.int32_false_true", &v)) return false;
+        if (ni >= 2 || v < INT32_MIN || v > INT32_MAX)
+          return pfail(p, f, "sequence_batching.control_input '%s': int32_false_true must be two int32 values", name);
+        iv[ni++] = (int32_t)v;
+      } else if (!strcmp(f->name, "fp32_false_true")) {
+        double v;
+        if (!get_double(p, f, "sequence_batching.control_input.control.fp32_false_true", &v)) return false;
+        if (nf >= 2) return pfail(p, f, "sequence_batching.control_input '%s': fp32_false_true must be two values", name);
+        fv[nf++] = v;
+      } else if (!strcmp(f->name, "bool_false_true")) {
+        bool v;
+        if (!get_bool(p, f, "sequence_batching.control_input.control.bool_false_true", &v)) return false;
+        if (nb >= 2) return pfail(p, f, "sequence_batching.control_input '%s': bool_false_true must be two values", name);
+        bv[nb++] = v;
+      } else if (!strcmp(f->name, "data_type")) {
+        if (!get_dtype(p, f, "sequence_batching.control_input.control.data_type", &dt)) return false;
+      } else {
+        return pfail(p, f, "unknown field 'sequence_batching.control_input.control.%s'", f->name);
+      }
+    }
+    if (kind < 0) return pfail(p, c, "sequence_batching.control_input '%s': control must have a 'kind'", name);
+    seq_ctl *ctl = &sm->ctl[kind];
+    if (ctl->on)
+      return pfail(p, c, "sequence_batching specifies multiple %s tensors", ctl_kind_names[kind]);
+    if (kind == CTL_CORRID) {
+      if (ni || nf || nb)
+        return pfail(p, c, "sequence_batching control %s for '%s' must not have *_false_true values",
+                     ctl_kind_names[kind], name);
+      if (dt == CINFER_TYPE_INVALID)
+        return pfail(p, c, "sequence_batching control %s for '%s' must specify a data_type",
+                     ctl_kind_names[kind], name);
+      if (dt != CINFER_TYPE_UINT64 && dt != CINFER_TYPE_INT64 && dt != CINFER_TYPE_UINT32 &&
+          dt != CINFER_TYPE_INT32 && dt != CINFER_TYPE_BYTES)
+        return pfail(p, c, "unexpected data type for control CONTROL_SEQUENCE_CORRID for %s. Allowed data "
+                     "types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING", name);
+    } else {
+      if (dt != CINFER_TYPE_INVALID)
+        return pfail(p, c, "sequence_batching control %s for '%s' must not have a data_type",
+                     ctl_kind_names[kind], name);
+      if ((ni != 0) + (nf != 0) + (nb != 0) != 1 || (ni && ni != 2) || (nf && nf != 2) || (nb && nb != 2))
+        return pfail(p, c, "sequence_batching control %s for '%s' must specify exactly one of "
+                     "int32_false_true, fp32_false_true and bool_false_true, with two values",
+                     ctl_kind_names[kind], name);
+      for (int k = 0; k < 2; k++) {
+        if (ni) memcpy(ctl->val[k], &iv[k], 4), dt = CINFER_TYPE_INT32;
+        if (nf) {
+          float f = (float)fv[k];
+          memcpy(ctl->val[k], &f, 4);
+          dt = CINFER_TYPE_FP32;
+        }
+        if (nb) ctl->val[k][0] = bv[k], dt = CINFER_TYPE_BOOL;
+      }
+    }
+    ctl->on = true;
+    ctl->dtype = dt;
+    if (!(ctl->name = strdup(name))) return pfail(p, c, "out of memory");
+  }
+  if (n_controls != 1)
+    return pfail(p, n, "sequence_batching.control_input '%s' must have exactly one 'control' (it has %d)",
+                 name, n_controls);
+  return true;
+}
+
+static bool parse_initial_state(pctx *p, const pbtxt_node *n, seq_state_def *sd, const char *model_dir) {
+  cinfer_dtype dt = CINFER_TYPE_INVALID;
+  int ndim = 0;
+  int64_t dims[CINFER_MAX_DIMS];
+  bool zero = false;
+  const char *file = NULL;
+  for (size_t i = 0; i < n->n_children; i++) {
+    const pbtxt_node *c = n->children[i];
+    if (!strcmp(c->name, "data_type")) {
+      if (!get_dtype(p, c, "sequence_batching.state.initial_state.data_type", &dt)) return false;
+    } else if (!strcmp(c->name, "dims")) {
+      if (ndim >= CINFER_MAX_DIMS) return pfail(p, c, "sequence_batching.state.initial_state.dims: too many dims");
+      if (!get_i64(p, c, "sequence_batching.state.initial_state.dims", &dims[ndim])) return false;
+      if (dims[ndim] < 0 || dims[ndim] > (1 << 24))
+        return pfail(p, c, "sequence_batching.state.initial_state.dims must be 0..%d", 1 << 24);
+      ndim++;
+    } else if (!strcmp(c->name, "zero_data")) {
+      if (!get_bool(p, c, "sequence_batching.state.initial_state.zero_data", &zero)) return false;
+    } else if (!strcmp(c->name, "data_file")) {
+      if (!get_str(p, c, "sequence_batching.state.initial_state.data_file", &file)) return false;
+    } else if (strcmp(c->name, "name")) {
+      return pfail(p, c, "unknown field 'sequence_batching.state.initial_state.%s'", c->name);
+    }
+  }
+  if (dt != sd->dtype)
+    return pfail(p, n, "state '%s': initial_state data_type must be the state's (%s)", sd->in,
+                 cinfer_dtype_config_name(sd->dtype));
+  if (zero == (file != NULL))
+    return pfail(p, n, "state '%s': initial_state must have exactly one of zero_data and data_file", sd->in);
+  for (int d = 0; d < sd->ndim; d++)
+    if (d >= ndim || (sd->dims[d] >= 0 && sd->dims[d] != dims[d]))
+      return pfail(p, n, "state '%s': initial_state dims do not match the state's dims", sd->in);
+  if (ndim != sd->ndim) return pfail(p, n, "state '%s': initial_state dims do not match the state's dims", sd->in);
+  int64_t el = cinfer_shape_elements(dims, ndim);
+  size_t bytes = el > 0 ? (size_t)el * cinfer_dtype_size(dt) : 0;
+  if (el < 0 || el > (1 << 26)) return pfail(p, n, "state '%s': initial_state is too large", sd->in);
+  free(sd->init);
+  sd->init = calloc(1, bytes ? bytes : 1);
+  if (!sd->init) return pfail(p, n, "out of memory");
+  sd->init_bytes = bytes;
+  sd->ndim = ndim;
+  memcpy(sd->dims, dims, sizeof dims[0] * (size_t)ndim);
+  if (file) {
+    if (!file[0] || strstr(file, "..") || file[0] == '/')
+      return pfail(p, n, "state '%s': initial_state data_file '%s' must be a file name inside "
+                   "the model's initial_state folder", sd->in, file);
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/initial_state/%s", model_dir, file) >= (int)sizeof path)
+      return pfail(p, n, "state '%s': initial_state data_file path is too long", sd->in);
+    FILE *f = fopen(path, "rb");
+    if (!f) return pfail(p, n, "state '%s': cannot open initial_state data_file %s", sd->in, path);
+    size_t got = bytes ? fread(sd->init, 1, bytes, f) : 0;
+    int extra = fgetc(f);
+    fclose(f);
+    if (got != bytes || extra != EOF)
+      return pfail(p, n, "state '%s': initial_state data_file %s must hold exactly %zu bytes", sd->in,
+                   path, bytes);
+  }
+  return true;
+}
+
+static bool parse_state(pctx *p, const pbtxt_node *n, seq_state_def *sd, const char *model_dir) {
+  const pbtxt_node *init = NULL;
+  sd->dtype = CINFER_TYPE_INVALID;
+  for (size_t i = 0; i < n->n_children; i++) {
+    const pbtxt_node *c = n->children[i];
+    const char *s = NULL;
+    if (!strcmp(c->name, "input_name")) {
+      if (!get_str(p, c, "sequence_batching.state.input_name", &s) || !(sd->in = strdup(s))) return false;
+    } else if (!strcmp(c->name, "output_name")) {
+      if (!get_str(p, c, "sequence_batching.state.output_name", &s) || !(sd->out = strdup(s))) return false;
+    } else if (!strcmp(c->name, "data_type")) {
+      if (!get_dtype(p, c, "sequence_batching.state.data_type", &sd->dtype)) return false;
+    } else if (!strcmp(c->name, "dims")) {
+      if (sd->ndim >= CINFER_MAX_DIMS) return pfail(p, c, "sequence_batching.state.dims: too many dims");
+      if (!get_i64(p, c, "sequence_batching.state.dims", &sd->dims[sd->ndim])) return false;
+      if (sd->dims[sd->ndim] < -1 || sd->dims[sd->ndim] > (1 << 24))
+        return pfail(p, c, "sequence_batching.state.dims must be -1..%d", 1 << 24);
+      sd->ndim++;
+    } else if (!strcmp(c->name, "initial_state")) {
+      if (init) return pnot_impl(p, c, "sequence_batching.state.initial_state (more than one)");
+      init = c;
+    } else if (!strcmp(c->name, "use_same_buffer_for_input_output") || !strcmp(c->name, "use_growable_memory")) {
+      bool b;
+      char field[96];
+      snprintf(field, sizeof field, "sequence_batching.state.%s", c->name);
+      if (!get_bool(p, c, field, &b)) return false;
+      if (b) return pnot_impl(p, c, field);
+    } else {
+      return pfail(p, c, "unknown field 'sequence_batching.state.%s'", c->name);
+    }
+  }
+  if (!sd->in || !sd->in[0] || !sd->out || !sd->out[0])
+    return pfail(p, n, "sequence_batching.state must have an input_name and an output_name");
+  if (sd->dtype == CINFER_TYPE_INVALID) return pfail(p, n, "state '%s' must have a data_type", sd->in);
+  if (sd->dtype == CINFER_TYPE_BYTES) return pnot_impl(p, n, "sequence_batching.state with data_type TYPE_STRING");
+  if (sd->ndim == 0) return pfail(p, n, "state '%s' must have dims", sd->in);
+  if (init) return parse_initial_state(p, init, sd, model_dir);
+  for (int d = 0; d < sd->ndim; d++)
+    if (sd->dims[d] < 0)
+      return pfail(p, n, "state '%s' has a variable dim (-1): it needs an initial_state with its dims", sd->in);
+  int64_t el = cinfer_shape_elements(sd->dims, sd->ndim);
+  if (el > (1 << 26)) return pfail(p, n, "state '%s' is too large", sd->in);
+  sd->init_bytes = (size_t)el * cinfer_dtype_size(sd->dtype);
+  if (!(sd->init = calloc(1, sd->init_bytes ? sd->init_bytes : 1))) return pfail(p, n, "out of memory");
+  return true;
+}
+
+static bool name_taken(const cinfer_model *m, const seqmodel *sm, int upto_states, const char *name) {
+  for (int i = 0; i < m->n_inputs; i++)
+    if (!strcmp(m->inputs[i].name, name)) return true;
+  for (int k = 0; k < CTL_N; k++)
+    if (sm->ctl[k].on && !strcmp(sm->ctl[k].name, name)) return true;
+  for (int i = 0; i < upto_states; i++)
+    if (!strcmp(sm->states[i].in, name)) return true;
+  return false;
+}
+
+void seqmodel_destroy(seqmodel *sm) {
+  if (!sm) return;
+  seqsched_destroy(sm->sched);
+  metrics_series_remove(sm->m_open);
+  for (int k = 0; k < CTL_N; k++) free(sm->ctl[k].name);
+  for (int i = 0; i < sm->n_states; i++) {
+    free(sm->states[i].in);
+    free(sm->states[i].out);
+    free(sm->states[i].init);
+  }
+  free(sm->states);
+  free(sm);
+}
+
+cinfer_status *seqmodel_create(cinfer_model *m) {
+  const cinfer_model_config *c = m->config;
+  const pbtxt_node *sb = c->sequence_batching;
+  if (!sb) return NULL;
+  pctx p = {.src = c->source_path && c->source_path[0] ? c->source_path : "config"};
+  seqmodel *sm = calloc(1, sizeof *sm);
+  if (!sm) return cinfer_status_oom("sequence batcher");
+  size_t n_state_nodes = 0;
+  for (size_t i = 0; i < sb->n_children; i++) n_state_nodes += !strcmp(sb->children[i]->name, "state");
+  sm->states = calloc(n_state_nodes + 1, sizeof *sm->states);
+  int64_t pref[64];
+  size_t npref = 0;
+  seqsched_config sc = {.strategy = SEQ_DIRECT, .n_instances = m->n_instances,
+                        .max_batch_size = m->batching ? m->max_batch : 0,
+                        .max_sequence_idle_us = 1000000, /* Triton's default */
+                        .free_state = vals_free};
+  bool have_strategy = false;
+  if (!sm->states) {
+    pfail(&p, sb, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < sb->n_children && !p.err; i++) {
+    const pbtxt_node *f = sb->children[i];
+    if (!strcmp(f->name, "direct") || !strcmp(f->name, "oldest")) {
+      if (have_strategy) {
+        pfail(&p, f, "sequence_batching may have only one of 'direct' and 'oldest'");
+        break;
+      }
+      have_strategy = true;
+      if (f->kind != PBTXT_MESSAGE) {
+        pfail(&p, f, "sequence_batching.%s must be a message", f->name);
+      } else if (f->name[0] == 'd') {
+        parse_direct(&p, f, &sc);
+      } else {
+        sc.strategy = SEQ_OLDEST;
+        sc.max_candidate_sequences = 1;
+        parse_oldest(&p, f, &sc, pref, &npref);
+      }
+    } else if (!strcmp(f->name, "max_sequence_idle_microseconds")) {
+      uint64_t v;
+      if (get_u64(&p, f, "sequence_batching.max_sequence_idle_microseconds", &v))
+        sc.max_sequence_idle_us = v ? v : 1000000; /* 0 means the default, as in Triton */
+    } else if (!strcmp(f->name, "control_input")) {
+      if (f->kind != PBTXT_MESSAGE) pfail(&p, f, "sequence_batching.control_input must be a message");
+      else parse_control_input(&p, f, sm);
+    } else if (!strcmp(f->name, "state")) {
+      if (f->kind != PBTXT_MESSAGE) pfail(&p, f, "sequence_batching.state must be a message");
+      else if (parse_state(&p, f, &sm->states[sm->n_states++], m->model_dir)) {
+        seq_state_def *sd = &sm->states[sm->n_states - 1];
+        if (name_taken(m, sm, sm->n_states - 1, sd->in))
+          pfail(&p, f, "state input_name '%s' is also the name of another input or control", sd->in);
+        for (int o = 0; o < m->n_outputs && !p.err; o++)
+          if (!strcmp(m->outputs[o].name, sd->out))
+            pfail(&p, f, "state output_name '%s' is also listed in 'output' (states are not "
+                  "returned to clients)", sd->out);
+      }
+    } else if (!strcmp(f->name, "iterative_sequence")) {
+      bool b;
+      if (get_bool(&p, f, "sequence_batching.iterative_sequence", &b) && b)
+        pnot_impl(&p, f, "sequence_batching.iterative_sequence");
+    } else {
+      pnot_impl(&p, f, f->name[0] ? f->name : "sequence_batching field");
+      if (p.err) { /* name it fully */
+        cinfer_status_free(p.err);
+        p.err = NULL;
+        char field[160];
+        snprintf(field, sizeof field, "sequence_batching.%s", f->name);
+        pnot_impl(&p, f, field);
+      }
+    }
+  }
+  for (int k = 0; k < CTL_N && !p.err; k++) {
+    if (!sm->ctl[k].on) continue;
+    for (int i = 0; i < m->n_inputs; i++)
+      if (!strcmp(m->inputs[i].name, sm->ctl[k].name))
+        pfail(&p, sb, "control input '%s' is also listed in 'input' (the sequence batcher fills it)",
+              sm->ctl[k].name);
+    for (int j = k + 1; j < CTL_N; j++)
+      if (sm->ctl[j].on && !strcmp(sm->ctl[j].name, sm->ctl[k].name))
+        pfail(&p, sb, "control input name '%s' is used twice", sm->ctl[k].name);
+  }
+  if (!p.err && sm->n_states && cinfer_model_is_decoupled(m))
+    pnot_impl(&p, sb, "sequence_batching.state with a decoupled backend");
+  if (p.err) goto out;
+  sc.preferred = pref;
+  sc.n_preferred = npref;
+  cinfer_status *st = seqsched_create(&sc, &sm->sched);
+  if (st) {
+    p.err = cinfer_status_prefix(st, "%s", p.src);
+    goto out;
+  }
+  for (int k = 0; k < CTL_N; k++) sm->n_extra += sm->ctl[k].on;
+  sm->n_extra += sm->n_states;
+  char ver[32];
+  snprintf(ver, sizeof ver, "%lld", (long long)m->version);
+  const char *lab[] = {"model", m->name, "version", ver, NULL};
+  sm->m_open = metrics_series(metrics_family(server_metrics(m->server), "cinfer_sequence_active",
+                                             "Sequences open in the sequence batcher (started, not "
+                                             "yet ended or released)", METRIC_GAUGE, NULL, 0), lab);
+  if (!sm->m_open) {
+    p.err = cinfer_status_oom("metrics of the sequence batcher");
+    goto out;
+  }
+  m->seq = sm;
+  m->n_extra_inputs = sm->n_extra;
+  LOG_I("model '%s': sequence batcher, %s strategy, %d state(s), idle release after %llu us", m->name,
+        sc.strategy == SEQ_DIRECT ? "direct" : "oldest", sm->n_states,
+        (unsigned long long)sc.max_sequence_idle_us);
+  return NULL;
+out:
+  seqmodel_destroy(sm);
+  return p.err;
+}
+
+/* ---- enqueue -------------------------------------------------------------------------- */
+
+static const req_param *param(const cinfer_request *r, const char *key) {
+  for (uint32_t i = 0; i < r->n_params; i++)
+    if (!strcmp(r->params[i].key, key)) return &r->params[i];
+  return NULL;
+}
+
+static cinfer_status *flag_param(const cinfer_request *r, const char *key, bool *out) {
+  *out = false;
+  const req_param *p = param(r, key);
+  if (!p) return NULL;
+  if (p->type != PARAM_BOOL)
+    return cinfer_status_new(CINFER_INVALID_ARG, "parameter '%s' must be a boolean", key);
+  *out = p->b;
+  return NULL;
+}
+
+static void key_text(const seq_key *k, char *buf, size_t cap) {
+  if (k->is_string) snprintf(buf, cap, "%.*s", (int)(k->len > 200 ? 200 : k->len), k->str);
+  else snprintf(buf, cap, "%llu", (unsigned long long)k->id);
+}
+
+cinfer_status *seqmodel_enqueue(cinfer_model *m, cinfer_request *r) {
+  seqmodel *sm = m->seq;
+  if (m->batching && r->rows > 1)
+    return cinfer_status_new(CINFER_INVALID_ARG, "inference request to model '%s' must specify "
+                             "batch-size 1 due to requirements of sequence batcher", m->name);
+  seq_req q = {.shape_key = r->shape_key, .user = r};
+  const req_param *id = param(r, "sequence_id");
+  if (id && id->type == PARAM_STRING) {
+    q.key.is_string = true;
+    q.key.str = id->s;
+    q.key.len = strlen(id->s);
+  } else if (id && id->type == PARAM_INT && id->i >= 0) {
+    q.key.id = (uint64_t)id->i;
+  } else if (id) {
+    return cinfer_status_new(CINFER_INVALID_ARG, "parameter 'sequence_id' must be an unsigned integer "
+                             "(below 2^53 over JSON) or a string");
+  }
+  if (q.key.is_string ? q.key.len == 0 : q.key.id == 0)
+    return cinfer_status_new(CINFER_INVALID_ARG, "inference request to model '%s' must specify a "
+                             "non-zero or non-empty correlation ID", m->name);
+  if (q.key.is_string && q.key.len > SEQSCHED_MAX_KEY)
+    return cinfer_status_new(CINFER_INVALID_ARG, "parameter 'sequence_id' is longer than %u bytes",
+                             SEQSCHED_MAX_KEY);
+  cinfer_status *st = flag_param(r, "sequence_start", &q.start);
+  if (!st) st = flag_param(r, "sequence_end", &q.end);
+  if (st) return st;
+  const seq_ctl *cid = &sm->ctl[CTL_CORRID];
+  if (cid->on) {
+    bool want_string = cid->dtype == CINFER_TYPE_BYTES;
+    if (want_string != q.key.is_string)
+      return cinfer_status_new(CINFER_INVALID_ARG, "sequence batching control '%s' data-type is '%s', but "
+                               "model '%s' expects '%s'", cid->name, q.key.is_string ? "BYTES" : "UINT64",
+                               m->name, cinfer_dtype_name(cid->dtype));
+  }
+  pthread_mutex_lock(&m->mu);
+  seqsched_result res = seqsched_enqueue(sm->sched, &q, r->t_arrival);
+  if (res == SEQSCHED_OK) {
+    gauges_locked(m);
+    pthread_cond_broadcast(&m->cv); /* direct: only the sequence's instance can take it */
+  }
+  pthread_mutex_unlock(&m->mu);
+  char kt[256];
+  switch (res) {
+    case SEQSCHED_OK: return NULL;
+    case SEQSCHED_NOT_STARTED:
+      key_text(&q.key, kt, sizeof kt);
+      return cinfer_status_new(CINFER_INVALID_ARG, "inference request for sequence %s to model '%s' must "
+                               "specify the START flag on the first request of the sequence", kt, m->name);
+    case SEQSCHED_TOO_MANY:
+      metric_inc(m->m.fail_rejected, 1);
+      return cinfer_status_new(CINFER_UNAVAILABLE, "model '%s' has %u open sequences (the limit): a new "
+                               "sequence must wait for one to end", m->name, SEQSCHED_MAX_SEQUENCES);
+    case SEQSCHED_BAD_KEY:
+      return cinfer_status_new(CINFER_INVALID_ARG, "inference request to model '%s' must specify a "
+                               "non-zero or non-empty correlation ID", m->name);
+    case SEQSCHED_NO_MEMORY: break;
+  }
+  return cinfer_status_oom("sequence batcher");
+}
+
+/* ---- the batch: control and state inputs ---------------------------------------------- */
+
+static cinfer_status *append_input(cinfer_request *r, const char *name, cinfer_dtype dt, int ndim,
+                                   const int64_t *shape, void *data, size_t bytes, int cfg_index) {
+  if (r->n_inputs == r->cap_inputs) {
+    uint32_t nc = r->cap_inputs ? r->cap_inputs * 2 : 4;
+    req_input *ni = realloc(r->inputs, nc * sizeof *ni);
+    if (!ni) {
+      free(data);
+      return cinfer_status_oom(NULL);
+    }
+    r->inputs = ni;
+    r->cap_inputs = nc;
+  }
+  req_input *in = &r->inputs[r->n_inputs];
+  memset(in, 0, sizeof *in);
+  if (!(in->name = strdup(name))) {
+    free(data);
+    return cinfer_status_oom(NULL);
+  }
+  in->t.name = in->name;
+  in->t.dtype = dt;
+  in->t.ndim = ndim;
+  memcpy(in->t.shape, shape, sizeof(int64_t) * (size_t)ndim);
+  in->t.data = data;
+  in->t.byte_size = bytes;
+  in->owned = data;
+  in->cfg_index = cfg_index;
+  r->n_inputs++;
+  return NULL;
+}
+
+static cinfer_status *add_controls(cinfer_model *m, cinfer_request *r, const seq_req *q) {
+  seqmodel *sm = m->seq;
+  int ci = m->n_inputs;
+  int bd = m->batching ? 1 : 0;
+  int64_t shape[2] = {1, 1};
+  for (int k = 0; k < CTL_N; k++) {
+    const seq_ctl *c = &sm->ctl[k];
+    if (!c->on) continue;
+    void *data;
+    size_t bytes;
+    if (k == CTL_CORRID) {
+      if (c->dtype == CINFER_TYPE_BYTES) {
+        bytes = 4 + q->key.len;
+        if (!(data = malloc(bytes))) return cinfer_status_oom(NULL);
+        uint32_t l = (uint32_t)q->key.len;
+        unsigned char *b = data;
+        b[0] = (unsigned char)l, b[1] = (unsigned char)(l >> 8), b[2] = (unsigned char)(l >> 16),
+        b[3] = (unsigned char)(l >> 24);
+        memcpy(b + 4, q->key.str, q->key.len);
+      } else {
+        bytes = cinfer_dtype_size(c->dtype);
+        if (!(data = calloc(1, 8))) return cinfer_status_oom(NULL);
+        uint64_t v = q->key.id; /* narrower types take the low bits, as a C cast does */
+        if (c->dtype == CINFER_TYPE_UINT64 || c->dtype == CINFER_TYPE_INT64) memcpy(data, &v, 8);
+        else {
+          uint32_t w = (uint32_t)v;
+          memcpy(data, &w, 4);
+        }
+      }
+    } else {
+      bool on = k == CTL_START ? q->start : k == CTL_END ? q->end : true; /* READY: a real request */
+      bytes = c->dtype == CINFER_TYPE_BOOL ? 1 : 4;
+      if (!(data = malloc(4))) return cinfer_status_oom(NULL);
+      memcpy(data, c->val[on], bytes);
+    }
+    cinfer_status *st = append_input(r, c->name, c->dtype, 1 + bd, shape, data, bytes, ci++);
+    if (st) return st;
+  }
+  return NULL;
+}
+
+static cinfer_status *add_states(cinfer_model *m, cinfer_request *r, const seq_req *q) {
+  seqmodel *sm = m->seq;
+  int ci = m->n_inputs + sm->n_extra - sm->n_states;
+  int bd = m->batching ? 1 : 0;
+  seq_vals *vs = *q->state;
+  for (int i = 0; i < sm->n_states; i++) {
+    const seq_state_def *sd = &sm->states[i];
+    const void *src = sd->init;
+    size_t bytes = sd->init_bytes;
+    int ndim = sd->ndim;
+    const int64_t *dims = sd->dims;
+    if (!q->start && vs && vs->v[i].data) { /* a START resets the state */
+      src = vs->v[i].data;
+      bytes = vs->v[i].bytes;
+      ndim = vs->v[i].ndim;
+      dims = vs->v[i].shape;
+    }
+    int64_t shape[CINFER_MAX_DIMS + 1];
+    shape[0] = 1;
+    memcpy(shape + bd, dims, sizeof(int64_t) * (size_t)ndim);
+    void *data = malloc(bytes ? bytes : 1);
+    if (!data) return cinfer_status_oom(NULL);
+    if (bytes) memcpy(data, src, bytes);
+    cinfer_status *st = append_input(r, sd->in, sd->dtype, ndim + bd, shape, data, bytes, ci++);
+    if (st) return st;
+  }
+  return NULL;
+}
+
+bool model_seq_hidden_output(const cinfer_model *m, const char *name) {
+  const seqmodel *sm = m->seq;
+  for (int i = 0; sm && i < sm->n_states; i++)
+    if (!strcmp(sm->states[i].out, name)) return true;
+  return false;
+}
+
+/* After a successful execution: each request's rows of the state outputs become its
+ * sequence's state. Requests are batch-size 1, so request k is row k (non-batching models
+ * run one request per batch). */
+cinfer_status *model_seq_after_execute(cinfer_model *m, cinfer_request **reqs, uint32_t n,
+                                       const batch_block *bl) {
+  seqmodel *sm = m->seq;
+  if (!sm || sm->n_states == 0) return NULL;
+  for (int i = 0; i < sm->n_states; i++) {
+    const seq_state_def *sd = &sm->states[i];
+    const cinfer_tensor *t = NULL;
+    for (uint32_t j = 0; bl && j < bl->n; j++)
+      if (!strcmp(bl->out[j].name, sd->out)) t = &bl->out[j].t;
+    if (!t)
+      return cinfer_status_new(CINFER_INTERNAL, "model '%s' did not produce the state output '%s'",
+                               m->name, sd->out);
+    int bd = m->batching ? 1 : 0;
+    if (t->dtype != sd->dtype || t->ndim != sd->ndim + bd || (bd && t->shape[0] != (int64_t)n))
+      return cinfer_status_new(CINFER_INTERNAL, "model '%s': state output '%s' is %s with rank %d; the "
+                               "state is %s with %d dims (plus the batch dim)", m->name, sd->out,
+                               cinfer_dtype_name(t->dtype), t->ndim, cinfer_dtype_name(sd->dtype), sd->ndim);
+    for (int d = 0; d < sd->ndim; d++)
+      if (sd->dims[d] >= 0 && t->shape[d + bd] != sd->dims[d])
+        return cinfer_status_new(CINFER_INTERNAL, "model '%s': state output '%s' dim %d is %lld, the "
+                                 "state's dims say %lld", m->name, sd->out, d,
+                                 (long long)t->shape[d + bd], (long long)sd->dims[d]);
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    void **slot = reqs[k]->seq_state;
+    if (!slot) continue;
+    seq_vals *vs = *slot;
+    if (!vs) {
+      vs = calloc(1, sizeof *vs + (size_t)sm->n_states * sizeof vs->v[0]);
+      if (!vs) return cinfer_status_oom("sequence state");
+      vs->n = sm->n_states;
+      *slot = vs;
+    }
+    for (int i = 0; i < sm->n_states; i++) {
+      const cinfer_tensor *t = NULL;
+      for (uint32_t j = 0; j < bl->n; j++)
+        if (!strcmp(bl->out[j].name, sm->states[i].out)) t = &bl->out[j].t;
+      int bd = m->batching ? 1 : 0;
+      size_t row = bd ? t->byte_size / n : t->byte_size;
+      void *data = malloc(row ? row : 1);
+      if (!data) return cinfer_status_oom("sequence state");
+      if (row) memcpy(data, (const char *)t->data + (bd ? row * k : 0), row);
+      free(vs->v[i].data);
+      vs->v[i].data = data;
+      vs->v[i].bytes = row;
+      vs->v[i].ndim = t->ndim - bd;
+      memcpy(vs->v[i].shape, t->shape + bd, sizeof(int64_t) * (size_t)(t->ndim - bd));
+    }
+  }
+  return NULL;
+}
+
+/* ---- workers -------------------------------------------------------------------------- */
+
+void *seq_worker_main(model_instance *inst) {
+  cinfer_model *m = inst->model;
+  seqmodel *sm = m->seq;
+  size_t cap = m->batching ? (size_t)m->max_batch : 1;
+  seq_req *items = calloc(cap, sizeof *items);
+  cinfer_request **batch = calloc(cap, sizeof *batch);
+  size_t nin = (size_t)(m->n_inputs + m->n_extra_inputs) + 1;
+  cinfer_tensor *inputs = calloc(nin, sizeof *inputs);
+  void **bufs = calloc(nin, sizeof *bufs);
+  if (!items || !batch || !inputs || !bufs) {
+    LOG_E("model '%s': instance %d cannot allocate its batch buffers", m->name, inst->index);
+    free(items), free(batch), free(inputs), free(bufs);
+    return NULL;
+  }
+  pthread_mutex_lock(&m->mu);
+  for (;;) {
+    uint64_t now = clock_now_ns();
+    size_t released = seqsched_expire(sm->sched, now);
+    if (released) {
+      LOG_V(1, "model '%s': released %zu idle sequence(s)", m->name, released);
+      gauges_locked(m);
+      pthread_cond_broadcast(&m->cv); /* a backlog sequence may have a slot now */
+    }
+    size_t n = 0;
+    uint64_t wake = UINT64_MAX;
+    seqsched_next(sm->sched, inst->index, now, items, cap, &n, &wake);
+    if (n == 0) {
+      seqsched_stats ss;
+      seqsched_get_stats(sm->sched, &ss);
+      if (m->stopping && ss.queued == 0) break;
+      uint64_t exp = seqsched_expire_at(sm->sched);
+      if (exp < wake) wake = exp;
+      if (wake == UINT64_MAX) {
+        pthread_cond_wait(&m->cv, &m->mu);
+      } else if (wake > now) {
+        struct timespec ts; /* the condvar uses CLOCK_MONOTONIC (model_create) */
+        ts.tv_sec = (time_t)(wake / 1000000000ull);
+        ts.tv_nsec = (long)(wake % 1000000000ull);
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+      }
+      continue;
+    }
+    gauges_locked(m);
+    pthread_mutex_unlock(&m->mu);
+
+    uint64_t t = clock_now_ns();
+    uint32_t live = 0;
+    for (size_t i = 0; i < n; i++) {
+      cinfer_request *r = items[i].user;
+      r->t_exec_start = t;
+      cinfer_status *st = NULL;
+      if (cinfer_request_is_cancelled(r)) st = cinfer_status_new(CINFER_CANCELLED, "request cancelled");
+      if (!st) st = add_controls(m, r, &items[i]);
+      if (!st) st = add_states(m, r, &items[i]);
+      if (st) {
+        model_fail_request(m, r, st);
+        continue;
+      }
+      r->seq_state = items[i].state;
+      batch[live++] = r;
+    }
+    if (live) model_run_batch(inst, batch, live, inputs, bufs);
+    uint64_t t_end = clock_now_ns();
+    pthread_mutex_lock(&m->mu);
+    inst->busy_ns += t_end - t;
+    seqsched_done(sm->sched, items, n, t_end);
+    gauges_locked(m);
+    pthread_cond_broadcast(&m->cv);
+  }
+  pthread_mutex_unlock(&m->mu);
+  free(items);
+  free(batch);
+  free(inputs);
+  free(bufs);
+  return NULL;
+}
