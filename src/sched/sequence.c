@@ -460,6 +460,27 @@ size_t seqsched_drain(seqsched *s, seq_req *out, size_t cap) {
   size_t k = 0;
   for (uint32_t i = 0; i < s->n_slots && k < cap; i++) k = drain_seq(s, s->slot_seq[i], out, cap, k);
   for (seqsched_seq *q = s->back_head; q && k < cap; q = q->bnext) k = drain_seq(s, q, out, cap, k);
+  /* a closing sequence left with nothing would never be released (invariant 3) */
+  for (seqsched_seq **pp = &s->back_head; *pp;) {
+    seqsched_seq *q = *pp;
+    if (!q->open && !q->head) {
+      *pp = q->bnext;
+      if (s->back_tail == q) s->back_tail = NULL;
+      s->n_seqs--;
+      seq_free(s, q);
+    } else {
+      pp = &q->bnext;
+    }
+  }
+  if (!s->back_tail)
+    for (seqsched_seq *q = s->back_head; q; q = q->bnext) s->back_tail = q;
+  for (uint32_t i = 0; i < s->n_slots; i++) {
+    seqsched_seq *q = s->slot_seq[i];
+    if (q && !q->open && !q->running && !q->head) {
+      seq_release(s, q);
+      i--; /* a backlog sequence may have taken the slot: look at it again */
+    }
+  }
   return k;
 }
 
