@@ -162,6 +162,30 @@ output [ {{ name: "OUTPUT" data_type: TYPE_FP32 dims: [ 1 ] }},
     return onnx_b, cfg
 
 
+def probe_sequence(name="simple_string_dyna_sequence", corrid_type="TYPE_STRING", strategy=None):
+    """A model of the seq_probe test backend (tests/backends/seq_probe.c): accumulates INPUT in
+    the implicit state and adds CORRID at END (Triton's simple_string_dyna_sequence)."""
+    strategy = strategy or "oldest { max_candidate_sequences: 64 max_queue_delay_microseconds: 1000 }"
+    cfg = f"""name: "{name}"
+backend: "seq_probe"
+max_batch_size: 8
+sequence_batching {{
+  {strategy}
+  control_input [
+    {_control("START", "CONTROL_SEQUENCE_START")},
+    {_control("END", "CONTROL_SEQUENCE_END")},
+    {_control("READY", "CONTROL_SEQUENCE_READY")},
+    {_control("CORRID", "CONTROL_SEQUENCE_CORRID", data_type=corrid_type)}
+  ]
+  state [ {{ input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+}}
+{_io("input", "INPUT", "TYPE_INT32")}
+{_io("output", "OUTPUT", "TYPE_INT32")}
+instance_group [ {{ count: 2 kind: KIND_CPU }} ]
+"""
+    return None, cfg
+
+
 def write_repo(models, dest=None):
     """models: {name: (onnx bytes, config text[, {relative path: bytes}])}."""
     dest = dest or tempfile.mkdtemp(prefix="cinfer-seq-")
@@ -169,8 +193,9 @@ def write_repo(models, dest=None):
         onnx_b, cfg = spec[0], spec[1]
         files = spec[2] if len(spec) > 2 else {}
         os.makedirs(os.path.join(dest, name, "1"), exist_ok=True)
-        with open(os.path.join(dest, name, "1", "model.onnx"), "wb") as f:
-            f.write(onnx_b)
+        if onnx_b is not None:
+            with open(os.path.join(dest, name, "1", "model.onnx"), "wb") as f:
+                f.write(onnx_b)
         with open(os.path.join(dest, name, "config.pbtxt"), "w") as f:
             f.write(cfg)
         for rel, data in files.items():

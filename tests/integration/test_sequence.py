@@ -5,6 +5,7 @@ sequence ids, interleaved and concurrent sequences, idle release, and Triton's e
 The ONNX models are built at test time (seq_models.py)."""
 import concurrent.futures as cf
 import json
+import os
 import re
 import time
 import urllib.error
@@ -20,6 +21,8 @@ import seq_models as sm
 from cinfer_server import Server
 
 VALUES = [11, 7, 5, 3, 2, 0, 1]
+BUILD = os.environ.get("CINFER_BUILD_DIR", "build")
+PROBE_DIR = os.path.join(BUILD, "tests", "backends")  # seq_probe/libcinfer_seq_probe.so
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +39,11 @@ def server():
         "acc_direct_delay": sm.accumulator("acc_direct_delay", strategy="direct { max_queue_delay_microseconds: "
                                            "3000 minimum_slot_utilization: 0.5 }", instances=2),
         "controls": sm.controls(),
+        "simple_string_dyna_sequence": sm.probe_sequence(),
+        "probe_u64_direct": sm.probe_sequence("probe_u64_direct", "TYPE_UINT64", "direct { }"),
     })
-    with Server(repo) as s:
+    assert os.path.exists(os.path.join(PROBE_DIR, "seq_probe", "libcinfer_seq_probe.so")), PROBE_DIR
+    with Server(repo, ["--backend-directory", PROBE_DIR]) as s:
         s.wait_ready()
         yield s
 
@@ -89,6 +95,37 @@ def test_dyna_sequence_oldest_corrid(client):
         rb.append(out(infer(client, "simple_dyna_sequence", vb, b, start=i == 0, end=i == n - 1)))
     assert ra == [1] + VALUES[:-1] + [1 + a]
     assert rb == [101] + [-v for v in VALUES[:-1]] + [-1 + b]
+
+
+def test_string_dyna_sequence_with_a_custom_backend(client):
+    """The example's -d string sequence: CORRID as TYPE_STRING reaches a (shared-object)
+    backend as a BYTES tensor; the implicit state works for any backend. Expected values are
+    the example's: 20, then the running sum, plus int(id) at END."""
+    sid = "1002"
+    vals = [20] + [-v for v in VALUES]
+    got = [out(infer(client, "simple_string_dyna_sequence", v, sid, start=i == 0, end=i == len(vals) - 1))
+           for i, v in enumerate(vals)]
+    exp = list(np.cumsum(vals))
+    exp[-1] += 1002
+    assert got == exp
+
+
+@pytest.mark.parametrize("model,ids", [("simple_string_dyna_sequence", [str(3000 + i) for i in range(10)]),
+                                       ("probe_u64_direct", [4000 + i for i in range(10)])])
+def test_probe_concurrent(server, model, ids):
+    rng = np.random.default_rng(3)
+    work = {k: rng.integers(-9, 9, 12).tolist() for k in ids}
+    with cf.ThreadPoolExecutor(len(ids)) as ex:
+        futs = {k: ex.submit(run_sequence, server.hostport, model, k, v) for k, v in work.items()}
+        for k, f in futs.items():
+            exp = np.cumsum(work[k]).tolist()
+            exp[-1] += int(k)
+            assert f.result(timeout=120) == exp, k
+
+
+def test_server_metadata_lists_sequence_extension(client):
+    ext = client.get_server_metadata()["extensions"]
+    assert "sequence" in ext and "sequence(string_id)" in ext
 
 
 def test_control_values_and_corrid(client):
