@@ -387,9 +387,13 @@ static bool parse_state(pctx *p, const pbtxt_node *n, seq_state_def *sd, const c
     const pbtxt_node *c = n->children[i];
     const char *s = NULL;
     if (!strcmp(c->name, "input_name")) {
-      if (!get_str(p, c, "sequence_batching.state.input_name", &s) || !(sd->in = strdup(s))) return false;
+      if (!get_str(p, c, "sequence_batching.state.input_name", &s)) return false;
+      free(sd->in);
+      if (!(sd->in = strdup(s))) return pfail(p, c, "out of memory");
     } else if (!strcmp(c->name, "output_name")) {
-      if (!get_str(p, c, "sequence_batching.state.output_name", &s) || !(sd->out = strdup(s))) return false;
+      if (!get_str(p, c, "sequence_batching.state.output_name", &s)) return false;
+      free(sd->out);
+      if (!(sd->out = strdup(s))) return pfail(p, c, "out of memory");
     } else if (!strcmp(c->name, "data_type")) {
       if (!get_dtype(p, c, "sequence_batching.state.data_type", &sd->dtype)) return false;
     } else if (!strcmp(c->name, "dims")) {
