@@ -35,7 +35,7 @@ def server():
                                      "preferred_batch_size: [ 2, 4 ] max_queue_delay_microseconds: 2000 }",
                                      initial=1000, instances=2),
         "acc_nobatch": sm.accumulator("acc_nobatch", max_batch=0, instances=4),  # 4 slots
-        "acc_idle": sm.accumulator("acc_idle", idle_us=200000),
+        "acc_idle": sm.accumulator("acc_idle", idle_us=1500000),
         "acc_direct_delay": sm.accumulator("acc_direct_delay", strategy="direct { max_queue_delay_microseconds: "
                                            "3000 minimum_slot_utilization: 0.5 }", instances=2),
         "controls": sm.controls(),
@@ -203,7 +203,7 @@ def metric_value(server, name, model):
 
 
 def test_idle_sequence_is_released(server, client):
-    """max_sequence_idle_microseconds 200000: an idle sequence loses its slot; a later request
+    """max_sequence_idle_microseconds 1500000: an idle sequence loses its slot; a later request
     of it gets Triton's START error. Waits on the sequence gauge, bounded."""
     assert out(infer(client, "acc_idle", 4, 31, start=True)) == 4
     assert metric_value(server, "cinfer_sequence_active", "acc_idle") == 1
