@@ -515,15 +515,10 @@ cinfer_status *seqmodel_create(cinfer_model *m) {
       bool b;
       if (get_bool(&p, f, "sequence_batching.iterative_sequence", &b) && b)
         pnot_impl(&p, f, "sequence_batching.iterative_sequence");
-    } else {
-      pnot_impl(&p, f, f->name[0] ? f->name : "sequence_batching field");
-      if (p.err) { /* name it fully */
-        cinfer_status_free(p.err);
-        p.err = NULL;
-        char field[160];
-        snprintf(field, sizeof field, "sequence_batching.%s", f->name);
-        pnot_impl(&p, f, field);
-      }
+    } else { /* generative_sequence and any other field of ModelSequenceBatching */
+      char field[160];
+      snprintf(field, sizeof field, "sequence_batching.%.120s", f->name);
+      pnot_impl(&p, f, field);
     }
   }
   for (int k = 0; k < CTL_N && !p.err; k++) {
