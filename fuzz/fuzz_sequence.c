@@ -80,7 +80,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       cinfer_status_free(cinfer_request_add_input(r, &t));
       uint8_t b = data[i];
       if (b & 1) cinfer_status_free(cinfer_request_set_param_int(r, "sequence_id", b >> 4));
-      else cinfer_status_free(cinfer_request_set_param_string(r, "sequence_id", (const char *)data, b >> 5));
+      else { /* a string id from the input's own bytes (never past its end) */
+        size_t len = (size_t)(b >> 5) < size ? (size_t)(b >> 5) : size;
+        cinfer_status_free(cinfer_request_set_param_string(r, "sequence_id", (const char *)data, len));
+      }
       cinfer_status_free(cinfer_request_set_param_bool(r, "sequence_start", b & 2));
       cinfer_status_free(cinfer_request_set_param_bool(r, "sequence_end", b & 4));
       cinfer_request_set_callback(r, done_cb, NULL);
