@@ -434,6 +434,7 @@ static void handle_metrics(frontend *fe, http_exchange *ex) {
 static void handle_server_metadata(http_exchange *ex) {
   static const char body[] =
       "{\"name\":\"cinfer\",\"version\":\"" CINFER_VERSION "\",\"extensions\":["
+      "\"sequence\",\"sequence(string_id)\"," /* sequence_batching (server/sequence.c) */
       "\"binary_tensor_data\",\"model_configuration\",\"model_repository\",\"parameters\","
       "\"schedule_policy\",\"statistics\"]}";
   http_respond(ex, 200, json_hdr, 1, body, sizeof body - 1);

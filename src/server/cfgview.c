@@ -121,7 +121,7 @@ static cinfer_status *unsupported(const cinfer_model_config *c, int line, const 
 
 cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *backend,
                                    bool backend_decoupled) {
-  if (c->sequence_batching) return unsupported(c, c->sequence_batching->line, "sequence_batching " NOT_YET);
+  /* sequence_batching: its fields are checked where it is parsed (server/sequence.c) */
   if (c->ensemble_scheduling)
     return unsupported(c, c->ensemble_scheduling->line, "ensemble_scheduling " NOT_YET);
   if (c->response_cache && c->response_cache_enable)

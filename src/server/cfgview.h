@@ -71,8 +71,7 @@ cfg_version_kind cfg_version_policy(const cinfer_model_config *c, int *num_lates
 const char *cfg_parameter(const cinfer_model_config *c, const char *key);
 bool cfg_decoupled(const cinfer_model_config *c);
 void cfg_free(cinfer_model_config *c);
-/* Configuration that parses but that cinfer does not implement (sequence_batching,
- * response_cache, KIND_GPU on a CPU backend, rate_limiter, ...): the model must fail to load
+/* Configuration that parses but that cinfer does not implement (response_cache, KIND_GPU on a CPU backend, rate_limiter, ...): the model must fail to load
  * with a reason naming the field rather than run without it. NULL when every field given
  * is honoured. docs/config-reference.md lists them. */
 cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *backend,

@@ -63,6 +63,7 @@ struct cinfer_request {
   int64_t rows;       /* dim 0 when the model batches, else 1 */
   uint64_t shape_key; /* hash of non-batch dims; equal keys may share a batch */
   uint64_t t_arrival, t_exec_start;
+  void **seq_state;   /* sequence models: the state slot of its sequence while it runs */
   cinfer_request *next;
 };
 
@@ -111,6 +112,8 @@ struct cinfer_model {
   cfg_dynamic_batching db;
   int n_inputs, n_outputs;
   cfg_io *inputs, *outputs;
+  struct seqmodel *seq;         /* sequence_batching (sequence.c), or NULL */
+  int n_extra_inputs;           /* control + state inputs the sequence batcher adds */
 
   /* scheduler */
   pthread_mutex_t mu;
@@ -154,6 +157,25 @@ void model_ref(cinfer_model *m);
 void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err);
 void model_destroy_now(cinfer_model *m); /* reaper: stop workers, unload */
 void model_busy_update(cinfer_model *m, uint64_t window_ns);
+
+void model_fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st); /* takes st */
+/* Runs reqs[0..n) as one batch on inst and delivers (or fails) each request. inputs, bufs:
+ * scratch of n_inputs + n_extra_inputs + 1 entries. */
+void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
+                     cinfer_tensor *inputs, void **bufs);
+
+/* sequence.c: models with sequence_batching */
+typedef struct seqmodel seqmodel;
+/* Parses config's sequence_batching (needs m->inputs/outputs and n_instances); sets m->seq
+ * and m->n_extra_inputs. NULL (nothing set) when the model has none. */
+cinfer_status *seqmodel_create(cinfer_model *m);
+void seqmodel_destroy(seqmodel *sm);
+cinfer_status *seqmodel_enqueue(cinfer_model *m, cinfer_request *r);
+void *seq_worker_main(model_instance *inst);
+/* State outputs: produced for the server, never returned to a client. */
+bool model_seq_hidden_output(const cinfer_model *m, const char *name);
+cinfer_status *model_seq_after_execute(cinfer_model *m, cinfer_request **reqs, uint32_t n,
+                                       const batch_block *bl);
 
 /* server.c */
 void server_reap(cinfer_server *s, cinfer_model *m);

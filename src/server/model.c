@@ -100,6 +100,7 @@ cinfer_status *cinfer_batch_output(cinfer_batch *b, const char *name, cinfer_dty
 }
 
 bool cinfer_batch_output_requested(const cinfer_batch *b, const char *name) {
+  if (b->n_requests && model_seq_hidden_output(b->requests[0]->model, name)) return true;
   for (uint32_t i = 0; i < b->n_requests; i++)
     if (request_output_wanted(b->requests[i], name)) return true;
   return false;
@@ -150,6 +151,10 @@ static void fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st) 
   request_complete_error(r, st);
 }
 
+void model_fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st) {
+  fail_request(m, r, st);
+}
+
 /* ---- execution ------------------------------------------------------------------------ */
 
 /* With stats_mu held: r's queue and compute phases, added together so that a statistics
@@ -184,7 +189,7 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
     uint32_t no = 0;
     for (uint32_t i = 0; bl && i < bl->n; i++) {
       const cinfer_tensor *bt = &bl->out[i].t;
-      if (!request_output_wanted(r, bt->name)) continue;
+      if (!request_output_wanted(r, bt->name) || model_seq_hidden_output(m, bt->name)) continue;
       cinfer_tensor t = *bt;
       if (m->batching && n > 1) {
         int64_t total = bt->shape[0];
@@ -229,8 +234,8 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
 }
 
 /* inputs, bufs: the worker's scratch, m->n_inputs entries each (sized from the config). */
-static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
-                      cinfer_tensor *inputs, void **bufs) {
+void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
+                     cinfer_tensor *inputs, void **bufs) {
   cinfer_model *m = inst->model;
   uint64_t t0 = clock_now_ns();
   int64_t rows = 0;
@@ -240,8 +245,10 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
   uint32_t n_in = 0;
   cinfer_status *st = NULL;
   cinfer_request *r0 = reqs[0];
-  memset(bufs, 0, (size_t)m->n_inputs * sizeof *bufs);
-  for (int ci = 0; ci < m->n_inputs; ci++) {
+  /* config inputs, then the sequence batcher's control and state inputs */
+  int n_all = m->n_inputs + m->n_extra_inputs;
+  memset(bufs, 0, (size_t)n_all * sizeof *bufs);
+  for (int ci = 0; ci < n_all; ci++) {
     const cinfer_tensor *tin = NULL;
     for (uint32_t i = 0; i < r0->n_inputs; i++)
       if (r0->inputs[i].cfg_index == ci) tin = &r0->inputs[i].t;
@@ -284,6 +291,7 @@ static void run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
    * below have read it. */
   for (uint32_t k = 0; decoupled && k < n; k++) cinfer_request_ref(reqs[k]);
   if (!st) st = m->backend->execute(inst->state, &b);
+  if (!st && m->seq) st = model_seq_after_execute(m, reqs, n, core.block);
   uint64_t t2 = clock_now_ns();
   for (uint32_t i = 0; i < n_in; i++) free(bufs[i]);
 
@@ -362,6 +370,7 @@ static void update_pending_locked(cinfer_model *m) {
 static void *worker_main(void *arg) {
   model_instance *inst = arg;
   cinfer_model *m = inst->model;
+  if (m->seq) return seq_worker_main(inst);
   size_t cap = m->scratch_cap;
   batcher_item *items = calloc(cap, sizeof *items);
   cinfer_request **batch = calloc(cap, sizeof *batch);
@@ -413,7 +422,7 @@ static void *worker_main(void *arg) {
       else
         batch[live++] = r;
     }
-    if (live) run_batch(inst, batch, live, inputs, bufs);
+    if (live) model_run_batch(inst, batch, live, inputs, bufs);
     uint64_t busy = clock_now_ns() - t;
     pthread_mutex_lock(&m->mu);
     inst->busy_ns += busy;
@@ -531,6 +540,7 @@ static void metrics_fini(cinfer_model *m) {
 }
 
 static void model_free(cinfer_model *m) {
+  seqmodel_destroy(m->seq);
   batcher_destroy(m->batcher);
   sched_order_destroy(m->order);
   free(m->held);
@@ -684,6 +694,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
     goto fail;
   }
   m->n_instances = total;
+  if ((st = seqmodel_create(m))) goto fail;
   int budget = server_thread_budget(s);
   int per = budget / total > 0 ? budget / total : 1;
   /* The backend's view of the config: the accessors (for the model's lifetime) and the
@@ -817,6 +828,7 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
   }
   r->shape_key = shape_key(r, m->batching ? 1 : 0);
   r->t_arrival = clock_now_ns();
+  if (m->seq) return seqmodel_enqueue(m, r);
   batcher_item it = {.rows = m->batching && m->db.enabled ? r->rows : 1, .shape_key = r->shape_key,
                      .priority = r->priority, .timeout_us = r->timeout_us, .user = r};
   pthread_mutex_lock(&m->mu);

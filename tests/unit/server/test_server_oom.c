@@ -38,6 +38,36 @@ static const char *const JSON =
     "\"instance_group\":[{\"count\":2,\"kind\":\"KIND_CPU\"}],"
     "\"parameters\":{\"a\":{\"string_value\":\"b\"}}}";
 
+/* A sequence model (server/sequence.c parses its sequence_batching): controls of every
+ * form, a string CORRID, an implicit state with an initial_state. */
+static const char *const SEQ_CFG =
+    "name: \"t\"\nbackend: \"identity\"\nmax_batch_size: 8\n"
+    "input [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+    "output [ { name: \"OUTPUT0\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+    "sequence_batching { max_sequence_idle_microseconds: 5000000\n"
+    "  direct { max_queue_delay_microseconds: 100 minimum_slot_utilization: 0.5 }\n"
+    "  control_input [ { name: \"START\" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },\n"
+    "    { name: \"END\" control [ { kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] } ] },\n"
+    "    { name: \"READY\" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] },\n"
+    "    { name: \"CORRID\" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] } ]\n"
+    "  state [ { input_name: \"S\" output_name: \"S_OUT\" data_type: TYPE_FP32 dims: [ 2 ]\n"
+    "            initial_state { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true name: \"z\" } } ] }\n"
+    "instance_group [ { count: 2 kind: KIND_CPU } ]\n";
+
+static const char *const SEQ_JSON =
+    "{\"name\":\"t\",\"backend\":\"identity\",\"max_batch_size\":4,"
+    "\"input\":[{\"name\":\"INPUT0\",\"data_type\":\"TYPE_FP32\",\"dims\":[\"-1\"]}],"
+    "\"output\":[{\"name\":\"OUTPUT0\",\"data_type\":\"TYPE_FP32\",\"dims\":[-1]}],"
+    "\"sequence_batching\":{\"max_sequence_idle_microseconds\":\"5000000\","
+    "\"oldest\":{\"max_candidate_sequences\":4,\"preferred_batch_size\":[2]},"
+    "\"control_input\":[{\"name\":\"START\",\"control\":[{\"kind\":\"CONTROL_SEQUENCE_START\","
+    "\"int32_false_true\":[0,1]}]},{\"name\":\"READY\",\"control\":[{\"kind\":"
+    "\"CONTROL_SEQUENCE_READY\",\"bool_false_true\":[false,true]}]},{\"name\":\"CORRID\",\"control\":[{\"kind\":"
+    "\"CONTROL_SEQUENCE_CORRID\",\"data_type\":\"TYPE_UINT64\"}]}],"
+    "\"state\":[{\"input_name\":\"S\",\"output_name\":\"S_OUT\",\"data_type\":\"TYPE_INT32\","
+    "\"dims\":[\"3\"]}]},"
+    "\"instance_group\":[{\"count\":2,\"kind\":\"KIND_CPU\"}]}";
+
 /* The metric lines of model t (values excluded), as one string. */
 static char *model_series(cinfer_server *s) {
   char *t = NULL;
@@ -63,9 +93,9 @@ static void unload_and_wait(cinfer_server *s) {
   assert_string_equal(tu_state(s, "t", 1, NULL, 0), "UNAVAILABLE");
 }
 
-static void torture_load(const char *json) {
+static void torture_load(const char *cfg, const char *json) {
   char *repo = tu_repo();
-  tu_model(repo, "t", 1, CFG);
+  tu_model(repo, "t", 1, cfg);
   cinfer_server *s = tu_server(repo, CINFER_MODEL_CONTROL_EXPLICIT, 0);
   /* the reference run */
   cinfer_status *st = cinfer_server_load_model(s, "t", json);
@@ -111,12 +141,18 @@ static void torture_load(const char *json) {
 
 static void test_torture_load_from_file(void **state) {
   (void)state;
-  torture_load(NULL);
+  torture_load(CFG, NULL);
 }
 
 static void test_torture_load_with_config_json(void **state) {
   (void)state;
-  torture_load(JSON);
+  torture_load(CFG, JSON);
+}
+
+static void test_torture_load_sequence_model(void **state) {
+  (void)state;
+  torture_load(SEQ_CFG, NULL);
+  torture_load(CFG, SEQ_JSON);
 }
 
 int main(void) {
@@ -125,6 +161,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_torture_load_from_file),
       cmocka_unit_test(test_torture_load_with_config_json),
+      cmocka_unit_test(test_torture_load_sequence_model),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
