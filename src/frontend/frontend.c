@@ -5,6 +5,7 @@
  * cinfer_server_infer_async -> response callback (worker thread) encodes the response and
  * answers the exchange -> the per-exchange context is freed on the exchange's I/O loop,
  * after which no cancel notification can arrive for it. */
+#include "cinfer/trace.h"
 #include "core/clock.h"
 #include "frontend/frontend.h"
 
@@ -122,6 +123,8 @@ static void log_request(infer_ctx *c, int status, const char *err) {
 static void respond_task(void *arg) {
   infer_ctx *c = arg;
   cinfer_response *resp = c->resp;
+  cinfer_trace *tr = cinfer_request_trace(c->req);
+  if (tr) cinfer_trace_stamp(tr, CINFER_TRACE_HTTP_SEND_START);
   const cinfer_status *err = cinfer_response_error(resp);
   if (err) {
     log_request(c, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
@@ -144,6 +147,7 @@ static void respond_task(void *arg) {
     }
     log_request(c, 200, NULL);
   }
+  if (tr) cinfer_trace_stamp(tr, CINFER_TRACE_HTTP_SEND_END);
   c->resp = NULL;
   cinfer_response_free(resp);
   /* On the loop thread after the answer: no cancel notification can follow. */
@@ -159,6 +163,8 @@ static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
     return;
   }
   atomic_store(&c->answered, true);
+  cinfer_trace *tr = cinfer_request_trace(c->req);
+  if (tr) cinfer_trace_stamp(tr, CINFER_TRACE_INFER_RESPONSE_COMPLETE);
   c->resp = resp;
   c->task.fn = respond_task_fn;
   loop_post_task(http_exchange_loop(c->ex), &c->task);
@@ -196,6 +202,7 @@ static void handle_infer(frontend *fe, http_exchange *ex, const http_request *re
     ctx_free(c);
     return;
   }
+  cinfer_request_set_recv_times(c->req, req->recv_start_ns, c->t0); /* the handler has the whole body */
   cinfer_request_set_callback(c->req, on_response, c);
   http_exchange_set_cancel(ex, on_cancel, c);
   if ((st = cinfer_server_infer_async(fe->server, c->req))) {
@@ -435,7 +442,8 @@ static void handle_server_metadata(http_exchange *ex) {
   static const char body[] =
       "{\"name\":\"cinfer\",\"version\":\"" CINFER_VERSION "\",\"extensions\":["
       "\"binary_tensor_data\",\"model_configuration\",\"model_repository\",\"parameters\","
-      "\"schedule_policy\",\"statistics\"]}";
+      "\"schedule_policy\",\"statistics\",\"trace\",\"logging\",\"generate\","
+      "\"model_repository(unload_dependents)\"]}";
   http_respond(ex, 200, json_hdr, 1, body, sizeof body - 1);
 }
 
@@ -462,6 +470,7 @@ static void route(http_exchange *ex, const http_request *req, void *user) {
     return handle_metrics(fe, ex);
   }
   if (p.n == 0 || strcmp(p.seg[0], "v2")) return respond_error(ex, 404, "not found");
+  if (settings_route(fe, ex, req, &p) || generate_route(fe, ex, req, &p)) return;
   if (p.n == 1) {
     if (!get) return method_not_allowed(ex, "GET");
     return handle_server_metadata(ex);

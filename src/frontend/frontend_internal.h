@@ -26,4 +26,13 @@ bool openai_route(frontend *fe, http_exchange *ex, const http_request *req);
  * llm backend's sequences, KV usage and token counters) before /metrics. */
 void openai_update_metrics(cinfer_server *s);
 
+/* Triton's generate extension (generate.c): /v2/models/M[/versions/V]/generate[_stream].
+ * Returns false when the path is not one of them (the exchange is then untouched). */
+bool generate_route(frontend *fe, http_exchange *ex, const http_request *req,
+                    const http_path_segs *p);
+/* Triton's trace and logging extensions (settings.c): /v2/trace/setting,
+ * /v2/models/M/trace/setting, /v2/logging. Returns false when the path is not one of them. */
+bool settings_route(frontend *fe, http_exchange *ex, const http_request *req,
+                    const http_path_segs *p);
+
 #endif

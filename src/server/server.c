@@ -48,6 +48,7 @@
 #include "core/log.h"
 #include "repo/scan.h"
 #include "server/internal.h"
+#include "server/trace_internal.h"
 
 typedef enum vstate { V_UNAVAILABLE, V_LOADING, V_READY, V_UNLOADING, V_COUNT_ } vstate;
 
@@ -101,7 +102,10 @@ struct cinfer_server {
   pthread_cond_t poll_cv;
   uint64_t busy_window_start;
   metric *m_cpu, *m_rss;
+  struct trace_mgr *trace;     /* trace.c: settings, sampling, trace files */
 };
+
+trace_mgr *server_trace_mgr(cinfer_server *s) { return s->trace; }
 
 const char *server_backend_directory(const cinfer_server *s) { return s->backend_dir; }
 
@@ -615,9 +619,11 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
   pthread_cond_init(&s->reap_cv, NULL);
   pthread_cond_init(&s->poll_cv, NULL);
   s->metrics = metrics_registry_create();
+  s->trace = trace_mgr_create();
   s->busy_window_start = clock_now_ns();
-  if (!s->metrics || pthread_create(&s->reaper, NULL, reaper_main, s)) {
+  if (!s->metrics || !s->trace || pthread_create(&s->reaper, NULL, reaper_main, s)) {
     metrics_registry_destroy(s->metrics);
+    trace_mgr_destroy(s->trace);
     free(s->backend_dir);
     free(s->repo);
     free(s);
@@ -699,6 +705,7 @@ void cinfer_server_destroy(cinfer_server *s) {
     free(e);
   }
   metrics_registry_destroy(s->metrics);
+  trace_mgr_destroy(s->trace); /* every request is gone: so is every trace */
   pthread_mutex_destroy(&s->mu);
   pthread_mutex_destroy(&s->load_mu);
   pthread_mutex_destroy(&s->reap_mu);
@@ -841,6 +848,7 @@ cinfer_status *cinfer_server_infer_async(cinfer_server *s, cinfer_request *r) {
     return cinfer_status_new(CINFER_INVALID_ARG, "request was already submitted");
   atomic_fetch_add(&s->inflight, 1);
   cinfer_request_ref(r); /* the server's reference, dropped after FINAL */
+  trace_request_start(s->trace, r);
   cinfer_status *st = model_enqueue(r->model, r);
   if (st) {
     cinfer_request_release(r);
