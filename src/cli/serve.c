@@ -45,7 +45,8 @@ static void serve_usage(FILE *f) {
           "  --http-header-timeout-ms N   time to receive request headers (default 10000)\n"
           "  --http-body-timeout-ms N     longest stall while receiving a body (default 30000)\n"
           "  --http-idle-timeout-ms N     idle keep-alive connections close (default 60000)\n"
-          "  --log-format text|json       log line format (default text)\n"
+          "  --log-format FMT             log line format: text (= Triton's default or\n"
+          "                               ISO8601) or json (default text)\n"
           "  --log-verbose N              1: one line per request (default 0)\n"
           "  --log-file FILE              write the log to FILE (appended) instead of stderr\n"
           "  --log-info BOOL, --log-warning BOOL, --log-error BOOL\n"
@@ -193,8 +194,8 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "cinfer serve: --model-repository is required\n");
     goto out;
   }
-  if (!log_configure(log_format, (int)verbose)) {
-    fprintf(stderr, "cinfer serve: --log-format: '%s' is not text or json\n", log_format);
+  if (!log_configure("text", (int)verbose) || !log_set_format(log_format)) {
+    fprintf(stderr, "cinfer serve: --log-format: '%s' is not text, json, default or ISO8601\n", log_format);
     goto out;
   }
   if (log_file && !log_set_file(log_file)) {
