@@ -378,8 +378,8 @@ static const model_config_io *find_input(const cinfer_model_config *mc, const ch
 }
 
 /* Every key of obj: an input when the model has one of that name, else a parameter. */
-static cinfer_status *map_keys(gen_ctx *c, const cinfer_model_config *mc, const cJSON *obj,
-                               bool top) {
+static cinfer_status *map_keys(cinfer_request *r, size_t max_elems, const cinfer_model_config *mc,
+                               const cJSON *obj, bool top) {
   for (const cJSON *it = obj->child; it; it = it->next) {
     const char *k = it->string;
     if (top && !strcmp(k, "id")) continue;
@@ -387,13 +387,12 @@ static cinfer_status *map_keys(gen_ctx *c, const cinfer_model_config *mc, const 
     if (top && !strcmp(k, "parameters")) {
       if (io) return BAD("Keyword 'parameters' for nested schema also given as input tensor name");
       if (!cJSON_IsObject(it)) return BAD("Expected JSON object for keyword: 'parameters'");
-      cinfer_status *st = map_keys(c, mc, it, false);
+      cinfer_status *st = map_keys(r, max_elems, mc, it, false);
       if (st) return cinfer_status_prefix(st, "Converting keyword: 'parameters'");
       continue;
     }
-    cinfer_status *st = io ? add_tensor(c->req, io, mc->max_batch_size > 0, it,
-                                        (size_t)c->fe->limits.max_tensor_elements)
-                           : set_param(c->req, k, it);
+    cinfer_status *st = io ? add_tensor(r, io, mc->max_batch_size > 0, it, max_elems)
+                           : set_param(r, k, it);
     if (st) return st;
   }
   return NULL;
@@ -410,24 +409,43 @@ static bool parse_version(const char *s, int64_t *v) {
   return true;
 }
 
+cinfer_status *generate_build_request(cinfer_model *m, const char *body, size_t len,
+                                     size_t max_elems, cinfer_request **out, char **id) {
+  *out = NULL;
+  *id = NULL;
+  cJSON *j = NULL;
+  if (len) {
+    j = cJSON_ParseWithLength(body, len);
+    if (!j || !cJSON_IsObject(j)) {
+      cJSON_Delete(j);
+      return BAD("generate: the request body must be a JSON object");
+    }
+  }
+  cinfer_status *st = NULL;
+  const cJSON *jid = j ? cJSON_GetObjectItemCaseSensitive(j, "id") : NULL;
+  if (jid && !cJSON_IsString(jid)) st = BAD("generate: 'id' must be a string");
+  else if (jid && !(*id = strdup(jid->valuestring))) st = cinfer_status_oom(NULL);
+  if (!st) st = cinfer_request_create(m, out);
+  if (!st && *id) cinfer_request_set_id(*out, *id, strlen(*id));
+  if (!st && j) st = map_keys(*out, max_elems, cinfer_model_config_of(m), j, true);
+  cJSON_Delete(j);
+  if (st) {
+    cinfer_request_release(*out);
+    *out = NULL;
+    free(*id);
+    *id = NULL;
+  }
+  return st;
+}
+
 static void handle_generate(frontend *fe, http_exchange *ex, const http_request *req,
                             const char *model, int64_t version, bool stream) {
   uint64_t t0 = clock_now_ns();
   cinfer_model *m;
   cinfer_status *st = cinfer_server_model_acquire(fe->server, model, version, &m);
   if (st) return gen_status(ex, st);
-  cJSON *body = NULL;
-  if (req->body_len) {
-    body = cJSON_ParseWithLength(req->body, req->body_len);
-    if (!body || !cJSON_IsObject(body)) {
-      cJSON_Delete(body);
-      cinfer_model_release(m);
-      return gen_error(ex, 400, "generate: the request body must be a JSON object");
-    }
-  }
   gen_ctx *c = calloc(1, sizeof *c);
   if (!c) {
-    cJSON_Delete(body);
     cinfer_model_release(m);
     return gen_error(ex, 500, "out of memory");
   }
@@ -439,14 +457,8 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   c->t0 = t0;
   c->task.fn = drain_task;
   respq_init(&c->q, http_exchange_loop(ex), &c->task);
-  const cJSON *id = body ? cJSON_GetObjectItemCaseSensitive(body, "id") : NULL;
-  if (id && !cJSON_IsString(id)) st = BAD("generate: 'id' must be a string");
-  else if (id && !(c->id = strdup(id->valuestring))) st = cinfer_status_oom(NULL);
-  if (!st) st = cinfer_request_create(m, &c->req);
-  if (!st && c->id) cinfer_request_set_id(c->req, c->id, strlen(c->id));
-  if (!st && body) st = map_keys(c, cinfer_model_config_of(m), body, true);
-  cJSON_Delete(body);
-  if (st) {
+  if ((st = generate_build_request(m, req->body, req->body_len, (size_t)fe->limits.max_tensor_elements,
+                                   &c->req, &c->id))) {
     gen_status(ex, st);
     ctx_free(c);
     return;

@@ -149,6 +149,21 @@ static bool parse_trace_update(const cJSON *j, cinfer_trace_update *u, int *stat
   return true;
 }
 
+bool settings_parse_trace(const char *body, size_t len, cinfer_trace_update *u, int *status,
+                          char *msg, size_t cap) {
+  *u = (cinfer_trace_update){0};
+  cJSON *j = cJSON_ParseWithLength(body, len);
+  if (!j || !cJSON_IsObject(j)) {
+    cJSON_Delete(j);
+    *status = 400;
+    snprintf(msg, cap, "trace setting: the request body must be a JSON object");
+    return false;
+  }
+  bool ok = parse_trace_update(j, u, status, msg, cap);
+  cJSON_Delete(j);
+  return ok;
+}
+
 static void handle_trace(frontend *fe, http_exchange *ex, const http_request *req, const char *model) {
   bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
   if (!get && req->method_id != HTTP_POST) return respond_err(ex, 405, "method not allowed; use GET or POST");
@@ -164,16 +179,10 @@ static void handle_trace(frontend *fe, http_exchange *ex, const http_request *re
     cinfer_model_release(m);
   }
   if (!get && req->body_len) {
-    cJSON *j = cJSON_ParseWithLength(req->body, req->body_len);
-    if (!j || !cJSON_IsObject(j)) {
-      cJSON_Delete(j);
-      return respond_err(ex, 400, "trace setting: the request body must be a JSON object");
-    }
-    cinfer_trace_update u = {0};
+    cinfer_trace_update u;
     int status;
-    bool ok = parse_trace_update(j, &u, &status, msg, sizeof msg);
-    cJSON_Delete(j);
-    if (!ok) return respond_err(ex, status, msg);
+    if (!settings_parse_trace(req->body, req->body_len, &u, &status, msg, sizeof msg))
+      return respond_err(ex, status, msg);
     cinfer_status *st = cinfer_server_trace_update(fe->server, model, &u);
     if (st) {
       respond_err(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
@@ -197,63 +206,69 @@ static void handle_trace(frontend *fe, http_exchange *ex, const http_request *re
 
 /* ---- logging -------------------------------------------------------------------------- */
 
+bool settings_parse_logging(const char *body, size_t len, settings_log_update *u, int *status,
+                            char *msg, size_t cap) {
+  *u = (settings_log_update){.on = {-1, -1, -1}, .verbose = -1};
+  *status = 400;
+  msg[0] = 0;
+  cJSON *j = cJSON_ParseWithLength(body, len);
+  if (!j || !cJSON_IsObject(j)) {
+    cJSON_Delete(j);
+    snprintf(msg, cap, "logging: the request body must be a JSON object");
+    return false;
+  }
+  static const char *const bools[3] = {"log_error", "log_warning", "log_info"};
+  for (const cJSON *it = j->child; it && !msg[0]; it = it->next) {
+    const char *k = it->string;
+    if (cJSON_IsNull(it) && strcmp(k, "log_file")) continue; /* Triton: null leaves it be */
+    int bi = -1;
+    for (int i = 0; i < 3; i++)
+      if (!strcmp(k, bools[i])) bi = i;
+    if (!strcmp(k, "log_file")) {
+      if (!cJSON_IsNull(it)) {
+        *status = 501; /* Triton: UNSUPPORTED */
+        snprintf(msg, cap, "log file location can not be updated through network protocol");
+      }
+    } else if (bi >= 0) {
+      if (!cJSON_IsBool(it)) snprintf(msg, cap, "'%s' must be a boolean", k);
+      else u->on[bi] = cJSON_IsTrue(it);
+    } else if (!strcmp(k, "log_verbose_level")) {
+      double d = it->valuedouble;
+      if (!cJSON_IsNumber(it) || !(d >= 0 && d <= INT_MAX) || d != (double)(long long)d)
+        snprintf(msg, cap, "'log_verbose_level' must be a non-negative integer");
+      else u->verbose = (long long)d;
+    } else if (!strcmp(k, "log_format")) {
+      if (!cJSON_IsString(it)) {
+        snprintf(msg, cap, "'log_format' must be a string (default, ISO8601 or json)");
+      } else if (strcmp(it->valuestring, "default") && strcmp(it->valuestring, "ISO8601") &&
+                 strcmp(it->valuestring, "json") && strcmp(it->valuestring, "text")) {
+        snprintf(msg, cap, "invalid argument for --log_format, got: %.200s", it->valuestring);
+      } else {
+        snprintf(u->format, sizeof u->format, "%s", it->valuestring);
+      }
+    } else {
+      snprintf(msg, cap, "unknown logging setting '%.100s' (log_file, log_info, log_warning, "
+               "log_error, log_verbose_level, log_format)", k);
+    }
+  }
+  cJSON_Delete(j);
+  return !msg[0];
+}
+
 static void handle_logging(http_exchange *ex, const http_request *req) {
   bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
   if (!get && req->method_id != HTTP_POST) return respond_err(ex, 405, "method not allowed; use GET or POST");
   if (!get && req->body_len) {
-    cJSON *j = cJSON_ParseWithLength(req->body, req->body_len);
-    if (!j || !cJSON_IsObject(j)) {
-      cJSON_Delete(j);
-      return respond_err(ex, 400, "logging: the request body must be a JSON object");
-    }
     /* Check everything, then apply: a bad field changes nothing. */
-    char msg[512] = "";
-    int status = 400;
-    int on[3] = {-1, -1, -1}; /* error, warning, info */
-    long long verbose = -1;
-    const char *format = NULL;
-    static const char *const bools[3] = {"log_error", "log_warning", "log_info"};
-    for (const cJSON *it = j->child; it && !msg[0]; it = it->next) {
-      const char *k = it->string;
-      if (cJSON_IsNull(it) && strcmp(k, "log_file")) continue; /* Triton: null leaves it be */
-      int bi = -1;
-      for (int i = 0; i < 3; i++)
-        if (!strcmp(k, bools[i])) bi = i;
-      if (!strcmp(k, "log_file")) {
-        if (!cJSON_IsNull(it)) {
-          status = 501; /* Triton: UNSUPPORTED */
-          snprintf(msg, sizeof msg, "log file location can not be updated through network protocol");
-        }
-      } else if (bi >= 0) {
-        if (!cJSON_IsBool(it)) snprintf(msg, sizeof msg, "'%s' must be a boolean", k);
-        else on[bi] = cJSON_IsTrue(it);
-      } else if (!strcmp(k, "log_verbose_level")) {
-        double d = it->valuedouble;
-        if (!cJSON_IsNumber(it) || d < 0 || d > INT_MAX || d != (double)(long long)d)
-          snprintf(msg, sizeof msg, "'log_verbose_level' must be a non-negative integer");
-        else verbose = (long long)d;
-      } else if (!strcmp(k, "log_format")) {
-        if (!cJSON_IsString(it)) {
-          snprintf(msg, sizeof msg, "'log_format' must be a string (default, ISO8601 or json)");
-        } else if (strcmp(it->valuestring, "default") && strcmp(it->valuestring, "ISO8601") &&
-                   strcmp(it->valuestring, "json") && strcmp(it->valuestring, "text")) {
-          snprintf(msg, sizeof msg, "invalid argument for --log_format, got: %.200s", it->valuestring);
-        } else {
-          format = it->valuestring;
-        }
-      } else {
-        snprintf(msg, sizeof msg, "unknown logging setting '%.100s' (log_file, log_info, log_warning, "
-                 "log_error, log_verbose_level, log_format)", k);
-      }
-    }
-    if (!msg[0]) {
-      for (int i = 0; i < 3; i++)
-        if (on[i] >= 0) log_enable((log_level)i, on[i] != 0);
-      if (verbose >= 0) log_set_verbosity((int)verbose);
-      if (format) log_set_format(format);
-    }
-    cJSON_Delete(j);
-    if (msg[0]) return respond_err(ex, status, msg);
+    settings_log_update u;
+    char msg[512];
+    int status;
+    if (!settings_parse_logging(req->body, req->body_len, &u, &status, msg, sizeof msg))
+      return respond_err(ex, status, msg);
+    for (int i = 0; i < 3; i++)
+      if (u.on[i] >= 0) log_enable((log_level)i, u.on[i] != 0);
+    if (u.verbose >= 0) log_set_verbosity((int)u.verbose);
+    if (u.format[0]) log_set_format(u.format);
   }
   cbuf b = {0};
   cbuf_puts(&b, "{\"log_file\":");
