@@ -2,7 +2,10 @@
 binary: the LLM backend serving SmolLM2-135M (decoupled) and the identity backend
 (non-decoupled), with requests/raw sockets as Triton's docs use curl (issue 19, item 5)."""
 import json
+import os
+import shutil
 import socket
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -212,3 +215,67 @@ def test_generate_requests_are_traced_like_any_other(server):
                   "HTTP_SEND_START", "HTTP_SEND_END"):
         assert stage in names
     c.close()
+
+
+REPEAT_CONFIG = """name: "repeat_int32"
+backend: "repeat"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+"""
+
+
+@pytest.fixture(scope="module")
+def repeat():
+    """Any decoupled model: the test backend tests/integration/backends/repeat.c, one
+    response per element of IN, an error at a negative element."""
+    backends = os.path.join(os.environ.get("CINFER_BUILD_DIR", "build"), "backends")
+    assert os.path.isfile(os.path.join(backends, "repeat", "libcinfer_repeat.so")), backends
+    repo = tempfile.mkdtemp(prefix="cinfer-repeat-")
+    os.makedirs(os.path.join(repo, "repeat_int32", "1"))
+    with open(os.path.join(repo, "repeat_int32", "config.pbtxt"), "w") as f:
+        f.write(REPEAT_CONFIG)
+    try:
+        with Server(repo, ["--backend-directory", backends]) as s:
+            s.wait_ready()
+            yield s
+    finally:
+        shutil.rmtree(repo)
+
+
+def test_decoupled_model_streams_one_event_per_response(repeat):
+    code, ctype, body = post(repeat, "/v2/models/repeat_int32/generate_stream", {"IN": [3, 1, 4]})
+    assert code == 200 and ctype == "text/event-stream; charset=utf-8", body
+    assert events(body) == [{"model_name": "repeat_int32", "model_version": "1", "OUT": v, "IDX": i}
+                            for i, v in enumerate([3, 1, 4])]
+
+
+def test_decoupled_model_one_response_for_generate(repeat):
+    # the final response without outputs only ends the request (Triton's flag-only one)
+    code, _, body = post(repeat, "/v2/models/repeat_int32/generate", {"id": "one", "IN": 5})
+    assert code == 200, body
+    assert json.loads(body) == {"id": "one", "model_name": "repeat_int32", "model_version": "1",
+                                "OUT": 5, "IDX": 0}
+
+
+@pytest.mark.parametrize("values", [[1, 2], []])
+def test_generate_needs_exactly_one_response(repeat, values):
+    code, _, body = post(repeat, "/v2/models/repeat_int32/generate", {"IN": values})
+    assert code == 400
+    assert "generate expects model to produce exactly 1 response" in json.loads(body)["error"]
+
+
+def test_error_mid_stream_is_an_error_event(repeat):
+    code, _, body = post(repeat, "/v2/models/repeat_int32/generate_stream", {"IN": [7, 8, -1, 9]})
+    assert code == 200, body  # the status line went out with the first event (as Triton)
+    evs = events(body)
+    assert [e.get("OUT") for e in evs[:2]] == [7, 8]
+    assert evs[2:] == [{"error": "repeat: element 2 is negative (-1)"}]
+
+
+def test_error_before_any_event_is_a_plain_error(repeat):
+    code, ctype, body = post(repeat, "/v2/models/repeat_int32/generate_stream", {"IN": [-5]})
+    assert code == 500 and ctype == "application/json", body
+    assert json.loads(body) == {"error": "repeat: element 0 is negative (-5)"}
