@@ -5,6 +5,9 @@
 #define CINFER_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
+
+#include "cinfer/trace.h"
 
 typedef struct cli_command {
   const char *name;
@@ -16,6 +19,10 @@ typedef struct cli_command {
  * "cinfer CMD: FLAG: 'S' is not an integer in [LO, HI]" and returns false. */
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi,
                    long long *out);
+
+/* One `--trace-config [triton,]SETTING=VALUE` applied to v (trace_config.c); false with a
+ * message naming the flag's text. */
+bool cli_trace_config(const char *arg, cinfer_trace_setting *v, char *err, size_t cap);
 
 int cmd_serve(int argc, char **argv);
 int cmd_gateway(int argc, char **argv);

@@ -45,8 +45,17 @@ static void serve_usage(FILE *f) {
           "  --http-header-timeout-ms N   time to receive request headers (default 10000)\n"
           "  --http-body-timeout-ms N     longest stall while receiving a body (default 30000)\n"
           "  --http-idle-timeout-ms N     idle keep-alive connections close (default 60000)\n"
-          "  --log-format text|json       log line format (default text)\n"
+          "  --log-format FMT             log line format: text (= Triton's default or\n"
+          "                               ISO8601) or json (default text)\n"
           "  --log-verbose N              1: one line per request (default 0)\n"
+          "  --log-file FILE              write the log to FILE (appended) instead of stderr\n"
+          "  --log-info BOOL, --log-warning BOOL, --log-error BOOL\n"
+          "                               turn those lines on or off (default true; all three\n"
+          "                               and the verbosity change live through /v2/logging)\n"
+          "  --trace-config [triton,]SETTING=VALUE\n"
+          "                               request tracing as Triton's: rate=N (1000), level=\n"
+          "                               OFF|TIMESTAMPS|TENSORS (repeatable), count=N (-1),\n"
+          "                               mode=triton, triton,file=PATH, triton,log-frequency=N\n"
           "  --tls-cert FILE              serve HTTPS on the HTTP port with this certificate\n"
           "                               chain (PEM) ...\n"
           "  --tls-key FILE               ... and key; both reloaded when they change\n"
@@ -61,7 +70,8 @@ static void serve_usage(FILE *f) {
 int cmd_serve(int argc, char **argv) {
   enum {
     O_REPO = 256, O_HOST, O_PORT, O_MPORT, O_MODE, O_LOAD, O_POLL, O_THREADS, O_IO,
-    O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV, O_BACKEND_DIR, O_TCERT, O_TKEY, O_RAPI
+    O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV, O_BACKEND_DIR, O_TCERT, O_TKEY, O_RAPI,
+    O_LOGFILE, O_LOGINFO, O_LOGWARN, O_LOGERR, O_TRACE
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -87,6 +97,11 @@ int cmd_serve(int argc, char **argv) {
       {"tls-cert", required_argument, 0, O_TCERT},
       {"tls-key", required_argument, 0, O_TKEY},
       {"http-restricted-api", required_argument, 0, O_RAPI},
+      {"log-file", required_argument, 0, O_LOGFILE},
+      {"log-info", required_argument, 0, O_LOGINFO},
+      {"log-warning", required_argument, 0, O_LOGWARN},
+      {"log-error", required_argument, 0, O_LOGERR},
+      {"trace-config", required_argument, 0, O_TRACE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *repo = NULL, *backend_dir = NULL, *host = "0.0.0.0", *log_format = "text";
@@ -98,6 +113,10 @@ int cmd_serve(int argc, char **argv) {
   const char **rapi = calloc((size_t)argc + 1, sizeof *rapi);
   const char *tls_cert = NULL, *tls_key = NULL;
   size_t n_load = 0, n_rapi = 0;
+  const char *log_file = NULL;
+  int log_on[3] = {1, 1, 1}; /* error, warning, info */
+  cinfer_trace_setting trace = {.level = 0, .rate = 1000, .count = -1, .log_frequency = 0};
+  bool trace_given = false;
   int c, rc = 2;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -141,6 +160,28 @@ int cmd_serve(int argc, char **argv) {
       case O_TCERT: tls_cert = optarg; break;
       case O_TKEY: tls_key = optarg; break;
       case O_RAPI: rapi[n_rapi++] = optarg; break;
+      case O_LOGFILE: log_file = optarg; break;
+      case O_LOGINFO:
+      case O_LOGWARN:
+      case O_LOGERR: {
+        int which = c == O_LOGERR ? 0 : c == O_LOGWARN ? 1 : 2;
+        if (strcmp(optarg, "true") && strcmp(optarg, "false")) {
+          fprintf(stderr, "cinfer serve: --%s: '%s' is not true or false\n",
+                  which == 0 ? "log-error" : which == 1 ? "log-warning" : "log-info", optarg);
+          goto out;
+        }
+        log_on[which] = !strcmp(optarg, "true");
+        break;
+      }
+      case O_TRACE: {
+        char err[1300];
+        if (!cli_trace_config(optarg, &trace, err, sizeof err)) {
+          fprintf(stderr, "cinfer serve: %s\n", err);
+          goto out;
+        }
+        trace_given = true;
+        break;
+      }
       case 'h': serve_usage(stdout); rc = 0; goto out;
       default: fprintf(stderr, "Run 'cinfer serve --help' for the options.\n"); goto out;
     }
@@ -153,8 +194,18 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "cinfer serve: --model-repository is required\n");
     goto out;
   }
-  if (!log_configure(log_format, (int)verbose)) {
-    fprintf(stderr, "cinfer serve: --log-format: '%s' is not text or json\n", log_format);
+  if (!log_configure("text", (int)verbose) || !log_set_format(log_format)) {
+    fprintf(stderr, "cinfer serve: --log-format: '%s' is not text, json, default or ISO8601\n", log_format);
+    goto out;
+  }
+  if (log_file && !log_set_file(log_file)) {
+    fprintf(stderr, "cinfer serve: --log-file '%s': %s\n", log_file, strerror(errno));
+    goto out;
+  }
+  for (int i = 0; i < 3; i++) log_enable((log_level)i, log_on[i] != 0);
+  if (trace_given && trace.level && !trace.file[0]) {
+    fprintf(stderr, "cinfer serve: --trace-config: level %s needs triton,file=PATH\n",
+            trace.level & CINFER_TRACE_TIMESTAMPS ? "TIMESTAMPS" : "TENSORS");
     goto out;
   }
   if (n_load && mode != CINFER_MODEL_CONTROL_EXPLICIT) {
@@ -184,6 +235,12 @@ int cmd_serve(int argc, char **argv) {
   if (st) {
     LOG_E("cinfer serve: %s", cinfer_status_message(st));
     cinfer_status_free(st);
+    goto out;
+  }
+  if (trace_given && (st = cinfer_server_trace_init(s, &trace))) {
+    LOG_E("cinfer serve: --trace-config: %s", cinfer_status_message(st));
+    cinfer_status_free(st);
+    cinfer_server_destroy(s);
     goto out;
   }
   frontend_opts fo = {.host = host, .http_port = (uint16_t)port, .metrics_port = (int)mport,

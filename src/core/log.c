@@ -1,24 +1,70 @@
 /* log.c: see log.h. */
 #include "core/log.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-static bool log_json;
-static int log_verbose;
+/* Format: 0 default (text), 1 ISO8601 (text), 2 json. */
+enum { FMT_DEFAULT, FMT_ISO8601, FMT_JSON };
+static _Atomic int log_fmt;
+static _Atomic int log_verbose;
+static _Atomic unsigned log_mask = 7u; /* bit per level: ERROR, WARN, INFO */
+static _Atomic int log_fd = STDERR_FILENO;
+static char *log_path; /* set once, before other threads log */
 
 bool log_configure(const char *format, int verbose) {
-  if (format && strcmp(format, "json") == 0) log_json = true;
-  else if (!format || strcmp(format, "text") == 0) log_json = false;
+  if (format && strcmp(format, "json") == 0) atomic_store(&log_fmt, FMT_JSON);
+  else if (!format || strcmp(format, "text") == 0) atomic_store(&log_fmt, FMT_DEFAULT);
   else return false;
-  log_verbose = verbose;
+  atomic_store(&log_verbose, verbose);
   return true;
 }
 
-int log_verbosity(void) { return log_verbose; }
+int log_verbosity(void) { return atomic_load_explicit(&log_verbose, memory_order_relaxed); }
+void log_set_verbosity(int verbose) { atomic_store(&log_verbose, verbose < 0 ? 0 : verbose); }
+
+void log_enable(log_level level, bool on) {
+  if (level > LOG_INFO) return;
+  if (on) atomic_fetch_or(&log_mask, 1u << level);
+  else atomic_fetch_and(&log_mask, ~(1u << level));
+}
+bool log_enabled(log_level level) {
+  return level > LOG_INFO || (atomic_load(&log_mask) >> level & 1u);
+}
+
+bool log_set_format(const char *name) {
+  if (!strcmp(name, "default") || !strcmp(name, "text")) atomic_store(&log_fmt, FMT_DEFAULT);
+  else if (!strcmp(name, "ISO8601")) atomic_store(&log_fmt, FMT_ISO8601);
+  else if (!strcmp(name, "json")) atomic_store(&log_fmt, FMT_JSON);
+  else return false;
+  return true;
+}
+const char *log_format_name(void) {
+  static const char *const names[] = {"default", "ISO8601", "json"};
+  return names[atomic_load(&log_fmt)];
+}
+
+bool log_set_file(const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  char *p = strdup(path);
+  if (!p) {
+    close(fd);
+    return false;
+  }
+  int old = atomic_exchange(&log_fd, fd);
+  if (old != STDERR_FILENO) close(old);
+  free(log_path);
+  log_path = p;
+  return true;
+}
+const char *log_file_name(void) { return log_path ? log_path : ""; }
 
 /* Appends s to buf at *n, JSON-escaped when json, never past cap-1. */
 static void put(char *buf, size_t cap, size_t *n, const char *s, bool json) {
@@ -38,7 +84,8 @@ static void put(char *buf, size_t cap, size_t *n, const char *s, bool json) {
 }
 
 void log_event(log_level level, const char *const *kv, const char *fmt, ...) {
-  if (level == LOG_VERBOSE && log_verbose <= 0) return;
+  if (level == LOG_VERBOSE ? log_verbosity() <= 0 : !(atomic_load(&log_mask) >> level & 1u)) return;
+  bool log_json = atomic_load(&log_fmt) == FMT_JSON;
   static const char *names[] = {"error", "warn", "info", "verbose"};
   char msg[2048], buf[4096];
   va_list ap;
@@ -78,6 +125,6 @@ void log_event(log_level level, const char *const *kv, const char *fmt, ...) {
   }
   if (n > cap - 2) n = cap - 2;
   buf[n++] = '\n';
-  ssize_t w = write(STDERR_FILENO, buf, n);
+  ssize_t w = write(atomic_load(&log_fd), buf, n);
   (void)w;
 }

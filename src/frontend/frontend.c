@@ -5,10 +5,13 @@
  * cinfer_server_infer_async -> response callback (worker thread) encodes the response and
  * answers the exchange -> the per-exchange context is freed on the exchange's I/O loop,
  * after which no cancel notification can arrive for it. */
+#include "cinfer/model_control.h"
+#include "cinfer/trace.h"
 #include "core/clock.h"
 #include "frontend/frontend.h"
 
 #include <cjson/cJSON.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -122,6 +125,8 @@ static void log_request(infer_ctx *c, int status, const char *err) {
 static void respond_task(void *arg) {
   infer_ctx *c = arg;
   cinfer_response *resp = c->resp;
+  cinfer_trace *tr = cinfer_request_trace(c->req);
+  if (tr) cinfer_trace_stamp(tr, CINFER_TRACE_HTTP_SEND_START);
   const cinfer_status *err = cinfer_response_error(resp);
   if (err) {
     log_request(c, cinfer_code_http_status(cinfer_status_code(err)), cinfer_status_message(err));
@@ -144,6 +149,7 @@ static void respond_task(void *arg) {
     }
     log_request(c, 200, NULL);
   }
+  if (tr) cinfer_trace_stamp(tr, CINFER_TRACE_HTTP_SEND_END);
   c->resp = NULL;
   cinfer_response_free(resp);
   /* On the loop thread after the answer: no cancel notification can follow. */
@@ -159,6 +165,8 @@ static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
     return;
   }
   atomic_store(&c->answered, true);
+  cinfer_trace *tr = cinfer_request_trace(c->req);
+  if (tr) cinfer_trace_stamp(tr, CINFER_TRACE_INFER_RESPONSE_COMPLETE);
   c->resp = resp;
   c->task.fn = respond_task_fn;
   loop_post_task(http_exchange_loop(c->ex), &c->task);
@@ -196,6 +204,7 @@ static void handle_infer(frontend *fe, http_exchange *ex, const http_request *re
     ctx_free(c);
     return;
   }
+  cinfer_request_set_recv_times(c->req, req->recv_start_ns, c->t0); /* the handler has the whole body */
   cinfer_request_set_callback(c->req, on_response, c);
   http_exchange_set_cancel(ex, on_cancel, c);
   if ((st = cinfer_server_infer_async(fe->server, c->req))) {
@@ -353,20 +362,72 @@ static void handle_index(frontend *fe, http_exchange *ex, const http_request *re
 typedef struct ctl_job {
   frontend *fe;
   http_exchange *ex;
-  bool load;
+  bool load, unload_dependents;
   char name[256];
   char *config;
+  cinfer_model_file *files;  /* "file:<path>" parameters, decoded (paths and data owned) */
+  size_t n_files;
 } ctl_job;
+
+static void ctl_free(ctl_job *j) {
+  for (size_t i = 0; i < j->n_files; i++) {
+    free((char *)j->files[i].path);
+    free((void *)j->files[i].data);
+  }
+  free(j->files);
+  free(j->config);
+  free(j);
+}
 
 static void *ctl_main(void *arg) {
   ctl_job *j = arg;
-  cinfer_status *st = j->load ? cinfer_server_load_model(j->fe->server, j->name, j->config)
-                              : cinfer_server_unload_model(j->fe->server, j->name);
+  cinfer_status *st =
+      !j->load      ? cinfer_server_unload_model_dependents(j->fe->server, j->name, j->unload_dependents)
+      : j->n_files  ? cinfer_server_load_model_files(j->fe->server, j->name, j->config, j->files, j->n_files)
+                    : cinfer_server_load_model(j->fe->server, j->name, j->config);
   if (st) respond_status(j->ex, st);
   else http_respond(j->ex, 200, json_hdr, 1, "{}", 2);
-  free(j->config);
-  free(j);
+  ctl_free(j);
   return NULL;
+}
+
+/* Triton's "file:<path>": base64 contents (OpenSSL's decoder), added to j. */
+static void ctl_add_file(ctl_job *j, const cJSON *it, char *err, size_t cap) {
+  const char *path = it->string + 5;
+  if (!cJSON_IsString(it)) {
+    snprintf(err, cap, "load parameter 'file:%.200s' must be a string holding the file's contents "
+             "in base64", path);
+    return;
+  }
+  size_t len = strlen(it->valuestring);
+  if (len % 4) {
+    snprintf(err, cap, "load parameter 'file:%.200s': invalid base64 (length %zu is not a multiple "
+             "of 4)", path, len);
+    return;
+  }
+  if (len > (size_t)INT32_MAX) {
+    snprintf(err, cap, "load parameter 'file:%.200s' is too large", path);
+    return;
+  }
+  unsigned char *data = malloc(len / 4 * 3 + 1);
+  cinfer_model_file *nf = realloc(j->files, (j->n_files + 1) * sizeof *nf);
+  char *p = strdup(path);
+  if (nf) j->files = nf;
+  if (!data || !nf || !p) {
+    free(data), free(p);
+    snprintf(err, cap, "out of memory");
+    return;
+  }
+  int n = len ? EVP_DecodeBlock(data, (const unsigned char *)it->valuestring, (int)len) : 0;
+  if (n < 0) {
+    free(data), free(p);
+    snprintf(err, cap, "load parameter 'file:%.200s': invalid base64", path);
+    return;
+  }
+  /* EVP_DecodeBlock counts the padding as zero bytes */
+  if (len && it->valuestring[len - 1] == '=') n--;
+  if (len > 1 && it->valuestring[len - 2] == '=') n--;
+  j->files[j->n_files++] = (cinfer_model_file){.path = p, .data = data, .len = (size_t)n};
 }
 
 static void handle_control(frontend *fe, http_exchange *ex, const http_request *req,
@@ -385,15 +446,26 @@ static void handle_control(frontend *fe, http_exchange *ex, const http_request *
       return respond_error(ex, 400, "repository load/unload: body must be a JSON object");
     }
     /* Triton's load parameters: "config" (a ModelConfig as a JSON string) replaces
-     * config.pbtxt; "file:<path>" (base64 model files) are not supported and say so. */
+     * config.pbtxt; "file:<path>" (base64 model files) make a temporary model directory
+     * (cinfer/model_control.h). Unload: "unload_dependents" (bool). */
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "parameters");
     char err[512] = "";
     if (p && !cJSON_IsObject(p))
       snprintf(err, sizeof err, "repository load/unload: 'parameters' must be a JSON object");
     for (const cJSON *it = cJSON_IsObject(p) ? p->child : NULL; it && !err[0]; it = it->next) {
-      if (!strncmp(it->string, "file:", 5))
-        snprintf(err, sizeof err, "load parameter '%.200s': model file overrides are not "
-                 "supported; put the files in the repository", it->string);
+      if (!strncmp(it->string, "file:", 5) && !load)
+        snprintf(err, sizeof err, "unload parameter '%.200s' is only valid for a load", it->string);
+      else if (!strncmp(it->string, "file:", 5))
+        ctl_add_file(j, it, err, sizeof err);
+      else if (!strcmp(it->string, "unload_dependents") && load)
+        snprintf(err, sizeof err, "load parameter 'unload_dependents' is only valid for an unload");
+      else if (!strcmp(it->string, "unload_dependents") && !cJSON_IsBool(it))
+        snprintf(err, sizeof err, "unload parameter 'unload_dependents' must be a boolean");
+      else if (!strcmp(it->string, "unload_dependents"))
+        j->unload_dependents = cJSON_IsTrue(it);
+      else if (strcmp(it->string, "config"))
+        snprintf(err, sizeof err, "%s parameter '%.200s' is not known (%s)", load ? "load" : "unload",
+                 it->string, load ? "config, file:<path>" : "unload_dependents");
       else if (!strcmp(it->string, "config") && !load)
         snprintf(err, sizeof err, "unload parameter 'config' is only valid for a load");
       else if (!strcmp(it->string, "config") && !cJSON_IsString(it))
@@ -404,8 +476,7 @@ static void handle_control(frontend *fe, http_exchange *ex, const http_request *
     }
     cJSON_Delete(b);
     if (err[0]) {
-      free(j->config);
-      free(j);
+      ctl_free(j);
       return respond_error(ex, strcmp(err, "out of memory") ? 400 : 500, err);
     }
   }
@@ -414,8 +485,7 @@ static void handle_control(frontend *fe, http_exchange *ex, const http_request *
   pthread_attr_init(&at);
   pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
   if (pthread_create(&t, &at, ctl_main, j)) {
-    free(j->config);
-    free(j);
+    ctl_free(j);
     respond_error(ex, 503, "cannot start the load thread");
   }
   pthread_attr_destroy(&at);
@@ -436,7 +506,8 @@ static void handle_server_metadata(http_exchange *ex) {
       "{\"name\":\"cinfer\",\"version\":\"" CINFER_VERSION "\",\"extensions\":["
       "\"sequence\",\"sequence(string_id)\"," /* sequence_batching (server/sequence.c) */
       "\"binary_tensor_data\",\"model_configuration\",\"model_repository\",\"parameters\","
-      "\"schedule_policy\",\"statistics\"]}";
+      "\"schedule_policy\",\"statistics\",\"trace\",\"logging\",\"generate\","
+      "\"model_repository(unload_dependents)\"]}";
   http_respond(ex, 200, json_hdr, 1, body, sizeof body - 1);
 }
 
@@ -463,6 +534,7 @@ static void route(http_exchange *ex, const http_request *req, void *user) {
     return handle_metrics(fe, ex);
   }
   if (p.n == 0 || strcmp(p.seg[0], "v2")) return respond_error(ex, 404, "not found");
+  if (settings_route(fe, ex, req, &p) || generate_route(fe, ex, req, &p)) return;
   if (p.n == 1) {
     if (!get) return method_not_allowed(ex, "GET");
     return handle_server_metadata(ex);

@@ -2,6 +2,7 @@
 #ifndef CINFER_FRONTEND_INTERNAL_H
 #define CINFER_FRONTEND_INTERNAL_H
 
+#include "cinfer/trace.h"
 #include "net/apigroup.h"
 #include "frontend/frontend.h"
 #include "frontend/kserve.h"
@@ -25,5 +26,28 @@ bool openai_route(frontend *fe, http_exchange *ex, const http_request *req);
 /* Refreshes the backend metrics of every loaded model (cinfer_model_backend_metrics: the
  * llm backend's sequences, KV usage and token counters) before /metrics. */
 void openai_update_metrics(cinfer_server *s);
+
+/* Triton's generate extension (generate.c): /v2/models/M[/versions/V]/generate[_stream].
+ * Returns false when the path is not one of them (the exchange is then untouched). */
+bool generate_route(frontend *fe, http_exchange *ex, const http_request *req,
+                    const http_path_segs *p);
+/* The generate mapping alone (fuzz/fuzz_generate.c): a request for m from a generate body;
+ * *id is the body's "id" or NULL (malloc'd). On error nothing is left to free. */
+cinfer_status *generate_build_request(cinfer_model *m, const char *body, size_t len,
+                                      size_t max_elems, cinfer_request **out, char **id);
+/* Triton's trace and logging extensions (settings.c): /v2/trace/setting,
+ * /v2/models/M/trace/setting, /v2/logging. Returns false when the path is not one of them. */
+bool settings_route(frontend *fe, http_exchange *ex, const http_request *req,
+                    const http_path_segs *p);
+/* The parsers alone (fuzz/fuzz_settings.c): false with *status and msg set for a bad body. */
+bool settings_parse_trace(const char *body, size_t len, cinfer_trace_update *u, int *status,
+                          char *msg, size_t cap);
+typedef struct settings_log_update {
+  int on[3];          /* LOG_ERROR, LOG_WARN, LOG_INFO: 1 on, 0 off, -1 unchanged */
+  long long verbose;  /* -1 unchanged */
+  char format[16];    /* "" unchanged */
+} settings_log_update;
+bool settings_parse_logging(const char *body, size_t len, settings_log_update *u, int *status,
+                            char *msg, size_t cap);
 
 #endif

@@ -495,3 +495,5 @@ void kserve_encode_error(cbuf *out, const char *msg) {
   cbuf_json_string(out, msg, strlen(msg));
   cbuf_puts(out, "}");
 }
+
+void kserve_encode_data(cbuf *out, const cinfer_tensor *t) { encode_data(out, t); }

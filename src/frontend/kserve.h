@@ -66,5 +66,7 @@ bool kserve_encode_response(cbuf *out, size_t *json_len, const char *model, int6
                             const kserve_request *req, const cinfer_response *resp);
 /* {"error":"..."} */
 void kserve_encode_error(cbuf *out, const char *msg);
+/* The elements of t as a JSON array (the "data" of a KServe output), appended to out. */
+void kserve_encode_data(cbuf *out, const cinfer_tensor *t);
 
 #endif

@@ -9,10 +9,10 @@
  * backends/llm_serving/llm_backend.h for the protocol) and submits it with
  * cinfer_server_infer_async: queue, statistics, in-flight count, request log and the drain
  * at shutdown see it like any other request. The backend streams one response per token
- * from the engine's step thread; the response callback only queues it (and observes the
- * TTFT / inter-token histograms) and posts the context's one loop_task to the exchange's
- * I/O loop, which encodes every queued response (SSE chunks, or the whole answer at the
- * FINAL one). The SSE stream begins with the first response, so an error before any token
+ * from the engine's step thread; the response callback only observes the TTFT /
+ * inter-token histograms and pushes it on respq (respq.h, shared with the generate
+ * extension), which posts the context's one loop_task to the exchange's I/O loop, which
+ * encodes every queued response (SSE chunks, or the whole answer at the FINAL one). The SSE stream begins with the first response, so an error before any token
  * (a prompt longer than the context, a bad sampling value) is a plain 4xx. A client that
  * disconnects, or whose stream write fails, cancels the request; the backend stops its
  * sequences and finishes with CANCELLED. The context is freed on its I/O loop after the
@@ -34,6 +34,7 @@
 #include "core/clock.h"
 #include "frontend/frontend_internal.h"
 #include "frontend/kserve.h"
+#include "frontend/respq.h"
 #include "metrics/metrics.h"
 
 #define MAX_N 16
@@ -206,12 +207,6 @@ typedef struct oai_choice {
   int token_count;
 } oai_choice;
 
-typedef struct resp_node {
-  cinfer_response *resp;
-  bool final;
-  struct resp_node *next;
-} resp_node;
-
 typedef struct oai_ctx {
   frontend *fe;
   http_exchange *ex;
@@ -230,12 +225,7 @@ typedef struct oai_ctx {
   _Atomic bool answered;  /* the FINAL response has arrived: a late cancel is moot */
   /* I/O loop only */
   bool stream_begun, client_gone;
-  /* the responses waiting for the I/O loop (callback -> task) */
-  pthread_mutex_t mu;
-  resp_node *head, **tail;
-  bool posted;            /* task queued and not yet started */
-  resp_node spare;        /* for the FINAL response when malloc fails */
-  bool spare_used;
+  respq q;                /* the responses waiting for the I/O loop (callback -> task) */
   loop_task task;
   oai_choice ch[MAX_N];
 } oai_ctx;
@@ -248,12 +238,7 @@ static void ctx_free(oai_ctx *c) {
     cbuf_free(&c->ch[i].logprobs);
     cbuf_free(&c->ch[i].prompt_lp);
   }
-  for (resp_node *q = c->head, *nx; q; q = nx) {
-    nx = q->next;
-    cinfer_response_free(q->resp);
-    if (q != &c->spare) free(q);
-  }
-  pthread_mutex_destroy(&c->mu);
+  respq_destroy(&c->q);
   free(c->prompt);
   cinfer_request_release(c->req);
   cinfer_model_release(c->model);
@@ -575,19 +560,14 @@ static void log_request(oai_ctx *c, int status, const char *err) {
  * FINAL one answers (or ends the stream) and frees the context. */
 static void drain_task(loop_task *t) {
   oai_ctx *c = CTX_OF(t);
-  pthread_mutex_lock(&c->mu);
-  resp_node *q = c->head;
-  c->head = NULL;
-  c->tail = &c->head;
-  c->posted = false;
-  pthread_mutex_unlock(&c->mu);
+  respq_node *q = respq_take(&c->q);
   cbuf b = {0};
   cinfer_response *final_resp = NULL;
-  for (resp_node *nx; q; q = nx) {
+  for (respq_node *nx; q; q = nx) {
     nx = q->next;
     cinfer_response *resp = q->resp;
     if (q->final) final_resp = resp; /* always the last one queued */
-    if (q != &c->spare) free(q);
+    respq_node_free(&c->q, q);
     tok_resp r;
     read_resp(resp, &r);
     if (!cinfer_response_error(resp) && cinfer_response_output_count(resp) > 0 && r.index >= 0 &&
@@ -669,32 +649,8 @@ static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
     }
     if (final) metric_observe(c->lm->e2e, (double)(now - c->t0) * 1e-9);
   }
-  resp_node *q = malloc(sizeof *q);
-  if (!q && !final) { /* a dropped token is better than a crash; the FINAL one must arrive */
-    cinfer_response_free(resp);
-    return;
-  }
   if (final) atomic_store(&c->answered, true);
-  pthread_mutex_lock(&c->mu);
-  if (q) {
-    q->resp = resp;
-    q->final = final;
-    q->next = NULL;
-    *c->tail = q;
-    c->tail = &q->next;
-  } else { /* out of memory on FINAL: the node is the context's spare */
-    c->spare.resp = resp;
-    c->spare.final = true;
-    c->spare.next = NULL;
-    c->spare_used = true;
-    *c->tail = &c->spare;
-    c->tail = &c->spare.next;
-  }
-  bool post = !c->posted;
-  c->posted = true;
-  net_loop *loop = c->loop;
-  pthread_mutex_unlock(&c->mu);
-  if (post) loop_post_task(loop, &c->task);
+  respq_push(&c->q, resp, final); /* a token lost to memory is dropped; FINAL always arrives */
 }
 
 /* ---- request parsing ----------------------------------------------------------------- */
@@ -1389,9 +1345,8 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   c->tool_mode = chat ? p.tool_mode : TOOLS_OFF;
   c->created = (long long)time(NULL);
   c->t0 = clock_now_ns();
-  pthread_mutex_init(&c->mu, NULL);
-  c->tail = &c->head;
   c->task.fn = drain_task;
+  respq_init(&c->q, c->loop, &c->task);
   static _Atomic uint64_t counter;
   snprintf(c->id, sizeof c->id, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl",
            (unsigned long long)c->created, (unsigned long long)(atomic_fetch_add(&counter, 1) & 0xffffff));

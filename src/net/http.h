@@ -81,6 +81,10 @@ typedef struct http_request {
   /* Set by the server before calling the handler: the complete body (contiguous, chunked
    * bodies are decoded in place). Borrowed until the exchange is answered. */
   const char *body; size_t body_len;
+  /* Set by the server: when the request's first bytes were read (CLOCK_MONOTONIC ns, the
+   * loop's cached time of that iteration; for a pipelined request, when the one before it
+   * was answered). For tracing (HTTP_RECV_START). */
+  uint64_t recv_start_ns;
 } http_request;
 
 /* Parses a request head in buf[0..len). headers[0..max) is caller storage that

@@ -99,6 +99,7 @@ struct conn {
   http_request req;
   http_header *headers;
   uint64_t head_start_ms, last_read_ms, last_write_ms;
+  uint64_t head_start_ns;  /* the same instant as head_start_ms, in ns (tracing) */
   /* output */
   net_buf out;
   size_t out_sent;
@@ -418,6 +419,7 @@ static void ex_complete(conn *c) {
   c->req_end = 0;
   c->parse_prev = 0;
   c->head_start_ms = loop_now_ms(c->t->loop);
+  c->head_start_ns = loop_now_ns(c->t->loop);
   c->state = ex->close_after ? C_CLOSING : C_HEAD;
   if (c->rcap > RBUF_KEEP && c->rlen < RBUF_INIT) {
     char *p = realloc(c->rbuf, RBUF_INIT);
@@ -774,6 +776,7 @@ static void dispatch(conn *c) {
   http_exchange *ex = &c->ex;
   c->req.body = c->rbuf + c->req.head_len;
   c->req.body_len = c->body_have;
+  c->req.recv_start_ns = c->head_start_ns;
   c->req_end = c->req.head_len + c->body_have;
   c->state = C_WAIT;
   ex->active = true;
@@ -1018,7 +1021,10 @@ static void conn_readable(conn *c) {
     conn_close(c);  /* EOF or reset: client gone (cancels a pending exchange) */
     return;
   }
-  if (c->rlen == 0 && c->state == C_HEAD) c->head_start_ms = loop_now_ms(t->loop);
+  if (c->rlen == 0 && c->state == C_HEAD) {
+    c->head_start_ms = loop_now_ms(t->loop);
+    c->head_start_ns = loop_now_ns(t->loop);
+  }
   c->rlen += (size_t)r;
   c->last_read_ms = loop_now_ms(t->loop);
   STAT_ADD(t, bytes_in, (uint64_t)r);
@@ -1119,6 +1125,7 @@ static void accept_io(loop_io *io, uint32_t ev) {
     c->ex.task.fn = ex_task_run;
     pthread_mutex_init(&c->ex.mu, NULL);
     c->head_start_ms = c->last_read_ms = c->last_write_ms = loop_now_ms(t->loop);
+    c->head_start_ns = loop_now_ns(t->loop);
     if (s->o.tls) {
       c->ssl = net_tls_new_ssl(s->o.tls, NULL, loop_now_ms(t->loop));
       if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) {

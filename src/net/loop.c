@@ -32,7 +32,7 @@ struct net_loop {
   _Atomic int stop;
   _Atomic int wake_pending;
   _Atomic int posting;       /* producers inside loop_post_task */
-  uint64_t now_ms;
+  uint64_t now_ms, now_ns;   /* one clock read per iteration */
   /* task queue */
   loop_task stub;
   loop_task *_Atomic tail;
@@ -56,6 +56,13 @@ static __thread const net_loop *tls_loop;
 
 uint64_t loop_now_ms(const net_loop *loop) {
   return tls_loop == loop ? loop->now_ms : clock_now_ms();
+}
+uint64_t loop_now_ns(const net_loop *loop) {
+  return tls_loop == loop ? loop->now_ns : clock_now_ns();
+}
+static void loop_tick(net_loop *loop) {
+  loop->now_ns = clock_now_ns();
+  loop->now_ms = loop->now_ns / 1000000ull;
 }
 
 void loop_set_batch_hooks(net_loop *loop, void (*begin)(void *), void (*end)(void *), void *arg) {
@@ -183,7 +190,7 @@ cinfer_status *loop_create(net_loop **out) {
     free(loop);
     return cinfer_status_oom("loop");
   }
-  loop->now_ms = clock_now_ms();
+  loop_tick(loop);
   loop->wake_io.fd = loop->evfd;
   loop->wake_io.fn = wake_cb;
   cinfer_status *st = loop_io_add(loop, &loop->wake_io, LOOP_READ);
@@ -324,7 +331,7 @@ void loop_run(net_loop *loop) {
   tls_loop = loop;
   loop->run_thread = pthread_self();
   struct epoll_event evs[LOOP_MAX_EVENTS];
-  loop->now_ms = clock_now_ms();
+  loop_tick(loop);
   while (!atomic_load_explicit(&loop->stop, memory_order_acquire)) {
     int timeout = -1;
     if (loop->heap_len) {
@@ -332,7 +339,7 @@ void loop_run(net_loop *loop) {
       timeout = d <= loop->now_ms ? 0 : (int)((d - loop->now_ms) > 60000 ? 60000 : d - loop->now_ms);
     }
     int n = epoll_wait(loop->epfd, evs, LOOP_MAX_EVENTS, timeout);
-    loop->now_ms = clock_now_ms();
+    loop_tick(loop);
     loop->batch = evs;
     loop->batch_len = n > 0 ? n : 0;
     if (n > 0 && loop->batch_begin) loop->batch_begin(loop->batch_arg);

@@ -44,6 +44,8 @@ bool loop_in_thread(const net_loop *loop);
 /* Monotonic milliseconds, cached once per loop iteration (cheap). Any thread may call it
  * but only the loop thread gets the cached value; others read the clock. */
 uint64_t loop_now_ms(const net_loop *loop);
+/* The same instant in nanoseconds (the same clock read: no extra cost). */
+uint64_t loop_now_ns(const net_loop *loop);
 
 /* ---- cross-thread tasks ---------------------------------------------------------------- */
 

@@ -13,6 +13,10 @@
 
 const char *cfg_name(const cinfer_model_config *c) { return c->name; }
 const char *cfg_platform(const cinfer_model_config *c) { return c->platform; }
+size_t cfg_ensemble_step_count(const cinfer_model_config *c) { return c->n_ensemble_steps; }
+const char *cfg_ensemble_step_model(const cinfer_model_config *c, size_t i) {
+  return i < c->n_ensemble_steps ? c->ensemble_steps[i].model_name : "";
+}
 
 const char *cfg_backend(const cinfer_model_config *c) {
   if (c->backend && c->backend[0]) {

@@ -55,6 +55,9 @@ typedef enum { CFG_VERSIONS_LATEST, CFG_VERSIONS_ALL, CFG_VERSIONS_SPECIFIC } cf
 
 const char *cfg_name(const cinfer_model_config *c);
 const char *cfg_platform(const cinfer_model_config *c);
+/* ensemble_scheduling steps: how many, and the model each runs (unload_dependents). */
+size_t cfg_ensemble_step_count(const cinfer_model_config *c);
+const char *cfg_ensemble_step_model(const cinfer_model_config *c, size_t i);
 const char *cfg_backend(const cinfer_model_config *c);
 int64_t cfg_max_batch_size(const cinfer_model_config *c);
 int cfg_input_count(const cinfer_model_config *c);

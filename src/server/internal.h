@@ -65,6 +65,9 @@ struct cinfer_request {
   uint64_t t_arrival, t_exec_start;
   void **seq_state;   /* sequence models: the state slot of its sequence while it runs */
   cinfer_request *next;
+  /* tracing (trace.c): NULL unless sampled; the frontend's receive times, 0 = unknown */
+  struct cinfer_trace *trace;
+  uint64_t recv_start_ns, recv_end_ns;
 };
 
 typedef struct batch_block {

@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "server/backend_config.h"
 #include "server/internal.h"
+#include "server/trace_internal.h"
 
 void model_ref(cinfer_model *m) { atomic_fetch_add(&m->refs, 1); }
 
@@ -222,6 +223,7 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
     resp->n = no;
     resp->block = bl;
     uint64_t t_end = clock_now_ns();
+    if (r->trace) cinfer_trace_stamp_at(r->trace, CINFER_TRACE_COMPUTE_END, t_end);
     pthread_mutex_lock(&m->stats_mu);
     stat_add(&m->stats.success, 1, t_end - r->t_arrival);
     stat_phases_locked(m, r, t0, t1, t2, t_end);
@@ -294,6 +296,14 @@ void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
   if (!st && m->seq) st = model_seq_after_execute(m, reqs, n, core.block);
   uint64_t t2 = clock_now_ns();
   for (uint32_t i = 0; i < n_in; i++) free(bufs[i]);
+  for (uint32_t k = 0; k < n; k++) /* traced requests only; the statistics' clock reads */
+    if (reqs[k]->trace) {
+      cinfer_trace *tr = reqs[k]->trace;
+      cinfer_trace_stamp_at(tr, CINFER_TRACE_COMPUTE_START, t0);
+      cinfer_trace_stamp_at(tr, CINFER_TRACE_COMPUTE_INPUT_END, t1);
+      cinfer_trace_stamp_at(tr, CINFER_TRACE_COMPUTE_OUTPUT_START, t2);
+      if (decoupled) cinfer_trace_stamp_at(tr, CINFER_TRACE_COMPUTE_END, t2);
+    }
 
   pthread_mutex_lock(&m->stats_mu);
   m->stats.execution_count++;
@@ -828,6 +838,7 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
   }
   r->shape_key = shape_key(r, m->batching ? 1 : 0);
   r->t_arrival = clock_now_ns();
+  if (r->trace) cinfer_trace_stamp_at(r->trace, CINFER_TRACE_QUEUE_START, r->t_arrival);
   if (m->seq) return seqmodel_enqueue(m, r);
   batcher_item it = {.rows = m->batching && m->db.enabled ? r->rows : 1, .shape_key = r->shape_key,
                      .priority = r->priority, .timeout_us = r->timeout_us, .user = r};

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "server/internal.h"
+#include "server/trace_internal.h"
 
 #define BAD(...) cinfer_status_new(CINFER_INVALID_ARG, __VA_ARGS__)
 #define OOM() cinfer_status_oom(NULL)
@@ -37,9 +38,16 @@ void cinfer_request_release(cinfer_request *r) {
     free(r->params[i].s);
   }
   free(r->params);
+  if (r->trace) trace_finish(r->trace, r->model->name, r->model->version, r->id);
   free(r->id);
   cinfer_model_release(r->model);
   free(r);
+}
+
+cinfer_trace *cinfer_request_trace(const cinfer_request *r) { return r->trace; }
+void cinfer_request_set_recv_times(cinfer_request *r, uint64_t start_ns, uint64_t end_ns) {
+  r->recv_start_ns = start_ns;
+  r->recv_end_ns = end_ns;
 }
 
 void cinfer_request_set_id(cinfer_request *r, const char *id, size_t len) {
@@ -328,6 +336,11 @@ void request_deliver_now(cinfer_request *r, cinfer_response *resp, uint32_t flag
   bool final = (flags & CINFER_RESPONSE_FINAL) != 0;
   cinfer_response_fn cb = r->cb;
   void *user = r->cb_user;
+  if (r->trace) { /* traced only: the outputs (TENSORS) and the end of the request */
+    for (uint32_t i = 0; i < resp->n && trace_wants_tensors(r->trace); i++)
+      trace_tensor(r->trace, "TENSOR_BACKEND_OUTPUT", &resp->outputs[i]);
+    if (final) cinfer_trace_stamp(r->trace, CINFER_TRACE_REQUEST_END);
+  }
   /* The server's reference goes before the callback (resp holds its own reference on r, so
    * r and its model live as long as the response): after the callback the only thing
    * touched is the in-flight count, so a caller that waits for 0 in flight may destroy the

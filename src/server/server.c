@@ -48,6 +48,8 @@
 #include "core/log.h"
 #include "repo/scan.h"
 #include "server/internal.h"
+#include "server/override.h"
+#include "server/trace_internal.h"
 
 typedef enum vstate { V_UNAVAILABLE, V_LOADING, V_READY, V_UNLOADING, V_COUNT_ } vstate;
 
@@ -75,6 +77,7 @@ typedef struct model_entry {
   version_entry *versions;
   uint64_t fingerprint;        /* of the files, for polling */
   bool wanted;                 /* loaded by request/policy (vs merely present) */
+  char *override_dir;          /* loaded from a load request's "file:" contents, or NULL */
   struct model_entry *next;
 } model_entry;
 
@@ -101,7 +104,10 @@ struct cinfer_server {
   pthread_cond_t poll_cv;
   uint64_t busy_window_start;
   metric *m_cpu, *m_rss;
+  struct trace_mgr *trace;     /* trace.c: settings, sampling, trace files */
 };
+
+trace_mgr *server_trace_mgr(cinfer_server *s) { return s->trace; }
 
 const char *server_backend_directory(const cinfer_server *s) { return s->backend_dir; }
 
@@ -320,11 +326,12 @@ static void log_kv_model(const char *what, const char *name, int64_t v, const ch
  * it replaces config.pbtxt for this load) or config.pbtxt when NULL. Called with load_mu
  * held, not mu. */
 static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
-                                        const char *config_json) {
+                                        const char *config_json, const char *override) {
   char dir[4096];
   if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") || !name[0])
     return cinfer_status_new(CINFER_INVALID_ARG, "invalid model name '%s'", name);
-  snprintf(dir, sizeof dir, "%s/%s", s->repo, name);
+  if (override) snprintf(dir, sizeof dir, "%s", override);
+  else snprintf(dir, sizeof dir, "%s/%s", s->repo, name);
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return cinfer_status_new(CINFER_NOT_FOUND, "failed to load '%s': no such model in the repository", name);
@@ -471,13 +478,42 @@ static void unload_entry_locked(cinfer_server *s, model_entry *e) {
   }
 }
 
+/* After a load from dir (NULL: the repository) with load_mu held: the override directory
+ * the entry no longer loads from, to be removed by the caller (NULL when none). A directory
+ * that a READY version still uses (the new load failed) stays. */
+static char *override_release_locked(cinfer_server *s, const char *name, char *dir) {
+  pthread_mutex_lock(&s->mu);
+  model_entry *e = find_entry(s, name);
+  bool dir_used = false, old_used = false;
+  for (version_entry *ve = e ? e->versions : NULL; ve; ve = ve->next)
+    if (ve->model) {
+      if (dir && !strcmp(ve->model->model_dir, dir)) dir_used = true;
+      if (e->override_dir && !strcmp(ve->model->model_dir, e->override_dir)) old_used = true;
+    }
+  char *drop = NULL;
+  if (e && dir && dir_used) { /* now loaded from dir: the old one goes */
+    drop = e->override_dir;
+    e->override_dir = dir;
+  } else if (dir) { /* nothing loaded from dir */
+    drop = dir;
+  } else if (e && e->override_dir && !old_used) {
+    drop = e->override_dir;
+    e->override_dir = NULL;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return drop;
+}
+
 /* The server's own loads (startup, polling), whatever the control mode. */
 static cinfer_status *load_model(cinfer_server *s, const char *name, const char *config_json) {
   if (atomic_load(&s->shutting_down))
     return cinfer_status_new(CINFER_UNAVAILABLE, "server is shutting down");
   pthread_mutex_lock(&s->load_mu);
-  cinfer_status *st = load_model_locked(s, name, config_json);
+  cinfer_status *st = load_model_locked(s, name, config_json, NULL);
+  char *drop = override_release_locked(s, name, NULL);
   pthread_mutex_unlock(&s->load_mu);
+  override_dir_remove(drop);
+  free(drop);
   return st;
 }
 
@@ -498,17 +534,89 @@ cinfer_status *cinfer_server_load_model(cinfer_server *s, const char *name, cons
 }
 
 cinfer_status *cinfer_server_unload_model(cinfer_server *s, const char *name) {
+  return cinfer_server_unload_model_dependents(s, name, false);
+}
+
+/* With load_mu and mu held: adds the step models of name's loaded ensemble versions to
+ * list (no duplicates, at most cap). */
+static void add_steps_locked(cinfer_server *s, const char *name, char **list, size_t *n, size_t cap) {
+  model_entry *e = find_entry(s, name);
+  for (version_entry *ve = e ? e->versions : NULL; ve; ve = ve->next) {
+    const cinfer_model_config *c = ve->model ? ve->model->config : NULL;
+    size_t ns = c ? cfg_ensemble_step_count(c) : 0;
+    for (size_t k = 0; k < ns; k++) {
+      const char *step = cfg_ensemble_step_model(c, k);
+      bool have = false;
+      for (size_t i = 0; i < *n; i++)
+        if (!strcmp(list[i], step)) have = true;
+      if (!have && *n < cap && (list[*n] = strdup(step))) (*n)++;
+    }
+  }
+}
+
+cinfer_status *cinfer_server_unload_model_dependents(cinfer_server *s, const char *name,
+                                                     bool unload_dependents) {
   cinfer_status *refused = control_refused(s);
   if (refused) return refused;
+  enum { MAX_DEPS = 256 };
+  char *list[MAX_DEPS];
+  size_t n = 0;
   pthread_mutex_lock(&s->load_mu);
   pthread_mutex_lock(&s->mu);
   model_entry *e = find_entry(s, name);
   cinfer_status *st = NULL;
-  if (!e) st = cinfer_status_new(CINFER_NOT_FOUND, "failed to unload '%s': no such model", name);
-  else unload_entry_locked(s, e);
+  char *drop[MAX_DEPS + 1];
+  size_t n_drop = 0;
+  if (!e) {
+    st = cinfer_status_new(CINFER_NOT_FOUND, "failed to unload '%s': no such model", name);
+  } else {
+    list[n++] = strdup(name);
+    if (!list[0]) n = 0, st = cinfer_status_oom(NULL);
+    /* Triton's unload_dependents: the models the ensemble was composed of go too (steps of
+     * steps as well: the list grows while it is walked). */
+    for (size_t i = 0; unload_dependents && i < n; i++) add_steps_locked(s, list[i], list, &n, MAX_DEPS);
+    for (size_t i = 0; i < n; i++) {
+      model_entry *d = find_entry(s, list[i]);
+      if (!d) continue;
+      unload_entry_locked(s, d); /* drops and retakes mu */
+      if ((d = find_entry(s, list[i])) && d->override_dir) {
+        drop[n_drop++] = d->override_dir;
+        d->override_dir = NULL;
+      }
+    }
+  }
   pthread_mutex_unlock(&s->mu);
   pthread_mutex_unlock(&s->load_mu);
-  if (!st) LOG_I("unloading model '%s'", name);
+  for (size_t i = 0; i < n; i++) {
+    if (!st) LOG_I("unloading model '%s'%s", list[i], i ? " (unload_dependents)" : "");
+    free(list[i]);
+  }
+  for (size_t i = 0; i < n_drop; i++) {
+    override_dir_remove(drop[i]);
+    free(drop[i]);
+  }
+  return st;
+}
+
+cinfer_status *cinfer_server_load_model_files(cinfer_server *s, const char *name,
+                                              const char *config_json,
+                                              const cinfer_model_file *files, size_t n) {
+  cinfer_status *st = control_refused(s);
+  if (st) return st;
+  if (!config_json)
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "failed to load '%s', failed to poll from model repository: 'file:' "
+                             "parameters need a 'config' parameter (the model's folder in the "
+                             "repository is not used)", name);
+  if (atomic_load(&s->shutting_down)) return cinfer_status_new(CINFER_UNAVAILABLE, "server is shutting down");
+  char *dir = NULL;
+  if ((st = override_dir_create(files, n, &dir))) return cinfer_status_prefix(st, "failed to load '%s'", name);
+  pthread_mutex_lock(&s->load_mu);
+  st = load_model_locked(s, name, config_json, dir);
+  char *drop = override_release_locked(s, name, dir);
+  pthread_mutex_unlock(&s->load_mu);
+  override_dir_remove(drop);
+  free(drop);
   return st;
 }
 
@@ -615,9 +723,11 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
   pthread_cond_init(&s->reap_cv, NULL);
   pthread_cond_init(&s->poll_cv, NULL);
   s->metrics = metrics_registry_create();
+  s->trace = trace_mgr_create();
   s->busy_window_start = clock_now_ns();
-  if (!s->metrics || pthread_create(&s->reaper, NULL, reaper_main, s)) {
+  if (!s->metrics || !s->trace || pthread_create(&s->reaper, NULL, reaper_main, s)) {
     metrics_registry_destroy(s->metrics);
+    trace_mgr_destroy(s->trace);
     free(s->backend_dir);
     free(s->repo);
     free(s);
@@ -696,9 +806,12 @@ void cinfer_server_destroy(cinfer_server *s) {
     }
     free(e->reason);
     free(e->name);
+    override_dir_remove(e->override_dir);
+    free(e->override_dir);
     free(e);
   }
   metrics_registry_destroy(s->metrics);
+  trace_mgr_destroy(s->trace); /* every request is gone: so is every trace */
   pthread_mutex_destroy(&s->mu);
   pthread_mutex_destroy(&s->load_mu);
   pthread_mutex_destroy(&s->reap_mu);
@@ -841,6 +954,7 @@ cinfer_status *cinfer_server_infer_async(cinfer_server *s, cinfer_request *r) {
     return cinfer_status_new(CINFER_INVALID_ARG, "request was already submitted");
   atomic_fetch_add(&s->inflight, 1);
   cinfer_request_ref(r); /* the server's reference, dropped after FINAL */
+  trace_request_start(s->trace, r);
   cinfer_status *st = model_enqueue(r->model, r);
   if (st) {
     cinfer_request_release(r);
