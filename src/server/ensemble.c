@@ -545,6 +545,19 @@ cinfer_status *ensemble_load(cinfer_server *s, cinfer_model *m, void **plan) {
     ens_tensor *x = &e->tensors[t];
     if (x->producer >= 0) e->steps[x->producer].holds += x->n_readers + (x->output >= 0);
   }
+  /* model_namespace (Triton's --model-namespacing) is parsed and dropped by config.c: a
+   * non-empty one would be ignored here, so it fails the load. */
+  for (size_t i = 0; c->ensemble_scheduling && i < c->ensemble_scheduling->n_children; i++) {
+    const pbtxt_node *ns = pbtxt_child(c->ensemble_scheduling->children[i], "model_namespace");
+    if (ns && ns->kind == PBTXT_STRING && ns->len > 0) {
+      st = cinfer_status_new(CINFER_UNSUPPORTED,
+                             "%s:%d: ensemble_scheduling.step.model_namespace '%s' is not "
+                             "implemented by cinfer (no model namespacing); the model cannot "
+                             "load with it (remove it)", c->source_path ? c->source_path : "config",
+                             ns->line, ns->str);
+      goto fail;
+    }
+  }
   if ((st = check_acyclic(e, m->name))) goto fail;
   /* The step models, loaded first if they are not; then every connection. */
   if (tl_n_loading == ENS_MAX_DEPTH) {

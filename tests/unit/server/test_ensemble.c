@@ -321,6 +321,9 @@ static void test_load_checks(void **state) {
   ens_model(repo, "e_badin", t);
   snprintf(t, sizeof t, "%sensemble_scheduling { step [ " STEP("nb", "IN", "OUT") " ] }\n", io);
   ens_model(repo, "e_batch", t);
+  snprintf(t, sizeof t, "%sensemble_scheduling { step [ { model_name: \"a\" model_namespace: \"ns1\" "
+           "input_map { key: \"INPUT0\" value: \"IN\" } output_map { key: \"OUTPUT0\" value: \"OUT\" } } ] }\n", io);
+  ens_model(repo, "e_ns", t);
   snprintf(t, sizeof t, "%sensemble_scheduling { step [ " STEP("e_loop2", "IN", "OUT") " ] }\n", io);
   ens_model(repo, "e_loop1", t);
   snprintf(t, sizeof t, "%sensemble_scheduling { step [ " STEP("e_loop1", "IN", "OUT") " ] }\n", io);
@@ -339,6 +342,7 @@ static void test_load_checks(void **state) {
       {"e_shape", "inconsistent shape: [-1,3] is inferred from model 'e_shape' while [-1,4]"},
       {"e_badin", "'NOPE', which is not an input of model 'a'"},
       {"e_batch", "allows maximum batch size 8, but it contains model 'nb'"},
+      {"e_ns", "model_namespace 'ns1' is not implemented"},
       {"e_loop1", "circular dependency between ensembles"},
       {"e_loop2", "circular dependency between ensembles"},
   };
