@@ -111,6 +111,7 @@ struct ens_run {
   int ready_head, ready_tail; /* claimed steps to submit; next_ready links them */
   int *next_ready;
   cinfer_tensor *val;
+  int64_t *batch;           /* per tensor: its batch size, -1 when it is not batched */
   bool *have;
   int *waiting;
   int *holds;
@@ -605,7 +606,8 @@ static ens_run *run_new(ensemble *e, cinfer_request *r) {
   size_t nt = (size_t)e->n_tensors, ns = (size_t)e->n_steps;
 #define AL(x) (((x) + 7) & ~(size_t)7)
   size_t off_val = AL(sizeof(ens_run));
-  size_t off_have = off_val + AL(nt * sizeof(cinfer_tensor));
+  size_t off_batch = off_val + AL(nt * sizeof(cinfer_tensor));
+  size_t off_have = off_batch + AL(nt * sizeof(int64_t));
   size_t off_wait = off_have + AL(nt);
   size_t off_holds = off_wait + AL(ns * sizeof(int));
   size_t off_next = off_holds + AL(ns * sizeof(int));
@@ -624,6 +626,7 @@ static ens_run *run_new(ensemble *e, cinfer_request *r) {
   run->req = r;
   pthread_mutex_init(&run->mu, NULL);
   run->val = (cinfer_tensor *)(p + off_val);
+  run->batch = (int64_t *)(p + off_batch);
   run->have = (bool *)(p + off_have);
   run->waiting = (int *)(p + off_wait);
   run->holds = (int *)(p + off_holds);
@@ -718,12 +721,14 @@ static int step_done_locked(ens_run *run, int s, cinfer_response *resp, cinfer_m
         for (int d = 0; d < io->ndim; d++) v.shape[d + 1] = io->dims[d] < 0 ? 0 : io->dims[d];
         run->val[t] = v;
         run->have[t] = true;
+        run->batch[t] = 0;
       }
     }
     for (uint32_t i = 0; resp && i < resp->n; i++)
       if (!strcmp(resp->outputs[i].name, st->out[k].io)) {
         run->val[t] = resp->outputs[i];
         run->have[t] = true;
+        run->batch[t] = resp->req->model->batching ? resp->req->rows : -1;
       }
   }
   if (resp && run->holds[s] > 0) run->resp[s] = resp;
@@ -746,10 +751,52 @@ static void maybe_finish(ens_run *run) {
 
 static void child_cb(void *user, cinfer_response *resp, uint32_t flags);
 
+static bool dims_fit(const int64_t *cfg, int ncfg, const int64_t *shape, int nshape) {
+  if (ncfg != nshape) return false;
+  for (int i = 0; i < ncfg; i++)
+    if (cfg[i] >= 0 && cfg[i] != shape[i]) return false;
+  return true;
+}
+
+/* Triton's batch / non-batch conversion (ensemble_scheduler.cc, ReshapeTensorDims): a
+ * tensor that is not batched (batch -1) feeding a batching model gets a batch dim of 1
+ * when its shape is the model's dims; a batched tensor of batch 1 feeding a non-batching
+ * model loses its batch dim when its shape is not the model's dims. Otherwise the shape
+ * stays (so [N, ...] from a non-batching step feeds a batching model as a batch of N).
+ * Only the shape changes: the data is the same bytes. */
+static void reshape_for(cinfer_tensor *t, const cfg_io *io, bool batching, int64_t batch) {
+  const int64_t *cd = io->reshape_ndim >= 0 ? io->reshape : io->dims;
+  int cn = io->reshape_ndim >= 0 ? io->reshape_ndim : io->ndim;
+  if (batching == (batch >= 0)) return;
+  if (batching) {
+    if (t->ndim < CINFER_MAX_DIMS && dims_fit(cd, cn, t->shape, t->ndim)) {
+      memmove(t->shape + 1, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+      t->shape[0] = 1;
+      t->ndim++;
+    }
+  } else if (batch == 1 && t->ndim >= 1 && !dims_fit(cd, cn, t->shape, t->ndim)) {
+    memmove(t->shape, t->shape + 1, sizeof(int64_t) * (size_t)(t->ndim - 1));
+    t->ndim--;
+  }
+}
+
 static cinfer_status *step_error(const ensemble *e, int s, const cinfer_status *st) {
   return cinfer_status_new(cinfer_status_code(st) == CINFER_OK ? CINFER_INTERNAL : cinfer_status_code(st),
                            "in ensemble '%s', step %d (model '%s'): %s", e->model->name, s,
                            e->steps[s].model, cinfer_status_message(st));
+}
+
+/* The tensor of sp's input binding k as model sm takes it (named, reshaped); false when
+ * the tensor has no value. */
+static bool input_view(const ens_run *run, const ens_step *sp, int k, const cinfer_model *sm,
+                       cinfer_tensor *v) {
+  int t = sp->in[k].tensor;
+  if (!run->have[t]) return false;
+  *v = run->val[t];
+  v->name = sp->in[k].io;
+  for (int i = 0; i < sm->n_inputs; i++)
+    if (!strcmp(sm->inputs[i].name, v->name)) reshape_for(v, &sm->inputs[i], sm->batching, run->batch[t]);
+  return true;
 }
 
 /* Step s was claimed (RUNNING); submits it as a child request, or finishes it at once
@@ -776,8 +823,8 @@ static void submit_step(ens_run *run, int s) {
   if (sm->batching) { /* a batch of 0 (no faces in the frame): nothing to run */
     bool zero = false;
     for (int k = 0; k < sp->n_in; k++) {
-      const cinfer_tensor *t = &run->val[sp->in[k].tensor];
-      if (run->have[sp->in[k].tensor] && t->ndim >= 1 && t->shape[0] == 0) zero = true;
+      cinfer_tensor v;
+      if (input_view(run, sp, k, sm, &v) && v.ndim >= 1 && v.shape[0] == 0) zero = true;
     }
     if (zero) {
       pthread_mutex_lock(&run->mu);
@@ -792,6 +839,7 @@ static void submit_step(ens_run *run, int s) {
   cinfer_model_release(sm); /* the child holds its own reference */
   sm = NULL;
   if (st) goto abandon;
+  const cinfer_model *cm = child->model; /* held by the child */
   if (req->id) cinfer_request_set_id(child, req->id, strlen(req->id));
   /* Triton passes the ensemble request's priority, timeout and parameters to every step. */
   for (uint32_t i = 0; i < req->n_params && !st; i++) {
@@ -802,11 +850,9 @@ static void submit_step(ens_run *run, int s) {
                                    : cinfer_request_set_param_bool(child, p->key, p->b);
   }
   for (int k = 0; k < sp->n_in && !st; k++) {
-    int t = sp->in[k].tensor;
-    if (!run->have[t]) continue; /* an optional input absent: the model decides */
-    cinfer_tensor v = run->val[t];
-    v.name = sp->in[k].io;
-    st = cinfer_request_add_input(child, &v);
+    cinfer_tensor v;
+    if (input_view(run, sp, k, cm, &v)) st = cinfer_request_add_input(child, &v);
+    /* else an optional input absent: the model decides */
   }
   for (int k = 0; k < sp->n_out && !st; k++) st = cinfer_request_add_output(child, sp->out[k].io);
   if (st) goto abandon;
@@ -977,6 +1023,7 @@ static void finish(ens_run *run) {
         }
         ts[resp->n] = run->val[t];
         ts[resp->n].name = m->outputs[j].name; /* the config outlives the response */
+        reshape_for(&ts[resp->n], &m->outputs[j], m->batching, run->batch[t]);
         resp->n++;
         if (run->resp[p]) { /* the response now owns the step's response */
           held[resp->n_held++] = run->resp[p];
@@ -1022,6 +1069,7 @@ cinfer_status *ensemble_submit(cinfer_model *m, cinfer_request *r) {
     int t = r->inputs[i].cfg_index; /* ensemble inputs are tensors 0..n_inputs-1 */
     run->val[t] = r->inputs[i].t;
     run->have[t] = true;
+    run->batch[t] = m->batching ? r->rows : -1;
   }
   for (int t = 0; t < m->n_inputs; t++) resolve_locked(run, t);
   pthread_mutex_unlock(&run->mu);

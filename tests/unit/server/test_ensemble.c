@@ -287,6 +287,50 @@ static void test_rows_feed_a_batch(void **state) {
   free(repo);
 }
 
+/* Triton's batch / non-batch conversion: a non-batching ensemble's [3] feeds a batching
+ * step as [1, 3] and comes back as [3]; a batching ensemble's [1, 3] feeds a
+ * non-batching step whose dims are [3] as [3] and comes back as [1, 3]. */
+static void test_batch_conversion(void **state) {
+  (void)state;
+  char *repo = tu_repo();
+  id_model(repo, "nop", "identity", 1024, "[ -1 ]", 1, NULL);
+  id_model(repo, "flat", "identity", 0, "[ 3 ]", 1, NULL);
+  ens_model(repo, "e_nb",
+            "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+            "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+            "ensemble_scheduling { step [ { model_name: \"nop\" input_map { key: \"INPUT0\" value: \"IN\" }"
+            " output_map { key: \"OUTPUT0\" value: \"OUT\" } } ] }\n");
+  ens_model(repo, "e_b",
+            "max_batch_size: 1\n"
+            "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ 3 ] } ]\n"
+            "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ 3 ] } ]\n"
+            "ensemble_scheduling { step [ { model_name: \"flat\" input_map { key: \"INPUT0\" value: \"IN\" }"
+            " output_map { key: \"OUTPUT0\" value: \"OUT\" } } ] }\n");
+  cinfer_server *s = tu_server(repo, CINFER_MODEL_CONTROL_NONE, 0);
+  char reason[512] = "";
+  if (strcmp(tu_state(s, "e_nb", 1, reason, sizeof reason), "READY")) fail_msg("e_nb: %s", reason);
+  if (strcmp(tu_state(s, "e_b", 1, reason, sizeof reason), "READY")) fail_msg("e_b: %s", reason);
+  float x[3] = {1, 2, 3};
+  int64_t s1[1] = {3}, s2[2] = {1, 3};
+  outs o;
+  infer(s, "e_nb", IN1, 1, x, 1, s1, NULL, &o);
+  if (o.code) fail_msg("%s", o.msg);
+  assert_int_equal(o.ndim[0], 1);
+  assert_int_equal(o.shape[0][0], 3);
+  assert_true(o.v[0][2] == 3);
+  cinfer_model_stats st;
+  stats_of(s, "nop", &st);
+  assert_int_equal(st.inference_count, 1); /* one row of [3] */
+  infer(s, "e_b", IN1, 1, x, 2, s2, NULL, &o);
+  if (o.code) fail_msg("%s", o.msg);
+  assert_int_equal(o.ndim[0], 2);
+  assert_int_equal(o.shape[0][0], 1);
+  assert_int_equal(o.shape[0][1], 3);
+  cinfer_server_destroy(s);
+  tu_rmtree(repo);
+  free(repo);
+}
+
 /* Each broken ensemble fails its load with a reason naming what is wrong; a good one
  * beside them loads. */
 static void test_load_checks(void **state) {
@@ -535,6 +579,7 @@ int main(void) {
       cmocka_unit_test(test_chain),
       cmocka_unit_test(test_fan_out_fan_in),
       cmocka_unit_test(test_rows_feed_a_batch),
+      cmocka_unit_test(test_batch_conversion),
       cmocka_unit_test(test_load_checks),
       cmocka_unit_test(test_explicit_dependencies),
       cmocka_unit_test(test_step_failure),
