@@ -30,7 +30,8 @@
  *   2. After err is set no step is submitted; in-flight children are cancelled and
  *      waited for, so the ensemble's FINAL response comes after every child's.
  *   3. refs: the submitter while in ensemble_submit, one per child callback pending, one
- *      for a job queued on the dispatcher; the run is freed at 0, after finish.
+ *      for a job queued on the dispatcher; the run is freed at 0, after finish. The run
+ *      holds a reference on the ensemble model (so on the plan) until it is freed.
  *
  * Child responses delivered under a step model's preserve_ordering lock (model.c holds
  * order_mu while it delivers in order) must not submit from that thread: a submission
@@ -586,8 +587,12 @@ fail:
 
 /* ---- runs ------------------------------------------------------------------------------- */
 
+/* The run's reference on the ensemble model goes last: a callback may drop the run's last
+ * reference after the ensemble's FINAL response, when nothing else holds the model (and
+ * so the plan this reads). */
 static void run_free(ens_run *run) {
   ensemble *e = run->e;
+  cinfer_model *m = e->model;
   for (int i = 0; i < e->n_steps; i++) {
     cinfer_response_free(run->resp[i]);
     cinfer_request_release(run->child[i]);
@@ -595,6 +600,7 @@ static void run_free(ens_run *run) {
   cinfer_status_free(run->err);
   pthread_mutex_destroy(&run->mu);
   free(run);
+  cinfer_model_release(m);
 }
 
 static void run_release(ens_run *run) {
@@ -622,6 +628,7 @@ static ens_run *run_new(ensemble *e, cinfer_request *r) {
   if (!p) return NULL;
   ens_run *run = (ens_run *)p;
   atomic_init(&run->refs, 1);
+  model_ref(e->model); /* released by run_free */
   run->e = e;
   run->req = r;
   pthread_mutex_init(&run->mu, NULL);

@@ -7,7 +7,9 @@ ensemble loads its step models, unloading a step makes the ensemble unavailable.
 import json
 import os
 import shutil
+import signal
 import tempfile
+import time
 import urllib.request
 
 import numpy as np
@@ -237,3 +239,37 @@ def test_unloading_a_step_makes_the_ensemble_unavailable(client):
     assert client.is_model_ready("id_b") and client.is_model_ready("chain")
     r = client.infer("chain", [fp32("IN", np.ones((1, 2), dtype=np.float32))])
     np.testing.assert_array_equal(r.as_numpy("OUT"), np.ones((1, 2), dtype=np.float32))
+
+
+def test_sigterm_drain_waits_for_ensemble_requests():
+    """A request between steps when SIGTERM comes still completes: the drain counts the
+    ensemble request, and its later steps are submitted while draining."""
+    d = tempfile.mkdtemp(prefix="cinfer-ens-drain-")
+    try:
+        write(d, "id_a", identity("id_a", "[ 2 ]"))
+        write(d, "slow", 'name: "slow"\nbackend: "sim"\nmax_batch_size: 8\n'
+              'input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] } ]\n'
+              'output [ { name: "y" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+              'parameters { key: "base_us" value: { string_value: "400000" } }\n')
+        write(d, "pipe", ensemble("pipe", [("IN", F, "[ 2 ]")], [("OUT", F, "[ 3 ]")], [
+            step("id_a", {"INPUT0": "IN"}, {"OUTPUT0": "t"}),
+            step("slow", {"x": "t"}, {"y": "OUT"})]))
+        s = Server(d).start()
+        s.wait_ready()
+        c = httpclient.InferenceServerClient(s.hostport)
+        pending = c.async_infer("pipe", [fp32("IN", np.ones((1, 2), dtype=np.float32))])
+        # Bounded wait on a condition: the first step has answered, the slow one runs.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            st = c.get_inference_statistics("id_a")["model_stats"][0]
+            if st["inference_stats"]["success"]["count"] == 1:
+                break
+            time.sleep(0.01)
+        assert st["inference_stats"]["success"]["count"] == 1
+        s.proc.send_signal(signal.SIGTERM)
+        r = pending.get_result(timeout=60)
+        assert r.as_numpy("OUT").shape == (1, 3)
+        assert s.stop() == 0
+        assert any("draining" in l for l in s.log)
+    finally:
+        shutil.rmtree(d)
