@@ -33,6 +33,9 @@
  *      for a job queued on the dispatcher; the run is freed at 0, after finish. The run
  *      holds a reference on the ensemble model (so on the plan) until it is freed.
  *
+ * A decoupled step may be the last one (check_streaming): its partial responses go on as
+ * partial responses of the ensemble request (forward_partial), its FINAL one ends it.
+ *
  * Child responses delivered under a step model's preserve_ordering lock (model.c holds
  * order_mu while it delivers in order) must not submit from that thread: a submission
  * to the same model would take that lock again. Those completions hand the submission to
@@ -58,6 +61,7 @@ typedef struct ens_step {
   ens_bind *in, *out;
   int n_in, n_out;
   int holds;
+  bool decoupled;  /* the step model was decoupled when the ensemble loaded */
 } ens_step;
 
 typedef struct ens_tensor {
@@ -84,6 +88,7 @@ typedef struct ensemble {
   ens_tensor *tensors;
   int n_tensors;
   int *out_tensor; /* per ensemble output */
+  int stream_step;  /* the decoupled last step whose responses stream out, or -1 */
   ens_bind *binds; /* storage of every step's bindings */
   int *readers;    /* storage of every tensor's readers */
   pthread_mutex_t mu; /* runs, jobs, stop */
@@ -144,9 +149,19 @@ static const cinfer_backend_iface ens_iface = {
     .name = "ensemble", .model_load = ens_unsupported_load, .model_unload = ensemble_unload,
     .instance_create = ens_no_instance, .instance_destroy = ens_no_instance_destroy,
     .execute = ens_no_execute, .cancel = ensemble_cancel};
+/* The same for an ensemble whose last step is decoupled: the ensemble is decoupled too
+ * (Triton sets it from the steps), its responses stream out as that step's come. */
+static const cinfer_backend_iface ens_iface_decoupled = {
+    .abi_major = CINFER_BACKEND_ABI_MAJOR, .abi_minor = CINFER_BACKEND_ABI_MINOR,
+    .name = "ensemble", .flags = CINFER_BACKEND_DECOUPLED, .model_load = ens_unsupported_load,
+    .model_unload = ensemble_unload, .instance_create = ens_no_instance,
+    .instance_destroy = ens_no_instance_destroy, .execute = ens_no_execute,
+    .cancel = ensemble_cancel};
 
 const cinfer_backend_iface *ensemble_iface(void) { return &ens_iface; }
-bool model_is_ensemble(const cinfer_model *m) { return m->backend == &ens_iface; }
+bool model_is_ensemble(const cinfer_model *m) {
+  return m->backend == &ens_iface || m->backend == &ens_iface_decoupled;
+}
 
 bool ensemble_config_is(const cinfer_model_config *c) {
   return c->platform && !strcmp(c->platform, "ensemble");
@@ -290,7 +305,7 @@ static _Thread_local const char *tl_loading[ENS_MAX_DEPTH];
 static _Thread_local int tl_n_loading;
 
 static cinfer_status *check_step(ensemble *e, cinfer_model *ens, int si) {
-  const ens_step *s = &e->steps[si];
+  ens_step *s = &e->steps[si];
   const char *en = ens->name;
   for (int i = 0; i < tl_n_loading; i++)
     if (!strcmp(tl_loading[i], s->model)) {
@@ -310,12 +325,7 @@ static cinfer_status *check_step(ensemble *e, cinfer_model *ens, int si) {
   if ((st = cinfer_server_model_acquire(e->server, s->model, s->version, &sm)))
     return cinfer_status_prefix(st, "ensemble '%s' depends on '%s' (step %d)%s", en, s->model, si,
                                 s->version > 0 ? " at the version it names" : "");
-  if (cinfer_model_is_decoupled(sm)) {
-    st = cinfer_status_new(CINFER_UNSUPPORTED,
-                           "in ensemble '%s', step %d: model '%s' is decoupled; cinfer's "
-                           "ensembles do not run decoupled step models yet", en, si, s->model);
-    goto out;
-  }
+  s->decoupled = cinfer_model_is_decoupled(sm); /* check_streaming decides */
   if (sm->max_batch != 0 && ens->max_batch > sm->max_batch) {
     st = cinfer_status_new(CINFER_INVALID_ARG,
                            "ensemble '%s' allows maximum batch size %lld, but it contains model "
@@ -433,6 +443,44 @@ static cinfer_status *check_connections(ensemble *e, cinfer_model *ens) {
 }
 
 static void *dispatcher_main(void *arg);
+
+/* A decoupled step is run when it is the last one: one decoupled step, nothing reads its
+ * outputs, and every ensemble output comes from it. Its responses then stream out as the
+ * ensemble's. Anything else (a decoupled step in the middle of the DAG) is refused. */
+static cinfer_status *check_streaming(ensemble *e, cinfer_model *ens) {
+  e->stream_step = -1;
+  for (int si = 0; si < e->n_steps; si++) {
+    const ens_step *s = &e->steps[si];
+    if (!s->decoupled) continue;
+    if (e->stream_step >= 0)
+      return cinfer_status_new(CINFER_UNSUPPORTED,
+                               "in ensemble '%s', steps %d ('%s') and %d ('%s') are both "
+                               "decoupled; cinfer runs one decoupled step, the last", ens->name,
+                               e->stream_step, e->steps[e->stream_step].model, si, s->model);
+    for (int k = 0; k < s->n_out; k++) {
+      const ens_tensor *x = &e->tensors[s->out[k].tensor];
+      if (x->n_readers)
+        return cinfer_status_new(CINFER_UNSUPPORTED,
+                                 "in ensemble '%s', step %d: model '%s' is decoupled and its "
+                                 "output '%s' feeds step %d; cinfer runs a decoupled step only "
+                                 "as the last one (its responses stream out)", ens->name, si,
+                                 s->model, x->name, x->readers[0]);
+    }
+    e->stream_step = si;
+  }
+  for (int j = 0; e->stream_step >= 0 && j < ens->n_outputs; j++) {
+    int p = e->tensors[e->out_tensor[j]].producer;
+    if (p != e->stream_step)
+      return cinfer_status_new(CINFER_UNSUPPORTED,
+                               "in ensemble '%s', ensemble output '%s' comes from step %d "
+                               "('%s'), not from the decoupled step %d ('%s'): with a decoupled "
+                               "last step every ensemble output must come from it", ens->name,
+                               ens->outputs[j].name, p, e->steps[p].model, e->stream_step,
+                               e->steps[e->stream_step].model);
+  }
+  if (e->stream_step >= 0) ens->backend = &ens_iface_decoupled;
+  return NULL;
+}
 
 static void plan_free(ensemble *e) {
   if (!e) return;
@@ -572,6 +620,7 @@ cinfer_status *ensemble_load(cinfer_server *s, cinfer_model *m, void **plan) {
   tl_n_loading--;
   if (st) goto fail;
   if ((st = check_connections(e, m))) goto fail;
+  if ((st = check_streaming(e, m))) goto fail;
   if (pthread_create(&e->thread, NULL, dispatcher_main, e)) {
     st = cinfer_status_new(CINFER_INTERNAL, "ensemble '%s': cannot start its dispatcher thread",
                            m->name);
@@ -927,12 +976,54 @@ static void *dispatcher_main(void *arg) {
   return NULL;
 }
 
+/* A partial response of the decoupled last step s: sent on as a partial response of the
+ * ensemble request, its outputs renamed to the ensemble's (views; it holds the step's
+ * response). The step's FINAL response comes after every partial one (the backend sends
+ * them in order), so the ensemble request is still unfinished here. */
+static void forward_partial(ens_run *run, int s, cinfer_response *cresp) {
+  ensemble *e = run->e;
+  cinfer_model *m = e->model;
+  pthread_mutex_lock(&run->mu);
+  bool go = s == e->stream_step && !run->err && !run->finished;
+  cinfer_request *req = run->req;
+  pthread_mutex_unlock(&run->mu);
+  cinfer_response *resp = go ? calloc(1, sizeof *resp) : NULL;
+  cinfer_tensor *ts = resp ? calloc((size_t)m->n_outputs + 1, sizeof *ts) : NULL;
+  cinfer_response **held = ts ? calloc(1, sizeof *held) : NULL;
+  if (!held) { /* not sent on (cancelled, failed, or out of memory) */
+    free(resp), free(ts);
+    cinfer_response_free(cresp);
+    return;
+  }
+  const ens_step *sp = &e->steps[s];
+  int64_t batch = cresp->req->model->batching ? cresp->req->rows : -1;
+  for (int j = 0; j < m->n_outputs; j++) {
+    if (!request_output_wanted(req, m->outputs[j].name)) continue;
+    for (int k = 0; k < sp->n_out; k++) {
+      if (sp->out[k].tensor != e->out_tensor[j]) continue;
+      for (uint32_t i = 0; i < cresp->n; i++)
+        if (!strcmp(cresp->outputs[i].name, sp->out[k].io)) {
+          ts[resp->n] = cresp->outputs[i];
+          ts[resp->n].name = m->outputs[j].name;
+          reshape_for(&ts[resp->n], &m->outputs[j], m->batching, batch);
+          resp->n++;
+        }
+    }
+  }
+  resp->outputs = ts;
+  resp->held = held;
+  held[resp->n_held++] = cresp;
+  cinfer_request_ref(req);
+  resp->req = req;
+  request_deliver(req, resp, 0);
+}
+
 static void child_cb(void *user, cinfer_response *resp, uint32_t flags) {
   ens_slot *slot = user;
   ens_run *run = slot->run;
   int s = slot->step;
-  if (!(flags & CINFER_RESPONSE_FINAL)) { /* decoupled step models are refused at load */
-    cinfer_response_free(resp);
+  if (!(flags & CINFER_RESPONSE_FINAL)) { /* the decoupled last step streams */
+    forward_partial(run, s, resp);
     return;
   }
   const cinfer_status *re = cinfer_response_error(resp);
@@ -1022,6 +1113,7 @@ static void finish(ens_run *run) {
       for (int j = 0; j < m->n_outputs && !err; j++) {
         if (!request_output_wanted(req, m->outputs[j].name)) continue;
         int t = e->out_tensor[j], p = e->tensors[t].producer;
+        if (!run->have[t] && e->stream_step >= 0) continue; /* streamed: FINAL may be empty */
         if (!run->have[t]) {
           err = cinfer_status_new(CINFER_INTERNAL,
                                   "in ensemble '%s', output '%s' was not produced by step %d "

@@ -16,7 +16,8 @@
 /* True when c is an ensemble (platform "ensemble"). */
 bool ensemble_config_is(const cinfer_model_config *c);
 /* The ensemble pseudo-backend: never registered (no config can name it as a backend);
- * model_unload frees the plan, cancel cancels a request's in-flight steps. */
+ * model_unload frees the plan, cancel cancels a request's in-flight steps. (An ensemble
+ * whose last step is decoupled gets its decoupled twin, set by ensemble_load.) */
 const cinfer_backend_iface *ensemble_iface(void);
 bool model_is_ensemble(const cinfer_model *m);
 

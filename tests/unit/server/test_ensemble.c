@@ -4,7 +4,8 @@
  * checks (unknown step, cycle, dtype and shape mismatch, unmapped input, ensembles that
  * contain each other), explicit mode loading the steps and unloading the ensemble with a
  * step, a failing step named in the error, cancellation reaching a queued child, the
- * ensemble's own statistics, and a preserve_ordering step used twice (no deadlock). */
+ * ensemble's own statistics, a preserve_ordering step used twice (no deadlock), and a
+ * decoupled last step streaming through. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,6 +46,15 @@ static const char *const CHAIN =
     "    output_map { key: \"OUTPUT0\" value: \"mid\" } },\n"
     "  { model_name: \"b\" model_version: -1 input_map { key: \"INPUT0\" value: \"mid\" }\n"
     "    output_map { key: \"OUTPUT0\" value: \"OUT\" } } ] }\n";
+
+/* a -> ds (decoupled) */
+static const char *const CHAIN_DS =
+    "max_batch_size: 8\n"
+    "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+    "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+    "ensemble_scheduling { step [\n"
+    "  { model_name: \"a\" input_map { key: \"INPUT0\" value: \"IN\" } output_map { key: \"OUTPUT0\" value: \"mid\" } },\n"
+    "  { model_name: \"ds\" input_map { key: \"INPUT0\" value: \"mid\" } output_map { key: \"OUTPUT0\" value: \"OUT\" } } ] }\n";
 
 typedef struct outs {
   pthread_mutex_t mu;
@@ -572,8 +582,124 @@ static void test_ordered_step_twice(void **state) {
   free(repo);
 }
 
+/* A decoupled test backend: for input x it sends x*1, x*2, x*3 as OUTPUT0 (partial
+ * responses), then an empty FINAL response. */
+static cinfer_status *ds_load(const cinfer_model_load_info *info, void **model) {
+  *model = (void *)info->config;
+  return NULL;
+}
+static void ds_unload(void *model) { (void)model; }
+static cinfer_status *ds_execute(void *inst, cinfer_batch *b) {
+  (void)inst;
+  for (uint32_t k = 0; k < b->n_requests; k++) {
+    cinfer_request *r = b->requests[k];
+    const cinfer_tensor *in = cinfer_request_input_by_name(r, "INPUT0");
+    float v[16];
+    size_t n = in->byte_size / 4 < 16 ? in->byte_size / 4 : 16;
+    for (int rep = 1; rep <= 3; rep++) {
+      for (size_t i = 0; i < n; i++) v[i] = ((const float *)in->data)[i] * (float)rep;
+      cinfer_tensor o = *in;
+      o.name = "OUTPUT0";
+      o.data = v;
+      o.byte_size = n * 4;
+      cinfer_status_free(cinfer_request_respond(r, &o, 1, 0, NULL));
+    }
+    cinfer_status_free(cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL, NULL));
+  }
+  return NULL;
+}
+static const cinfer_backend_iface dstream_backend = {
+    .abi_major = CINFER_BACKEND_ABI_MAJOR, .abi_minor = CINFER_BACKEND_ABI_MINOR, .name = "dstream",
+    .flags = CINFER_BACKEND_DECOUPLED, .model_load = ds_load, .model_unload = ds_unload,
+    .instance_create = ctl_inst, .instance_destroy = ctl_inst_destroy, .execute = ds_execute};
+
+typedef struct stream_outs {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  cinfer_code code;
+  int partials, final_outputs;
+  float first[3];
+  char name[32];
+} stream_outs;
+
+static void stream_cb(void *user, cinfer_response *resp, uint32_t flags) {
+  stream_outs *o = user;
+  pthread_mutex_lock(&o->mu);
+  o->code = cinfer_status_code(cinfer_response_error(resp));
+  if (flags & CINFER_RESPONSE_FINAL) {
+    o->final_outputs = (int)cinfer_response_output_count(resp);
+    o->done = true;
+    pthread_cond_broadcast(&o->cv);
+  } else if (cinfer_response_output_count(resp) == 1 && o->partials < 3) {
+    const cinfer_tensor *t = cinfer_response_output(resp, 0);
+    snprintf(o->name, sizeof o->name, "%s", t->name);
+    o->first[o->partials++] = ((const float *)t->data)[0];
+  }
+  pthread_mutex_unlock(&o->mu);
+  cinfer_response_free(resp);
+}
+
+/* A decoupled last step streams through the ensemble: every partial response of the step
+ * is a partial response of the ensemble, renamed to the ensemble's output. A decoupled
+ * step whose output feeds another step is refused at load. */
+static void test_decoupled_last_step_streams(void **state) {
+  (void)state;
+  char *repo = tu_repo();
+  id_model(repo, "a", "identity", 8, "[ -1 ]", 1, NULL);
+  id_model(repo, "ds", "dstream", 8, "[ -1 ]", 1, "model_transaction_policy { decoupled: true }\n");
+  ens_model(repo, "e", CHAIN_DS);
+  ens_model(repo, "e_mid",
+            "max_batch_size: 8\n"
+            "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+            "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+            "ensemble_scheduling { step [\n"
+            "  { model_name: \"ds\" input_map { key: \"INPUT0\" value: \"IN\" } output_map { key: \"OUTPUT0\" value: \"m\" } },\n"
+            "  { model_name: \"a\" input_map { key: \"INPUT0\" value: \"m\" } output_map { key: \"OUTPUT0\" value: \"OUT\" } } ] }\n");
+  cinfer_server *s = tu_server(repo, CINFER_MODEL_CONTROL_NONE, 0);
+  char reason[1024] = "";
+  if (strcmp(tu_state(s, "e", 1, reason, sizeof reason), "READY")) fail_msg("e: %s", reason);
+  if (strcmp(tu_state(s, "e_mid", 1, reason, sizeof reason), "UNAVAILABLE") ||
+      !strstr(reason, "model 'ds' is decoupled and its output 'm' feeds step 1"))
+    fail_msg("e_mid: %s", reason);
+  cinfer_model *m = NULL;
+  assert_null(cinfer_server_model_acquire(s, "e", -1, &m));
+  assert_true(cinfer_model_is_decoupled(m));
+  cinfer_request *r = NULL;
+  assert_null(cinfer_request_create(m, &r));
+  cinfer_model_release(m);
+  float x[2] = {2, 5};
+  cinfer_tensor t = {.name = "IN", .dtype = CINFER_TYPE_FP32, .ndim = 2, .shape = {1, 2},
+                     .data = x, .byte_size = 8};
+  assert_null(cinfer_request_add_input(r, &t));
+  stream_outs o;
+  memset(&o, 0, sizeof o);
+  pthread_mutex_init(&o.mu, NULL);
+  pthread_cond_init(&o.cv, NULL);
+  cinfer_request_set_callback(r, stream_cb, &o);
+  assert_null(cinfer_server_infer_async(s, r));
+  struct timespec dl = tu_deadline();
+  pthread_mutex_lock(&o.mu);
+  while (!o.done && pthread_cond_timedwait(&o.cv, &o.mu, &dl) != ETIMEDOUT) {}
+  pthread_mutex_unlock(&o.mu);
+  assert_true(o.done);
+  assert_int_equal(o.code, CINFER_OK);
+  assert_int_equal(o.partials, 3);
+  assert_string_equal(o.name, "OUT");
+  assert_true(o.first[0] == 2 && o.first[1] == 4 && o.first[2] == 6);
+  assert_int_equal(o.final_outputs, 0);
+  cinfer_request_release(r);
+  cinfer_model_stats es;
+  stats_of(s, "e", &es);
+  assert_int_equal(es.success.count, 1);
+  cinfer_server_destroy(s);
+  tu_rmtree(repo);
+  free(repo);
+}
+
 int main(void) {
   assert_null(cinfer_backend_register(&ctl_backend));
+  assert_null(cinfer_backend_register(&dstream_backend));
   if (getenv("CINFER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINFER_TEST_FILTER"));
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chain),
@@ -585,6 +711,7 @@ int main(void) {
       cmocka_unit_test(test_step_failure),
       cmocka_unit_test(test_cancel),
       cmocka_unit_test(test_ordered_step_twice),
+      cmocka_unit_test(test_decoupled_last_step_streams),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
