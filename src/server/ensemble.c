@@ -89,6 +89,7 @@ typedef struct ensemble {
   int n_tensors;
   int *out_tensor; /* per ensemble output */
   int stream_step;  /* the decoupled last step whose responses stream out, or -1 */
+  int *topo;        /* the steps in an order where producers come first */
   ens_bind *binds; /* storage of every step's bindings */
   int *readers;    /* storage of every tensor's readers */
   pthread_mutex_t mu; /* runs, jobs, stop */
@@ -238,8 +239,8 @@ static cinfer_status *check_consistent(const char *ens, const char *tensor, cons
 }
 
 /* Steps that can never run: the tensors form a cycle. Names one cycle. */
-static cinfer_status *check_acyclic(const ensemble *e, const char *ens) {
-  int n = e->n_steps;
+static cinfer_status *check_acyclic(ensemble *e, const char *ens) {
+  int n = e->n_steps, n_topo = 0;
   uint8_t *done = calloc((size_t)n + 1, 1);
   int *path = calloc((size_t)n + 1, sizeof *path);
   if (!done || !path) {
@@ -255,7 +256,7 @@ static cinfer_status *check_acyclic(const ensemble *e, const char *ens) {
         int p = e->tensors[e->steps[s].in[k].tensor].producer;
         if (p >= 0 && !done[p]) ready = false;
       }
-      if (ready) done[s] = 1, progress = true;
+      if (ready) done[s] = 1, progress = true, e->topo[n_topo++] = s;
     }
   }
   int start = -1;
@@ -496,6 +497,7 @@ static void plan_free(ensemble *e) {
   free(e->steps);
   free(e->tensors);
   free(e->out_tensor);
+  free(e->topo);
   free(e->binds);
   free(e->readers);
   free(e);
@@ -523,8 +525,9 @@ cinfer_status *ensemble_load(cinfer_server *s, cinfer_model *m, void **plan) {
   e->binds = calloc(nb + 1, sizeof *e->binds);
   e->readers = calloc(nb + 1, sizeof *e->readers);
   e->out_tensor = calloc(c->n_outputs + 1, sizeof *e->out_tensor);
+  e->topo = calloc((size_t)e->n_steps + 1, sizeof *e->topo);
   cinfer_status *st = NULL;
-  if (!e->steps || !e->tensors || !e->binds || !e->readers || !e->out_tensor) {
+  if (!e->steps || !e->tensors || !e->binds || !e->readers || !e->out_tensor || !e->topo) {
     st = cinfer_status_oom(NULL);
     goto fail;
   }
@@ -1153,6 +1156,34 @@ static void finish(ens_run *run) {
   request_deliver(req, resp, CINFER_RESPONSE_FINAL);
 }
 
+/* With run->mu held, before anything runs: only the steps needed for the requested
+ * outputs run (Triton: asking for OUTPUT0 alone does not run the step that makes only
+ * OUTPUT1). One pass in reverse topological order: a step is needed when one of its
+ * tensors is a wanted ensemble output or is read by a needed step. The others are DONE
+ * from the start and release their hold on the responses they would have read. */
+static void prune_locked(ens_run *run) {
+  ensemble *e = run->e;
+  cinfer_model *m = e->model;
+  for (int i = e->n_steps - 1; i >= 0; i--) {
+    int s = e->topo[i];
+    const ens_step *sp = &e->steps[s];
+    bool needed = false;
+    for (int k = 0; k < sp->n_out && !needed; k++) {
+      const ens_tensor *x = &e->tensors[sp->out[k].tensor];
+      if (x->output >= 0 && request_output_wanted(run->req, m->outputs[x->output].name)) needed = true;
+      for (int j = 0; j < x->n_readers && !needed; j++)
+        if (run->state[x->readers[j]] != STEP_DONE) needed = true;
+    }
+    if (needed) continue;
+    run->state[s] = STEP_DONE;
+    run->n_done++;
+    for (int k = 0; k < sp->n_in; k++) {
+      int p = e->tensors[sp->in[k].tensor].producer;
+      if (p >= 0) run->holds[p]--;
+    }
+  }
+}
+
 cinfer_status *ensemble_submit(cinfer_model *m, cinfer_request *r) {
   ensemble *e = m->backend_model;
   ens_run *run = run_new(e, r);
@@ -1164,6 +1195,7 @@ cinfer_status *ensemble_submit(cinfer_model *m, cinfer_request *r) {
   run->listed = true;
   pthread_mutex_unlock(&e->mu);
   pthread_mutex_lock(&run->mu);
+  prune_locked(run);
   for (uint32_t i = 0; i < r->n_inputs; i++) {
     int t = r->inputs[i].cfg_index; /* ensemble inputs are tensors 0..n_inputs-1 */
     run->val[t] = r->inputs[i].t;

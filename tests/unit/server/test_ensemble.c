@@ -1,5 +1,6 @@
 /* test_ensemble.c: ensembles in the server core (src/server/ensemble.c) through cinfer.h:
- * a chain and a fan-out/fan-in of identity steps, requested outputs, a step output of N
+ * a chain and a fan-out/fan-in of identity steps, requested outputs (only the steps they
+ * need run), a step output of N
  * rows feeding a batching model as a batch of N (and a batch of 0 skipping it), the load
  * checks (unknown step, cycle, dtype and shape mismatch, unmapped input, ensembles that
  * contain each other), explicit mode loading the steps and unloading the ensemble with a
@@ -248,9 +249,22 @@ static void test_fan_out_fan_in(void **state) {
   if (o.code) fail_msg("%s", o.msg);
   assert_int_equal(o.n, 1);
   assert_string_equal(o.names[0], "Y");
-  cinfer_model_stats as;
+  /* Only the steps needed for the requested outputs run (Triton): Z needs a and c. */
+  const char *const want_z[] = {"Z", NULL};
+  infer(s, "e", IN1, 1, x, 1, shp, want_z, &o);
+  if (o.code) fail_msg("%s", o.msg);
+  assert_int_equal(o.n, 1);
+  assert_string_equal(o.names[0], "Z");
+  for (int i = 0; i < 4; i++) assert_true(o.v[0][i] == x[i]);
+  cinfer_model_stats as, bs, cs, ds;
   stats_of(s, "a", &as);
-  assert_int_equal(as.success.count, 2);
+  stats_of(s, "b", &bs);
+  stats_of(s, "c", &cs);
+  stats_of(s, "d", &ds);
+  assert_int_equal(as.success.count, 3);
+  assert_int_equal(cs.success.count, 3);
+  assert_int_equal(bs.success.count, 2);
+  assert_int_equal(ds.success.count, 2);
   cinfer_server_destroy(s);
   tu_rmtree(repo);
   free(repo);
