@@ -126,6 +126,7 @@ struct ens_run {
   cinfer_request **child;   /* in flight: the run's reference */
   cinfer_response **resp;
   cinfer_request **cancel;  /* scratch for the one thread that sets err */
+  cinfer_response *spare;   /* made at the start: the FINAL response when memory runs out */
   ens_slot *slots;
 };
 
@@ -650,6 +651,7 @@ static void run_free(ens_run *run) {
     cinfer_request_release(run->child[i]);
   }
   cinfer_status_free(run->err);
+  free(run->spare);
   pthread_mutex_destroy(&run->mu);
   free(run);
   cinfer_model_release(m);
@@ -677,8 +679,13 @@ static ens_run *run_new(ensemble *e, cinfer_request *r) {
   size_t total = off_slots + AL(ns * sizeof(ens_slot));
 #undef AL
   char *p = calloc(1, total);
-  if (!p) return NULL;
+  cinfer_response *spare = calloc(1, sizeof *spare);
+  if (!p || !spare) {
+    free(p), free(spare);
+    return NULL;
+  }
   ens_run *run = (ens_run *)p;
+  run->spare = spare;
   atomic_init(&run->refs, 1);
   model_ref(e->model); /* released by run_free */
   run->e = e;
@@ -996,6 +1003,12 @@ static void forward_partial(ens_run *run, int s, cinfer_response *cresp) {
   if (!held) { /* not sent on (cancelled, failed, or out of memory) */
     free(resp), free(ts);
     cinfer_response_free(cresp);
+    if (go) { /* a lost partial response is not skipped silently: the request fails */
+      pthread_mutex_lock(&run->mu);
+      int n = fail_locked(run, cinfer_status_oom("a streamed response of the ensemble"));
+      pthread_mutex_unlock(&run->mu);
+      cancel_children(run, n);
+    }
     return;
   }
   const ens_step *sp = &e->steps[s];
@@ -1138,9 +1151,14 @@ static void finish(ens_run *run) {
       }
     }
   }
-  if (err) {
+  if (err) { /* the spare response: an error is answered even when memory runs out */
     model_record_final(m, req, err);
-    request_complete_error(req, err);
+    cinfer_response *er = run->spare;
+    run->spare = NULL;
+    cinfer_request_ref(req);
+    er->req = req;
+    er->error = err;
+    request_deliver(req, er, CINFER_RESPONSE_FINAL);
     return;
   }
   pthread_mutex_lock(&m->stats_mu);
