@@ -126,7 +126,7 @@ static cinfer_status *unsupported(const cinfer_model_config *c, int line, const 
 cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *backend,
                                    bool backend_decoupled) {
   /* sequence_batching: its fields are checked where it is parsed (server/sequence.c) */
-  if (c->ensemble_scheduling)
+  if (c->ensemble_scheduling && strcmp(backend, "ensemble")) /* server/ensemble.c runs them */
     return unsupported(c, c->ensemble_scheduling->line, "ensemble_scheduling " NOT_YET);
   if (c->response_cache && c->response_cache_enable)
     return unsupported(c, c->response_cache->line, "response_cache { enable: true } " NOT_YET);

@@ -83,6 +83,8 @@ struct cinfer_response {
   cinfer_tensor *outputs;
   batch_block *block;       /* batch style: outputs view it */
   void *owned;              /* decoupled style: copies of the outputs */
+  struct cinfer_response **held; /* ensemble: the step responses its outputs view (owned) */
+  uint32_t n_held;
 };
 
 typedef struct model_instance {

@@ -18,6 +18,7 @@
 
 #include "core/log.h"
 #include "server/backend_config.h"
+#include "server/ensemble.h"
 #include "server/internal.h"
 #include "server/trace_internal.h"
 
@@ -589,8 +590,11 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   *out = NULL;
   const char *bname = cfg_backend(config);
   const cinfer_backend_iface *be;
-  cinfer_status *bst = backend_lookup(bname, server_backend_directory(s), &be);
-  if (bst) { /* an ensemble (no backend) should say that ensembles are not implemented */
+  bool ens = ensemble_config_is(config); /* run by the core (ensemble.c), not a backend */
+  cinfer_status *bst = NULL;
+  if (ens) be = ensemble_iface();
+  else bst = backend_lookup(bname, server_backend_directory(s), &be);
+  if (bst) { /* an unsupported field may explain it better than the unknown backend */
     cinfer_status *unsup = cfg_check_supported(config, bname, false);
     if (unsup) {
       cinfer_status_free(bst);
@@ -694,11 +698,12 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
     total += ig.count > 0 ? ig.count * (ig.n_gpus > 0 && ig.kind == CINFER_INSTANCE_KIND_GPU ? ig.n_gpus : 1) : 1;
   }
   if (total <= 0) total = 1;
+  if (ens) total = 0; /* an ensemble's steps run on their own models' instances */
   if (total > 256) {
     st = cinfer_status_new(CINFER_INVALID_ARG, "instance_group asks for %d instances (at most 256)", total);
     goto fail;
   }
-  m->instances = calloc((size_t)total, sizeof *m->instances);
+  m->instances = calloc((size_t)total + 1, sizeof *m->instances);
   if (!m->instances) {
     st = cinfer_status_oom(NULL);
     goto fail;
@@ -706,7 +711,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   m->n_instances = total;
   if ((st = seqmodel_create(m))) goto fail;
   int budget = server_thread_budget(s);
-  int per = budget / total > 0 ? budget / total : 1;
+  int per = total > 0 && budget / total > 0 ? budget / total : 1;
   /* The backend's view of the config: the accessors (for the model's lifetime) and the
    * JSON form (for the call). */
   char *config_json = cinfer_config_json(backend_config_of(config), NULL);
@@ -720,14 +725,14 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                                .config = backend_config_of(config),
                                .config_json = config_json,
                                .config_json_version = CINFER_CONFIG_JSON_VERSION};
-  st = be->model_load(&li, &m->backend_model);
+  st = ens ? ensemble_load(s, m, &m->backend_model) : be->model_load(&li, &m->backend_model);
   free(config_json);
   if (st) {
     m->backend_model = NULL; /* the backend freed what it made */
     goto fail;
   }
   int idx = 0;
-  for (int g = 0; g < (ng > 0 ? ng : 1); g++) {
+  for (int g = 0; g < (ng > 0 ? ng : 1) && !ens; g++) {
     cfg_instance_group ig = {.count = 1, .kind = CINFER_INSTANCE_KIND_CPU};
     if (ng > 0) cfg_get_instance_group(config, g, &ig);
     int per_dev = ig.count > 0 ? ig.count : 1;
@@ -839,6 +844,7 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
   r->shape_key = shape_key(r, m->batching ? 1 : 0);
   r->t_arrival = clock_now_ns();
   if (r->trace) cinfer_trace_stamp_at(r->trace, CINFER_TRACE_QUEUE_START, r->t_arrival);
+  if (model_is_ensemble(m)) return ensemble_submit(m, r);
   if (m->seq) return seqmodel_enqueue(m, r);
   batcher_item it = {.rows = m->batching && m->db.enabled ? r->rows : 1, .shape_key = r->shape_key,
                      .priority = r->priority, .timeout_us = r->timeout_us, .user = r};

@@ -311,6 +311,8 @@ void cinfer_response_free(cinfer_response *resp) {
   free(resp->outputs);
   free(resp->owned);
   block_release(resp->block);
+  for (uint32_t i = 0; i < resp->n_held; i++) cinfer_response_free(resp->held[i]);
+  free(resp->held);
   cinfer_request_release(resp->req);
   free(resp);
 }

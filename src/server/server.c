@@ -47,6 +47,7 @@
 
 #include "core/log.h"
 #include "repo/scan.h"
+#include "server/ensemble.h"
 #include "server/internal.h"
 #include "server/override.h"
 #include "server/trace_internal.h"
@@ -504,6 +505,47 @@ static char *override_release_locked(cinfer_server *s, const char *name, char *d
   return drop;
 }
 
+static bool entry_is_ready(cinfer_server *s, const char *name) {
+  pthread_mutex_lock(&s->mu);
+  model_entry *e = find_entry(s, name);
+  bool ready = false;
+  for (version_entry *ve = e ? e->versions : NULL; ve; ve = ve->next)
+    if (ve->state == V_READY) ready = true;
+  pthread_mutex_unlock(&s->mu);
+  return ready;
+}
+
+/* ensemble.h: with load_mu held. A model with a READY version is left as it is. */
+cinfer_status *server_ensure_loaded(cinfer_server *s, const char *name) {
+  return entry_is_ready(s, name) ? NULL : load_model_locked(s, name, NULL, NULL);
+}
+
+/* With s->mu held: `name` left the table, so every loaded ensemble with a step on it
+ * unloads too, with the reason, and so on up (Triton: an ensemble whose composing model
+ * is unloaded becomes unavailable). The table is walked again after each unload, as
+ * unload_entry_locked drops s->mu. */
+static void unload_dependents_locked(cinfer_server *s, const char *name) {
+  for (bool again = true; again;) {
+    again = false;
+    for (model_entry *e = s->models; e && !again; e = e->next) {
+      bool dep = false;
+      for (version_entry *ve = e->versions; ve; ve = ve->next)
+        if (ve->model && ensemble_depends_on(ve->model, name)) dep = true;
+      if (!dep) continue;
+      char msg[512];
+      snprintf(msg, sizeof msg, "ensemble '%s' depends on '%s' which has no loaded version "
+               "(it was unloaded)", e->name, name);
+      set_reason(&e->reason, msg);
+      LOG_I("unloading ensemble '%s': its step model '%s' was unloaded", e->name, name);
+      char *ename = strdup(e->name);
+      unload_entry_locked(s, e);
+      if (ename) unload_dependents_locked(s, ename);
+      free(ename);
+      again = true;
+    }
+  }
+}
+
 /* The server's own loads (startup, polling), whatever the control mode. */
 static cinfer_status *load_model(cinfer_server *s, const char *name, const char *config_json) {
   if (atomic_load(&s->shutting_down))
@@ -579,6 +621,7 @@ cinfer_status *cinfer_server_unload_model_dependents(cinfer_server *s, const cha
       model_entry *d = find_entry(s, list[i]);
       if (!d) continue;
       unload_entry_locked(s, d); /* drops and retakes mu */
+      unload_dependents_locked(s, list[i]); /* ensembles with a step on it go too */
       if ((d = find_entry(s, list[i])) && d->override_dir) {
         drop[n_drop++] = d->override_dir;
         d->override_dir = NULL;
@@ -652,6 +695,7 @@ static void poll_once(cinfer_server *s) {
     if (!present && e->wanted) {
       LOG_I("repository change: '%s' removed, unloading", e->name);
       unload_entry_locked(s, e);
+      unload_dependents_locked(s, e->name);
     }
   }
   pthread_mutex_unlock(&s->mu);
@@ -751,7 +795,7 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
     bool load = opts->control_mode != CINFER_MODEL_CONTROL_EXPLICIT;
     for (size_t k = 0; !load && k < opts->n_startup_models; k++)
       if (!strcmp(opts->startup_models[k], "*") || !strcmp(opts->startup_models[k], names[i])) load = true;
-    if (load) {
+    if (load && !entry_is_ready(s, names[i])) { /* not loaded already as an ensemble step */
       cinfer_status_free(load_model(s, names[i], NULL));
     } else { /* listed in the index as UNAVAILABLE */
       pthread_mutex_lock(&s->mu);
