@@ -11,6 +11,12 @@ from onnx import TensorProto as TP, helper
 INT32_CTL = "int32_false_true: [ 0, 1 ]"
 
 
+# Test models keep an idle sequence for 60 s (Triton's default is 1 s): on a loaded machine a
+# gap of over a second between two requests of a sequence must not release it. The idle
+# release test sets its own short value.
+LONG_IDLE = "max_sequence_idle_microseconds: 60000000"
+
+
 def _model(name, nodes, inputs, outputs, inits=()):
     g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
@@ -43,7 +49,7 @@ platform: "onnxruntime_onnx"
 max_batch_size: 8
 sequence_batching {{
   {strategy}
-  {extra}
+  {extra if "idle" in extra else extra + " " + LONG_IDLE}
   control_input [
     {_control("START", "CONTROL_SEQUENCE_START")},
     {_control("READY", "CONTROL_SEQUENCE_READY")}
@@ -105,7 +111,7 @@ def accumulator(name="accumulator", strategy="", idle_us=None, initial=None, ins
     init = ""
     if initial is not None:
         init = 'initial_state { name: "init" data_type: TYPE_INT32 dims: [ 1 ] data_file: "init.bin" }'
-    idle = f"max_sequence_idle_microseconds: {idle_us}" if idle_us else ""
+    idle = f"max_sequence_idle_microseconds: {idle_us}" if idle_us else LONG_IDLE
     cfg = f"""name: "{name}"
 platform: "onnxruntime_onnx"
 max_batch_size: {max_batch}
@@ -148,6 +154,7 @@ platform: "onnxruntime_onnx"
 max_batch_size: 4
 sequence_batching {{
   {strategy}
+  {LONG_IDLE}
   control_input [
     {_control("START", "CONTROL_SEQUENCE_START", "int32_false_true: [ 0, 7 ]")},
     {_control("END", "CONTROL_SEQUENCE_END", "fp32_false_true: [ 0, 2 ]")},
@@ -171,6 +178,7 @@ backend: "seq_probe"
 max_batch_size: 8
 sequence_batching {{
   {strategy}
+  {LONG_IDLE}
   control_input [
     {_control("START", "CONTROL_SEQUENCE_START")},
     {_control("END", "CONTROL_SEQUENCE_END")},
