@@ -219,6 +219,11 @@ static void handle_infer(frontend *fe, http_exchange *ex, const http_request *re
     ctx_free(c);
     return;
   }
+  if (log_verbosity() >= 1) /* Triton logs the same at verbose 1 */
+    for (size_t i = 0; i < kserve_request_input_count(c->kreq); i++)
+      if (kserve_request_input(c->kreq, i)->shm)
+        LOG_V(1, "HTTP: using shared-memory for input '%s' of model '%s'",
+              kserve_request_input(c->kreq, i)->t.name, model);
   cinfer_request_set_callback(c->req, on_response, c);
   http_exchange_set_cancel(ex, on_cancel, c);
   if ((st = cinfer_server_infer_async(fe->server, c->req))) {
