@@ -255,3 +255,41 @@ def test_cuda_shared_memory_is_refused_clearly(server, client):
     assert client.get_cuda_shared_memory_status() == []
     code, text = curl(server, "POST", "/v2/cudasharedmemory/unregister")
     assert code == 200
+
+
+def test_perf_analyzer_shared_memory_system(server, client):
+    """perf_analyzer --shared-memory system: it registers its regions, sends every
+    request through them and unregisters them at the end."""
+    from test_perf_analyzer import perf_analyzer_bin, perf_analyzer_env
+    pa = perf_analyzer_bin()
+    assert pa, "perf_analyzer is not installed in the venv (scripts/setup.sh installs it)"
+    cmd = [pa, "-m", "identity", "-u", server.hostport, "-i", "http", "--shape", "INPUT0:256",
+           "--shared-memory", "system", "--output-shared-memory-size", "1024",
+           "--concurrency-range", "1:4:3", "--measurement-mode", "count_windows",
+           "--measurement-request-count", "100", "--stability-percentage", "10000",
+           "--max-trials", "4"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=perf_analyzer_env())
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "Concurrency: 1," in out and "Concurrency: 4," in out, out
+    assert "error" not in out.lower().replace("error rate", ""), out
+    assert client.get_system_shared_memory_status() == []
+
+
+def test_cinfer_bench_shared_memory_system(server, client):
+    """cinfer bench --shared-memory system against the same server: no errors, and its
+    regions are unregistered (and unlinked) when it ends."""
+    bin_ = os.environ.get("CINFER_BIN", "build/src/cli/cinfer")
+    before = set(os.listdir("/dev/shm"))
+    r = subprocess.run([bin_, "bench", "--url", server.url, "--model", "identity", "--shape", "INPUT0:1,4096",
+                        "--shared-memory", "system", "--output-shared-memory-size", "16384",
+                        "--concurrency", "1,4", "--requests", "200", "--warmup-ms", "0", "--quiet"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [l.split() for l in r.stdout.splitlines() if l.startswith("c=")]
+    assert rows and all(row[9] == "0" for row in rows[:2]), r.stdout  # errors column
+    assert client.get_system_shared_memory_status() == []
+    assert not [f for f in set(os.listdir("/dev/shm")) - before if f.startswith("cinfer_bench_")]
+    r = subprocess.run([bin_, "bench", "--url", server.url, "--model", "identity", "--shape", "INPUT0:1,4096",
+                        "--shared-memory", "system", "--binary"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "exclusive" in r.stderr
