@@ -304,6 +304,17 @@ static cinfer_status *decode_raw(const char *body, size_t body_len, const kserve
   return NULL;
 }
 
+/* Triton core's text for a fixed-size tensor whose bytes do not match its shape (clients
+ * and Triton's QA match on it); NULL when they match or the type is BYTES. */
+static cinfer_status *check_byte_size(const cinfer_tensor *t, const kserve_decode_ctx *ctx) {
+  size_t es = cinfer_dtype_size(t->dtype);
+  if (!ctx->config || t->dtype == CINFER_TYPE_BYTES || es == 0) return NULL;
+  uint64_t want = (uint64_t)cinfer_shape_elements(t->shape, t->ndim) * es;
+  if (want == t->byte_size) return NULL;
+  return BAD("input byte size mismatch for input '%s' for model '%s'. Expected %llu, got %zu",
+             t->name, ctx->config->name, (unsigned long long)want, t->byte_size);
+}
+
 static cinfer_status *bad_input_fields(const char *name, bool d, bool b, bool m) {
   int n = d + b + m;
   return BAD("input '%s': Input must set only one of the following fields: 'data', "
@@ -447,6 +458,7 @@ cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t hea
       t->byte_size = (size_t)bsz;
       /* Zero copy: the request borrows the mapping (ki->shm keeps it alive). BYTES are
        * copied first: their lengths are checked once and must not change afterwards. */
+      if ((st = check_byte_size(t, ctx))) goto fail;
       if ((t->dtype == CINFER_TYPE_BYTES || (es > 1 && ((uintptr_t)t->data % es) != 0)) &&
           (st = own_copy(ki)))
         goto fail;
@@ -467,7 +479,7 @@ cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t hea
       t->data = bin;
       bin += t->byte_size;
       bin_left -= t->byte_size;
-      if ((st = cinfer_tensor_check(t))) goto fail;
+      if ((st = check_byte_size(t, ctx)) || (st = cinfer_tensor_check(t))) goto fail;
       /* Zero copy when the bytes sit at an address aligned for their element type; the
        * JSON header's length decides that, so otherwise copy them to aligned memory
        * (kernels read typed elements). */

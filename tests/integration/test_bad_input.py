@@ -76,7 +76,7 @@ CASES = [
     ("data and binary", "POST", "/v2/models/identity/infer", inp(parameters={"binary_data_size": 16}), {}, 400, "But set 'data' 'binary_data_size'"),
     ("binary leftovers", "POST", "/v2/models/identity/infer", B1[0], B1[1], 400, "2 bytes of binary data follow"),
     ("binary size past end", "POST", "/v2/models/identity/infer", B2[0], B2[1], 400, "binary_data_size 64 exceeds the 16 bytes"),
-    ("binary wrong size", "POST", "/v2/models/identity/infer", B3[0], B3[1], 400, "need 16 bytes, got 15"),
+    ("binary wrong size", "POST", "/v2/models/identity/infer", B3[0], B3[1], 400, "input byte size mismatch for input 'INPUT0' for model 'identity'. Expected 16, got 15"),
     ("bytes truncated prefix", "POST", "/v2/models/identity_string/infer", B4[0], B4[1], 400, "element 1 of 2 is missing its length"),
     ("bytes length past end", "POST", "/v2/models/identity_string/infer", B5[0], B5[1], 400, "claims 100 bytes, only 4 remain"),
     ("header length past body", "POST", "/v2/models/identity/infer", j(GOOD), {"Inference-Header-Content-Length": "99999"}, 400, "larger than the body"),

@@ -170,7 +170,7 @@ def test_infer_region_errors(server, client):
             client.infer("identity", [inp])
         inp = httpclient.InferInput("INPUT0", [1, 16], "FP32")
         inp.set_shared_memory("r", 32)
-        with pytest.raises(InferenceServerException, match="need 64 bytes, got 32"):
+        with pytest.raises(InferenceServerException, match=r"input byte size mismatch for input 'INPUT0' for model 'identity'. Expected 64, got 32"):
             client.infer("identity", [inp])
         # output region too small for the result: Triton's text
         inp = httpclient.InferInput("INPUT0", [1, 16], "FP32")
