@@ -284,7 +284,7 @@ static json_value *parse_value(parser *p);
 static json_value *parse_container(parser *p, bool object) {
   if (++p->depth > p->max_depth) {
     if (!p->err)
-      p->err = cinfer_status_new(CINFER_INVALID_ARG, "JSON nesting is deeper than %d levels",
+      p->err = cinfer_status_new(CINFER_INVALID_ARG, "JSON nesting depth exceeds maximum allowed limit (%d)",
                                  p->max_depth);
     return NULL;
   }

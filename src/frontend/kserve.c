@@ -160,6 +160,13 @@ static cinfer_status *flatten(flat_ctx *c, const json_value *v) {
   return NULL;
 }
 
+static void shape_text(char *o, size_t cap, const int64_t *d, int nd) {
+  size_t n = (size_t)snprintf(o, cap, "[");
+  for (int i = 0; i < nd && n < cap; i++)
+    n += (size_t)snprintf(o + n, cap - n, "%s%lld", i ? "," : "", (long long)d[i]);
+  if (n < cap) snprintf(o + n, cap - n, "]");
+}
+
 static cinfer_status *parse_shape(const json_value *shape, const char *name, cinfer_tensor *t,
                                   const kserve_limits *lim) {
   if (!json_is(shape, JSON_ARRAY)) return BAD("input '%s': 'shape' must be an array of integers", name);
@@ -169,14 +176,30 @@ static cinfer_status *parse_shape(const json_value *shape, const char *name, cin
                shape->len, CINFER_MAX_DIMS);
   int i = 0;
   for (const json_value *d = shape->u.child; d; d = d->next, i++) {
-    if (!json_is(d, JSON_NUMBER) || d->u.num != floor(d->u.num) || d->u.num < 0 ||
-        d->u.num > 9.0e15)
+    if (!json_is(d, JSON_NUMBER) || !(d->int_flags & JSON_INT_I64) || d->ix.i < 0)
       return BAD("input '%s': shape[%d] must be a non-negative integer", name, i);
-    t->shape[i] = (int64_t)d->u.num;
+    t->shape[i] = d->ix.i;
   }
   t->ndim = nd;
-  int64_t el = cinfer_shape_elements(t->shape, nd);
-  if (el < 0 || el > lim->max_tensor_elements)
+  /* Triton's texts for a product past int64 and for a byte size past int64. */
+  int64_t el = 1;
+  bool zero = false;
+  for (int k = 0; k < nd; k++) zero |= t->shape[k] == 0;
+  for (int k = 0; k < nd && !zero; k++) {
+    if (el > INT64_MAX / t->shape[k]) {
+      char txt[256];
+      shape_text(txt, sizeof txt, t->shape, nd);
+      return BAD("invalid shape for input '%s': shape %s causes total element count to exceed "
+                 "maximum size of %lld", name, txt, (long long)INT64_MAX);
+    }
+    el *= t->shape[k];
+  }
+  if (zero) el = 0;
+  size_t es = cinfer_dtype_size(t->dtype);
+  if (es > 1 && el > INT64_MAX / (int64_t)es)
+    return BAD("byte size overflow for input '%s': element count (%lld) * data type size (%zu) "
+               "exceeds maximum allowed size (%lld)", name, (long long)el, es, (long long)INT64_MAX);
+  if (el > lim->max_tensor_elements)
     return cinfer_status_new(CINFER_INVALID_ARG,
                              "input '%s': shape has more than the limit of %lld elements", name,
                              (long long)lim->max_tensor_elements);
@@ -531,7 +554,7 @@ cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t hea
       }
       for (size_t j = 0; j < k->n_outputs; j++)
         if (!strcmp(k->outputs[j].name, name->u.str)) {
-          st = BAD("output '%s' is requested more than once", name->u.str);
+          st = BAD("output '%s' already exists in request", name->u.str);
           goto fail;
         }
       kserve_output_req *ko = &k->outputs[k->n_outputs++];

@@ -68,7 +68,7 @@ CASES = [
     ("bool as number", "POST", "/v2/models/identity_bool/infer", inp(datatype="BOOL", data=[1, 0, 1, 0]), {}, 400, "BOOL data must be true or false"),
     ("batch too large", "POST", "/v2/models/identity_fp32/infer", inp(shape=[9, 1], data=[0] * 9), {}, 400, "batch size 9; model 'identity_fp32' accepts 1 to 8"),
     ("too many elements limit", "POST", "/v2/models/identity/infer", inp(shape=[1, 200000], data=[]), {}, 400, "more than the limit of 100000 elements"),
-    ("deep nesting", "POST", "/v2/models/identity/infer", b"[" * 101 + b"]" * 101, {}, 400, "nesting is deeper than 100"),
+    ("deep nesting", "POST", "/v2/models/identity/infer", b"[" * 101 + b"]" * 101, {}, 400, "JSON nesting depth exceeds maximum allowed limit (100)"),
     ("duplicate input", "POST", "/v2/models/identity/infer", j({"inputs": [GOOD["inputs"][0], GOOD["inputs"][0]]}), {}, 400, "appears more than once"),
     ("missing input", "POST", "/v2/models/identity_pair/infer", j(GOOD), {}, 400, "input 'INPUT1' is missing"),
     ("unknown output", "POST", "/v2/models/identity/infer", j(dict(GOOD, outputs=[{"name": "NOPE"}])), {}, 400, "unexpected inference output 'NOPE'"),

@@ -236,7 +236,7 @@ def test_json_depth_100(server):
     status, _, b = post(server, "/v2/models/identity/infer", nested(100))
     assert status == 200, b
     status, _, b = post(server, "/v2/models/identity/infer", nested(101))
-    assert status == 400 and b"JSON nesting is deeper than 100 levels" in b
+    assert status == 400 and b"JSON nesting depth exceeds maximum allowed limit (100)" in b
 
 
 def test_binary_data_output_precedence(server, client):

@@ -115,7 +115,8 @@ static const bad_case BAD_CASES[] = {
     {IN("\"shape\":[1,1,1,1,1,1,1,1,1],\"data\":[1]"), NULL, 0, CINFER_INVALID_ARG,
      "shape has 9 dimensions; the limit is CINFER_MAX_DIMS = 8"},
     {IN("\"shape\":[10,101]"), NULL, 0, CINFER_INVALID_ARG, "more than the limit of 1000 elements"},
-    {IN("\"shape\":[4294967296,4294967296]"), NULL, 0, CINFER_INVALID_ARG, "more than the limit"},
+    {IN("\"shape\":[4294967296,4294967296]"), NULL, 0, CINFER_INVALID_ARG, "shape [4294967296,4294967296] causes total element count to exceed maximum size of 9223372036854775807"},
+    {IN("\"shape\":[4,1152921504606846978]"), NULL, 0, CINFER_INVALID_ARG, "byte size overflow for input 'INPUT0': element count (4611686018427387912) * data type size (4)"},
     {IN("\"shape\":[2]"), NULL, 0, CINFER_INVALID_ARG, "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set"},
     {IN("\"shape\":[2],\"data\":[1]"), NULL, 0, CINFER_INVALID_ARG, "'data' has 1 elements but the shape needs 2"},
     {IN("\"shape\":[1],\"data\":[1,2]"), NULL, 0, CINFER_INVALID_ARG, "more elements than the shape's 1"},
@@ -157,7 +158,7 @@ static const bad_case BAD_CASES[] = {
      "\"parameters\":{\"classification\":3,\"shared_memory_region\":\"r\"}}]}", NULL, 0, CINFER_INVALID_ARG,
      "Output can't set both 'shared_memory_region' and 'classification'"},
     {"{\"inputs\":[{\"name\":\"A\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1]}],\"outputs\":[{\"name\":\"O\"},"
-     "{\"name\":\"O\"}]}", NULL, 0, CINFER_INVALID_ARG, "output 'O' is requested more than once"},
+     "{\"name\":\"O\"}]}", NULL, 0, CINFER_INVALID_ARG, "output 'O' already exists in request"},
     {"{\"inputs\":[{\"name\":\"I\",\"datatype\":\"INT64\",\"shape\":[1],\"data\":[9223372036854775808]}]}", NULL, 0,
      CINFER_INVALID_ARG, "value 9223372036854775808 is out of range for INT64"},
     {"{\"inputs\":[{\"name\":\"I\",\"datatype\":\"UINT64\",\"shape\":[1],\"data\":[18446744073709551616]}]}", NULL, 0,

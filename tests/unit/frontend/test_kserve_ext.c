@@ -77,7 +77,7 @@ static void test_depth_100(void **state) {
   json_doc *d;
   assert_null(json_parse(ok, 200, 100, &d));
   json_doc_free(d);
-  expect_msg(json_parse(deep, 202, 100, &d), CINFER_INVALID_ARG, "deeper than 100 levels");
+  expect_msg(json_parse(deep, 202, 100, &d), CINFER_INVALID_ARG, "JSON nesting depth exceeds maximum allowed limit (100)");
 }
 
 static void test_binary_precedence(void **state) {
