@@ -321,6 +321,9 @@ static cinfer_status *decode_raw(const char *body, size_t body_len, const kserve
                (long long)lim->max_tensor_elements);
   t->data = body;
   t->byte_size = body_len;
+  if ((uint64_t)elems * es != body_len)
+    return BAD("input byte size mismatch for input '%s' for model '%s'. Expected %llu, got %zu",
+               io->name, cfg->name, (unsigned long long)elems * es, body_len);
   cinfer_status *st = cinfer_tensor_check(t);
   if (st) return st;
   if (es > 1 && ((uintptr_t)t->data % es) != 0) return own_copy(ki);
