@@ -12,6 +12,7 @@ DEB_PACKAGES=(
   build-essential cmake pkg-config git ca-certificates
   clang libclang-rt-14-dev lld                # libFuzzer and sanitizer runtimes
   libcjson-dev libcmocka-dev                  # JSON, unit tests
+  zlib1g-dev                                  # KServe Content-Encoding / Accept-Encoding (gzip, deflate)
   libssl-dev openssl                          # TLS, API key hashes (libcrypto); test certificates
   libonnx-dev libonnx-testdata protobuf-c-compiler libprotobuf-c-dev  # ONNX loader
   libdnnl-dev                                 # oneDNN CPU kernels

@@ -104,6 +104,9 @@ const char *cinfer_model_platform(const cinfer_model *m);  /* "onnxruntime_onnx"
 bool cinfer_model_is_decoupled(const cinfer_model *m);
 /* The name of the backend serving m ("onnxruntime", "llm", ...). */
 const char *cinfer_model_backend_name(const cinfer_model *m);
+/* The model's directory in the repository (label files of the classification extension
+ * are read from it); borrowed while m is held. */
+const char *cinfer_model_directory(const cinfer_model *m);
 /* Text services of generative models: the backend's optional methods (backend.h, ABI
  * 1.1). A backend without one answers CINFER_UNSUPPORTED "model 'M' does not support ...".
  * Thread-safe; outputs are malloc'd and owned by the caller. */

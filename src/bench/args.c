@@ -23,6 +23,7 @@ void bench_config_default(bench_config *c) {
   c->max_windows = 10;
   c->stability = 0.10;
   c->timeout_ms = 30000;
+  c->output_shm_size = 102400;
   for (int i = 0; i < 3; i++) c->image_std[i] = 1.0;
 }
 
@@ -36,6 +37,9 @@ void bench_usage(void *file) {
       "                                     metadata, random with --seed\n"
       "      --shape NAME:D1,D2,...         fix an input's shape (dynamic dims); repeatable\n"
       "      --binary                       binary tensor extension instead of JSON\n"
+      "      --shared-memory none|system    system: inputs and outputs in POSIX shared-memory\n"
+      "                                     regions registered with the server (perf_analyzer's)\n"
+      "      --output-shared-memory-size N  bytes of each output's region (default 102400)\n"
       "      --input-data FILE.json         perf_analyzer-style inputs {\"data\":[{...}]}\n"
       "      --images DIR                   PNG/JPEG files for the image input, resized to its\n"
       "                                     H x W; value = (pixel - mean) / std per channel\n"
@@ -236,7 +240,8 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
         "--concurrency", "--rate", "--stress", "--stress-steps", "--slo-p99", "--slo-iterations",
         "--threads", "--max-connections", "--seed", "--requests", "--warmup-ms", "--window-ms",
         "--max-windows", "--stability", "--timeout-ms", "--json", "--csv", "--plot",
-        "--cost-per-hour", "--header", "--images", "--image-mean", "--image-std", NULL};
+        "--cost-per-hour", "--header", "--images", "--image-mean", "--image-std", "--shared-memory",
+        "--output-shared-memory-size", NULL};
     bool is_bool = false, known = false;
     for (int k = 0; boolean[k]; k++) is_bool |= !strcmp(flag, boolean[k]);
     for (int k = 0; valued[k]; k++) known |= !strcmp(flag, valued[k]);
@@ -269,6 +274,16 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
       if (c->n_shapes >= BENCH_MAX_SHAPES) return bad(flag, val, "at most 16 --shape flags");
       st = parse_shape(val, &c->shapes[c->n_shapes++]);
     } else if (!strcmp(flag, "--binary")) c->binary = true;
+    else if (!strcmp(flag, "--shared-memory")) {
+      if (!strcmp(val, "system")) c->shm_system = true;
+      else if (!strcmp(val, "none")) c->shm_system = false;
+      else if (!strcmp(val, "cuda")) return bad(flag, val, "CUDA shared memory needs a GPU; use system or none");
+      else return bad(flag, val, "expected none or system");
+    } else if (!strcmp(flag, "--output-shared-memory-size")) {
+      int v;
+      st = parse_int(flag, val, 1, 1 << 30, &v);
+      c->output_shm_size = v;
+    }
     else if (!strcmp(flag, "--input-data")) c->input_data = val;
     else if (!strcmp(flag, "--images")) c->images_dir = val;
     else if (!strcmp(flag, "--image-bgr")) c->image_bgr = true;
@@ -354,6 +369,10 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
   if (c->target != BENCH_TARGET_KSERVE && (c->binary || c->input_data || c->n_shapes || c->model_version || c->images_dir))
     return cinfer_status_new(CINFER_INVALID_ARG,
                              "--binary, --input-data, --images, --shape and --model-version apply to KServe targets (--model without --openai)");
+  if (c->target != BENCH_TARGET_KSERVE && c->shm_system)
+    return cinfer_status_new(CINFER_INVALID_ARG, "--shared-memory applies to KServe targets (--model without --openai)");
+  if (c->shm_system && c->binary)
+    return cinfer_status_new(CINFER_INVALID_ARG, "--shared-memory system and --binary are exclusive (the tensors travel in the regions)");
   if (c->input_data && c->images_dir)
     return cinfer_status_new(CINFER_INVALID_ARG, "--input-data and --images are exclusive");
   const char *pflag = c->target == BENCH_TARGET_HTTP_GET ? "--http-get" : "--http-post";

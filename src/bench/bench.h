@@ -178,6 +178,8 @@ typedef struct bench_config {
   bench_shape_opt shapes[BENCH_MAX_SHAPES];
   int n_shapes;
   bool binary;
+  bool shm_system;        /* --shared-memory system: tensors in registered regions */
+  int64_t output_shm_size; /* --output-shared-memory-size (default 102400, perf_analyzer's) */
   const char *input_data;
   const char *images_dir; /* --images: PNG/JPEG files for the image input */
   double image_mean[3], image_std[3]; /* value = (pixel - mean[c]) / std[c], RGB order */

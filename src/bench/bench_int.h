@@ -45,7 +45,16 @@ typedef struct bench_reqset {
   bool stream;        /* expect text/event-stream */
   char path[720];     /* for messages */
   size_t input_bytes; /* tensor bytes per request (KServe) */
+  struct bench_shm *shm; /* --shared-memory system: the registered regions, or NULL */
 } bench_reqset;
+
+/* --shared-memory system (shm.c): POSIX objects registered with the server. add copies
+ * data (NULL: zeroes) into a new region of len bytes and registers it; *name is borrowed
+ * until destroy, which unregisters, unmaps and unlinks every region. */
+typedef struct bench_shm bench_shm;
+cinfer_status *bench_shm_create(const bench_config *c, const bench_addr *a, bench_shm **out);
+cinfer_status *bench_shm_add(bench_shm *s, const void *data, size_t len, const char **name);
+void bench_shm_destroy(bench_shm *s);
 
 /* Builds the requests for c's target (fetches KServe metadata over the network).
  * rs is owned by the caller; free with bench_reqset_free. */

@@ -28,6 +28,8 @@ void bench_reqset_free(bench_reqset *rs) {
   for (size_t i = 0; i < rs->n; i++) free(rs->v[i].data);
   free(rs->v);
   rs->v = NULL;
+  bench_shm_destroy(rs->shm);
+  rs->shm = NULL;
   rs->n = 0;
 }
 
@@ -267,15 +269,24 @@ static void json_bytes_elems(cbuf *b, const cbuf *raw) {
 }
 
 static cinfer_status *kserve_request(const bench_config *c, const char *path, const kinput *in,
-                                     int nin, tensor_data *td, bench_reqset *rs) {
+                                     int nin, tensor_data *td, bench_reqset *rs,
+                                     const char *outputs_json) {
   cbuf json = {0}, b = {0};
+  const char *regions[CINFER_MAX_INPUTS];
+  for (int k = 0; c->shm_system && k < nin && k < CINFER_MAX_INPUTS; k++) {
+    cinfer_status *st = bench_shm_add(rs->shm, td[k].raw.data, td[k].raw.len, &regions[k]);
+    if (st) return st;
+  }
   cbuf_puts(&json, "{\"inputs\":[");
   for (int k = 0; k < nin; k++) {
     cbuf_printf(&json, "%s{\"name\":\"%s\",\"shape\":[", k ? "," : "", in[k].name);
     for (int d = 0; d < in[k].ndim; d++)
       cbuf_printf(&json, "%s%lld", d ? "," : "", (long long)in[k].shape[d]);
     cbuf_printf(&json, "],\"datatype\":\"%s\"", cinfer_dtype_name(in[k].dtype));
-    if (c->binary) {
+    if (c->shm_system) {
+      cbuf_printf(&json, ",\"parameters\":{\"shared_memory_region\":\"%s\",\"shared_memory_byte_size\":%zu}}",
+                  regions[k], td[k].raw.len);
+    } else if (c->binary) {
       cbuf_printf(&json, ",\"parameters\":{\"binary_data_size\":%zu}}", td[k].raw.len);
     } else {
       cbuf_puts(&json, ",\"data\":[");
@@ -292,6 +303,7 @@ static cinfer_status *kserve_request(const bench_config *c, const char *path, co
     if (json.len > MAX_REQUEST_BYTES) break;
   }
   cbuf_puts(&json, "]");
+  if (outputs_json) cbuf_puts(&json, outputs_json);
   if (c->binary) cbuf_puts(&json, ",\"parameters\":{\"binary_data_output\":true}");
   cbuf_puts(&json, "}");
   size_t total = json.len;
@@ -632,6 +644,54 @@ static cinfer_status *image_tensor(const bench_config *c, const kinput *in, cons
   return st;
 }
 
+/* --shared-memory system: one registered region of --output-shared-memory-size bytes per
+ * output of the model (from its metadata), and the "outputs" JSON that names them. */
+static cinfer_status *shm_outputs(const bench_config *c, const bench_addr *a, bench_reqset *rs,
+                                  char **out) {
+  *out = NULL;
+  cinfer_status *st = bench_shm_create(c, a, &rs->shm);
+  if (st) return st;
+  char path[700];
+  if (c->model_version) snprintf(path, sizeof path, "/v2/models/%s/versions/%s", c->model, c->model_version);
+  else snprintf(path, sizeof path, "/v2/models/%s", c->model);
+  int status;
+  char *body = NULL;
+  if ((st = bench_http_simple(c, a, "GET", path, NULL, 0, 10000, &status, &body, NULL)))
+    return cinfer_status_prefix(st, "model metadata");
+  cJSON *j = status == 200 ? cJSON_Parse(body) : NULL;
+  free(body);
+  const cJSON *outs = cJSON_GetObjectItemCaseSensitive(j, "outputs");
+  if (!cJSON_IsArray(outs) || !cJSON_GetArraySize(outs)) {
+    cJSON_Delete(j);
+    return cinfer_status_new(CINFER_INVALID_ARG, "GET %s: metadata has no \"outputs\" array", path);
+  }
+  cbuf b = {0};
+  cbuf_puts(&b, ",\"outputs\":[");
+  const cJSON *o;
+  int k = 0;
+  cJSON_ArrayForEach(o, outs) {
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(o, "name");
+    if (!cJSON_IsString(nm) || !plain_name(nm->valuestring) || strlen(nm->valuestring) > 200) {
+      st = cinfer_status_new(CINFER_INVALID_ARG, "GET %s: outputs[%d] needs a printable name", path, k);
+      break;
+    }
+    const char *region;
+    if ((st = bench_shm_add(rs->shm, NULL, (size_t)c->output_shm_size, &region))) break;
+    cbuf_printf(&b, "%s{\"name\":\"%s\",\"parameters\":{\"shared_memory_region\":\"%s\","
+                "\"shared_memory_byte_size\":%lld}}", k++ ? "," : "", nm->valuestring, region,
+                (long long)c->output_shm_size);
+  }
+  cJSON_Delete(j);
+  cbuf_puts(&b, "]");
+  if (!st && b.oom) st = cinfer_status_oom(NULL);
+  if (st) {
+    cbuf_free(&b);
+    return st;
+  }
+  *out = cbuf_take(&b);
+  return NULL;
+}
+
 static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, bench_reqset *rs) {
   kinput *in = NULL;
   int nin = 0;
@@ -641,9 +701,20 @@ static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, b
   if (c->model_version) snprintf(path, sizeof path, "/v2/models/%s/versions/%s/infer", c->model, c->model_version);
   else snprintf(path, sizeof path, "/v2/models/%s/infer", c->model);
   snprintf(rs->path, sizeof rs->path, "%s", path);
+  if (nin > CINFER_MAX_INPUTS) {
+    free(in);
+    return cinfer_status_new(CINFER_INVALID_ARG, "model '%s' has %d inputs (at most %d)", c->model,
+                             nin, CINFER_MAX_INPUTS);
+  }
+  char *outs = NULL;
+  if (c->shm_system && (st = shm_outputs(c, a, rs, &outs))) {
+    free(in);
+    return st;
+  }
   tensor_data *td = calloc((size_t)nin, sizeof *td);
   if (!td) {
     free(in);
+    free(outs);
     return cinfer_status_oom(NULL);
   }
   if (c->input_data) {
@@ -679,7 +750,7 @@ static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, b
           in[k].elems = ik.elems;
         }
       }
-      if (!st) st = kserve_request(c, path, in, nin, td, rs);
+      if (!st) st = kserve_request(c, path, in, nin, td, rs, outs);
       for (int k = 0; k < nin; k++) cbuf_free(&td[k].raw);
       if (st) break;
       entry++;
@@ -708,13 +779,14 @@ static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, b
       for (int k = 0; k < nin && !st; k++)
         st = im.n && k == im.input ? image_tensor(c, &in[k], &im, v, &td[k])
                                    : random_tensor(&in[k], &seed, &td[k]);
-      if (!st) st = kserve_request(c, path, in, nin, td, rs);
+      if (!st) st = kserve_request(c, path, in, nin, td, rs, outs);
       for (int k = 0; k < nin; k++) cbuf_free(&td[k].raw);
     }
     images_close(&im);
   }
   free(td);
   free(in);
+  free(outs);
   return st;
 }
 

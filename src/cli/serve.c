@@ -42,6 +42,9 @@ static void serve_usage(FILE *f) {
           "                               (default 30)\n"
           "  --max-body-bytes N           largest request body accepted (default 256 MiB)\n"
           "  --max-tensor-elements N      largest input tensor accepted (default 67108864)\n"
+          "  --http-max-input-size N      Triton's limit on a decompressed body, the JSON\n"
+          "                               header and each input's bytes (default 64 MiB)\n"
+          "  --http-max-chunks N          most chunks of a chunked request body (default 65536)\n"
           "  --http-header-timeout-ms N   time to receive request headers (default 10000)\n"
           "  --http-body-timeout-ms N     longest stall while receiving a body (default 30000)\n"
           "  --http-idle-timeout-ms N     idle keep-alive connections close (default 60000)\n"
@@ -71,7 +74,8 @@ int cmd_serve(int argc, char **argv) {
   enum {
     O_REPO = 256, O_HOST, O_PORT, O_MPORT, O_MODE, O_LOAD, O_POLL, O_THREADS, O_IO,
     O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV, O_BACKEND_DIR, O_TCERT, O_TKEY, O_RAPI,
-    O_LOGFILE, O_LOGINFO, O_LOGWARN, O_LOGERR, O_TRACE
+    O_LOGFILE, O_LOGINFO, O_LOGWARN, O_LOGERR, O_TRACE,
+    O_MAXIN, O_MAXCHUNKS
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -102,11 +106,14 @@ int cmd_serve(int argc, char **argv) {
       {"log-warning", required_argument, 0, O_LOGWARN},
       {"log-error", required_argument, 0, O_LOGERR},
       {"trace-config", required_argument, 0, O_TRACE},
+      {"http-max-input-size", required_argument, 0, O_MAXIN},
+      {"http-max-chunks", required_argument, 0, O_MAXCHUNKS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *repo = NULL, *backend_dir = NULL, *host = "0.0.0.0", *log_format = "text";
   long long port = 8000, mport = -1, poll = 15, threads = 0, io = 0, exit_to = 30;
   long long body = 256ll << 20, elems = 1ll << 26, hto = 10000, bto = 30000, ito = 60000, verbose = 0;
+  long long maxin = 1ll << 26, maxchunks = 65536;
   bool strict = true;
   cinfer_model_control mode = CINFER_MODEL_CONTROL_NONE;
   const char **load = calloc((size_t)argc + 1, sizeof *load);
@@ -182,6 +189,8 @@ int cmd_serve(int argc, char **argv) {
         trace_given = true;
         break;
       }
+      case O_MAXIN: if (!cli_parse_int("serve", "--http-max-input-size", optarg, 1, 1ll << 40, &maxin)) goto out; break;
+      case O_MAXCHUNKS: if (!cli_parse_int("serve", "--http-max-chunks", optarg, 1, 1ll << 32, &maxchunks)) goto out; break;
       case 'h': serve_usage(stdout); rc = 0; goto out;
       default: fprintf(stderr, "Run 'cinfer serve --help' for the options.\n"); goto out;
     }
@@ -248,7 +257,8 @@ int cmd_serve(int argc, char **argv) {
                       .max_tensor_elements = elems, .header_timeout_ms = (int)hto,
                       .body_timeout_ms = (int)bto, .idle_timeout_ms = (int)ito,
                       .tls_cert = tls_cert, .tls_key = tls_key,
-                      .restricted_api = rapi, .n_restricted_api = n_rapi};
+                      .restricted_api = rapi, .n_restricted_api = n_rapi,
+                      .max_input_bytes = (size_t)maxin, .max_body_chunks = (size_t)maxchunks};
   frontend *fe = NULL;
   if ((st = frontend_start(s, &fo, &fe))) {
     LOG_E("cinfer serve: %s", cinfer_status_message(st));

@@ -200,7 +200,7 @@ static bool isdig(char c) { return c >= '0' && c <= '9'; }
 
 /* RFC 8259 number (plus NaN / Infinity / -Infinity). Exact: Clinger's fast path when the
  * digits fit 2^53 and the power of ten is exact, strtod on the same text otherwise. */
-static bool parse_number(parser *p, double *out) {
+static bool parse_number(parser *p, double *out, json_value *iv) {
   const char *s = p->s, *b = s, *end = p->end;
   bool neg = false;
   if (lit(p, "NaN")) { *out = NAN; return true; }
@@ -212,12 +212,31 @@ static bool parse_number(parser *p, double *out) {
   int nd = 0;
   int64_t e10 = 0;
   bool truncated = false;
+  /* The exact integer value of the digits before any '.' or exponent (ov: it overflowed
+   * 2^64 - 1). */
+  uint64_t exact = 0;
+  bool ov = false;
   if (*s == '0') {
     s++;
   } else {
     for (; s < end && isdig(*s); s++) {
-      if (nd < 19) m = m * 10 + (uint64_t)(*s - '0'), nd++;
+      unsigned dg = (unsigned)(*s - '0');
+      if (exact > (UINT64_MAX - dg) / 10) ov = true;
+      else exact = exact * 10 + dg;
+      if (nd < 19) m = m * 10 + dg, nd++;
       else e10++, truncated = true;
+    }
+  }
+  if (!ov && (s >= end || (*s != '.' && *s != 'e' && *s != 'E'))) {
+    if (neg) {
+      if (exact <= (uint64_t)INT64_MAX + 1) {
+        iv->int_flags = JSON_INT_I64;
+        iv->ix.i = exact == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)exact;
+        if (exact == 0) iv->int_flags |= JSON_INT_U64; /* -0 */
+      }
+    } else {
+      iv->int_flags = JSON_INT_U64 | (exact <= (uint64_t)INT64_MAX ? JSON_INT_I64 : 0);
+      iv->ix.u = exact;
     }
   }
   if (s < end && *s == '.') {
@@ -265,7 +284,7 @@ static json_value *parse_value(parser *p);
 static json_value *parse_container(parser *p, bool object) {
   if (++p->depth > p->max_depth) {
     if (!p->err)
-      p->err = cinfer_status_new(CINFER_INVALID_ARG, "JSON nesting is deeper than %d levels",
+      p->err = cinfer_status_new(CINFER_INVALID_ARG, "JSON nesting depth exceeds maximum allowed limit (%d)",
                                  p->max_depth);
     return NULL;
   }
@@ -328,10 +347,10 @@ static json_value *parse_value(parser *p) {
     case 'n': if (lit(p, "null")) return node(p, JSON_NULL); break;
     default:
       if (isdig(*p->s) || *p->s == '-' || *p->s == 'N' || *p->s == 'I') {
-        double d;
-        if (!parse_number(p, &d)) return NULL;
+        json_value tmp = {.type = JSON_NUMBER};
+        if (!parse_number(p, &tmp.u.num, &tmp)) return NULL;
         if (!(v = node(p, JSON_NUMBER))) return NULL;
-        v->u.num = d;
+        *v = tmp;
         return v;
       }
   }

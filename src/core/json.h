@@ -3,6 +3,8 @@
  * json_parse builds a read-only tree in one arena owned by the returned document: a
  * request of a few kilobytes costs one allocation (none beyond the document itself),
  * numbers are converted exactly (Clinger's fast path, strtod otherwise), strings are
+ * integer literals also keep their exact 64-bit value (int_flags / ix: INT64 and UINT64
+ * tensors and parameters never round through a double); strings are
  * unescaped into the arena (NUL-terminated, with their byte length, so embedded U+0000
  * survives). Besides RFC 8259 it accepts NaN, Infinity and -Infinity as numbers, which is
  * what our KServe encoder writes for non-finite values (as Python's json module does).
@@ -40,7 +42,17 @@ struct json_value {
     const char *str;      /* STRING, NUL-terminated */
     json_value *child;    /* ARRAY / OBJECT: first element / member */
   } u;
+  /* NUMBER only: the exact integer when the text is an integer literal (no fraction, no
+   * exponent) that fits: JSON_INT_I64 set -> i is exact; JSON_INT_U64 set -> u is exact
+   * (both for 0..INT64_MAX). u.num is then the nearest double, which may be rounded. */
+  uint32_t int_flags;
+  union {
+    int64_t i;
+    uint64_t u;
+  } ix;
 };
+
+enum { JSON_INT_I64 = 1u, JSON_INT_U64 = 2u };
 
 typedef struct json_doc json_doc;
 

@@ -79,6 +79,8 @@ typedef struct infer_ctx {
   cinfer_model *model;
   uint64_t t0;
   cinfer_response *resp;  /* the FINAL response, handed to the I/O loop */
+  void *inflated;         /* the decompressed body (Content-Encoding), or NULL */
+  compress_kind accept;   /* response compression (Accept-Encoding) */
   _Atomic bool answered;
   loop_task task;         /* the one hand-off to the I/O loop (no allocation per request) */
 } infer_ctx;
@@ -88,6 +90,7 @@ static void ctx_free(void *arg) {
   cinfer_request_release(c->req);
   kserve_request_free(c->kreq);
   cinfer_model_release(c->model);
+  free(c->inflated); /* after the request: its inputs may borrow it */
   free(c);
 }
 
@@ -134,8 +137,14 @@ static void respond_task(void *arg) {
   } else {
     cbuf b = {0};
     size_t jlen = 0;
-    if (!kserve_encode_response(&b, &jlen, cinfer_model_name(c->model),
-                                cinfer_model_version(c->model), c->kreq, resp)) {
+    cinfer_status *pst = kserve_prepare_response(c->kreq, resp, cinfer_model_config_of(c->model),
+                                                 cinfer_model_directory(c->model));
+    if (pst) {
+      int code = cinfer_code_http_status(cinfer_status_code(pst));
+      log_request(c, code, cinfer_status_message(pst));
+      respond_status(c->ex, pst);
+    } else if (!kserve_encode_response(&b, &jlen, cinfer_model_name(c->model),
+                                       cinfer_model_version(c->model), c->kreq, resp)) {
       cbuf_free(&b);
       respond_error(c->ex, 500, "out of memory encoding the response");
     } else if (jlen < b.len) {
@@ -143,11 +152,11 @@ static void respond_task(void *arg) {
       int hn = snprintf(hl, sizeof hl, "%zu", jlen);
       http_header h[2] = {{"Content-Type", 12, "application/octet-stream", 24},
                           {"Inference-Header-Content-Length", 31, hl, (size_t)hn}};
-      http_respond_owned(c->ex, 200, h, 2, b.data, b.len, free);
+      kserve_ext_respond_infer(c->ex, c->accept, h, 2, b.data, b.len);
     } else {
-      respond_json(c->ex, 200, &b);
+      kserve_ext_respond_infer(c->ex, c->accept, json_hdr, 1, b.data, b.len);
     }
-    log_request(c, 200, NULL);
+    if (!pst) log_request(c, 200, NULL);
   }
   if (tr) cinfer_trace_stamp(tr, CINFER_TRACE_HTTP_SEND_END);
   c->resp = NULL;
@@ -198,13 +207,32 @@ static void handle_infer(frontend *fe, http_exchange *ex, const http_request *re
   c->ex = ex;
   c->model = m;
   c->t0 = clock_now_ns();
-  if ((st = kserve_decode(req->body, req->body_len, hlen, &fe->limits, &c->kreq)) ||
+  size_t ael;
+  const char *ae = http_request_header(req, "Accept-Encoding", &ael);
+  c->accept = ae ? compress_pick_response(ae, ael) : COMPRESS_IDENTITY;
+  const char *body = req->body;
+  size_t body_len = req->body_len;
+  int zcode;
+  if ((st = kserve_ext_inflate(fe, req, &c->inflated, &body_len, &zcode))) {
+    respond_error(ex, zcode, cinfer_status_message(st));
+    cinfer_status_free(st);
+    ctx_free(c);
+    return;
+  }
+  if (c->inflated) body = c->inflated;
+  kserve_decode_ctx dctx = {.shm = fe->shm, .config = cinfer_model_config_of(m)};
+  if ((st = kserve_decode_with(body, body_len, hlen, &fe->limits, &dctx, &c->kreq)) ||
       (st = cinfer_request_create(m, &c->req)) || (st = kserve_apply(c->kreq, c->req))) {
     respond_status(ex, st);
     ctx_free(c);
     return;
   }
   cinfer_request_set_recv_times(c->req, req->recv_start_ns, c->t0); /* the handler has the whole body */
+  if (log_verbosity() >= 1) /* Triton logs the same at verbose 1 */
+    for (size_t i = 0; i < kserve_request_input_count(c->kreq); i++)
+      if (kserve_request_input(c->kreq, i)->shm)
+        LOG_V(1, "HTTP: using shared-memory for input '%s' of model '%s'",
+              kserve_request_input(c->kreq, i)->t.name, model);
   cinfer_request_set_callback(c->req, on_response, c);
   http_exchange_set_cancel(ex, on_cancel, c);
   if ((st = cinfer_server_infer_async(fe->server, c->req))) {
@@ -505,9 +533,9 @@ static void handle_server_metadata(http_exchange *ex) {
   static const char body[] =
       "{\"name\":\"cinfer\",\"version\":\"" CINFER_VERSION "\",\"extensions\":["
       "\"sequence\",\"sequence(string_id)\"," /* sequence_batching (server/sequence.c) */
-      "\"binary_tensor_data\",\"model_configuration\",\"model_repository\",\"parameters\","
-      "\"schedule_policy\",\"statistics\",\"trace\",\"logging\",\"generate\","
-      "\"model_repository(unload_dependents)\"]}";
+      "\"binary_tensor_data\",\"classification\",\"model_configuration\",\"model_repository\","
+      "\"parameters\",\"schedule_policy\",\"statistics\",\"system_shared_memory\",\"trace\",\"logging\","
+      "\"generate\",\"model_repository(unload_dependents)\"]}";
   http_respond(ex, 200, json_hdr, 1, body, sizeof body - 1);
 }
 
@@ -534,7 +562,7 @@ static void route(http_exchange *ex, const http_request *req, void *user) {
     return handle_metrics(fe, ex);
   }
   if (p.n == 0 || strcmp(p.seg[0], "v2")) return respond_error(ex, 404, "not found");
-  if (settings_route(fe, ex, req, &p) || generate_route(fe, ex, req, &p)) return;
+  if (settings_route(fe, ex, req, &p) || generate_route(fe, ex, req, &p) || kserve_ext_route(fe, ex, req, &p)) return;
   if (p.n == 1) {
     if (!get) return method_not_allowed(ex, "GET");
     return handle_server_metadata(ex);
@@ -630,9 +658,10 @@ cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend
   if (!fe) return cinfer_status_oom(NULL);
   fe->server = s;
   fe->limits.max_tensor_elements = o->max_tensor_elements > 0 ? o->max_tensor_elements : (1 << 26);
-  fe->limits.max_json_depth = 32;
-  cinfer_status *st = NULL;
-  for (size_t i = 0; i < o->n_restricted_api; i++) {
+  fe->limits.max_json_depth = 100; /* Triton accepts JSON nested 100 deep */
+  fe->limits.max_input_bytes = o->max_input_bytes ? o->max_input_bytes : (size_t)1 << 26;
+  cinfer_status *st = shm_registry_create(&fe->shm);
+  for (size_t i = 0; !st && i < o->n_restricted_api; i++) {
     char err[256];
     if (!api_restrictions_add(&fe->restrict_, o->restricted_api[i], err, sizeof err)) {
       st = cinfer_status_new(CINFER_INVALID_ARG, "--http-restricted-api '%s': %s", o->restricted_api[i], err);
@@ -655,6 +684,7 @@ cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend
                          .header_timeout_ms = o->header_timeout_ms,
                          .body_timeout_ms = o->body_timeout_ms,
                          .idle_keepalive_ms = o->idle_timeout_ms,
+                         .max_body_chunks = o->max_body_chunks,
                          .batch_begin = batch_begin,
                          .batch_end = batch_end,
                          .tls = fe->tls};
@@ -693,5 +723,6 @@ void frontend_destroy(frontend *f) {
   http_server_destroy(f->metrics_http);
   net_tls_destroy(f->tls);
   api_restrictions_free(&f->restrict_);
+  shm_registry_destroy(f->shm);
   free(f);
 }

@@ -18,6 +18,11 @@ typedef struct frontend_opts {
   int io_threads;
   size_t max_body_bytes;       /* 413 beyond */
   int64_t max_tensor_elements; /* per input; 400 beyond */
+  /* Triton's --http-max-input-size: the inflated size of a compressed body, the JSON
+   * header, a raw binary body, each JSON input's bytes. 0 = Triton's 64 MiB. */
+  size_t max_input_bytes;
+  /* HTTP chunked bodies: at most this many chunks (0 = net's default); 400 beyond. */
+  size_t max_body_chunks;
   int header_timeout_ms, body_timeout_ms, idle_timeout_ms;
   const char *tls_cert, *tls_key;  /* both set: HTTPS on the HTTP port (reloaded on change) */
   /* Triton's --http-restricted-api values, "GROUP[,GROUP...]:KEY=VALUE" each (net/apigroup.h):

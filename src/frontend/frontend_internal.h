@@ -5,7 +5,9 @@
 #include "cinfer/trace.h"
 #include "net/apigroup.h"
 #include "frontend/frontend.h"
+#include "frontend/compress.h"
 #include "frontend/kserve.h"
+#include "frontend/shm.h"
 #include "metrics/metrics.h"
 #include "net/http.h"
 
@@ -15,7 +17,23 @@ struct frontend {
   kserve_limits limits;
   net_tls *tls;                 /* HTTPS on the HTTP port, or NULL */
   api_restrictions restrict_;   /* --http-restricted-api */
+  shm_registry *shm;            /* system shared-memory regions (kserve_ext.c) */
 };
+
+/* Triton's shared-memory extension routes (kserve_ext.c): /v2/systemsharedmemory/... and
+ * /v2/cudasharedmemory/... (refused with a clear error: no GPU). Returns false when the
+ * path is not one of them (the exchange is then untouched). */
+bool kserve_ext_route(frontend *fe, http_exchange *ex, const http_request *req,
+                      const http_path_segs *p);
+/* Inflates the body of a request with Content-Encoding gzip/deflate (limit: the frontend's
+ * max_input_bytes). *body is NULL for an identity body. On error *http_status is 400
+ * (corrupt, unsupported encoding) or 413 (too large). */
+cinfer_status *kserve_ext_inflate(frontend *fe, const http_request *req, void **body,
+                                  size_t *len, int *http_status);
+/* Answers a successful infer response, compressed when the request's Accept-Encoding asks
+ * (Triton compresses inference responses only). Takes ownership of body (free()). */
+void kserve_ext_respond_infer(http_exchange *ex, compress_kind kind, const http_header *h,
+                              size_t nh, char *body, size_t len);
 
 /* The server's metrics registry (src/server), for frontend-owned metric families. */
 metrics_registry *cinfer_server_metrics_registry(cinfer_server *s);

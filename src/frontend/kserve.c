@@ -16,6 +16,8 @@
 #include "core/half.h"
 #include "core/json.h"
 #include "core/numfmt.h"
+#include "frontend/classify.h"
+#include "repo/config.h"
 
 struct kserve_request {
   json_doc *doc;
@@ -26,6 +28,7 @@ struct kserve_request {
   size_t n_outputs;
   bool binary_default;
   const json_value *params;
+  char *raw_name; /* a raw binary request's input name (the config's) */
 };
 
 #define BAD(...) cinfer_status_new(CINFER_INVALID_ARG, __VA_ARGS__)
@@ -81,6 +84,47 @@ static cinfer_status *put_elem(flat_ctx *c, const json_value *v) {
     case CINFER_TYPE_BF16: { uint16_t h = float_to_bf16((float)d); memcpy(p, &h, 2); return NULL; }
     default: break;
   }
+  /* Integer literals carry their exact value (core/json): INT64 / UINT64 never round
+   * through a double. Other spellings of an integer (1.0, 1e3) go through the double. */
+  if (v->int_flags) {
+#define EXACT_S(T, ctype, lo, hi)                                                          \
+  case T: {                                                                                \
+    if (!(v->int_flags & JSON_INT_I64) || v->ix.i < (lo) || v->ix.i > (hi))                \
+      return BAD("input '%s': value %s%llu is out of range for %s", c->name,               \
+                 (v->int_flags & JSON_INT_I64) && v->ix.i < 0 ? "-" : "",                  \
+                 (unsigned long long)((v->int_flags & JSON_INT_I64) && v->ix.i < 0         \
+                                          ? 0 - (uint64_t)v->ix.i : v->ix.u),              \
+                 cinfer_dtype_name(dt));                                                   \
+    ctype x = (ctype)v->ix.i;                                                              \
+    memcpy(p, &x, sizeof x);                                                               \
+    return NULL;                                                                           \
+  }
+#define EXACT_U(T, ctype, hi)                                                              \
+  case T: {                                                                                \
+    if (!(v->int_flags & JSON_INT_U64) || v->ix.u > (hi))                                  \
+      return BAD("input '%s': value %s%llu is out of range for %s", c->name,               \
+                 (v->int_flags & JSON_INT_U64) ? "" : "-",                                 \
+                 (unsigned long long)((v->int_flags & JSON_INT_U64) ? v->ix.u              \
+                                                                    : 0 - (uint64_t)v->ix.i), \
+                 cinfer_dtype_name(dt));                                                   \
+    ctype x = (ctype)v->ix.u;                                                              \
+    memcpy(p, &x, sizeof x);                                                               \
+    return NULL;                                                                           \
+  }
+    switch (dt) {
+      EXACT_U(CINFER_TYPE_UINT8, uint8_t, UINT8_MAX)
+      EXACT_U(CINFER_TYPE_UINT16, uint16_t, UINT16_MAX)
+      EXACT_U(CINFER_TYPE_UINT32, uint32_t, UINT32_MAX)
+      EXACT_U(CINFER_TYPE_UINT64, uint64_t, UINT64_MAX)
+      EXACT_S(CINFER_TYPE_INT8, int8_t, INT8_MIN, INT8_MAX)
+      EXACT_S(CINFER_TYPE_INT16, int16_t, INT16_MIN, INT16_MAX)
+      EXACT_S(CINFER_TYPE_INT32, int32_t, INT32_MIN, INT32_MAX)
+      EXACT_S(CINFER_TYPE_INT64, int64_t, INT64_MIN, INT64_MAX)
+      default: break;
+    }
+#undef EXACT_S
+#undef EXACT_U
+  }
   if (d != floor(d))
     return BAD("input '%s': %s data must be integers, got %g", c->name, cinfer_dtype_name(dt), d);
 #define INT_CASE(T, ctype, lo, hi)                                                         \
@@ -116,6 +160,13 @@ static cinfer_status *flatten(flat_ctx *c, const json_value *v) {
   return NULL;
 }
 
+static void shape_text(char *o, size_t cap, const int64_t *d, int nd) {
+  size_t n = (size_t)snprintf(o, cap, "[");
+  for (int i = 0; i < nd && n < cap; i++)
+    n += (size_t)snprintf(o + n, cap - n, "%s%lld", i ? "," : "", (long long)d[i]);
+  if (n < cap) snprintf(o + n, cap - n, "]");
+}
+
 static cinfer_status *parse_shape(const json_value *shape, const char *name, cinfer_tensor *t,
                                   const kserve_limits *lim) {
   if (!json_is(shape, JSON_ARRAY)) return BAD("input '%s': 'shape' must be an array of integers", name);
@@ -125,14 +176,30 @@ static cinfer_status *parse_shape(const json_value *shape, const char *name, cin
                shape->len, CINFER_MAX_DIMS);
   int i = 0;
   for (const json_value *d = shape->u.child; d; d = d->next, i++) {
-    if (!json_is(d, JSON_NUMBER) || d->u.num != floor(d->u.num) || d->u.num < 0 ||
-        d->u.num > 9.0e15)
+    if (!json_is(d, JSON_NUMBER) || !(d->int_flags & JSON_INT_I64) || d->ix.i < 0)
       return BAD("input '%s': shape[%d] must be a non-negative integer", name, i);
-    t->shape[i] = (int64_t)d->u.num;
+    t->shape[i] = d->ix.i;
   }
   t->ndim = nd;
-  int64_t el = cinfer_shape_elements(t->shape, nd);
-  if (el < 0 || el > lim->max_tensor_elements)
+  /* Triton's texts for a product past int64 and for a byte size past int64. */
+  int64_t el = 1;
+  bool zero = false;
+  for (int k = 0; k < nd; k++) zero |= t->shape[k] == 0;
+  for (int k = 0; k < nd && !zero; k++) {
+    if (el > INT64_MAX / t->shape[k]) {
+      char txt[256];
+      shape_text(txt, sizeof txt, t->shape, nd);
+      return BAD("invalid shape for input '%s': shape %s causes total element count to exceed "
+                 "maximum size of %lld", name, txt, (long long)INT64_MAX);
+    }
+    el *= t->shape[k];
+  }
+  if (zero) el = 0;
+  size_t es = cinfer_dtype_size(t->dtype);
+  if (es > 1 && el > INT64_MAX / (int64_t)es)
+    return BAD("byte size overflow for input '%s': element count (%lld) * data type size (%zu) "
+               "exceeds maximum allowed size (%lld)", name, (long long)el, es, (long long)INT64_MAX);
+  if (el > lim->max_tensor_elements)
     return cinfer_status_new(CINFER_INVALID_ARG,
                              "input '%s': shape has more than the limit of %lld elements", name,
                              (long long)lim->max_tensor_elements);
@@ -141,10 +208,18 @@ static cinfer_status *parse_shape(const json_value *shape, const char *name, cin
 
 void kserve_request_free(kserve_request *k) {
   if (!k) return;
-  for (size_t i = 0; i < k->n_inputs; i++) free(k->inputs[i].owned);
+  for (size_t i = 0; i < k->n_inputs; i++) {
+    free(k->inputs[i].owned);
+    shm_region_release(k->inputs[i].shm);
+  }
   free(k->inputs);
+  for (size_t i = 0; k->outputs && i < k->n_outputs; i++) {
+    shm_region_release(k->outputs[i].shm);
+    cbuf_free(&k->outputs[i].cls);
+  }
   free(k->outputs);
   json_doc_free(k->doc);
+  free(k->raw_name);
   free(k);
 }
 
@@ -155,9 +230,136 @@ static bool get_bool_param(const json_value *params, const char *key, bool *out)
   return true;
 }
 
+/* A parameter that must be a non-negative integer (Triton's AsUInt): *out = 0 when absent. */
+static cinfer_status *get_uint_param(const json_value *params, const char *key, uint64_t *out) {
+  *out = 0;
+  const json_value *v = json_get(params, key);
+  if (!v) return NULL;
+  if (!json_is(v, JSON_NUMBER) || !(v->int_flags & JSON_INT_U64))
+    return BAD("Unable to parse '%s': must be a non-negative integer", key);
+  *out = v->ix.u;
+  return NULL;
+}
+
+/* Copies t->data to 64-byte-aligned memory owned by ki (kernels read typed elements; a
+ * BYTES tensor read from shared memory must not change under its length checks). */
+static cinfer_status *own_copy(kserve_input *ki) {
+  cinfer_tensor *t = &ki->t;
+  void *copy = NULL;
+  if (posix_memalign(&copy, 64, t->byte_size ? t->byte_size : 64)) return cinfer_status_oom(NULL);
+  if (t->byte_size) memcpy(copy, t->data, t->byte_size);
+  t->data = copy;
+  ki->owned = copy;
+  return NULL;
+}
+
+/* Triton's raw binary request: the body is the tensor of the model's only input. */
+static cinfer_status *decode_raw(const char *body, size_t body_len, const kserve_limits *lim,
+                                 const struct cinfer_model_config *cfg, kserve_request *k) {
+  if (cfg->n_inputs != 1)
+    return BAD("Raw request must only have 1 input (found 1) to be deduced but got %zu inputs in "
+               "'%s' model configuration", cfg->n_inputs, cfg->name);
+  if (lim->max_input_bytes && body_len > lim->max_input_bytes)
+    return BAD("Raw input has a byte_size (%zu bytes) that exceeds the maximum allowed value of "
+               "%zu bytes. Use --http-max-input-size to increase the limit.", body_len,
+               lim->max_input_bytes);
+  const model_config_io *io = &cfg->inputs[0];
+  k->inputs = calloc(1, sizeof *k->inputs);
+  if (!k->inputs || !(k->raw_name = strdup(io->name))) return cinfer_status_oom(NULL);
+  k->n_inputs = 1;
+  kserve_input *ki = &k->inputs[0];
+  cinfer_tensor *t = &ki->t;
+  t->name = k->raw_name;
+  t->dtype = io->data_type;
+  int nd = 0, dyn = -1;
+  if (cfg->max_batch_size > 0) t->shape[nd++] = 1;
+  uint64_t el = 1;
+  for (int d = 0; d < io->ndims; d++) {
+    if (nd >= CINFER_MAX_DIMS)
+      return BAD("raw input '%s': the configured shape has more than CINFER_MAX_DIMS = %d dims",
+                 io->name, CINFER_MAX_DIMS);
+    if (io->dims[d] < 0) {
+      if (dyn >= 0)
+        return BAD("The shape of the raw input '%s' can not be deduced because there are more "
+                   "than one variable-sized dimension", io->name);
+      dyn = nd;
+    } else {
+      el *= (uint64_t)io->dims[d]; /* config dims are validated small at load */
+    }
+    t->shape[nd++] = io->dims[d];
+  }
+  t->ndim = nd;
+  size_t es = cinfer_dtype_size(t->dtype);
+  if (t->dtype == CINFER_TYPE_BYTES) {
+    if (dyn >= 0 || el != 1)
+      return BAD("For BYTE datatype raw input '%s', the model must have input shape [1]",
+                 io->name);
+    if (body_len > UINT32_MAX) return BAD("raw input '%s': string element too long", io->name);
+    /* Triton's convention: the 4-byte length goes in front of the one element. */
+    unsigned char *b = malloc(body_len + 4);
+    if (!b) return cinfer_status_oom(NULL);
+    uint32_t l = (uint32_t)body_len;
+    b[0] = (unsigned char)l, b[1] = (unsigned char)(l >> 8), b[2] = (unsigned char)(l >> 16),
+    b[3] = (unsigned char)(l >> 24);
+    if (body_len) memcpy(b + 4, body, body_len);
+    ki->owned = b;
+    t->data = b;
+    t->byte_size = body_len + 4;
+    return NULL;
+  }
+  if (es == 0) return BAD("raw input '%s': unsupported datatype", io->name);
+  if (dyn >= 0) {
+    uint64_t row = el * es;
+    t->shape[dyn] = row ? (int64_t)(body_len / row) : 0;
+    if (row && body_len % row)
+      return BAD("unexpected total byte size %zu for raw input '%s': not a whole number of "
+                 "%llu-byte rows", body_len, io->name, (unsigned long long)row);
+  }
+  int64_t elems = cinfer_shape_elements(t->shape, t->ndim);
+  if (elems < 0 || elems > lim->max_tensor_elements)
+    return BAD("raw input '%s': shape has more than the limit of %lld elements", io->name,
+               (long long)lim->max_tensor_elements);
+  t->data = body;
+  t->byte_size = body_len;
+  if ((uint64_t)elems * es != body_len)
+    return BAD("input byte size mismatch for input '%s' for model '%s'. Expected %llu, got %zu",
+               io->name, cfg->name, (unsigned long long)elems * es, body_len);
+  cinfer_status *st = cinfer_tensor_check(t);
+  if (st) return st;
+  if (es > 1 && ((uintptr_t)t->data % es) != 0) return own_copy(ki);
+  return NULL;
+}
+
+/* Triton core's text for a fixed-size tensor whose bytes do not match its shape (clients
+ * and Triton's QA match on it); NULL when they match or the type is BYTES. */
+static cinfer_status *check_byte_size(const cinfer_tensor *t, const kserve_decode_ctx *ctx) {
+  size_t es = cinfer_dtype_size(t->dtype);
+  if (!ctx->config || t->dtype == CINFER_TYPE_BYTES || es == 0) return NULL;
+  uint64_t want = (uint64_t)cinfer_shape_elements(t->shape, t->ndim) * es;
+  if (want == t->byte_size) return NULL;
+  return BAD("input byte size mismatch for input '%s' for model '%s'. Expected %llu, got %zu",
+             t->name, ctx->config->name, (unsigned long long)want, t->byte_size);
+}
+
+static cinfer_status *bad_input_fields(const char *name, bool d, bool b, bool m) {
+  int n = d + b + m;
+  return BAD("input '%s': Input must set only one of the following fields: 'data', "
+             "'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But%s%s%s%s",
+             name, n == 0 ? " no field is set" : " set", d ? " 'data'" : "",
+             b ? " 'binary_data_size'" : "", m ? " 'shared_memory_region'" : "");
+}
+
 cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_len,
                              const kserve_limits *lim, kserve_request **out) {
+  return kserve_decode_with(body, body_len, header_len, lim, NULL, out);
+}
+
+cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t header_len,
+                                  const kserve_limits *lim, const kserve_decode_ctx *ctx,
+                                  kserve_request **out) {
   *out = NULL;
+  static const kserve_decode_ctx none;
+  if (!ctx) ctx = &none;
   size_t jlen = body_len;
   if (header_len >= 0) {
     if ((uint64_t)header_len > body_len)
@@ -165,9 +367,25 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
                  (long long)header_len, body_len);
     jlen = (size_t)header_len;
   }
+  cinfer_status *st;
+  if (header_len == 0 && ctx->config) {
+    kserve_request *k = calloc(1, sizeof *k);
+    if (!k) return cinfer_status_oom(NULL);
+    k->binary_default = true; /* every output binary, as Triton answers a raw request */
+    if ((st = decode_raw(body, body_len, lim, ctx->config, k))) {
+      kserve_request_free(k);
+      return st;
+    }
+    *out = k;
+    return NULL;
+  }
   if (jlen == 0) return BAD("empty request body: expected a JSON object");
+  if (lim->max_input_bytes && jlen > lim->max_input_bytes)
+    return BAD("request JSON size of %zu bytes exceeds the maximum allowed input size of %zu "
+               "bytes. Use --http-max-input-size to increase the limit.", jlen,
+               lim->max_input_bytes);
   json_doc *doc;
-  cinfer_status *st = json_parse(body, jlen, lim->max_json_depth, &doc);
+  st = json_parse(body, jlen, lim->max_json_depth, &doc);
   if (st) return cinfer_status_prefix(st, "request body");
   const json_value *root = json_root(doc);
   kserve_request *k = calloc(1, sizeof *k);
@@ -190,6 +408,8 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
     st = BAD("'parameters' must be an object");
     goto fail;
   }
+  const json_value *bdo = json_get(k->params, "binary_data_output");
+  if (bdo && !json_is_bool(bdo)) { st = BAD("Unable to parse 'binary_data_output': must be a boolean"); goto fail; }
   get_bool_param(k->params, "binary_data_output", &k->binary_default);
 
   const json_value *inputs = json_get(root, "inputs");
@@ -230,42 +450,75 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
     if ((st = parse_shape(json_get(in, "shape"), t->name, t, lim)))
       goto fail;
     int64_t elems = cinfer_shape_elements(t->shape, t->ndim);
-    const json_value *bds = json_get(json_get(in, "parameters"), "binary_data_size");
+    const json_value *ip = json_get(in, "parameters");
+    if (ip && !json_is(ip, JSON_OBJECT)) {
+      st = BAD("input '%s': 'parameters' must be an object", t->name);
+      goto fail;
+    }
+    const json_value *bds = json_get(ip, "binary_data_size");
+    const json_value *shmr = json_get(ip, "shared_memory_region");
     const json_value *data = json_get(in, "data");
+    if (!!data + !!bds + !!shmr != 1) {
+      st = bad_input_fields(t->name, data, bds, shmr);
+      goto fail;
+    }
+    size_t es = cinfer_dtype_size(t->dtype);
+    if (shmr) {
+      if (!json_is(shmr, JSON_STRING)) {
+        st = BAD("input '%s': Unable to parse 'shared_memory_region': must be a string", t->name);
+        goto fail;
+      }
+      if (!ctx->shm) {
+        st = BAD("input '%s': shared memory is not available on this endpoint", t->name);
+        goto fail;
+      }
+      uint64_t off, bsz;
+      void *addr;
+      if ((st = get_uint_param(ip, "shared_memory_offset", &off)) ||
+          (st = get_uint_param(ip, "shared_memory_byte_size", &bsz))) {
+        st = cinfer_status_prefix(st, "input '%s'", t->name);
+        goto fail;
+      }
+      if ((st = shm_acquire(ctx->shm, shmr->u.str, off, bsz, &ki->shm, &addr))) goto fail;
+      t->data = addr;
+      t->byte_size = (size_t)bsz;
+      /* Zero copy: the request borrows the mapping (ki->shm keeps it alive). BYTES are
+       * copied first: their lengths are checked once and must not change afterwards. */
+      if ((st = check_byte_size(t, ctx))) goto fail;
+      if ((t->dtype == CINFER_TYPE_BYTES || (es > 1 && ((uintptr_t)t->data % es) != 0)) &&
+          (st = own_copy(ki)))
+        goto fail;
+      if ((st = cinfer_tensor_check(t))) goto fail;
+      continue;
+    }
     if (bds) {
-      if (!json_is(bds, JSON_NUMBER) || !(bds->u.num >= 0) || bds->u.num != floor(bds->u.num)) {
+      if (!json_is(bds, JSON_NUMBER) || !(bds->int_flags & JSON_INT_U64)) {
         st = BAD("input '%s': binary_data_size must be a non-negative integer", t->name);
         goto fail;
       }
-      if (data) { st = BAD("input '%s' has both 'data' and binary_data_size", t->name); goto fail; }
-      if (bds->u.num > (double)bin_left) {
-        st = BAD("input '%s': binary_data_size %.0f exceeds the %zu bytes of binary data left",
-                 t->name, bds->u.num, bin_left);
+      if (bds->ix.u > (uint64_t)bin_left) {
+        st = BAD("input '%s': binary_data_size %llu exceeds the %zu bytes of binary data left",
+                 t->name, (unsigned long long)bds->ix.u, bin_left);
         goto fail;
       }
-      t->byte_size = (size_t)bds->u.num;
+      t->byte_size = (size_t)bds->ix.u;
       t->data = bin;
       bin += t->byte_size;
       bin_left -= t->byte_size;
-      if ((st = cinfer_tensor_check(t))) goto fail;
+      if ((st = check_byte_size(t, ctx)) || (st = cinfer_tensor_check(t))) goto fail;
       /* Zero copy when the bytes sit at an address aligned for their element type; the
        * JSON header's length decides that, so otherwise copy them to aligned memory
        * (kernels read typed elements). */
-      size_t es = cinfer_dtype_size(t->dtype);
-      if (es > 1 && ((uintptr_t)t->data % es) != 0) {
-        void *copy = NULL;
-        if (posix_memalign(&copy, 64, t->byte_size ? t->byte_size : 64)) {
-          st = cinfer_status_oom(NULL);
-          goto fail;
-        }
-        memcpy(copy, t->data, t->byte_size);
-        t->data = copy;
-        ki->owned = copy;
-      }
+      if (es > 1 && ((uintptr_t)t->data % es) != 0 && (st = own_copy(ki))) goto fail;
       continue;
     }
-    if (!data) { st = BAD("input '%s' has neither 'data' nor binary_data_size", t->name); goto fail; }
-    size_t es = cinfer_dtype_size(t->dtype);
+    if (lim->max_input_bytes && t->dtype != CINFER_TYPE_BYTES &&
+        (uint64_t)elems * es > lim->max_input_bytes) {
+      st = BAD("JSON input '%s' has a byte_size (%llu bytes) that exceeds the maximum allowed "
+               "value of %zu bytes. Use --http-max-input-size to increase the limit.", t->name,
+               (unsigned long long)elems * es, lim->max_input_bytes);
+      goto fail;
+    }
     size_t cap = t->dtype == CINFER_TYPE_BYTES ? 64 + (size_t)elems * 8 : (size_t)elems * es;
     flat_ctx c = {t->dtype, malloc(cap ? cap : 1), 0, cap, 0, elems, t->name};
     if (!c.out) { st = cinfer_status_oom(NULL); goto fail; }
@@ -302,20 +555,64 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
         st = BAD("outputs[%zu] needs a string 'name'", k->n_outputs);
         goto fail;
       }
+      for (size_t j = 0; j < k->n_outputs; j++)
+        if (!strcmp(k->outputs[j].name, name->u.str)) {
+          st = BAD("output '%s' already exists in request", name->u.str);
+          goto fail;
+        }
       kserve_output_req *ko = &k->outputs[k->n_outputs++];
       ko->name = name->u.str;
-      ko->binary = k->binary_default;
+      /* Triton: a listed output is JSON unless its own binary_data says otherwise; the
+       * request-level binary_data_output only sets the outputs the request does not list. */
+      ko->binary = false;
       const json_value *op = json_get(o, "parameters");
       if (op && !json_is(op, JSON_OBJECT)) {
         st = BAD("output '%s': 'parameters' must be an object", ko->name);
         goto fail;
       }
-      get_bool_param(op, "binary_data", &ko->binary);
-      if (json_get(op, "classification")) {
-        st = cinfer_status_new(CINFER_UNSUPPORTED,
-                               "output '%s': the classification extension is not supported",
-                               ko->name);
+      const json_value *bd = json_get(op, "binary_data");
+      if (bd && !json_is_bool(bd)) {
+        st = BAD("output '%s': Unable to parse 'binary_data': must be a boolean", ko->name);
         goto fail;
+      }
+      get_bool_param(op, "binary_data", &ko->binary);
+      const json_value *cls = json_get(op, "classification");
+      const json_value *oshm = json_get(op, "shared_memory_region");
+      if (oshm && cls) {
+        st = BAD("output '%s': Output can't set both 'shared_memory_region' and 'classification'",
+                 ko->name);
+        goto fail;
+      }
+      if (oshm && ko->binary) {
+        st = BAD("output '%s': Output can't set both 'shared_memory_region' and 'binary_data'",
+                 ko->name);
+        goto fail;
+      }
+      if (cls) {
+        uint64_t kc;
+        if ((st = get_uint_param(op, "classification", &kc))) {
+          st = cinfer_status_prefix(st, "output '%s'", ko->name);
+          goto fail;
+        }
+        ko->class_count = kc > CLASSIFY_MAX_ELEMENTS ? CLASSIFY_MAX_ELEMENTS : (uint32_t)kc;
+      }
+      if (oshm) {
+        if (!json_is(oshm, JSON_STRING)) {
+          st = BAD("output '%s': Unable to parse 'shared_memory_region': must be a string", ko->name);
+          goto fail;
+        }
+        if (!ctx->shm) {
+          st = BAD("output '%s': shared memory is not available on this endpoint", ko->name);
+          goto fail;
+        }
+        uint64_t off, bsz;
+        if ((st = get_uint_param(op, "shared_memory_offset", &off)) ||
+            (st = get_uint_param(op, "shared_memory_byte_size", &bsz))) {
+          st = cinfer_status_prefix(st, "output '%s'", ko->name);
+          goto fail;
+        }
+        if ((st = shm_acquire(ctx->shm, oshm->u.str, off, bsz, &ko->shm, &ko->shm_addr))) goto fail;
+        ko->shm_size = bsz;
       }
     }
   }
@@ -356,6 +653,8 @@ cinfer_status *kserve_apply(kserve_request *k, cinfer_request *r) {
       if (json_is_bool(p)) st = cinfer_request_set_param_bool(r, key, p->type == JSON_TRUE);
       else if (json_is(p, JSON_STRING))
         st = cinfer_request_set_param_string(r, key, p->u.str, p->len);
+      else if (json_is(p, JSON_NUMBER) && (p->int_flags & JSON_INT_I64))
+        st = cinfer_request_set_param_int(r, key, p->ix.i);
       else if (json_is(p, JSON_NUMBER) && p->u.num == floor(p->u.num) &&
                fabs(p->u.num) < 9.0e15)
         st = cinfer_request_set_param_int(r, key, (int64_t)p->u.num);
@@ -436,11 +735,57 @@ static void encode_data(cbuf *b, const cinfer_tensor *t) {
   cbuf_put(b, "]", 1);
 }
 
+static kserve_output_req *find_output(const kserve_request *req, const char *name) {
+  if (!req) return NULL;
+  for (size_t k = 0; k < req->n_outputs; k++)
+    if (!strcmp(req->outputs[k].name, name)) return &req->outputs[k];
+  return NULL;
+}
+
 bool kserve_output_binary(const kserve_request *req, const char *name) {
   if (!req) return false;
-  for (size_t k = 0; k < req->n_outputs; k++)
-    if (!strcmp(req->outputs[k].name, name)) return req->outputs[k].binary;
-  return req->binary_default;
+  const kserve_output_req *ko = find_output(req, name);
+  return ko ? ko->binary : req->binary_default;
+}
+
+cinfer_status *kserve_prepare_response(kserve_request *k, const cinfer_response *resp,
+                                       const struct cinfer_model_config *cfg,
+                                       const char *model_dir) {
+  uint32_t n = cinfer_response_output_count(resp);
+  for (uint32_t i = 0; i < n; i++) {
+    const cinfer_tensor *t = cinfer_response_output(resp, i);
+    kserve_output_req *ko = find_output(k, t->name);
+    if (!ko) continue;
+    if (ko->shm) {
+      if (t->byte_size > ko->shm_size)
+        return BAD("shared memory size specified with the request for output '%s' (%llu bytes) "
+                   "should be at least %zu bytes to hold the results", t->name,
+                   (unsigned long long)ko->shm_size, t->byte_size);
+      if (t->byte_size) memcpy(ko->shm_addr, t->data, t->byte_size);
+      continue;
+    }
+    if (!ko->class_count || ko->cls_done) continue;
+    classify_labels labels = {0}, *lp = NULL;
+    const char *lf = NULL;
+    for (size_t j = 0; cfg && j < cfg->n_outputs; j++)
+      if (!strcmp(cfg->outputs[j].name, t->name)) lf = cfg->outputs[j].label_filename;
+    if (lf && lf[0] && model_dir) {
+      size_t pl = strlen(model_dir) + strlen(lf) + 2;
+      char *path = malloc(pl);
+      if (!path) return cinfer_status_oom(NULL);
+      snprintf(path, pl, "%s/%s", model_dir, lf);
+      cinfer_status *st = classify_labels_load(path, &labels);
+      free(path);
+      if (st) return cinfer_status_prefix(st, "output '%s': label_filename", t->name);
+      lp = &labels;
+    }
+    cinfer_status *st = classify_output(t, ko->class_count, cfg && cfg->max_batch_size > 0, lp,
+                                        &ko->cls, ko->cls_shape, &ko->cls_ndim);
+    classify_labels_free(&labels);
+    if (st) return st;
+    ko->cls_done = true;
+  }
+  return NULL;
 }
 
 bool kserve_encode_response(cbuf *out, size_t *json_len, const char *model, int64_t version,
@@ -460,6 +805,18 @@ bool kserve_encode_response(cbuf *out, size_t *json_len, const char *model, int6
   uint32_t n = cinfer_response_output_count(resp);
   for (uint32_t i = 0; i < n; i++) {
     const cinfer_tensor *t = cinfer_response_output(resp, i);
+    const kserve_output_req *ko = find_output(req, t->name);
+    /* A classification output is a BYTES tensor of "value:index[:label]" strings. */
+    cinfer_tensor cls;
+    if (ko && ko->cls_done) {
+      cls = *t;
+      cls.dtype = CINFER_TYPE_BYTES;
+      cls.ndim = ko->cls_ndim;
+      memcpy(cls.shape, ko->cls_shape, sizeof ko->cls_shape);
+      cls.data = ko->cls.data;
+      cls.byte_size = ko->cls.len;
+      t = &cls;
+    }
     if (i) cbuf_put(out, ",", 1);
     cbuf_puts(out, "{\"name\":");
     cbuf_json_string(out, t->name, strlen(t->name));
@@ -471,7 +828,9 @@ bool kserve_encode_response(cbuf *out, size_t *json_len, const char *model, int6
       put_i64(out, t->shape[d]);
     }
     cbuf_puts(out, "]");
-    if (kserve_output_binary(req, t->name)) {
+    if (ko && ko->shm) {
+      cbuf_puts(out, "}"); /* the data is in the region (Triton sends no data for it) */
+    } else if (kserve_output_binary(req, t->name)) {
       cbuf_puts(out, ",\"parameters\":{\"binary_data_size\":");
       put_u64(out, t->byte_size);
       cbuf_puts(out, "}}");
@@ -485,7 +844,11 @@ bool kserve_encode_response(cbuf *out, size_t *json_len, const char *model, int6
   *json_len = out->len;
   for (uint32_t i = 0; i < n; i++) {
     const cinfer_tensor *t = cinfer_response_output(resp, i);
-    if (kserve_output_binary(req, t->name)) cbuf_put(out, t->data, t->byte_size);
+    const kserve_output_req *ko = find_output(req, t->name);
+    if (ko && ko->shm) continue;
+    if (!kserve_output_binary(req, t->name)) continue;
+    if (ko && ko->cls_done) cbuf_put(out, ko->cls.data, ko->cls.len);
+    else cbuf_put(out, t->data, t->byte_size);
   }
   return !out->oom;
 }

@@ -15,6 +15,9 @@
 
 #include "cinfer/cinfer.h"
 #include "core/buf.h"
+#include "frontend/shm.h"
+
+struct cinfer_model_config;
 
 /* Per-server limits. Besides these, a request may carry at most CINFER_MAX_INPUTS
  * inputs and CINFER_MAX_OUTPUTS requested outputs, and a shape at most CINFER_MAX_DIMS
@@ -22,17 +25,40 @@
 typedef struct kserve_limits {
   int64_t max_tensor_elements; /* per input tensor */
   int max_json_depth;          /* nesting of objects/arrays */
+  /* Triton's --http-max-input-size: the JSON header, a raw binary body and each input's
+   * bytes from JSON are at most this long (0 = no limit). */
+  size_t max_input_bytes;
 } kserve_limits;
 
 typedef struct kserve_input {
   cinfer_tensor t;   /* name points into the request; data into the body or `owned` */
   void *owned;       /* buffer converted from JSON data, or NULL */
+  shm_region *shm;   /* the region t.data points into (a reference), or NULL */
 } kserve_input;
 
 typedef struct kserve_output_req {
   const char *name;
-  bool binary;        /* binary_data (or the request-level binary_data_output) */
+  bool binary;        /* binary_data; an output the request does not list follows the
+                         request-level binary_data_output (Triton's precedence) */
+  uint32_t class_count;          /* "classification": K (0: none) */
+  shm_region *shm;               /* output to shared memory (a reference), or NULL */
+  void *shm_addr;
+  uint64_t shm_size;
+  /* set by kserve_prepare_response for a classification output */
+  bool cls_done;
+  cbuf cls;                      /* serialized BYTES */
+  int64_t cls_shape[2];
+  int cls_ndim;
 } kserve_output_req;
+
+/* What decoding may consult beyond the body. */
+typedef struct kserve_decode_ctx {
+  /* Regions named by shared_memory_region parameters; NULL: such parameters are refused. */
+  shm_registry *shm;
+  /* The model's configuration: a raw binary request (header length 0) takes its single
+   * input's name, type and shape from it; NULL: a raw request is refused. */
+  const struct cinfer_model_config *config;
+} kserve_decode_ctx;
 
 typedef struct kserve_request kserve_request;
 
@@ -41,6 +67,13 @@ typedef struct kserve_request kserve_request;
  * On error returns an INVALID_ARG status naming the problem and *out is NULL. */
 cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_len,
                              const kserve_limits *lim, kserve_request **out);
+/* The same with shared memory and raw binary requests (Triton's rules: header_len 0 makes
+ * the whole body the tensor of the model's only input, shape from the config with at most
+ * one variable dimension deduced from the size, batch 1 prepended for a batching model,
+ * every output binary). ctx NULL: as kserve_decode. */
+cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t header_len,
+                                  const kserve_limits *lim, const kserve_decode_ctx *ctx,
+                                  kserve_request **out);
 void kserve_request_free(kserve_request *k);
 
 const char *kserve_request_id(const kserve_request *k);  /* NULL when absent */
@@ -53,6 +86,15 @@ bool kserve_request_binary_default(const kserve_request *k);
 /* Fills a cinfer request from a decoded one: inputs (ownership of converted buffers moves
  * to the cinfer request), requested outputs, parameters, id, priority and timeout. */
 cinfer_status *kserve_apply(kserve_request *k, cinfer_request *r);
+
+/* After a successful response and before encoding it: copies each output that the request
+ * sends to shared memory into its region (INVALID_ARG, Triton's text, when the region is
+ * smaller than the output) and computes each classification output (labels from the
+ * output's label_filename in model_dir). cfg/model_dir may be NULL (no labels, no batch
+ * dimension). */
+cinfer_status *kserve_prepare_response(kserve_request *k, const cinfer_response *resp,
+                                       const struct cinfer_model_config *cfg,
+                                       const char *model_dir);
 
 /* True when the response output named `name` goes to the binary section: its
  * binary_data parameter when the request lists it, else the request's binary_data_output.

@@ -122,6 +122,8 @@ typedef struct http_chunked {
   uint64_t remaining;  /* bytes left in the current chunk */
   uint64_t total;      /* decoded bytes so far (for the body limit) */
   uint64_t max_total;  /* 0 = unlimited */
+  uint64_t chunks;     /* data chunks so far */
+  uint64_t max_chunks; /* 0 = unlimited; more -> HTTP_CHUNKED_TOO_MANY */
   uint32_t trailer_bytes;
   int state;
   int digits;
@@ -131,7 +133,8 @@ typedef enum http_chunked_result {
   HTTP_CHUNKED_DONE = 0,        /* last chunk and trailers consumed */
   HTTP_CHUNKED_INCOMPLETE = -2, /* all input consumed; feed more */
   HTTP_CHUNKED_ERROR = -1,      /* malformed framing */
-  HTTP_CHUNKED_TOO_LARGE = -3   /* decoded size would exceed max_total */
+  HTTP_CHUNKED_TOO_LARGE = -3,  /* decoded size would exceed max_total */
+  HTTP_CHUNKED_TOO_MANY = -4    /* more than max_chunks data chunks */
 } http_chunked_result;
 
 /* Decodes buf[0..len) in place: decoded data is written to buf[0..*out_len) (it never
@@ -161,6 +164,8 @@ typedef struct http_server_opts {
   int body_timeout_ms;         /* 0 = 30000; no body progress for this long -> 408 + close;
                                   also bounds a stalled reader of our response */
   int idle_keepalive_ms;       /* 0 = 60000; idle keep-alive connection closed */
+  size_t max_body_chunks;      /* 0 = 65536; a chunked body of more chunks -> 400 + close
+                                  (bounds the work a body of tiny chunks costs) */
   int max_connections;         /* 0 = 10000; further connections are closed at accept */
   int backlog;                 /* 0 = 1024 */
   /* TLS on every connection (borrowed; must outlive the server). The handshake is bounded

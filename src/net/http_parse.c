@@ -458,6 +458,11 @@ http_chunked_result http_chunked_decode(http_chunked *st, char *buf, size_t len,
             res = HTTP_CHUNKED_TOO_LARGE;
             goto out;
           }
+          if (st->max_chunks && st->chunks >= st->max_chunks) {
+            res = HTTP_CHUNKED_TOO_MANY;
+            goto out;
+          }
+          st->chunks++;
           st->total += st->remaining;
           st->state = CK_DATA;
         }

@@ -826,6 +826,7 @@ static void conn_process(conn *c) {
       } else {
         memset(&c->ck, 0, sizeof c->ck);
         c->ck.max_total = s->lim.max_body_bytes;
+        c->ck.max_chunks = s->o.max_body_chunks;
       }
       c->state = C_BODY;
       c->last_read_ms = loop_now_ms(t->loop);
@@ -851,6 +852,10 @@ static void conn_process(conn *c) {
                                                   &out_len, &used);
       if (r == HTTP_CHUNKED_ERROR) {
         conn_error(c, 400, "malformed chunked body");
+        return;
+      }
+      if (r == HTTP_CHUNKED_TOO_MANY) {
+        conn_error(c, 400, "chunked body has more chunks than the limit (--http-max-chunks)");
         return;
       }
       if (r == HTTP_CHUNKED_TOO_LARGE) {
@@ -1208,6 +1213,7 @@ cinfer_status *http_server_create(const http_server_opts *opts, http_handler han
   if (o->io_threads <= 0) o->io_threads = 1;
   if (o->io_threads > 256) o->io_threads = 256;
   if (!o->max_body_bytes) o->max_body_bytes = 64u << 20;
+  if (!o->max_body_chunks) o->max_body_chunks = 65536;
   if (!o->max_header_bytes) o->max_header_bytes = 16u << 10;
   if (!o->max_headers) o->max_headers = 100;
   if (o->max_headers > 10000) o->max_headers = 10000;  /* per-connection array */

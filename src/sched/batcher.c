@@ -375,11 +375,11 @@ cinfer_status *batcher_enqueue(batcher *b, const batcher_item *item, uint64_t no
   blevel *lv = &b->levels[level];
   if (lv->policy.max_queue_size && lv->count >= lv->policy.max_queue_size) {
     if (b->priorities)
-      return cinfer_status_new(CINFER_UNAVAILABLE, "inference request queue is full "
-                               "(max_queue_size %u, priority level %u)",
+      return cinfer_status_new(CINFER_UNAVAILABLE, "Exceeds maximum queue size: inference request "
+                               "queue is full (max_queue_size %u, priority level %u)",
                                lv->policy.max_queue_size, level + 1);
-    return cinfer_status_new(CINFER_UNAVAILABLE, "inference request queue is full "
-                             "(max_queue_size %u)", lv->policy.max_queue_size);
+    return cinfer_status_new(CINFER_UNAVAILABLE, "Exceeds maximum queue size: inference request "
+                             "queue is full (max_queue_size %u)", lv->policy.max_queue_size);
   }
   if (b->free_head == NIL && !pool_grow(b))
     return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "batcher queue cannot grow past %u "

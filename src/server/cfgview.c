@@ -148,10 +148,6 @@ cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *bac
     if (c->inputs[i].allow_ragged_batch)
       return unsupported(c, c->inputs[i].pos.line, "input '%s': allow_ragged_batch " NOT_YET,
                          c->inputs[i].name);
-  for (size_t i = 0; i < c->n_outputs; i++)
-    if (c->outputs[i].label_filename && c->outputs[i].label_filename[0])
-      return unsupported(c, c->outputs[i].pos.line, "output '%s': label_filename (classification) " NOT_YET,
-                         c->outputs[i].name);
   bool gpu_ok = false;
   for (size_t i = 0; i < sizeof gpu_backends / sizeof *gpu_backends; i++)
     if (!strcmp(gpu_backends[i], backend)) gpu_ok = true;
@@ -173,6 +169,29 @@ cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *bac
   }
   return NULL;
 }
+/* label_filename (the classification extension's labels) names a readable file inside the
+ * model directory; a name that leaves it ('/' or "..") or a file that cannot be read fails
+ * the load naming the field. */
+cinfer_status *cfg_check_label_files(const cinfer_model_config *c, const char *model_dir) {
+  for (size_t i = 0; i < c->n_outputs; i++) {
+    const char *lf = c->outputs[i].label_filename;
+    if (!lf || !lf[0]) continue;
+    if (strchr(lf, '/') || !strcmp(lf, "..") || !strcmp(lf, "."))
+      return cinfer_status_new(CINFER_INVALID_ARG, "%s:%d: output '%s': label_filename '%s' must "
+                               "name a file in the model directory", c->source_path,
+                               c->outputs[i].pos.line, c->outputs[i].name, lf);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", model_dir, lf);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      return cinfer_status_new(CINFER_INVALID_ARG, "%s:%d: output '%s': label_filename '%s': "
+                               "cannot read %s", c->source_path, c->outputs[i].pos.line,
+                               c->outputs[i].name, lf, path);
+    fclose(f);
+  }
+  return NULL;
+}
+
 void cfg_free(cinfer_model_config *c) { model_config_free(c); }
 cinfer_status *cfg_validate(const cinfer_model_config *c) { return model_config_validate(c); }
 

@@ -83,6 +83,8 @@ cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *bac
 /* Loads <model_dir>/config.pbtxt. When the file is missing, makes a minimal config from
  * the files in the version folders (model.onnx -> onnxruntime, model.gguf -> llm) for the
  * backend to auto-complete. The name must match the folder (or is filled in). */
+/* Each output's label_filename is a readable file in model_dir (else INVALID_ARG naming it). */
+cinfer_status *cfg_check_label_files(const cinfer_model_config *c, const char *model_dir);
 cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_config **out);
 /* The same from Triton's load-with-config JSON (it replaces config.pbtxt for the load;
  * the name must match too). */

@@ -41,6 +41,7 @@ const char *cinfer_model_platform(const cinfer_model *m) {
   return p && p[0] ? p : m->backend->name;
 }
 const char *cinfer_model_backend_name(const cinfer_model *m) { return m->backend->name; }
+const char *cinfer_model_directory(const cinfer_model *m) { return m->model_dir; }
 
 bool cinfer_model_is_decoupled(const cinfer_model *m) {
   return (m->backend->flags & CINFER_BACKEND_DECOUPLED) != 0;
@@ -635,6 +636,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
     goto fail;
   if ((st = cfg_validate(config))) goto fail;
   if ((st = cfg_check_supported(config, be->name, (be->flags & CINFER_BACKEND_DECOUPLED) != 0))) goto fail;
+  if ((st = cfg_check_label_files(config, model_dir))) goto fail;
   m->max_batch = cfg_max_batch_size(config);
   m->batching = m->max_batch > 0;
   cfg_get_dynamic_batching(config, &m->db);

@@ -943,7 +943,7 @@ cinfer_status *cinfer_server_model_acquire(cinfer_server *s, const char *name, i
   model_entry *e = find_entry(s, name);
   cinfer_status *st = NULL;
   if (!e) {
-    st = cinfer_status_new(CINFER_NOT_FOUND, "unknown model: '%s'", name);
+    st = cinfer_status_new(CINFER_NOT_FOUND, "Request for unknown model: '%s' is not found", name);
   } else {
     version_entry *best = NULL;
     for (version_entry *ve = e->versions; ve; ve = ve->next) {

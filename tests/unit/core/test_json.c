@@ -195,7 +195,7 @@ static void test_errors(void **s) {
   memset(deep, '[', 33);
   memset(deep + 33, ']', 33);
   deep[66] = 0;
-  expect_error(deep, "JSON nesting is deeper than 32 levels");
+  expect_error(deep, "JSON nesting depth exceeds maximum allowed limit (32)");
   memset(deep + 32, ']', 32); /* exactly 32 levels is fine */
   deep[64] = 0;
   json_doc *d = parse_ok(deep);

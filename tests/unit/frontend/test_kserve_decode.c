@@ -115,8 +115,9 @@ static const bad_case BAD_CASES[] = {
     {IN("\"shape\":[1,1,1,1,1,1,1,1,1],\"data\":[1]"), NULL, 0, CINFER_INVALID_ARG,
      "shape has 9 dimensions; the limit is CINFER_MAX_DIMS = 8"},
     {IN("\"shape\":[10,101]"), NULL, 0, CINFER_INVALID_ARG, "more than the limit of 1000 elements"},
-    {IN("\"shape\":[4294967296,4294967296]"), NULL, 0, CINFER_INVALID_ARG, "more than the limit"},
-    {IN("\"shape\":[2]"), NULL, 0, CINFER_INVALID_ARG, "has neither 'data' nor binary_data_size"},
+    {IN("\"shape\":[4294967296,4294967296]"), NULL, 0, CINFER_INVALID_ARG, "shape [4294967296,4294967296] causes total element count to exceed maximum size of 9223372036854775807"},
+    {IN("\"shape\":[4,1152921504606846978]"), NULL, 0, CINFER_INVALID_ARG, "byte size overflow for input 'INPUT0': element count (4611686018427387912) * data type size (4)"},
+    {IN("\"shape\":[2]"), NULL, 0, CINFER_INVALID_ARG, "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set"},
     {IN("\"shape\":[2],\"data\":[1]"), NULL, 0, CINFER_INVALID_ARG, "'data' has 1 elements but the shape needs 2"},
     {IN("\"shape\":[1],\"data\":[1,2]"), NULL, 0, CINFER_INVALID_ARG, "more elements than the shape's 1"},
     {IN("\"shape\":[1],\"data\":[\"x\"]"), NULL, 0, CINFER_INVALID_ARG, "FP32 data must be numbers"},
@@ -129,7 +130,9 @@ static const bad_case BAD_CASES[] = {
     {"{\"inputs\":[{\"name\":\"S\",\"datatype\":\"BYTES\",\"shape\":[1],\"data\":[1]}]}", NULL, 0,
      CINFER_INVALID_ARG, "BYTES data must be strings"},
     {IN("\"shape\":[1],\"data\":[1],\"parameters\":{\"binary_data_size\":4}"), "abcd", 4, CINFER_INVALID_ARG,
-     "both 'data' and binary_data_size"},
+     "But set 'data' 'binary_data_size'"},
+    {IN("\"shape\":[1],\"parameters\":{\"shared_memory_region\":\"r\"}"), NULL, 0, CINFER_INVALID_ARG,
+     "input 'INPUT0': shared memory is not available on this endpoint"},
     {IN("\"shape\":[1],\"parameters\":{\"binary_data_size\":-4}"), "abcd", 4, CINFER_INVALID_ARG,
      "binary_data_size must be a non-negative integer"},
     {IN("\"shape\":[1],\"parameters\":{\"binary_data_size\":5}"), "abcd", 4, CINFER_INVALID_ARG,
@@ -149,7 +152,19 @@ static const bad_case BAD_CASES[] = {
     {"{\"inputs\":[{\"name\":\"A\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1]}],\"outputs\":[{\"name\":\"O\","
      "\"parameters\":1}]}", NULL, 0, CINFER_INVALID_ARG, "output 'O': 'parameters' must be an object"},
     {"{\"inputs\":[{\"name\":\"A\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1]}],\"outputs\":[{\"name\":\"O\","
-     "\"parameters\":{\"classification\":3}}]}", NULL, 0, CINFER_UNSUPPORTED, "classification extension"},
+     "\"parameters\":{\"classification\":-3}}]}", NULL, 0, CINFER_INVALID_ARG,
+     "output 'O': Unable to parse 'classification': must be a non-negative integer"},
+    {"{\"inputs\":[{\"name\":\"A\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1]}],\"outputs\":[{\"name\":\"O\","
+     "\"parameters\":{\"classification\":3,\"shared_memory_region\":\"r\"}}]}", NULL, 0, CINFER_INVALID_ARG,
+     "Output can't set both 'shared_memory_region' and 'classification'"},
+    {"{\"inputs\":[{\"name\":\"A\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1]}],\"outputs\":[{\"name\":\"O\"},"
+     "{\"name\":\"O\"}]}", NULL, 0, CINFER_INVALID_ARG, "output 'O' already exists in request"},
+    {"{\"inputs\":[{\"name\":\"I\",\"datatype\":\"INT64\",\"shape\":[1],\"data\":[9223372036854775808]}]}", NULL, 0,
+     CINFER_INVALID_ARG, "value 9223372036854775808 is out of range for INT64"},
+    {"{\"inputs\":[{\"name\":\"I\",\"datatype\":\"UINT64\",\"shape\":[1],\"data\":[18446744073709551616]}]}", NULL, 0,
+     CINFER_INVALID_ARG, "out of range for UINT64"},
+    {"{\"inputs\":[{\"name\":\"I\",\"datatype\":\"UINT8\",\"shape\":[1],\"data\":[-1]}]}", NULL, 0,
+     CINFER_INVALID_ARG, "value -1 is out of range for UINT8"},
 };
 
 static void test_malformed(void **state) {

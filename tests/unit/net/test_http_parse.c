@@ -310,11 +310,14 @@ static void test_chunked_errors(void **s) {
       {"65\r\n", HTTP_CHUNKED_TOO_LARGE},  /* 101 > max_total 100 */
       {"32\r\n" "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n33\r\n", HTTP_CHUNKED_TOO_LARGE},
       {"1\r\na\r\n0\r\nBad\x01: x\r\n\r\n", HTTP_CHUNKED_ERROR},
+      /* max_chunks 3: three data chunks pass, the fourth is refused */
+      {"1\r\na\r\n1\r\nb\r\n1\r\nc\r\n0\r\n\r\n", HTTP_CHUNKED_DONE},
+      {"1\r\na\r\n1\r\nb\r\n1\r\nc\r\n1\r\nd\r\n", HTTP_CHUNKED_TOO_MANY},
   };
   for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
     size_t len = strlen(C[i].in);
     guard g = guard_place(C[i].in, len);
-    http_chunked st = {.max_total = 100};
+    http_chunked st = {.max_total = 100, .max_chunks = 3};
     size_t out, used;
     int r = http_chunked_decode(&st, g.data, len, &out, &used);
     if (r != C[i].r) fail_msg("chunked case %zu: got %d want %d", i, r, C[i].r);

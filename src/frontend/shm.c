@@ -1,0 +1,241 @@
+/* shm.c: the system shared-memory region registry. See shm.h.
+ *
+ * Invariants: (1) every region on the list has refs >= 1, one of them the list's; (2) a
+ * region's mapping is unmapped exactly once, when refs drops to 0, which happens only after
+ * it left the list; (3) the list holds at most SHM_MAX_REGIONS regions with distinct
+ * names; (4) base[0..byte_size) is mapped for as long as refs > 0. */
+#include "frontend/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct shm_region {
+  _Atomic int refs;
+  shm_region *next;      /* on the registry's list while registered */
+  char *name, *key;
+  uint64_t offset, byte_size;
+  void *base;            /* mapping of [offset, offset + byte_size) of the object */
+  size_t map_len;        /* what was mapped (byte_size, or 1 for an empty window) */
+  size_t map_skew;       /* offset % page: base = mapping + map_skew */
+};
+
+struct shm_registry {
+  pthread_mutex_t mu;
+  shm_region *head;
+  size_t n;
+};
+
+/* Reserved by Triton for its Python backend's own regions. */
+static const char reserved_prefix[] = "triton_python_backend_shm_region_";
+
+cinfer_status *shm_registry_create(shm_registry **out) {
+  shm_registry *r = calloc(1, sizeof *r);
+  if (!r) return cinfer_status_oom("shared-memory registry");
+  pthread_mutex_init(&r->mu, NULL);
+  *out = r;
+  return NULL;
+}
+
+static void region_free(shm_region *g) {
+  if (g->base) munmap((char *)g->base - g->map_skew, g->map_len);
+  free(g->name);
+  free(g->key);
+  free(g);
+}
+
+void shm_region_release(shm_region *g) {
+  if (g && atomic_fetch_sub(&g->refs, 1) == 1) region_free(g);
+}
+
+void shm_registry_destroy(shm_registry *r) {
+  if (!r) return;
+  shm_unregister(r, NULL);
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+}
+
+static shm_region *find(shm_registry *r, const char *name) {
+  for (shm_region *g = r->head; g; g = g->next)
+    if (!strcmp(g->name, name)) return g;
+  return NULL;
+}
+
+static cinfer_status *bad(const char *fmt, const char *a, const char *b) {
+  return cinfer_status_new(CINFER_INVALID_ARG, fmt, a, b);
+}
+
+cinfer_status *shm_register(shm_registry *r, const char *name, const char *key, uint64_t offset,
+                            uint64_t byte_size) {
+  if (!name || !name[0])
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "'region name' is necessary to register system shared memory region");
+  if (strlen(name) > SHM_MAX_NAME || strlen(key) > SHM_MAX_NAME)
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "cannot register shared memory region: the name and the key are "
+                             "limited to %d bytes (SHM_MAX_NAME)", SHM_MAX_NAME);
+  size_t k = strspn(key, "/");
+  if (!key[k])
+    return bad("cannot register shared memory region '%s' - invalid shm key '%s'", name, key);
+  if (!strncmp(key + k, reserved_prefix, sizeof reserved_prefix - 1))
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "cannot register shared memory region '%s' with key '%s' as the key "
+                             "contains the reserved prefix '%s'", name, key, reserved_prefix);
+  if (offset > (uint64_t)SIZE_MAX || byte_size > (uint64_t)SIZE_MAX - offset)
+    return bad("failed to register shared memory region '%s': invalid args%s", name, "");
+
+  pthread_mutex_lock(&r->mu);
+  cinfer_status *st = NULL;
+  int fd = -1;
+  shm_region *g = NULL;
+  if (find(r, name)) {
+    st = bad("shared memory region '%s' already in manager%s", name, "");
+    goto out;
+  }
+  if (r->n >= SHM_MAX_REGIONS) {
+    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED,
+                           "cannot register shared memory region '%s': %d regions are registered "
+                           "(the limit, SHM_MAX_REGIONS)", name, SHM_MAX_REGIONS);
+    goto out;
+  }
+  fd = shm_open(key, O_RDWR, S_IRUSR | S_IWUSR);
+  if (fd < 0) {
+    st = bad("Unable to open shared memory region: '%s'%s", key, "");
+    goto out;
+  }
+  struct stat sb;
+  if (fstat(fd, &sb) < 0 || sb.st_size < 0) {
+    st = bad("Invalid shared memory region: '%s'%s", key, "");
+    goto out;
+  }
+  if (offset + byte_size > (uint64_t)sb.st_size) {
+    st = bad("failed to register shared memory region '%s': invalid args%s", name, "");
+    goto out;
+  }
+  g = calloc(1, sizeof *g);
+  if (!g || !(g->name = strdup(name)) || !(g->key = strdup(key))) {
+    st = cinfer_status_oom("registering a shared-memory region");
+    goto out;
+  }
+  long page = sysconf(_SC_PAGESIZE);
+  g->map_skew = (size_t)(offset % (uint64_t)(page > 0 ? page : 4096));
+  g->map_len = (size_t)byte_size + g->map_skew;
+  if (!g->map_len) g->map_len = 1; /* an empty window still gets a valid address */
+  void *m = mmap(NULL, g->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                 (off_t)(offset - g->map_skew));
+  if (m == MAP_FAILED) {
+    st = cinfer_status_new(CINFER_INVALID_ARG,
+                           "failed to register shared memory region '%s': unable to process "
+                           "address space%s", name, strerror(errno));
+    goto out;
+  }
+  g->base = (char *)m + g->map_skew;
+  g->offset = offset;
+  g->byte_size = byte_size;
+  atomic_init(&g->refs, 1);
+  g->next = r->head;
+  r->head = g;
+  r->n++;
+  g = NULL;
+out:
+  pthread_mutex_unlock(&r->mu);
+  if (fd >= 0) close(fd);
+  if (g) region_free(g);
+  return st;
+}
+
+cinfer_status *shm_unregister(shm_registry *r, const char *name) {
+  pthread_mutex_lock(&r->mu);
+  shm_region *gone = NULL;
+  for (shm_region **pp = &r->head; *pp;) {
+    shm_region *g = *pp;
+    if (name && strcmp(g->name, name)) {
+      pp = &g->next;
+      continue;
+    }
+    *pp = g->next;
+    r->n--;
+    g->next = gone;
+    gone = g;
+    if (name) break;
+  }
+  pthread_mutex_unlock(&r->mu);
+  while (gone) {
+    shm_region *nx = gone->next;
+    shm_region_release(gone); /* the list's reference; requests may hold more */
+    gone = nx;
+  }
+  return NULL;
+}
+
+static void put_region(cbuf *b, const shm_region *g, bool comma) {
+  if (comma) cbuf_puts(b, ",");
+  cbuf_puts(b, "{\"name\":");
+  cbuf_json_string(b, g->name, strlen(g->name));
+  cbuf_puts(b, ",\"key\":");
+  cbuf_json_string(b, g->key, strlen(g->key));
+  cbuf_printf(b, ",\"offset\":%llu,\"byte_size\":%llu}", (unsigned long long)g->offset,
+              (unsigned long long)g->byte_size);
+}
+
+cinfer_status *shm_status_json(shm_registry *r, const char *name, cbuf *out) {
+  pthread_mutex_lock(&r->mu);
+  cinfer_status *st = NULL;
+  cbuf_puts(out, "[");
+  if (name) {
+    const shm_region *g = find(r, name);
+    if (g) put_region(out, g, false);
+    else
+      st = cinfer_status_new(CINFER_NOT_FOUND,
+                             "Unable to find system shared memory region: '%s'", name);
+  } else {
+    bool first = true;
+    for (const shm_region *g = r->head; g; g = g->next, first = false) put_region(out, g, !first);
+  }
+  cbuf_puts(out, "]");
+  pthread_mutex_unlock(&r->mu);
+  return st;
+}
+
+size_t shm_region_count(shm_registry *r) {
+  pthread_mutex_lock(&r->mu);
+  size_t n = r->n;
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}
+
+cinfer_status *shm_acquire(shm_registry *r, const char *name, uint64_t offset, uint64_t byte_size,
+                           shm_region **region, void **addr) {
+  *region = NULL;
+  *addr = NULL;
+  pthread_mutex_lock(&r->mu);
+  cinfer_status *st = NULL;
+  shm_region *g = find(r, name);
+  if (!g)
+    st = cinfer_status_new(CINFER_NOT_FOUND, "Unable to find shared memory region: '%s'", name);
+  else if (offset >= g->byte_size && !(offset == 0 && byte_size == 0))
+    st = cinfer_status_new(CINFER_INVALID_ARG,
+                           "Invalid offset for shared memory region: '%s'", name);
+  else if (byte_size > UINT64_MAX - offset)
+    st = cinfer_status_new(CINFER_INVALID_ARG,
+                           "Integer overflow detected: byte_size (%llu) + offset (%llu) exceeds "
+                           "maximum value (%llu) for region '%s'", (unsigned long long)byte_size,
+                           (unsigned long long)offset, (unsigned long long)UINT64_MAX, name);
+  else if (offset + byte_size > g->byte_size)
+    st = cinfer_status_new(CINFER_INVALID_ARG,
+                           "Invalid offset + byte size for shared memory region: '%s'", name);
+  if (!st) {
+    atomic_fetch_add(&g->refs, 1);
+    *region = g;
+    *addr = (char *)g->base + offset;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return st;
+}
