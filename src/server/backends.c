@@ -9,12 +9,14 @@ extern const cinfer_backend_iface cinfer_identity_backend;
 extern const cinfer_backend_iface cinfer_sim_backend;
 extern const cinfer_backend_iface cinfer_llm_backend;
 extern const cinfer_backend_iface onnx_backend_iface;
+extern const cinfer_backend_iface cinfer_python_backend;
 
 static const cinfer_backend_iface *const builtin[] = {
     &cinfer_identity_backend,
     &cinfer_sim_backend,
     &cinfer_llm_backend,
     &onnx_backend_iface,
+    &cinfer_python_backend,
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
