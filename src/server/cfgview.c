@@ -211,11 +211,12 @@ cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_co
   } else {
     const char *backend = has_version_file(model_dir, "model.onnx")   ? "onnxruntime"
                           : has_version_file(model_dir, "model.gguf") ? "llm"
+                          : has_version_file(model_dir, "model.py")   ? "python"
                                                                       : NULL;
     if (!backend)
       return cinfer_status_new(CINFER_INVALID_ARG,
-                               "%s: missing, and no model.onnx or model.gguf in a version folder "
-                               "to auto-complete from", path);
+                               "%s: missing, and no model.onnx, model.gguf or model.py in a "
+                               "version folder to auto-complete from", path);
     if ((err = model_config_new(name, out))) return err;
     free((*out)->backend);
     (*out)->backend = strdup(backend);

@@ -6,6 +6,8 @@
 # message off the socket (replies to BLS / is_cancelled calls are handed to the waiting
 # caller, everything else is queued), the main thread runs the model's methods.
 import array
+import asyncio
+import inspect
 import importlib.util
 import json
 import mmap
@@ -232,6 +234,8 @@ class Conn:
 
 conn = Conn(sock_fd)
 pb._conn = conn
+loop = asyncio.new_event_loop()
+asyncio.set_event_loop(loop)
 
 
 def load_model_module(path):
@@ -275,6 +279,8 @@ def run_execute(model, hdr, fd):
     done = {"type": "execute_done", "batch": hdr["batch"]}
     try:
         responses = model.execute(reqs)
+        if inspect.iscoroutine(responses):  # async def execute (Triton allows it)
+            responses = loop.run_until_complete(responses)
     except BaseException as e:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise

@@ -301,6 +301,8 @@ class InferenceRequest:
         if kwargs:
             raise TritonModelException(
                 "InferenceRequest: unexpected argument(s) " + ", ".join(sorted(kwargs)))
+        if isinstance(model_name, (bytes, np.bytes_)):
+            model_name = bytes(model_name).decode("utf-8")
         self._model_name = model_name
         self._inputs = list(inputs or [])
         self._requested = list(requested_output_names or [])
