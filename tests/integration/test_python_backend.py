@@ -111,6 +111,29 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] },
 parameters { key: "execute_timeout_ms" value: { string_value: "1000" } }
 """
 
+# Hangs on INPUT0 == 1 and has no execute_timeout_ms: only the clients leaving ends it.
+HANG_PY = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            if pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()[0] == 1:
+                while True:
+                    time.sleep(1000)
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
+"""
+
+HANG_CONFIG = """
+name: "hang"
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
 # Echoes what the request says about itself, and BYTES in both directions.
 INTROSPECT_PY = """
 import json
@@ -393,6 +416,7 @@ def repo():
     root = tempfile.mkdtemp(prefix="cinfer-py-")
     write_model(root, "add_sub", ADD_SUB_CONFIG.format(name="add_sub", extra="", count=2), ADD_SUB_PY)
     write_model(root, "faulty", FAULTY_CONFIG, FAULTY_PY)
+    write_model(root, "hang", HANG_CONFIG, HANG_PY)
     write_model(root, "introspect", INTROSPECT_CONFIG, INTROSPECT_PY)
     write_model(root, "batched", BATCH_CONFIG, BATCH_PY)
     write_model(root, "auto", 'name: "auto"\nbackend: "python"\n', AUTO_PY)
@@ -498,6 +522,24 @@ def test_crash_exit_hang_fail_own_requests_and_restart(server, client, mode, exp
     assert after != before
     assert not os.path.exists(f"/proc/{before}")
     assert client.is_server_live() and client.is_model_ready("faulty")
+
+
+def test_a_hung_execute_whose_client_left_is_killed_and_restarted(server, client):
+    """No execute_timeout_ms: the client goes away (its connection closes), the request is
+    cancelled, and the process that does not return is killed so the instance serves again."""
+    import http.client
+    import socket
+
+    body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1],
+                                   "data": [1]}]})
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=1)
+    conn.request("POST", "/v2/models/hang/infer", body, {"Content-Type": "application/json"})
+    with pytest.raises((socket.timeout, TimeoutError)):
+        conn.getresponse()
+    conn.close()
+    r = infer(client, "hang", [("INPUT0", np.array([5], dtype=np.int32))])
+    assert r.as_numpy("OUTPUT0")[0] == 5
+    assert "every request of the batch was cancelled and execute() did not return" in "".join(server.log)
 
 
 def test_bytes_parameters_id_and_args(client):

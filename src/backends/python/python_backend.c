@@ -32,6 +32,10 @@
 
 #define PY_JSON_DEPTH 64
 #define PY_FINALIZE_WAIT_MS 10000 /* finalize() gets this long, then SIGKILL */
+#define PY_CANCEL_GRACE_MS 5000   /* a batch whose clients all left gets this long */
+#define PY_MAX_INSTANCES 256      /* the core's limit on instances of a model */
+
+struct py_instance;
 
 typedef struct py_model {
   char *name, *model_dir, *version_dir, *model_file, *python, *config_json;
@@ -40,6 +44,9 @@ typedef struct py_model {
   int64_t execute_timeout_ms; /* 0: wait as long as execute() takes */
   const cinfer_config *config;
   cinfer_server *server;
+  pthread_mutex_t inst_mu; /* insts, for the cancel notification */
+  struct py_instance *insts[PY_MAX_INSTANCES];
+  int n_insts;
 } py_model;
 
 typedef struct py_pending {
@@ -127,6 +134,12 @@ static void deadline_after_ms(struct timespec *ts, int64_t ms) {
   if (ts->tv_nsec >= 1000000000) ts->tv_sec++, ts->tv_nsec -= 1000000000;
 }
 
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 /* ---- answering requests ------------------------------------------------------------------ */
 
 /* Sends outputs t[0..n) of a response to r: only the ones the client asked for. Like
@@ -186,6 +199,17 @@ static py_pending *pending_take_batch_locked(py_instance *inst, uint64_t batch) 
     }
   }
   return out;
+}
+
+/* True when batch has pending requests and every one is cancelled (under mu). */
+static bool batch_cancelled_locked(py_instance *inst, uint64_t batch) {
+  bool any = false;
+  for (py_pending *p = inst->pending; p; p = p->next) {
+    if (p->batch != batch) continue;
+    if (!cinfer_request_is_cancelled(p->r)) return false;
+    any = true;
+  }
+  return any;
 }
 
 static void fail_list(py_pending *p, const py_instance *inst, cinfer_code code, const char *why) {
@@ -740,6 +764,7 @@ static cinfer_status *proc_start(py_instance *inst) {
 
 static void model_free(py_model *m) {
   if (!m) return;
+  pthread_mutex_destroy(&m->inst_mu);
   free(m->name), free(m->model_dir), free(m->version_dir), free(m->model_file);
   free(m->python), free(m->config_json);
   free(m);
@@ -764,9 +789,10 @@ static cinfer_status *check_params(const cinfer_config *c, const char *name) {
 static cinfer_status *py_model_load(const cinfer_model_load_info *info, void **out) {
   py_model *m = calloc(1, sizeof *m);
   if (!m) return cinfer_status_oom("python model");
+  pthread_mutex_init(&m->inst_mu, NULL);
   cinfer_status *st = check_params(info->config, info->model_name);
   if (st) {
-    free(m);
+    model_free(m);
     return st;
   }
   m->name = strdup(info->model_name);
@@ -817,6 +843,14 @@ static cinfer_status *py_model_load(const cinfer_model_load_info *info, void **o
 
 static void py_model_unload(void *model) { model_free(model); }
 
+static void unregister(py_instance *inst) {
+  py_model *m = inst->m;
+  pthread_mutex_lock(&m->inst_mu);
+  for (int i = 0; i < m->n_insts; i++)
+    if (m->insts[i] == inst) m->insts[i] = m->insts[--m->n_insts];
+  pthread_mutex_unlock(&m->inst_mu);
+}
+
 static cinfer_status *py_instance_create(void *model, const cinfer_instance_info *info, void **out) {
   py_model *m = model;
   if (info->kind == CINFER_INSTANCE_KIND_GPU)
@@ -833,7 +867,15 @@ static cinfer_status *py_instance_create(void *model, const cinfer_instance_info
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&inst->cv, &ca);
   pthread_condattr_destroy(&ca);
-  cinfer_status *st = proc_start(inst);
+  cinfer_status *st = NULL;
+  pthread_mutex_lock(&m->inst_mu);
+  if (m->n_insts == PY_MAX_INSTANCES)
+    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "python model '%s': more than %d instances",
+                           m->name, PY_MAX_INSTANCES);
+  else
+    m->insts[m->n_insts++] = inst;
+  pthread_mutex_unlock(&m->inst_mu);
+  if (!st && (st = proc_start(inst))) unregister(inst);
   if (st) {
     pthread_cond_destroy(&inst->cv);
     pthread_mutex_destroy(&inst->mu);
@@ -846,6 +888,7 @@ static cinfer_status *py_instance_create(void *model, const cinfer_instance_info
 
 static void py_instance_destroy(void *instance) {
   py_instance *inst = instance;
+  unregister(inst);
   proc_stop(inst, true);
   /* Requests a decoupled model never finished: the process is gone, so they end here. */
   pthread_mutex_lock(&inst->mu);
@@ -989,25 +1032,53 @@ static cinfer_status *py_execute(void *instance, cinfer_batch *batch) {
   py_conn_release(c);
   cbuf_free(&b);
   if (fd >= 0) close(fd);
-  /* Wait for execute() to return in the stub. */
+  /* Wait for execute() to return in the stub: until execute_done, the process's end,
+   * execute_timeout_ms, or PY_CANCEL_GRACE_MS after every request of the batch was
+   * cancelled (the clients are gone and execute() does not return: a hung model must not
+   * hold the instance, or the server's shutdown, forever). */
   pthread_mutex_lock(&inst->mu);
-  struct timespec dl;
-  if (m->execute_timeout_ms > 0) deadline_after_ms(&dl, m->execute_timeout_ms);
+  uint64_t t_end = m->execute_timeout_ms > 0 ? now_ms() + (uint64_t)m->execute_timeout_ms : 0;
+  uint64_t t_cancel = 0;
   while (inst->alive && inst->done_batch < bno) {
-    if (m->execute_timeout_ms > 0) {
-      if (pthread_cond_timedwait(&inst->cv, &inst->mu, &dl) == ETIMEDOUT && inst->alive &&
-          inst->done_batch < bno) {
-        snprintf(inst->kill_why, sizeof inst->kill_why, "execute() did not return within %lld ms "
-                 "(parameter execute_timeout_ms)", (long long)m->execute_timeout_ms);
-        kill(inst->pid, SIGKILL);
-        while (inst->alive) pthread_cond_wait(&inst->cv, &inst->mu);
-      }
+    if (!t_cancel && batch_cancelled_locked(inst, bno)) t_cancel = now_ms() + PY_CANCEL_GRACE_MS;
+    uint64_t wake = t_end && t_cancel ? (t_end < t_cancel ? t_end : t_cancel) : t_end ? t_end : t_cancel;
+    if (wake) {
+      struct timespec dl;
+      deadline_after_ms(&dl, (int64_t)(wake > now_ms() ? wake - now_ms() : 0));
+      pthread_cond_timedwait(&inst->cv, &inst->mu, &dl);
     } else {
       pthread_cond_wait(&inst->cv, &inst->mu);
     }
+    if (!inst->alive || inst->done_batch >= bno) break;
+    uint64_t now = now_ms();
+    if (t_end && now >= t_end)
+      snprintf(inst->kill_why, sizeof inst->kill_why, "execute() did not return within %lld ms "
+               "(parameter execute_timeout_ms)", (long long)m->execute_timeout_ms);
+    else if (t_cancel && now >= t_cancel)
+      snprintf(inst->kill_why, sizeof inst->kill_why, "every request of the batch was cancelled "
+               "and execute() did not return within %d ms of that", PY_CANCEL_GRACE_MS);
+    else
+      continue;
+    kill(inst->pid, SIGKILL);
+    while (inst->alive) pthread_cond_wait(&inst->cv, &inst->mu);
   }
   pthread_mutex_unlock(&inst->mu);
   return NULL;
+}
+
+/* The core's cancel notification (any thread, must not block long): wakes the worker of
+ * the instance that has the request, which then checks its batch. */
+static void py_cancel(void *model, cinfer_request *r) {
+  py_model *m = model;
+  pthread_mutex_lock(&m->inst_mu);
+  for (int i = 0; i < m->n_insts; i++) {
+    py_instance *inst = m->insts[i];
+    pthread_mutex_lock(&inst->mu);
+    for (py_pending *p = inst->pending; p; p = p->next)
+      if (p->r == r) pthread_cond_broadcast(&inst->cv);
+    pthread_mutex_unlock(&inst->mu);
+  }
+  pthread_mutex_unlock(&m->inst_mu);
 }
 
 /* ---- auto-complete: auto_complete_config() in a short-lived stub ------------------------------ */
@@ -1146,4 +1217,5 @@ const cinfer_backend_iface cinfer_python_backend = {
     .instance_create = py_instance_create,
     .instance_destroy = py_instance_destroy,
     .execute = py_execute,
+    .cancel = py_cancel,
 };
