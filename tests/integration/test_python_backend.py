@@ -245,10 +245,10 @@ class TritonPythonModel:
 
     def execute(self, requests):
         for r in requests:
-            n = int(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
             sender = r.get_response_sender()
-            def work(sender=sender, n=n):
-                for i in range(n):
+            def work(sender=sender, x=x):  # reads the input after execute() returned
+                for i in range(int(x[0])):
                     sender.send(pb_utils.InferenceResponse(
                         output_tensors=[pb_utils.Tensor("OUT", np.array([i * i], dtype=np.int32))]))
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -430,7 +430,7 @@ def repo():
 
 @pytest.fixture(scope="module")
 def server(repo):
-    with Server(repo) as s:
+    with Server(repo, startup_timeout=300) as s:  # eight models, each a Python process
         s.wait_ready()
         yield s
 
@@ -696,8 +696,11 @@ def test_unload_and_reload_stop_and_start_processes_cleanly():
                 a = np.arange(4, dtype=np.float32)
                 np.testing.assert_array_equal(
                     infer(c, "add_sub", [("INPUT0", a), ("INPUT1", a)]).as_numpy("OUTPUT0"), a * 2)
-                # no shared memory of the stubs stays open or mapped in the server (a
-                # message's memfd is closed just after its response has gone out)
+                # once unloaded, no shared memory of the stubs stays open or mapped in the
+                # server (a loaded instance keeps its reused input/output regions)
+                assert shm_in_use(s.proc.pid)
+                c.unload_model("add_sub")
+                wait_for(lambda: len(children(s.proc.pid)) == 0, "no stub process after unload")
                 wait_for(lambda: not shm_in_use(s.proc.pid), "the server to hold no memfd")
     finally:
         shutil.rmtree(root)

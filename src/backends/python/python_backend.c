@@ -74,6 +74,17 @@ typedef struct py_instance {
   json_doc *reply;
   uint64_t next_rid, next_batch, done_batch;
   py_pending *pending;
+  /* Reused shared memory of execute messages (one execute at a time per instance):
+   * inputs, written by the worker; the memfd goes to a process once per generation. */
+  int in_fd;
+  void *in_base;
+  size_t in_cap;
+  uint64_t in_gen, in_sent_gen;
+  pid_t in_sent_pid;
+  /* outputs of execute_done: the stub's region, mapped by the reader */
+  void *out_base;
+  size_t out_size;
+  uint64_t out_gen;
 } py_instance;
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -249,6 +260,30 @@ static void msg_tensors_free(py_msg_tensors *mt) {
   memset(mt, 0, sizeof *mt);
 }
 
+/* The tensors of an execute_done, in the stub's reused output region: a memfd comes with
+ * the message when the stub made a new one (generation "shm_gen"); the reader keeps it
+ * mapped. The returned mt does not own the mapping. */
+static cinfer_status *out_region_tensors(py_instance *inst, const json_value *root, int fd,
+                                         py_msg_tensors *mt) {
+  memset(mt, 0, sizeof *mt);
+  double gen;
+  if (!jnum(root, "shm_gen", &gen)) return msg_tensors(root, fd, mt);
+  if (fd >= 0) {
+    void *base;
+    size_t size;
+    cinfer_status *st = py_shm_map(fd, &base, &size);
+    if (st) return st;
+    if (inst->out_base) munmap(inst->out_base, inst->out_size);
+    inst->out_base = base;
+    inst->out_size = size;
+    inst->out_gen = (uint64_t)gen;
+  } else if ((uint64_t)gen != inst->out_gen) {
+    return cinfer_status_new(CINFER_INTERNAL, "execute_done names shared memory generation %.0f; "
+                             "the server has %llu", gen, (unsigned long long)inst->out_gen);
+  }
+  return py_tensors_decode(json_get(root, "tensors"), inst->out_base, inst->out_size, &mt->t, &mt->n);
+}
+
 static void on_response(py_instance *inst, const json_value *root, int fd) {
   double rid_d;
   if (!jnum(root, "rid", &rid_d)) return;
@@ -311,7 +346,7 @@ static void on_execute_done(py_instance *inst, const json_value *root, int fd) {
     }
   } else if (!inst->m->decoupled) {
     py_msg_tensors mt;
-    cinfer_status *st = msg_tensors(root, fd, &mt);
+    cinfer_status *st = out_region_tensors(inst, root, fd, &mt);
     const json_value *resps = json_get(root, "responses");
     for (const json_value *e = !st && json_is(resps, JSON_ARRAY) ? resps->u.child : NULL; e; e = e->next) {
       double rid_d, first = 0, count = 0;
@@ -573,6 +608,10 @@ static void *reader_main(void *arg) {
     json_doc_free(doc);
   }
   free(buf);
+  if (inst->out_base) munmap(inst->out_base, inst->out_size);
+  inst->out_base = NULL;
+  inst->out_size = 0;
+  inst->out_gen = 0;
   /* The process is gone or must go: make sure, and collect its status. */
   kill(ra.pid, SIGKILL);
   int status = 0;
@@ -860,6 +899,7 @@ static cinfer_status *py_instance_create(void *model, const cinfer_instance_info
   if (!inst) return cinfer_status_oom("python instance");
   inst->m = m;
   inst->index = info->index;
+  inst->in_fd = -1;
   snprintf(inst->name, sizeof inst->name, "%s_0_%d", m->name, info->index);
   pthread_mutex_init(&inst->mu, NULL);
   pthread_condattr_t ca;
@@ -895,9 +935,28 @@ static void py_instance_destroy(void *instance) {
   py_pending *p = pending_take_batch_locked(inst, 0);
   pthread_mutex_unlock(&inst->mu);
   fail_list(p, inst, CINFER_UNAVAILABLE, "the model was unloaded before the request finished");
+  if (inst->in_base) munmap(inst->in_base, inst->in_cap);
+  if (inst->in_fd >= 0) close(inst->in_fd);
   pthread_cond_destroy(&inst->cv);
   pthread_mutex_destroy(&inst->mu);
   free(inst);
+}
+
+/* Replaces the input region by one of at least `need` bytes (the worker only). */
+static cinfer_status *in_region_grow(py_instance *inst, size_t need) {
+  size_t cap = inst->in_cap ? inst->in_cap : 64 * 1024;
+  while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+  int fd;
+  void *base;
+  cinfer_status *st = py_shm_create(cap, &fd, &base);
+  if (st) return cinfer_status_prefix(st, "python model '%s' inputs", inst->m->name);
+  if (inst->in_base) munmap(inst->in_base, inst->in_cap);
+  if (inst->in_fd >= 0) close(inst->in_fd);
+  inst->in_fd = fd;
+  inst->in_base = base;
+  inst->in_cap = cap;
+  inst->in_gen++;
+  return NULL;
 }
 
 /* Appends the request's parameters as a JSON object. */
@@ -944,8 +1003,7 @@ static cinfer_status *py_execute(void *instance, cinfer_batch *batch) {
   for (uint32_t k = 0; !st && k < batch->n_requests; k++)
     if (!(pend[k] = calloc(1, sizeof **pend))) st = cinfer_status_oom("python batch");
   cbuf b = {0};
-  int fd = -1;
-  void *base = NULL;
+  int fd = -1; /* the input region's memfd when this process has not got it yet */
   size_t total = 0;
   uint64_t bno = 0;
   if (!st) {
@@ -979,23 +1037,25 @@ static cinfer_status *py_execute(void *instance, cinfer_batch *batch) {
     cbuf_puts(&b, "],");
     total = py_layout(ts, nt, off);
     py_json_tensors(&b, ts, nt, off, rids);
-    cbuf_puts(&b, "}");
-    if (!b.data) st = cinfer_status_oom("python batch");
+    /* A decoupled model's threads may read a batch's inputs after execute() returned:
+     * every batch gets a region of its own there (the stub's arrays keep the old one
+     * mapped). Batch-style models reuse the region: inputs live until execute() returns. */
+    if (total > inst->in_cap || (m->decoupled && total)) st = in_region_grow(inst, total);
+    cbuf_printf(&b, ",\"shm_gen\":%llu}", (unsigned long long)inst->in_gen);
+    if (st) {
+    } else if (!b.data) st = cinfer_status_oom("python batch");
     else if (b.len > PY_MAX_MSG)
       st = cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': the batch's request headers "
                              "(ids, parameters, names) take %zu bytes; the limit is %u", m->name,
                              b.len, PY_MAX_MSG);
-    if (!st && total && !(st = py_shm_create(total, &fd, &base)))
-      for (uint32_t j = 0; j < nt; j++)
-        if (ts[j].byte_size) memcpy((char *)base + off[j], ts[j].data, ts[j].byte_size);
+    for (uint32_t j = 0; !st && j < nt; j++)
+      if (ts[j].byte_size) memcpy((char *)inst->in_base + off[j], ts[j].data, ts[j].byte_size);
   }
-  if (base) munmap(base, total);
   free(ts), free(off), free(rids);
   if (st) {
     for (uint32_t k = 0; pend && k < batch->n_requests; k++) free(pend[k]);
     free(pend);
     cbuf_free(&b);
-    if (fd >= 0) close(fd);
     return st;
   }
   /* From here the requests are the backend's: registered before the send, so that the
@@ -1008,7 +1068,6 @@ static cinfer_status *py_execute(void *instance, cinfer_batch *batch) {
     for (uint32_t k = 0; k < batch->n_requests; k++) free(pend[k]);
     free(pend);
     cbuf_free(&b);
-    if (fd >= 0) close(fd);
     return cinfer_status_new(CINFER_INTERNAL, "python model '%s' instance %s: %s (the instance "
                              "restarts)", m->name, inst->name, why);
   }
@@ -1019,8 +1078,14 @@ static cinfer_status *py_execute(void *instance, cinfer_batch *batch) {
     inst->pending = pend[k];
   }
   py_conn *c = py_conn_ref(inst->conn);
+  pid_t cur_pid = inst->pid;
   pthread_mutex_unlock(&inst->mu);
   free(pend);
+  if (inst->in_base && (inst->in_sent_gen != inst->in_gen || inst->in_sent_pid != cur_pid)) {
+    fd = inst->in_fd;
+    inst->in_sent_gen = inst->in_gen;
+    inst->in_sent_pid = cur_pid;
+  }
   if (!py_conn_send(c, b.data, b.len, fd)) {
     /* The process died meanwhile; its reader fails the requests (or has). Make sure. */
     pthread_mutex_lock(&inst->mu);
@@ -1031,7 +1096,6 @@ static cinfer_status *py_execute(void *instance, cinfer_batch *batch) {
   }
   py_conn_release(c);
   cbuf_free(&b);
-  if (fd >= 0) close(fd);
   /* Wait for execute() to return in the stub: until execute_done, the process's end,
    * execute_timeout_ms, or PY_CANCEL_GRACE_MS after every request of the batch was
    * cancelled (the clients are gone and execute() does not return: a hung model must not
