@@ -18,6 +18,7 @@ DEB_PACKAGES=(
   libdnnl-dev                                 # oneDNN CPU kernels
   nginx-light wrk prometheus yamllint         # benchmark peers and deployment checks
   python3 python3-venv python3-pip
+  python3-numpy                               # bench/python: Triton's Python stub runs on Debian's python3
   curl procps iproute2
   valgrind                                    # bench/http/callgrind_identity.sh: hot-path instruction counts
   libb64-0d                                   # perf_analyzer's runtime

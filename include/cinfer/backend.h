@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 #define CINFER_BACKEND_ABI_MAJOR 2
-#define CINFER_BACKEND_ABI_MINOR 0
+#define CINFER_BACKEND_ABI_MINOR 1
 
 typedef struct cinfer_request cinfer_request; /* opaque */
 struct cinfer_backend_metric;
@@ -136,6 +136,12 @@ cinfer_status *cinfer_autocomplete_add_output(cinfer_autocomplete *ac, const cha
 /* Adds or replaces parameters { key: K value { string_value: V } }. */
 cinfer_status *cinfer_autocomplete_set_parameter(cinfer_autocomplete *ac, const char *key,
                                                  const char *value);
+/* ABI 2.1. Adds dynamic_batching { } (defaults) when the config has no dynamic_batching
+ * (no-op when it has one; INVALID_ARG when it uses another scheduler); sets
+ * model_transaction_policy { decoupled: d } (the core refuses decoupled: true later for a
+ * backend that is not decoupled). */
+cinfer_status *cinfer_autocomplete_set_dynamic_batching(cinfer_autocomplete *ac);
+cinfer_status *cinfer_autocomplete_set_decoupled(cinfer_autocomplete *ac, bool decoupled);
 
 /* ---- what the core hands the backend ------------------------------------------------------ */
 
@@ -148,6 +154,12 @@ typedef struct cinfer_model_load_info {
   const cinfer_config *config;       /* borrowed; valid until model_unload returns */
   const char *config_json;           /* Triton JSON form; borrowed for the call only */
   uint32_t config_json_version;      /* CINFER_CONFIG_JSON_VERSION of config_json */
+  /* ABI 2.1: the server that loads the model, for backends that submit requests to other
+   * models (the Python backend's BLS) with the request API of cinfer.h
+   * (cinfer_server_model_acquire, cinfer_request_create, cinfer_server_infer_async).
+   * Borrowed; valid until model_unload returns. A backend that submits requests must
+   * have them all completed before its model_unload returns. */
+  struct cinfer_server *server;
 } cinfer_model_load_info;
 
 typedef struct cinfer_instance_info {
@@ -271,6 +283,13 @@ bool cinfer_request_param_string(const cinfer_request *r, const char *key, const
 bool cinfer_request_param_int(const cinfer_request *r, const char *key, int64_t *out);
 bool cinfer_request_param_double(const cinfer_request *r, const char *key, double *out);
 bool cinfer_request_param_bool(const cinfer_request *r, const char *key, bool *out);
+/* ABI 2.1. The outputs the client asked for, in its order (count 0: it asked for none, so
+ * every output is returned), and the keys of the request's parameters (read each with the
+ * typed getters above). Names are borrowed until the request completes; NULL past the end. */
+uint32_t cinfer_request_output_count(const cinfer_request *r);
+const char *cinfer_request_output_name(const cinfer_request *r, uint32_t i);
+uint32_t cinfer_request_param_count(const cinfer_request *r);
+const char *cinfer_request_param_key(const cinfer_request *r, uint32_t i);
 /* True once the client has gone away. Requests cancelled while queued never reach
  * execute. A decoupled backend should stop work on a cancelled request soon and still
  * finish it with exactly one FINAL cinfer_request_respond(), normally with the error

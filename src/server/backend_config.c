@@ -125,3 +125,20 @@ cinfer_status *cinfer_autocomplete_set_parameter(cinfer_autocomplete *ac, const 
   cinfer_status *st = model_config_set_parameter(c, key, value);
   return st ? cinfer_status_prefix(st, "auto-complete of model '%s'", c->name) : NULL;
 }
+
+cinfer_status *cinfer_autocomplete_set_dynamic_batching(cinfer_autocomplete *ac) {
+  cinfer_model_config *c = ac_cfg(ac);
+  if (c->sequence_batching || c->ensemble_scheduling)
+    return AC_ERR(CINFER_INVALID_ARG, "dynamic_batching cannot be set: the config uses %s",
+                  c->sequence_batching ? "sequence_batching" : "ensemble_scheduling");
+  if (!c->has_dynamic_batching) {
+    memset(&c->dynamic_batching, 0, sizeof c->dynamic_batching);
+    c->has_dynamic_batching = true;
+  }
+  return NULL;
+}
+
+cinfer_status *cinfer_autocomplete_set_decoupled(cinfer_autocomplete *ac, bool decoupled) {
+  ac_cfg(ac)->decoupled = decoupled;
+  return NULL;
+}

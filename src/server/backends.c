@@ -15,6 +15,7 @@ extern const cinfer_backend_iface cinfer_image_preprocess_backend;
 extern const cinfer_backend_iface cinfer_detection_postprocess_backend;
 extern const cinfer_backend_iface cinfer_face_crop_backend;
 extern const cinfer_backend_iface cinfer_attribute_decode_backend;
+extern const cinfer_backend_iface cinfer_python_backend;
 
 static const cinfer_backend_iface *const builtin[] = {
     &cinfer_identity_backend,
@@ -26,6 +27,7 @@ static const cinfer_backend_iface *const builtin[] = {
     &cinfer_detection_postprocess_backend,
     &cinfer_face_crop_backend,
     &cinfer_attribute_decode_backend,
+    &cinfer_python_backend,
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

@@ -137,9 +137,10 @@ cinfer_status *cfg_check_supported(const cinfer_model_config *c, const char *bac
                        "request once (it is not a decoupled backend)", backend);
   if (c->runtime && c->runtime[0]) return unsupported(c, 0, "runtime '%s' " NOT_YET, c->runtime);
   if (c->default_model_filename && c->default_model_filename[0] &&
-      strcmp(c->default_model_filename, "model.onnx") && strcmp(c->default_model_filename, "model.gguf"))
+      strcmp(c->default_model_filename, "model.onnx") && strcmp(c->default_model_filename, "model.gguf") &&
+      strcmp(c->default_model_filename, "model.py"))
     return unsupported(c, 0, "default_model_filename '%s' is not implemented by cinfer; the model "
-                       "cannot load with it (name the file model.onnx or model.gguf)",
+                       "cannot load with it (name the file model.onnx, model.gguf or model.py)",
                        c->default_model_filename);
   for (size_t i = 0; i < c->n_kept; i++) /* batch_input, model_operations, metric_tags, ... */
     if (strcmp(c->kept[i].name, "cc_model_filenames")) /* per-GPU file names: moot on the CPU */
@@ -233,11 +234,12 @@ cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_co
   } else {
     const char *backend = has_version_file(model_dir, "model.onnx")   ? "onnxruntime"
                           : has_version_file(model_dir, "model.gguf") ? "llm"
+                          : has_version_file(model_dir, "model.py")   ? "python"
                                                                       : NULL;
     if (!backend)
       return cinfer_status_new(CINFER_INVALID_ARG,
-                               "%s: missing, and no model.onnx or model.gguf in a version folder "
-                               "to auto-complete from", path);
+                               "%s: missing, and no model.onnx, model.gguf or model.py in a "
+                               "version folder to auto-complete from", path);
     if ((err = model_config_new(name, out))) return err;
     free((*out)->backend);
     (*out)->backend = strdup(backend);

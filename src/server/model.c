@@ -726,7 +726,8 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                                .threads_per_instance = per,
                                .config = backend_config_of(config),
                                .config_json = config_json,
-                               .config_json_version = CINFER_CONFIG_JSON_VERSION};
+                               .config_json_version = CINFER_CONFIG_JSON_VERSION,
+                               .server = s};
   st = ens ? ensemble_load(s, m, &m->backend_model) : be->model_load(&li, &m->backend_model);
   free(config_json);
   if (st) {

@@ -256,6 +256,14 @@ const cinfer_tensor *cinfer_request_input_by_name(const cinfer_request *r, const
   return NULL;
 }
 const char *cinfer_request_id(const cinfer_request *r) { return r->id ? r->id : ""; }
+uint32_t cinfer_request_output_count(const cinfer_request *r) { return r->n_outputs; }
+const char *cinfer_request_output_name(const cinfer_request *r, uint32_t i) {
+  return i < r->n_outputs ? r->outputs[i] : NULL;
+}
+uint32_t cinfer_request_param_count(const cinfer_request *r) { return r->n_params; }
+const char *cinfer_request_param_key(const cinfer_request *r, uint32_t i) {
+  return i < r->n_params ? r->params[i].key : NULL;
+}
 
 static const req_param *find_param(const cinfer_request *r, const char *key) {
   for (uint32_t i = 0; i < r->n_params; i++)

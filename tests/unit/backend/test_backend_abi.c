@@ -375,7 +375,7 @@ static void test_server_shared_backend(void **state) {
     } else if (!strcmp(idx[i].name, "bad")) {
       assert_string_equal(idx[i].state, "UNAVAILABLE");
       assert_contains(idx[i].reason, "libcinfer_identity_badabi.so");
-      assert_contains(idx[i].reason, "built for backend ABI 1.0; this server has 2.0");
+      assert_contains(idx[i].reason, "built for backend ABI 1.1; this server has 2.1");
       seen++;
     } else if (!strcmp(idx[i].name, "missing")) {
       assert_string_equal(idx[i].state, "UNAVAILABLE");

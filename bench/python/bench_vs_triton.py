@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""bench_vs_triton.py: cinfer's Python backend side by side with Triton 2.51's (issue 22).
+
+Starts `cinfer serve` and the real Triton 2.51 server (the PyPI wheel nvidia-pytriton==0.7.0
+carries `pytriton/tritonserver/bin/tritonserver`, its Python backend and the 3.11 stub; it
+runs without a GPU) on the same repository of Python models, and measures both with the
+same client, perf_analyzer (HTTP, closed loop), at concurrency 1, 8 and 32:
+
+  identity_py   Python identity, 16 FP32, max_batch_size 8 + dynamic_batching (so this is
+                also the first direct comparison of the two HTTP front ends and dynamic
+                batchers on one model)
+  add_sub       Triton's add_sub example model (written here from its documented API)
+  bls_onnx      cinfer only: a Python BLS model calling an ONNX model (Y = X + X)
+
+Both servers run the models on the same interpreter: Debian's /usr/bin/python3 (3.11, the
+libpython Triton's stub links) with numpy from python3-numpy. The wheel is downloaded with
+pip into a cache folder (build/triton-2.51 by default) on first use, not installed.
+
+usage: bench/python/bench_vs_triton.py [--quick] [--out docs/benchmarks-python.md]
+"""
+import argparse
+import csv
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import zipfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench", "sched"))
+from bench_sched import svg_plot  # noqa: E402
+
+PY = "/usr/bin/python3"
+CONC = [1, 8, 32]
+
+IDENTITY_PY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+            for r in requests]
+"""
+IDENTITY_CFG = """name: "identity_py"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+dynamic_batching { }
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+ADD_SUB_PY = """
+import json
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        cfg = json.loads(args["model_config"])
+        self.dt = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(cfg, "OUTPUT0")["data_type"])
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
+            out.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", (a + b).astype(self.dt)),
+                pb_utils.Tensor("OUTPUT1", (a - b).astype(self.dt))]))
+        return out
+"""
+ADD_SUB_CFG = """name: "add_sub"
+backend: "python"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+         { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+BLS_PY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            resp = pb_utils.InferenceRequest(model_name="double_onnx",
+                inputs=[pb_utils.Tensor("X", x.reshape(1, 4))],
+                requested_output_names=["Y"]).exec()
+            if resp.has_error():
+                raise pb_utils.TritonModelException(resp.error().message())
+            y = pb_utils.get_output_tensor_by_name(resp, "Y").as_numpy().reshape(4)
+            out.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("Y", y)]))
+        return out
+"""
+BLS_CFG = """name: "bls_onnx"
+backend: "python"
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+MODELS = [("identity_py", "INPUT0:16"), ("add_sub", "INPUT0:4 INPUT1:4"), ("bls_onnx", "X:4")]
+
+
+def write(repo, name, cfg, py):
+    os.makedirs(os.path.join(repo, name, "1"))
+    open(os.path.join(repo, name, "config.pbtxt"), "w").write(cfg)
+    open(os.path.join(repo, name, "1", "model.py"), "w").write(py)
+
+
+def double_onnx(repo):
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Add", ["X", "X"], ["Y"])], "double",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    os.makedirs(os.path.join(repo, "double_onnx", "1"))
+    onnx.save(m, os.path.join(repo, "double_onnx", "1", "model.onnx"))
+    open(os.path.join(repo, "double_onnx", "config.pbtxt"), "w").write(
+        'name: "double_onnx"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+
+
+def triton_dir(cache):
+    """The unpacked wheel (downloaded with pip on first use); the 3.11 stub copied into
+    backends/python as Triton expects."""
+    root = os.path.join(cache, "wheel")
+    server = os.path.join(root, "pytriton", "tritonserver")
+    if not os.path.exists(os.path.join(server, "bin", "tritonserver")):
+        os.makedirs(cache, exist_ok=True)
+        subprocess.check_call([sys.executable, "-m", "pip", "download", "--no-deps",
+                               "nvidia-pytriton==0.7.0", "-d", cache])
+        whl = glob.glob(os.path.join(cache, "nvidia_pytriton-0.7.0-*.whl"))[0]
+        with zipfile.ZipFile(whl) as z:
+            z.extractall(root)
+    stub = os.path.join(server, "backends", "python", "triton_python_backend_stub")
+    if not os.path.exists(stub):
+        shutil.copy(os.path.join(server, "python_backend_stubs", "3.11",
+                                 "triton_python_backend_stub"), stub)
+    for f in (os.path.join(server, "bin", "tritonserver"), stub):
+        os.chmod(f, 0o755)
+    return root
+
+
+def wait_ready(port, proc, log, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("server exited:\n" + open(log).read()[-4000:])
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server not ready:\n" + open(log).read()[-4000:])
+
+
+def perf(port, model, shapes, conc, window_ms, work):
+    env = dict(os.environ)
+    cuda = glob.glob(os.path.join(os.path.dirname(os.path.dirname(sys.executable)), "lib",
+                                  "python3*", "site-packages", "nvidia", "cuda_runtime", "lib"))
+    if cuda:
+        env["LD_LIBRARY_PATH"] = cuda[0] + ":" + env.get("LD_LIBRARY_PATH", "")
+    pa = os.path.join(os.path.dirname(sys.executable), "perf_analyzer")
+    out = os.path.join(work, f"pa-{port}-{model}-{conc}.csv")
+    cmd = [pa, "-m", model, "-u", f"127.0.0.1:{port}", "-i", "http",
+           "--concurrency-range", f"{conc}:{conc}", "--measurement-interval", str(window_ms),
+           "--max-trials", "10", "--stability-percentage", "50", "-f", out]
+    for s in shapes.split():
+        cmd += ["--shape", s]
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0 and not os.path.exists(out):
+        raise RuntimeError(f"perf_analyzer failed ({p.returncode}):\n{p.stdout[-3000:]}")
+    with open(out) as f:
+        row = next(csv.DictReader(f))
+    return {"concurrency": conc, "rps": float(row["Inferences/Second"]),
+            "p50": float(row["p50 latency"]) / 1000, "p99": float(row["p99 latency"]) / 1000}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="1 s windows")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--cache", default=None, help="where the Triton wheel is kept")
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks-python.md"))
+    ap.add_argument("--plots", default=os.path.join(ROOT, "docs", "plots"))
+    a = ap.parse_args()
+    if subprocess.run([PY, "-c", "import numpy"]).returncode != 0:
+        sys.exit(f"{PY} has no numpy: apt-get install python3-numpy (both servers' models run on it)")
+    tdir = triton_dir(a.cache or os.path.join(a.build, "triton-2.51"))
+    window = 1000 if a.quick else 3000
+    work = tempfile.mkdtemp(prefix="bench-py-")
+    common, cin = os.path.join(work, "triton_repo"), os.path.join(work, "cinfer_repo")
+    for repo in (common, cin):
+        write(repo, "identity_py", IDENTITY_CFG, IDENTITY_PY)
+        write(repo, "add_sub", ADD_SUB_CFG, ADD_SUB_PY)
+    write(cin, "bls_onnx", BLS_CFG, BLS_PY)
+    double_onnx(cin)
+    servers = {}
+    procs = []
+    try:
+        port = 21000 + os.getpid() % 8000
+        log = os.path.join(work, "cinfer.log")
+        p = subprocess.Popen([os.path.join(a.build, "src", "cli", "cinfer"), "serve",
+                              "--model-repository", cin, "--host", "127.0.0.1",
+                              "--http-port", str(port)], env=dict(os.environ, CINFER_PYTHON=PY),
+                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        procs.append(p)
+        wait_ready(port, p, log)
+        servers["cinfer"] = port
+        tport = port + 10
+        log = os.path.join(work, "triton.log")
+        server = os.path.join(tdir, "pytriton", "tritonserver")
+        p = subprocess.Popen([os.path.join(server, "bin", "tritonserver"),
+                              "--model-repository", common,
+                              "--backend-directory", os.path.join(server, "backends"),
+                              "--http-port", str(tport), "--grpc-port", str(tport + 1),
+                              "--metrics-port", str(tport + 2), "--allow-gpu-metrics", "false"],
+                             env=dict(os.environ, LD_LIBRARY_PATH=os.path.join(tdir, "nvidia_pytriton.libs")),
+                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        procs.append(p)
+        wait_ready(tport, p, log)
+        servers["triton 2.51"] = tport
+        results = {}
+        for model, shapes in MODELS:
+            for name, prt in servers.items():
+                if model == "bls_onnx" and name != "cinfer":
+                    continue
+                rows = []
+                for c in CONC:
+                    r = perf(prt, model, shapes, c, window, work)
+                    print(f"{model:12} {name:12} c={c:3} {r['rps']:9.1f} req/s  p50 {r['p50']:7.3f} ms"
+                          f"  p99 {r['p99']:7.3f} ms", flush=True)
+                    rows.append(r)
+                results[(model, name)] = rows
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    os.makedirs(a.plots, exist_ok=True)
+    svg_plot({f"{m} {n}": rows for (m, n), rows in results.items() if m != "bls_onnx"},
+             os.path.join(a.plots, "python-vs-triton-rps.svg"),
+             "Python backend: cinfer vs Triton 2.51 (perf_analyzer HTTP)", "requests/s", "rps")
+    load = open("/proc/loadavg").read().split()[:3]
+    with open(a.out, "w") as f:
+        f.write("# Python backend: cinfer vs Triton 2.51 (issue 22)\n\n")
+        f.write(f"Command: `bench/python/bench_vs_triton.py{' --quick' if a.quick else ''}` "
+                f"({time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores shared with other "
+                f"work, load average {' '.join(load)} at the end; perf_analyzer HTTP, closed loop, "
+                f"{window} ms windows, up to 10 trials, stable within 50%). Both servers run the models on "
+                f"{PY} with Debian's numpy; one instance each.\n\n")
+        f.write("| model | server | concurrency | req/s | p50 ms | p99 ms | cinfer/Triton req/s | cinfer/Triton p50 |\n")
+        f.write("|---|---|---|---|---|---|---|---|\n")
+        for (model, name), rows in results.items():
+            for r in rows:
+                ratio = ""
+                if name == "cinfer" and (model, "triton 2.51") in results:
+                    t = next(x for x in results[(model, "triton 2.51")] if x["concurrency"] == r["concurrency"])
+                    ratio = f"| {r['rps'] / t['rps']:.2f}x | {r['p50'] / t['p50']:.2f}x"
+                else:
+                    ratio = "| |"
+                f.write(f"| {model} | {name} | {r['concurrency']} | {r['rps']:.0f} | {r['p50']:.3f} "
+                        f"| {r['p99']:.3f} {ratio} |\n")
+        f.write("\n![throughput](plots/python-vs-triton-rps.svg)\n")
+    print("wrote", a.out)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

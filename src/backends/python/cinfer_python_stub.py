@@ -1,0 +1,422 @@
+# cinfer_python_stub.py: the process that runs one instance of a Python model for cinfer's
+# python backend (docs/design/python-backend.md). The server starts it as
+#   <python> -c <this source> <source of triton_python_backend_utils> <socket fd>
+# and talks to it over a SOCK_SEQPACKET socket: one JSON header per message, tensor bytes
+# in a memfd passed along with it (SCM_RIGHTS). Two threads: the reader takes every
+# message off the socket (replies to BLS / is_cancelled calls are handed to the waiting
+# caller, everything else is queued), the main thread runs the model's methods.
+import array
+import asyncio
+import inspect
+import importlib.util
+import json
+import mmap
+import os
+import queue
+import socket
+import sys
+import threading
+import traceback
+import types
+
+_MAX_MSG = 1 << 17
+_ALIGN = 64
+
+utils_src, sock_fd = sys.argv[1], int(sys.argv[2])
+pb = types.ModuleType("triton_python_backend_utils")
+pb.__file__ = "triton_python_backend_utils.py"
+exec(compile(utils_src, "triton_python_backend_utils.py", "exec"), pb.__dict__)
+sys.modules["triton_python_backend_utils"] = pb
+np = pb.np
+
+
+def _fmt_exc(e):
+    return "".join(traceback.format_exception_only(type(e), e)).strip()
+
+
+class Conn:
+    def __init__(self, fd):
+        self.sock = socket.socket(fileno=fd)
+        self.send_lock = threading.Lock()
+        self.calls = {}
+        self.calls_lock = threading.Lock()
+        self.next_call = 1
+        self.main_q = queue.Queue()
+        self.decoupled = False
+        # reused shared memory of execute messages: the server's input region (mapped
+        # here when a new generation's memfd arrives) and our output region
+        self.in_mm, self.in_gen = None, 0
+        self.out_mm, self.out_cap, self.out_gen = None, 0, 0
+
+    # ---- sending -----------------------------------------------------------------------
+    def send(self, hdr, tensors=(), reuse=False):
+        """tensors: list of (name, ndarray). Their bytes go to one memfd sent with hdr; with
+        reuse (execute_done only: the server has copied the last one out before it sends
+        the next execute) into the output region, whose memfd goes only when it is new."""
+        descs, blobs, off = [], [], 0
+        for name, arr in tensors:
+            dt = pb._np_to_kserve(arr.dtype)
+            if dt is None:
+                raise pb.TritonModelException(
+                    f"tensor '{name}': numpy dtype {arr.dtype} has no Triton datatype")
+            if dt == "BYTES":
+                data = pb.serialize_byte_tensor(arr)
+                size = len(data)
+            else:
+                data = arr
+                size = arr.nbytes
+            descs.append({"name": name, "datatype": dt, "shape": [int(d) for d in arr.shape],
+                          "offset": off, "size": size})
+            blobs.append((off, data))
+            off += (size + _ALIGN - 1) // _ALIGN * _ALIGN
+        hdr["tensors"] = descs
+        body = json.dumps(hdr).encode()
+        if len(body) > _MAX_MSG:
+            raise pb.TritonModelException(f"message header of {len(body)} bytes is too large")
+        fds = []
+        if reuse:
+            if off > self.out_cap:
+                cap = max(off, 2 * self.out_cap, 65536)
+                fd = os.memfd_create("cinfer-py-out", os.MFD_CLOEXEC)
+                try:
+                    os.ftruncate(fd, cap)
+                    self.out_mm = mmap.mmap(fd, cap)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self.out_cap = cap
+                self.out_gen += 1
+                fds.append(fd)
+            hdr["shm_gen"] = self.out_gen
+            mm = self.out_mm
+            for o, data in blobs:
+                if isinstance(data, bytes):
+                    mm[o:o + len(data)] = data
+                elif data.size:
+                    dst = np.frombuffer(mm, dtype=data.dtype, count=data.size, offset=o)
+                    np.copyto(dst.reshape(data.shape), data, casting="no")
+                    del dst
+            body = json.dumps(hdr).encode()
+        elif off > 0:
+            fd = os.memfd_create("cinfer-py-out", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(fd, off)
+                mm = mmap.mmap(fd, off)
+                for o, data in blobs:
+                    if isinstance(data, bytes):
+                        mm[o:o + len(data)] = data
+                    elif data.size:
+                        dst = np.frombuffer(mm, dtype=data.dtype, count=data.size, offset=o)
+                        np.copyto(dst.reshape(data.shape), data, casting="no")
+                        del dst
+                mm.close()
+            except BaseException:
+                os.close(fd)
+                raise
+            fds.append(fd)
+        try:
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+            with self.send_lock:
+                self.sock.sendmsg([body], anc)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def send_response(self, rid, response, final):
+        hdr = {"type": "response", "rid": rid, "final": bool(final)}
+        tensors = []
+        if response is not None:
+            if response.has_error():
+                hdr["error"] = response.error()._wire()
+            else:
+                tensors = [(t.name(), t.as_numpy()) for t in response.output_tensors()]
+        self.send(hdr, tensors)
+
+    def log(self, level, msg):
+        try:
+            self.send({"type": "log", "level": level, "msg": msg})
+        except OSError:
+            pass
+
+    # ---- calls that wait for the server ---------------------------------------------------
+    def _new_call(self):
+        q = queue.Queue()
+        with self.calls_lock:
+            cid = self.next_call
+            self.next_call += 1
+            self.calls[cid] = q
+        return cid, q
+
+    def _end_call(self, cid):
+        with self.calls_lock:
+            self.calls.pop(cid, None)
+
+    def is_cancelled(self, rid):
+        cid, q = self._new_call()
+        try:
+            self.send({"type": "is_cancelled", "call": cid, "rid": rid})
+            hdr, _ = q.get()
+            return bool(hdr.get("cancelled"))
+        finally:
+            self._end_call(cid)
+
+    def infer(self, msg, inputs):
+        cid, q = self._new_call()
+        msg["type"] = "infer"
+        msg["call"] = cid
+        try:
+            self.send(msg, [(t.name(), t.as_numpy()) for t in inputs])
+        except BaseException:
+            self._end_call(cid)
+            raise
+        return self._responses(cid, q, msg["decoupled"])
+
+    def _responses(self, cid, q, decoupled):
+        try:
+            while True:
+                hdr, tensors = q.get()
+                if hdr.get("type") == "dead":
+                    yield pb.InferenceResponse(error=pb.TritonError(hdr["msg"]))
+                    return
+                err = hdr.get("error")
+                if err:
+                    yield pb.InferenceResponse(error=pb.TritonError._from_wire(err))
+                elif tensors or not hdr.get("final") or not decoupled:
+                    # a decoupled stream's closing FINAL without outputs is not a response
+                    yield pb.InferenceResponse(
+                        output_tensors=[pb.Tensor(n, a) for n, a in tensors])
+                if hdr.get("final"):
+                    return
+        finally:
+            self._end_call(cid)
+
+    # ---- receiving ------------------------------------------------------------------------
+    def _tensors(self, hdr, fd):
+        out = []
+        descs = hdr.get("tensors", [])
+        gen = hdr.get("shm_gen")
+        if gen is not None:  # the server's reused input region
+            if fd is not None:
+                try:
+                    size = os.fstat(fd).st_size
+                    self.in_mm, self.in_gen = mmap.mmap(fd, size), gen
+                finally:
+                    os.close(fd)
+                fd = None
+            if self.in_mm is not None and gen == self.in_gen:
+                return self._decode(descs, self.in_mm, len(self.in_mm))
+        if fd is None:
+            for d in descs:
+                if d["size"]:
+                    raise RuntimeError("tensor bytes without shared memory")
+                out.append((d["name"], self._empty(d)))
+            return out
+        try:
+            size = os.fstat(fd).st_size
+            mm = mmap.mmap(fd, size) if size else None
+        finally:
+            os.close(fd)
+        return self._decode(descs, mm, size)
+
+    def _decode(self, descs, mm, size):
+        out = []
+        for d in descs:
+            o, n = int(d["offset"]), int(d["size"])
+            if o < 0 or n < 0 or o + n > size:
+                raise RuntimeError(f"tensor '{d['name']}' lies outside the shared memory")
+            shape = [int(x) for x in d["shape"]]
+            if d["datatype"] == "BYTES":
+                arr = pb.deserialize_bytes_tensor(mm[o:o + n] if n else b"")
+                if arr.size != int(np.prod(shape)):
+                    raise RuntimeError(f"tensor '{d['name']}': element count != shape")
+                arr = arr.reshape(shape)
+            elif n == 0:
+                arr = self._empty(d)
+            else:
+                dt = np.dtype(pb._KSERVE_TO_NP[d["datatype"]])
+                arr = np.frombuffer(mm, dtype=dt, count=n // dt.itemsize, offset=o).reshape(shape)
+            out.append((d["name"], arr))
+        return out
+
+    @staticmethod
+    def _empty(d):
+        if d["datatype"] == "BYTES":
+            return np.empty([int(x) for x in d["shape"]], dtype=np.object_)
+        return np.empty([int(x) for x in d["shape"]], dtype=pb._KSERVE_TO_NP[d["datatype"]])
+
+    def reader(self):
+        fds_size = socket.CMSG_SPACE(array.array("i").itemsize * 4)
+        try:
+            while True:
+                data, anc, flags, _ = self.sock.recvmsg(_MAX_MSG, fds_size)
+                if not data:
+                    break
+                fd = None
+                for level, typ, cdata in anc:
+                    if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                        got = array.array("i")
+                        got.frombytes(cdata[:len(cdata) - len(cdata) % got.itemsize])
+                        for i, f in enumerate(got):
+                            if fd is None:
+                                fd = f
+                            else:
+                                os.close(f)
+                hdr = json.loads(data)
+                if hdr.get("type") in ("reply", "infer_response"):
+                    tensors = self._tensors(hdr, fd)
+                    with self.calls_lock:
+                        q = self.calls.get(hdr.get("call"))
+                    if q is not None:
+                        q.put((hdr, tensors))
+                else:
+                    self.main_q.put((hdr, fd))
+        except Exception:
+            traceback.print_exc()
+        # The server went away (or closed the socket): nothing more can be done.
+        os._exit(1)
+
+
+conn = Conn(sock_fd)
+pb._conn = conn
+loop = asyncio.new_event_loop()
+asyncio.set_event_loop(loop)
+
+
+def load_model_module(path):
+    spec = importlib.util.spec_from_file_location("model", path)
+    if spec is None:
+        raise RuntimeError(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = mod
+    spec.loader.exec_module(mod)
+    if not hasattr(mod, "TritonPythonModel"):
+        raise RuntimeError(f"{path} defines no class TritonPythonModel")
+    return mod
+
+
+def err_wire(e, code="INTERNAL"):
+    if isinstance(e, pb.TritonError):
+        return e._wire()
+    return {"message": str(e) if isinstance(e, pb.TritonModelException) else _fmt_exc(e),
+            "code": code}
+
+
+def run_execute(model, hdr, fd):
+    reqs = []
+    try:
+        tensors = conn._tensors(hdr, fd)
+    except Exception as e:
+        conn.send({"type": "execute_done", "batch": hdr["batch"],
+                   "error": err_wire(e)})
+        return
+    by_rid = {}
+    for r in hdr["requests"]:
+        req = pb.InferenceRequest(request_id=r.get("id", ""), parameters=r.get("params", {}),
+                                  requested_output_names=r.get("outputs", []),
+                                  model_name=hdr.get("model"),
+                                  flags=r.get("flags", 0), correlation_id=r.get("corrid", 0))
+        req._rid = r["rid"]
+        by_rid[r["rid"]] = req
+        reqs.append(req)
+    for (name, arr), d in zip(tensors, hdr.get("tensors", [])):
+        by_rid[d["rid"]]._inputs.append(pb.Tensor(name, arr))
+    done = {"type": "execute_done", "batch": hdr["batch"]}
+    try:
+        responses = model.execute(reqs)
+        if inspect.iscoroutine(responses):  # async def execute (Triton allows it)
+            responses = loop.run_until_complete(responses)
+    except BaseException as e:
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        done["error"] = err_wire(e)
+        conn.send(done)
+        return
+    finally:
+        del reqs
+    if conn.decoupled:
+        if responses is not None:
+            done["error"] = {"message": "execute() of a decoupled model must return None "
+                                        "(responses go through the response sender)",
+                             "code": "INTERNAL"}
+        conn.send(done)
+        return
+    rids = [r["rid"] for r in hdr["requests"]]
+    if not isinstance(responses, (list, tuple)) or len(responses) != len(rids):
+        n = len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__
+        done["error"] = {"message": f"execute() returned {n} responses for {len(rids)} requests "
+                                    "(it must return a list with one InferenceResponse per "
+                                    "request)", "code": "INTERNAL"}
+        conn.send(done)
+        return
+    out, tensors = [], []
+    for rid, resp in zip(rids, responses):
+        ent = {"rid": rid}
+        if not isinstance(resp, pb.InferenceResponse):
+            ent["error"] = {"message": f"execute() returned a {type(resp).__name__}, not a "
+                                       "pb_utils.InferenceResponse", "code": "INTERNAL"}
+        elif resp.has_error():
+            ent["error"] = resp.error()._wire()
+        else:
+            ent["first"] = len(tensors)
+            ent["count"] = len(resp.output_tensors())
+            tensors.extend((t.name(), t.as_numpy()) for t in resp.output_tensors())
+        out.append(ent)
+    done["responses"] = out
+    try:
+        conn.send(done, tensors, reuse=True)
+    except Exception as e:
+        conn.send({"type": "execute_done", "batch": hdr["batch"], "error": err_wire(e)})
+
+
+def main():
+    threading.Thread(target=conn.reader, daemon=True).start()
+    model = None
+    mod = None
+    while True:
+        hdr, fd = conn.main_q.get()
+        t = hdr.get("type")
+        try:
+            if t == "exit":
+                os._exit(0)
+            elif t == "autocomplete":
+                try:
+                    mod = load_model_module(hdr["model_file"])
+                    cfg = pb.ModelConfig(hdr["config"])
+                    ops = []
+                    if hasattr(mod.TritonPythonModel, "auto_complete_config"):
+                        res = mod.TritonPythonModel.auto_complete_config(cfg)
+                        if res is not None:
+                            cfg = res
+                        ops = cfg._ops
+                    conn.send({"type": "autocomplete_done", "ops": ops})
+                except Exception as e:
+                    conn.send({"type": "autocomplete_done", "error": err_wire(e)})
+            elif t == "init":
+                try:
+                    conn.decoupled = bool(hdr.get("decoupled"))
+                    mod = load_model_module(hdr["model_file"])
+                    model = mod.TritonPythonModel()
+                    if hasattr(model, "initialize"):
+                        model.initialize(hdr["args"])
+                    conn.send({"type": "init_done"})
+                except Exception as e:
+                    conn.send({"type": "init_done", "error": {"message": _fmt_exc(e) + "\n" +
+                                                              traceback.format_exc(),
+                                                              "code": "INTERNAL"}})
+            elif t == "execute":
+                run_execute(model, hdr, fd)
+                fd = None
+            elif t == "finalize":
+                try:
+                    if model is not None and hasattr(model, "finalize"):
+                        model.finalize()
+                finally:
+                    sys.stdout.flush()
+                    conn.send({"type": "finalize_done"})
+                    os._exit(0)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+main()

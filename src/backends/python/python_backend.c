@@ -1,0 +1,1285 @@
+/* python_backend.c: backend "python", Triton's Python backend for cinfer (user guide
+ * docs/python-backend.md, design docs/design/python-backend.md).
+ *
+ * Every instance runs the model's model.py in its own stub process (pyproc.c). The
+ * instance has one reader thread that takes every message of the stub off the socket and
+ * does all the answering: it completes the requests (execute results, decoupled
+ * responses, failures when the process dies), answers is_cancelled and runs BLS requests
+ * on the server. The worker thread that calls execute() only sends the batch and waits
+ * until the stub says execute() returned (or died, or ran past execute_timeout_ms), so
+ * the instance runs one batch at a time as every cinfer instance does and the batcher
+ * queues meanwhile. When the process dies, its requests fail with a message naming the
+ * instance and what happened, and the next batch starts a new process. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cinfer/backend.h"
+#include "cinfer/cinfer.h"
+#include "core/buf.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "pyproc.h"
+
+#define PY_JSON_DEPTH 64
+#define PY_FINALIZE_WAIT_MS 10000 /* finalize() gets this long, then SIGKILL */
+#define PY_CANCEL_GRACE_MS 5000   /* a batch whose clients all left gets this long */
+#define PY_MAX_INSTANCES 256      /* the core's limit on instances of a model */
+
+struct py_instance;
+
+typedef struct py_model {
+  char *name, *model_dir, *version_dir, *model_file, *python, *config_json;
+  int64_t version;
+  bool decoupled;
+  int64_t execute_timeout_ms; /* 0: wait as long as execute() takes */
+  const cinfer_config *config;
+  cinfer_server *server;
+  pthread_mutex_t inst_mu; /* insts, for the cancel notification */
+  struct py_instance *insts[PY_MAX_INSTANCES];
+  int n_insts;
+} py_model;
+
+typedef struct py_pending {
+  uint64_t rid, batch;
+  cinfer_request *r;
+  struct py_pending *next;
+} py_pending;
+
+typedef struct py_instance {
+  py_model *m;
+  int index;
+  char name[192]; /* "<model>_0_<index>", as Triton names instances */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* the current process (under mu) */
+  py_conn *conn;
+  pid_t pid;
+  pthread_t reader;
+  bool has_reader, alive;
+  bool stopping; /* proc_stop ends it: not an error to report */
+  char kill_why[256]; /* why we killed it (timeout), for the failure messages */
+  char dead_why[512]; /* how the last process ended */
+  /* waiting for a reply of the stub: the worker sets await, the reader fills reply */
+  const char *await;
+  json_doc *reply;
+  uint64_t next_rid, next_batch, done_batch;
+  py_pending *pending;
+  /* Reused shared memory of execute messages (one execute at a time per instance):
+   * inputs, written by the worker; the memfd goes to a process once per generation. */
+  int in_fd;
+  void *in_base;
+  size_t in_cap;
+  uint64_t in_gen, in_sent_gen;
+  pid_t in_sent_pid;
+  /* outputs of execute_done: the stub's region, mapped by the reader */
+  void *out_base;
+  size_t out_size;
+  uint64_t out_gen;
+} py_instance;
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static cinfer_code code_from_name(const char *s) {
+  static const struct { const char *n; cinfer_code c; } t[] = {
+      {"UNKNOWN", CINFER_UNKNOWN},         {"INTERNAL", CINFER_INTERNAL},
+      {"NOT_FOUND", CINFER_NOT_FOUND},     {"INVALID_ARG", CINFER_INVALID_ARG},
+      {"UNAVAILABLE", CINFER_UNAVAILABLE}, {"UNSUPPORTED", CINFER_UNSUPPORTED},
+      {"ALREADY_EXISTS", CINFER_ALREADY_EXISTS}, {"CANCELLED", CINFER_CANCELLED}};
+  for (size_t i = 0; s && i < sizeof t / sizeof t[0]; i++)
+    if (!strcmp(t[i].n, s)) return t[i].c;
+  return CINFER_INTERNAL;
+}
+
+static const char *code_to_name(cinfer_code c) {
+  switch (c) {
+    case CINFER_UNKNOWN: return "UNKNOWN";
+    case CINFER_NOT_FOUND: return "NOT_FOUND";
+    case CINFER_INVALID_ARG: return "INVALID_ARG";
+    case CINFER_UNAVAILABLE: return "UNAVAILABLE";
+    case CINFER_UNSUPPORTED: return "UNSUPPORTED";
+    case CINFER_ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case CINFER_CANCELLED: return "CANCELLED";
+    default: return "INTERNAL";
+  }
+}
+
+/* A status from an {"message","code"} object of the stub. */
+static cinfer_status *status_from_wire(const py_instance *inst, const json_value *e) {
+  const json_value *msg = json_get(e, "message"), *code = json_get(e, "code");
+  return cinfer_status_new(code_from_name(json_is(code, JSON_STRING) ? code->u.str : NULL),
+                           "python model '%s': %s", inst->m->name,
+                           json_is(msg, JSON_STRING) ? msg->u.str : "(no message)");
+}
+
+static const char *jstr(const json_value *v, const char *key) {
+  const json_value *x = json_get(v, key);
+  return json_is(x, JSON_STRING) ? x->u.str : NULL;
+}
+
+static bool jnum(const json_value *v, const char *key, double *out) {
+  const json_value *x = json_get(v, key);
+  if (!json_is(x, JSON_NUMBER)) return false;
+  *out = x->u.num;
+  return true;
+}
+
+static bool send_buf(py_conn *c, cbuf *b, int fd) {
+  if (!b->data) return false; /* out of memory while building it */
+  return py_conn_send(c, b->data, b->len, fd);
+}
+
+static void deadline_after_ms(struct timespec *ts, int64_t ms) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (ms % 1000) * 1000000;
+  if (ts->tv_nsec >= 1000000000) ts->tv_sec++, ts->tv_nsec -= 1000000000;
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- answering requests ------------------------------------------------------------------ */
+
+/* Sends outputs t[0..n) of a response to r: only the ones the client asked for. Like
+ * Triton's Python backend, an output keeps the datatype the model gave it (Triton's own
+ * examples return INT64 arrays for TYPE_INT32 outputs, and clients see INT64). */
+static void respond_outputs(py_instance *inst, cinfer_request *r, const cinfer_tensor *t,
+                            uint32_t n, uint32_t flags) {
+  cinfer_tensor *keep = calloc(n ? n : 1, sizeof *keep);
+  if (!keep) {
+    cinfer_status_free(cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL,
+                                              cinfer_status_oom("python response")));
+    return;
+  }
+  uint32_t k = 0, asked = cinfer_request_output_count(r);
+  for (uint32_t i = 0; i < n; i++) {
+    bool want = asked == 0;
+    for (uint32_t j = 0; j < asked && !want; j++) want = !strcmp(cinfer_request_output_name(r, j), t[i].name);
+    if (want) keep[k++] = t[i];
+  }
+  (void)inst;
+  cinfer_status_free(cinfer_request_respond(r, keep, k, flags, NULL));
+  free(keep);
+}
+
+static void fail_request(cinfer_request *r, cinfer_status *st) {
+  cinfer_status_free(cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL, st));
+}
+
+/* Takes rid out of the pending list (under mu). */
+static py_pending *pending_take_locked(py_instance *inst, uint64_t rid) {
+  for (py_pending **pp = &inst->pending; *pp; pp = &(*pp)->next)
+    if ((*pp)->rid == rid) {
+      py_pending *p = *pp;
+      *pp = p->next;
+      return p;
+    }
+  return NULL;
+}
+
+static py_pending *pending_find_locked(py_instance *inst, uint64_t rid) {
+  for (py_pending *p = inst->pending; p; p = p->next)
+    if (p->rid == rid) return p;
+  return NULL;
+}
+
+/* Takes every pending request of batch (all when batch == 0) out of the list (under mu). */
+static py_pending *pending_take_batch_locked(py_instance *inst, uint64_t batch) {
+  py_pending *out = NULL;
+  for (py_pending **pp = &inst->pending; *pp;) {
+    py_pending *p = *pp;
+    if (batch == 0 || p->batch == batch) {
+      *pp = p->next;
+      p->next = out;
+      out = p;
+    } else {
+      pp = &p->next;
+    }
+  }
+  return out;
+}
+
+/* True when batch has pending requests and every one is cancelled (under mu). */
+static bool batch_cancelled_locked(py_instance *inst, uint64_t batch) {
+  bool any = false;
+  for (py_pending *p = inst->pending; p; p = p->next) {
+    if (p->batch != batch) continue;
+    if (!cinfer_request_is_cancelled(p->r)) return false;
+    any = true;
+  }
+  return any;
+}
+
+static void fail_list(py_pending *p, const py_instance *inst, cinfer_code code, const char *why) {
+  while (p) {
+    py_pending *next = p->next;
+    fail_request(p->r, cinfer_status_new(code, "python model '%s' instance %s: %s", inst->m->name,
+                                         inst->name, why));
+    free(p);
+    p = next;
+  }
+}
+
+/* ---- messages of the stub (the reader thread) ---------------------------------------------- */
+
+/* Maps the memfd of a message and decodes its "tensors". */
+typedef struct py_msg_tensors {
+  void *base;
+  size_t size;
+  cinfer_tensor *t;
+  uint32_t n;
+} py_msg_tensors;
+
+static cinfer_status *msg_tensors(const json_value *root, int fd, py_msg_tensors *mt) {
+  memset(mt, 0, sizeof *mt);
+  cinfer_status *st = NULL;
+  if (fd >= 0 && (st = py_shm_map(fd, &mt->base, &mt->size))) return st;
+  if ((st = py_tensors_decode(json_get(root, "tensors"), mt->base, mt->size, &mt->t, &mt->n))) {
+    if (mt->base) munmap(mt->base, mt->size);
+    mt->base = NULL;
+  }
+  return st;
+}
+
+static void msg_tensors_free(py_msg_tensors *mt) {
+  free(mt->t);
+  if (mt->base) munmap(mt->base, mt->size);
+  memset(mt, 0, sizeof *mt);
+}
+
+/* The tensors of an execute_done, in the stub's reused output region: a memfd comes with
+ * the message when the stub made a new one (generation "shm_gen"); the reader keeps it
+ * mapped. The returned mt does not own the mapping. */
+static cinfer_status *out_region_tensors(py_instance *inst, const json_value *root, int fd,
+                                         py_msg_tensors *mt) {
+  memset(mt, 0, sizeof *mt);
+  double gen;
+  if (!jnum(root, "shm_gen", &gen)) return msg_tensors(root, fd, mt);
+  if (fd >= 0) {
+    void *base;
+    size_t size;
+    cinfer_status *st = py_shm_map(fd, &base, &size);
+    if (st) return st;
+    if (inst->out_base) munmap(inst->out_base, inst->out_size);
+    inst->out_base = base;
+    inst->out_size = size;
+    inst->out_gen = (uint64_t)gen;
+  } else if ((uint64_t)gen != inst->out_gen) {
+    return cinfer_status_new(CINFER_INTERNAL, "execute_done names shared memory generation %.0f; "
+                             "the server has %llu", gen, (unsigned long long)inst->out_gen);
+  }
+  return py_tensors_decode(json_get(root, "tensors"), inst->out_base, inst->out_size, &mt->t, &mt->n);
+}
+
+static void on_response(py_instance *inst, const json_value *root, int fd) {
+  double rid_d;
+  if (!jnum(root, "rid", &rid_d)) return;
+  uint64_t rid = (uint64_t)rid_d;
+  const json_value *fin = json_get(root, "final");
+  bool final = json_is(fin, JSON_TRUE);
+  pthread_mutex_lock(&inst->mu);
+  py_pending *p = final ? pending_take_locked(inst, rid) : pending_find_locked(inst, rid);
+  cinfer_request *r = p ? p->r : NULL;
+  pthread_mutex_unlock(&inst->mu);
+  if (!r) {
+    LOG_W("python model '%s' instance %s: a response for a request that is complete; dropped",
+          inst->m->name, inst->name);
+    return;
+  }
+  if (final) free(p);
+  const json_value *err = json_get(root, "error");
+  if (err && json_is(err, JSON_OBJECT)) {
+    if (!final) { /* an error ends the request; the stub's later responses are dropped */
+      pthread_mutex_lock(&inst->mu);
+      p = pending_take_locked(inst, rid);
+      pthread_mutex_unlock(&inst->mu);
+      free(p);
+    }
+    fail_request(r, status_from_wire(inst, err));
+    return;
+  }
+  py_msg_tensors mt;
+  cinfer_status *st = msg_tensors(root, fd, &mt);
+  if (st) {
+    if (!final) {
+      pthread_mutex_lock(&inst->mu);
+      p = pending_take_locked(inst, rid);
+      pthread_mutex_unlock(&inst->mu);
+      free(p);
+    }
+    fail_request(r, cinfer_status_prefix(st, "python model '%s' response", inst->m->name));
+    return;
+  }
+  respond_outputs(inst, r, mt.t, mt.n, final ? CINFER_RESPONSE_FINAL : 0);
+  msg_tensors_free(&mt);
+}
+
+/* execute() of the stub returned: complete what it answered (batch style) or, on an
+ * error, every request of the batch that is still open. */
+static void on_execute_done(py_instance *inst, const json_value *root, int fd) {
+  double b_d = 0;
+  jnum(root, "batch", &b_d);
+  uint64_t batch = (uint64_t)b_d;
+  const json_value *err = json_get(root, "error");
+  if (err && json_is(err, JSON_OBJECT)) {
+    pthread_mutex_lock(&inst->mu);
+    py_pending *p = pending_take_batch_locked(inst, batch);
+    pthread_mutex_unlock(&inst->mu);
+    while (p) {
+      py_pending *next = p->next;
+      fail_request(p->r, status_from_wire(inst, err));
+      free(p);
+      p = next;
+    }
+  } else if (!inst->m->decoupled) {
+    py_msg_tensors mt;
+    cinfer_status *st = out_region_tensors(inst, root, fd, &mt);
+    const json_value *resps = json_get(root, "responses");
+    for (const json_value *e = !st && json_is(resps, JSON_ARRAY) ? resps->u.child : NULL; e; e = e->next) {
+      double rid_d, first = 0, count = 0;
+      if (!jnum(e, "rid", &rid_d)) continue;
+      pthread_mutex_lock(&inst->mu);
+      py_pending *p = pending_take_locked(inst, (uint64_t)rid_d);
+      pthread_mutex_unlock(&inst->mu);
+      if (!p) continue;
+      const json_value *rerr = json_get(e, "error");
+      jnum(e, "first", &first);
+      jnum(e, "count", &count);
+      if (rerr && json_is(rerr, JSON_OBJECT)) {
+        fail_request(p->r, status_from_wire(inst, rerr));
+      } else if (first < 0 || count < 0 || first + count > mt.n) {
+        fail_request(p->r, cinfer_status_new(CINFER_INTERNAL, "python model '%s': a malformed "
+                                             "response", inst->m->name));
+      } else {
+        respond_outputs(inst, p->r, mt.t + (uint32_t)first, (uint32_t)count, CINFER_RESPONSE_FINAL);
+      }
+      free(p);
+    }
+    pthread_mutex_lock(&inst->mu);
+    py_pending *rest = pending_take_batch_locked(inst, batch);
+    pthread_mutex_unlock(&inst->mu);
+    while (rest) {
+      py_pending *next = rest->next;
+      fail_request(rest->r, st ? cinfer_status_prefix(cinfer_status_new(cinfer_status_code(st), "%s",
+                                                                        cinfer_status_message(st)),
+                                                      "python model '%s'", inst->m->name)
+                               : cinfer_status_new(CINFER_INTERNAL, "python model '%s': execute() "
+                                                   "gave no response to this request", inst->m->name));
+      free(rest);
+      rest = next;
+    }
+    cinfer_status_free(st);
+    msg_tensors_free(&mt);
+  }
+  pthread_mutex_lock(&inst->mu);
+  if (batch > inst->done_batch) inst->done_batch = batch;
+  pthread_cond_broadcast(&inst->cv);
+  pthread_mutex_unlock(&inst->mu);
+}
+
+static void on_is_cancelled(py_instance *inst, py_conn *c, const json_value *root) {
+  double rid = 0, call = 0;
+  jnum(root, "rid", &rid);
+  jnum(root, "call", &call);
+  pthread_mutex_lock(&inst->mu);
+  py_pending *p = pending_find_locked(inst, (uint64_t)rid);
+  bool cancelled = p && cinfer_request_is_cancelled(p->r);
+  pthread_mutex_unlock(&inst->mu);
+  char msg[128];
+  int n = snprintf(msg, sizeof msg, "{\"type\":\"reply\",\"call\":%.0f,\"cancelled\":%s}", call,
+                   cancelled ? "true" : "false");
+  py_conn_send(c, msg, (size_t)n, -1);
+}
+
+/* ---- BLS: a request of the model to another model of the server ------------------------------ */
+
+typedef struct bls_call {
+  py_conn *conn;
+  uint64_t call;
+  void *in_base; /* the request's inputs point into this mapping until FINAL */
+  size_t in_size;
+  cinfer_tensor *in_t;
+  json_doc *doc; /* input names point into it */
+  cinfer_request *req;
+} bls_call;
+
+static void bls_free(bls_call *bc) {
+  if (bc->req) cinfer_request_release(bc->req);
+  free(bc->in_t);
+  if (bc->in_base) munmap(bc->in_base, bc->in_size);
+  json_doc_free(bc->doc);
+  py_conn_release(bc->conn);
+  free(bc);
+}
+
+/* One infer_response message: outputs in a new memfd, or the error. */
+static void bls_send(py_conn *c, uint64_t call, bool final, const cinfer_status *err,
+                     const cinfer_tensor *t, uint32_t n) {
+  cbuf b = {0};
+  cbuf_printf(&b, "{\"type\":\"infer_response\",\"call\":%llu,\"final\":%s,",
+              (unsigned long long)call, final ? "true" : "false");
+  int fd = -1;
+  void *base = NULL;
+  size_t total = 0;
+  size_t *off = calloc(n ? n : 1, sizeof *off);
+  cinfer_status *st = off ? NULL : cinfer_status_oom("BLS response");
+  if (!err && !st) {
+    total = py_layout(t, n, off);
+    if (total && !(st = py_shm_create(total, &fd, &base)))
+      for (uint32_t i = 0; i < n; i++)
+        if (t[i].byte_size) memcpy((char *)base + off[i], t[i].data, t[i].byte_size);
+  }
+  const cinfer_status *e = err ? err : st;
+  if (e) {
+    cbuf_puts(&b, "\"error\":{\"message\":");
+    const char *m = cinfer_status_message(e);
+    cbuf_json_string(&b, m, strlen(m));
+    cbuf_printf(&b, ",\"code\":\"%s\"}}", code_to_name(cinfer_status_code(e)));
+  } else {
+    py_json_tensors(&b, t, n, off, NULL);
+    cbuf_puts(&b, "}");
+  }
+  send_buf(c, &b, e ? -1 : fd);
+  if (base) munmap(base, total);
+  if (fd >= 0) close(fd);
+  cbuf_free(&b);
+  cinfer_status_free(st);
+  free(off);
+}
+
+static void bls_on_response(void *user, cinfer_response *resp, uint32_t flags) {
+  bls_call *bc = user;
+  bool final = (flags & CINFER_RESPONSE_FINAL) != 0;
+  uint32_t n = cinfer_response_output_count(resp);
+  cinfer_tensor *t = calloc(n ? n : 1, sizeof *t);
+  if (!t) {
+    cinfer_status *oom = cinfer_status_oom("BLS response");
+    bls_send(bc->conn, bc->call, final, oom, NULL, 0);
+    cinfer_status_free(oom);
+  } else {
+    for (uint32_t i = 0; i < n; i++) t[i] = *cinfer_response_output(resp, i);
+    bls_send(bc->conn, bc->call, final, cinfer_response_error(resp), t, n);
+    free(t);
+  }
+  cinfer_response_free(resp);
+  if (final) bls_free(bc);
+}
+
+/* Sets the request parameters of a JSON object. */
+static cinfer_status *bls_params(cinfer_request *r, const json_value *params) {
+  if (!json_is(params, JSON_OBJECT)) return NULL;
+  cinfer_status *st = NULL;
+  for (const json_value *p = params->u.child; p && !st; p = p->next) {
+    if (json_is(p, JSON_STRING)) st = cinfer_request_set_param_string(r, p->key, p->u.str, p->len);
+    else if (json_is_bool(p)) st = cinfer_request_set_param_bool(r, p->key, p->type == JSON_TRUE);
+    else if (json_is(p, JSON_NUMBER) && p->u.num == (double)(int64_t)p->u.num)
+      st = cinfer_request_set_param_int(r, p->key, (int64_t)p->u.num);
+    else if (json_is(p, JSON_NUMBER)) st = cinfer_request_set_param_double(r, p->key, p->u.num);
+    else st = cinfer_status_new(CINFER_INVALID_ARG, "parameter '%s' is not a string, number or bool", p->key);
+  }
+  return st;
+}
+
+/* Takes doc; the caller closes fd (the mapping outlives it). */
+static void on_infer(py_instance *inst, py_conn *c, json_doc *doc, int fd) {
+  const json_value *root = json_root(doc);
+  double call = 0, ver = -1;
+  jnum(root, "call", &call);
+  jnum(root, "version", &ver);
+  const char *model = jstr(root, "model"), *id = jstr(root, "id");
+  bls_call *bc = calloc(1, sizeof *bc);
+  if (!bc) {
+    cinfer_status *oom = cinfer_status_oom("BLS request");
+    bls_send(c, (uint64_t)call, true, oom, NULL, 0);
+    cinfer_status_free(oom);
+    json_doc_free(doc);
+    return;
+  }
+  bc->conn = py_conn_ref(c);
+  bc->call = (uint64_t)call;
+  bc->doc = doc;
+  cinfer_status *st = NULL;
+  py_msg_tensors mt = {0};
+  cinfer_model *target = NULL;
+  if (!inst->m->server)
+    st = cinfer_status_new(CINFER_UNSUPPORTED, "BLS needs the server handle (backend ABI 2.1)");
+  else if (!model || !model[0])
+    st = cinfer_status_new(CINFER_INVALID_ARG, "BLS request without a model_name");
+  if (!st && !(st = msg_tensors(root, fd, &mt))) {
+    bc->in_base = mt.base; /* bls_free unmaps */
+    bc->in_size = mt.size;
+    bc->in_t = mt.t;
+    st = cinfer_server_model_acquire(inst->m->server, model, (int64_t)ver, &target);
+  }
+  if (!st) {
+    st = cinfer_request_create(target, &bc->req);
+    cinfer_model_release(target); /* the request holds its own reference */
+  }
+  if (!st && id && id[0]) cinfer_request_set_id(bc->req, id, strlen(id));
+  for (uint32_t i = 0; !st && i < mt.n; i++) st = cinfer_request_add_input(bc->req, &mt.t[i]);
+  const json_value *outs = json_get(root, "outputs");
+  for (const json_value *o = !st && json_is(outs, JSON_ARRAY) ? outs->u.child : NULL; o && !st; o = o->next)
+    if (json_is(o, JSON_STRING)) st = cinfer_request_add_output(bc->req, o->u.str);
+  if (!st) st = bls_params(bc->req, json_get(root, "params"));
+  if (!st) {
+    cinfer_request_set_callback(bc->req, bls_on_response, bc);
+    st = cinfer_server_infer_async(inst->m->server, bc->req);
+    if (!st) return; /* bls_on_response finishes bc */
+  }
+  bls_send(c, bc->call, true, st, NULL, 0);
+  cinfer_status_free(st);
+  bls_free(bc);
+}
+
+/* The reader thread of one stub process: every message of the stub; at EOF the process
+ * is gone: fail what it had and wake the worker. */
+typedef struct reader_arg {
+  py_instance *inst;
+  py_conn *conn;
+  pid_t pid;
+} reader_arg;
+
+static void *reader_main(void *arg) {
+  reader_arg ra = *(reader_arg *)arg;
+  free(arg);
+  py_instance *inst = ra.inst;
+  char *buf = malloc(PY_MAX_MSG + 1);
+  const char *why_io = NULL;
+  while (buf) {
+    int fd;
+    ssize_t n = py_conn_recv(ra.conn, buf, PY_MAX_MSG + 1, &fd);
+    if (n == 0) break;
+    if (n < 0) {
+      why_io = errno == EMSGSIZE ? "sent a message larger than the protocol allows" : "failed its socket";
+      break;
+    }
+    json_doc *doc = NULL;
+    cinfer_status *st = json_parse(buf, (size_t)n, PY_JSON_DEPTH, &doc);
+    if (st) {
+      cinfer_status_free(st);
+      if (fd >= 0) close(fd);
+      why_io = "sent a malformed message";
+      break;
+    }
+    const json_value *root = json_root(doc);
+    const char *type = jstr(root, "type");
+    if (!type) type = "";
+    if (!strcmp(type, "log")) {
+      const char *lvl = jstr(root, "level"), *msg = jstr(root, "msg");
+      if (!lvl) lvl = "info";
+      if (!msg) msg = "";
+      if (!strcmp(lvl, "error")) LOG_E("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+      else if (!strcmp(lvl, "warn")) LOG_W("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+      else if (!strcmp(lvl, "verbose")) LOG_V(1, "python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+      else LOG_I("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+    } else if (!strcmp(type, "response")) {
+      on_response(inst, root, fd);
+    } else if (!strcmp(type, "execute_done")) {
+      on_execute_done(inst, root, fd);
+    } else if (!strcmp(type, "is_cancelled")) {
+      on_is_cancelled(inst, ra.conn, root);
+    } else if (!strcmp(type, "infer")) {
+      on_infer(inst, ra.conn, doc, fd);
+      doc = NULL;
+    } else {
+      pthread_mutex_lock(&inst->mu);
+      if (inst->await && !strcmp(inst->await, type) && !inst->reply) {
+        inst->reply = doc;
+        doc = NULL;
+        pthread_cond_broadcast(&inst->cv);
+      }
+      pthread_mutex_unlock(&inst->mu);
+      if (doc) LOG_W("python model '%s' (%s): unexpected message '%s'", inst->m->name, inst->name, type);
+    }
+    if (fd >= 0) close(fd);
+    json_doc_free(doc);
+  }
+  free(buf);
+  if (inst->out_base) munmap(inst->out_base, inst->out_size);
+  inst->out_base = NULL;
+  inst->out_size = 0;
+  inst->out_gen = 0;
+  /* The process is gone or must go: make sure, and collect its status. */
+  kill(ra.pid, SIGKILL);
+  int status = 0;
+  while (waitpid(ra.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  char how[160];
+  py_describe_status(status, how, sizeof how);
+  pthread_mutex_lock(&inst->mu);
+  if (inst->kill_why[0])
+    snprintf(inst->dead_why, sizeof inst->dead_why, "%s; the process was killed", inst->kill_why);
+  else if (why_io)
+    snprintf(inst->dead_why, sizeof inst->dead_why, "the stub process %s and was killed", why_io);
+  else
+    snprintf(inst->dead_why, sizeof inst->dead_why, "the stub process (pid %d) %s", (int)ra.pid, how);
+  inst->alive = false;
+  py_pending *p = pending_take_batch_locked(inst, 0);
+  bool expected = inst->stopping;
+  char why[512];
+  snprintf(why, sizeof why, "%s", inst->dead_why);
+  pthread_cond_broadcast(&inst->cv);
+  pthread_mutex_unlock(&inst->mu);
+  if (!expected || p)
+    LOG_E("python model '%s' instance %s: %s%s", inst->m->name, inst->name, why,
+          p ? "; its requests failed and the instance restarts with the next request" : "");
+  char why2[640];
+  snprintf(why2, sizeof why2, "%s; the request failed (the instance restarts)", why);
+  fail_list(p, inst, CINFER_INTERNAL, why2);
+  py_conn_release(ra.conn);
+  return NULL;
+}
+
+/* ---- process lifecycle (the worker, the loading thread) ------------------------------------ */
+
+/* Waits (under mu) for the reply `type` or the process's end; timeout_ms 0 = forever.
+ * Returns the reply (the caller frees it), NULL when the process died or time ran out
+ * (*timed_out). */
+static json_doc *await_locked(py_instance *inst, int64_t timeout_ms, bool *timed_out) {
+  struct timespec dl;
+  if (timeout_ms > 0) deadline_after_ms(&dl, timeout_ms);
+  *timed_out = false;
+  while (!inst->reply && inst->alive) {
+    if (timeout_ms > 0) {
+      if (pthread_cond_timedwait(&inst->cv, &inst->mu, &dl) == ETIMEDOUT) {
+        *timed_out = !inst->reply && inst->alive;
+        break;
+      }
+    } else {
+      pthread_cond_wait(&inst->cv, &inst->mu);
+    }
+  }
+  json_doc *d = inst->reply;
+  inst->reply = NULL;
+  return d;
+}
+
+/* Ends the current process (finalize first when graceful) and joins its reader. */
+static void proc_stop(py_instance *inst, bool graceful) {
+  pthread_mutex_lock(&inst->mu);
+  if (!inst->has_reader) {
+    pthread_mutex_unlock(&inst->mu);
+    return;
+  }
+  inst->stopping = true;
+  if (inst->alive) {
+    bool to = false;
+    if (graceful) {
+      inst->await = "finalize_done";
+      pthread_mutex_unlock(&inst->mu);
+      bool sent = py_conn_send(inst->conn, "{\"type\":\"finalize\"}", 19, -1);
+      pthread_mutex_lock(&inst->mu);
+      if (sent) json_doc_free(await_locked(inst, PY_FINALIZE_WAIT_MS, &to));
+    }
+    if (inst->alive) {
+      if (to) snprintf(inst->kill_why, sizeof inst->kill_why, "finalize() did not return within %d ms",
+                       PY_FINALIZE_WAIT_MS);
+      kill(inst->pid, SIGKILL);
+    }
+  }
+  pthread_t t = inst->reader;
+  inst->has_reader = false;
+  py_conn *c = inst->conn;
+  inst->conn = NULL;
+  pthread_mutex_unlock(&inst->mu);
+  pthread_join(t, NULL);
+  py_conn_release(c);
+  pthread_mutex_lock(&inst->mu);
+  inst->await = NULL;
+  json_doc_free(inst->reply);
+  inst->reply = NULL;
+  pthread_mutex_unlock(&inst->mu);
+}
+
+static void json_kv(cbuf *b, const char *k, const char *v, bool comma) {
+  if (comma) cbuf_puts(b, ",");
+  cbuf_json_string(b, k, strlen(k));
+  cbuf_puts(b, ":");
+  cbuf_json_string(b, v, strlen(v));
+}
+
+/* Starts a process and runs initialize(args). */
+static cinfer_status *proc_start(py_instance *inst) {
+  proc_stop(inst, false); /* the previous process's reader, if it has ended */
+  py_model *m = inst->m;
+  pid_t pid;
+  py_conn *c;
+  cinfer_status *st = py_spawn(m->python, &pid, &c);
+  if (st) return cinfer_status_prefix(st, "python model '%s' instance %s", m->name, inst->name);
+  reader_arg *ra = malloc(sizeof *ra);
+  if (!ra) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    py_conn_release(c);
+    return cinfer_status_oom("python instance");
+  }
+  *ra = (reader_arg){inst, py_conn_ref(c), pid};
+  pthread_mutex_lock(&inst->mu);
+  inst->conn = c;
+  inst->pid = pid;
+  inst->alive = true;
+  inst->stopping = false;
+  inst->kill_why[0] = 0;
+  inst->await = "init_done";
+  int e = pthread_create(&inst->reader, NULL, reader_main, ra);
+  if (e) {
+    inst->alive = false;
+    inst->conn = NULL;
+    pthread_mutex_unlock(&inst->mu);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    py_conn_release(c), py_conn_release(c), free(ra);
+    return cinfer_status_new(CINFER_INTERNAL, "python instance: pthread_create: %s", strerror(e));
+  }
+  inst->has_reader = true;
+  pthread_mutex_unlock(&inst->mu);
+
+  char ver[32], dev[8];
+  snprintf(ver, sizeof ver, "%lld", (long long)m->version);
+  snprintf(dev, sizeof dev, "0");
+  cbuf b = {0};
+  cbuf_puts(&b, "{\"type\":\"init\",\"decoupled\":");
+  cbuf_puts(&b, m->decoupled ? "true" : "false");
+  cbuf_puts(&b, ",\"model_file\":");
+  cbuf_json_string(&b, m->model_file, strlen(m->model_file));
+  cbuf_puts(&b, ",\"args\":{");
+  json_kv(&b, "model_config", m->config_json, false);
+  json_kv(&b, "model_instance_kind", "CPU", true);
+  json_kv(&b, "model_instance_name", inst->name, true);
+  json_kv(&b, "model_instance_device_id", dev, true);
+  json_kv(&b, "model_repository", m->model_dir, true);
+  json_kv(&b, "model_version", ver, true);
+  json_kv(&b, "model_name", m->name, true);
+  cbuf_puts(&b, "}}");
+  bool sent = b.len <= PY_MAX_MSG && send_buf(c, &b, -1);
+  size_t blen = b.len;
+  cbuf_free(&b);
+  pthread_mutex_lock(&inst->mu);
+  bool to = false;
+  json_doc *reply = sent ? await_locked(inst, 0, &to) : NULL;
+  inst->await = NULL;
+  char why[512];
+  snprintf(why, sizeof why, "%s", inst->dead_why);
+  pthread_mutex_unlock(&inst->mu);
+  if (!reply) {
+    proc_stop(inst, false);
+    if (!sent && blen > PY_MAX_MSG)
+      return cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': the config is too large "
+                               "for the stub protocol (%zu bytes; limit %u)", m->name, blen, PY_MAX_MSG);
+    pthread_mutex_lock(&inst->mu);
+    snprintf(why, sizeof why, "%s", inst->dead_why);
+    pthread_mutex_unlock(&inst->mu);
+    return cinfer_status_new(CINFER_INTERNAL, "python model '%s' instance %s: %s before initialize() "
+                             "returned (interpreter '%s')", m->name, inst->name, why, m->python);
+  }
+  const json_value *err = json_get(json_root(reply), "error");
+  if (err && json_is(err, JSON_OBJECT)) {
+    const char *msg = jstr(err, "message");
+    st = cinfer_status_new(CINFER_INVALID_ARG, "python model '%s' instance %s: initialize() failed: %s",
+                           m->name, inst->name, msg ? msg : "");
+    json_doc_free(reply);
+    proc_stop(inst, false);
+    return st;
+  }
+  json_doc_free(reply);
+  LOG_I("python model '%s' instance %s: stub process %d started", m->name, inst->name, (int)pid);
+  return NULL;
+}
+
+/* ---- the iface ------------------------------------------------------------------------------ */
+
+static void model_free(py_model *m) {
+  if (!m) return;
+  pthread_mutex_destroy(&m->inst_mu);
+  free(m->name), free(m->model_dir), free(m->version_dir), free(m->model_file);
+  free(m->python), free(m->config_json);
+  free(m);
+}
+
+static const char *python_of(const cinfer_config *c) {
+  const char *p = cinfer_config_parameter(c, "python_executable");
+  if (!p || !p[0]) p = getenv("CINFER_PYTHON");
+  return p && p[0] ? p : "python3";
+}
+
+static cinfer_status *check_params(const cinfer_config *c, const char *name) {
+  const char *env = cinfer_config_parameter(c, "EXECUTION_ENV_PATH");
+  if (env)
+    return cinfer_status_new(CINFER_UNSUPPORTED, "python model '%s': parameter EXECUTION_ENV_PATH "
+                             "(a packed environment) is not implemented by cinfer; the model cannot "
+                             "load with it (use parameter python_executable to name an interpreter "
+                             "of an unpacked environment)", name);
+  return NULL;
+}
+
+static cinfer_status *py_model_load(const cinfer_model_load_info *info, void **out) {
+  py_model *m = calloc(1, sizeof *m);
+  if (!m) return cinfer_status_oom("python model");
+  pthread_mutex_init(&m->inst_mu, NULL);
+  cinfer_status *st = check_params(info->config, info->model_name);
+  if (st) {
+    model_free(m);
+    return st;
+  }
+  m->name = strdup(info->model_name);
+  m->model_dir = strdup(info->model_dir);
+  m->version_dir = strdup(info->version_dir);
+  m->python = strdup(python_of(info->config));
+  m->config_json = strdup(info->config_json);
+  m->version = info->version;
+  m->config = info->config;
+  m->server = info->server;
+  if (asprintf(&m->model_file, "%s/model.py", info->version_dir) < 0) m->model_file = NULL;
+  if (!m->name || !m->model_dir || !m->version_dir || !m->python || !m->config_json || !m->model_file) {
+    model_free(m);
+    return cinfer_status_oom("python model");
+  }
+  struct stat sb;
+  if (stat(m->model_file, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    st = cinfer_status_new(CINFER_NOT_FOUND, "python model '%s': %s: %s", m->name, m->model_file,
+                           errno ? strerror(errno) : "not a file");
+    model_free(m);
+    return st;
+  }
+  const char *to = cinfer_config_parameter(info->config, "execute_timeout_ms");
+  if (to) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(to, &end, 10);
+    if (errno || end == to || *end || v < 0) {
+      st = cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': parameter execute_timeout_ms "
+                             "'%s' is not a count of milliseconds (0 = no limit)", m->name, to);
+      model_free(m);
+      return st;
+    }
+    m->execute_timeout_ms = v;
+  }
+  json_doc *doc = NULL;
+  if (!(st = json_parse(info->config_json, strlen(info->config_json), PY_JSON_DEPTH, &doc))) {
+    const json_value *mtp = json_get(json_root(doc), "model_transaction_policy");
+    m->decoupled = json_is(json_get(mtp, "decoupled"), JSON_TRUE);
+    json_doc_free(doc);
+  } else {
+    model_free(m);
+    return st;
+  }
+  *out = m;
+  return NULL;
+}
+
+static void py_model_unload(void *model) { model_free(model); }
+
+static void unregister(py_instance *inst) {
+  py_model *m = inst->m;
+  pthread_mutex_lock(&m->inst_mu);
+  for (int i = 0; i < m->n_insts; i++)
+    if (m->insts[i] == inst) m->insts[i] = m->insts[--m->n_insts];
+  pthread_mutex_unlock(&m->inst_mu);
+}
+
+static cinfer_status *py_instance_create(void *model, const cinfer_instance_info *info, void **out) {
+  py_model *m = model;
+  if (info->kind == CINFER_INSTANCE_KIND_GPU)
+    return cinfer_status_new(CINFER_UNSUPPORTED, "python model '%s': instance_group kind KIND_GPU "
+                             "is not implemented by cinfer's Python backend (use KIND_CPU)", m->name);
+  py_instance *inst = calloc(1, sizeof *inst);
+  if (!inst) return cinfer_status_oom("python instance");
+  inst->m = m;
+  inst->index = info->index;
+  inst->in_fd = -1;
+  snprintf(inst->name, sizeof inst->name, "%s_0_%d", m->name, info->index);
+  pthread_mutex_init(&inst->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&inst->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  cinfer_status *st = NULL;
+  pthread_mutex_lock(&m->inst_mu);
+  if (m->n_insts == PY_MAX_INSTANCES)
+    st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "python model '%s': more than %d instances",
+                           m->name, PY_MAX_INSTANCES);
+  else
+    m->insts[m->n_insts++] = inst;
+  pthread_mutex_unlock(&m->inst_mu);
+  if (!st && (st = proc_start(inst))) unregister(inst);
+  if (st) {
+    pthread_cond_destroy(&inst->cv);
+    pthread_mutex_destroy(&inst->mu);
+    free(inst);
+    return st;
+  }
+  *out = inst;
+  return NULL;
+}
+
+static void py_instance_destroy(void *instance) {
+  py_instance *inst = instance;
+  unregister(inst);
+  proc_stop(inst, true);
+  /* Requests a decoupled model never finished: the process is gone, so they end here. */
+  pthread_mutex_lock(&inst->mu);
+  py_pending *p = pending_take_batch_locked(inst, 0);
+  pthread_mutex_unlock(&inst->mu);
+  fail_list(p, inst, CINFER_UNAVAILABLE, "the model was unloaded before the request finished");
+  if (inst->in_base) munmap(inst->in_base, inst->in_cap);
+  if (inst->in_fd >= 0) close(inst->in_fd);
+  pthread_cond_destroy(&inst->cv);
+  pthread_mutex_destroy(&inst->mu);
+  free(inst);
+}
+
+/* Replaces the input region by one of at least `need` bytes (the worker only). */
+static cinfer_status *in_region_grow(py_instance *inst, size_t need) {
+  size_t cap = inst->in_cap ? inst->in_cap : 64 * 1024;
+  while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+  int fd;
+  void *base;
+  cinfer_status *st = py_shm_create(cap, &fd, &base);
+  if (st) return cinfer_status_prefix(st, "python model '%s' inputs", inst->m->name);
+  if (inst->in_base) munmap(inst->in_base, inst->in_cap);
+  if (inst->in_fd >= 0) close(inst->in_fd);
+  inst->in_fd = fd;
+  inst->in_base = base;
+  inst->in_cap = cap;
+  inst->in_gen++;
+  return NULL;
+}
+
+/* Appends the request's parameters as a JSON object. */
+static void json_params(cbuf *b, const cinfer_request *r) {
+  cbuf_puts(b, "{");
+  uint32_t n = cinfer_request_param_count(r);
+  for (uint32_t i = 0; i < n; i++) {
+    const char *k = cinfer_request_param_key(r, i), *s;
+    int64_t iv;
+    double dv;
+    bool bv;
+    if (i) cbuf_puts(b, ",");
+    cbuf_json_string(b, k, strlen(k));
+    cbuf_puts(b, ":");
+    if (cinfer_request_param_string(r, k, &s)) cbuf_json_string(b, s, strlen(s));
+    else if (cinfer_request_param_bool(r, k, &bv)) cbuf_puts(b, bv ? "true" : "false");
+    else if (cinfer_request_param_int(r, k, &iv)) cbuf_printf(b, "%lld", (long long)iv);
+    else if (cinfer_request_param_double(r, k, &dv)) cbuf_printf(b, "%.17g", dv);
+    else cbuf_puts(b, "null");
+  }
+  cbuf_puts(b, "}");
+}
+
+static cinfer_status *py_execute(void *instance, cinfer_batch *batch) {
+  py_instance *inst = instance;
+  py_model *m = inst->m;
+  pthread_mutex_lock(&inst->mu);
+  bool alive = inst->alive;
+  pthread_mutex_unlock(&inst->mu);
+  if (!alive) {
+    LOG_I("python model '%s' instance %s: restarting the stub process", m->name, inst->name);
+    cinfer_status *st = proc_start(inst);
+    if (st) return st;
+  }
+  /* The message: one entry per request, the inputs of all requests in one memfd. */
+  uint32_t nt = 0;
+  for (uint32_t k = 0; k < batch->n_requests; k++) nt += cinfer_request_input_count(batch->requests[k]);
+  cinfer_tensor *ts = calloc(nt ? nt : 1, sizeof *ts);
+  size_t *off = calloc(nt ? nt : 1, sizeof *off);
+  uint64_t *rids = calloc(nt ? nt : 1, sizeof *rids);
+  py_pending **pend = calloc(batch->n_requests, sizeof *pend);
+  cinfer_status *st = NULL;
+  if (!ts || !off || !rids || !pend) st = cinfer_status_oom("python batch");
+  for (uint32_t k = 0; !st && k < batch->n_requests; k++)
+    if (!(pend[k] = calloc(1, sizeof **pend))) st = cinfer_status_oom("python batch");
+  cbuf b = {0};
+  int fd = -1; /* the input region's memfd when this process has not got it yet */
+  size_t total = 0;
+  uint64_t bno = 0;
+  if (!st) {
+    pthread_mutex_lock(&inst->mu);
+    bno = ++inst->next_batch;
+    for (uint32_t k = 0; k < batch->n_requests; k++) pend[k]->rid = ++inst->next_rid;
+    pthread_mutex_unlock(&inst->mu);
+    cbuf_printf(&b, "{\"type\":\"execute\",\"batch\":%llu,\"model\":", (unsigned long long)bno);
+    cbuf_json_string(&b, m->name, strlen(m->name));
+    cbuf_puts(&b, ",\"requests\":[");
+    uint32_t i = 0;
+    for (uint32_t k = 0; k < batch->n_requests; k++) {
+      cinfer_request *r = batch->requests[k];
+      const char *id = cinfer_request_id(r);
+      cbuf_printf(&b, "%s{\"rid\":%llu,\"id\":", k ? "," : "", (unsigned long long)pend[k]->rid);
+      cbuf_json_string(&b, id, strlen(id));
+      cbuf_puts(&b, ",\"params\":");
+      json_params(&b, r);
+      cbuf_puts(&b, ",\"outputs\":[");
+      for (uint32_t j = 0; j < cinfer_request_output_count(r); j++) {
+        const char *o = cinfer_request_output_name(r, j);
+        if (j) cbuf_puts(&b, ",");
+        cbuf_json_string(&b, o, strlen(o));
+      }
+      cbuf_puts(&b, "]}");
+      for (uint32_t j = 0; j < cinfer_request_input_count(r); j++, i++) {
+        ts[i] = *cinfer_request_input(r, j);
+        rids[i] = pend[k]->rid;
+      }
+    }
+    cbuf_puts(&b, "],");
+    total = py_layout(ts, nt, off);
+    py_json_tensors(&b, ts, nt, off, rids);
+    /* A decoupled model's threads may read a batch's inputs after execute() returned:
+     * every batch gets a region of its own there (the stub's arrays keep the old one
+     * mapped). Batch-style models reuse the region: inputs live until execute() returns. */
+    if (total > inst->in_cap || (m->decoupled && total)) st = in_region_grow(inst, total);
+    cbuf_printf(&b, ",\"shm_gen\":%llu}", (unsigned long long)inst->in_gen);
+    if (st) {
+    } else if (!b.data) st = cinfer_status_oom("python batch");
+    else if (b.len > PY_MAX_MSG)
+      st = cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': the batch's request headers "
+                             "(ids, parameters, names) take %zu bytes; the limit is %u", m->name,
+                             b.len, PY_MAX_MSG);
+    for (uint32_t j = 0; !st && j < nt; j++)
+      if (ts[j].byte_size) memcpy((char *)inst->in_base + off[j], ts[j].data, ts[j].byte_size);
+  }
+  free(ts), free(off), free(rids);
+  if (st) {
+    for (uint32_t k = 0; pend && k < batch->n_requests; k++) free(pend[k]);
+    free(pend);
+    cbuf_free(&b);
+    return st;
+  }
+  /* From here the requests are the backend's: registered before the send, so that the
+   * reader (which answers them) always finds them. */
+  pthread_mutex_lock(&inst->mu);
+  if (!inst->alive) { /* died since the check above: its reader has failed what it had */
+    char why[512];
+    snprintf(why, sizeof why, "%s", inst->dead_why);
+    pthread_mutex_unlock(&inst->mu);
+    for (uint32_t k = 0; k < batch->n_requests; k++) free(pend[k]);
+    free(pend);
+    cbuf_free(&b);
+    return cinfer_status_new(CINFER_INTERNAL, "python model '%s' instance %s: %s (the instance "
+                             "restarts)", m->name, inst->name, why);
+  }
+  for (uint32_t k = 0; k < batch->n_requests; k++) {
+    pend[k]->batch = bno;
+    pend[k]->r = batch->requests[k];
+    pend[k]->next = inst->pending;
+    inst->pending = pend[k];
+  }
+  py_conn *c = py_conn_ref(inst->conn);
+  pid_t cur_pid = inst->pid;
+  pthread_mutex_unlock(&inst->mu);
+  free(pend);
+  if (inst->in_base && (inst->in_sent_gen != inst->in_gen || inst->in_sent_pid != cur_pid)) {
+    fd = inst->in_fd;
+    inst->in_sent_gen = inst->in_gen;
+    inst->in_sent_pid = cur_pid;
+  }
+  if (!py_conn_send(c, b.data, b.len, fd)) {
+    /* The process died meanwhile; its reader fails the requests (or has). Make sure. */
+    pthread_mutex_lock(&inst->mu);
+    pid_t pid = inst->pid;
+    bool still = inst->alive;
+    pthread_mutex_unlock(&inst->mu);
+    if (still) kill(pid, SIGKILL);
+  }
+  py_conn_release(c);
+  cbuf_free(&b);
+  /* Wait for execute() to return in the stub: until execute_done, the process's end,
+   * execute_timeout_ms, or PY_CANCEL_GRACE_MS after every request of the batch was
+   * cancelled (the clients are gone and execute() does not return: a hung model must not
+   * hold the instance, or the server's shutdown, forever). */
+  pthread_mutex_lock(&inst->mu);
+  uint64_t t_end = m->execute_timeout_ms > 0 ? now_ms() + (uint64_t)m->execute_timeout_ms : 0;
+  uint64_t t_cancel = 0;
+  while (inst->alive && inst->done_batch < bno) {
+    if (!t_cancel && batch_cancelled_locked(inst, bno)) t_cancel = now_ms() + PY_CANCEL_GRACE_MS;
+    uint64_t wake = t_end && t_cancel ? (t_end < t_cancel ? t_end : t_cancel) : t_end ? t_end : t_cancel;
+    if (wake) {
+      struct timespec dl;
+      deadline_after_ms(&dl, (int64_t)(wake > now_ms() ? wake - now_ms() : 0));
+      pthread_cond_timedwait(&inst->cv, &inst->mu, &dl);
+    } else {
+      pthread_cond_wait(&inst->cv, &inst->mu);
+    }
+    if (!inst->alive || inst->done_batch >= bno) break;
+    uint64_t now = now_ms();
+    if (t_end && now >= t_end)
+      snprintf(inst->kill_why, sizeof inst->kill_why, "execute() did not return within %lld ms "
+               "(parameter execute_timeout_ms)", (long long)m->execute_timeout_ms);
+    else if (t_cancel && now >= t_cancel)
+      snprintf(inst->kill_why, sizeof inst->kill_why, "every request of the batch was cancelled "
+               "and execute() did not return within %d ms of that", PY_CANCEL_GRACE_MS);
+    else
+      continue;
+    kill(inst->pid, SIGKILL);
+    while (inst->alive) pthread_cond_wait(&inst->cv, &inst->mu);
+  }
+  pthread_mutex_unlock(&inst->mu);
+  return NULL;
+}
+
+/* The core's cancel notification (any thread, must not block long): wakes the worker of
+ * the instance that has the request, which then checks its batch. */
+static void py_cancel(void *model, cinfer_request *r) {
+  py_model *m = model;
+  pthread_mutex_lock(&m->inst_mu);
+  for (int i = 0; i < m->n_insts; i++) {
+    py_instance *inst = m->insts[i];
+    pthread_mutex_lock(&inst->mu);
+    for (py_pending *p = inst->pending; p; p = p->next)
+      if (p->r == r) pthread_cond_broadcast(&inst->cv);
+    pthread_mutex_unlock(&inst->mu);
+  }
+  pthread_mutex_unlock(&m->inst_mu);
+}
+
+/* ---- auto-complete: auto_complete_config() in a short-lived stub ------------------------------ */
+
+static cinfer_status *apply_ops(cinfer_autocomplete *ac, const json_value *ops) {
+  cinfer_status *st = NULL;
+  for (const json_value *o = json_is(ops, JSON_ARRAY) ? ops->u.child : NULL; o && !st; o = o->next) {
+    const char *op = jstr(o, "op");
+    double v = 0;
+    if (!op) continue;
+    if (!strcmp(op, "max_batch_size")) {
+      jnum(o, "value", &v);
+      st = cinfer_autocomplete_set_max_batch_size(ac, (int64_t)v);
+    } else if (!strcmp(op, "dynamic_batching")) {
+      st = cinfer_autocomplete_set_dynamic_batching(ac);
+    } else if (!strcmp(op, "decoupled")) {
+      st = cinfer_autocomplete_set_decoupled(ac, json_is(json_get(o, "value"), JSON_TRUE));
+    } else if (!strcmp(op, "add_input") || !strcmp(op, "add_output")) {
+      const char *name = jstr(o, "name"), *dt = jstr(o, "data_type");
+      const json_value *dims = json_get(o, "dims");
+      int64_t d[CINFER_MAX_DIMS];
+      int nd = 0;
+      cinfer_dtype t = dt ? cinfer_dtype_parse(dt, strlen(dt)) : CINFER_TYPE_INVALID;
+      if (t == CINFER_TYPE_INVALID)
+        return cinfer_status_new(CINFER_INVALID_ARG, "auto_complete_config: %s '%s': unknown "
+                                 "data_type '%s'", op + 4, name ? name : "", dt ? dt : "");
+      for (const json_value *x = json_is(dims, JSON_ARRAY) ? dims->u.child : NULL; x; x = x->next) {
+        if (nd == CINFER_MAX_DIMS || !json_is(x, JSON_NUMBER))
+          return cinfer_status_new(CINFER_INVALID_ARG, "auto_complete_config: %s '%s': bad dims "
+                                   "(at most %d numbers)", op + 4, name ? name : "", CINFER_MAX_DIMS);
+        d[nd++] = (int64_t)x->u.num;
+      }
+      st = op[4] == 'i' ? cinfer_autocomplete_add_input(ac, name, t, nd, d)
+                        : cinfer_autocomplete_add_output(ac, name, t, nd, d);
+    }
+  }
+  return st;
+}
+
+static cinfer_status *py_autocomplete(cinfer_autocomplete *ac, const char *version_dir) {
+  const cinfer_config *cfg = cinfer_autocomplete_config(ac);
+  const char *name = cinfer_config_name(cfg);
+  cinfer_status *st = check_params(cfg, name);
+  if (st) return st;
+  char file[4096];
+  if (snprintf(file, sizeof file, "%s/model.py", version_dir) >= (int)sizeof file)
+    return cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': the path is too long", name);
+  struct stat sb;
+  if (stat(file, &sb) != 0)
+    return cinfer_status_new(CINFER_NOT_FOUND, "python model '%s': %s: %s", name, file, strerror(errno));
+  char *json = cinfer_config_json(cfg, NULL);
+  if (!json) return cinfer_status_oom("python auto-complete");
+  pid_t pid;
+  py_conn *c;
+  const char *python = python_of(cfg);
+  if ((st = py_spawn(python, &pid, &c))) {
+    free(json);
+    return cinfer_status_prefix(st, "python model '%s' auto-complete", name);
+  }
+  cbuf b = {0};
+  cbuf_puts(&b, "{\"type\":\"autocomplete\",\"model_file\":");
+  cbuf_json_string(&b, file, strlen(file));
+  cbuf_puts(&b, ",\"config\":");
+  cbuf_json_string(&b, json, strlen(json));
+  cbuf_puts(&b, "}");
+  free(json);
+  bool sent = b.len <= PY_MAX_MSG && send_buf(c, &b, -1);
+  cbuf_free(&b);
+  char *buf = malloc(PY_MAX_MSG + 1);
+  json_doc *reply = NULL;
+  const char *fail = sent ? NULL : "could not be sent the config";
+  while (!fail && buf) { /* logs may come first; the stub has 60 s */
+    struct pollfd pfd = {.fd = c->sock, .events = POLLIN};
+    int pr = poll(&pfd, 1, 60000);
+    if (pr <= 0) {
+      fail = "did not answer within 60 s";
+      break;
+    }
+    int fd;
+    ssize_t n = py_conn_recv(c, buf, PY_MAX_MSG + 1, &fd);
+    if (fd >= 0) close(fd);
+    if (n <= 0) {
+      fail = "ended";
+      break;
+    }
+    json_doc *d = NULL;
+    cinfer_status *pst = json_parse(buf, (size_t)n, PY_JSON_DEPTH, &d);
+    if (pst) {
+      cinfer_status_free(pst);
+      fail = "sent a malformed message";
+      break;
+    }
+    const char *type = jstr(json_root(d), "type");
+    if (type && !strcmp(type, "autocomplete_done")) {
+      reply = d;
+      break;
+    }
+    if (type && !strcmp(type, "log")) {
+      const char *msg = jstr(json_root(d), "msg");
+      LOG_I("python model '%s' (auto-complete): %s", name, msg ? msg : "");
+    }
+    json_doc_free(d);
+  }
+  free(buf);
+  py_conn_release(c); /* the stub sees EOF and exits */
+  kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!reply) {
+    char how[160];
+    py_describe_status(status, how, sizeof how);
+    return cinfer_status_new(CINFER_INTERNAL, "python model '%s': the auto-complete stub process "
+                             "%s (%s; interpreter '%s')", name, fail ? fail : "failed", how, python);
+  }
+  const json_value *err = json_get(json_root(reply), "error");
+  if (err && json_is(err, JSON_OBJECT)) {
+    const char *msg = jstr(err, "message");
+    st = cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': auto_complete_config() failed: %s",
+                           name, msg ? msg : "");
+  } else {
+    st = apply_ops(ac, json_get(json_root(reply), "ops"));
+  }
+  json_doc_free(reply);
+  return st;
+}
+
+const cinfer_backend_iface cinfer_python_backend = {
+    .abi_major = CINFER_BACKEND_ABI_MAJOR,
+    .abi_minor = CINFER_BACKEND_ABI_MINOR,
+    .name = "python",
+    .flags = CINFER_BACKEND_DECOUPLED,
+    .autocomplete = py_autocomplete,
+    .model_load = py_model_load,
+    .model_unload = py_model_unload,
+    .instance_create = py_instance_create,
+    .instance_destroy = py_instance_destroy,
+    .execute = py_execute,
+    .cancel = py_cancel,
+};
