@@ -119,24 +119,16 @@ static cinfer_status *flatten(flat_ctx *c, const json_value *v) {
 static cinfer_status *parse_shape(const json_value *shape, const char *name, cinfer_tensor *t,
                                   const kserve_limits *lim) {
   if (!json_is(shape, JSON_ARRAY)) return BAD("input '%s': 'shape' must be an array of integers", name);
-  int nd = shape->len > CINFER_MAX_DIMS ? CINFER_MAX_DIMS + 1 : (int)shape->len;
-  if (nd > CINFER_MAX_DIMS)
-    return BAD("input '%s': shape has %u dimensions; the limit is CINFER_MAX_DIMS = %d", name,
-               shape->len, CINFER_MAX_DIMS);
+  if (shape->len > CINFER_MAX_DIMS) return kserve_input_shape(name, NULL, shape->len, lim, t);
+  int64_t dims[CINFER_MAX_DIMS];
   int i = 0;
   for (const json_value *d = shape->u.child; d; d = d->next, i++) {
     if (!json_is(d, JSON_NUMBER) || d->u.num != floor(d->u.num) || d->u.num < 0 ||
         d->u.num > 9.0e15)
       return BAD("input '%s': shape[%d] must be a non-negative integer", name, i);
-    t->shape[i] = (int64_t)d->u.num;
+    dims[i] = (int64_t)d->u.num;
   }
-  t->ndim = nd;
-  int64_t el = cinfer_shape_elements(t->shape, nd);
-  if (el < 0 || el > lim->max_tensor_elements)
-    return cinfer_status_new(CINFER_INVALID_ARG,
-                             "input '%s': shape has more than the limit of %lld elements", name,
-                             (long long)lim->max_tensor_elements);
-  return NULL;
+  return kserve_input_shape(name, dims, (size_t)i, lim, t);
 }
 
 void kserve_request_free(kserve_request *k) {
@@ -193,15 +185,11 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
   get_bool_param(k->params, "binary_data_output", &k->binary_default);
 
   const json_value *inputs = json_get(root, "inputs");
-  if (!json_is(inputs, JSON_ARRAY) || !inputs->len) {
+  if (!json_is(inputs, JSON_ARRAY)) {
     st = BAD("request must have a non-empty 'inputs' array");
     goto fail;
   }
-  if (inputs->len > CINFER_MAX_INPUTS) {
-    st = BAD("request has %u inputs; the limit is CINFER_MAX_INPUTS = %d", inputs->len,
-             CINFER_MAX_INPUTS);
-    goto fail;
-  }
+  if ((st = kserve_check_input_count(inputs->len))) goto fail;
   k->inputs = calloc(inputs->len, sizeof *k->inputs);
   if (!k->inputs) { st = cinfer_status_oom(NULL); goto fail; }
   for (const json_value *in = inputs->u.child; in; in = in->next) {
@@ -209,24 +197,12 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
     cinfer_tensor *t = &ki->t;
     if (!json_is(in, JSON_OBJECT)) { st = BAD("inputs[%zu] must be an object", k->n_inputs); goto fail; }
     const json_value *name = json_get(in, "name");
-    if (!json_is(name, JSON_STRING) || !name->u.str[0]) {
-      st = BAD("inputs[%zu] needs a non-empty string 'name'", k->n_inputs);
+    if ((st = kserve_input_name(k->inputs, k->n_inputs, json_is(name, JSON_STRING) ? name->u.str : NULL, t)))
       goto fail;
-    }
-    t->name = name->u.str;
-    for (size_t j = 0; j < k->n_inputs; j++)
-      if (!strcmp(k->inputs[j].t.name, t->name)) {
-        st = BAD("input '%s' appears more than once", t->name);
-        goto fail;
-      }
     k->n_inputs++;
     const json_value *dt = json_get(in, "datatype");
     if (!json_is(dt, JSON_STRING)) { st = BAD("input '%s' needs a string 'datatype'", t->name); goto fail; }
-    t->dtype = cinfer_dtype_parse(dt->u.str, dt->len);
-    if (t->dtype == CINFER_TYPE_INVALID || strncmp(dt->u.str, "TYPE_", 5) == 0) {
-      st = BAD("input '%s': unknown datatype '%s'", t->name, dt->u.str);
-      goto fail;
-    }
+    if ((st = kserve_input_datatype(t->name, dt->u.str, dt->len, t))) goto fail;
     if ((st = parse_shape(json_get(in, "shape"), t->name, t, lim)))
       goto fail;
     int64_t elems = cinfer_shape_elements(t->shape, t->ndim);
@@ -243,25 +219,11 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
                  t->name, bds->u.num, bin_left);
         goto fail;
       }
-      t->byte_size = (size_t)bds->u.num;
-      t->data = bin;
-      bin += t->byte_size;
-      bin_left -= t->byte_size;
-      if ((st = cinfer_tensor_check(t))) goto fail;
-      /* Zero copy when the bytes sit at an address aligned for their element type; the
-       * JSON header's length decides that, so otherwise copy them to aligned memory
-       * (kernels read typed elements). */
-      size_t es = cinfer_dtype_size(t->dtype);
-      if (es > 1 && ((uintptr_t)t->data % es) != 0) {
-        void *copy = NULL;
-        if (posix_memalign(&copy, 64, t->byte_size ? t->byte_size : 64)) {
-          st = cinfer_status_oom(NULL);
-          goto fail;
-        }
-        memcpy(copy, t->data, t->byte_size);
-        t->data = copy;
-        ki->owned = copy;
-      }
+      /* Zero copy unless the JSON header's length left the bytes misaligned. */
+      size_t nb = (size_t)bds->u.num;
+      if ((st = kserve_input_bytes(ki, bin, nb))) goto fail;
+      bin += nb;
+      bin_left -= nb;
       continue;
     }
     if (!data) { st = BAD("input '%s' has neither 'data' nor binary_data_size", t->name); goto fail; }
@@ -289,11 +251,7 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
   const json_value *outputs = json_get(root, "outputs");
   if (outputs) {
     if (!json_is(outputs, JSON_ARRAY)) { st = BAD("'outputs' must be an array"); goto fail; }
-    if (outputs->len > CINFER_MAX_OUTPUTS) {
-      st = BAD("request asks for %u outputs; the limit is CINFER_MAX_OUTPUTS = %d", outputs->len,
-               CINFER_MAX_OUTPUTS);
-      goto fail;
-    }
+    if ((st = kserve_check_output_count(outputs->len))) goto fail;
     k->outputs = calloc((size_t)outputs->len + 1, sizeof *k->outputs);
     if (!k->outputs) { st = cinfer_status_oom(NULL); goto fail; }
     for (const json_value *o = outputs->u.child; o; o = o->next) {
@@ -311,12 +269,7 @@ cinfer_status *kserve_decode(const char *body, size_t body_len, int64_t header_l
         goto fail;
       }
       get_bool_param(op, "binary_data", &ko->binary);
-      if (json_get(op, "classification")) {
-        st = cinfer_status_new(CINFER_UNSUPPORTED,
-                               "output '%s': the classification extension is not supported",
-                               ko->name);
-        goto fail;
-      }
+      if ((st = kserve_output_params(ko->name, json_get(op, "classification") != NULL))) goto fail;
     }
   }
   *out = k;
