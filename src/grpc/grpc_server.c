@@ -579,6 +579,9 @@ static cinfer_status *listen_on(const char *host, uint16_t port, int *out) {
   return NULL;
 }
 
+static void batch_begin(void *arg) { cinfer_server_defer_wakeups_begin(); }
+static void batch_end(void *arg) { cinfer_server_defer_wakeups_flush(); }
+
 cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_server **out) {
   *out = NULL;
   grpc_server *g = calloc(1, sizeof *g);
@@ -618,6 +621,8 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
   }
   g->port = port;
   for (int i = 0; i < g->n_loops && !st; i++) {
+    /* One worker wake-up per epoll batch of requests, as the HTTP frontend does. */
+    loop_set_batch_hooks(g->loops[i].loop, batch_begin, batch_end, NULL);
     char name[16];
     snprintf(name, sizeof name, "grpc-io-%d", i);
     if ((st = loop_start_thread(g->loops[i].loop, name))) {

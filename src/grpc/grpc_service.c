@@ -741,9 +741,7 @@ static void infer(gstream *gs, const uint8_t *msg, size_t len, bool stream) {
     goto fail;
   cinfer_request_set_callback(ic->req, on_response, ic);
   gop_attach(gs, &ic->op, call_cancel);
-  cinfer_server_defer_wakeups_begin();
-  st = cinfer_server_infer_async(g->server, ic->req);
-  cinfer_server_defer_wakeups_flush();
+  st = cinfer_server_infer_async(g->server, ic->req); /* woken at the loop's batch end */
   if (st) {
     gop_done(&ic->op);
     goto fail;
