@@ -271,7 +271,14 @@ static void stream_take_messages(gstream *gs) {
       gstream_finish(gs, GRPC_INTERNAL, "invalid gRPC message: compressed flag must be 0 or 1");
       return;
     }
-    if (!gs->m->streaming && !gs->in_closed) break; /* wait for END_STREAM */
+    if (!gs->m->streaming && !gs->in_closed) {
+      /* Wait for END_STREAM, buffering nothing beyond the one message. */
+      if (gs->in.len - off > used) {
+        gstream_finish(gs, GRPC_UNIMPLEMENTED, "a unary call carried more than one request message");
+        return;
+      }
+      break;
+    }
     off += used;
     gs->n_msgs++;
     if (!gs->m->streaming && gs->n_msgs > 1) {

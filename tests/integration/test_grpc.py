@@ -555,6 +555,21 @@ def test_stream_reset_mid_request_then_same_connection_works(server):
     unharmed(server)
 
 
+def test_unary_call_with_two_messages_is_answered_at_once(server):
+    """A unary call whose DATA holds a second message is refused as soon as it arrives (the
+    server never buffers past the one message it needs), and the connection stays usable."""
+    s = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=30)
+    msg = b"\x00\x00\x00\x00\x00"
+    s.sendall(PREFACE + frame(4, 0, 0, b"") + frame(1, 4, 1, req_headers(LIVE)) + frame(0, 0, 1, msg + msg))
+    frames = read_frames(s, lambda fs: any(f[2] == 1 and f[0] == 1 and f[1] & 1 for f in fs))
+    assert any(f[2] == 1 and f[0] == 1 and f[1] & 1 for f in frames)  # trailers-only, no END_STREAM from us yet
+    assert not any(f[2] == 1 and f[0] == 0 for f in frames)           # and no response message
+    s.sendall(frame(1, 4, 3, req_headers(LIVE)) + frame(0, 1, 3, msg))
+    frames = read_frames(s, lambda fs: any(f[2] == 3 and f[1] & 1 for f in fs))
+    assert b"".join(f[3] for f in frames if f[0] == 0 and f[2] == 3) == b"\x00\x00\x00\x00\x02\x08\x01"
+    s.close()
+
+
 @pytest.mark.parametrize("bad", ["garbage", "data_on_stream_0", "oversized_frame", "no_preface"])
 def test_protocol_errors_close_only_that_connection(server, bad):
     s = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=30)
