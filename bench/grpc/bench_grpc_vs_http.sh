@@ -2,11 +2,11 @@
 # bench_grpc_vs_http.sh: identity ModelInfer over gRPC against KServe HTTP (binary tensor
 # data) at concurrency 1 and 16, side by side in one run, measured with perf_analyzer
 # (the same client for both protocols). Usage:
-#   bench/grpc/bench_grpc_vs_http.sh [ELEMENTS=16] [WINDOW_MS=3000]
+#   bench/grpc/bench_grpc_vs_http.sh [ELEMENTS=16] [REQUESTS_PER_WINDOW=20000]
 # Prints one markdown row per protocol and concurrency: req/s, client p50 and p99 (µs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ELEMS=${1:-16}; WIN=${2:-3000}
+ELEMS=${1:-16}; WIN=${2:-20000}
 BIN=${CINFER_BIN:-build/src/cli/cinfer}
 VENV=${CINFER_VENV:-/work/main/build/venv}
 PA=$VENV/bin/perf_analyzer
@@ -25,7 +25,7 @@ for c in 1 16; do
   for proto in http grpc; do
     port=$http; [ $proto = grpc ] && port=$grpc
     out=$(LD_LIBRARY_PATH=$CUDART "$PA" -m identity -u 127.0.0.1:$port -i $proto \
-          --shape INPUT0:$ELEMS --concurrency-range $c:$c --measurement-interval $WIN \
+          --shape INPUT0:$ELEMS --concurrency-range $c:$c --measurement-mode count_windows --measurement-request-count $WIN \
           --stability-percentage 10000 --max-trials 3 --percentile 50 2>&1) || true
     tput=$(echo "$out" | grep -o 'Throughput: [0-9.]* infer/sec' | tail -1 | grep -o '[0-9.]*' || true)
     p50=$(echo "$out" | grep -o 'p50 latency: [0-9]* usec' | tail -1 | sed 's/[^0-9]*50 latency: //; s/ usec//' || true)
