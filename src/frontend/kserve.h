@@ -111,4 +111,25 @@ void kserve_encode_error(cbuf *out, const char *msg);
 /* The elements of t as a JSON array (the "data" of a KServe output), appended to out. */
 void kserve_encode_data(cbuf *out, const cinfer_tensor *t);
 
+/* ---- rules shared by every encoding (kserve_rules.c) ---------------------------------- */
+/* The KServe HTTP codec above and the gRPC codec (src/grpc) describe each input with these,
+ * in this order, so every limit and check is written once. Each returns INVALID_ARG naming
+ * the input (or the limit) and leaves the tensor partly set on error. */
+cinfer_status *kserve_check_input_count(size_t n);   /* 1..CINFER_MAX_INPUTS */
+cinfer_status *kserve_check_output_count(size_t n);  /* 0..CINFER_MAX_OUTPUTS */
+/* Non-empty and not a name of the n_prev inputs already described; sets t->name (borrowed). */
+cinfer_status *kserve_input_name(const kserve_input *prev, size_t n_prev, const char *name,
+                                 cinfer_tensor *t);
+/* A KServe datatype name ("FP32"; not the config spelling "TYPE_FP32"). */
+cinfer_status *kserve_input_datatype(const char *name, const char *dt, size_t len,
+                                     cinfer_tensor *t);
+/* At most CINFER_MAX_DIMS dims, each non-negative, at most lim->max_tensor_elements. */
+cinfer_status *kserve_input_shape(const char *name, const int64_t *dims, size_t nd,
+                                  const kserve_limits *lim, cinfer_tensor *t);
+/* The input's bytes (borrowed): byte size against shape x dtype (BYTES: the length
+ * prefixes), copied to aligned memory in ki->owned when misaligned for the dtype. */
+cinfer_status *kserve_input_bytes(kserve_input *ki, const void *data, size_t len);
+/* Requested-output parameters: classification is refused (UNSUPPORTED). */
+cinfer_status *kserve_output_params(const char *name, bool has_classification);
+
 #endif

@@ -26,6 +26,7 @@ class CinferProcess:
         self.startup_timeout = startup_timeout
         self.proc = None
         self.port = None
+        self.grpc_port = None  # `cinfer serve`: its grpc_port=N (0 when gRPC is off)
         self.log = []
 
     def _launch(self, cmd):
@@ -38,6 +39,8 @@ class CinferProcess:
                 self.log.append(line)
                 m = re.search(r"http_port=(\d+)", line)
                 if m and not port_seen.is_set():
+                    g = re.search(r"grpc_port=(\d+)", line)
+                    self.grpc_port = int(g.group(1)) if g else None
                     self.port = int(m.group(1))
                     port_seen.set()
             port_seen.set()
@@ -86,8 +89,10 @@ class Server(CinferProcess):
         self.repo = repo
 
     def start(self):
+        # An ephemeral gRPC port too, so servers of tests that run at once never share 8001.
+        grpc = [] if "--grpc-port" in self.args else ["--grpc-port", "0"]
         return self._launch([BIN, "serve", "--model-repository", self.repo, "--host", "127.0.0.1",
-                             "--http-port", "0"] + self.args)
+                             "--http-port", "0"] + grpc + self.args)
 
     def wait_ready(self, timeout=60):
         deadline = time.monotonic() + timeout

@@ -1,0 +1,86 @@
+/* kserve_rules.c: the KServe v2 request rules that do not depend on the encoding (JSON +
+ * binary over HTTP, protobuf over gRPC). kserve_decode (kserve.c) and the gRPC codec
+ * (src/grpc/grpc_codec.c) call these, so a limit or a check exists once; see kserve.h. */
+#include "frontend/kserve.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BAD(...) cinfer_status_new(CINFER_INVALID_ARG, __VA_ARGS__)
+
+cinfer_status *kserve_check_input_count(size_t n) {
+  if (n == 0) return BAD("request must have a non-empty 'inputs' array");
+  if (n > CINFER_MAX_INPUTS)
+    return BAD("request has %zu inputs; the limit is CINFER_MAX_INPUTS = %d", n,
+               CINFER_MAX_INPUTS);
+  return NULL;
+}
+
+cinfer_status *kserve_check_output_count(size_t n) {
+  if (n > CINFER_MAX_OUTPUTS)
+    return BAD("request asks for %zu outputs; the limit is CINFER_MAX_OUTPUTS = %d", n,
+               CINFER_MAX_OUTPUTS);
+  return NULL;
+}
+
+cinfer_status *kserve_input_name(const kserve_input *prev, size_t n_prev, const char *name,
+                                 cinfer_tensor *t) {
+  if (!name || !name[0]) return BAD("inputs[%zu] needs a non-empty string 'name'", n_prev);
+  for (size_t j = 0; j < n_prev; j++)
+    if (!strcmp(prev[j].t.name, name)) return BAD("input '%s' appears more than once", name);
+  t->name = name;
+  return NULL;
+}
+
+cinfer_status *kserve_input_datatype(const char *name, const char *dt, size_t len,
+                                     cinfer_tensor *t) {
+  t->dtype = cinfer_dtype_parse(dt, len);
+  if (t->dtype == CINFER_TYPE_INVALID || (len >= 5 && strncmp(dt, "TYPE_", 5) == 0))
+    return BAD("input '%s': unknown datatype '%.*s'", name, (int)(len > 64 ? 64 : len), dt);
+  return NULL;
+}
+
+cinfer_status *kserve_input_shape(const char *name, const int64_t *dims, size_t nd,
+                                  const kserve_limits *lim, cinfer_tensor *t) {
+  if (nd > CINFER_MAX_DIMS)
+    return BAD("input '%s': shape has %zu dimensions; the limit is CINFER_MAX_DIMS = %d", name,
+               nd, CINFER_MAX_DIMS);
+  for (size_t i = 0; i < nd; i++) {
+    if (dims[i] < 0 || dims[i] > (int64_t)9.0e15)
+      return BAD("input '%s': shape[%zu] must be a non-negative integer", name, i);
+    t->shape[i] = dims[i];
+  }
+  t->ndim = (int)nd;
+  int64_t el = cinfer_shape_elements(t->shape, t->ndim);
+  if (el < 0 || el > lim->max_tensor_elements)
+    return BAD("input '%s': shape has more than the limit of %lld elements", name,
+               (long long)lim->max_tensor_elements);
+  return NULL;
+}
+
+cinfer_status *kserve_input_bytes(kserve_input *ki, const void *data, size_t len) {
+  cinfer_tensor *t = &ki->t;
+  t->data = data;
+  t->byte_size = len;
+  cinfer_status *st = cinfer_tensor_check(t);
+  if (st) return st;
+  /* Zero copy when the bytes sit at an address aligned for their element type; otherwise
+   * copy them to aligned memory (kernels read typed elements). */
+  size_t es = cinfer_dtype_size(t->dtype);
+  if (es > 1 && ((uintptr_t)t->data % es) != 0) {
+    void *copy = NULL;
+    if (posix_memalign(&copy, 64, len ? len : 64)) return cinfer_status_oom(NULL);
+    memcpy(copy, data, len);
+    t->data = copy;
+    free(ki->owned);
+    ki->owned = copy;
+  }
+  return NULL;
+}
+
+cinfer_status *kserve_output_params(const char *name, bool has_classification) {
+  if (has_classification)
+    return cinfer_status_new(CINFER_UNSUPPORTED,
+                             "output '%s': the classification extension is not supported", name);
+  return NULL;
+}
