@@ -170,8 +170,10 @@ static void shape_text(char *o, size_t cap, const int64_t *d, int nd) {
 static cinfer_status *parse_shape(const json_value *shape, const char *name, cinfer_tensor *t,
                                   const kserve_limits *lim) {
   if (!json_is(shape, JSON_ARRAY)) return BAD("input '%s': 'shape' must be an array of integers", name);
-  if (shape->len > CINFER_MAX_DIMS) return kserve_input_shape(name, NULL, shape->len, lim, t);
-  int64_t dims[CINFER_MAX_DIMS];
+  int nd = shape->len > CINFER_MAX_DIMS ? CINFER_MAX_DIMS + 1 : (int)shape->len;
+  if (nd > CINFER_MAX_DIMS)
+    return BAD("input '%s': shape has %u dimensions; the limit is CINFER_MAX_DIMS = %d", name,
+               shape->len, CINFER_MAX_DIMS);
   int i = 0;
   for (const json_value *d = shape->u.child; d; d = d->next, i++) {
     if (!json_is(d, JSON_NUMBER) || !(d->int_flags & JSON_INT_I64) || d->ix.i < 0)
@@ -411,11 +413,15 @@ cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t hea
   get_bool_param(k->params, "binary_data_output", &k->binary_default);
 
   const json_value *inputs = json_get(root, "inputs");
-  if (!json_is(inputs, JSON_ARRAY)) {
+  if (!json_is(inputs, JSON_ARRAY) || !inputs->len) {
     st = BAD("request must have a non-empty 'inputs' array");
     goto fail;
   }
-  if ((st = kserve_check_input_count(inputs->len))) goto fail;
+  if (inputs->len > CINFER_MAX_INPUTS) {
+    st = BAD("request has %u inputs; the limit is CINFER_MAX_INPUTS = %d", inputs->len,
+             CINFER_MAX_INPUTS);
+    goto fail;
+  }
   k->inputs = calloc(inputs->len, sizeof *k->inputs);
   if (!k->inputs) { st = cinfer_status_oom(NULL); goto fail; }
   for (const json_value *in = inputs->u.child; in; in = in->next) {
@@ -423,12 +429,24 @@ cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t hea
     cinfer_tensor *t = &ki->t;
     if (!json_is(in, JSON_OBJECT)) { st = BAD("inputs[%zu] must be an object", k->n_inputs); goto fail; }
     const json_value *name = json_get(in, "name");
-    if ((st = kserve_input_name(k->inputs, k->n_inputs, json_is(name, JSON_STRING) ? name->u.str : NULL, t)))
+    if (!json_is(name, JSON_STRING) || !name->u.str[0]) {
+      st = BAD("inputs[%zu] needs a non-empty string 'name'", k->n_inputs);
       goto fail;
+    }
+    t->name = name->u.str;
+    for (size_t j = 0; j < k->n_inputs; j++)
+      if (!strcmp(k->inputs[j].t.name, t->name)) {
+        st = BAD("input '%s' appears more than once", t->name);
+        goto fail;
+      }
     k->n_inputs++;
     const json_value *dt = json_get(in, "datatype");
     if (!json_is(dt, JSON_STRING)) { st = BAD("input '%s' needs a string 'datatype'", t->name); goto fail; }
-    if ((st = kserve_input_datatype(t->name, dt->u.str, dt->len, t))) goto fail;
+    t->dtype = cinfer_dtype_parse(dt->u.str, dt->len);
+    if (t->dtype == CINFER_TYPE_INVALID || strncmp(dt->u.str, "TYPE_", 5) == 0) {
+      st = BAD("input '%s': unknown datatype '%s'", t->name, dt->u.str);
+      goto fail;
+    }
     if ((st = parse_shape(json_get(in, "shape"), t->name, t, lim)))
       goto fail;
     int64_t elems = cinfer_shape_elements(t->shape, t->ndim);
@@ -524,7 +542,11 @@ cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t hea
   const json_value *outputs = json_get(root, "outputs");
   if (outputs) {
     if (!json_is(outputs, JSON_ARRAY)) { st = BAD("'outputs' must be an array"); goto fail; }
-    if ((st = kserve_check_output_count(outputs->len))) goto fail;
+    if (outputs->len > CINFER_MAX_OUTPUTS) {
+      st = BAD("request asks for %u outputs; the limit is CINFER_MAX_OUTPUTS = %d", outputs->len,
+               CINFER_MAX_OUTPUTS);
+      goto fail;
+    }
     k->outputs = calloc((size_t)outputs->len + 1, sizeof *k->outputs);
     if (!k->outputs) { st = cinfer_status_oom(NULL); goto fail; }
     for (const json_value *o = outputs->u.child; o; o = o->next) {
