@@ -85,8 +85,12 @@ static void rpc_model_ready(gstream *gs, const uint8_t *msg, size_t len) {
 }
 
 static void rpc_server_metadata(gstream *gs, const uint8_t *msg, size_t len) {
-  static char *ext[] = {"binary_tensor_data", "model_configuration", "model_repository",
-                        "parameters", "schedule_policy", "statistics"};
+  /* The HTTP endpoint's list (GET /v2) less what this endpoint does not serve yet: shared
+   * memory, classification, trace and logging RPCs (UNIMPLEMENTED here), and generate (an
+   * HTTP-only extension). test_grpc checks the two lists differ by exactly these. */
+  static char *ext[] = {"sequence", "sequence(string_id)", "binary_tensor_data", "model_configuration",
+                        "model_repository", "parameters", "schedule_policy", "statistics",
+                        "model_repository(unload_dependents)"};
   Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
   r.name = "cinfer";
   r.version = CINFER_VERSION;
