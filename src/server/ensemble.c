@@ -446,28 +446,25 @@ static cinfer_status *check_connections(ensemble *e, cinfer_model *ens) {
 
 static void *dispatcher_main(void *arg);
 
-/* A decoupled step is run when it is the last one: one decoupled step, nothing reads its
- * outputs, and every ensemble output comes from it. Its responses then stream out as the
- * ensemble's. Anything else (a decoupled step in the middle of the DAG) is refused. */
+/* Decoupled steps. One whose outputs nothing reads, and which produces every ensemble
+ * output, is the streaming step: its responses stream out as the ensemble's. A decoupled
+ * step anywhere else must answer each request once (outputs in its FINAL response, as the
+ * image_decode backend does); a partial response from it fails the request (child_cb), since
+ * Triton's one-request-per-response fan-out downstream is not implemented. */
 static cinfer_status *check_streaming(ensemble *e, cinfer_model *ens) {
   e->stream_step = -1;
   for (int si = 0; si < e->n_steps; si++) {
     const ens_step *s = &e->steps[si];
     if (!s->decoupled) continue;
+    bool read = false;
+    for (int k = 0; k < s->n_out; k++) read |= e->tensors[s->out[k].tensor].n_readers > 0;
+    if (read) continue; /* a middle step: it must answer once */
     if (e->stream_step >= 0)
       return cinfer_status_new(CINFER_UNSUPPORTED,
                                "in ensemble '%s', steps %d ('%s') and %d ('%s') are both "
-                               "decoupled; cinfer runs one decoupled step, the last", ens->name,
-                               e->stream_step, e->steps[e->stream_step].model, si, s->model);
-    for (int k = 0; k < s->n_out; k++) {
-      const ens_tensor *x = &e->tensors[s->out[k].tensor];
-      if (x->n_readers)
-        return cinfer_status_new(CINFER_UNSUPPORTED,
-                                 "in ensemble '%s', step %d: model '%s' is decoupled and its "
-                                 "output '%s' feeds step %d; cinfer runs a decoupled step only "
-                                 "as the last one (its responses stream out)", ens->name, si,
-                                 s->model, x->name, x->readers[0]);
-    }
+                               "decoupled and feed no other step; cinfer streams one decoupled "
+                               "step, the last", ens->name, e->stream_step,
+                               e->steps[e->stream_step].model, si, s->model);
     e->stream_step = si;
   }
   for (int j = 0; e->stream_step >= 0 && j < ens->n_outputs; j++) {
@@ -1000,6 +997,22 @@ static void forward_partial(ens_run *run, int s, cinfer_response *cresp) {
   cinfer_response *resp = go ? calloc(1, sizeof *resp) : NULL;
   cinfer_tensor *ts = resp ? calloc((size_t)m->n_outputs + 1, sizeof *ts) : NULL;
   cinfer_response **held = ts ? calloc(1, sizeof *held) : NULL;
+  if (s != e->stream_step) { /* a decoupled middle step answered more than once */
+    free(resp), free(ts), free(held);
+    cinfer_response_free(cresp);
+    pthread_mutex_lock(&run->mu);
+    int n = run->err || run->finished
+                ? 0
+                : fail_locked(run, cinfer_status_new(CINFER_UNSUPPORTED,
+                                                     "in ensemble '%s', step %d (model '%s'): the decoupled "
+                                                     "step sent a partial response; in the middle of an "
+                                                     "ensemble cinfer takes one answer per request from a "
+                                                     "decoupled step (its FINAL response)",
+                                                     m->name, s, e->steps[s].model));
+    pthread_mutex_unlock(&run->mu);
+    cancel_children(run, n);
+    return;
+  }
   if (!held) { /* not sent on (cancelled, failed, or out of memory) */
     free(resp), free(ts);
     cinfer_response_free(cresp);

@@ -60,7 +60,7 @@ parameters { key: "std" value: { string_value: "0.225,0.224,0.229" } }
 
 @pytest.fixture(scope="module")
 def server():
-    repo = copy_repo(STAGES)
+    repo = copy_repo(STAGES + ["face_analytics", "face_detect"])
     os.makedirs(os.path.join(repo, "small_decode", "1"))
     with open(os.path.join(repo, "small_decode", "config.pbtxt"), "w") as f:
         f.write(SMALL_DECODE)
@@ -277,29 +277,46 @@ def test_preprocess_fp16_nhwc_bgr_letterbox(client, astronaut):
     assert got["X"][0][2] == 40 and got["X"][0][3] == 0  # pillarboxed: 120x120 in 200 wide
 
 
-def test_pipelines_repository_loads():
-    """examples/pipelines: every stage (linked from model_repository) loads; the two
-    ensembles load, or — while the server does not run ensembles — fail with a reason that
-    says so, leaving the stages serving."""
-    pipelines = os.path.join(EXAMPLES, "..", "pipelines")
-    with Server(pipelines) as s:
-        # Not "ready" while a model failed to load: wait (bounded) until every load settled.
-        deadline, idx = time.monotonic() + 120, {}
-        while time.monotonic() < deadline:
-            try:
-                c = httpclient.InferenceServerClient(s.hostport)
-                idx = {m["name"]: m for m in c.get_model_repository_index()}
-                if len(idx) >= len(STAGES) + 2 and all(
-                        m.get("state") in ("READY", "UNAVAILABLE") for m in idx.values()):
-                    break
-            except Exception:
-                pass
-            time.sleep(0.05)
-        assert set(STAGES) | {"face_analytics", "face_detect"} <= set(idx), sorted(idx)
-        for m in STAGES:
-            assert idx[m]["state"] == "READY", idx[m]
-        for m in ("face_analytics", "face_detect"):
-            assert idx[m]["state"] == "READY" or "ensemble" in idx[m].get("reason", ""), idx[m]
+def ensemble(client, model, data):
+    r = client.infer(model, [_image_input(data)])
+    return {o["name"]: r.as_numpy(o["name"]) for o in r.get_response()["outputs"]}
+
+
+def _image_input(data):
+    x = httpclient.InferInput("IMAGE", [1, 1], "BYTES")
+    x.set_data_from_numpy(image_bytes(data))
+    return x
+
+
+def test_face_analytics_ensemble(client, ref_models, astronaut):
+    """The example pipeline itself (examples/model_repository/face_analytics, a Triton
+    ensemble over the stages): one request per image, the same answer as the independent
+    reference; and the stage models' statistics show the ensemble's steps ran on them."""
+    data, img = astronaut
+    before = client.get_inference_statistics("retinaface_mnet25_v2")["model_stats"][0]["inference_count"]
+    got = ensemble(client, "face_analytics", data)
+    ref = vr.analyse(ref_models, img)
+    assert got["BOXES"].shape[0] == len(ref) == 1
+    f = ref[0]
+    assert vr.iou(got["BOXES"][0], f["box"]) >= 0.9, (got["BOXES"][0], f["box"])
+    np.testing.assert_allclose(got["LANDMARKS"][0], f["landmarks"], atol=0.05)
+    assert abs(float(got["AGE"][0, 0]) - f["age"]) <= 1.0, (got["AGE"], f["age"])
+    assert got["GENDER"][0, 0].decode() == f["gender"] == "female"
+    assert got["EXPRESSION"][0, 0].decode() == f["expression"] == "happy"
+    e = got["EMBEDDING"][0]
+    assert abs(np.linalg.norm(e) - 1) < 1e-4 and float(np.dot(e, f["embedding"])) >= 0.99
+    after = client.get_inference_statistics("retinaface_mnet25_v2")["model_stats"][0]["inference_count"]
+    assert int(after) == int(before) + 1
+    noise = np.random.default_rng(5).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+    got = ensemble(client, "face_analytics", vr.png_encode(noise))
+    assert got["BOXES"].shape == (0, 4) and got["AGE"].shape[0] == 0 and got["EMBEDDING"].shape[0] == 0
+    det = ensemble(client, "face_detect", data)
+    assert det["BOXES"].shape == (1, 4) and vr.iou(det["BOXES"][0], f["box"]) >= 0.7
+    # a corrupt image fails the request naming the step; the next one is served
+    with pytest.raises(InferenceServerException) as e:
+        ensemble(client, "face_analytics", data[:200])
+    assert "in ensemble 'face_analytics', step 0 (model 'vision_decode')" in str(e.value), str(e.value)
+    assert ensemble(client, "face_analytics", data)["BOXES"].shape[0] == 1
 
 
 def expect_stage_400(client, model, inputs, outputs, needle):
