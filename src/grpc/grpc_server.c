@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "net/loop.h"
 #include "grpc/grpc_internal.h"
 #include "grpc/grpc_wire.h"
 
@@ -558,34 +559,6 @@ static void on_accept(loop_io *io, uint32_t ev) {
 
 /* ---- server lifecycle ---------------------------------------------------------------------- */
 
-static cinfer_status *listen_on(const char *host, uint16_t port, int *out) {
-  char ps[8];
-  snprintf(ps, sizeof ps, "%u", port);
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai = NULL;
-  if (!host || !*host) host = "0.0.0.0";
-  int e = getaddrinfo(host, ps, &hints, &ai);
-  if (e) return cinfer_status_new(CINFER_INVALID_ARG, "grpc: host '%s': %s", host, gai_strerror(e));
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    freeaddrinfo(ai);
-    return cinfer_status_new(CINFER_INTERNAL, "grpc: socket: %s", strerror(errno));
-  }
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-  if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 1024)) {
-    int err = errno;
-    close(fd);
-    freeaddrinfo(ai);
-    return cinfer_status_new(CINFER_UNAVAILABLE, "grpc: bind/listen %s:%u: %s", host, port,
-                             strerror(err));
-  }
-  freeaddrinfo(ai);
-  *out = fd;
-  return NULL;
-}
-
 static void batch_begin(void *arg) { cinfer_server_defer_wakeups_begin(); }
 static void batch_end(void *arg) { cinfer_server_defer_wakeups_flush(); }
 
@@ -614,14 +587,7 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
     gl->lfd = -1;
     if (!(gl->rbuf = malloc(RBUF_BYTES))) { st = cinfer_status_oom("grpc server"); break; }
     if ((st = loop_create(&gl->loop))) break;
-    if ((st = listen_on(o->host, port, &gl->lfd))) break;
-    if (!port) {
-      struct sockaddr_storage ss;
-      socklen_t sl = sizeof ss;
-      getsockname(gl->lfd, (struct sockaddr *)&ss, &sl);
-      port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                            : ((struct sockaddr_in *)&ss)->sin_port);
-    }
+    if ((st = net_listen("grpc", o->host, port, 1024, i == 0, &gl->lfd, &port))) break;
     gl->lio.fd = gl->lfd;
     gl->lio.fn = on_accept;
     if ((st = loop_io_add(gl->loop, &gl->lio, LOOP_READ))) break;

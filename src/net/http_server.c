@@ -1173,35 +1173,6 @@ static void accept_resume(loop_timer *tm) {
 
 /* ---- server lifecycle --------------------------------------------------------------------- */
 
-static cinfer_status *make_listener(const http_server_opts *o, uint16_t port, int *out) {
-  char portstr[8];
-  snprintf(portstr, sizeof portstr, "%u", port);
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-  struct addrinfo *ai = NULL;
-  const char *host = (o->host && *o->host) ? o->host : "0.0.0.0";
-  int e = getaddrinfo(host, portstr, &hints, &ai);
-  if (e) return cinfer_status_new(CINFER_INVALID_ARG, "http server: host '%s': %s", host, gai_strerror(e));
-  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    freeaddrinfo(ai);
-    return cinfer_status_new(CINFER_INTERNAL, "http server: socket: %s", strerror(errno));
-  }
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-  if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, o->backlog) != 0) {
-    int err = errno;
-    close(fd);
-    freeaddrinfo(ai);
-    return cinfer_status_new(CINFER_UNAVAILABLE, "http server: bind/listen %s:%u: %s", host,
-                             port, strerror(err));
-  }
-  freeaddrinfo(ai);
-  *out = fd;
-  return NULL;
-}
-
 cinfer_status *http_server_create(const http_server_opts *opts, http_handler handler,
                                   void *user, http_server **out) {
   *out = NULL;
@@ -1242,16 +1213,9 @@ cinfer_status *http_server_create(const http_server_opts *opts, http_handler han
     if (st) break;
     s->n = i + 1;
     loop_set_batch_hooks(t->loop, o->batch_begin, o->batch_end, o->batch_arg);
-    st = make_listener(o, port, &t->lfd);
+    st = net_listen("http server", o->host, port, o->backlog, i == 0, &t->lfd, &port);
     if (st) break;
-    if (i == 0) {
-      struct sockaddr_storage ss;
-      socklen_t sl = sizeof ss;
-      getsockname(t->lfd, (struct sockaddr *)&ss, &sl);
-      port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                            : ((struct sockaddr_in *)&ss)->sin_port);
-      s->port = port;
-    }
+    if (i == 0) s->port = port;
     t->lio.fd = t->lfd;
     t->lio.fn = accept_io;
     t->accept_pause.fn = accept_resume;

@@ -97,4 +97,12 @@ bool loop_timer_at(net_loop *loop, loop_timer *t, uint64_t deadline_ms);
 void loop_timer_cancel(net_loop *loop, loop_timer *t);
 static inline bool loop_timer_armed(const loop_timer *t) { return t->heap_index != 0; }
 
+/* A non-blocking TCP listener on host:port with SO_REUSEPORT (one per loop; listen.c).
+ * first: the server's first listener; for a fixed port it fails (UNAVAILABLE, "another
+ * process listens there") when the port is already taken, whoever holds it. backlog 0: no
+ * listen(). *bound_port (may be NULL): the port bound (for port 0). what names the server
+ * in errors ("http server", "grpc"). */
+cinfer_status *net_listen(const char *what, const char *host, uint16_t port, int backlog, bool first,
+                          int *out, uint16_t *bound_port);
+
 #endif

@@ -292,3 +292,23 @@ def test_more_than_256_versions_none_dropped():
         s.wait_ready()
         meta = json.load(urllib.request.urlopen(s.url + "/v2/models/identity"))
         assert sorted(int(v) for v in meta["versions"]) == list(range(1, 301))
+
+
+def test_a_port_in_use_is_refused():
+    # Each I/O loop has an SO_REUSEPORT listener; without the probe a second server (same
+    # user) could bind the same port and silently take part of the connections. Triton
+    # exits with "address in use", and so does cinfer, for the HTTP and the gRPC port.
+    import subprocess
+    from cinfer_server import BIN
+    repo = copy_repo(["identity"])
+    with Server(repo) as a:
+        a.wait_ready()
+        gport = a.grpc_port
+        assert gport
+        for args in (["--http-port", str(a.port), "--grpc-port", "0"], ["--http-port", "0", "--grpc-port", str(gport)]):
+            p = subprocess.run([BIN, "serve", "--model-repository", repo, "--host", "127.0.0.1"] + args,
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode != 0
+            assert "Address already in use (another process listens there)" in p.stderr, p.stderr
+        # the first server still answers
+        assert urllib.request.urlopen(a.url + "/v2/health/ready").status == 200
