@@ -73,7 +73,7 @@ struct cinfer_request {
 typedef struct batch_block {
   _Atomic int refs;
   uint32_t n;
-  struct { char *name; void *data; cinfer_tensor t; } out[];
+  struct { char *name; void *data; size_t cap; cinfer_tensor t; } out[]; /* data: bigbuf, cap */
 } batch_block;
 
 struct cinfer_response {

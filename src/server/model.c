@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/bigbuf.h"
 #include "core/log.h"
 #include "server/backend_config.h"
 #include "server/ensemble.h"
@@ -84,17 +85,18 @@ cinfer_status *cinfer_batch_output(cinfer_batch *b, const char *name, cinfer_dty
     c->block = bl = nb;
     c->cap = ncap;
   }
-  void *p = NULL;
-  if (posix_memalign(&p, 64, byte_size ? (byte_size + 63) & ~(size_t)63 : 64))
-    return cinfer_status_new(CINFER_INTERNAL, "out of memory for output '%s'", name);
+  size_t cap = 0;
+  void *p = bigbuf_get(byte_size, &cap);
+  if (!p) return cinfer_status_new(CINFER_INTERNAL, "out of memory for output '%s'", name);
   char *nm = strdup(name);
   if (!nm) {
-    free(p);
+    bigbuf_put(p, cap);
     return cinfer_status_oom(NULL);
   }
   uint32_t i = bl->n++;
   bl->out[i].name = nm;
   bl->out[i].data = p;
+  bl->out[i].cap = cap;
   t.name = nm;
   t.data = p;
   bl->out[i].t = t;
@@ -252,6 +254,12 @@ void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
   /* config inputs, then the sequence batcher's control and state inputs */
   int n_all = m->n_inputs + m->n_extra_inputs;
   memset(bufs, 0, (size_t)n_all * sizeof *bufs);
+  size_t caps_small[16], *caps = caps_small; /* bigbuf capacities of bufs */
+  if (n > 1 && n_all > 16 && !(caps = calloc((size_t)n_all, sizeof *caps))) {
+    caps = caps_small;
+    st = cinfer_status_oom("assembling a batch");
+    n_all = 0;
+  }
   for (int ci = 0; ci < n_all; ci++) {
     const cinfer_tensor *tin = NULL;
     for (uint32_t i = 0; i < r0->n_inputs; i++)
@@ -264,8 +272,8 @@ void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
     size_t total = 0;
     for (uint32_t k = 0; k < n; k++)
       total += cinfer_request_input_by_name(reqs[k], tin->name)->byte_size;
-    char *buf = NULL;
-    if (posix_memalign((void **)&buf, 64, total ? total : 64)) {
+    char *buf = bigbuf_get(total, &caps[n_in]);
+    if (!buf) {
       st = cinfer_status_oom("assembling a batch");
       break;
     }
@@ -297,7 +305,8 @@ void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
   if (!st) st = m->backend->execute(inst->state, &b);
   if (!st && m->seq) st = model_seq_after_execute(m, reqs, n, core.block);
   uint64_t t2 = clock_now_ns();
-  for (uint32_t i = 0; i < n_in; i++) free(bufs[i]);
+  for (uint32_t i = 0; i < n_in; i++) bigbuf_put(bufs[i], bufs[i] ? caps[i] : 0);
+  if (caps != caps_small) free(caps);
   for (uint32_t k = 0; k < n; k++) /* traced requests only; the statistics' clock reads */
     if (reqs[k]->trace) {
       cinfer_trace *tr = reqs[k]->trace;
@@ -337,7 +346,7 @@ void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
     if (core.block) {
       batch_block *bl = core.block;
       atomic_store(&bl->refs, 1);
-      for (uint32_t i = 0; i < bl->n; i++) free(bl->out[i].name), free(bl->out[i].data);
+      for (uint32_t i = 0; i < bl->n; i++) free(bl->out[i].name), bigbuf_put(bl->out[i].data, bl->out[i].cap);
       free(bl);
     }
     return;
@@ -346,7 +355,7 @@ void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
   if (core.block) { /* drop the batch's own reference */
     batch_block *bl = core.block;
     if (atomic_fetch_sub(&bl->refs, 1) == 1) {
-      for (uint32_t i = 0; i < bl->n; i++) free(bl->out[i].name), free(bl->out[i].data);
+      for (uint32_t i = 0; i < bl->n; i++) free(bl->out[i].name), bigbuf_put(bl->out[i].data, bl->out[i].cap);
       free(bl);
     }
   }

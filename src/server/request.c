@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bigbuf.h"
 #include "server/internal.h"
 #include "server/trace_internal.h"
 
@@ -308,7 +309,7 @@ static void block_release(batch_block *b) {
   if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
   for (uint32_t i = 0; i < b->n; i++) {
     free(b->out[i].name);
-    free(b->out[i].data);
+    bigbuf_put(b->out[i].data, b->out[i].cap);
   }
   free(b);
 }
