@@ -587,9 +587,14 @@ def test_dynamic_batching_hands_execute_several_requests(server, client, repo):
     for x, r in zip(xs, results):
         np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), x + 1)
         assert r.as_numpy("NREQ")[0, 0] == 4  # the four queued ones: one execute()
-    stats = client.get_inference_statistics("batched")["model_stats"][0]
-    assert int(stats["inference_count"]) - int(stats0.get("inference_count", 0)) == 5
-    assert int(stats["execution_count"]) - int(stats0.get("execution_count", 0)) == 2
+    # The statistics are recorded when execute() returns in the server's worker, which can be
+    # just after the responses reached the clients (slow under ASan): wait for them, bounded.
+    def counts():
+        st = client.get_inference_statistics("batched")["model_stats"][0]
+        return (int(st.get("inference_count", 0)) - int(stats0.get("inference_count", 0)),
+                int(st.get("execution_count", 0)) - int(stats0.get("execution_count", 0)))
+    wait_for(lambda: counts()[0] >= 5, "the statistics of the five requests")
+    assert counts() == (5, 2)
 
 
 def test_auto_complete_fills_the_config(client):
