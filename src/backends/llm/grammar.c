@@ -708,15 +708,27 @@ static void *aalloc(arena *a, size_t n) {
   return p;
 }
 static amark amark_get(arena *a) { return (amark){a->head, a->head ? a->head->used : 0}; }
+/* Back to mark m. The oldest chunk is kept (emptied) when m is the empty mark, so the
+ * scratch arena of a state costs no allocation per token once it has grown. */
 static void arelease(arena *a, amark m) {
   while (a->head != m.c) {
     chunk *c = a->head;
+    if (!m.c && !c->next) {
+      c->used = 0;
+      return;
+    }
     a->head = c->next;
     free(c);
   }
   if (a->head) a->head->used = m.used;
 }
-static void afree(arena *a) { arelease(a, (amark){NULL, 0}); }
+static void afree(arena *a) {
+  while (a->head) {
+    chunk *c = a->head;
+    a->head = c->next;
+    free(c);
+  }
+}
 
 /* Epoch-stamped open-addressing tables: interning of (pos, parent) and visited pointers. */
 typedef struct { const void *k1; uint32_t k2, epoch; node *v; } slot;
@@ -1097,7 +1109,6 @@ bool llm_grammar_accept_text(llm_grammar_state *s, const char *text, size_t n) {
   int r = run_bytes(s, text, n, &out, &part);
   bool ok = r == 1 && adopt(s, &out, part);
   arelease(&s->scratch, mk0);
-  afree(&s->scratch);
   return ok;
 }
 
@@ -1277,8 +1288,7 @@ int llm_grammar_mask(llm_grammar_state *s, const llm_grammar_vocab *v, const llm
       }
       st[sp++] = (frame){c, tn->first_child, nx, part, mark};
     }
-    arelease(&s->scratch, st ? st[0].mark : amark_get(&s->scratch));
-    afree(&s->scratch);
+    arelease(&s->scratch, st[0].mark);
   }
   if (!failed) {
     bool end = llm_grammar_can_end(s);

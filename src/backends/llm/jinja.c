@@ -321,25 +321,50 @@ static bool listed(const char *n, size_t len, const char *const *l) {
 
 static expr *parse_expr(cparse *c);
 
+/* The items of an argument list or a list/dict literal, as many as the template has: grown
+ * in the compile's allocations (the template frees them all). */
+typedef struct { expr **v; const char **kw; int n, cap; } xlist;
+
+static bool xpush(cparse *c, xlist *l, expr *e, const char *kw) {
+  if (l->n == l->cap) {
+    int nc = l->cap ? l->cap * 2 : 8;
+    expr **nv = amalloc(c->mem, (size_t)nc * sizeof *nv);
+    const char **nk = amalloc(c->mem, (size_t)nc * sizeof *nk);
+    if (!nv || !nk) return false;
+    if (l->n) {
+      memcpy(nv, l->v, (size_t)l->n * sizeof *nv);
+      memcpy(nk, l->kw, (size_t)l->n * sizeof *nk);
+    }
+    l->v = nv, l->kw = nk, l->cap = nc;
+  }
+  l->v[l->n] = e;
+  l->kw[l->n++] = kw;
+  return true;
+}
+
+/* Moves the items into e (args, kw, nargs); args is never NULL. */
+static bool xtake(cparse *c, xlist *l, expr *e) {
+  if (!l->cap && (!(l->v = amalloc(c->mem, sizeof *l->v)) || !(l->kw = amalloc(c->mem, sizeof *l->kw))))
+    return false;
+  e->args = l->v;
+  e->kw = l->kw;
+  e->nargs = l->n;
+  return true;
+}
+
 /* (args) after '(' was seen: positional and name=value. */
 static bool parse_args(cparse *c, expr *e, int first_slot) {
-  expr *args[32];
-  const char *kw[32];
-  int n = first_slot;
-  if (first_slot) args[0] = e->a, kw[0] = NULL;
+  xlist l = {0};
+  if (first_slot && !xpush(c, &l, e->a, NULL)) return false;
   lex(c); /* past '(' */
   while (!c->err && !is_op(c, ")")) {
-    if (n == 32) {
-      cerr(c, c->tp, "too many arguments");
-      return false;
-    }
-    kw[n] = NULL;
+    const char *kw = NULL;
     if (c->tok == T_NAME) { /* name=value? */
       const char *save = c->ep, *tp = c->tp;
       size_t tn = c->tn;
       lex(c);
       if (is_op(c, "=")) {
-        kw[n] = cstrdup(c, tp, tn);
+        kw = cstrdup(c, tp, tn);
         lex(c);
       } else {
         c->ep = save;
@@ -348,7 +373,7 @@ static bool parse_args(cparse *c, expr *e, int first_slot) {
         c->tok = T_NAME;
       }
     }
-    args[n++] = parse_expr(c);
+    if (!xpush(c, &l, parse_expr(c), kw)) return false;
     if (is_op(c, ",")) lex(c);
     else if (!is_op(c, ")")) {
       cerr(c, c->tp, "expected ',' or ')' in an argument list");
@@ -357,13 +382,7 @@ static bool parse_args(cparse *c, expr *e, int first_slot) {
   }
   if (c->err) return false;
   lex(c); /* past ')' */
-  e->args = amalloc(c->mem, (size_t)(n ? n : 1) * sizeof *e->args);
-  e->kw = amalloc(c->mem, (size_t)(n ? n : 1) * sizeof *e->kw);
-  if (!e->args || !e->kw) return false;
-  memcpy(e->args, args, (size_t)n * sizeof *args);
-  memcpy(e->kw, kw, (size_t)n * sizeof *kw);
-  e->nargs = n;
-  return true;
+  return xtake(c, &l, e);
 }
 
 static expr *parse_primary(cparse *c) {
@@ -405,62 +424,42 @@ static expr *parse_primary(cparse *c) {
     lex(c);
     e = parse_expr(c);
     if (is_op(c, ",")) { /* a tuple: a list here */
-      expr *l = mk(c, X_LIST);
-      expr *items[64];
-      int n = 0;
-      items[n++] = e;
-      while (!c->err && is_op(c, ",") && n < 64) {
+      expr *t = mk(c, X_LIST);
+      xlist items = {0};
+      bool ok = t && xpush(c, &items, e, NULL);
+      while (ok && !c->err && is_op(c, ",")) {
         lex(c);
         if (is_op(c, ")")) break;
-        items[n++] = parse_expr(c);
+        ok = xpush(c, &items, parse_expr(c), NULL);
       }
-      if (l && (l->args = amalloc(c->mem, (size_t)n * sizeof *l->args))) {
-        memcpy(l->args, items, (size_t)n * sizeof *items);
-        l->nargs = n;
-      }
-      e = l;
+      if (!ok || !xtake(c, &items, t)) return NULL;
+      e = t;
     }
     expect_op(c, ")");
   } else if (is_op(c, "[")) {
     e = mk(c, X_LIST);
     lex(c);
-    expr *items[256];
-    int n = 0;
-    while (!c->err && !is_op(c, "]")) {
-      if (n == 256) {
-        cerr(c, c->tp, "list literal too long");
-        return NULL;
-      }
-      items[n++] = parse_expr(c);
+    xlist items = {0};
+    while (e && !c->err && !is_op(c, "]")) {
+      if (!xpush(c, &items, parse_expr(c), NULL)) return NULL;
       if (is_op(c, ",")) lex(c);
       else if (!is_op(c, "]")) cerr(c, c->tp, "expected ',' or ']'");
     }
     lex(c);
-    if (e && (e->args = amalloc(c->mem, (size_t)(n ? n : 1) * sizeof *e->args))) {
-      memcpy(e->args, items, (size_t)n * sizeof *items);
-      e->nargs = n;
-    }
+    if (!e || !xtake(c, &items, e)) return NULL;
   } else if (is_op(c, "{")) {
     e = mk(c, X_DICT);
     lex(c);
-    expr *items[256];
-    int n = 0;
-    while (!c->err && !is_op(c, "}")) {
-      if (n >= 254) {
-        cerr(c, c->tp, "dict literal too long");
-        return NULL;
-      }
-      items[n++] = parse_expr(c);
+    xlist items = {0};
+    while (e && !c->err && !is_op(c, "}")) {
+      if (!xpush(c, &items, parse_expr(c), NULL)) return NULL;
       if (!expect_op(c, ":")) return NULL;
-      items[n++] = parse_expr(c);
+      if (!xpush(c, &items, parse_expr(c), NULL)) return NULL;
       if (is_op(c, ",")) lex(c);
       else if (!is_op(c, "}")) cerr(c, c->tp, "expected ',' or '}'");
     }
     lex(c);
-    if (e && (e->args = amalloc(c->mem, (size_t)(n ? n : 1) * sizeof *e->args))) {
-      memcpy(e->args, items, (size_t)n * sizeof *items);
-      e->nargs = n;
-    }
+    if (!e || !xtake(c, &items, e)) return NULL;
   } else {
     cerr(c, c->tp, c->tok == T_END ? "expected an expression" : "unexpected '%.*s'", (int)c->tn, c->tp);
     return NULL;

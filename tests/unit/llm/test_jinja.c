@@ -108,11 +108,36 @@ static void test_runtime_errors(void **state) {
   llm_jinja_free(t);
 }
 
+/* Literals and argument lists as long as the template makes them (no fixed bound). */
+static void test_long_lists(void **state) {
+  (void)state;
+  cbuf src = {0};
+  cbuf_puts(&src, "{% set ns = namespace(");
+  for (int i = 0; i < 40; i++) cbuf_printf(&src, "%sa%d=%d", i ? ", " : "", i, i);
+  cbuf_puts(&src, ") %}{% set xs = [");
+  for (int i = 0; i < 1000; i++) cbuf_printf(&src, "%s%d", i ? "," : "", i);
+  cbuf_puts(&src, "] %}{% set d = {");
+  for (int i = 0; i < 300; i++) cbuf_printf(&src, "%s'k%d': %d", i ? "," : "", i, i);
+  cbuf_puts(&src, "} %}{{ xs | length }} {{ xs[999] }} {{ ns.a39 }} {{ d | length }} {{ d['k299'] }}");
+  assert_false(src.oom);
+  llm_jinja *t;
+  cinfer_status *st = llm_jinja_compile(src.data, src.len, &t);
+  if (st) fail_msg("%s", cinfer_status_message(st));
+  char *out = NULL;
+  llm_jinja_msg m = {"user", "hi"};
+  assert_null(llm_jinja_render(t, &m, 1, false, "", "", &out));
+  assert_string_equal(out, "1000 999 39 300 299");
+  free(out);
+  llm_jinja_free(t);
+  cbuf_free(&src);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matches_jinja2),
       cmocka_unit_test(test_unsupported_constructs_are_named),
       cmocka_unit_test(test_runtime_errors),
+      cmocka_unit_test(test_long_lists),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
