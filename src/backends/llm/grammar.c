@@ -162,7 +162,7 @@ static uint32_t merge_ranges(crange *r, uint32_t n) {
 /* Ends the set whose ranges start at `first`; returns its id. */
 static uint32_t end_set(parser *ps, uint32_t first, bool neg) {
   if (ps->err) return UINT32_MAX;
-  uint32_t n = merge_ranges(ps->ranges + first, ps->n_ranges - first);
+  uint32_t n = ps->n_ranges > first ? merge_ranges(ps->ranges + first, ps->n_ranges - first) : 0;
   ps->n_ranges = first + n;
   if (ps->n_sets >= (1u << 29) || !grow((void **)&ps->sets, &ps->cap_sets, ps->n_sets + 1, sizeof *ps->sets)) {
     ps->err = cinfer_status_oom("grammar");
@@ -901,7 +901,7 @@ static bool finish(matcher *m, sset *out) {
 
 static bool set_has(const llm_grammar *g, uint32_t set, uint32_t c) {
   const cset *s = &g->sets[set];
-  const crange *r = g->ranges + s->first;
+  const crange *r = s->n ? g->ranges + s->first : NULL; /* '.' has no ranges (and may have no array) */
   uint32_t lo = 0, hi = s->n; /* binary search */
   bool in = false;
   while (lo < hi) {
@@ -920,7 +920,7 @@ static bool set_has(const llm_grammar *g, uint32_t set, uint32_t c) {
  * misses the whole interval only when one range covers it. */
 static bool set_meets(const llm_grammar *g, uint32_t set, uint32_t lo, uint32_t hi) {
   const cset *s = &g->sets[set];
-  const crange *r = g->ranges + s->first;
+  const crange *r = s->n ? g->ranges + s->first : NULL; /* '.' has no ranges (and may have no array) */
   for (uint32_t i = 0; i < s->n; i++) {
     if (s->neg && r[i].lo <= lo && r[i].hi >= hi) return false;
     if (!s->neg && r[i].lo <= hi && r[i].hi >= lo) return true;
