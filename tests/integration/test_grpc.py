@@ -495,10 +495,12 @@ def test_cancelling_the_stream_cancels_its_requests(server):
     i.set_data_from_numpy(np.array([b"Write a very long story about dragons."], dtype=np.object_))
     c.async_stream_infer(LLM, [i], parameters={"stream": True, "max_tokens": 1500, "ignore_eos": True,
                                                "temperature": 0.8})
-    r, e = q.get(timeout=60)  # generation has started
-    assert e is None
-    assert llm_running(server) >= 1
-    c.stop_stream(cancel_requests=True)  # RST_STREAM
+    try:
+        r, e = q.get(timeout=60)  # generation has started
+        assert e is None
+        assert llm_running(server) >= 1
+    finally:
+        c.stop_stream(cancel_requests=True)  # RST_STREAM (also when an assertion failed)
     assert wait_for(lambda: llm_running(server) == 0)
     assert wait_for(lambda: fails() == fail0 + 1)
     unharmed(server)

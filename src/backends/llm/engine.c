@@ -979,6 +979,22 @@ static int add_chunk(llm_engine *e, seq *s, int k, int n, int *budget) {
   return n;
 }
 
+/* Publishes the gauges the metrics read (under e->mu); returns the sequences still incoming. */
+static int publish_gauges(llm_engine *e) {
+  llm_kv_stats ks;
+  llm_kv_get_stats(e->kv, &ks);
+  pthread_mutex_lock(&e->mu);
+  e->st.running = e->n_running;
+  int inc = 0;
+  for (seq *s = e->incoming; s; s = s->next) inc++;
+  e->st.waiting = e->n_waiting + inc;
+  e->st.kv_blocks_used = ks.n_used;
+  e->st.kv_blocks_cached = ks.n_cached;
+  e->st.kv_usage = (double)ks.n_used / ks.n_blocks;
+  pthread_mutex_unlock(&e->mu);
+  return inc;
+}
+
 int llm_engine_step(llm_engine *e) {
   /* intake */
   pthread_mutex_lock(&e->mu);
@@ -1026,6 +1042,9 @@ int llm_engine_step(llm_engine *e) {
     }
   while (e->n_waiting && e->n_running < e->o.max_seqs && budget > 0 && admit_one(e))
     n = add_chunk(e, e->running[e->n_running - 1], nseq++, n, &budget);
+  /* The gauges are published before the forward pass too: a sequence's first token reaches its
+   * client during this step, and a client that then reads the metrics must see it running. */
+  publish_gauges(e);
   if (n > 0) {
     llm_batch b = {n, e->b_token, e->b_pos, e->b_seq, e->b_want, e->b_tables};
     double t0 = e->trace ? clock_now_s() : 0;
@@ -1061,18 +1080,7 @@ int llm_engine_step(llm_engine *e) {
       if (s->n_computed == s->n_tokens) handle_token(e, s, rows + (size_t)n_plp * e->n_vocab);
     }
   }
-  llm_kv_stats ks;
-  llm_kv_get_stats(e->kv, &ks);
-  pthread_mutex_lock(&e->mu);
-  e->st.running = e->n_running;
-  int inc = 0;
-  for (seq *s = e->incoming; s; s = s->next) inc++;
-  e->st.waiting = e->n_waiting + inc;
-  e->st.kv_blocks_used = ks.n_used;
-  e->st.kv_blocks_cached = ks.n_cached;
-  e->st.kv_usage = (double)ks.n_used / ks.n_blocks;
-  pthread_mutex_unlock(&e->mu);
-  return e->n_running + e->n_waiting + inc;
+  return e->n_running + e->n_waiting + publish_gauges(e);
 }
 
 static void *step_main(void *arg) {
