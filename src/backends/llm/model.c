@@ -410,9 +410,12 @@ static void rope_apply(float *v, int n_heads, int hd, const float *cs, int rope_
   for (int h = 0; h < n_heads; h++) {
     float *x = v + (size_t)h * hd;
     for (int i = 0; i < rope_dims; i += 2) {
+      /* Fused as written (fmaf): GCC 12's vectoriser turns the unfused form into
+       * vfmaddsub at -O3 even with -ffp-contract=off, so the rounding depended on the
+       * optimisation level. */
       float c = cs[i], sn = cs[i + 1], x0 = x[i], x1 = x[i + 1];
-      x[i] = x0 * c - x1 * sn;
-      x[i + 1] = x0 * sn + x1 * c;
+      x[i] = fmaf(x0, c, -(x1 * sn));
+      x[i + 1] = fmaf(x0, sn, x1 * c);
     }
   }
 }
