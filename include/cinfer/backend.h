@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 #define CINFER_BACKEND_ABI_MAJOR 2
-#define CINFER_BACKEND_ABI_MINOR 1
+#define CINFER_BACKEND_ABI_MINOR 2
 
 typedef struct cinfer_request cinfer_request; /* opaque */
 struct cinfer_backend_metric;
@@ -242,6 +242,11 @@ typedef struct cinfer_backend_iface {
   uint32_t (*metrics)(void *model, struct cinfer_backend_metric *out, uint32_t cap);
   /* ---- end of the text methods ---------------------------------------------------------- */
   /* Members appended later go here (minor bump), each Optional with its default. */
+  /* ABI 2.2. Optional. The tokenizer's description as a JSON object (malloc'd, owned by the
+   * caller): "bos_token", "eos_token" (text, or null), "chat_template" (or null),
+   * "max_model_len", "vocab_size" — what vLLM's /tokenizer_info gives. NULL: the server
+   * answers CINFER_UNSUPPORTED naming the model. */
+  cinfer_status *(*tokenizer_info)(void *model, char **json);
 } cinfer_backend_iface;
 
 /* For the core: true when `iface` has the optional `member` that was appended in ABI

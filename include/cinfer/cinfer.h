@@ -120,6 +120,8 @@ cinfer_status *cinfer_model_detokenize(const cinfer_model *m, const int32_t *ids
 cinfer_status *cinfer_model_render_chat(const cinfer_model *m, const char *const *roles,
                                         const char *const *contents, size_t n,
                                         bool add_generation_prompt, char **out);
+/* The tokenizer's description as a JSON object (backend.h, ABI 2.2 tokenizer_info). */
+cinfer_status *cinfer_model_tokenizer_info(const cinfer_model *m, char **json);
 /* The backend's current metrics (backend.h); returns how many it has (may exceed cap). */
 uint32_t cinfer_model_backend_metrics(const cinfer_model *m, cinfer_backend_metric *out,
                                       uint32_t cap);

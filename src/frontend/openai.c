@@ -1070,7 +1070,9 @@ static bool put_tool_calls(cbuf *b, const oai_ctx *c, int choice, const char *te
 
 /* The request for the backend (protocol in backends/llm_serving/llm_backend.h): the prompt
  * as text_input, the sampling as parameters, stream=true (one response per token). */
-static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char *prompt,
+/* ids_json: the prompt as token ids (a JSON array) when the client gave ids; the backend
+ * then uses them as they are, and prompt is their text (for echo). */
+static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char *prompt, const char *ids_json,
                                     cinfer_request **out) {
   cinfer_request *r;
   cinfer_status *st = cinfer_request_create(m, &r);
@@ -1092,7 +1094,8 @@ static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char
   }
   /* The backend reports the chosen token's logprob when logprobs > 0; top_n 0 still needs it. */
   int lp = p->logprobs < 0 ? 0 : (p->logprobs ? p->logprobs : 1);
-  if ((st = cinfer_request_set_param_bool(r, "stream", true)) ||
+  if ((ids_json && (st = cinfer_request_set_param_string(r, "prompt_token_ids", ids_json, strlen(ids_json)))) ||
+      (st = cinfer_request_set_param_bool(r, "stream", true)) ||
       (st = cinfer_request_set_param_bool(r, "parse_special", true)) ||
       (st = cinfer_request_set_param_int(r, "n", p->n)) ||
       (p->max_tokens > 0 && (st = cinfer_request_set_param_int(r, "max_tokens", p->max_tokens))) ||
@@ -1198,7 +1201,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   if (!j) return;
   parsed p;
   cinfer_model *m = NULL;
-  char *prompt = NULL;
+  char *prompt = NULL, *ids_json = NULL;
   if (!parse_common(ex, j, chat, &p) || !(m = get_llm_model(fe, ex, j))) goto out;
   if (chat) {
     if (!cinfer_model_supports_chat(m)) {
@@ -1309,13 +1312,45 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
       goto out;
     }
   } else {
+    /* a string, an array of token ids, or an array of one of those (OpenAI's forms; one
+     * prompt per request) */
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-    if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 && cJSON_IsString(pr->child)) pr = pr->child;
-    if (!cJSON_IsString(pr)) {
-      oai_error(ex, 400, "invalid_request_error", "prompt", "'prompt' must be a string (or an array of one string)");
+    if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 && (cJSON_IsString(pr->child) || cJSON_IsArray(pr->child)))
+      pr = pr->child;
+    if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) > 0 && cJSON_IsNumber(pr->child)) {
+      int nt = cJSON_GetArraySize(pr), k = 0;
+      int32_t *ids = nt <= 1 << 20 ? malloc(sizeof *ids * (size_t)nt) : NULL;
+      for (const cJSON *t = pr->child; ids && t; t = t->next, k++) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+            t->valuedouble > INT32_MAX) {
+          free(ids);
+          oai_error(ex, 400, "invalid_request_error", "prompt", "prompt[%d] is not a token id", k);
+          goto out;
+        }
+        ids[k] = (int32_t)t->valuedouble;
+      }
+      size_t pl = 0;
+      cinfer_status *st = ids ? cinfer_model_detokenize(m, ids, (size_t)nt, true, &prompt, &pl)
+                              : nt > 1 << 20 ? cinfer_status_new(CINFER_INVALID_ARG, "the prompt has %d tokens "
+                                                                 "(limit %d)", nt, 1 << 20)
+                                             : cinfer_status_oom(NULL);
+      free(ids);
+      if (st) {
+        oai_status_error(ex, st, "prompt");
+        goto out;
+      }
+      if (!(ids_json = cJSON_PrintUnformatted(pr))) {
+        oai_error(ex, 500, "server_error", NULL, "out of memory");
+        goto out;
+      }
+    } else if (cJSON_IsString(pr)) {
+      prompt = strdup(pr->valuestring);
+    } else {
+      oai_error(ex, 400, "invalid_request_error", "prompt",
+                "'prompt' must be a string or an array of token ids (or an array of one of those: one prompt "
+                "per request)");
       goto out;
     }
-    prompt = strdup(pr->valuestring);
   }
   if (!prompt) {
     oai_error(ex, 500, "server_error", NULL, "out of memory");
@@ -1323,7 +1358,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   }
 
   oai_ctx *c = calloc(1, sizeof *c);
-  cinfer_status *st = c ? build_request(m, &p, prompt, &c->req) : NULL;
+  cinfer_status *st = c ? build_request(m, &p, prompt, ids_json, &c->req) : NULL;
   if (!c || st) {
     if (st) oai_status_error(ex, st, NULL);
     else oai_error(ex, 500, "server_error", NULL, "out of memory");
@@ -1362,6 +1397,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   }
 out:
   free(prompt);
+  free(ids_json);
   cinfer_model_release(m);
   cJSON_Delete(j);
 }
@@ -1437,23 +1473,30 @@ static void handle_tokenize(frontend *fe, http_exchange *ex, const http_request 
   }
   cbuf b = {0};
   if (!detok) {
+    /* llama.cpp's {"content", "add_special" (default false)} or vLLM's {"prompt",
+     * "add_special_tokens" (default true)} */
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(j, "content");
-    if (!cJSON_IsString(content)) {
-      oai_error(ex, 400, "invalid_request_error", "content", "'content' must be a string");
+    const cJSON *vprompt = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+    if (!cJSON_IsString(content) && !cJSON_IsString(vprompt)) {
+      oai_error(ex, 400, "invalid_request_error", content ? "content" : "prompt",
+                "'content' (or 'prompt') must be a string");
       goto out;
     }
-    const cJSON *as = cJSON_GetObjectItemCaseSensitive(j, "add_special");
+    const cJSON *text = cJSON_IsString(content) ? content : vprompt;
+    const cJSON *as = cJSON_GetObjectItemCaseSensitive(j, "add_special_tokens");
+    if (!as) as = cJSON_GetObjectItemCaseSensitive(j, "add_special");
+    bool add = as ? cJSON_IsTrue(as) : text == vprompt;
     int32_t *toks = NULL;
     size_t n = 0;
-    cinfer_status *st = cinfer_model_tokenize(m, content->valuestring, strlen(content->valuestring),
-                                            cJSON_IsTrue(as), true, &toks, &n);
+    cinfer_status *st = cinfer_model_tokenize(m, text->valuestring, strlen(text->valuestring), add, true,
+                                            &toks, &n);
     if (st) {
       oai_status_error(ex, st, "content");
       goto out;
     }
     cbuf_puts(&b, "{\"tokens\":[");
     for (size_t i = 0; i < n; i++) cbuf_printf(&b, i ? ",%d" : "%d", toks[i]);
-    cbuf_puts(&b, "]}");
+    cbuf_printf(&b, "],\"count\":%zu}", n);
     free(toks);
   } else {
     const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(j, "tokens");
@@ -1475,14 +1518,16 @@ static void handle_tokenize(frontend *fe, http_exchange *ex, const http_request 
     }
     char *s = NULL;
     size_t sl = 0;
-    cinfer_status *st = ids ? cinfer_model_detokenize(m, ids, (size_t)k, false, &s, &sl)
+    cinfer_status *st = ids ? cinfer_model_detokenize(m, ids, (size_t)k, true, &s, &sl)
                             : cinfer_status_oom(NULL);
     free(ids);
     if (st) {
       oai_status_error(ex, st, "tokens");
       goto out;
     }
-    cbuf_puts(&b, "{\"content\":");
+    cbuf_puts(&b, "{\"content\":"); /* llama.cpp's name, and vLLM's */
+    cbuf_json_string(&b, s, sl);
+    cbuf_puts(&b, ",\"prompt\":");
     cbuf_json_string(&b, s, sl);
     cbuf_puts(&b, "}");
     free(s);
@@ -1493,6 +1538,29 @@ out:
   cbuf_free(&b);
   cinfer_model_release(m);
   cJSON_Delete(j);
+}
+
+/* GET /tokenizer_info (vLLM): the special tokens, chat template and context of the only
+ * language model (?model=NAME otherwise). */
+static void handle_tokenizer_info(frontend *fe, http_exchange *ex, const http_request *req) {
+  cJSON *j = cJSON_CreateObject();
+  for (size_t i = 0; j && i + 6 <= req->query_len; i++) /* model=NAME (names need no decoding) */
+    if ((i == 0 || req->query[i - 1] == '&') && !memcmp(req->query + i, "model=", 6)) {
+      size_t e = i + 6;
+      while (e < req->query_len && req->query[e] != '&') e++;
+      char name[256];
+      snprintf(name, sizeof name, "%.*s", (int)(e - i - 6), req->query + i + 6);
+      cJSON_AddStringToObject(j, "model", name);
+      break;
+    }
+  cinfer_model *m = j ? default_llm(fe, ex, j) : NULL;
+  cJSON_Delete(j);
+  if (!m) return;
+  char *info = NULL;
+  cinfer_status *st = cinfer_model_tokenizer_info(m, &info);
+  cinfer_model_release(m);
+  if (st) oai_status_error(ex, st, NULL);
+  else http_respond_owned(ex, 200, json_hdr, 1, info, strlen(info), free);
 }
 
 bool openai_route(frontend *fe, http_exchange *ex, const http_request *req) {
@@ -1510,6 +1578,9 @@ bool openai_route(frontend *fe, http_exchange *ex, const http_request *req) {
   } else if (IS("/tokenize") || IS("/detokenize")) {
     if (!post) oai_error(ex, 405, "invalid_request_error", NULL, "method not allowed; use POST");
     else handle_tokenize(fe, ex, req, IS("/detokenize"));
+  } else if (IS("/tokenizer_info")) {
+    if (!get) oai_error(ex, 405, "invalid_request_error", NULL, "method not allowed; use GET");
+    else handle_tokenizer_info(fe, ex, req);
   } else if (IS("/health")) {
     bool ok = cinfer_server_is_ready(fe->server);
     const char *body = ok ? "{\"status\":\"ok\"}" : "{\"status\":\"unavailable\"}";

@@ -75,6 +75,7 @@ static const route_row routes[] = {
     /* cinfer's own */
     {"tokenize", API_INFERENCE, false},
     {"detokenize", API_INFERENCE, false},
+    {"tokenizer_info", API_METADATA, false},
     {"metrics", API_GROUP_NONE, false},
     {"health", API_GROUP_NONE, false},
 };

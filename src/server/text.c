@@ -38,6 +38,12 @@ cinfer_status *cinfer_model_render_chat(const cinfer_model *m, const char *const
                                  out);
 }
 
+cinfer_status *cinfer_model_tokenizer_info(const cinfer_model *m, char **json) {
+  *json = NULL;
+  if (!CINFER_BACKEND_HAS(m->backend, tokenizer_info, 2)) return UNSUPPORTED(m, "tokenizer_info");
+  return m->backend->tokenizer_info(m->backend_model, json);
+}
+
 uint32_t cinfer_model_backend_metrics(const cinfer_model *m, cinfer_backend_metric *out,
                                       uint32_t cap) {
   return m->backend->metrics ? m->backend->metrics(m->backend_model, out, cap) : 0;

@@ -1113,6 +1113,9 @@ void llm_engine_model_info(const llm_engine *e, llm_model_info *info) {
   info->dim = hp->dim;
   info->name = e->name;
   info->arch = e->arch;
+  info->bos = llm_tokenizer_bos(e->tok);
+  info->eos = llm_tokenizer_eos(e->tok);
+  info->chat_template = llm_tokenizer_chat_template(e->tok);
 }
 
 cinfer_status *llm_engine_tokenize(const llm_engine *e, const char *text, size_t n, bool add_special,

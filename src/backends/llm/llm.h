@@ -136,6 +136,8 @@ typedef struct llm_model_info {
   int n_vocab, ctx_len, ctx_train, n_layers, dim;
   const char *name;           /* general.name or "" (borrowed, lives with the engine) */
   const char *arch;
+  int32_t bos, eos;           /* -1 when the vocabulary has none */
+  const char *chat_template;  /* tokenizer.chat_template or NULL (borrowed) */
 } llm_model_info;
 
 /* Loads the model and starts the step thread. *out is NULL on error. */

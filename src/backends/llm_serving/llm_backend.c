@@ -486,6 +486,41 @@ static cinfer_status *read_sampling(llm_model_state *m, cinfer_request *r, llm_s
   return st ? st : llm_sampling_check(s);
 }
 
+/* The parameter prompt_token_ids (a JSON array of ids, as the OpenAI API's token prompts):
+ * the prompt exactly as given, no special tokens added; false when the parameter is absent. */
+static bool read_prompt_ids(llm_model_state *m, cinfer_request *r, int32_t **toks, size_t *nt,
+                            cinfer_status **st) {
+  const char *sv;
+  if (!cinfer_request_param_string(r, "prompt_token_ids", &sv)) return false;
+  llm_model_info mi;
+  llm_engine_model_info(m->engine, &mi);
+  cJSON *j = cJSON_Parse(sv);
+  int n = cJSON_IsArray(j) ? cJSON_GetArraySize(j) : -1;
+  if (n <= 0) {
+    *st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': parameter 'prompt_token_ids' must be a non-empty "
+                            "JSON array of token ids", m->name);
+  } else if (!(*toks = malloc(sizeof **toks * (size_t)n))) {
+    *st = cinfer_status_oom(NULL);
+  } else {
+    int k = 0;
+    for (const cJSON *e = j->child; e && !*st; e = e->next, k++) {
+      if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble || e->valuedouble < 0 ||
+          e->valuedouble >= mi.n_vocab)
+        *st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': prompt token %d is not a token id in [0, %d)",
+                                m->name, k, mi.n_vocab);
+      else (*toks)[k] = (int32_t)e->valuedouble;
+    }
+    *nt = (size_t)n;
+  }
+  cJSON_Delete(j);
+  if (*st) {
+    free(*toks);
+    *toks = NULL;
+    *nt = 0;
+  }
+  return true;
+}
+
 /* Takes r over: reads text_input and the parameters, tokenizes the prompt once (on this
  * worker thread, not an I/O thread) and submits n sequences. Any error before the first
  * submit is the request's FINAL error response. */
@@ -522,7 +557,8 @@ static void gen_start(llm_model_state *m, cinfer_request *r) {
   if (!st && n > 1 && !stream)
     st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': parameter 'n' > 1 needs 'stream' (one response per "
                            "token, each naming its choice index)", m->name);
-  if (!st) st = llm_engine_tokenize(m->engine, prompt, l, add_special, parse_special, &toks, &nt);
+  if (!st && !read_prompt_ids(m, r, &toks, &nt, &st))
+    st = llm_engine_tokenize(m->engine, prompt, l, add_special, parse_special, &toks, &nt);
   if (!st && nt >= (size_t)m->ctx_len)
     st = cinfer_status_new(CINFER_INVALID_ARG, "This model's maximum context length is %d tokens; the prompt has %zu "
                            "tokens", m->ctx_len, nt);
@@ -610,6 +646,41 @@ static cinfer_status *llm_render_chat_m(void *model, const char *const *roles,
                                 add_generation_prompt, out);
 }
 
+/* vLLM's /tokenizer_info fields: the special tokens as text, the template, the context. */
+static cinfer_status *llm_tokenizer_info_m(void *model, char **json) {
+  llm_model_state *ms = model;
+  llm_model_info mi;
+  llm_engine_model_info(ms->engine, &mi);
+  cJSON *o = cJSON_CreateObject();
+  cinfer_status *st = NULL;
+  const int32_t ids[2] = {mi.bos, mi.eos};
+  const char *keys[2] = {"bos_token", "eos_token"};
+  for (int i = 0; o && !st && i < 2; i++) {
+    char *t = NULL;
+    size_t tl = 0;
+    if (ids[i] < 0) {
+      cJSON_AddNullToObject(o, keys[i]);
+      continue;
+    }
+    st = llm_engine_detokenize(ms->engine, &ids[i], 1, true, &t, &tl);
+    if (!st) cJSON_AddStringToObject(o, keys[i], t);
+    free(t);
+  }
+  if (o && !st) {
+    if (mi.chat_template) cJSON_AddStringToObject(o, "chat_template", mi.chat_template);
+    else cJSON_AddNullToObject(o, "chat_template");
+    cJSON_AddNumberToObject(o, "max_model_len", mi.ctx_len);
+    cJSON_AddNumberToObject(o, "vocab_size", mi.n_vocab);
+    cJSON_AddStringToObject(o, "tokenizer_class", "cinfer");
+    *json = cJSON_PrintUnformatted(o);
+    if (!*json) st = cinfer_status_oom(NULL);
+  } else if (!o) {
+    st = cinfer_status_oom(NULL);
+  }
+  cJSON_Delete(o);
+  return st;
+}
+
 static uint32_t llm_metrics(void *model, cinfer_backend_metric *out, uint32_t cap) {
   llm_engine_stats es;
   llm_model_state *ms = model;
@@ -662,4 +733,5 @@ const cinfer_backend_iface cinfer_llm_backend = {
     .render_chat = llm_render_chat_m,
     .cancel = llm_cancel,
     .metrics = llm_metrics,
+    .tokenizer_info = llm_tokenizer_info_m,
 };
