@@ -47,6 +47,7 @@
 #include "core/log.h"
 #include "repo/config.h"
 #include "server/ensemble.h"
+#include "server/server_int.h"
 
 enum { STEP_WAITING = 0, STEP_RUNNING, STEP_DONE };
 
@@ -319,7 +320,7 @@ static cinfer_status *check_step(ensemble *e, cinfer_model *ens, int si) {
                                "circular dependency between ensembles: %s'%s' (step %d of '%s')",
                                chain, s->model, si, en);
     }
-  cinfer_status *st = server_ensure_loaded(e->server, s->model);
+  cinfer_status *st = e->server->ensure_loaded(e->server, s->model);
   if (st)
     return cinfer_status_prefix(st, "ensemble '%s' depends on '%s' (step %d), which could not "
                                 "be loaded", en, s->model, si);

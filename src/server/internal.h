@@ -143,6 +143,26 @@ struct cinfer_model {
   cinfer_model *reap_next;
 };
 
+/* handle.c */
+void model_ref(cinfer_model *m);
+
+/* stats.c: a model's statistics and metric series */
+void stat_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns);
+/* A failed request: counted with its time in the queue and the reason's metric (NULL: the
+ * one of code). */
+void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric *reason);
+/* Decoupled backends: counts r's FINAL response (err NULL: a success) in the statistics. */
+void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err);
+/* With stats_mu held: r's queue and compute phases (t0..t2: the batch's input assembly
+ * and execution; t_out: end of its output phase). */
+void stat_phases_locked(cinfer_model *m, const cinfer_request *r, uint64_t t0, uint64_t t1,
+                        uint64_t t2, uint64_t t_out);
+/* The model's series; false when one could not be allocated (the caller removes the
+ * others with metrics_fini and fails the load). */
+bool metrics_init(cinfer_model *m);
+void metrics_fini(cinfer_model *m);
+void model_busy_update(cinfer_model *m, uint64_t window_ns);
+
 /* request.c */
 void request_complete_error(cinfer_request *r, cinfer_status *st); /* takes st */
 void request_deliver(cinfer_request *r, cinfer_response *resp, uint32_t flags);
@@ -157,11 +177,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                             const char *model_dir, cinfer_model_config *config,
                             cinfer_model **out);
 cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r);
-void model_ref(cinfer_model *m);
-/* Decoupled backends: counts r's FINAL response (err NULL: a success) in the statistics. */
-void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err);
 void model_destroy_now(cinfer_model *m); /* reaper: stop workers, unload */
-void model_busy_update(cinfer_model *m, uint64_t window_ns);
 
 void model_fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st); /* takes st */
 /* Runs reqs[0..n) as one batch on inst and delivers (or fails) each request. inputs, bufs:
@@ -182,17 +198,12 @@ bool model_seq_hidden_output(const cinfer_model *m, const char *name);
 cinfer_status *model_seq_after_execute(cinfer_model *m, cinfer_request **reqs, uint32_t n,
                                        const batch_block *bl);
 
-/* server.c */
-void server_reap(cinfer_server *s, cinfer_model *m);
-metrics_registry *server_metrics(cinfer_server *s);
-int server_thread_budget(const cinfer_server *s);
-void server_request_done(cinfer_server *s);
+/* registry.c */
 const cinfer_backend_iface *backend_find(const char *name);
 /* The backend called `name`: a registered one, else <backend_dir>/<name>/libcinfer_<name>.so
  * loaded, checked and registered (backend_dir NULL: built-in backends only). The error
  * names the backend, the path searched and, for a version mismatch, both ABI versions. */
 cinfer_status *backend_lookup(const char *name, const char *backend_dir,
                               const cinfer_backend_iface **out);
-const char *server_backend_directory(const cinfer_server *s); /* NULL when none */
 
 #endif

@@ -20,33 +20,8 @@
 #include "core/log.h"
 #include "server/backend_config.h"
 #include "server/ensemble.h"
-#include "server/internal.h"
+#include "server/server_int.h"
 #include "server/trace_internal.h"
-
-void model_ref(cinfer_model *m) { atomic_fetch_add(&m->refs, 1); }
-
-void cinfer_model_release(cinfer_model *m) {
-  if (m && atomic_fetch_sub(&m->refs, 1) == 1) server_reap(m->server, m);
-}
-
-const char *cinfer_model_name(const cinfer_model *m) { return m->name; }
-int64_t cinfer_model_version(const cinfer_model *m) { return m->version; }
-const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m) {
-  return m->config;
-}
-const cinfer_config *cinfer_model_config_get(const cinfer_model *m) {
-  return backend_config_of(m->config);
-}
-const char *cinfer_model_platform(const cinfer_model *m) {
-  const char *p = cfg_platform(m->config);
-  return p && p[0] ? p : m->backend->name;
-}
-const char *cinfer_model_backend_name(const cinfer_model *m) { return m->backend->name; }
-const char *cinfer_model_directory(const cinfer_model *m) { return m->model_dir; }
-
-bool cinfer_model_is_decoupled(const cinfer_model *m) {
-  return (m->backend->flags & CINFER_BACKEND_DECOUPLED) != 0;
-}
 
 /* ---- batch outputs -------------------------------------------------------------------- */
 
@@ -111,40 +86,6 @@ bool cinfer_batch_output_requested(const cinfer_batch *b, const char *name) {
   return false;
 }
 
-/* ---- statistics ----------------------------------------------------------------------- */
-
-static void stat_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns) {
-  s->count += n;
-  s->ns += ns;
-}
-
-static void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric *reason) {
-  uint64_t t = clock_now_ns() - r->t_arrival;
-  pthread_mutex_lock(&m->stats_mu);
-  stat_add(&m->stats.fail, 1, t);
-  pthread_mutex_unlock(&m->stats_mu);
-  metric *which = reason                             ? reason
-                  : code == CINFER_CANCELLED          ? m->m.fail_cancelled
-                  : code == CINFER_DEADLINE_EXCEEDED ? m->m.fail_timeout
-                  : code == CINFER_UNAVAILABLE       ? m->m.fail_rejected
-                                                     : m->m.fail_backend;
-  metric_inc(which, 1);
-  metric_observe(m->m.request_dur, (double)t * 1e-9);
-}
-
-void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err) {
-  if (err) {
-    record_failure(m, r, cinfer_status_code(err), NULL);
-    return;
-  }
-  uint64_t t = clock_now_ns() - r->t_arrival;
-  pthread_mutex_lock(&m->stats_mu);
-  stat_add(&m->stats.success, 1, t);
-  pthread_mutex_unlock(&m->stats_mu);
-  metric_inc(m->m.success, 1);
-  metric_observe(m->m.request_dur, (double)t * 1e-9);
-}
-
 static void fail_request_reason(cinfer_model *m, cinfer_request *r, cinfer_status *st,
                                 metric *reason) {
   record_failure(m, r, cinfer_status_code(st), reason);
@@ -161,17 +102,6 @@ void model_fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st) {
 }
 
 /* ---- execution ------------------------------------------------------------------------ */
-
-/* With stats_mu held: r's queue and compute phases, added together so that a statistics
- * snapshot never sees the compute counts differ (perf_analyzer refuses a window where they
- * do). t0..t2: the batch's input assembly and execution; t_out: end of its output phase. */
-static void stat_phases_locked(cinfer_model *m, const cinfer_request *r, uint64_t t0, uint64_t t1,
-                               uint64_t t2, uint64_t t_out) {
-  stat_add(&m->stats.queue, 1, r->t_exec_start - r->t_arrival);
-  stat_add(&m->stats.compute_input, 1, t1 - t0);
-  stat_add(&m->stats.compute_infer, 1, t2 - t1);
-  stat_add(&m->stats.compute_output, 1, t_out - t2);
-}
 
 /* Builds responses viewing each request's rows of the batch outputs and delivers them.
  * t0..t2: the batch's input assembly and execution. Each request's statistics are added
@@ -456,109 +386,7 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* ---- preserve_ordering ---------------------------------------------------------------- */
-
-void model_order_release(cinfer_model *m, cinfer_request *r, cinfer_response *resp) {
-  pthread_mutex_lock(&m->order_mu);
-  uint64_t first = 0, count = 0;
-  cinfer_status *st = sched_order_complete(m->order, r->seq, &first, &count);
-  if (st) { /* a bug: deliver rather than hang the client */
-    LOG_E("model '%s': %s", m->name, cinfer_status_message(st));
-    cinfer_status_free(st);
-    pthread_mutex_unlock(&m->order_mu);
-    request_deliver_now(r, resp, CINFER_RESPONSE_FINAL);
-    return;
-  }
-  if (m->n_held == m->cap_held) {
-    size_t nc = m->cap_held ? m->cap_held * 2 : 16;
-    struct held_resp *nh = realloc(m->held, nc * sizeof *nh);
-    if (nh) {
-      m->held = nh;
-      m->cap_held = nc;
-    }
-  }
-  if (m->n_held == m->cap_held) { /* out of memory: deliver out of order rather than lose it */
-    pthread_mutex_unlock(&m->order_mu);
-    request_deliver_now(r, resp, CINFER_RESPONSE_FINAL);
-    return;
-  }
-  m->held[m->n_held++] = (struct held_resp){r->seq, r, resp};
-  /* Release [first, first+count) in order. Delivery happens under order_mu so that two
-   * threads releasing consecutive runs cannot overtake each other. */
-  for (uint64_t s = first; s < first + count; s++) {
-    for (size_t i = 0; i < m->n_held; i++) {
-      if (m->held[i].seq != s) continue;
-      struct held_resp h = m->held[i];
-      m->held[i] = m->held[--m->n_held];
-      request_deliver_now(h.r, h.resp, CINFER_RESPONSE_FINAL);
-      break;
-    }
-  }
-  pthread_mutex_unlock(&m->order_mu);
-}
-
 /* ---- lifecycle ------------------------------------------------------------------------ */
-
-/* Creates the model's series; false when one could not be allocated (the caller removes
- * the others with metrics_fini and fails the load: a model never serves half-observed). */
-static bool metrics_init(cinfer_model *m) {
-  metrics_registry *reg = server_metrics(m->server);
-  char ver[32];
-  snprintf(ver, sizeof ver, "%lld", (long long)m->version);
-  const char *lab[] = {"model", m->name, "version", ver, NULL};
-  const char *lab_fail[][7] = {
-      {"model", m->name, "version", ver, "reason", "backend", NULL},
-      {"model", m->name, "version", ver, "reason", "rejected", NULL},
-      {"model", m->name, "version", ver, "reason", "timeout", NULL},
-      {"model", m->name, "version", ver, "reason", "cancelled", NULL},
-  };
-#define FAM(n, h, t) metrics_family(reg, n, h, t, NULL, 0)
-#define HIST(n, h, b, nb) metrics_family(reg, n, h, METRIC_HISTOGRAM, b, nb)
-  metric_family *fail = FAM("cinfer_request_failure_total", "Failed inference requests", METRIC_COUNTER);
-  m->m.success = metrics_series(FAM("cinfer_request_success_total", "Successful inference requests", METRIC_COUNTER), lab);
-  m->m.fail_backend = metrics_series(fail, lab_fail[0]);
-  m->m.fail_rejected = metrics_series(fail, lab_fail[1]);
-  m->m.fail_timeout = metrics_series(fail, lab_fail[2]);
-  m->m.fail_cancelled = metrics_series(fail, lab_fail[3]);
-  m->m.inference_count = metrics_series(FAM("cinfer_inference_count_total", "Inferences performed (batch rows)", METRIC_COUNTER), lab);
-  m->m.execution_count = metrics_series(FAM("cinfer_execution_count_total", "Backend executions (batches)", METRIC_COUNTER), lab);
-  m->m.pending = metrics_series(FAM("cinfer_pending_requests", "Requests waiting in the model's queue", METRIC_GAUGE), lab);
-  m->m.request_dur = metrics_series(HIST("cinfer_request_duration_seconds", "End-to-end request time in the server", metrics_latency_buckets, metrics_latency_buckets_n), lab);
-  m->m.queue_dur = metrics_series(HIST("cinfer_queue_duration_seconds", "Time requests wait in the queue", metrics_latency_buckets, metrics_latency_buckets_n), lab);
-  m->m.compute_dur = metrics_series(HIST("cinfer_compute_duration_seconds", "Batch compute time (input, infer)", metrics_latency_buckets, metrics_latency_buckets_n), lab);
-  m->m.batch_size = metrics_series(HIST("cinfer_batch_size", "Rows per backend execution", metrics_batch_buckets, metrics_batch_buckets_n), lab);
-  metric_family *rej = FAM("cinfer_rejected_total", "Requests rejected by the scheduler", METRIC_COUNTER);
-  const char *lr1[] = {"model", m->name, "version", ver, "reason", "queue_full", NULL};
-  const char *lr2[] = {"model", m->name, "version", ver, "reason", "timeout", NULL};
-  m->m_rejected_full = metrics_series(rej, lr1);
-  m->m_rejected_timeout = metrics_series(rej, lr2);
-  metric_family *busy = FAM("cinfer_instance_busy_ratio", "Fraction of time each instance executes", METRIC_GAUGE);
-  for (int i = 0; i < m->n_instances; i++) {
-    char idx[16];
-    snprintf(idx, sizeof idx, "%d", i);
-    const char *li[] = {"model", m->name, "version", ver, "instance", idx, NULL};
-    m->instances[i].m_busy = metrics_series(busy, li);
-    if (!m->instances[i].m_busy) return false;
-  }
-#undef FAM
-#undef HIST
-  metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
-                   m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
-                   m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,
-                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-    if (!all[i]) return false;
-  return true;
-}
-
-static void metrics_fini(cinfer_model *m) {
-  metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
-                   m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
-                   m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,
-                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) metrics_series_remove(all[i]);
-  for (int i = 0; i < m->n_instances; i++) metrics_series_remove(m->instances[i].m_busy);
-}
 
 static void model_free(cinfer_model *m) {
   seqmodel_destroy(m->seq);
@@ -889,11 +717,22 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
   return NULL;
 }
 
-void model_busy_update(cinfer_model *m, uint64_t window_ns) {
-  pthread_mutex_lock(&m->mu);
-  for (int i = 0; i < m->n_instances; i++) {
-    metric_set(m->instances[i].m_busy, window_ns ? (double)m->instances[i].busy_ns / (double)window_ns : 0);
-    m->instances[i].busy_ns = 0;
+/* ---- submission ----------------------------------------------------------------------- */
+
+cinfer_status *cinfer_server_infer_async(cinfer_server *s, cinfer_request *r) {
+  if (atomic_load(&s->shutting_down))
+    return cinfer_status_new(CINFER_UNAVAILABLE, "server is shutting down");
+  if (r->model->server != s)
+    return cinfer_status_new(CINFER_INVALID_ARG, "request belongs to another server");
+  if (atomic_exchange(&r->submitted, true))
+    return cinfer_status_new(CINFER_INVALID_ARG, "request was already submitted");
+  atomic_fetch_add(&s->inflight, 1);
+  cinfer_request_ref(r); /* the server's reference, dropped after FINAL */
+  trace_request_start(s->trace, r);
+  cinfer_status *st = model_enqueue(r->model, r);
+  if (st) {
+    cinfer_request_release(r);
+    atomic_fetch_sub(&s->inflight, 1);
   }
-  pthread_mutex_unlock(&m->mu);
+  return st;
 }

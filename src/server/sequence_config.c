@@ -11,6 +11,7 @@
 #include "repo/config.h"
 #include "repo/pbtxt.h"
 #include "server/sequence_int.h"
+#include "server/server_int.h"
 
 static const char *const ctl_kind_names[CTL_N] = {"CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END",
                                                   "CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_CORRID"};

@@ -38,7 +38,7 @@
 #include "core/half.h"
 #include "core/log.h"
 #include "core/numfmt.h"
-#include "server/internal.h"
+#include "server/server_int.h"
 #include "server/trace_internal.h"
 
 static const char *const point_names[CINFER_TRACE_POINT_COUNT_] = {
