@@ -3,7 +3,9 @@
  * setters. Both opaque handles are the core's cinfer_model_config (src/repo/config.h);
  * this file is the only place that converts between them, so no backend depends on the
  * struct's layout. The setters check their arguments here and the core runs the full
- * model_config_validate() after auto-complete (model_create). */
+ * model_config_validate() after auto-complete (model_create).
+ *
+ * May call: nothing of src/server. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,4 +1,6 @@
-/* cfgview.c: the server's accessors over src/repo/config.h (see cfgview.h). */
+/* cfgview.c: the server's accessors over src/repo/config.h (see cfgview.h).
+ *
+ * May call: nothing of src/server (src/repo only). */
 #include "server/cfgview.h"
 
 #include <dirent.h>

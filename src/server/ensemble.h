@@ -19,6 +19,9 @@ bool ensemble_config_is(const cinfer_model_config *c);
  * model_unload frees the plan, cancel cancels a request's in-flight steps. (An ensemble
  * whose last step is decoupled gets its decoupled twin, set by ensemble_load.) */
 const cinfer_backend_iface *ensemble_iface(void);
+/* What lifecycle.c passes to model_create for an ensemble: ensemble_iface, ensemble_load
+ * and ensemble_submit. */
+const model_kind *ensemble_kind(void);
 bool model_is_ensemble(const cinfer_model *m);
 
 /* Builds and checks m's plan (m->config is an ensemble config). Called by model_create

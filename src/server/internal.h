@@ -103,6 +103,17 @@ typedef struct model_metrics {
   metric *request_dur, *queue_dur, *compute_dur, *batch_size, *pending;
 } model_metrics;
 
+/* A model the core runs itself instead of through a backend's instances (an ensemble,
+ * ensemble.c): whoever creates it (lifecycle.c) passes its kind to model_create, so that
+ * model.c never calls up into ensemble.c. */
+typedef struct model_kind {
+  const cinfer_backend_iface *iface; /* m->backend: model_unload, cancel (never execute) */
+  /* In place of iface->model_load: builds m's state (m->backend_model). */
+  cinfer_status *(*load)(cinfer_server *s, cinfer_model *m, void **state);
+  /* In place of the queue: takes a validated request (model_enqueue). */
+  cinfer_status *(*submit)(cinfer_model *m, cinfer_request *r);
+} model_kind;
+
 struct cinfer_model {
   _Atomic int refs;
   cinfer_server *server;
@@ -112,6 +123,7 @@ struct cinfer_model {
   cinfer_model_config *config;  /* owned */
   const cinfer_backend_iface *backend;
   void *backend_model;
+  const model_kind *kind;       /* NULL: a backend's model, run by instances */
   bool batching;                /* max_batch_size > 0 */
   int64_t max_batch;
   cfg_dynamic_batching db;
@@ -173,13 +185,19 @@ void model_order_release(cinfer_model *m, cinfer_request *r, cinfer_response *re
 bool request_output_wanted(const cinfer_request *r, const char *name);
 
 /* model.c */
+/* Creates a model version from config (taken, freed on error too) with its backend's
+ * instances, or, with a kind, a model the core runs itself. */
 cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                             const char *model_dir, cinfer_model_config *config,
-                            cinfer_model **out);
+                            const model_kind *kind, cinfer_model **out);
 cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r);
 void model_destroy_now(cinfer_model *m); /* reaper: stop workers, unload */
 
+/* batch.c */
 void model_fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st); /* takes st */
+/* The same, counted under `reason` (one of the model's failure metrics). */
+void model_fail_request_reason(cinfer_model *m, cinfer_request *r, cinfer_status *st,
+                               metric *reason);
 /* Runs reqs[0..n) as one batch on inst and delivers (or fails) each request. inputs, bufs:
  * scratch of n_inputs + n_extra_inputs + 1 entries. */
 void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
@@ -193,7 +211,7 @@ cinfer_status *seqmodel_create(cinfer_model *m);
 void seqmodel_destroy(seqmodel *sm);
 cinfer_status *seqmodel_enqueue(cinfer_model *m, cinfer_request *r);
 void *seq_worker_main(model_instance *inst);
-/* State outputs: produced for the server, never returned to a client. */
+/* sequence_state.c: state outputs: produced for the server, never returned to a client. */
 bool model_seq_hidden_output(const cinfer_model *m, const char *name);
 cinfer_status *model_seq_after_execute(cinfer_model *m, cinfer_request **reqs, uint32_t n,
                                        const batch_block *bl);

@@ -256,7 +256,8 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
     cinfer_model *m = NULL;
     uint64_t t0 = clock_now_ns();
     st = config_json ? cfg_load_json(dir, name, config_json, &cfg) : cfg_load(dir, name, &cfg);
-    if (!st) st = model_create(s, name, v, dir, cfg, &m); /* takes cfg */
+    if (!st) st = model_create(s, name, v, dir, cfg, ensemble_config_is(cfg) ? ensemble_kind() : NULL,
+                              &m); /* takes cfg */
     if (!st) live_add(s);
     if (!st && (st = run_warmup(s, m))) {
       cinfer_model_release(m);

@@ -1,6 +1,8 @@
 /* request.c: inference requests and responses (cinfer.h), and the per-request services
  * backends use (backend.h). A request validates each input against the model config as
- * it is added, so a bad request never reaches a queue. */
+ * it is added, so a bad request never reaches a queue.
+ *
+ * May call: handle.c, stats.c, trace.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,14 +3,19 @@
  * unload everything, wait for the reaper to destroy every model), and the small queries on
  * the object itself (live, draining, in flight).
  *
- * The files of src/server and what each may call form a DAG; server.c is its top:
+ * May call: lifecycle.c, table.c, backends.c, override.c, trace.c.
  *
- *   server.c ─▶ lifecycle.c ─▶ model.c, sequence*.c, ensemble.c ─▶ request.c ─▶ stats.c ─▶ table.c ─▶ handle.c
+ * The files of src/server form a DAG (docs/design/server.md, "Files"; the test
+ * server_file_dag checks every file's "May call" line against its object's symbols):
  *
- * with trace.c, registry.c, cfgview.c, backend_config.c, override.c as leaves that every
- * file above may call (docs/design/server.md, "Files", has the whole graph). No file calls
- * a file to its left; the one way back, ensemble.c loading its step models, goes through
- * the s->ensure_loaded hook that cinfer_server_create sets. */
+ *   server ─▶ lifecycle ─▶ ensemble ─▶ model ─▶ sequence ─▶ batch ─▶ request ─▶ stats
+ *                                        │                                 └──▶ handle, trace
+ *                                        └─▶ sequence_config ─▶ sequence_state
+ *   table ─▶ handle        (read by lifecycle, ensemble, server)
+ *   leaves: registry (backends.c above it), cfgview, backend_config, override, text
+ *
+ * The one way back up, ensemble.c loading its step models (lifecycle.c), goes through the
+ * s->ensure_loaded hook that cinfer_server_create sets. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

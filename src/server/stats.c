@@ -3,8 +3,8 @@
  * it), recorded by request.c and model.c as requests finish; for the server: the
  * statistics query and the Prometheus text, which walk the model table.
  *
- * May call: table.c's types (the walk, under s->mu), src/metrics. Nothing else of
- * src/server: request.c and model.c record through these functions. */
+ * May call: nothing of src/server (the walk reads table.h's entries under s->mu; the
+ * metrics are src/metrics'). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

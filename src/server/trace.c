@@ -24,7 +24,9 @@
  *
  * Locks: mgr->mu guards the setting tables and file list; tset->mu its counters and
  * pending text; file->mu the FILE and its index. Order: mgr->mu, then tset->mu, then
- * file->mu. No lock is held across a write to a file except file->mu. */
+ * file->mu. No lock is held across a write to a file except file->mu.
+ *
+ * May call: nothing of src/server. */
 #include "cinfer/trace.h"
 
 #include <inttypes.h>
