@@ -35,7 +35,6 @@
 #include "core/log.h"
 #include "frontend/frontend_internal.h"
 #include "frontend/respq.h"
-#include "repo/config.h"
 
 static const http_header json_hdr[] = {{"Content-Type", 12, "application/json", 16}};
 static const http_header sse_hdr[] = {{"Content-Type", 12, "text/event-stream; charset=utf-8", 32},
@@ -301,16 +300,16 @@ static cinfer_status *put_elem(const char *name, cinfer_dtype dt, const cJSON *e
 }
 
 /* A model input from a JSON scalar or 1-D array (Triton's ExactMappingInput). */
-static cinfer_status *add_tensor(cinfer_request *r, const model_config_io *io, bool batching,
+static cinfer_status *add_tensor(cinfer_request *r, const cinfer_config_io *io, bool batching,
                                  const cJSON *v, size_t max_elems) {
   const char *name = io->name;
   size_t n = cJSON_IsArray(v) ? (size_t)cJSON_GetArraySize(v) : 1;
   if (n > max_elems)
     return BAD("generate input '%s' has %zu elements; the limit is %zu (--max-tensor-elements)", name, n, max_elems);
-  cinfer_tensor t = {.name = name, .dtype = io->data_type, .memory_type = CINFER_MEMORY_CPU};
+  cinfer_tensor t = {.name = name, .dtype = io->dtype, .memory_type = CINFER_MEMORY_CPU};
   int nd = 0;
   if (batching) t.shape[nd++] = -1;
-  for (int d = 0; d < io->ndims; d++) t.shape[nd++] = io->dims[d];
+  for (int d = 0; d < io->ndim; d++) t.shape[nd++] = io->dims[d];
   t.ndim = nd;
   /* Fixed dims take their share; the innermost variable dim the rest, other ones 1. */
   size_t left = n;
@@ -371,19 +370,14 @@ static cinfer_status *add_tensor(cinfer_request *r, const model_config_io *io, b
   return st;
 }
 
-static const model_config_io *find_input(const cinfer_model_config *mc, const char *name) {
-  for (size_t i = 0; i < mc->n_inputs; i++)
-    if (!strcmp(mc->inputs[i].name, name)) return &mc->inputs[i];
-  return NULL;
-}
-
 /* Every key of obj: an input when the model has one of that name, else a parameter. */
-static cinfer_status *map_keys(cinfer_request *r, size_t max_elems, const cinfer_model_config *mc,
+static cinfer_status *map_keys(cinfer_request *r, size_t max_elems, const cinfer_config *mc,
                                const cJSON *obj, bool top) {
   for (const cJSON *it = obj->child; it; it = it->next) {
     const char *k = it->string;
     if (top && !strcmp(k, "id")) continue;
-    const model_config_io *io = find_input(mc, k);
+    cinfer_config_io in;
+    const cinfer_config_io *io = cinfer_config_input_by_name(mc, k, &in) ? &in : NULL;
     if (top && !strcmp(k, "parameters")) {
       if (io) return BAD("Keyword 'parameters' for nested schema also given as input tensor name");
       if (!cJSON_IsObject(it)) return BAD("Expected JSON object for keyword: 'parameters'");
@@ -391,7 +385,7 @@ static cinfer_status *map_keys(cinfer_request *r, size_t max_elems, const cinfer
       if (st) return cinfer_status_prefix(st, "Converting keyword: 'parameters'");
       continue;
     }
-    cinfer_status *st = io ? add_tensor(r, io, mc->max_batch_size > 0, it, max_elems)
+    cinfer_status *st = io ? add_tensor(r, io, cinfer_config_max_batch_size(mc) > 0, it, max_elems)
                            : set_param(r, k, it);
     if (st) return st;
   }
@@ -427,7 +421,7 @@ cinfer_status *generate_build_request(cinfer_model *m, const char *body, size_t 
   else if (jid && !(*id = strdup(jid->valuestring))) st = cinfer_status_oom(NULL);
   if (!st) st = cinfer_request_create(m, out);
   if (!st && *id) cinfer_request_set_id(*out, *id, strlen(*id));
-  if (!st && j) st = map_keys(*out, max_elems, cinfer_model_config_of(m), j, true);
+  if (!st && j) st = map_keys(*out, max_elems, cinfer_model_config_get(m), j, true);
   cJSON_Delete(j);
   if (st) {
     cinfer_request_release(*out);

@@ -67,6 +67,11 @@ bool cinfer_config_output_by_name(const cinfer_config *c, const char *name, cinf
   return io != NULL;
 }
 
+const char *cinfer_config_output_label_filename(const cinfer_config *c, const char *name) {
+  const model_config_io *io = name ? model_config_output(cc(c), name) : NULL;
+  return io && io->label_filename && io->label_filename[0] ? io->label_filename : NULL;
+}
+
 char *cinfer_config_json(const cinfer_config *c, uint32_t *version) {
   if (version) *version = CINFER_CONFIG_JSON_VERSION;
   return model_config_to_json(cc(c));

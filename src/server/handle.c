@@ -13,9 +13,6 @@ void cinfer_model_release(cinfer_model *m) {
 
 const char *cinfer_model_name(const cinfer_model *m) { return m->name; }
 int64_t cinfer_model_version(const cinfer_model *m) { return m->version; }
-const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m) {
-  return m->config;
-}
 const cinfer_config *cinfer_model_config_get(const cinfer_model *m) {
   return backend_config_of(m->config);
 }
