@@ -1,7 +1,7 @@
 /* batch.c: running one batch of a model: batch assembly, the backend's execute, the
  * batch outputs of backend.h (cinfer_batch_output) and the responses that view them, and
- * failing a request with its statistics. Called by the two schedulers, model.c's dynamic
- * batcher and sequence.c's sequence batcher.
+ * failing a request with its statistics; and the workers' wait for work. Called by the two
+ * schedulers, model.c's dynamic batcher and sequence.c's sequence batcher.
  *
  * Batch assembly copies each input once into a 64-byte-aligned buffer (a single-request
  * batch passes the request's own tensors through, no copy); outputs are allocated once per
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/bigbuf.h"
 #include "core/log.h"
@@ -155,6 +156,17 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
     metric_observe(m->m.request_dur, (double)(t_end - r->t_arrival) * 1e-9);
     request_deliver(r, resp, CINFER_RESPONSE_FINAL);
     row0 += rows;
+  }
+}
+
+void model_wait_locked(cinfer_model *m, uint64_t wake, uint64_t now) {
+  if (wake == UINT64_MAX) {
+    pthread_cond_wait(&m->cv, &m->mu);
+  } else if (wake > now) {
+    struct timespec ts; /* the condvar uses CLOCK_MONOTONIC (model_create) */
+    ts.tv_sec = (time_t)(wake / 1000000000ull);
+    ts.tv_nsec = (long)(wake % 1000000000ull);
+    pthread_cond_timedwait(&m->cv, &m->mu, &ts);
   }
 }
 

@@ -198,6 +198,9 @@ void model_fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st); 
 /* The same, counted under `reason` (one of the model's failure metrics). */
 void model_fail_request_reason(cinfer_model *m, cinfer_request *r, cinfer_status *st,
                                metric *reason);
+/* A worker with m->mu held: sleeps on m->cv until signalled or until `wake` (monotonic ns;
+ * UINT64_MAX: no deadline, nothing when wake <= now) passes. */
+void model_wait_locked(cinfer_model *m, uint64_t wake, uint64_t now);
 /* Runs reqs[0..n) as one batch on inst and delivers (or fails) each request. inputs, bufs:
  * scratch of n_inputs + n_extra_inputs + 1 entries. */
 void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,

@@ -81,14 +81,7 @@ static void *worker_main(void *arg) {
       uint64_t reqs = 0;
       batcher_pending(m->batcher, &reqs, NULL);
       if (m->stopping && reqs == 0) break;
-      if (wake == UINT64_MAX) {
-        pthread_cond_wait(&m->cv, &m->mu);
-      } else if (wake > now) {
-        struct timespec ts; /* the condvar uses CLOCK_MONOTONIC (model_create) */
-        ts.tv_sec = (time_t)(wake / 1000000000ull);
-        ts.tv_nsec = (long)(wake % 1000000000ull);
-        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-      }
+      model_wait_locked(m, wake, now);
       continue;
     }
     update_pending_locked(m);

@@ -250,14 +250,7 @@ void *seq_worker_main(model_instance *inst) {
       if (m->stopping && ss.queued == 0) break;
       uint64_t exp = seqsched_expire_at(sm->sched);
       if (exp < wake) wake = exp;
-      if (wake == UINT64_MAX) {
-        pthread_cond_wait(&m->cv, &m->mu);
-      } else if (wake > now) {
-        struct timespec ts; /* the condvar uses CLOCK_MONOTONIC (model_create) */
-        ts.tv_sec = (time_t)(wake / 1000000000ull);
-        ts.tv_nsec = (long)(wake % 1000000000ull);
-        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-      }
+      model_wait_locked(m, wake, now);
       continue;
     }
     gauges_locked(m);

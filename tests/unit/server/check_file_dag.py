@@ -24,16 +24,20 @@ def may_call(path):
     return set(re.findall(r"\b([a-z_0-9]+)\.c\b", listed))
 
 
-def symbols(obj, defined):
-    args = ["nm", "--defined-only" if defined else "--undefined-only", obj]
+def symbols(objs, defined):
+    """{object: set of its defined (or undefined) symbols}, with one nm for all objects."""
+    args = ["nm", "-A", "--defined-only" if defined else "--undefined-only"] + objs
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    names = set()
+    names = {o: set() for o in objs}
     for line in out.splitlines():
-        f = line.split()
+        obj, _, rest = line.partition(":")  # "path/x.c.o:0000 T name" (-A)
+        f = rest.split()
+        if obj not in names or not f:
+            continue
         if defined and len(f) == 3 and f[1] in "TDBR":
-            names.add(f[2])
-        elif not defined and f and f[0] == "U":
-            names.add(f[-1])
+            names[obj].add(f[2])
+        elif not defined and f[0] == "U":
+            names[obj].add(f[-1])
     return names
 
 
@@ -47,13 +51,13 @@ def main():
     if not objs:
         sys.exit("no object files given")
     owner = {}
-    for o in objs:
-        for s in symbols(o, True):
+    for o, syms in symbols(objs, True).items():
+        for s in syms:
             owner[s] = unit(o)
     edges = {}
-    for o in objs:
+    for o, syms in symbols(objs, False).items():
         u = unit(o)
-        edges[u] = {owner[s] for s in symbols(o, False) if s in owner and owner[s] != u}
+        edges[u] = {owner[s] for s in syms if s in owner and owner[s] != u}
     bad = []
     for u, deps in sorted(edges.items()):
         allowed = may_call(os.path.join(src, u + ".c"))
