@@ -44,20 +44,20 @@ static void respond_json(http_exchange *ex, int status, cbuf *b) {
   b->data = NULL;
 }
 
-static void respond_error(http_exchange *ex, int status, const char *msg) {
+void respond_error(http_exchange *ex, int status, const char *msg) {
   cbuf b = {0};
   kserve_encode_error(&b, msg);
   respond_json(ex, status, &b);
 }
 
-static void respond_status(http_exchange *ex, cinfer_status *st) {
+void respond_status(http_exchange *ex, cinfer_status *st) {
   respond_error(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
   cinfer_status_free(st);
 }
 
 /* ---- path handling -------------------------------------------------------------------- */
 
-static bool parse_version(const char *s, int64_t *v) {
+bool parse_version(const char *s, int64_t *v) {
   if (!*s || strlen(s) > 18) return false;
   int64_t x = 0;
   for (const char *p = s; *p; p++) {

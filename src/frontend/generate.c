@@ -40,22 +40,6 @@ static const http_header json_hdr[] = {{"Content-Type", 12, "application/json", 
 static const http_header sse_hdr[] = {{"Content-Type", 12, "text/event-stream; charset=utf-8", 32},
                                       {"Cache-Control", 13, "no-cache", 8}};
 
-static void gen_error(http_exchange *ex, int status, const char *msg) {
-  cbuf b = {0};
-  kserve_encode_error(&b, msg);
-  if (b.oom) {
-    cbuf_free(&b);
-    http_respond(ex, 500, json_hdr, 1, "{\"error\":\"out of memory\"}", 25);
-    return;
-  }
-  http_respond_owned(ex, status, json_hdr, 1, b.data, b.len, free);
-}
-
-static void gen_status(http_exchange *ex, cinfer_status *st) {
-  gen_error(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
-  cinfer_status_free(st);
-}
-
 /* ---- request context ------------------------------------------------------------------ */
 
 typedef struct gen_ctx {
@@ -218,12 +202,12 @@ static void drain_task(loop_task *t) {
     }
     http_stream_end(c->ex);
   } else if (status != 200) {
-    gen_error(c->ex, status, msg);
+    respond_error(c->ex, status, msg);
   } else if (c->stream) { /* no events at all: an empty stream */
     http_stream_begin(c->ex, 200, sse_hdr, 2);
     http_stream_end(c->ex);
   } else if (c->one.oom) {
-    gen_error(c->ex, 500, "out of memory encoding the response");
+    respond_error(c->ex, 500, "out of memory encoding the response");
   } else {
     http_respond_owned(c->ex, 200, json_hdr, 1, c->one.data, c->one.len, free);
     c->one = (cbuf){0};
@@ -392,17 +376,6 @@ static cinfer_status *map_keys(cinfer_request *r, size_t max_elems, const cinfer
   return NULL;
 }
 
-static bool parse_version(const char *s, int64_t *v) {
-  if (!*s || strlen(s) > 18) return false;
-  int64_t x = 0;
-  for (const char *p = s; *p; p++) {
-    if (*p < '0' || *p > '9') return false;
-    x = x * 10 + (*p - '0');
-  }
-  *v = x;
-  return true;
-}
-
 cinfer_status *generate_build_request(cinfer_model *m, const char *body, size_t len,
                                      size_t max_elems, cinfer_request **out, char **id) {
   *out = NULL;
@@ -437,11 +410,11 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   uint64_t t0 = clock_now_ns();
   cinfer_model *m;
   cinfer_status *st = cinfer_server_model_acquire(fe->server, model, version, &m);
-  if (st) return gen_status(ex, st);
+  if (st) return respond_status(ex, st);
   gen_ctx *c = calloc(1, sizeof *c);
   if (!c) {
     cinfer_model_release(m);
-    return gen_error(ex, 500, "out of memory");
+    return respond_error(ex, 500, "out of memory");
   }
   c->fe = fe;
   c->ex = ex;
@@ -453,7 +426,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   respq_init(&c->q, http_exchange_loop(ex), &c->task);
   if ((st = generate_build_request(m, req->body, req->body_len, (size_t)fe->limits.max_tensor_elements,
                                    &c->req, &c->id))) {
-    gen_status(ex, st);
+    respond_status(ex, st);
     ctx_free(c);
     return;
   }
@@ -463,7 +436,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   if ((st = cinfer_server_infer_async(fe->server, c->req))) {
     atomic_store(&c->answered, true);
     net_loop *loop = http_exchange_loop(ex);
-    gen_status(ex, st);
+    respond_status(ex, st);
     /* No callback will run: free on the loop, after what it still does for the exchange. */
     c->task.fn = free_task;
     loop_post_task(loop, &c->task);
@@ -484,11 +457,11 @@ bool generate_route(frontend *fe, http_exchange *ex, const http_request *req,
   if (rest == 5 && (!parse_version(p->seg[4], &version) || version <= 0)) {
     char msg[320];
     snprintf(msg, sizeof msg, "invalid model version '%s'", p->seg[4]);
-    gen_error(ex, 400, msg);
+    respond_error(ex, 400, msg);
     return true;
   }
   if (req->method_id != HTTP_POST) {
-    gen_error(ex, 405, "method not allowed; use POST");
+    respond_error(ex, 405, "method not allowed; use POST");
     return true;
   }
   handle_generate(fe, ex, req, p->seg[2], version, stream);
