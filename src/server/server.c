@@ -12,7 +12,7 @@
  *                                        │                                 └──▶ handle, trace
  *                                        └─▶ sequence_config ─▶ sequence_state
  *   table ─▶ handle        (read by lifecycle, ensemble, server)
- *   leaves: registry (backends.c above it), cfgview, backend_config, override, text
+ *   leaves: registry (backends.c above it), cfgview (-> backend_config), override, text
  *
  * The one way back up, ensemble.c loading its step models (lifecycle.c), goes through the
  * s->ensure_loaded hook that cinfer_server_create sets. */
