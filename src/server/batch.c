@@ -82,12 +82,12 @@ bool cinfer_batch_output_requested(const cinfer_batch *b, const char *name) {
 
 void model_fail_request_reason(cinfer_model *m, cinfer_request *r, cinfer_status *st,
                                 metric *reason) {
-  record_failure(m, r, cinfer_status_code(st), reason);
+  stats_record_failure(m, r, cinfer_status_code(st), reason);
   request_complete_error(r, st);
 }
 
 void model_fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st) {
-  record_failure(m, r, cinfer_status_code(st), NULL);
+  stats_record_failure(m, r, cinfer_status_code(st), NULL);
   request_complete_error(r, st);
 }
 
@@ -149,8 +149,8 @@ static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, ba
     uint64_t t_end = clock_now_ns();
     if (r->trace) cinfer_trace_stamp_at(r->trace, CINFER_TRACE_COMPUTE_END, t_end);
     pthread_mutex_lock(&m->stats_mu);
-    stat_add(&m->stats.success, 1, t_end - r->t_arrival);
-    stat_phases_locked(m, r, t0, t1, t2, t_end);
+    stats_add(&m->stats.success, 1, t_end - r->t_arrival);
+    stats_phases_locked(m, r, t0, t1, t2, t_end);
     pthread_mutex_unlock(&m->stats_mu);
     metric_inc(m->m.success, 1);
     metric_observe(m->m.request_dur, (double)(t_end - r->t_arrival) * 1e-9);
@@ -252,7 +252,7 @@ void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
   m->stats.inference_count += (uint64_t)rows;
   m->stats.last_inference_ms = clock_unix_ms();
   /* A decoupled backend streams the responses itself: the compute phases end here. */
-  for (uint32_t k = 0; decoupled && !st && k < n; k++) stat_phases_locked(m, reqs[k], t0, t1, t2, t2);
+  for (uint32_t k = 0; decoupled && !st && k < n; k++) stats_phases_locked(m, reqs[k], t0, t1, t2, t2);
   pthread_mutex_unlock(&m->stats_mu);
   metric_inc(m->m.execution_count, 1);
   metric_inc(m->m.inference_count, (double)rows);

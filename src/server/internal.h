@@ -159,20 +159,20 @@ struct cinfer_model {
 void model_ref(cinfer_model *m);
 
 /* stats.c: a model's statistics and metric series */
-void stat_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns);
+void stats_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns);
 /* A failed request: counted with its time in the queue and the reason's metric (NULL: the
  * one of code). */
-void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric *reason);
+void stats_record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric *reason);
 /* Decoupled backends: counts r's FINAL response (err NULL: a success) in the statistics. */
 void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err);
 /* With stats_mu held: r's queue and compute phases (t0..t2: the batch's input assembly
  * and execution; t_out: end of its output phase). */
-void stat_phases_locked(cinfer_model *m, const cinfer_request *r, uint64_t t0, uint64_t t1,
+void stats_phases_locked(cinfer_model *m, const cinfer_request *r, uint64_t t0, uint64_t t1,
                         uint64_t t2, uint64_t t_out);
 /* The model's series; false when one could not be allocated (the caller removes the
- * others with metrics_fini and fails the load). */
-bool metrics_init(cinfer_model *m);
-void metrics_fini(cinfer_model *m);
+ * others with model_metrics_fini and fails the load). */
+bool model_metrics_init(cinfer_model *m);
+void model_metrics_fini(cinfer_model *m);
 void model_busy_update(cinfer_model *m, uint64_t window_ns);
 
 /* request.c */

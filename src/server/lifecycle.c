@@ -13,7 +13,7 @@
  *
  * Model control: in modes none and poll the load/unload API is refused as Triton refuses
  * it (UNAVAILABLE, HTTP 503, Triton's wording); the server's own loads (startup, polling)
- * go through load_model(). */
+ * go through lifecycle_load(). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,11 +51,11 @@ void *reaper_main(void *arg) {
     model_destroy_now(m);
     /* The table entry (if still UNLOADING) now becomes UNAVAILABLE. */
     pthread_mutex_lock(&s->mu);
-    model_entry *e = find_entry(s, name);
-    version_entry *ve = e ? find_version(e, version) : NULL;
+    model_entry *e = table_find(s, name);
+    version_entry *ve = e ? table_find_version(e, version) : NULL;
     if (ve && ve->state == V_UNLOADING) {
-      set_state(ve, V_UNAVAILABLE);
-      set_reason(&ve->reason, "unloaded");
+      table_set_state(ve, V_UNAVAILABLE);
+      table_set_reason(&ve->reason, "unloaded");
     }
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&s->reap_mu);
@@ -187,7 +187,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
   uint64_t fp = repo_dir_fingerprint(dir, 2);
 
   pthread_mutex_lock(&s->mu);
-  model_entry *e = get_entry(s, name);
+  model_entry *e = table_get(s, name);
   if (e) {
     e->wanted = true;
     e->fingerprint = fp;
@@ -200,7 +200,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
                                   : cfg_load(dir, name, &probe);
   if (st) {
     pthread_mutex_lock(&s->mu);
-    set_reason(&e->reason, cinfer_status_message(st));
+    table_set_reason(&e->reason, cinfer_status_message(st));
     pthread_mutex_unlock(&s->mu);
     log_kv_model("model config rejected", name, -1, cinfer_status_message(st));
     return cinfer_status_prefix(st, "failed to load '%s'", name);
@@ -229,12 +229,12 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
     st = cinfer_status_new(CINFER_INVALID_ARG,
                            "failed to load '%s': no version folder matches the version policy", name);
     pthread_mutex_lock(&s->mu);
-    set_reason(&e->reason, cinfer_status_message(st));
+    table_set_reason(&e->reason, cinfer_status_message(st));
     pthread_mutex_unlock(&s->mu);
     return st;
   }
   pthread_mutex_lock(&s->mu);
-  set_reason(&e->reason, NULL);
+  table_set_reason(&e->reason, NULL);
   pthread_mutex_unlock(&s->mu);
 
   /* Load each selected version into a fresh model; the old one (if any) keeps serving. */
@@ -242,13 +242,13 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
   for (size_t i = 0; i < ns; i++) {
     int64_t v = sel[i];
     pthread_mutex_lock(&s->mu);
-    version_entry *ve = find_version(e, v);
+    version_entry *ve = table_find_version(e, v);
     if (!ve && (ve = calloc(1, sizeof *ve))) { /* V_UNAVAILABLE */
       ve->version = v;
       ve->next = e->versions;
       e->versions = ve;
     }
-    if (ve && ve->state != V_READY) set_state(ve, V_LOADING);
+    if (ve && ve->state != V_READY) table_set_state(ve, V_LOADING);
     pthread_mutex_unlock(&s->mu);
     if (!ve) return cinfer_status_oom(NULL);
 
@@ -265,8 +265,8 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
     }
     pthread_mutex_lock(&s->mu);
     if (st) {
-      if (ve->state == V_LOADING) set_state(ve, V_UNAVAILABLE); /* a READY one keeps serving */
-      set_reason(&ve->reason, cinfer_status_message(st));
+      if (ve->state == V_LOADING) table_set_state(ve, V_UNAVAILABLE); /* a READY one keeps serving */
+      table_set_reason(&ve->reason, cinfer_status_message(st));
       pthread_mutex_unlock(&s->mu);
       log_kv_model("failed to load model", name, v, cinfer_status_message(st));
       if (!first_err) first_err = cinfer_status_prefix(st, "failed to load '%s' version %lld", name, (long long)v);
@@ -275,8 +275,8 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
     }
     cinfer_model *old = ve->model;
     ve->model = m;
-    set_state(ve, V_READY);
-    set_reason(&ve->reason, NULL);
+    table_set_state(ve, V_READY);
+    table_set_reason(&ve->reason, NULL);
     pthread_mutex_unlock(&s->mu);
     cinfer_model_release(old); /* drains, then the reaper unloads it */
     char msg[128];
@@ -297,7 +297,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
       if (!keep && ve->model) {
         drop = ve->model;
         ve->model = NULL;
-        set_state(ve, V_UNLOADING);
+        table_set_state(ve, V_UNLOADING);
       }
     }
     pthread_mutex_unlock(&s->mu);
@@ -319,7 +319,7 @@ void unload_entry_locked(cinfer_server *s, model_entry *e) {
       if (ve->model) {
         drop = ve->model;
         ve->model = NULL;
-        set_state(ve, V_UNLOADING);
+        table_set_state(ve, V_UNLOADING);
       }
     if (!drop) break;
     pthread_mutex_unlock(&s->mu);
@@ -333,7 +333,7 @@ void unload_entry_locked(cinfer_server *s, model_entry *e) {
  * that a READY version still uses (the new load failed) stays. */
 static char *override_release_locked(cinfer_server *s, const char *name, char *dir) {
   pthread_mutex_lock(&s->mu);
-  model_entry *e = find_entry(s, name);
+  model_entry *e = table_find(s, name);
   bool dir_used = false, old_used = false;
   for (version_entry *ve = e ? e->versions : NULL; ve; ve = ve->next)
     if (ve->model) {
@@ -355,7 +355,7 @@ static char *override_release_locked(cinfer_server *s, const char *name, char *d
 }
 /* ensemble.h: with load_mu held. A model with a READY version is left as it is. */
 cinfer_status *server_ensure_loaded(cinfer_server *s, const char *name) {
-  return entry_is_ready(s, name) ? NULL : load_model_locked(s, name, NULL, NULL);
+  return table_entry_ready(s, name) ? NULL : load_model_locked(s, name, NULL, NULL);
 }
 
 /* With s->mu held: `name` left the table, so every loaded ensemble with a step on it
@@ -373,7 +373,7 @@ static void unload_dependents_locked(cinfer_server *s, const char *name) {
       char msg[512];
       snprintf(msg, sizeof msg, "ensemble '%s' depends on '%s' which has no loaded version "
                "(it was unloaded)", e->name, name);
-      set_reason(&e->reason, msg);
+      table_set_reason(&e->reason, msg);
       LOG_I("unloading ensemble '%s': its step model '%s' was unloaded", e->name, name);
       char *ename = strdup(e->name);
       unload_entry_locked(s, e);
@@ -385,7 +385,7 @@ static void unload_dependents_locked(cinfer_server *s, const char *name) {
 }
 
 /* The server's own loads (startup, polling), whatever the control mode. */
-cinfer_status *load_model(cinfer_server *s, const char *name, const char *config_json) {
+cinfer_status *lifecycle_load(cinfer_server *s, const char *name, const char *config_json) {
   if (atomic_load(&s->shutting_down))
     return cinfer_status_new(CINFER_UNAVAILABLE, "server is shutting down");
   pthread_mutex_lock(&s->load_mu);
@@ -410,7 +410,7 @@ static cinfer_status *control_refused(const cinfer_server *s) {
 
 cinfer_status *cinfer_server_load_model(cinfer_server *s, const char *name, const char *config_json) {
   cinfer_status *st = control_refused(s);
-  return st ? st : load_model(s, name, config_json);
+  return st ? st : lifecycle_load(s, name, config_json);
 }
 
 cinfer_status *cinfer_server_unload_model(cinfer_server *s, const char *name) {
@@ -420,7 +420,7 @@ cinfer_status *cinfer_server_unload_model(cinfer_server *s, const char *name) {
 /* With load_mu and mu held: adds the step models of name's loaded ensemble versions to
  * list (no duplicates, at most cap). */
 static void add_steps_locked(cinfer_server *s, const char *name, char **list, size_t *n, size_t cap) {
-  model_entry *e = find_entry(s, name);
+  model_entry *e = table_find(s, name);
   for (version_entry *ve = e ? e->versions : NULL; ve; ve = ve->next) {
     const cinfer_model_config *c = ve->model ? ve->model->config : NULL;
     size_t ns = c ? cfg_ensemble_step_count(c) : 0;
@@ -443,7 +443,7 @@ cinfer_status *cinfer_server_unload_model_dependents(cinfer_server *s, const cha
   size_t n = 0;
   pthread_mutex_lock(&s->load_mu);
   pthread_mutex_lock(&s->mu);
-  model_entry *e = find_entry(s, name);
+  model_entry *e = table_find(s, name);
   cinfer_status *st = NULL;
   char *drop[MAX_DEPS + 1];
   size_t n_drop = 0;
@@ -456,11 +456,11 @@ cinfer_status *cinfer_server_unload_model_dependents(cinfer_server *s, const cha
      * steps as well: the list grows while it is walked). */
     for (size_t i = 0; unload_dependents && i < n; i++) add_steps_locked(s, list[i], list, &n, MAX_DEPS);
     for (size_t i = 0; i < n; i++) {
-      model_entry *d = find_entry(s, list[i]);
+      model_entry *d = table_find(s, list[i]);
       if (!d) continue;
       unload_entry_locked(s, d); /* drops and retakes mu */
       unload_dependents_locked(s, list[i]); /* ensembles with a step on it go too */
-      if ((d = find_entry(s, list[i])) && d->override_dir) {
+      if ((d = table_find(s, list[i])) && d->override_dir) {
         drop[n_drop++] = d->override_dir;
         d->override_dir = NULL;
       }
@@ -516,12 +516,12 @@ static void poll_once(cinfer_server *s) {
     snprintf(dir, sizeof dir, "%s/%s", s->repo, names[i]);
     uint64_t fp = repo_dir_fingerprint(dir, 2);
     pthread_mutex_lock(&s->mu);
-    model_entry *e = find_entry(s, names[i]);
+    model_entry *e = table_find(s, names[i]);
     bool changed = !e || e->fingerprint != fp;
     pthread_mutex_unlock(&s->mu);
     if (changed) {
       LOG_I("repository change: (re)loading '%s'", names[i]);
-      cinfer_status_free(load_model(s, names[i], NULL));
+      cinfer_status_free(lifecycle_load(s, names[i], NULL));
     }
   }
   pthread_mutex_lock(&s->load_mu);

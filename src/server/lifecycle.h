@@ -5,7 +5,7 @@
 #include "server/table.h"
 
 /* The server's own loads (startup, polling), whatever the control mode. */
-cinfer_status *load_model(cinfer_server *s, const char *name, const char *config_json);
+cinfer_status *lifecycle_load(cinfer_server *s, const char *name, const char *config_json);
 /* With s->mu held (dropped and retaken): every version of e leaves the table. */
 void unload_entry_locked(cinfer_server *s, model_entry *e);
 /* With the load lock held, makes sure model `name` has a READY version, loading it (as an

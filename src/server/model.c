@@ -144,7 +144,7 @@ void model_destroy_now(cinfer_model *m) {
     if (m->instances[i].state) m->backend->instance_destroy(m->instances[i].state);
   if (m->backend_model) m->backend->model_unload(m->backend_model);
   LOG_I("unloaded model '%s' version %lld", m->name, (long long)m->version);
-  metrics_fini(m);
+  model_metrics_fini(m);
   model_free(m);
 }
 
@@ -318,8 +318,8 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
         }
       }
   }
-  if (!metrics_init(m)) {
-    metrics_fini(m);
+  if (!model_metrics_init(m)) {
+    model_metrics_fini(m);
     st = cinfer_status_oom("metrics of the model");
     goto fail;
   }

@@ -109,11 +109,11 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
     bool load = opts->control_mode != CINFER_MODEL_CONTROL_EXPLICIT;
     for (size_t k = 0; !load && k < opts->n_startup_models; k++)
       if (!strcmp(opts->startup_models[k], "*") || !strcmp(opts->startup_models[k], names[i])) load = true;
-    if (load && !entry_is_ready(s, names[i])) { /* not loaded already as an ensemble step */
-      cinfer_status_free(load_model(s, names[i], NULL));
+    if (load && !table_entry_ready(s, names[i])) { /* not loaded already as an ensemble step */
+      cinfer_status_free(lifecycle_load(s, names[i], NULL));
     } else { /* listed in the index as UNAVAILABLE */
       pthread_mutex_lock(&s->mu);
-      get_entry(s, names[i]);
+      table_get(s, names[i]);
       pthread_mutex_unlock(&s->mu);
     }
   }
@@ -121,7 +121,7 @@ cinfer_status *cinfer_server_create(const cinfer_server_options *opts, cinfer_se
   for (size_t k = 0; k < opts->n_startup_models; k++) {
     if (!strcmp(opts->startup_models[k], "*")) continue;
     pthread_mutex_lock(&s->mu);
-    bool known = find_entry(s, opts->startup_models[k]) != NULL;
+    bool known = table_find(s, opts->startup_models[k]) != NULL;
     pthread_mutex_unlock(&s->mu);
     if (!known) LOG_E("--load-model '%s': no such model in the repository", opts->startup_models[k]);
   }

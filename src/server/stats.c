@@ -13,15 +13,15 @@
 
 /* ---- statistics ----------------------------------------------------------------------- */
 
-void stat_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns) {
+void stats_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns) {
   s->count += n;
   s->ns += ns;
 }
 
-void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric *reason) {
+void stats_record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric *reason) {
   uint64_t t = clock_now_ns() - r->t_arrival;
   pthread_mutex_lock(&m->stats_mu);
-  stat_add(&m->stats.fail, 1, t);
+  stats_add(&m->stats.fail, 1, t);
   pthread_mutex_unlock(&m->stats_mu);
   metric *which = reason                             ? reason
                   : code == CINFER_CANCELLED          ? m->m.fail_cancelled
@@ -34,12 +34,12 @@ void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric
 
 void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err) {
   if (err) {
-    record_failure(m, r, cinfer_status_code(err), NULL);
+    stats_record_failure(m, r, cinfer_status_code(err), NULL);
     return;
   }
   uint64_t t = clock_now_ns() - r->t_arrival;
   pthread_mutex_lock(&m->stats_mu);
-  stat_add(&m->stats.success, 1, t);
+  stats_add(&m->stats.success, 1, t);
   pthread_mutex_unlock(&m->stats_mu);
   metric_inc(m->m.success, 1);
   metric_observe(m->m.request_dur, (double)t * 1e-9);
@@ -48,17 +48,17 @@ void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status 
 /* With stats_mu held: r's queue and compute phases, added together so that a statistics
  * snapshot never sees the compute counts differ (perf_analyzer refuses a window where they
  * do). t0..t2: the batch's input assembly and execution; t_out: end of its output phase. */
-void stat_phases_locked(cinfer_model *m, const cinfer_request *r, uint64_t t0, uint64_t t1,
+void stats_phases_locked(cinfer_model *m, const cinfer_request *r, uint64_t t0, uint64_t t1,
                                uint64_t t2, uint64_t t_out) {
-  stat_add(&m->stats.queue, 1, r->t_exec_start - r->t_arrival);
-  stat_add(&m->stats.compute_input, 1, t1 - t0);
-  stat_add(&m->stats.compute_infer, 1, t2 - t1);
-  stat_add(&m->stats.compute_output, 1, t_out - t2);
+  stats_add(&m->stats.queue, 1, r->t_exec_start - r->t_arrival);
+  stats_add(&m->stats.compute_input, 1, t1 - t0);
+  stats_add(&m->stats.compute_infer, 1, t2 - t1);
+  stats_add(&m->stats.compute_output, 1, t_out - t2);
 }
 
 /* Creates the model's series; false when one could not be allocated (the caller removes
- * the others with metrics_fini and fails the load: a model never serves half-observed). */
-bool metrics_init(cinfer_model *m) {
+ * the others with model_metrics_fini and fails the load: a model never serves half-observed). */
+bool model_metrics_init(cinfer_model *m) {
   metrics_registry *reg = server_metrics(m->server);
   char ver[32];
   snprintf(ver, sizeof ver, "%lld", (long long)m->version);
@@ -108,7 +108,7 @@ bool metrics_init(cinfer_model *m) {
   return true;
 }
 
-void metrics_fini(cinfer_model *m) {
+void model_metrics_fini(cinfer_model *m) {
   metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
                    m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
                    m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,

@@ -16,7 +16,7 @@
  *                   (model destroyed)           unload_entry_locked, or a version
  *                                               the policy no longer selects
  *
- * Invariants (asserted by set_state and check_version):
+ * Invariants (asserted by table_set_state and table_check_version):
  *   1. ve->model != NULL exactly when ve->state == V_READY.
  *   2. Only the moves drawn above happen (v_allowed).
  *   3. Every cinfer_model that model_create returned is counted in s->n_live until the
@@ -40,14 +40,14 @@ static const bool v_allowed[V_COUNT_][V_COUNT_] = {
     [V_UNLOADING] = {[V_UNAVAILABLE] = true, [V_LOADING] = true},
 };
 
-model_entry *find_entry(cinfer_server *s, const char *name) {
+model_entry *table_find(cinfer_server *s, const char *name) {
   for (model_entry *e = s->models; e; e = e->next)
     if (!strcmp(e->name, name)) return e;
   return NULL;
 }
 
-model_entry *get_entry(cinfer_server *s, const char *name) {
-  model_entry *e = find_entry(s, name);
+model_entry *table_get(cinfer_server *s, const char *name) {
+  model_entry *e = table_find(s, name);
   if (e) return e;
   e = calloc(1, sizeof *e);
   if (!e || !(e->name = strdup(name))) {
@@ -61,36 +61,36 @@ model_entry *get_entry(cinfer_server *s, const char *name) {
   return e;
 }
 
-version_entry *find_version(model_entry *e, int64_t v) {
+version_entry *table_find_version(model_entry *e, int64_t v) {
   for (version_entry *ve = e->versions; ve; ve = ve->next)
     if (ve->version == v) return ve;
   return NULL;
 }
 
-void set_reason(char **slot, const char *msg) {
+void table_set_reason(char **slot, const char *msg) {
   free(*slot);
   *slot = msg ? strdup(msg) : NULL;
 }
 
-void check_version(const version_entry *ve) {
+void table_check_version(const version_entry *ve) {
   assert((ve->model != NULL) == (ve->state == V_READY)); /* invariant 1 */
   (void)ve;
 }
 
 /* Moves ve to `to` (with s->mu held); the caller has set ve->model to match. */
-void set_state(version_entry *ve, vstate to) {
+void table_set_state(version_entry *ve, vstate to) {
   if (!v_allowed[ve->state][to]) { /* invariant 2: a bug; loud in every build */
     LOG_E("version %lld: state %s -> %s is not a move of the state diagram",
           (long long)ve->version, vstate_names[ve->state], vstate_names[to]);
     assert(!"bad version state transition");
   }
   ve->state = to;
-  check_version(ve);
+  table_check_version(ve);
 }
 
-bool entry_is_ready(cinfer_server *s, const char *name) {
+bool table_entry_ready(cinfer_server *s, const char *name) {
   pthread_mutex_lock(&s->mu);
-  model_entry *e = find_entry(s, name);
+  model_entry *e = table_find(s, name);
   bool ready = false;
   for (version_entry *ve = e ? e->versions : NULL; ve; ve = ve->next)
     if (ve->state == V_READY) ready = true;
@@ -165,7 +165,7 @@ cinfer_status *cinfer_server_model_acquire(cinfer_server *s, const char *name, i
                                            cinfer_model **out) {
   *out = NULL;
   pthread_mutex_lock(&s->mu);
-  model_entry *e = find_entry(s, name);
+  model_entry *e = table_find(s, name);
   cinfer_status *st = NULL;
   if (!e) {
     st = cinfer_status_new(CINFER_NOT_FOUND, "Request for unknown model: '%s' is not found", name);
@@ -178,12 +178,12 @@ cinfer_status *cinfer_server_model_acquire(cinfer_server *s, const char *name, i
     if (best) {
       model_ref(best->model);
       *out = best->model;
-    } else if (version > 0 && !find_version(e, version)) {
+    } else if (version > 0 && !table_find_version(e, version)) {
       st = cinfer_status_new(CINFER_NOT_FOUND, "unknown version %lld of model '%s'",
                              (long long)version, name);
     } else {
       const char *why = e->reason;
-      version_entry *ve = version > 0 ? find_version(e, version) : e->versions;
+      version_entry *ve = version > 0 ? table_find_version(e, version) : e->versions;
       if (!why && ve && ve->reason) why = ve->reason;
       st = cinfer_status_new(CINFER_UNAVAILABLE, "model '%s'%s is not ready%s%s", name,
                              version > 0 ? " version" : "", why ? ": " : "", why ? why : "");
@@ -206,7 +206,7 @@ static int cmp_desc(const void *a, const void *b) {
 size_t cinfer_server_model_versions(cinfer_server *s, const char *name, int64_t *versions, size_t cap) {
   size_t n = 0;
   pthread_mutex_lock(&s->mu);
-  model_entry *e = find_entry(s, name);
+  model_entry *e = table_find(s, name);
   for (version_entry *ve = e ? e->versions : NULL; ve && n < cap; ve = ve->next)
     if (ve->model) versions[n++] = ve->version;
   pthread_mutex_unlock(&s->mu);

@@ -27,17 +27,17 @@ typedef struct model_entry {
 } model_entry;
 
 /* All with s->mu held. */
-model_entry *find_entry(cinfer_server *s, const char *name);
-/* find_entry, else a new entry (UNAVAILABLE, no versions) in name order; NULL: no memory. */
-model_entry *get_entry(cinfer_server *s, const char *name);
-version_entry *find_version(model_entry *e, int64_t v);
-void set_reason(char **slot, const char *msg); /* copies msg (NULL clears) */
-void check_version(const version_entry *ve);
+model_entry *table_find(cinfer_server *s, const char *name);
+/* table_find, else a new entry (UNAVAILABLE, no versions) in name order; NULL: no memory. */
+model_entry *table_get(cinfer_server *s, const char *name);
+version_entry *table_find_version(model_entry *e, int64_t v);
+void table_set_reason(char **slot, const char *msg); /* copies msg (NULL clears) */
+void table_check_version(const version_entry *ve);
 /* Moves ve to `to`; the caller has set ve->model to match. A move that is not in the
  * diagram is logged and asserts. */
-void set_state(version_entry *ve, vstate to);
+void table_set_state(version_entry *ve, vstate to);
 
 /* Takes s->mu: whether `name` has a READY version. */
-bool entry_is_ready(cinfer_server *s, const char *name);
+bool table_entry_ready(cinfer_server *s, const char *name);
 
 #endif
