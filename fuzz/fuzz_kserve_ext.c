@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (server) cinfer_status_free(cinfer_server_model_acquire(server, model, 0, &m));
   kserve_limits lim = {.max_tensor_elements = 1 << 16, .max_json_depth = 100,
                        .max_input_bytes = 1 << 20};
-  kserve_decode_ctx ctx = {.shm = shm, .config = m ? cinfer_model_config_of(m) : NULL};
+  kserve_decode_ctx ctx = {.shm = shm, .config = m ? cinfer_model_config_get(m) : NULL};
   kserve_request *k = NULL;
   st = kserve_decode_with(body, n, header_len, &lim, &ctx, &k);
   cinfer_status_free(st);

@@ -118,6 +118,9 @@ bool cinfer_config_output(const cinfer_config *c, uint32_t i, cinfer_config_io *
 /* The same by name; false when the config has no such input/output. */
 bool cinfer_config_input_by_name(const cinfer_config *c, const char *name, cinfer_config_io *out);
 bool cinfer_config_output_by_name(const cinfer_config *c, const char *name, cinfer_config_io *out);
+/* Output `name`'s label_filename (borrowed; relative to the model's directory), NULL when
+ * the output has none or the config has no such output. */
+const char *cinfer_config_output_label_filename(const cinfer_config *c, const char *name);
 /* The config in Triton's JSON form as it is now (during autocomplete: with the changes
  * made so far). *version (optional) receives CINFER_CONFIG_JSON_VERSION. The caller owns
  * the string and frees it with free(); NULL when out of memory. */

@@ -97,9 +97,6 @@ int64_t cinfer_model_version(const cinfer_model *m);
 /* m's configuration through the public accessors of cinfer/backend.h (cinfer_config_*,
  * cinfer_config_json for Triton's JSON form); borrowed while m is held. */
 const cinfer_config *cinfer_model_config_get(const cinfer_model *m);
-/* The core's own parsed config (src/repo/config.h), for in-tree code that has not moved to
- * cinfer_model_config_get() yet; not part of the backend ABI. */
-const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m);
 const char *cinfer_model_platform(const cinfer_model *m);  /* "onnxruntime_onnx", ... */
 bool cinfer_model_is_decoupled(const cinfer_model *m);
 /* The name of the backend serving m ("onnxruntime", "llm", ...). */

@@ -25,7 +25,6 @@
 #include "frontend/frontend_internal.h"
 #include "frontend/kserve.h"
 #include "net/http.h"
-#include "repo/config.h"
 
 #ifndef CINFER_VERSION
 #define CINFER_VERSION "0.0.0"
@@ -45,20 +44,20 @@ static void respond_json(http_exchange *ex, int status, cbuf *b) {
   b->data = NULL;
 }
 
-static void respond_error(http_exchange *ex, int status, const char *msg) {
+void respond_error(http_exchange *ex, int status, const char *msg) {
   cbuf b = {0};
   kserve_encode_error(&b, msg);
   respond_json(ex, status, &b);
 }
 
-static void respond_status(http_exchange *ex, cinfer_status *st) {
+void respond_status(http_exchange *ex, cinfer_status *st) {
   respond_error(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
   cinfer_status_free(st);
 }
 
 /* ---- path handling -------------------------------------------------------------------- */
 
-static bool parse_version(const char *s, int64_t *v) {
+bool parse_version(const char *s, int64_t *v) {
   if (!*s || strlen(s) > 18) return false;
   int64_t x = 0;
   for (const char *p = s; *p; p++) {
@@ -137,7 +136,7 @@ static void respond_task(void *arg) {
   } else {
     cbuf b = {0};
     size_t jlen = 0;
-    cinfer_status *pst = kserve_prepare_response(c->kreq, resp, cinfer_model_config_of(c->model),
+    cinfer_status *pst = kserve_prepare_response(c->kreq, resp, cinfer_model_config_get(c->model),
                                                  cinfer_model_directory(c->model));
     if (pst) {
       int code = cinfer_code_http_status(cinfer_status_code(pst));
@@ -220,7 +219,7 @@ static void handle_infer(frontend *fe, http_exchange *ex, const http_request *re
     return;
   }
   if (c->inflated) body = c->inflated;
-  kserve_decode_ctx dctx = {.shm = fe->shm, .config = cinfer_model_config_of(m)};
+  kserve_decode_ctx dctx = {.shm = fe->shm, .config = cinfer_model_config_get(m)};
   if ((st = kserve_decode_with(body, body_len, hlen, &fe->limits, &dctx, &c->kreq)) ||
       (st = cinfer_request_create(m, &c->req)) || (st = kserve_apply(c->kreq, c->req))) {
     respond_status(ex, st);
@@ -249,13 +248,13 @@ bad_hlen:
 
 /* ---- metadata, config, stats ---------------------------------------------------------- */
 
-static void put_io(cbuf *b, const model_config_io *io, bool batching) {
+static void put_io(cbuf *b, const cinfer_config_io *io, bool batching) {
   cbuf_puts(b, "{\"name\":");
   cbuf_json_string(b, io->name, strlen(io->name));
-  cbuf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", cinfer_dtype_name(io->data_type));
+  cbuf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", cinfer_dtype_name(io->dtype));
   int k = 0;
   if (batching) cbuf_printf(b, "%s-1", k++ ? "," : "");
-  for (int d = 0; d < io->ndims; d++) cbuf_printf(b, "%s%lld", k++ ? "," : "", (long long)io->dims[d]);
+  for (int d = 0; d < io->ndim; d++) cbuf_printf(b, "%s%lld", k++ ? "," : "", (long long)io->dims[d]);
   cbuf_puts(b, "]}");
 }
 
@@ -263,7 +262,9 @@ static void handle_model_metadata(frontend *fe, http_exchange *ex, const char *n
   cinfer_model *m;
   cinfer_status *st = cinfer_server_model_acquire(fe->server, name, version, &m);
   if (st) return respond_status(ex, st);
-  const cinfer_model_config *c = cinfer_model_config_of(m);
+  const cinfer_config *c = cinfer_model_config_get(m);
+  bool batching = cinfer_config_max_batch_size(c) > 0;
+  cinfer_config_io io;
   cbuf b = {0};
   cbuf_puts(&b, "{\"name\":");
   cbuf_json_string(&b, name, strlen(name));
@@ -290,14 +291,14 @@ static void handle_model_metadata(frontend *fe, http_exchange *ex, const char *n
   const char *plat = cinfer_model_platform(m);
   cbuf_json_string(&b, plat, strlen(plat));
   cbuf_puts(&b, ",\"inputs\":[");
-  for (size_t i = 0; i < c->n_inputs; i++) {
+  for (uint32_t i = 0; cinfer_config_input(c, i, &io); i++) {
     if (i) cbuf_puts(&b, ",");
-    put_io(&b, &c->inputs[i], c->max_batch_size > 0);
+    put_io(&b, &io, batching);
   }
   cbuf_puts(&b, "],\"outputs\":[");
-  for (size_t i = 0; i < c->n_outputs; i++) {
+  for (uint32_t i = 0; cinfer_config_output(c, i, &io); i++) {
     if (i) cbuf_puts(&b, ",");
-    put_io(&b, &c->outputs[i], c->max_batch_size > 0);
+    put_io(&b, &io, batching);
   }
   cbuf_puts(&b, "]}");
   cinfer_model_release(m);
@@ -308,7 +309,7 @@ static void handle_model_config(frontend *fe, http_exchange *ex, const char *nam
   cinfer_model *m;
   cinfer_status *st = cinfer_server_model_acquire(fe->server, name, version, &m);
   if (st) return respond_status(ex, st);
-  char *json = model_config_to_json(cinfer_model_config_of(m));
+  char *json = cinfer_config_json(cinfer_model_config_get(m), NULL);
   cinfer_model_release(m);
   if (!json) return respond_error(ex, 500, "out of memory");
   http_respond_owned(ex, 200, json_hdr, 1, json, strlen(json), free);

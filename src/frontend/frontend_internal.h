@@ -35,6 +35,13 @@ cinfer_status *kserve_ext_inflate(frontend *fe, const http_request *req, void **
 void kserve_ext_respond_infer(http_exchange *ex, compress_kind kind, const http_header *h,
                               size_t nh, char *body, size_t len);
 
+/* frontend.c's answers, for every route: Triton's {"error": msg} with `status` (500 with
+ * "out of memory" when the body cannot be built); respond_status takes st and answers
+ * with its code's HTTP status. parse_version: a version segment ("1".."999999999999999999"). */
+void respond_error(http_exchange *ex, int status, const char *msg);
+void respond_status(http_exchange *ex, cinfer_status *st);
+bool parse_version(const char *s, int64_t *v);
+
 /* The server's metrics registry (src/server), for frontend-owned metric families. */
 metrics_registry *cinfer_server_metrics_registry(cinfer_server *s);
 

@@ -35,27 +35,10 @@
 #include "core/log.h"
 #include "frontend/frontend_internal.h"
 #include "frontend/respq.h"
-#include "repo/config.h"
 
 static const http_header json_hdr[] = {{"Content-Type", 12, "application/json", 16}};
 static const http_header sse_hdr[] = {{"Content-Type", 12, "text/event-stream; charset=utf-8", 32},
                                       {"Cache-Control", 13, "no-cache", 8}};
-
-static void gen_error(http_exchange *ex, int status, const char *msg) {
-  cbuf b = {0};
-  kserve_encode_error(&b, msg);
-  if (b.oom) {
-    cbuf_free(&b);
-    http_respond(ex, 500, json_hdr, 1, "{\"error\":\"out of memory\"}", 25);
-    return;
-  }
-  http_respond_owned(ex, status, json_hdr, 1, b.data, b.len, free);
-}
-
-static void gen_status(http_exchange *ex, cinfer_status *st) {
-  gen_error(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
-  cinfer_status_free(st);
-}
 
 /* ---- request context ------------------------------------------------------------------ */
 
@@ -219,12 +202,12 @@ static void drain_task(loop_task *t) {
     }
     http_stream_end(c->ex);
   } else if (status != 200) {
-    gen_error(c->ex, status, msg);
+    respond_error(c->ex, status, msg);
   } else if (c->stream) { /* no events at all: an empty stream */
     http_stream_begin(c->ex, 200, sse_hdr, 2);
     http_stream_end(c->ex);
   } else if (c->one.oom) {
-    gen_error(c->ex, 500, "out of memory encoding the response");
+    respond_error(c->ex, 500, "out of memory encoding the response");
   } else {
     http_respond_owned(c->ex, 200, json_hdr, 1, c->one.data, c->one.len, free);
     c->one = (cbuf){0};
@@ -301,16 +284,16 @@ static cinfer_status *put_elem(const char *name, cinfer_dtype dt, const cJSON *e
 }
 
 /* A model input from a JSON scalar or 1-D array (Triton's ExactMappingInput). */
-static cinfer_status *add_tensor(cinfer_request *r, const model_config_io *io, bool batching,
+static cinfer_status *add_tensor(cinfer_request *r, const cinfer_config_io *io, bool batching,
                                  const cJSON *v, size_t max_elems) {
   const char *name = io->name;
   size_t n = cJSON_IsArray(v) ? (size_t)cJSON_GetArraySize(v) : 1;
   if (n > max_elems)
     return BAD("generate input '%s' has %zu elements; the limit is %zu (--max-tensor-elements)", name, n, max_elems);
-  cinfer_tensor t = {.name = name, .dtype = io->data_type, .memory_type = CINFER_MEMORY_CPU};
+  cinfer_tensor t = {.name = name, .dtype = io->dtype, .memory_type = CINFER_MEMORY_CPU};
   int nd = 0;
   if (batching) t.shape[nd++] = -1;
-  for (int d = 0; d < io->ndims; d++) t.shape[nd++] = io->dims[d];
+  for (int d = 0; d < io->ndim; d++) t.shape[nd++] = io->dims[d];
   t.ndim = nd;
   /* Fixed dims take their share; the innermost variable dim the rest, other ones 1. */
   size_t left = n;
@@ -371,19 +354,14 @@ static cinfer_status *add_tensor(cinfer_request *r, const model_config_io *io, b
   return st;
 }
 
-static const model_config_io *find_input(const cinfer_model_config *mc, const char *name) {
-  for (size_t i = 0; i < mc->n_inputs; i++)
-    if (!strcmp(mc->inputs[i].name, name)) return &mc->inputs[i];
-  return NULL;
-}
-
 /* Every key of obj: an input when the model has one of that name, else a parameter. */
-static cinfer_status *map_keys(cinfer_request *r, size_t max_elems, const cinfer_model_config *mc,
+static cinfer_status *map_keys(cinfer_request *r, size_t max_elems, const cinfer_config *mc,
                                const cJSON *obj, bool top) {
   for (const cJSON *it = obj->child; it; it = it->next) {
     const char *k = it->string;
     if (top && !strcmp(k, "id")) continue;
-    const model_config_io *io = find_input(mc, k);
+    cinfer_config_io in;
+    const cinfer_config_io *io = cinfer_config_input_by_name(mc, k, &in) ? &in : NULL;
     if (top && !strcmp(k, "parameters")) {
       if (io) return BAD("Keyword 'parameters' for nested schema also given as input tensor name");
       if (!cJSON_IsObject(it)) return BAD("Expected JSON object for keyword: 'parameters'");
@@ -391,22 +369,11 @@ static cinfer_status *map_keys(cinfer_request *r, size_t max_elems, const cinfer
       if (st) return cinfer_status_prefix(st, "Converting keyword: 'parameters'");
       continue;
     }
-    cinfer_status *st = io ? add_tensor(r, io, mc->max_batch_size > 0, it, max_elems)
+    cinfer_status *st = io ? add_tensor(r, io, cinfer_config_max_batch_size(mc) > 0, it, max_elems)
                            : set_param(r, k, it);
     if (st) return st;
   }
   return NULL;
-}
-
-static bool parse_version(const char *s, int64_t *v) {
-  if (!*s || strlen(s) > 18) return false;
-  int64_t x = 0;
-  for (const char *p = s; *p; p++) {
-    if (*p < '0' || *p > '9') return false;
-    x = x * 10 + (*p - '0');
-  }
-  *v = x;
-  return true;
 }
 
 cinfer_status *generate_build_request(cinfer_model *m, const char *body, size_t len,
@@ -427,7 +394,7 @@ cinfer_status *generate_build_request(cinfer_model *m, const char *body, size_t 
   else if (jid && !(*id = strdup(jid->valuestring))) st = cinfer_status_oom(NULL);
   if (!st) st = cinfer_request_create(m, out);
   if (!st && *id) cinfer_request_set_id(*out, *id, strlen(*id));
-  if (!st && j) st = map_keys(*out, max_elems, cinfer_model_config_of(m), j, true);
+  if (!st && j) st = map_keys(*out, max_elems, cinfer_model_config_get(m), j, true);
   cJSON_Delete(j);
   if (st) {
     cinfer_request_release(*out);
@@ -443,11 +410,11 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   uint64_t t0 = clock_now_ns();
   cinfer_model *m;
   cinfer_status *st = cinfer_server_model_acquire(fe->server, model, version, &m);
-  if (st) return gen_status(ex, st);
+  if (st) return respond_status(ex, st);
   gen_ctx *c = calloc(1, sizeof *c);
   if (!c) {
     cinfer_model_release(m);
-    return gen_error(ex, 500, "out of memory");
+    return respond_error(ex, 500, "out of memory");
   }
   c->fe = fe;
   c->ex = ex;
@@ -459,7 +426,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   respq_init(&c->q, http_exchange_loop(ex), &c->task);
   if ((st = generate_build_request(m, req->body, req->body_len, (size_t)fe->limits.max_tensor_elements,
                                    &c->req, &c->id))) {
-    gen_status(ex, st);
+    respond_status(ex, st);
     ctx_free(c);
     return;
   }
@@ -469,7 +436,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   if ((st = cinfer_server_infer_async(fe->server, c->req))) {
     atomic_store(&c->answered, true);
     net_loop *loop = http_exchange_loop(ex);
-    gen_status(ex, st);
+    respond_status(ex, st);
     /* No callback will run: free on the loop, after what it still does for the exchange. */
     c->task.fn = free_task;
     loop_post_task(loop, &c->task);
@@ -490,11 +457,11 @@ bool generate_route(frontend *fe, http_exchange *ex, const http_request *req,
   if (rest == 5 && (!parse_version(p->seg[4], &version) || version <= 0)) {
     char msg[320];
     snprintf(msg, sizeof msg, "invalid model version '%s'", p->seg[4]);
-    gen_error(ex, 400, msg);
+    respond_error(ex, 400, msg);
     return true;
   }
   if (req->method_id != HTTP_POST) {
-    gen_error(ex, 405, "method not allowed; use POST");
+    respond_error(ex, 405, "method not allowed; use POST");
     return true;
   }
   handle_generate(fe, ex, req, p->seg[2], version, stream);

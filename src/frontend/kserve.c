@@ -17,7 +17,6 @@
 #include "core/json.h"
 #include "core/numfmt.h"
 #include "frontend/classify.h"
-#include "repo/config.h"
 
 struct kserve_request {
   json_doc *doc;
@@ -255,26 +254,27 @@ static cinfer_status *own_copy(kserve_input *ki) {
 
 /* Triton's raw binary request: the body is the tensor of the model's only input. */
 static cinfer_status *decode_raw(const char *body, size_t body_len, const kserve_limits *lim,
-                                 const struct cinfer_model_config *cfg, kserve_request *k) {
-  if (cfg->n_inputs != 1)
-    return BAD("Raw request must only have 1 input (found 1) to be deduced but got %zu inputs in "
-               "'%s' model configuration", cfg->n_inputs, cfg->name);
+                                 const cinfer_config *cfg, kserve_request *k) {
+  cinfer_config_io in0;
+  if (cinfer_config_input_count(cfg) != 1 || !cinfer_config_input(cfg, 0, &in0))
+    return BAD("Raw request must only have 1 input (found 1) to be deduced but got %u inputs in "
+               "'%s' model configuration", cinfer_config_input_count(cfg), cinfer_config_name(cfg));
   if (lim->max_input_bytes && body_len > lim->max_input_bytes)
     return BAD("Raw input has a byte_size (%zu bytes) that exceeds the maximum allowed value of "
                "%zu bytes. Use --http-max-input-size to increase the limit.", body_len,
                lim->max_input_bytes);
-  const model_config_io *io = &cfg->inputs[0];
+  const cinfer_config_io *io = &in0;
   k->inputs = calloc(1, sizeof *k->inputs);
   if (!k->inputs || !(k->raw_name = strdup(io->name))) return cinfer_status_oom(NULL);
   k->n_inputs = 1;
   kserve_input *ki = &k->inputs[0];
   cinfer_tensor *t = &ki->t;
   t->name = k->raw_name;
-  t->dtype = io->data_type;
+  t->dtype = io->dtype;
   int nd = 0, dyn = -1;
-  if (cfg->max_batch_size > 0) t->shape[nd++] = 1;
+  if (cinfer_config_max_batch_size(cfg) > 0) t->shape[nd++] = 1;
   uint64_t el = 1;
-  for (int d = 0; d < io->ndims; d++) {
+  for (int d = 0; d < io->ndim; d++) {
     if (nd >= CINFER_MAX_DIMS)
       return BAD("raw input '%s': the configured shape has more than CINFER_MAX_DIMS = %d dims",
                  io->name, CINFER_MAX_DIMS);
@@ -323,7 +323,7 @@ static cinfer_status *decode_raw(const char *body, size_t body_len, const kserve
   t->byte_size = body_len;
   if ((uint64_t)elems * es != body_len)
     return BAD("input byte size mismatch for input '%s' for model '%s'. Expected %llu, got %zu",
-               io->name, cfg->name, (unsigned long long)elems * es, body_len);
+               io->name, cinfer_config_name(cfg), (unsigned long long)elems * es, body_len);
   cinfer_status *st = cinfer_tensor_check(t);
   if (st) return st;
   if (es > 1 && ((uintptr_t)t->data % es) != 0) return own_copy(ki);
@@ -338,7 +338,7 @@ static cinfer_status *check_byte_size(const cinfer_tensor *t, const kserve_decod
   uint64_t want = (uint64_t)cinfer_shape_elements(t->shape, t->ndim) * es;
   if (want == t->byte_size) return NULL;
   return BAD("input byte size mismatch for input '%s' for model '%s'. Expected %llu, got %zu",
-             t->name, ctx->config->name, (unsigned long long)want, t->byte_size);
+             t->name, cinfer_config_name(ctx->config), (unsigned long long)want, t->byte_size);
 }
 
 static cinfer_status *bad_input_fields(const char *name, bool d, bool b, bool m) {
@@ -749,8 +749,7 @@ bool kserve_output_binary(const kserve_request *req, const char *name) {
 }
 
 cinfer_status *kserve_prepare_response(kserve_request *k, const cinfer_response *resp,
-                                       const struct cinfer_model_config *cfg,
-                                       const char *model_dir) {
+                                       const cinfer_config *cfg, const char *model_dir) {
   uint32_t n = cinfer_response_output_count(resp);
   for (uint32_t i = 0; i < n; i++) {
     const cinfer_tensor *t = cinfer_response_output(resp, i);
@@ -766,9 +765,7 @@ cinfer_status *kserve_prepare_response(kserve_request *k, const cinfer_response 
     }
     if (!ko->class_count || ko->cls_done) continue;
     classify_labels labels = {0}, *lp = NULL;
-    const char *lf = NULL;
-    for (size_t j = 0; cfg && j < cfg->n_outputs; j++)
-      if (!strcmp(cfg->outputs[j].name, t->name)) lf = cfg->outputs[j].label_filename;
+    const char *lf = cfg ? cinfer_config_output_label_filename(cfg, t->name) : NULL;
     if (lf && lf[0] && model_dir) {
       size_t pl = strlen(model_dir) + strlen(lf) + 2;
       char *path = malloc(pl);
@@ -779,7 +776,7 @@ cinfer_status *kserve_prepare_response(kserve_request *k, const cinfer_response 
       if (st) return cinfer_status_prefix(st, "output '%s': label_filename", t->name);
       lp = &labels;
     }
-    cinfer_status *st = classify_output(t, ko->class_count, cfg && cfg->max_batch_size > 0, lp,
+    cinfer_status *st = classify_output(t, ko->class_count, cfg && cinfer_config_max_batch_size(cfg) > 0, lp,
                                         &ko->cls, ko->cls_shape, &ko->cls_ndim);
     classify_labels_free(&labels);
     if (st) return st;

@@ -17,8 +17,6 @@
 #include "core/buf.h"
 #include "frontend/shm.h"
 
-struct cinfer_model_config;
-
 /* Per-server limits. Besides these, a request may carry at most CINFER_MAX_INPUTS
  * inputs and CINFER_MAX_OUTPUTS requested outputs, and a shape at most CINFER_MAX_DIMS
  * dims (include/cinfer/types.h); the error names the constant. */
@@ -57,7 +55,7 @@ typedef struct kserve_decode_ctx {
   shm_registry *shm;
   /* The model's configuration: a raw binary request (header length 0) takes its single
    * input's name, type and shape from it; NULL: a raw request is refused. */
-  const struct cinfer_model_config *config;
+  const cinfer_config *config;
 } kserve_decode_ctx;
 
 typedef struct kserve_request kserve_request;
@@ -93,8 +91,7 @@ cinfer_status *kserve_apply(kserve_request *k, cinfer_request *r);
  * output's label_filename in model_dir). cfg/model_dir may be NULL (no labels, no batch
  * dimension). */
 cinfer_status *kserve_prepare_response(kserve_request *k, const cinfer_response *resp,
-                                       const struct cinfer_model_config *cfg,
-                                       const char *model_dir);
+                                       const cinfer_config *cfg, const char *model_dir);
 
 /* True when the response output named `name` goes to the binary section: its
  * binary_data parameter when the request lists it, else the request's binary_data_output.

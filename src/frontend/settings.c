@@ -21,21 +21,10 @@
 
 static const http_header json_hdr[] = {{"Content-Type", 12, "application/json", 16}};
 
-static void respond_err(http_exchange *ex, int status, const char *msg) {
-  cbuf b = {0};
-  kserve_encode_error(&b, msg);
-  if (b.oom) {
-    cbuf_free(&b);
-    http_respond(ex, 500, json_hdr, 1, "{\"error\":\"out of memory\"}", 25);
-    return;
-  }
-  http_respond_owned(ex, status, json_hdr, 1, b.data, b.len, free);
-}
-
 static void respond_buf(http_exchange *ex, cbuf *b) {
   if (b->oom) {
     cbuf_free(b);
-    return respond_err(ex, 500, "out of memory");
+    return respond_error(ex, 500, "out of memory");
   }
   http_respond_owned(ex, 200, json_hdr, 1, b->data, b->len, free);
   b->data = NULL;
@@ -166,7 +155,7 @@ bool settings_parse_trace(const char *body, size_t len, cinfer_trace_update *u, 
 
 static void handle_trace(frontend *fe, http_exchange *ex, const http_request *req, const char *model) {
   bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
-  if (!get && req->method_id != HTTP_POST) return respond_err(ex, 405, "method not allowed; use GET or POST");
+  if (!get && req->method_id != HTTP_POST) return respond_error(ex, 405, "method not allowed; use GET or POST");
   char msg[512];
   if (model) { /* Triton: the model must be ready */
     cinfer_model *m;
@@ -174,7 +163,7 @@ static void handle_trace(frontend *fe, http_exchange *ex, const http_request *re
     if (st) {
       cinfer_status_free(st);
       snprintf(msg, sizeof msg, "Request for unknown model : %s", model);
-      return respond_err(ex, 400, msg);
+      return respond_error(ex, 400, msg);
     }
     cinfer_model_release(m);
   }
@@ -182,10 +171,10 @@ static void handle_trace(frontend *fe, http_exchange *ex, const http_request *re
     cinfer_trace_update u;
     int status;
     if (!settings_parse_trace(req->body, req->body_len, &u, &status, msg, sizeof msg))
-      return respond_err(ex, status, msg);
+      return respond_error(ex, status, msg);
     cinfer_status *st = cinfer_server_trace_update(fe->server, model, &u);
     if (st) {
-      respond_err(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
+      respond_error(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
       cinfer_status_free(st);
       return;
     }
@@ -257,14 +246,14 @@ bool settings_parse_logging(const char *body, size_t len, settings_log_update *u
 
 static void handle_logging(http_exchange *ex, const http_request *req) {
   bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
-  if (!get && req->method_id != HTTP_POST) return respond_err(ex, 405, "method not allowed; use GET or POST");
+  if (!get && req->method_id != HTTP_POST) return respond_error(ex, 405, "method not allowed; use GET or POST");
   if (!get && req->body_len) {
     /* Check everything, then apply: a bad field changes nothing. */
     settings_log_update u;
     char msg[512];
     int status;
     if (!settings_parse_logging(req->body, req->body_len, &u, &status, msg, sizeof msg))
-      return respond_err(ex, status, msg);
+      return respond_error(ex, status, msg);
     for (int i = 0; i < 3; i++)
       if (u.on[i] >= 0) log_enable((log_level)i, u.on[i] != 0);
     if (u.verbose >= 0) log_set_verbosity((int)u.verbose);

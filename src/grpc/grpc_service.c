@@ -20,7 +20,6 @@
 #include "grpc/grpc_wire.h"
 #include "health.pb-c.h"
 #include "model_config.pb-c.h"
-#include "repo/config.h"
 
 #ifndef CINFER_VERSION
 #define CINFER_VERSION "0.0.0"
@@ -100,14 +99,14 @@ static void rpc_server_metadata(gstream *gs, const uint8_t *msg, size_t len) {
 }
 
 static void fill_tensor_meta(Inference__ModelMetadataResponse__TensorMetadata *t,
-                             const model_config_io *io, bool batching, int64_t *shape) {
+                             const cinfer_config_io *io, bool batching, int64_t *shape) {
   Inference__ModelMetadataResponse__TensorMetadata init = INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
   *t = init;
-  t->name = io->name;
-  t->datatype = (char *)cinfer_dtype_name(io->data_type);
+  t->name = (char *)io->name; /* the proto's field is not const; never written */
+  t->datatype = (char *)cinfer_dtype_name(io->dtype);
   size_t k = 0;
   if (batching) shape[k++] = -1;
-  for (int d = 0; d < io->ndims; d++) shape[k++] = io->dims[d];
+  for (int d = 0; d < io->ndim; d++) shape[k++] = io->dims[d];
   t->n_shape = k;
   t->shape = shape;
 }
@@ -123,9 +122,9 @@ static void rpc_model_metadata(gstream *gs, const uint8_t *msg, size_t len) {
     Inference__ModelMetadataRequest_free(q);
     return gstream_finish_status(gs, st);
   }
-  const cinfer_model_config *c = cinfer_model_config_of(m);
-  bool batching = c->max_batch_size > 0;
-  size_t nio = c->n_inputs + c->n_outputs;
+  const cinfer_config *c = cinfer_model_config_get(m);
+  bool batching = cinfer_config_max_batch_size(c) > 0;
+  size_t nin = cinfer_config_input_count(c), nio = nin + cinfer_config_output_count(c);
   /* Every ready version: the call writes at most cap, so a full array asks again. */
   size_t cap = 64, nv;
   int64_t *vs = malloc(cap * sizeof *vs);
@@ -152,14 +151,16 @@ static void rpc_model_metadata(gstream *gs, const uint8_t *msg, size_t len) {
     r.versions = vstr;
     r.platform = (char *)cinfer_model_platform(m);
     for (size_t i = 0; i < nio; i++) {
-      const model_config_io *io = i < c->n_inputs ? &c->inputs[i] : &c->outputs[i - c->n_inputs];
-      fill_tensor_meta(&tm[i], io, batching, shapes + i * (CINFER_MAX_DIMS + 1));
+      cinfer_config_io io;
+      if (i < nin) cinfer_config_input(c, (uint32_t)i, &io);
+      else cinfer_config_output(c, (uint32_t)(i - nin), &io);
+      fill_tensor_meta(&tm[i], &io, batching, shapes + i * (CINFER_MAX_DIMS + 1));
       tp[i] = &tm[i];
     }
-    r.n_inputs = c->n_inputs;
+    r.n_inputs = nin;
     r.inputs = tp;
-    r.n_outputs = c->n_outputs;
-    r.outputs = tp + c->n_inputs;
+    r.n_outputs = nio - nin;
+    r.outputs = tp + nin;
     reply(gs, &r.base);
   }
   free(vs);
@@ -346,7 +347,7 @@ static void rpc_model_config(gstream *gs, const uint8_t *msg, size_t len) {
   if (!st) st = cinfer_server_model_acquire(gstream_server(gs)->server, q->name, v, &m);
   Inference__ModelConfigRequest_free(q);
   if (st) return gstream_finish_status(gs, st);
-  char *json = model_config_to_json(cinfer_model_config_of(m));
+  char *json = cinfer_config_json(cinfer_model_config_get(m), NULL);
   cinfer_model_release(m);
   cJSON *j = json ? cJSON_Parse(json) : NULL;
   free(json);

@@ -3,7 +3,9 @@
  * setters. Both opaque handles are the core's cinfer_model_config (src/repo/config.h);
  * this file is the only place that converts between them, so no backend depends on the
  * struct's layout. The setters check their arguments here and the core runs the full
- * model_config_validate() after auto-complete (model_create). */
+ * model_config_validate() after auto-complete (model_create).
+ *
+ * May call: nothing of src/server. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +65,11 @@ bool cinfer_config_output_by_name(const cinfer_config *c, const char *name, cinf
   const model_config_io *io = name ? model_config_output(cc(c), name) : NULL;
   if (io) io_fill(io, out);
   return io != NULL;
+}
+
+const char *cinfer_config_output_label_filename(const cinfer_config *c, const char *name) {
+  const model_config_io *io = name ? model_config_output(cc(c), name) : NULL;
+  return io && io->label_filename && io->label_filename[0] ? io->label_filename : NULL;
 }
 
 char *cinfer_config_json(const cinfer_config *c, uint32_t *version) {

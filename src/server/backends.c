@@ -1,5 +1,7 @@
 /* backends.c: the backends built into this binary, registered once at server creation.
- * Adding a backend: declare its iface here and list it in the table. */
+ * Adding a backend: declare its iface here and list it in the table.
+ *
+ * May call: registry.c. */
 #include <pthread.h>
 
 #include "cinfer/backend.h"

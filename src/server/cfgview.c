@@ -1,4 +1,6 @@
-/* cfgview.c: the server's accessors over src/repo/config.h (see cfgview.h). */
+/* cfgview.c: the server's accessors over src/repo/config.h (see cfgview.h).
+ *
+ * May call: backend_config.c. */
 #include "server/cfgview.h"
 
 #include <dirent.h>
@@ -10,6 +12,7 @@
 
 #include "cinfer/backend.h"
 #include "repo/config.h"
+#include "server/backend_config.h"
 
 const char *cfg_name(const cinfer_model_config *c) { return c->name; }
 const char *cfg_platform(const cinfer_model_config *c) { return c->platform; }
@@ -32,19 +35,13 @@ int64_t cfg_max_batch_size(const cinfer_model_config *c) { return c->max_batch_s
 int cfg_input_count(const cinfer_model_config *c) { return (int)c->n_inputs; }
 int cfg_output_count(const cinfer_model_config *c) { return (int)c->n_outputs; }
 
-static void io_view(const model_config_io *io, cfg_io *out) {
-  memset(out, 0, sizeof *out);
-  out->name = io->name;
-  out->dtype = io->data_type;
-  out->ndim = io->ndims < 0 ? 0 : io->ndims;
-  memcpy(out->dims, io->dims, sizeof out->dims);
-  out->reshape_ndim = io->has_reshape ? io->reshape_ndims : -1;
-  memcpy(out->reshape, io->reshape, sizeof out->reshape);
-  out->optional = io->optional;
+/* The backends' view of an input/output (backend_config.c) is the server's too. */
+void cfg_input(const cinfer_model_config *c, int i, cfg_io *out) {
+  cinfer_config_input(backend_config_of(c), (uint32_t)i, out);
 }
-
-void cfg_input(const cinfer_model_config *c, int i, cfg_io *out) { io_view(&c->inputs[i], out); }
-void cfg_output(const cinfer_model_config *c, int i, cfg_io *out) { io_view(&c->outputs[i], out); }
+void cfg_output(const cinfer_model_config *c, int i, cfg_io *out) {
+  cinfer_config_output(backend_config_of(c), (uint32_t)i, out);
+}
 
 int cfg_instance_group_count(const cinfer_model_config *c) { return (int)c->n_instance_groups; }
 

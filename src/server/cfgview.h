@@ -7,20 +7,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cinfer/backend.h"
 #include "cinfer/types.h"
 
 struct cinfer_model_config;
 typedef struct cinfer_model_config cinfer_model_config;
 
-typedef struct cfg_io {
-  const char *name;
-  cinfer_dtype dtype;
-  int ndim;                       /* dims as configured (without the batch dim) */
-  int64_t dims[CINFER_MAX_DIMS];
-  int reshape_ndim;               /* -1 when no reshape */
-  int64_t reshape[CINFER_MAX_DIMS];
-  bool optional;
-} cfg_io;
+/* An input or output: the backends' cinfer_config_io (dims without the batch dim,
+ * reshape_ndim -1 when no reshape), filled by backend_config.c for both. */
+typedef cinfer_config_io cfg_io;
 
 /* Lists in these views are borrowed from the config (valid while it lives), never copied
  * into fixed arrays: their length is bounded once, by MODEL_CONFIG_MAX_ENTRIES where the

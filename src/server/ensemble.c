@@ -39,7 +39,11 @@
  * Child responses delivered under a step model's preserve_ordering lock (model.c holds
  * order_mu while it delivers in order) must not submit from that thread: a submission
  * to the same model would take that lock again. Those completions hand the submission to
- * the ensemble's dispatcher thread; every other completion submits inline. */
+ * the ensemble's dispatcher thread; every other completion submits inline.
+ *
+ * May call: model.c (cinfer_server_infer_async), request.c, stats.c, table.c (acquire),
+ * handle.c. Loading a step model is lifecycle.c's: ensemble_load reaches it through the
+ * s->ensure_loaded hook, the one way up the file graph. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +51,7 @@
 #include "core/log.h"
 #include "repo/config.h"
 #include "server/ensemble.h"
+#include "server/server_int.h"
 
 enum { STEP_WAITING = 0, STEP_RUNNING, STEP_DONE };
 
@@ -164,6 +169,9 @@ const cinfer_backend_iface *ensemble_iface(void) { return &ens_iface; }
 bool model_is_ensemble(const cinfer_model *m) {
   return m->backend == &ens_iface || m->backend == &ens_iface_decoupled;
 }
+
+static const model_kind ens_kind = {&ens_iface, ensemble_load, ensemble_submit};
+const model_kind *ensemble_kind(void) { return &ens_kind; }
 
 bool ensemble_config_is(const cinfer_model_config *c) {
   return c->platform && !strcmp(c->platform, "ensemble");
@@ -319,7 +327,7 @@ static cinfer_status *check_step(ensemble *e, cinfer_model *ens, int si) {
                                "circular dependency between ensembles: %s'%s' (step %d of '%s')",
                                chain, s->model, si, en);
     }
-  cinfer_status *st = server_ensure_loaded(e->server, s->model);
+  cinfer_status *st = e->server->ensure_loaded(e->server, s->model);
   if (st)
     return cinfer_status_prefix(st, "ensemble '%s' depends on '%s' (step %d), which could not "
                                 "be loaded", en, s->model, si);

@@ -19,11 +19,14 @@ bool ensemble_config_is(const cinfer_model_config *c);
  * model_unload frees the plan, cancel cancels a request's in-flight steps. (An ensemble
  * whose last step is decoupled gets its decoupled twin, set by ensemble_load.) */
 const cinfer_backend_iface *ensemble_iface(void);
+/* What lifecycle.c passes to model_create for an ensemble: ensemble_iface, ensemble_load
+ * and ensemble_submit. */
+const model_kind *ensemble_kind(void);
 bool model_is_ensemble(const cinfer_model *m);
 
 /* Builds and checks m's plan (m->config is an ensemble config). Called by model_create
  * with the server's load lock held: step models that are not READY are loaded first
- * (server_ensure_loaded), as Triton loads an ensemble's dependencies. On success *plan is
+ * (server_ensure_loaded, through s->ensure_loaded), as Triton loads an ensemble's dependencies. On success *plan is
  * the ensemble's backend_model. The error names the ensemble, the step and the field. */
 cinfer_status *ensemble_load(cinfer_server *s, cinfer_model *m, void **plan);
 /* Starts r (complete and validated against the ensemble's inputs by model_enqueue). On
@@ -31,9 +34,5 @@ cinfer_status *ensemble_load(cinfer_server *s, cinfer_model *m, void **plan);
 cinfer_status *ensemble_submit(cinfer_model *m, cinfer_request *r);
 /* True when the ensemble m has a step running model `name`. */
 bool ensemble_depends_on(const cinfer_model *m, const char *name);
-
-/* server.c: with the load lock held, makes sure model `name` has a READY version, loading
- * it (as an explicit load would) when it has none. */
-cinfer_status *server_ensure_loaded(cinfer_server *s, const char *name);
 
 #endif

@@ -103,6 +103,17 @@ typedef struct model_metrics {
   metric *request_dur, *queue_dur, *compute_dur, *batch_size, *pending;
 } model_metrics;
 
+/* A model the core runs itself instead of through a backend's instances (an ensemble,
+ * ensemble.c): whoever creates it (lifecycle.c) passes its kind to model_create, so that
+ * model.c never calls up into ensemble.c. */
+typedef struct model_kind {
+  const cinfer_backend_iface *iface; /* m->backend: model_unload, cancel (never execute) */
+  /* In place of iface->model_load: builds m's state (m->backend_model). */
+  cinfer_status *(*load)(cinfer_server *s, cinfer_model *m, void **state);
+  /* In place of the queue: takes a validated request (model_enqueue). */
+  cinfer_status *(*submit)(cinfer_model *m, cinfer_request *r);
+} model_kind;
+
 struct cinfer_model {
   _Atomic int refs;
   cinfer_server *server;
@@ -112,6 +123,7 @@ struct cinfer_model {
   cinfer_model_config *config;  /* owned */
   const cinfer_backend_iface *backend;
   void *backend_model;
+  const model_kind *kind;       /* NULL: a backend's model, run by instances */
   bool batching;                /* max_batch_size > 0 */
   int64_t max_batch;
   cfg_dynamic_batching db;
@@ -143,6 +155,26 @@ struct cinfer_model {
   cinfer_model *reap_next;
 };
 
+/* handle.c */
+void model_ref(cinfer_model *m);
+
+/* stats.c: a model's statistics and metric series */
+void stats_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns);
+/* A failed request: counted with its time in the queue and the reason's metric (NULL: the
+ * one of code). */
+void stats_record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric *reason);
+/* Decoupled backends: counts r's FINAL response (err NULL: a success) in the statistics. */
+void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err);
+/* With stats_mu held: r's queue and compute phases (t0..t2: the batch's input assembly
+ * and execution; t_out: end of its output phase). */
+void stats_phases_locked(cinfer_model *m, const cinfer_request *r, uint64_t t0, uint64_t t1,
+                        uint64_t t2, uint64_t t_out);
+/* The model's series; false when one could not be allocated (the caller removes the
+ * others with model_metrics_fini and fails the load). */
+bool model_metrics_init(cinfer_model *m);
+void model_metrics_fini(cinfer_model *m);
+void model_busy_update(cinfer_model *m, uint64_t window_ns);
+
 /* request.c */
 void request_complete_error(cinfer_request *r, cinfer_status *st); /* takes st */
 void request_deliver(cinfer_request *r, cinfer_response *resp, uint32_t flags);
@@ -153,17 +185,22 @@ void model_order_release(cinfer_model *m, cinfer_request *r, cinfer_response *re
 bool request_output_wanted(const cinfer_request *r, const char *name);
 
 /* model.c */
+/* Creates a model version from config (taken, freed on error too) with its backend's
+ * instances, or, with a kind, a model the core runs itself. */
 cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                             const char *model_dir, cinfer_model_config *config,
-                            cinfer_model **out);
+                            const model_kind *kind, cinfer_model **out);
 cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r);
-void model_ref(cinfer_model *m);
-/* Decoupled backends: counts r's FINAL response (err NULL: a success) in the statistics. */
-void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err);
 void model_destroy_now(cinfer_model *m); /* reaper: stop workers, unload */
-void model_busy_update(cinfer_model *m, uint64_t window_ns);
 
+/* batch.c */
 void model_fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st); /* takes st */
+/* The same, counted under `reason` (one of the model's failure metrics). */
+void model_fail_request_reason(cinfer_model *m, cinfer_request *r, cinfer_status *st,
+                               metric *reason);
+/* A worker with m->mu held: sleeps on m->cv until signalled or until `wake` (monotonic ns;
+ * UINT64_MAX: no deadline, nothing when wake <= now) passes. */
+void model_wait_locked(cinfer_model *m, uint64_t wake, uint64_t now);
 /* Runs reqs[0..n) as one batch on inst and delivers (or fails) each request. inputs, bufs:
  * scratch of n_inputs + n_extra_inputs + 1 entries. */
 void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
@@ -177,22 +214,17 @@ cinfer_status *seqmodel_create(cinfer_model *m);
 void seqmodel_destroy(seqmodel *sm);
 cinfer_status *seqmodel_enqueue(cinfer_model *m, cinfer_request *r);
 void *seq_worker_main(model_instance *inst);
-/* State outputs: produced for the server, never returned to a client. */
+/* sequence_state.c: state outputs: produced for the server, never returned to a client. */
 bool model_seq_hidden_output(const cinfer_model *m, const char *name);
 cinfer_status *model_seq_after_execute(cinfer_model *m, cinfer_request **reqs, uint32_t n,
                                        const batch_block *bl);
 
-/* server.c */
-void server_reap(cinfer_server *s, cinfer_model *m);
-metrics_registry *server_metrics(cinfer_server *s);
-int server_thread_budget(const cinfer_server *s);
-void server_request_done(cinfer_server *s);
+/* registry.c */
 const cinfer_backend_iface *backend_find(const char *name);
 /* The backend called `name`: a registered one, else <backend_dir>/<name>/libcinfer_<name>.so
  * loaded, checked and registered (backend_dir NULL: built-in backends only). The error
  * names the backend, the path searched and, for a version mismatch, both ABI versions. */
 cinfer_status *backend_lookup(const char *name, const char *backend_dir,
                               const cinfer_backend_iface **out);
-const char *server_backend_directory(const cinfer_server *s); /* NULL when none */
 
 #endif

@@ -1,365 +1,28 @@
 /* model.c: one loaded model version: its backend state, its instances (one worker thread
- * each) and the scheduler that feeds them.
+ * each), the dynamic-batching scheduler that feeds them, and submission
+ * (cinfer_server_infer_async). A model the core runs itself (an ensemble) comes with a
+ * model_kind from its creator and gets its requests through kind->submit.
  *
  * Scheduling (this file): requests queue FIFO per model under m->mu. A free worker takes
  * the oldest request and, when the model batches and dynamic_batching is configured, every
- * following request with the same shape key while the rows fit max_batch_size.
- * Batch assembly copies each input once into a 64-byte-aligned buffer (a single-request
- * batch passes the request's own tensors through, no copy); outputs are allocated once per
- * batch and every response views its rows of them (no copy).
+ * following request with the same shape key while the rows fit max_batch_size; batch.c
+ * runs the batch. Sequence models queue in sequence.c instead.
  *
  * Invariants: a request in the queue holds a reference on the model, so the model cannot
  * be destroyed while its queue is non-empty; workers exit only when m->stopping is set by
- * the reaper after the last reference is gone. */
+ * the reaper after the last reference is gone.
+ *
+ * May call: batch.c, sequence.c, sequence_config.c, request.c, stats.c, handle.c,
+ * registry.c, cfgview.c, backend_config.c, trace.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "core/bigbuf.h"
 #include "core/log.h"
 #include "server/backend_config.h"
-#include "server/ensemble.h"
-#include "server/internal.h"
+#include "server/server_int.h"
 #include "server/trace_internal.h"
-
-void model_ref(cinfer_model *m) { atomic_fetch_add(&m->refs, 1); }
-
-void cinfer_model_release(cinfer_model *m) {
-  if (m && atomic_fetch_sub(&m->refs, 1) == 1) server_reap(m->server, m);
-}
-
-const char *cinfer_model_name(const cinfer_model *m) { return m->name; }
-int64_t cinfer_model_version(const cinfer_model *m) { return m->version; }
-const struct cinfer_model_config *cinfer_model_config_of(const cinfer_model *m) {
-  return m->config;
-}
-const cinfer_config *cinfer_model_config_get(const cinfer_model *m) {
-  return backend_config_of(m->config);
-}
-const char *cinfer_model_platform(const cinfer_model *m) {
-  const char *p = cfg_platform(m->config);
-  return p && p[0] ? p : m->backend->name;
-}
-const char *cinfer_model_backend_name(const cinfer_model *m) { return m->backend->name; }
-const char *cinfer_model_directory(const cinfer_model *m) { return m->model_dir; }
-
-bool cinfer_model_is_decoupled(const cinfer_model *m) {
-  return (m->backend->flags & CINFER_BACKEND_DECOUPLED) != 0;
-}
-
-/* ---- batch outputs -------------------------------------------------------------------- */
-
-typedef struct batch_core {
-  batch_block *block;
-  uint32_t cap;
-  cinfer_model *model;
-} batch_core;
-
-cinfer_status *cinfer_batch_output(cinfer_batch *b, const char *name, cinfer_dtype dtype,
-                                   int ndim, const int64_t *shape, size_t byte_size,
-                                   void **data) {
-  batch_core *c = b->core_;
-  if (!c) return cinfer_status_new(CINFER_INTERNAL, "cinfer_batch_output on a decoupled batch");
-  if (ndim < 0 || ndim > CINFER_MAX_DIMS)
-    return cinfer_status_new(CINFER_INTERNAL, "output '%s': bad rank %d", name, ndim);
-  if (c->model->batching && (ndim < 1 || shape[0] != b->batch_size))
-    return cinfer_status_new(CINFER_INTERNAL,
-                             "backend produced output '%s' whose first dim is not the batch "
-                             "size %lld", name, (long long)b->batch_size);
-  cinfer_tensor t = {.name = name, .dtype = dtype, .ndim = ndim, .byte_size = byte_size};
-  memcpy(t.shape, shape, sizeof(int64_t) * (size_t)ndim);
-  if (dtype != CINFER_TYPE_BYTES) {
-    cinfer_status *st = cinfer_tensor_check(&t);
-    if (st) return cinfer_status_prefix(st, "backend output");
-  }
-  batch_block *bl = c->block;
-  if (!bl || bl->n == c->cap) {
-    uint32_t ncap = c->cap ? c->cap * 2 : 4;
-    batch_block *nb = realloc(bl, sizeof *nb + ncap * sizeof nb->out[0]);
-    if (!nb) return cinfer_status_oom(NULL);
-    if (!bl) {
-      atomic_init(&nb->refs, 1);
-      nb->n = 0;
-    }
-    c->block = bl = nb;
-    c->cap = ncap;
-  }
-  size_t cap = 0;
-  void *p = bigbuf_get(byte_size, &cap);
-  if (!p) return cinfer_status_new(CINFER_INTERNAL, "out of memory for output '%s'", name);
-  char *nm = strdup(name);
-  if (!nm) {
-    bigbuf_put(p, cap);
-    return cinfer_status_oom(NULL);
-  }
-  uint32_t i = bl->n++;
-  bl->out[i].name = nm;
-  bl->out[i].data = p;
-  bl->out[i].cap = cap;
-  t.name = nm;
-  t.data = p;
-  bl->out[i].t = t;
-  *data = p;
-  return NULL;
-}
-
-bool cinfer_batch_output_requested(const cinfer_batch *b, const char *name) {
-  if (b->n_requests && model_seq_hidden_output(b->requests[0]->model, name)) return true;
-  for (uint32_t i = 0; i < b->n_requests; i++)
-    if (request_output_wanted(b->requests[i], name)) return true;
-  return false;
-}
-
-/* ---- statistics ----------------------------------------------------------------------- */
-
-static void stat_add(cinfer_duration_stat *s, uint64_t n, uint64_t ns) {
-  s->count += n;
-  s->ns += ns;
-}
-
-static void record_failure(cinfer_model *m, cinfer_request *r, cinfer_code code, metric *reason) {
-  uint64_t t = clock_now_ns() - r->t_arrival;
-  pthread_mutex_lock(&m->stats_mu);
-  stat_add(&m->stats.fail, 1, t);
-  pthread_mutex_unlock(&m->stats_mu);
-  metric *which = reason                             ? reason
-                  : code == CINFER_CANCELLED          ? m->m.fail_cancelled
-                  : code == CINFER_DEADLINE_EXCEEDED ? m->m.fail_timeout
-                  : code == CINFER_UNAVAILABLE       ? m->m.fail_rejected
-                                                     : m->m.fail_backend;
-  metric_inc(which, 1);
-  metric_observe(m->m.request_dur, (double)t * 1e-9);
-}
-
-void model_record_final(cinfer_model *m, cinfer_request *r, const cinfer_status *err) {
-  if (err) {
-    record_failure(m, r, cinfer_status_code(err), NULL);
-    return;
-  }
-  uint64_t t = clock_now_ns() - r->t_arrival;
-  pthread_mutex_lock(&m->stats_mu);
-  stat_add(&m->stats.success, 1, t);
-  pthread_mutex_unlock(&m->stats_mu);
-  metric_inc(m->m.success, 1);
-  metric_observe(m->m.request_dur, (double)t * 1e-9);
-}
-
-static void fail_request_reason(cinfer_model *m, cinfer_request *r, cinfer_status *st,
-                                metric *reason) {
-  record_failure(m, r, cinfer_status_code(st), reason);
-  request_complete_error(r, st);
-}
-
-static void fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st) {
-  record_failure(m, r, cinfer_status_code(st), NULL);
-  request_complete_error(r, st);
-}
-
-void model_fail_request(cinfer_model *m, cinfer_request *r, cinfer_status *st) {
-  fail_request(m, r, st);
-}
-
-/* ---- execution ------------------------------------------------------------------------ */
-
-/* With stats_mu held: r's queue and compute phases, added together so that a statistics
- * snapshot never sees the compute counts differ (perf_analyzer refuses a window where they
- * do). t0..t2: the batch's input assembly and execution; t_out: end of its output phase. */
-static void stat_phases_locked(cinfer_model *m, const cinfer_request *r, uint64_t t0, uint64_t t1,
-                               uint64_t t2, uint64_t t_out) {
-  stat_add(&m->stats.queue, 1, r->t_exec_start - r->t_arrival);
-  stat_add(&m->stats.compute_input, 1, t1 - t0);
-  stat_add(&m->stats.compute_infer, 1, t2 - t1);
-  stat_add(&m->stats.compute_output, 1, t_out - t2);
-}
-
-/* Builds responses viewing each request's rows of the batch outputs and delivers them.
- * t0..t2: the batch's input assembly and execution. Each request's statistics are added
- * under one lock just before its response goes out, so a client that has its response
- * sees it counted. */
-static void deliver_batch(cinfer_model *m, cinfer_request **reqs, uint32_t n, batch_block *bl,
-                          uint64_t t0, uint64_t t1, uint64_t t2) {
-  int64_t row0 = 0;
-  for (uint32_t k = 0; k < n; k++) {
-    cinfer_request *r = reqs[k];
-    int64_t rows = r->rows; /* r may be freed once its response is delivered */
-    cinfer_response *resp = calloc(1, sizeof *resp);
-    cinfer_tensor *ts = bl ? calloc(bl->n ? bl->n : 1, sizeof *ts) : NULL;
-    if (!resp || (bl && !ts)) {
-      free(resp), free(ts);
-      fail_request(m, r, cinfer_status_oom(NULL));
-      row0 += rows;
-      continue;
-    }
-    uint32_t no = 0;
-    for (uint32_t i = 0; bl && i < bl->n; i++) {
-      const cinfer_tensor *bt = &bl->out[i].t;
-      if (!request_output_wanted(r, bt->name) || model_seq_hidden_output(m, bt->name)) continue;
-      cinfer_tensor t = *bt;
-      if (m->batching && n > 1) {
-        int64_t total = bt->shape[0];
-        t.shape[0] = r->rows;
-        if (bt->dtype != CINFER_TYPE_BYTES) {
-          size_t row = total ? bt->byte_size / (size_t)total : 0;
-          t.data = (const char *)bt->data + (size_t)row0 * row;
-          t.byte_size = row * (size_t)r->rows;
-        } else { /* walk the length prefixes to find this request's rows */
-          int64_t per_row = cinfer_shape_elements(bt->shape + 1, bt->ndim - 1);
-          const unsigned char *p = bt->data;
-          size_t off = 0, start = 0;
-          for (int64_t e = 0; e < (row0 + r->rows) * per_row && off + 4 <= bt->byte_size; e++) {
-            if (e == row0 * per_row) start = off;
-            uint32_t l = (uint32_t)p[off] | (uint32_t)p[off + 1] << 8 |
-                         (uint32_t)p[off + 2] << 16 | (uint32_t)p[off + 3] << 24;
-            off += 4 + l;
-          }
-          if (row0 == 0 && per_row == 0) start = 0;
-          t.data = p + start;
-          t.byte_size = off - start;
-        }
-      }
-      ts[no++] = t;
-    }
-    if (bl) atomic_fetch_add(&bl->refs, 1);
-    cinfer_request_ref(r);
-    resp->req = r;
-    resp->outputs = ts;
-    resp->n = no;
-    resp->block = bl;
-    uint64_t t_end = clock_now_ns();
-    if (r->trace) cinfer_trace_stamp_at(r->trace, CINFER_TRACE_COMPUTE_END, t_end);
-    pthread_mutex_lock(&m->stats_mu);
-    stat_add(&m->stats.success, 1, t_end - r->t_arrival);
-    stat_phases_locked(m, r, t0, t1, t2, t_end);
-    pthread_mutex_unlock(&m->stats_mu);
-    metric_inc(m->m.success, 1);
-    metric_observe(m->m.request_dur, (double)(t_end - r->t_arrival) * 1e-9);
-    request_deliver(r, resp, CINFER_RESPONSE_FINAL);
-    row0 += rows;
-  }
-}
-
-/* inputs, bufs: the worker's scratch, m->n_inputs entries each (sized from the config). */
-void model_run_batch(model_instance *inst, cinfer_request **reqs, uint32_t n,
-                     cinfer_tensor *inputs, void **bufs) {
-  cinfer_model *m = inst->model;
-  uint64_t t0 = clock_now_ns();
-  int64_t rows = 0;
-  for (uint32_t k = 0; k < n; k++) rows += reqs[k]->rows;
-
-  /* Assemble inputs: one tensor per input the first request carries, config order. */
-  uint32_t n_in = 0;
-  cinfer_status *st = NULL;
-  cinfer_request *r0 = reqs[0];
-  /* config inputs, then the sequence batcher's control and state inputs */
-  int n_all = m->n_inputs + m->n_extra_inputs;
-  memset(bufs, 0, (size_t)n_all * sizeof *bufs);
-  size_t caps_small[16], *caps = caps_small; /* bigbuf capacities of bufs */
-  if (n > 1 && n_all > 16 && !(caps = calloc((size_t)n_all, sizeof *caps))) {
-    caps = caps_small;
-    st = cinfer_status_oom("assembling a batch");
-    n_all = 0;
-  }
-  for (int ci = 0; ci < n_all; ci++) {
-    const cinfer_tensor *tin = NULL;
-    for (uint32_t i = 0; i < r0->n_inputs; i++)
-      if (r0->inputs[i].cfg_index == ci) tin = &r0->inputs[i].t;
-    if (!tin) continue;
-    if (n == 1) {
-      inputs[n_in++] = *tin;
-      continue;
-    }
-    size_t total = 0;
-    for (uint32_t k = 0; k < n; k++)
-      total += cinfer_request_input_by_name(reqs[k], tin->name)->byte_size;
-    char *buf = bigbuf_get(total, &caps[n_in]);
-    if (!buf) {
-      st = cinfer_status_oom("assembling a batch");
-      break;
-    }
-    bufs[n_in] = buf;
-    size_t off = 0;
-    for (uint32_t k = 0; k < n; k++) {
-      const cinfer_tensor *t = cinfer_request_input_by_name(reqs[k], tin->name);
-      memcpy(buf + off, t->data, t->byte_size);
-      off += t->byte_size;
-    }
-    inputs[n_in] = *tin;
-    inputs[n_in].shape[0] = rows;
-    inputs[n_in].data = buf;
-    inputs[n_in].byte_size = total;
-    inputs[n_in].memory_type = CINFER_MEMORY_CPU; /* the copy is ordinary host memory */
-    inputs[n_in].device_id = 0;
-    n_in++;
-  }
-  uint64_t t1 = clock_now_ns();
-  batch_core core = {.model = m};
-  cinfer_batch b = {.n_requests = n, .requests = reqs, .batch_size = rows,
-                    .n_inputs = n_in, .inputs = inputs, .core_ = &core};
-  bool decoupled = cinfer_model_is_decoupled(m);
-  if (decoupled) b.core_ = NULL;
-  /* A decoupled backend may send FINAL, which releases the server's reference, before
-   * execute returns (from its own thread, too): hold each request until the statistics
-   * below have read it. */
-  for (uint32_t k = 0; decoupled && k < n; k++) cinfer_request_ref(reqs[k]);
-  if (!st) st = m->backend->execute(inst->state, &b);
-  if (!st && m->seq) st = model_seq_after_execute(m, reqs, n, core.block);
-  uint64_t t2 = clock_now_ns();
-  for (uint32_t i = 0; i < n_in; i++) bigbuf_put(bufs[i], bufs[i] ? caps[i] : 0);
-  if (caps != caps_small) free(caps);
-  for (uint32_t k = 0; k < n; k++) /* traced requests only; the statistics' clock reads */
-    if (reqs[k]->trace) {
-      cinfer_trace *tr = reqs[k]->trace;
-      cinfer_trace_stamp_at(tr, CINFER_TRACE_COMPUTE_START, t0);
-      cinfer_trace_stamp_at(tr, CINFER_TRACE_COMPUTE_INPUT_END, t1);
-      cinfer_trace_stamp_at(tr, CINFER_TRACE_COMPUTE_OUTPUT_START, t2);
-      if (decoupled) cinfer_trace_stamp_at(tr, CINFER_TRACE_COMPUTE_END, t2);
-    }
-
-  pthread_mutex_lock(&m->stats_mu);
-  m->stats.execution_count++;
-  m->stats.inference_count += (uint64_t)rows;
-  m->stats.last_inference_ms = clock_unix_ms();
-  /* A decoupled backend streams the responses itself: the compute phases end here. */
-  for (uint32_t k = 0; decoupled && !st && k < n; k++) stat_phases_locked(m, reqs[k], t0, t1, t2, t2);
-  pthread_mutex_unlock(&m->stats_mu);
-  metric_inc(m->m.execution_count, 1);
-  metric_inc(m->m.inference_count, (double)rows);
-  metric_observe(m->m.batch_size, (double)rows);
-  metric_observe(m->m.compute_dur, (double)(t2 - t0) * 1e-9);
-  for (uint32_t k = 0; k < n; k++)
-    metric_observe(m->m.queue_dur, (double)(reqs[k]->t_exec_start - reqs[k]->t_arrival) * 1e-9);
-
-  if (decoupled && !st) { /* the backend responds */
-    for (uint32_t k = 0; k < n; k++) cinfer_request_release(reqs[k]);
-    return;
-  }
-  if (st) {
-    for (uint32_t k = 0; k < n; k++) {
-      cinfer_status *e = cinfer_status_new(cinfer_status_code(st) == CINFER_OK ? CINFER_INTERNAL
-                                                                                : cinfer_status_code(st),
-                                           "%s", cinfer_status_message(st));
-      fail_request(m, reqs[k], e);
-    }
-    for (uint32_t k = 0; decoupled && k < n; k++) cinfer_request_release(reqs[k]);
-    cinfer_status_free(st);
-    if (core.block) {
-      batch_block *bl = core.block;
-      atomic_store(&bl->refs, 1);
-      for (uint32_t i = 0; i < bl->n; i++) free(bl->out[i].name), bigbuf_put(bl->out[i].data, bl->out[i].cap);
-      free(bl);
-    }
-    return;
-  }
-  deliver_batch(m, reqs, n, core.block, t0, t1, t2);
-  if (core.block) { /* drop the batch's own reference */
-    batch_block *bl = core.block;
-    if (atomic_fetch_sub(&bl->refs, 1) == 1) {
-      for (uint32_t i = 0; i < bl->n; i++) free(bl->out[i].name), bigbuf_put(bl->out[i].data, bl->out[i].cap);
-      free(bl);
-    }
-  }
-}
 
 /* Fails requests whose REJECT timeout passed while queued. Called with m->mu held;
  * drops and retakes it around the callbacks. */
@@ -371,7 +34,7 @@ static void expire_locked(cinfer_model *m, uint64_t now) {
     for (size_t i = 0; i < n; i++) {
       cinfer_request *r = out[i].user;
       metric_inc(m->m_rejected_timeout, 1);
-      fail_request_reason(m, r, cinfer_status_new(CINFER_UNAVAILABLE,
+      model_fail_request_reason(m, r, cinfer_status_new(CINFER_UNAVAILABLE,
                                                   "request timed out after waiting %.3f ms in the "
                                                   "queue of model '%s'",
                                                   (double)(now - r->t_arrival) / 1e6, m->name),
@@ -418,14 +81,7 @@ static void *worker_main(void *arg) {
       uint64_t reqs = 0;
       batcher_pending(m->batcher, &reqs, NULL);
       if (m->stopping && reqs == 0) break;
-      if (wake == UINT64_MAX) {
-        pthread_cond_wait(&m->cv, &m->mu);
-      } else if (wake > now) {
-        struct timespec ts; /* the condvar uses CLOCK_MONOTONIC (model_create) */
-        ts.tv_sec = (time_t)(wake / 1000000000ull);
-        ts.tv_nsec = (long)(wake % 1000000000ull);
-        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-      }
+      model_wait_locked(m, wake, now);
       continue;
     }
     update_pending_locked(m);
@@ -439,7 +95,7 @@ static void *worker_main(void *arg) {
       cinfer_request *r = items[i].user;
       r->t_exec_start = t;
       if (cinfer_request_is_cancelled(r))
-        fail_request(m, r, cinfer_status_new(CINFER_CANCELLED, "request cancelled"));
+        model_fail_request(m, r, cinfer_status_new(CINFER_CANCELLED, "request cancelled"));
       else
         batch[live++] = r;
     }
@@ -456,109 +112,7 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* ---- preserve_ordering ---------------------------------------------------------------- */
-
-void model_order_release(cinfer_model *m, cinfer_request *r, cinfer_response *resp) {
-  pthread_mutex_lock(&m->order_mu);
-  uint64_t first = 0, count = 0;
-  cinfer_status *st = sched_order_complete(m->order, r->seq, &first, &count);
-  if (st) { /* a bug: deliver rather than hang the client */
-    LOG_E("model '%s': %s", m->name, cinfer_status_message(st));
-    cinfer_status_free(st);
-    pthread_mutex_unlock(&m->order_mu);
-    request_deliver_now(r, resp, CINFER_RESPONSE_FINAL);
-    return;
-  }
-  if (m->n_held == m->cap_held) {
-    size_t nc = m->cap_held ? m->cap_held * 2 : 16;
-    struct held_resp *nh = realloc(m->held, nc * sizeof *nh);
-    if (nh) {
-      m->held = nh;
-      m->cap_held = nc;
-    }
-  }
-  if (m->n_held == m->cap_held) { /* out of memory: deliver out of order rather than lose it */
-    pthread_mutex_unlock(&m->order_mu);
-    request_deliver_now(r, resp, CINFER_RESPONSE_FINAL);
-    return;
-  }
-  m->held[m->n_held++] = (struct held_resp){r->seq, r, resp};
-  /* Release [first, first+count) in order. Delivery happens under order_mu so that two
-   * threads releasing consecutive runs cannot overtake each other. */
-  for (uint64_t s = first; s < first + count; s++) {
-    for (size_t i = 0; i < m->n_held; i++) {
-      if (m->held[i].seq != s) continue;
-      struct held_resp h = m->held[i];
-      m->held[i] = m->held[--m->n_held];
-      request_deliver_now(h.r, h.resp, CINFER_RESPONSE_FINAL);
-      break;
-    }
-  }
-  pthread_mutex_unlock(&m->order_mu);
-}
-
 /* ---- lifecycle ------------------------------------------------------------------------ */
-
-/* Creates the model's series; false when one could not be allocated (the caller removes
- * the others with metrics_fini and fails the load: a model never serves half-observed). */
-static bool metrics_init(cinfer_model *m) {
-  metrics_registry *reg = server_metrics(m->server);
-  char ver[32];
-  snprintf(ver, sizeof ver, "%lld", (long long)m->version);
-  const char *lab[] = {"model", m->name, "version", ver, NULL};
-  const char *lab_fail[][7] = {
-      {"model", m->name, "version", ver, "reason", "backend", NULL},
-      {"model", m->name, "version", ver, "reason", "rejected", NULL},
-      {"model", m->name, "version", ver, "reason", "timeout", NULL},
-      {"model", m->name, "version", ver, "reason", "cancelled", NULL},
-  };
-#define FAM(n, h, t) metrics_family(reg, n, h, t, NULL, 0)
-#define HIST(n, h, b, nb) metrics_family(reg, n, h, METRIC_HISTOGRAM, b, nb)
-  metric_family *fail = FAM("cinfer_request_failure_total", "Failed inference requests", METRIC_COUNTER);
-  m->m.success = metrics_series(FAM("cinfer_request_success_total", "Successful inference requests", METRIC_COUNTER), lab);
-  m->m.fail_backend = metrics_series(fail, lab_fail[0]);
-  m->m.fail_rejected = metrics_series(fail, lab_fail[1]);
-  m->m.fail_timeout = metrics_series(fail, lab_fail[2]);
-  m->m.fail_cancelled = metrics_series(fail, lab_fail[3]);
-  m->m.inference_count = metrics_series(FAM("cinfer_inference_count_total", "Inferences performed (batch rows)", METRIC_COUNTER), lab);
-  m->m.execution_count = metrics_series(FAM("cinfer_execution_count_total", "Backend executions (batches)", METRIC_COUNTER), lab);
-  m->m.pending = metrics_series(FAM("cinfer_pending_requests", "Requests waiting in the model's queue", METRIC_GAUGE), lab);
-  m->m.request_dur = metrics_series(HIST("cinfer_request_duration_seconds", "End-to-end request time in the server", metrics_latency_buckets, metrics_latency_buckets_n), lab);
-  m->m.queue_dur = metrics_series(HIST("cinfer_queue_duration_seconds", "Time requests wait in the queue", metrics_latency_buckets, metrics_latency_buckets_n), lab);
-  m->m.compute_dur = metrics_series(HIST("cinfer_compute_duration_seconds", "Batch compute time (input, infer)", metrics_latency_buckets, metrics_latency_buckets_n), lab);
-  m->m.batch_size = metrics_series(HIST("cinfer_batch_size", "Rows per backend execution", metrics_batch_buckets, metrics_batch_buckets_n), lab);
-  metric_family *rej = FAM("cinfer_rejected_total", "Requests rejected by the scheduler", METRIC_COUNTER);
-  const char *lr1[] = {"model", m->name, "version", ver, "reason", "queue_full", NULL};
-  const char *lr2[] = {"model", m->name, "version", ver, "reason", "timeout", NULL};
-  m->m_rejected_full = metrics_series(rej, lr1);
-  m->m_rejected_timeout = metrics_series(rej, lr2);
-  metric_family *busy = FAM("cinfer_instance_busy_ratio", "Fraction of time each instance executes", METRIC_GAUGE);
-  for (int i = 0; i < m->n_instances; i++) {
-    char idx[16];
-    snprintf(idx, sizeof idx, "%d", i);
-    const char *li[] = {"model", m->name, "version", ver, "instance", idx, NULL};
-    m->instances[i].m_busy = metrics_series(busy, li);
-    if (!m->instances[i].m_busy) return false;
-  }
-#undef FAM
-#undef HIST
-  metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
-                   m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
-                   m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,
-                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-    if (!all[i]) return false;
-  return true;
-}
-
-static void metrics_fini(cinfer_model *m) {
-  metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
-                   m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
-                   m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,
-                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) metrics_series_remove(all[i]);
-  for (int i = 0; i < m->n_instances; i++) metrics_series_remove(m->instances[i].m_busy);
-}
 
 static void model_free(cinfer_model *m) {
   seqmodel_destroy(m->seq);
@@ -590,19 +144,19 @@ void model_destroy_now(cinfer_model *m) {
     if (m->instances[i].state) m->backend->instance_destroy(m->instances[i].state);
   if (m->backend_model) m->backend->model_unload(m->backend_model);
   LOG_I("unloaded model '%s' version %lld", m->name, (long long)m->version);
-  metrics_fini(m);
+  model_metrics_fini(m);
   model_free(m);
 }
 
 cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                             const char *model_dir, cinfer_model_config *config,
-                            cinfer_model **out) {
+                            const model_kind *kind, cinfer_model **out) {
   *out = NULL;
   const char *bname = cfg_backend(config);
   const cinfer_backend_iface *be;
-  bool ens = ensemble_config_is(config); /* run by the core (ensemble.c), not a backend */
+  bool ens = kind != NULL; /* run by the core (ensemble.c), not a backend */
   cinfer_status *bst = NULL;
-  if (ens) be = ensemble_iface();
+  if (ens) be = kind->iface;
   else bst = backend_lookup(bname, server_backend_directory(s), &be);
   if (bst) { /* an unsupported field may explain it better than the unknown backend */
     cinfer_status *unsup = cfg_check_supported(config, bname, false);
@@ -622,6 +176,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   m->server = s;
   m->config = config;
   m->backend = be;
+  m->kind = kind;
   m->version = version;
   pthread_mutex_init(&m->mu, NULL);
   pthread_condattr_t ca;
@@ -737,7 +292,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                                .config_json = config_json,
                                .config_json_version = CINFER_CONFIG_JSON_VERSION,
                                .server = s};
-  st = ens ? ensemble_load(s, m, &m->backend_model) : be->model_load(&li, &m->backend_model);
+  st = ens ? kind->load(s, m, &m->backend_model) : be->model_load(&li, &m->backend_model);
   free(config_json);
   if (st) {
     m->backend_model = NULL; /* the backend freed what it made */
@@ -763,8 +318,8 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
         }
       }
   }
-  if (!metrics_init(m)) {
-    metrics_fini(m);
+  if (!model_metrics_init(m)) {
+    model_metrics_fini(m);
     st = cinfer_status_oom("metrics of the model");
     goto fail;
   }
@@ -856,7 +411,7 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
   r->shape_key = shape_key(r, m->batching ? 1 : 0);
   r->t_arrival = clock_now_ns();
   if (r->trace) cinfer_trace_stamp_at(r->trace, CINFER_TRACE_QUEUE_START, r->t_arrival);
-  if (model_is_ensemble(m)) return ensemble_submit(m, r);
+  if (m->kind) return m->kind->submit(m, r);
   if (m->seq) return seqmodel_enqueue(m, r);
   batcher_item it = {.rows = m->batching && m->db.enabled ? r->rows : 1, .shape_key = r->shape_key,
                      .priority = r->priority, .timeout_us = r->timeout_us, .user = r};
@@ -889,11 +444,22 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
   return NULL;
 }
 
-void model_busy_update(cinfer_model *m, uint64_t window_ns) {
-  pthread_mutex_lock(&m->mu);
-  for (int i = 0; i < m->n_instances; i++) {
-    metric_set(m->instances[i].m_busy, window_ns ? (double)m->instances[i].busy_ns / (double)window_ns : 0);
-    m->instances[i].busy_ns = 0;
+/* ---- submission ----------------------------------------------------------------------- */
+
+cinfer_status *cinfer_server_infer_async(cinfer_server *s, cinfer_request *r) {
+  if (atomic_load(&s->shutting_down))
+    return cinfer_status_new(CINFER_UNAVAILABLE, "server is shutting down");
+  if (r->model->server != s)
+    return cinfer_status_new(CINFER_INVALID_ARG, "request belongs to another server");
+  if (atomic_exchange(&r->submitted, true))
+    return cinfer_status_new(CINFER_INVALID_ARG, "request was already submitted");
+  atomic_fetch_add(&s->inflight, 1);
+  cinfer_request_ref(r); /* the server's reference, dropped after FINAL */
+  trace_request_start(s->trace, r);
+  cinfer_status *st = model_enqueue(r->model, r);
+  if (st) {
+    cinfer_request_release(r);
+    atomic_fetch_sub(&s->inflight, 1);
   }
-  pthread_mutex_unlock(&m->mu);
+  return st;
 }

@@ -2,7 +2,9 @@
  * load API, cinfer/model_control.h). The directory is made by mkdtemp under $TMPDIR (or
  * /tmp); each path is checked segment by segment before anything is written, folders are
  * created with mkdirat relative to the new directory and files with openat(O_CREAT|O_EXCL|
- * O_NOFOLLOW), so neither "..", an absolute path, nor a symbolic link can lead outside. */
+ * O_NOFOLLOW), so neither "..", an absolute path, nor a symbolic link can lead outside.
+ *
+ * May call: nothing of src/server. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>

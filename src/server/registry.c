@@ -1,7 +1,9 @@
 /* registry.c: the process-wide table of backends: the built-in ones (backends.c,
  * registered at the first server creation) and shared objects loaded on first use from the
  * backend directory (docs/design/backend-abi.md). An entry is never removed, so an iface
- * pointer stays valid for the life of the process. Thread-safe (backends_mu). */
+ * pointer stays valid for the life of the process. Thread-safe (backends_mu).
+ *
+ * May call: nothing of src/server. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>

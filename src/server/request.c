@@ -1,12 +1,15 @@
 /* request.c: inference requests and responses (cinfer.h), and the per-request services
  * backends use (backend.h). A request validates each input against the model config as
- * it is added, so a bad request never reaches a queue. */
+ * it is added, so a bad request never reaches a queue.
+ *
+ * May call: handle.c, stats.c, trace.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/bigbuf.h"
-#include "server/internal.h"
+#include "core/log.h"
+#include "server/server_int.h"
 #include "server/trace_internal.h"
 
 #define BAD(...) cinfer_status_new(CINFER_INVALID_ARG, __VA_ARGS__)
@@ -435,4 +438,45 @@ cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *ou
   resp->owned = own;
   request_deliver(r, resp, flags & CINFER_RESPONSE_FINAL);
   return NULL;
+}
+
+/* ---- preserve_ordering ---------------------------------------------------------------- */
+
+void model_order_release(cinfer_model *m, cinfer_request *r, cinfer_response *resp) {
+  pthread_mutex_lock(&m->order_mu);
+  uint64_t first = 0, count = 0;
+  cinfer_status *st = sched_order_complete(m->order, r->seq, &first, &count);
+  if (st) { /* a bug: deliver rather than hang the client */
+    LOG_E("model '%s': %s", m->name, cinfer_status_message(st));
+    cinfer_status_free(st);
+    pthread_mutex_unlock(&m->order_mu);
+    request_deliver_now(r, resp, CINFER_RESPONSE_FINAL);
+    return;
+  }
+  if (m->n_held == m->cap_held) {
+    size_t nc = m->cap_held ? m->cap_held * 2 : 16;
+    struct held_resp *nh = realloc(m->held, nc * sizeof *nh);
+    if (nh) {
+      m->held = nh;
+      m->cap_held = nc;
+    }
+  }
+  if (m->n_held == m->cap_held) { /* out of memory: deliver out of order rather than lose it */
+    pthread_mutex_unlock(&m->order_mu);
+    request_deliver_now(r, resp, CINFER_RESPONSE_FINAL);
+    return;
+  }
+  m->held[m->n_held++] = (struct held_resp){r->seq, r, resp};
+  /* Release [first, first+count) in order. Delivery happens under order_mu so that two
+   * threads releasing consecutive runs cannot overtake each other. */
+  for (uint64_t s = first; s < first + count; s++) {
+    for (size_t i = 0; i < m->n_held; i++) {
+      if (m->held[i].seq != s) continue;
+      struct held_resp h = m->held[i];
+      m->held[i] = m->held[--m->n_held];
+      request_deliver_now(h.r, h.resp, CINFER_RESPONSE_FINAL);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&m->order_mu);
 }

@@ -1,7 +1,9 @@
 /* sequence_config.c: a model's `sequence_batching` parsed and checked into a seqmodel
  * (strategy, control_input, state with initial_state, max_sequence_idle_microseconds).
  * Every field cinfer does not implement fails the load naming it; every error names the
- * field and the config line. The runtime side is sequence.c. */
+ * field and the config line. The runtime side is sequence.c.
+ *
+ * May call: handle.c, sequence_state.c. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include "repo/config.h"
 #include "repo/pbtxt.h"
 #include "server/sequence_int.h"
+#include "server/server_int.h"
 
 static const char *const ctl_kind_names[CTL_N] = {"CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END",
                                                   "CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_CORRID"};

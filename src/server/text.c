@@ -1,6 +1,8 @@
 /* text.c: the text services of generative models (cinfer.h): thin wrappers over the
  * backend's optional methods (backend.h, ABI 1.1) that turn a missing method into
- * CINFER_UNSUPPORTED naming the model, so a frontend never needs a backend's header. */
+ * CINFER_UNSUPPORTED naming the model, so a frontend never needs a backend's header.
+ *
+ * May call: nothing of src/server. */
 #include "server/internal.h"
 
 #define UNSUPPORTED(m, what) \

@@ -24,7 +24,9 @@
  *
  * Locks: mgr->mu guards the setting tables and file list; tset->mu its counters and
  * pending text; file->mu the FILE and its index. Order: mgr->mu, then tset->mu, then
- * file->mu. No lock is held across a write to a file except file->mu. */
+ * file->mu. No lock is held across a write to a file except file->mu.
+ *
+ * May call: nothing of src/server. */
 #include "cinfer/trace.h"
 
 #include <inttypes.h>
@@ -38,7 +40,7 @@
 #include "core/half.h"
 #include "core/log.h"
 #include "core/numfmt.h"
-#include "server/internal.h"
+#include "server/server_int.h"
 #include "server/trace_internal.h"
 
 static const char *const point_names[CINFER_TRACE_POINT_COUNT_] = {

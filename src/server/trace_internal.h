@@ -11,7 +11,6 @@ typedef struct trace_mgr trace_mgr;
 trace_mgr *trace_mgr_create(void);
 /* After every request is gone (their traces hold the settings they were sampled under). */
 void trace_mgr_destroy(trace_mgr *m);
-trace_mgr *server_trace_mgr(cinfer_server *s); /* server.c */
 
 /* At submission: samples r by its model's setting; a traced request gets REQUEST_START,
  * the frontend's receive times and (TENSORS) its inputs as TENSOR_QUEUE_INPUT. */

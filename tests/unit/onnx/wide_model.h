@@ -28,20 +28,40 @@ static inline char *wide_name(char p, int i) {
   return strdup(b);
 }
 
+/* The model and graph headers both builders share: IR 7, opset 13, graph `name`. */
+static inline void wide_model_header(Onnx__ModelProto *model, Onnx__GraphProto *g,
+                                     Onnx__OperatorSetIdProto **opsets, const char *name) {
+  opsets[0]->domain = (char *)"";
+  opsets[0]->has_version = 1;
+  opsets[0]->version = 13;
+  model->has_ir_version = 1;
+  model->ir_version = 7;
+  model->n_opset_import = 1;
+  model->opset_import = opsets;
+  model->graph = g;
+  g->name = (char *)name;
+}
+
+/* t = the FP32 [1] constant `name` (borrowed: the caller frees it after packing) holding
+ * *val (viewed, not copied); *one == 1. */
+static inline void wide_const_f32(Onnx__TensorProto *t, char *name, float *val, int64_t *one) {
+  onnx__tensor_proto__init(t);
+  t->name = name;
+  t->has_data_type = 1;
+  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  t->n_dims = 1;
+  t->dims = one;
+  t->has_raw_data = 1;
+  t->raw_data.len = 4;
+  t->raw_data.data = (uint8_t *)val;
+}
+
 /* Returns the packed model (malloc'd, *len bytes). */
 static inline uint8_t *wide_model_pack(int n_in, int n_out, size_t *len) {
   Onnx__ModelProto model = ONNX__MODEL_PROTO__INIT;
   Onnx__GraphProto g = ONNX__GRAPH_PROTO__INIT;
   Onnx__OperatorSetIdProto opset = ONNX__OPERATOR_SET_ID_PROTO__INIT, *opsets[1] = {&opset};
-  opset.domain = (char *)"";
-  opset.has_version = 1;
-  opset.version = 13;
-  model.has_ir_version = 1;
-  model.ir_version = 7;
-  model.n_opset_import = 1;
-  model.opset_import = opsets;
-  model.graph = &g;
-  g.name = (char *)"wide";
+  wide_model_header(&model, &g, opsets, "wide");
 
   /* value infos: inputs and outputs, each FP32 [N, 2] */
   size_t nvi = (size_t)n_in + (size_t)n_out;
@@ -96,16 +116,8 @@ static inline uint8_t *wide_model_pack(int n_in, int n_out, size_t *len) {
   char **node_in = calloc((size_t)n_out * 2, sizeof *node_in);
   for (int j = 0; j < n_out; j++) {
     Onnx__TensorProto *t = &inits[j];
-    onnx__tensor_proto__init(t);
-    t->name = wide_name('c', j);
-    t->has_data_type = 1;
-    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-    t->n_dims = 1;
-    t->dims = &one;
     vals[j] = (float)(j + 1);
-    t->has_raw_data = 1;
-    t->raw_data.len = 4;
-    t->raw_data.data = (uint8_t *)&vals[j];
+    wide_const_f32(t, wide_name('c', j), &vals[j], &one);
     initp[j] = t;
     Onnx__NodeProto *n = &nodes[j];
     onnx__node_proto__init(n);
@@ -141,15 +153,7 @@ static inline uint8_t *concat_model_pack(int n, size_t *len) {
   Onnx__ModelProto model = ONNX__MODEL_PROTO__INIT;
   Onnx__GraphProto g = ONNX__GRAPH_PROTO__INIT;
   Onnx__OperatorSetIdProto opset = ONNX__OPERATOR_SET_ID_PROTO__INIT, *opsets[1] = {&opset};
-  opset.domain = (char *)"";
-  opset.has_version = 1;
-  opset.version = 13;
-  model.has_ir_version = 1;
-  model.ir_version = 7;
-  model.n_opset_import = 1;
-  model.opset_import = opsets;
-  model.graph = &g;
-  g.name = (char *)"concat";
+  wide_model_header(&model, &g, opsets, "concat");
   Onnx__ValueInfoProto vx = ONNX__VALUE_INFO_PROTO__INIT, vy = ONNX__VALUE_INFO_PROTO__INIT;
   Onnx__TypeProto tx = ONNX__TYPE_PROTO__INIT, ty = ONNX__TYPE_PROTO__INIT;
   Onnx__TypeProto__Tensor ttx = ONNX__TYPE_PROTO__TENSOR__INIT, tty = ONNX__TYPE_PROTO__TENSOR__INIT;
@@ -182,16 +186,8 @@ static inline uint8_t *concat_model_pack(int n, size_t *len) {
   char **names = calloc((size_t)n, sizeof *names);
   int64_t one = 1;
   for (int i = 0; i < n; i++) {
-    onnx__tensor_proto__init(&inits[i]);
-    inits[i].name = names[i] = wide_name('k', i);
-    inits[i].has_data_type = 1;
-    inits[i].data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-    inits[i].n_dims = 1;
-    inits[i].dims = &one;
     vals[i] = (float)i;
-    inits[i].has_raw_data = 1;
-    inits[i].raw_data.len = 4;
-    inits[i].raw_data.data = (uint8_t *)&vals[i];
+    wide_const_f32(&inits[i], names[i] = wide_name('k', i), &vals[i], &one);
     initp[i] = &inits[i];
   }
   g.n_initializer = (size_t)n;

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -299,6 +300,34 @@ static const char *tu_state(cinfer_server *s, const char *name, int64_t v, char 
     }
   cinfer_model_index_free(e, n);
   return state;
+}
+
+/* ---- allocation-failure tests (test_server_oom.c, test_ensemble_oom.c) ----------------- */
+
+/* The metric lines of model `name` (values excluded), as one string (malloc'd). */
+static char *tu_model_series(cinfer_server *s, const char *name) {
+  char *t = NULL, label[256];
+  size_t n = 0;
+  snprintf(label, sizeof label, "model=\"%s\"", name);
+  assert_null(cinfer_server_metrics_text(s, &t, &n));
+  char *out = calloc(1, n + 1), *o = out;
+  for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
+    if (!strstr(line, label)) continue;
+    char *sp = strrchr(line, ' ');
+    size_t l = sp ? (size_t)(sp - line) : strlen(line);
+    memcpy(o, line, l);
+    o += l;
+    *o++ = '\n';
+  }
+  free(t);
+  return out;
+}
+
+/* Unloads `name` and waits (bounded) until the reaper has destroyed its version 1. */
+static void tu_unload_wait(cinfer_server *s, const char *name) {
+  assert_null(cinfer_server_unload_model(s, name));
+  for (long i = 0; i < 10000000 && !strcmp(tu_state(s, name, 1, NULL, 0), "UNLOADING"); i++) sched_yield();
+  assert_string_equal(tu_state(s, name, 1, NULL, 0), "UNAVAILABLE");
 }
 
 #endif

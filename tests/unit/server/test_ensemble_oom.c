@@ -31,29 +31,6 @@ static const char *const ENS_CFG =
     "  { model_name: \"a\" input_map { key: \"INPUT0\" value: \"INPUT0\" } output_map { key: \"OUTPUT0\" value: \"m\" } },\n"
     "  { model_name: \"b\" input_map { key: \"INPUT0\" value: \"m\" } output_map { key: \"OUTPUT0\" value: \"OUT\" } } ] }\n";
 
-static char *model_series(cinfer_server *s) {
-  char *t = NULL;
-  size_t n = 0;
-  assert_null(cinfer_server_metrics_text(s, &t, &n));
-  char *out = calloc(1, n + 1), *o = out;
-  for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
-    if (!strstr(line, "model=\"t\"")) continue;
-    char *sp = strrchr(line, ' ');
-    size_t l = sp ? (size_t)(sp - line) : strlen(line);
-    memcpy(o, line, l);
-    o += l;
-    *o++ = '\n';
-  }
-  free(t);
-  return out;
-}
-
-static void unload_and_wait(cinfer_server *s) {
-  assert_null(cinfer_server_unload_model(s, "t"));
-  for (long i = 0; i < 10000000 && !strcmp(tu_state(s, "t", 1, NULL, 0), "UNLOADING"); i++) sched_yield();
-  assert_string_equal(tu_state(s, "t", 1, NULL, 0), "UNAVAILABLE");
-}
-
 static char *make_repo(void) {
   char *repo = tu_repo();
   char text[1024];
@@ -71,9 +48,9 @@ static void test_torture_ensemble_load(void **state) {
   cinfer_server *s = tu_server(repo, CINFER_MODEL_CONTROL_EXPLICIT, 0);
   cinfer_status *st = cinfer_server_load_model(s, "t", NULL); /* loads a and b too */
   if (st) fail_msg("reference load: %s", cinfer_status_message(st));
-  char *want = model_series(s);
+  char *want = tu_model_series(s, "t");
   assert_non_null(strstr(want, "cinfer_request_success_total"));
-  unload_and_wait(s); /* a and b stay loaded */
+  tu_unload_wait(s, "t"); /* a and b stay loaded */
   long n;
   for (n = 0;; n++) {
     torture_failures = 0;
@@ -85,10 +62,10 @@ static void test_torture_ensemble_load(void **state) {
     const char *stt = tu_state(s, "t", 1, NULL, 0);
     if (!st) {
       assert_string_equal(stt, "READY");
-      char *got = model_series(s);
+      char *got = tu_model_series(s, "t");
       if (strcmp(got, want)) fail_msg("allocation %ld failed, loaded with other metrics:\n%s", n, got);
       free(got);
-      unload_and_wait(s);
+      tu_unload_wait(s, "t");
     } else {
       if (!strstr(cinfer_status_message(st), "out of memory"))
         fail_msg("allocation %ld failed: the load reported '%s'", n, cinfer_status_message(st));

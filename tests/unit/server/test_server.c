@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "server_test_util.h"
+#include "server/internal.h" /* white-box: the loaded model's parsed config */
 
 static const char *const ID_CFG =
     "name: \"%s\"\nbackend: \"%s\"\nmax_batch_size: 8\n"
@@ -387,7 +388,7 @@ static void test_load_with_config_json(void **state) {
   if (st) fail_msg("%s", cinfer_status_message(st));
   cinfer_model *m;
   assert_null(cinfer_server_model_acquire(s, "j", -1, &m));
-  const cinfer_model_config *c = cinfer_model_config_of(m);
+  const cinfer_model_config *c = m->config;
   assert_int_equal(c->max_batch_size, 3);
   assert_int_equal(c->n_instance_groups, 1);
   assert_int_equal(c->instance_groups[0].count, 2);
@@ -400,7 +401,7 @@ static void test_load_with_config_json(void **state) {
   cinfer_model_release(m);
   assert_null(cinfer_server_load_model(s, "j", again));
   assert_null(cinfer_server_model_acquire(s, "j", -1, &m));
-  char *third = model_config_to_json(cinfer_model_config_of(m));
+  char *third = cinfer_config_json(cinfer_model_config_get(m), NULL);
   assert_string_equal(again, third);
   cinfer_model_release(m);
   free(again);

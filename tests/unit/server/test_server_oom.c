@@ -68,31 +68,6 @@ static const char *const SEQ_JSON =
     "\"dims\":[\"3\"]}]},"
     "\"instance_group\":[{\"count\":2,\"kind\":\"KIND_CPU\"}]}";
 
-/* The metric lines of model t (values excluded), as one string. */
-static char *model_series(cinfer_server *s) {
-  char *t = NULL;
-  size_t n = 0;
-  assert_null(cinfer_server_metrics_text(s, &t, &n));
-  char *out = calloc(1, n + 1), *o = out;
-  for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
-    if (!strstr(line, "model=\"t\"")) continue;
-    char *sp = strrchr(line, ' ');
-    size_t l = sp ? (size_t)(sp - line) : strlen(line);
-    memcpy(o, line, l);
-    o += l;
-    *o++ = '\n';
-  }
-  free(t);
-  return out;
-}
-
-/* Unloads t and waits (bounded) until the reaper has destroyed it. */
-static void unload_and_wait(cinfer_server *s) {
-  assert_null(cinfer_server_unload_model(s, "t"));
-  for (long i = 0; i < 10000000 && !strcmp(tu_state(s, "t", 1, NULL, 0), "UNLOADING"); i++) sched_yield();
-  assert_string_equal(tu_state(s, "t", 1, NULL, 0), "UNAVAILABLE");
-}
-
 static void torture_load(const char *cfg, const char *json) {
   char *repo = tu_repo();
   tu_model(repo, "t", 1, cfg);
@@ -100,9 +75,9 @@ static void torture_load(const char *cfg, const char *json) {
   /* the reference run */
   cinfer_status *st = cinfer_server_load_model(s, "t", json);
   if (st) fail_msg("reference load: %s", cinfer_status_message(st));
-  char *want = model_series(s);
+  char *want = tu_model_series(s, "t");
   assert_non_null(strstr(want, "cinfer_request_success_total"));
-  unload_and_wait(s);
+  tu_unload_wait(s, "t");
   long n;
   for (n = 0;; n++) {
     torture_failures = 0;
@@ -114,11 +89,11 @@ static void torture_load(const char *cfg, const char *json) {
     const char *state = tu_state(s, "t", 1, NULL, 0);
     if (!st) {
       assert_string_equal(state, "READY");
-      char *got = model_series(s);
+      char *got = tu_model_series(s, "t");
       if (strcmp(got, want))
         fail_msg("allocation %ld failed, the load succeeded but its metrics differ:\n%s\nwant:\n%s", n, got, want);
       free(got);
-      unload_and_wait(s);
+      tu_unload_wait(s, "t");
     } else {
       if (!strstr(cinfer_status_message(st), "out of memory"))
         fail_msg("allocation %ld failed: the load reported '%s', not out of memory", n,
