@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -61,17 +62,18 @@ typedef struct py_instance {
   char name[192]; /* "<model>_0_<index>", as Triton names instances */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  /* the current process (under mu) */
-  py_conn *conn;
+  /* the current process (under mu): conn is the socket of the stub's main thread (init,
+   * execute, finalize), read by the thread that waits for their replies; oconn the one of
+   * its other threads, read by the reader thread */
+  py_conn *conn, *oconn;
+  int wake_fd; /* eventfd: the cancel notification wakes a worker waiting in exec_wait */
+  char *rbuf;  /* PY_MAX_MSG + 1 bytes for exec_wait (one caller at a time per instance) */
   pid_t pid;
   pthread_t reader;
   bool has_reader, alive;
   bool stopping; /* proc_stop ends it: not an error to report */
   char kill_why[256]; /* why we killed it (timeout), for the failure messages */
   char dead_why[512]; /* how the last process ended */
-  /* waiting for a reply of the stub: the worker sets await, the reader fills reply */
-  const char *await;
-  json_doc *reply;
   uint64_t next_rid, next_batch, done_batch;
   py_pending *pending;
   /* Reused shared memory of execute messages (one execute at a time per instance):
@@ -81,7 +83,7 @@ typedef struct py_instance {
   size_t in_cap;
   uint64_t in_gen, in_sent_gen;
   pid_t in_sent_pid;
-  /* outputs of execute_done: the stub's region, mapped by the reader */
+  /* outputs of execute_done: the stub's region, mapped by the worker */
   void *out_base;
   size_t out_size;
   uint64_t out_gen;
@@ -136,13 +138,6 @@ static bool jnum(const json_value *v, const char *key, double *out) {
 static bool send_buf(py_conn *c, cbuf *b, int fd) {
   if (!b->data) return false; /* out of memory while building it */
   return py_conn_send(c, b->data, b->len, fd);
-}
-
-static void deadline_after_ms(struct timespec *ts, int64_t ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (ms % 1000) * 1000000;
-  if (ts->tv_nsec >= 1000000000) ts->tv_sec++, ts->tv_nsec -= 1000000000;
 }
 
 static uint64_t now_ms(void) {
@@ -544,8 +539,59 @@ static void on_infer(py_instance *inst, py_conn *c, json_doc *doc, int fd) {
   bls_free(bc);
 }
 
-/* The reader thread of one stub process: every message of the stub; at EOF the process
- * is gone: fail what it had and wake the worker. */
+/* One message of the stub (from either socket), answered here. Returns the document
+ * when its type is `want` (the caller frees it), otherwise NULL; *bad says why the
+ * message is a protocol error (the process must be killed). Closes fd. */
+static json_doc *handle_msg(py_instance *inst, py_conn *c, bool main_sock, const char *buf,
+                            size_t n, int fd, const char *want, const char **bad) {
+  *bad = NULL;
+  json_doc *doc = NULL;
+  cinfer_status *st = json_parse(buf, n, PY_JSON_DEPTH, &doc);
+  if (st) {
+    cinfer_status_free(st);
+    if (fd >= 0) close(fd);
+    *bad = "sent a malformed message";
+    return NULL;
+  }
+  const json_value *root = json_root(doc);
+  const char *type = jstr(root, "type");
+  if (!type) type = "";
+  if (!strcmp(type, "log")) {
+    const char *lvl = jstr(root, "level"), *msg = jstr(root, "msg");
+    if (!lvl) lvl = "info";
+    if (!msg) msg = "";
+    if (!strcmp(lvl, "error")) LOG_E("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+    else if (!strcmp(lvl, "warn")) LOG_W("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+    else if (!strcmp(lvl, "verbose")) LOG_V(1, "python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+    else LOG_I("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+  } else if (!strcmp(type, "response")) {
+    on_response(inst, root, fd);
+  } else if (!strcmp(type, "execute_done") && main_sock) {
+    on_execute_done(inst, root, fd);
+    if (want && !strcmp(want, type)) {
+      if (fd >= 0) close(fd);
+      return doc;
+    }
+  } else if (!strcmp(type, "is_cancelled")) {
+    on_is_cancelled(inst, c, root);
+  } else if (!strcmp(type, "infer")) {
+    on_infer(inst, c, doc, fd); /* takes doc; the mapping outlives fd */
+    if (fd >= 0) close(fd);
+    return NULL;
+  } else if (want && !strcmp(want, type)) {
+    if (fd >= 0) close(fd);
+    return doc;
+  } else {
+    LOG_W("python model '%s' (%s): unexpected message '%s'", inst->m->name, inst->name, type);
+  }
+  if (fd >= 0) close(fd);
+  json_doc_free(doc);
+  return NULL;
+}
+
+/* The reader thread of one stub process: the messages of the stub's other threads
+ * (decoupled responses, BLS, logs); at EOF the process is gone: fail what it had and
+ * wake the worker. */
 typedef struct reader_arg {
   py_instance *inst;
   py_conn *conn;
@@ -566,52 +612,10 @@ static void *reader_main(void *arg) {
       why_io = errno == EMSGSIZE ? "sent a message larger than the protocol allows" : "failed its socket";
       break;
     }
-    json_doc *doc = NULL;
-    cinfer_status *st = json_parse(buf, (size_t)n, PY_JSON_DEPTH, &doc);
-    if (st) {
-      cinfer_status_free(st);
-      if (fd >= 0) close(fd);
-      why_io = "sent a malformed message";
-      break;
-    }
-    const json_value *root = json_root(doc);
-    const char *type = jstr(root, "type");
-    if (!type) type = "";
-    if (!strcmp(type, "log")) {
-      const char *lvl = jstr(root, "level"), *msg = jstr(root, "msg");
-      if (!lvl) lvl = "info";
-      if (!msg) msg = "";
-      if (!strcmp(lvl, "error")) LOG_E("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
-      else if (!strcmp(lvl, "warn")) LOG_W("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
-      else if (!strcmp(lvl, "verbose")) LOG_V(1, "python model '%s' (%s): %s", inst->m->name, inst->name, msg);
-      else LOG_I("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
-    } else if (!strcmp(type, "response")) {
-      on_response(inst, root, fd);
-    } else if (!strcmp(type, "execute_done")) {
-      on_execute_done(inst, root, fd);
-    } else if (!strcmp(type, "is_cancelled")) {
-      on_is_cancelled(inst, ra.conn, root);
-    } else if (!strcmp(type, "infer")) {
-      on_infer(inst, ra.conn, doc, fd);
-      doc = NULL;
-    } else {
-      pthread_mutex_lock(&inst->mu);
-      if (inst->await && !strcmp(inst->await, type) && !inst->reply) {
-        inst->reply = doc;
-        doc = NULL;
-        pthread_cond_broadcast(&inst->cv);
-      }
-      pthread_mutex_unlock(&inst->mu);
-      if (doc) LOG_W("python model '%s' (%s): unexpected message '%s'", inst->m->name, inst->name, type);
-    }
-    if (fd >= 0) close(fd);
-    json_doc_free(doc);
+    json_doc_free(handle_msg(inst, ra.conn, false, buf, (size_t)n, fd, NULL, &why_io));
+    if (why_io) break;
   }
   free(buf);
-  if (inst->out_base) munmap(inst->out_base, inst->out_size);
-  inst->out_base = NULL;
-  inst->out_size = 0;
-  inst->out_gen = 0;
   /* The process is gone or must go: make sure, and collect its status. */
   kill(ra.pid, SIGKILL);
   int status = 0;
@@ -643,29 +647,86 @@ static void *reader_main(void *arg) {
   return NULL;
 }
 
-/* ---- process lifecycle (the worker, the loading thread) ------------------------------------ */
+/* Kills the current process for `why` (NULL: keep an earlier reason) and waits (under mu)
+ * until its reader has recorded its end. */
+static void kill_and_wait_locked(py_instance *inst, const char *why) {
+  if (why && !inst->kill_why[0]) snprintf(inst->kill_why, sizeof inst->kill_why, "%s", why);
+  if (inst->alive) kill(inst->pid, SIGKILL);
+  while (inst->alive) pthread_cond_wait(&inst->cv, &inst->mu);
+}
 
-/* Waits (under mu) for the reply `type` or the process's end; timeout_ms 0 = forever.
- * Returns the reply (the caller frees it), NULL when the process died or time ran out
- * (*timed_out). */
-static json_doc *await_locked(py_instance *inst, int64_t timeout_ms, bool *timed_out) {
-  struct timespec dl;
-  if (timeout_ms > 0) deadline_after_ms(&dl, timeout_ms);
-  *timed_out = false;
-  while (!inst->reply && inst->alive) {
-    if (timeout_ms > 0) {
-      if (pthread_cond_timedwait(&inst->cv, &inst->mu, &dl) == ETIMEDOUT) {
-        *timed_out = !inst->reply && inst->alive;
-        break;
+/* The thread that sent the stub's main thread a message (init, execute, finalize) reads
+ * that socket itself until the reply `want` arrives (no hand-off to another thread: one
+ * wake-up per request), answering whatever else comes meanwhile (BLS, logs, responses).
+ * For "execute_done", bno is the batch, and the wait ends early PY_CANCEL_GRACE_MS after
+ * every request of the batch was cancelled (the cancel hook writes wake_fd). timeout_ms 0
+ * = no limit, else the process is killed with kill_why when it passes. Returns the reply
+ * (the caller frees it), or NULL once the process has ended (its reader has failed the
+ * requests). Called without mu. */
+static json_doc *exec_wait(py_instance *inst, py_conn *c, const char *want, uint64_t bno,
+                           int64_t timeout_ms, const char *timeout_why) {
+  char *buf = inst->rbuf;
+  uint64_t t_end = timeout_ms > 0 ? now_ms() + (uint64_t)timeout_ms : 0, t_cancel = 0;
+  bool is_exec = !strcmp(want, "execute_done");
+  for (;;) {
+    if (is_exec && !t_cancel) {
+      pthread_mutex_lock(&inst->mu);
+      if (batch_cancelled_locked(inst, bno)) t_cancel = now_ms() + PY_CANCEL_GRACE_MS;
+      pthread_mutex_unlock(&inst->mu);
+    }
+    uint64_t wake = t_end && t_cancel ? (t_end < t_cancel ? t_end : t_cancel) : t_end ? t_end : t_cancel;
+    int wait_ms = -1;
+    if (wake) {
+      uint64_t now = now_ms();
+      if (now >= wake) {
+        char why[256];
+        if (t_end && now >= t_end) snprintf(why, sizeof why, "%s", timeout_why);
+        else snprintf(why, sizeof why, "every request of the batch was cancelled and execute() "
+                      "did not return within %d ms of that", PY_CANCEL_GRACE_MS);
+        pthread_mutex_lock(&inst->mu);
+        kill_and_wait_locked(inst, why);
+        pthread_mutex_unlock(&inst->mu);
+        return NULL;
       }
-    } else {
-      pthread_cond_wait(&inst->cv, &inst->mu);
+      wait_ms = (int)(wake - now);
+    }
+    struct pollfd pf[2] = {{.fd = c->sock, .events = POLLIN}, {.fd = inst->wake_fd, .events = POLLIN}};
+    int pr = poll(pf, 2, wait_ms);
+    if (pr < 0 && errno != EINTR) pf[0].revents = POLLERR;
+    if (pr <= 0) continue;
+    if (pf[1].revents & POLLIN) {
+      uint64_t v;
+      if (read(inst->wake_fd, &v, sizeof v) < 0) { /* drained; EAGAIN when another took it */
+      }
+    }
+    if (!pf[0].revents) continue;
+    int fd;
+    ssize_t n = py_conn_recv(c, buf, PY_MAX_MSG + 1, &fd);
+    const char *bad = NULL;
+    json_doc *d = NULL;
+    if (n > 0) d = handle_msg(inst, c, true, buf, (size_t)n, fd, want, &bad);
+    else if (n < 0 && errno == EMSGSIZE) bad = "sent a message larger than the protocol allows";
+    if (d && is_exec) {
+      double b = 0;
+      jnum(json_root(d), "batch", &b);
+      if ((uint64_t)b < bno) { /* an older batch's (cannot happen: one at a time) */
+        json_doc_free(d);
+        continue;
+      }
+    }
+    if (d) return d;
+    if (n <= 0 || bad) { /* the process ended (or must) */
+      char why[256];
+      if (bad) snprintf(why, sizeof why, "the stub process %s", bad);
+      pthread_mutex_lock(&inst->mu);
+      kill_and_wait_locked(inst, bad ? why : NULL);
+      pthread_mutex_unlock(&inst->mu);
+      return NULL;
     }
   }
-  json_doc *d = inst->reply;
-  inst->reply = NULL;
-  return d;
 }
+
+/* ---- process lifecycle (the worker, the loading thread) ------------------------------------ */
 
 /* Ends the current process (finalize first when graceful) and joins its reader. */
 static void proc_stop(py_instance *inst, bool graceful) {
@@ -675,33 +736,28 @@ static void proc_stop(py_instance *inst, bool graceful) {
     return;
   }
   inst->stopping = true;
-  if (inst->alive) {
-    bool to = false;
-    if (graceful) {
-      inst->await = "finalize_done";
-      pthread_mutex_unlock(&inst->mu);
-      bool sent = py_conn_send(inst->conn, "{\"type\":\"finalize\"}", 19, -1);
-      pthread_mutex_lock(&inst->mu);
-      if (sent) json_doc_free(await_locked(inst, PY_FINALIZE_WAIT_MS, &to));
-    }
-    if (inst->alive) {
-      if (to) snprintf(inst->kill_why, sizeof inst->kill_why, "finalize() did not return within %d ms",
-                       PY_FINALIZE_WAIT_MS);
-      kill(inst->pid, SIGKILL);
-    }
+  py_conn *c = inst->conn;
+  if (inst->alive && graceful) {
+    pthread_mutex_unlock(&inst->mu);
+    char why[128];
+    snprintf(why, sizeof why, "finalize() did not return within %d ms", PY_FINALIZE_WAIT_MS);
+    if (py_conn_send(c, "{\"type\":\"finalize\"}", 19, -1))
+      json_doc_free(exec_wait(inst, c, "finalize_done", 0, PY_FINALIZE_WAIT_MS, why));
+    pthread_mutex_lock(&inst->mu);
   }
+  if (inst->alive) kill(inst->pid, SIGKILL);
   pthread_t t = inst->reader;
   inst->has_reader = false;
-  py_conn *c = inst->conn;
-  inst->conn = NULL;
+  py_conn *oc = inst->oconn;
+  inst->conn = inst->oconn = NULL;
   pthread_mutex_unlock(&inst->mu);
   pthread_join(t, NULL);
   py_conn_release(c);
-  pthread_mutex_lock(&inst->mu);
-  inst->await = NULL;
-  json_doc_free(inst->reply);
-  inst->reply = NULL;
-  pthread_mutex_unlock(&inst->mu);
+  py_conn_release(oc);
+  if (inst->out_base) munmap(inst->out_base, inst->out_size);
+  inst->out_base = NULL;
+  inst->out_size = 0;
+  inst->out_gen = 0;
 }
 
 static void json_kv(cbuf *b, const char *k, const char *v, bool comma) {
@@ -716,32 +772,32 @@ static cinfer_status *proc_start(py_instance *inst) {
   proc_stop(inst, false); /* the previous process's reader, if it has ended */
   py_model *m = inst->m;
   pid_t pid;
-  py_conn *c;
-  cinfer_status *st = py_spawn(m->python, &pid, &c);
+  py_conn *c, *oc;
+  cinfer_status *st = py_spawn(m->python, &pid, &c, &oc);
   if (st) return cinfer_status_prefix(st, "python model '%s' instance %s", m->name, inst->name);
   reader_arg *ra = malloc(sizeof *ra);
   if (!ra) {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    py_conn_release(c);
+    py_conn_release(c), py_conn_release(oc);
     return cinfer_status_oom("python instance");
   }
-  *ra = (reader_arg){inst, py_conn_ref(c), pid};
+  *ra = (reader_arg){inst, py_conn_ref(oc), pid};
   pthread_mutex_lock(&inst->mu);
   inst->conn = c;
+  inst->oconn = oc;
   inst->pid = pid;
   inst->alive = true;
   inst->stopping = false;
   inst->kill_why[0] = 0;
-  inst->await = "init_done";
   int e = pthread_create(&inst->reader, NULL, reader_main, ra);
   if (e) {
     inst->alive = false;
-    inst->conn = NULL;
+    inst->conn = inst->oconn = NULL;
     pthread_mutex_unlock(&inst->mu);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    py_conn_release(c), py_conn_release(c), free(ra);
+    py_conn_release(c), py_conn_release(oc), py_conn_release(oc), free(ra);
     return cinfer_status_new(CINFER_INTERNAL, "python instance: pthread_create: %s", strerror(e));
   }
   inst->has_reader = true;
@@ -767,13 +823,8 @@ static cinfer_status *proc_start(py_instance *inst) {
   bool sent = b.len <= PY_MAX_MSG && send_buf(c, &b, -1);
   size_t blen = b.len;
   cbuf_free(&b);
-  pthread_mutex_lock(&inst->mu);
-  bool to = false;
-  json_doc *reply = sent ? await_locked(inst, 0, &to) : NULL;
-  inst->await = NULL;
+  json_doc *reply = sent ? exec_wait(inst, c, "init_done", 0, 0, NULL) : NULL;
   char why[512];
-  snprintf(why, sizeof why, "%s", inst->dead_why);
-  pthread_mutex_unlock(&inst->mu);
   if (!reply) {
     proc_stop(inst, false);
     if (!sent && blen > PY_MAX_MSG)
@@ -900,6 +951,17 @@ static cinfer_status *py_instance_create(void *model, const cinfer_instance_info
   inst->m = m;
   inst->index = info->index;
   inst->in_fd = -1;
+  inst->rbuf = malloc(PY_MAX_MSG + 1);
+  if (!inst->rbuf) {
+    free(inst);
+    return cinfer_status_oom("python instance");
+  }
+  inst->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (inst->wake_fd < 0) {
+    int e = errno;
+    free(inst->rbuf), free(inst);
+    return cinfer_status_new(CINFER_INTERNAL, "python instance: eventfd: %s", strerror(e));
+  }
   snprintf(inst->name, sizeof inst->name, "%s_0_%d", m->name, info->index);
   pthread_mutex_init(&inst->mu, NULL);
   pthread_condattr_t ca;
@@ -917,6 +979,8 @@ static cinfer_status *py_instance_create(void *model, const cinfer_instance_info
   pthread_mutex_unlock(&m->inst_mu);
   if (!st && (st = proc_start(inst))) unregister(inst);
   if (st) {
+    close(inst->wake_fd);
+    free(inst->rbuf);
     pthread_cond_destroy(&inst->cv);
     pthread_mutex_destroy(&inst->mu);
     free(inst);
@@ -937,6 +1001,8 @@ static void py_instance_destroy(void *instance) {
   fail_list(p, inst, CINFER_UNAVAILABLE, "the model was unloaded before the request finished");
   if (inst->in_base) munmap(inst->in_base, inst->in_cap);
   if (inst->in_fd >= 0) close(inst->in_fd);
+  close(inst->wake_fd);
+  free(inst->rbuf);
   pthread_cond_destroy(&inst->cv);
   pthread_mutex_destroy(&inst->mu);
   free(inst);
@@ -1086,47 +1152,25 @@ static cinfer_status *py_execute(void *instance, cinfer_batch *batch) {
     inst->in_sent_gen = inst->in_gen;
     inst->in_sent_pid = cur_pid;
   }
-  if (!py_conn_send(c, b.data, b.len, fd)) {
+  bool sent = py_conn_send(c, b.data, b.len, fd);
+  cbuf_free(&b);
+  if (!sent) {
     /* The process died meanwhile; its reader fails the requests (or has). Make sure. */
     pthread_mutex_lock(&inst->mu);
-    pid_t pid = inst->pid;
-    bool still = inst->alive;
+    kill_and_wait_locked(inst, NULL);
     pthread_mutex_unlock(&inst->mu);
-    if (still) kill(pid, SIGKILL);
+    py_conn_release(c);
+    return NULL;
   }
+  /* Wait for execute() to return in the stub, reading its replies here: until
+   * execute_done, the process's end, execute_timeout_ms, or PY_CANCEL_GRACE_MS after every
+   * request of the batch was cancelled (the clients are gone and execute() does not
+   * return: a hung model must not hold the instance, or the server's shutdown, forever). */
+  char why[160];
+  snprintf(why, sizeof why, "execute() did not return within %lld ms (parameter execute_timeout_ms)",
+           (long long)m->execute_timeout_ms);
+  json_doc_free(exec_wait(inst, c, "execute_done", bno, m->execute_timeout_ms, why));
   py_conn_release(c);
-  cbuf_free(&b);
-  /* Wait for execute() to return in the stub: until execute_done, the process's end,
-   * execute_timeout_ms, or PY_CANCEL_GRACE_MS after every request of the batch was
-   * cancelled (the clients are gone and execute() does not return: a hung model must not
-   * hold the instance, or the server's shutdown, forever). */
-  pthread_mutex_lock(&inst->mu);
-  uint64_t t_end = m->execute_timeout_ms > 0 ? now_ms() + (uint64_t)m->execute_timeout_ms : 0;
-  uint64_t t_cancel = 0;
-  while (inst->alive && inst->done_batch < bno) {
-    if (!t_cancel && batch_cancelled_locked(inst, bno)) t_cancel = now_ms() + PY_CANCEL_GRACE_MS;
-    uint64_t wake = t_end && t_cancel ? (t_end < t_cancel ? t_end : t_cancel) : t_end ? t_end : t_cancel;
-    if (wake) {
-      struct timespec dl;
-      deadline_after_ms(&dl, (int64_t)(wake > now_ms() ? wake - now_ms() : 0));
-      pthread_cond_timedwait(&inst->cv, &inst->mu, &dl);
-    } else {
-      pthread_cond_wait(&inst->cv, &inst->mu);
-    }
-    if (!inst->alive || inst->done_batch >= bno) break;
-    uint64_t now = now_ms();
-    if (t_end && now >= t_end)
-      snprintf(inst->kill_why, sizeof inst->kill_why, "execute() did not return within %lld ms "
-               "(parameter execute_timeout_ms)", (long long)m->execute_timeout_ms);
-    else if (t_cancel && now >= t_cancel)
-      snprintf(inst->kill_why, sizeof inst->kill_why, "every request of the batch was cancelled "
-               "and execute() did not return within %d ms of that", PY_CANCEL_GRACE_MS);
-    else
-      continue;
-    kill(inst->pid, SIGKILL);
-    while (inst->alive) pthread_cond_wait(&inst->cv, &inst->mu);
-  }
-  pthread_mutex_unlock(&inst->mu);
   return NULL;
 }
 
@@ -1139,7 +1183,11 @@ static void py_cancel(void *model, cinfer_request *r) {
     py_instance *inst = m->insts[i];
     pthread_mutex_lock(&inst->mu);
     for (py_pending *p = inst->pending; p; p = p->next)
-      if (p->r == r) pthread_cond_broadcast(&inst->cv);
+      if (p->r == r) {
+        uint64_t one = 1;
+        if (write(inst->wake_fd, &one, sizeof one) < 0) { /* EAGAIN: a wake-up is pending */
+        }
+      }
     pthread_mutex_unlock(&inst->mu);
   }
   pthread_mutex_unlock(&m->inst_mu);
@@ -1196,9 +1244,9 @@ static cinfer_status *py_autocomplete(cinfer_autocomplete *ac, const char *versi
   char *json = cinfer_config_json(cfg, NULL);
   if (!json) return cinfer_status_oom("python auto-complete");
   pid_t pid;
-  py_conn *c;
+  py_conn *c, *oc;
   const char *python = python_of(cfg);
-  if ((st = py_spawn(python, &pid, &c))) {
+  if ((st = py_spawn(python, &pid, &c, &oc))) {
     free(json);
     return cinfer_status_prefix(st, "python model '%s' auto-complete", name);
   }
@@ -1248,6 +1296,7 @@ static cinfer_status *py_autocomplete(cinfer_autocomplete *ac, const char *versi
   }
   free(buf);
   py_conn_release(c); /* the stub sees EOF and exits */
+  py_conn_release(oc);
   kill(pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -51,14 +51,30 @@ _CODE_TO_KSERVE = {1: "BOOL", 2: "UINT8", 3: "UINT16", 4: "UINT32", 5: "UINT64",
 _KSERVE_TO_CODE = {v: k for k, v in _CODE_TO_KSERVE.items()}
 
 
+_DTYPE_NAMES = {}  # np.dtype -> KServe name (or None): filled as dtypes are seen
+
+
 def _np_to_kserve(dt):
+    try:
+        return _DTYPE_NAMES[dt]
+    except (KeyError, TypeError):
+        pass
+    key = dt
     dt = np.dtype(dt)
+    name = None
     if dt == np.object_ or dt.type == np.bytes_:
-        return "BYTES"
-    for k, v in _KSERVE_TO_NP.items():
-        if v is not np.object_ and np.dtype(v) == dt:
-            return k
-    return None
+        name = "BYTES"
+    else:
+        for k, v in _KSERVE_TO_NP.items():
+            if v is not np.object_ and np.dtype(v) == dt:
+                name = k
+                break
+    if len(_DTYPE_NAMES) < 256:
+        try:
+            _DTYPE_NAMES[key] = name
+        except TypeError:
+            pass
+    return name
 
 
 def triton_to_numpy_type(data_type):
