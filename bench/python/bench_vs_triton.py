@@ -16,8 +16,13 @@ Both servers run the models on the same interpreter: Debian's /usr/bin/python3 (
 libpython Triton's stub links) with numpy from python3-numpy. The wheel is downloaded with
 pip into a cache folder (build/triton-2.51 by default) on first use, not installed.
 
-usage: bench/python/bench_vs_triton.py [--quick] [--out docs/benchmarks-python.md]
+The machine is shared, so each (model, concurrency) point is measured --rounds times,
+the two servers alternating (which one goes first alternates too), and the table reports
+the medians, with the range of the req/s figures and the load average before and after.
+
+usage: bench/python/bench_vs_triton.py [--quick] [--rounds 3] [--out docs/benchmarks-python.md]
 """
+import statistics
 import argparse
 import csv
 import glob
@@ -195,6 +200,7 @@ def main():
     ap.add_argument("--cache", default=None, help="where the Triton wheel is kept")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks-python.md"))
     ap.add_argument("--plots", default=os.path.join(ROOT, "docs", "plots"))
+    ap.add_argument("--rounds", type=int, default=3, help="measurements per point (medians)")
     a = ap.parse_args()
     if subprocess.run([PY, "-c", "import numpy"]).returncode != 0:
         sys.exit(f"{PY} has no numpy: apt-get install python3-numpy (both servers' models run on it)")
@@ -214,7 +220,8 @@ def main():
         log = os.path.join(work, "cinfer.log")
         p = subprocess.Popen([os.path.join(a.build, "src", "cli", "cinfer"), "serve",
                               "--model-repository", cin, "--host", "127.0.0.1",
-                              "--http-port", str(port)], env=dict(os.environ, CINFER_PYTHON=PY),
+                              "--http-port", str(port), "--grpc-port", "off"],
+                             env=dict(os.environ, CINFER_PYTHON=PY),
                              stdout=open(log, "w"), stderr=subprocess.STDOUT)
         procs.append(p)
         wait_ready(port, p, log)
@@ -232,18 +239,29 @@ def main():
         procs.append(p)
         wait_ready(tport, p, log)
         servers["triton 2.51"] = tport
-        results = {}
-        for model, shapes in MODELS:
-            for name, prt in servers.items():
-                if model == "bls_onnx" and name != "cinfer":
-                    continue
-                rows = []
+        load0 = open("/proc/loadavg").read().split()[:3]
+        raw = {}
+        names = list(servers)
+        for rnd in range(a.rounds):
+            for model, shapes in MODELS:
                 for c in CONC:
-                    r = perf(prt, model, shapes, c, window, work)
-                    print(f"{model:12} {name:12} c={c:3} {r['rps']:9.1f} req/s  p50 {r['p50']:7.3f} ms"
-                          f"  p99 {r['p99']:7.3f} ms", flush=True)
-                    rows.append(r)
-                results[(model, name)] = rows
+                    order = names if rnd % 2 == 0 else names[::-1]
+                    for name in order:
+                        if model == "bls_onnx" and name != "cinfer":
+                            continue
+                        r = perf(servers[name], model, shapes, c, window, work)
+                        print(f"round {rnd + 1} {model:12} {name:12} c={c:3} {r['rps']:9.1f} req/s"
+                              f"  p50 {r['p50']:7.3f} ms  p99 {r['p99']:7.3f} ms", flush=True)
+                        raw.setdefault((model, name), {}).setdefault(c, []).append(r)
+        results = {}
+        for key, by_c in raw.items():
+            results[key] = [{"concurrency": c,
+                             "rps": statistics.median(x["rps"] for x in rs),
+                             "rps_min": min(x["rps"] for x in rs),
+                             "rps_max": max(x["rps"] for x in rs),
+                             "p50": statistics.median(x["p50"] for x in rs),
+                             "p99": statistics.median(x["p99"] for x in rs)}
+                            for c, rs in sorted(by_c.items())]
     finally:
         for p in procs:
             p.terminate()
@@ -259,13 +277,15 @@ def main():
     load = open("/proc/loadavg").read().split()[:3]
     with open(a.out, "w") as f:
         f.write("# Python backend: cinfer vs Triton 2.51 (issue 22)\n\n")
-        f.write(f"Command: `bench/python/bench_vs_triton.py{' --quick' if a.quick else ''}` "
-                f"({time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores shared with other "
-                f"work, load average {' '.join(load)} at the end; perf_analyzer HTTP, closed loop, "
-                f"{window} ms windows, up to 10 trials, stable within 50%). Both servers run the models on "
-                f"{PY} with Debian's numpy; one instance each.\n\n")
-        f.write("| model | server | concurrency | req/s | p50 ms | p99 ms | cinfer/Triton req/s | cinfer/Triton p50 |\n")
-        f.write("|---|---|---|---|---|---|---|---|\n")
+        f.write(f"Command: `bench/python/bench_vs_triton.py{' --quick' if a.quick else ''} "
+                f"--rounds {a.rounds}` ({time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores "
+                f"shared with other work, load average {' '.join(load0)} before and "
+                f"{' '.join(load)} after; perf_analyzer HTTP, closed loop, {window} ms windows, up "
+                f"to 10 trials, stable within 50%; medians of {a.rounds} rounds, the servers "
+                f"alternating). Both servers run the models on {PY} with Debian's numpy; one "
+                f"instance each.\n\n")
+        f.write("| model | server | concurrency | req/s (median) | req/s range | p50 ms | p99 ms | cinfer/Triton req/s | cinfer/Triton p50 |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|\n")
         for (model, name), rows in results.items():
             for r in rows:
                 ratio = ""
@@ -274,7 +294,8 @@ def main():
                     ratio = f"| {r['rps'] / t['rps']:.2f}x | {r['p50'] / t['p50']:.2f}x"
                 else:
                     ratio = "| |"
-                f.write(f"| {model} | {name} | {r['concurrency']} | {r['rps']:.0f} | {r['p50']:.3f} "
+                f.write(f"| {model} | {name} | {r['concurrency']} | {r['rps']:.0f} | "
+                        f"{r['rps_min']:.0f}-{r['rps_max']:.0f} | {r['p50']:.3f} "
                         f"| {r['p99']:.3f} {ratio} |\n")
         f.write("\n![throughput](plots/python-vs-triton-rps.svg)\n")
     print("wrote", a.out)
