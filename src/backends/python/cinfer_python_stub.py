@@ -245,6 +245,17 @@ class Conn:
         finally:
             self._end_call(cid, q)
 
+    def call(self, msg):
+        """Sends msg and waits for its reply (the header)."""
+        cid, q = self._new_call()
+        msg["call"] = cid
+        try:
+            self.send(msg)
+            hdr, _ = q[0].wait(q[1])
+            return hdr
+        finally:
+            self._end_call(cid, q)
+
     def infer(self, msg, inputs):
         cid, q = self._new_call()
         msg["type"] = "infer"

@@ -29,6 +29,7 @@
 #include "core/buf.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "pymetrics.h"
 #include "pyproc.h"
 
 #define PY_JSON_DEPTH 64
@@ -68,6 +69,7 @@ typedef struct py_instance {
   py_conn *conn, *oconn;
   int wake_fd; /* eventfd: the cancel notification wakes a worker waiting in exec_wait */
   char *rbuf;  /* PY_MAX_MSG + 1 bytes for exec_wait (one caller at a time per instance) */
+  pym_table metrics; /* the current process's custom Metric objects */
   pid_t pid;
   pthread_t reader;
   bool has_reader, alive;
@@ -399,6 +401,21 @@ static void on_is_cancelled(py_instance *inst, py_conn *c, const json_value *roo
   py_conn_send(c, msg, (size_t)n, -1);
 }
 
+/* pb_utils.MetricFamily / Metric operations (pymetrics.c); replies when asked. */
+static void on_metric(py_instance *inst, py_conn *c, const json_value *root) {
+  double call = -1;
+  bool want = jnum(root, "call", &call);
+  cbuf b = {0};
+  cbuf_printf(&b, "{\"type\":\"reply\",\"call\":%.0f,", call);
+  size_t head = b.len;
+  pym_on_message(&inst->metrics, inst->m->server ? cinfer_server_metrics_registry(inst->m->server) : NULL,
+                 inst->m->name, root, &b);
+  if (b.len == head) cbuf_puts(&b, "\"ok\":true");
+  cbuf_puts(&b, "}");
+  if (want) send_buf(c, &b, -1);
+  cbuf_free(&b);
+}
+
 /* ---- BLS: a request of the model to another model of the server ------------------------------ */
 
 typedef struct bls_call {
@@ -574,6 +591,8 @@ static json_doc *handle_msg(py_instance *inst, py_conn *c, bool main_sock, const
     }
   } else if (!strcmp(type, "is_cancelled")) {
     on_is_cancelled(inst, c, root);
+  } else if (!strcmp(type, "metric")) {
+    on_metric(inst, c, root);
   } else if (!strcmp(type, "infer")) {
     on_infer(inst, c, doc, fd); /* takes doc; the mapping outlives fd */
     if (fd >= 0) close(fd);
@@ -754,6 +773,7 @@ static void proc_stop(py_instance *inst, bool graceful) {
   pthread_join(t, NULL);
   py_conn_release(c);
   py_conn_release(oc);
+  pym_table_clear(&inst->metrics); /* the process's Metric objects are gone with it */
   if (inst->out_base) munmap(inst->out_base, inst->out_size);
   inst->out_base = NULL;
   inst->out_size = 0;
@@ -951,6 +971,7 @@ static cinfer_status *py_instance_create(void *model, const cinfer_instance_info
   inst->m = m;
   inst->index = info->index;
   inst->in_fd = -1;
+  pym_table_init(&inst->metrics);
   inst->rbuf = malloc(PY_MAX_MSG + 1);
   if (!inst->rbuf) {
     free(inst);
@@ -981,6 +1002,7 @@ static cinfer_status *py_instance_create(void *model, const cinfer_instance_info
   if (st) {
     close(inst->wake_fd);
     free(inst->rbuf);
+    pym_table_destroy(&inst->metrics);
     pthread_cond_destroy(&inst->cv);
     pthread_mutex_destroy(&inst->mu);
     free(inst);
@@ -1003,6 +1025,7 @@ static void py_instance_destroy(void *instance) {
   if (inst->in_fd >= 0) close(inst->in_fd);
   close(inst->wake_fd);
   free(inst->rbuf);
+  pym_table_destroy(&inst->metrics);
   pthread_cond_destroy(&inst->cv);
   pthread_mutex_destroy(&inst->mu);
   free(inst);
@@ -1291,6 +1314,15 @@ static cinfer_status *py_autocomplete(cinfer_autocomplete *ac, const char *versi
     if (type && !strcmp(type, "log")) {
       const char *msg = jstr(json_root(d), "msg");
       LOG_I("python model '%s' (auto-complete): %s", name, msg ? msg : "");
+    } else if (type && !strcmp(type, "metric")) { /* no registry here: an error reply */
+      double call = -1;
+      if (jnum(json_root(d), "call", &call)) {
+        char msg[256];
+        int k = snprintf(msg, sizeof msg, "{\"type\":\"reply\",\"call\":%.0f,\"error\":{\"message\":"
+                         "\"custom metrics are not available in auto_complete_config\",\"code\":"
+                         "\"UNAVAILABLE\"}}", call);
+        py_conn_send(c, msg, (size_t)k, -1);
+      }
     }
     json_doc_free(d);
   }
