@@ -97,7 +97,8 @@ static py_conn *conn_new(int sock) {
   return c;
 }
 
-cinfer_status *py_spawn(const char *python, pid_t *pid, py_conn **main_conn, py_conn **other_conn) {
+cinfer_status *py_spawn(const char *python, char *const *envp, pid_t *pid, py_conn **main_conn,
+                        py_conn **other_conn) {
   int sv[2], so[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
     return cinfer_status_new(CINFER_INTERNAL, "socketpair: %s", strerror(errno));
@@ -139,7 +140,8 @@ cinfer_status *py_spawn(const char *python, pid_t *pid, py_conn **main_conn, py_
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
-    execvp(python, argv);
+    if (envp) execve(python, argv, envp);
+    else execvp(python, argv);
     _exit(127);
   }
   close(c3), close(c4);

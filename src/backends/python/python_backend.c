@@ -29,6 +29,7 @@
 #include "core/buf.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "pyenv.h"
 #include "pymetrics.h"
 #include "pyproc.h"
 
@@ -41,6 +42,7 @@ struct py_instance;
 
 typedef struct py_model {
   char *name, *model_dir, *version_dir, *model_file, *python, *config_json;
+  char **envp; /* EXECUTION_ENV_PATH: the stub's environment (NULL: the server's) */
   int64_t version;
   bool decoupled;
   int64_t execute_timeout_ms; /* 0: wait as long as execute() takes */
@@ -793,7 +795,7 @@ static cinfer_status *proc_start(py_instance *inst) {
   py_model *m = inst->m;
   pid_t pid;
   py_conn *c, *oc;
-  cinfer_status *st = py_spawn(m->python, &pid, &c, &oc);
+  cinfer_status *st = py_spawn(m->python, m->envp, &pid, &c, &oc);
   if (st) return cinfer_status_prefix(st, "python model '%s' instance %s", m->name, inst->name);
   reader_arg *ra = malloc(sizeof *ra);
   if (!ra) {
@@ -877,30 +879,45 @@ static void model_free(py_model *m) {
   pthread_mutex_destroy(&m->inst_mu);
   free(m->name), free(m->model_dir), free(m->version_dir), free(m->model_file);
   free(m->python), free(m->config_json);
+  py_env_vars_free(m->envp);
   free(m);
 }
 
-static const char *python_of(const cinfer_config *c) {
-  const char *p = cinfer_config_parameter(c, "python_executable");
-  if (!p || !p[0]) p = getenv("CINFER_PYTHON");
-  return p && p[0] ? p : "python3";
-}
-
-static cinfer_status *check_params(const cinfer_config *c, const char *name) {
+/* The stub's interpreter: EXECUTION_ENV_PATH's bin/python3 (with *envp for it), the
+ * parameter python_executable, $CINFER_PYTHON, or python3 from PATH. */
+static cinfer_status *python_of(const cinfer_config *c, const char *model_dir, const char *name,
+                                char **python, char ***envp) {
+  *python = NULL;
+  *envp = NULL;
   const char *env = cinfer_config_parameter(c, "EXECUTION_ENV_PATH");
-  if (env)
-    return cinfer_status_new(CINFER_UNSUPPORTED, "python model '%s': parameter EXECUTION_ENV_PATH "
-                             "(a packed environment) is not implemented by cinfer; the model cannot "
-                             "load with it (use parameter python_executable to name an interpreter "
-                             "of an unpacked environment)", name);
-  return NULL;
+  const char *p = cinfer_config_parameter(c, "python_executable");
+  if (env) {
+    if (p && p[0])
+      return cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': parameters EXECUTION_ENV_PATH "
+                               "and python_executable both name an interpreter; set one of them", name);
+    char *root;
+    cinfer_status *st = py_env_prepare(env, model_dir, name, &root);
+    if (st) return st;
+    if (asprintf(python, "%s/bin/python3", root) < 0) *python = NULL;
+    *envp = py_env_vars(root);
+    free(root);
+    if (!*python || !*envp) {
+      free(*python), py_env_vars_free(*envp);
+      *python = NULL, *envp = NULL;
+      return cinfer_status_oom("python environment");
+    }
+    return NULL;
+  }
+  if (!p || !p[0]) p = getenv("CINFER_PYTHON");
+  *python = strdup(p && p[0] ? p : "python3");
+  return *python ? NULL : cinfer_status_oom("python model");
 }
 
 static cinfer_status *py_model_load(const cinfer_model_load_info *info, void **out) {
   py_model *m = calloc(1, sizeof *m);
   if (!m) return cinfer_status_oom("python model");
   pthread_mutex_init(&m->inst_mu, NULL);
-  cinfer_status *st = check_params(info->config, info->model_name);
+  cinfer_status *st = python_of(info->config, info->model_dir, info->model_name, &m->python, &m->envp);
   if (st) {
     model_free(m);
     return st;
@@ -908,7 +925,6 @@ static cinfer_status *py_model_load(const cinfer_model_load_info *info, void **o
   m->name = strdup(info->model_name);
   m->model_dir = strdup(info->model_dir);
   m->version_dir = strdup(info->version_dir);
-  m->python = strdup(python_of(info->config));
   m->config_json = strdup(info->config_json);
   m->version = info->version;
   m->config = info->config;
@@ -1256,21 +1272,31 @@ static cinfer_status *apply_ops(cinfer_autocomplete *ac, const json_value *ops) 
 static cinfer_status *py_autocomplete(cinfer_autocomplete *ac, const char *version_dir) {
   const cinfer_config *cfg = cinfer_autocomplete_config(ac);
   const char *name = cinfer_config_name(cfg);
-  cinfer_status *st = check_params(cfg, name);
-  if (st) return st;
-  char file[4096];
+  char file[4096], model_dir[4096];
+  snprintf(model_dir, sizeof model_dir, "%s", version_dir);
+  char *slash = strrchr(model_dir, '/');
+  if (slash && slash != model_dir) *slash = 0;
   if (snprintf(file, sizeof file, "%s/model.py", version_dir) >= (int)sizeof file)
     return cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': the path is too long", name);
   struct stat sb;
   if (stat(file, &sb) != 0)
     return cinfer_status_new(CINFER_NOT_FOUND, "python model '%s': %s: %s", name, file, strerror(errno));
+  char *python;
+  char **envp;
+  cinfer_status *st = python_of(cfg, model_dir, name, &python, &envp);
+  if (st) return st;
   char *json = cinfer_config_json(cfg, NULL);
-  if (!json) return cinfer_status_oom("python auto-complete");
+  if (!json) {
+    free(python), py_env_vars_free(envp);
+    return cinfer_status_oom("python auto-complete");
+  }
   pid_t pid;
   py_conn *c, *oc;
-  const char *python = python_of(cfg);
-  if ((st = py_spawn(python, &pid, &c, &oc))) {
+  st = py_spawn(python, envp, &pid, &c, &oc);
+  py_env_vars_free(envp);
+  if (st) {
     free(json);
+    free(python);
     return cinfer_status_prefix(st, "python model '%s' auto-complete", name);
   }
   cbuf b = {0};
@@ -1336,9 +1362,12 @@ static cinfer_status *py_autocomplete(cinfer_autocomplete *ac, const char *versi
   if (!reply) {
     char how[160];
     py_describe_status(status, how, sizeof how);
-    return cinfer_status_new(CINFER_INTERNAL, "python model '%s': the auto-complete stub process "
-                             "%s (%s; interpreter '%s')", name, fail ? fail : "failed", how, python);
+    st = cinfer_status_new(CINFER_INTERNAL, "python model '%s': the auto-complete stub process "
+                           "%s (%s; interpreter '%s')", name, fail ? fail : "failed", how, python);
+    free(python);
+    return st;
   }
+  free(python);
   const json_value *err = json_get(json_root(reply), "error");
   if (err && json_is(err, JSON_OBJECT)) {
     const char *msg = jstr(err, "message");
