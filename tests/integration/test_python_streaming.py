@@ -35,7 +35,8 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
-# IN = n >= 0: n responses OUT = n from a thread, then the flag-only FINAL.
+# IN = n >= 0: n responses OUT = n, the first from execute() itself and the others from a
+# thread (so one request's responses come from two threads), then the flag-only FINAL.
 # IN = -n: n responses from execute() itself, then execute() raises (an error mid-stream).
 SQUARE_PY = """
 import threading
@@ -56,16 +57,19 @@ class TritonPythonModel:
                     sender.send(pb_utils.InferenceResponse(
                         output_tensors=[pb_utils.Tensor("OUT", np.array([n], dtype=np.int32))]))
                 raise pb_utils.TritonModelException(f"square of {n}: negative input")
-            t = threading.Thread(target=self.respond, args=(sender, n), daemon=True)
+            if n > 0:
+                sender.send(pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor("OUT", np.array([n], dtype=np.int32))]))
+            t = threading.Thread(target=self.respond, args=(sender, n - 1), daemon=True)
             with self.lock:
                 self.threads.append(t)
             t.start()
         return None
 
-    def respond(self, sender, n):
-        for _ in range(n):
+    def respond(self, sender, rest):
+        for _ in range(max(rest, 0)):
             sender.send(pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("OUT", np.array([n], dtype=np.int32))]))
+                output_tensors=[pb_utils.Tensor("OUT", np.array([rest + 1], dtype=np.int32))]))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def finalize(self):

@@ -140,10 +140,11 @@ class Conn:
         self.out_mm, self.out_cap, self.out_gen = None, 0, 0
 
     # ---- sending -----------------------------------------------------------------------
-    def send(self, hdr, tensors=(), reuse=False):
+    def send(self, hdr, tensors=(), reuse=False, chan=None):
         """tensors: list of (name, ndarray). Their bytes go to one memfd sent with hdr; with
         reuse (execute_done only: the server has copied the last one out before it sends
-        the next execute) into the output region, whose memfd goes only when it is new."""
+        the next execute) into the output region, whose memfd goes only when it is new.
+        chan: the socket (default: the calling thread's)."""
         descs, blobs, off = [], [], 0
         for name, arr in tensors:
             dt = pb._np_to_kserve(arr.dtype)
@@ -194,7 +195,7 @@ class Conn:
             fds.append(fd)
         try:
             anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-            self.chan().sendmsg(body, anc)
+            (chan or self.chan()).sendmsg(body, anc)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -207,7 +208,10 @@ class Conn:
                 hdr["error"] = response.error()._wire()
             else:
                 tensors = [(t.name(), t.as_numpy()) for t in response.output_tensors()]
-        self.send(hdr, tensors)
+        # Every decoupled response takes the other socket, whichever thread sends it: the
+        # responses of one request (execute() may send some, a thread of the model the
+        # rest) then reach the server in the order they were sent.
+        self.send(hdr, tensors, chan=self.other)
 
     def log(self, level, msg):
         try:
@@ -370,6 +374,13 @@ def err_wire(e, code="INTERNAL"):
             "code": code}
 
 
+def decoupled_error(done, err):
+    """execute() of a decoupled model failed: the error goes after the responses it sent
+    (on the other socket, as they did), then execute_done tells the worker it returned."""
+    conn.send({"type": "execute_error", "batch": done["batch"], "error": err}, chan=conn.other)
+    conn.send(done)
+
+
 def run_execute(model, hdr, fd):
     reqs = []
     try:
@@ -397,17 +408,21 @@ def run_execute(model, hdr, fd):
     except BaseException as e:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
-        done["error"] = err_wire(e)
-        conn.send(done)
+        if conn.decoupled:
+            decoupled_error(done, err_wire(e))
+        else:
+            done["error"] = err_wire(e)
+            conn.send(done)
         return
     finally:
         del reqs
     if conn.decoupled:
         if responses is not None:
-            done["error"] = {"message": "execute() of a decoupled model must return None "
-                                        "(responses go through the response sender)",
-                             "code": "INTERNAL"}
-        conn.send(done)
+            decoupled_error(done, {"message": "execute() of a decoupled model must return None "
+                                              "(responses go through the response sender)",
+                                   "code": "INTERNAL"})
+        else:
+            conn.send(done)
         return
     rids = [r["rid"] for r in hdr["requests"]]
     if not isinstance(responses, (list, tuple)) or len(responses) != len(rids):

@@ -326,6 +326,26 @@ static void on_response(py_instance *inst, const json_value *root, int fd) {
   msg_tensors_free(&mt);
 }
 
+/* Fails every request of batch that is still open with the stub's error err. */
+static void fail_batch(py_instance *inst, uint64_t batch, const json_value *err) {
+  pthread_mutex_lock(&inst->mu);
+  py_pending *p = pending_take_batch_locked(inst, batch);
+  pthread_mutex_unlock(&inst->mu);
+  while (p) {
+    py_pending *next = p->next;
+    fail_request(p->r, status_from_wire(inst, err));
+    free(p);
+    p = next;
+  }
+}
+
+/* A decoupled model's execute() failed (on the other socket, after the responses it sent). */
+static void on_execute_error(py_instance *inst, const json_value *root) {
+  double b_d = 0;
+  const json_value *err = json_get(root, "error");
+  if (jnum(root, "batch", &b_d) && json_is(err, JSON_OBJECT)) fail_batch(inst, (uint64_t)b_d, err);
+}
+
 /* execute() of the stub returned: complete what it answered (batch style) or, on an
  * error, every request of the batch that is still open. */
 static void on_execute_done(py_instance *inst, const json_value *root, int fd) {
@@ -334,15 +354,7 @@ static void on_execute_done(py_instance *inst, const json_value *root, int fd) {
   uint64_t batch = (uint64_t)b_d;
   const json_value *err = json_get(root, "error");
   if (err && json_is(err, JSON_OBJECT)) {
-    pthread_mutex_lock(&inst->mu);
-    py_pending *p = pending_take_batch_locked(inst, batch);
-    pthread_mutex_unlock(&inst->mu);
-    while (p) {
-      py_pending *next = p->next;
-      fail_request(p->r, status_from_wire(inst, err));
-      free(p);
-      p = next;
-    }
+    fail_batch(inst, batch, err);
   } else if (!inst->m->decoupled) {
     py_msg_tensors mt;
     cinfer_status *st = out_region_tensors(inst, root, fd, &mt);
@@ -595,6 +607,8 @@ static json_doc *handle_msg(py_instance *inst, py_conn *c, bool main_sock, const
     on_is_cancelled(inst, c, root);
   } else if (!strcmp(type, "metric")) {
     on_metric(inst, c, root);
+  } else if (!strcmp(type, "execute_error")) {
+    on_execute_error(inst, root);
   } else if (!strcmp(type, "infer")) {
     on_infer(inst, c, doc, fd); /* takes doc; the mapping outlives fd */
     if (fd >= 0) close(fd);
