@@ -172,6 +172,15 @@ cinfer_status *py_env_prepare(const char *param, const char *model_dir, const ch
     free(path);
     return st;
   }
+  struct stat cb; /* in a shared /tmp: a folder of ours, not one someone else put there */
+  if (lstat(cache, &cb) != 0 || !S_ISDIR(cb.st_mode) || cb.st_uid != getuid()) {
+    char detail[PATH_MAX + 96];
+    snprintf(detail, sizeof detail, "the unpack cache folder %s is not a folder of this user "
+             "(set CINFER_PYTHON_ENV_CACHE)", cache);
+    st = env_err(model, path, "%s", detail);
+    free(path);
+    return st;
+  }
   struct stat db;
   if (stat(dest, &db) != 0) { /* not unpacked yet: into a private folder, then renamed */
     snprintf(tmp, sizeof tmp, "%s.tmp%d.%lx", dest, (int)getpid(), (unsigned long)pthread_self());
