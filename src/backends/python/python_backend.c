@@ -1,15 +1,16 @@
 /* python_backend.c: backend "python", Triton's Python backend for cinfer (user guide
  * docs/python-backend.md, design docs/design/python-backend.md).
  *
- * Every instance runs the model's model.py in its own stub process (pyproc.c). The
- * instance has one reader thread that takes every message of the stub off the socket and
- * does all the answering: it completes the requests (execute results, decoupled
- * responses, failures when the process dies), answers is_cancelled and runs BLS requests
- * on the server. The worker thread that calls execute() only sends the batch and waits
- * until the stub says execute() returned (or died, or ran past execute_timeout_ms), so
- * the instance runs one batch at a time as every cinfer instance does and the batcher
- * queues meanwhile. When the process dies, its requests fail with a message naming the
- * instance and what happened, and the next batch starts a new process. */
+ * Every instance runs the model's model.py in its own stub process (pyproc.c), with two
+ * sockets: the stub's main thread's (init, execute, finalize), which the server thread that
+ * sent the message reads itself until the reply (exec_wait; the instance worker for
+ * execute, so a request costs one wake-up here), and the one of the stub's other threads
+ * (decoupled responses, BLS from threads), read by the instance's reader thread. Both
+ * answer what arrives (handle_msg): requests, is_cancelled, BLS requests on the server,
+ * logs, custom metrics (pymetrics.c). The instance runs one batch at a time as every cinfer
+ * instance does and the batcher queues meanwhile. When the process dies, the reader fails
+ * its requests with a message naming the instance and what happened, and the next batch
+ * starts a new process. EXECUTION_ENV_PATH: pyenv.c. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
