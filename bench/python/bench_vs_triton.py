@@ -251,6 +251,7 @@ def main():
         servers["triton 2.51"] = tport
         load0 = open("/proc/loadavg").read().split()[:3]
         raw = {}
+        failures = []
         names = list(servers)
         for rnd in range(a.rounds):
             for model, shapes in MODELS:
@@ -259,7 +260,13 @@ def main():
                     for name in order:
                         if model == "bls_onnx" and name != "cinfer":
                             continue
-                        r = perf(servers[name], model, shapes, c, window, work)
+                        try:
+                            r = perf(servers[name], model, shapes, c, window, work)
+                        except RuntimeError as e:  # recorded; the other points go on
+                            last = [ln for ln in str(e).splitlines() if ln.strip()][-1]
+                            failures.append(f"round {rnd + 1}, {model}, {name}, c={c}: {last}")
+                            print("FAILED", failures[-1], flush=True)
+                            continue
                         print(f"round {rnd + 1} {model:12} {name:12} c={c:3} {r['rps']:9.1f} req/s"
                               f"  p50 {r['p50']:7.3f} ms  p99 {r['p99']:7.3f} ms"
                               f"{'  (unstable)' if r['unstable'] else ''}", flush=True)
@@ -309,6 +316,10 @@ def main():
                 f.write(f"| {model} | {name} | {r['concurrency']} | {r['rps']:.0f} | "
                         f"{r['rps_min']:.0f}-{r['rps_max']:.0f}{'*' * bool(r['unstable'])} | {r['p50']:.3f} "
                         f"| {r['p99']:.3f} {ratio} |\n")
+        if failures:
+            f.write("\nMeasurements that failed (left out of the medians):\n\n")
+            for x in failures:
+                f.write(f"- {x}\n")
         f.write("\n`*`: some of the rounds did not stabilise within 50% in 10 windows and were "
                 "measured allowing 100% (or 1000%).\n")
         f.write("\n![throughput](plots/python-vs-triton-rps.svg)\n")
