@@ -211,6 +211,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks-python.md"))
     ap.add_argument("--plots", default=os.path.join(ROOT, "docs", "plots"))
     ap.add_argument("--rounds", type=int, default=3, help="measurements per point (medians)")
+    ap.add_argument("--models", default=",".join(m for m, _ in MODELS),
+                    help="comma-separated subset of " + ",".join(m for m, _ in MODELS))
     a = ap.parse_args()
     if subprocess.run([PY, "-c", "import numpy"]).returncode != 0:
         sys.exit(f"{PY} has no numpy: apt-get install python3-numpy (both servers' models run on it)")
@@ -255,6 +257,8 @@ def main():
         names = list(servers)
         for rnd in range(a.rounds):
             for model, shapes in MODELS:
+                if model not in a.models.split(","):
+                    continue
                 for c in CONC:
                     order = names if rnd % 2 == 0 else names[::-1]
                     for name in order:
@@ -296,8 +300,9 @@ def main():
     load = open("/proc/loadavg").read().split()[:3]
     with open(a.out, "w") as f:
         f.write("# Python backend: cinfer vs Triton 2.51 (issue 22)\n\n")
+        sub = "" if a.models == ",".join(m for m, _ in MODELS) else f" --models {a.models}"
         f.write(f"Command: `bench/python/bench_vs_triton.py{' --quick' if a.quick else ''} "
-                f"--rounds {a.rounds}` ({time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores "
+                f"--rounds {a.rounds}{sub}` ({time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores "
                 f"shared with other work, load average {' '.join(load0)} before and "
                 f"{' '.join(load)} after; perf_analyzer HTTP, closed loop, {window} ms windows, up "
                 f"to 10 trials, stable within 50%; medians of {a.rounds} rounds, the servers "
