@@ -268,6 +268,11 @@ typedef struct cinfer_backend_metric {
 
 /* ---- services the core offers to backends -------------------------------------------- */
 
+/* The server's Prometheus registry (src/metrics/metrics.h) for backends built into the
+ * cinfer binary that export labelled series of their own (the Python backend's custom
+ * metrics); the `metrics` iface member above is the way for other backends. */
+struct metrics_registry *cinfer_server_metrics_registry(struct cinfer_server *s);
+
 /* Allocates the batch-wide output `name` (whole batch: dim 0 = batch_size when the model
  * batches) in CPU memory. The memory belongs to the batch and stays valid until every
  * request's response is freed; *data is 64-byte aligned. For BYTES, byte_size is the total

@@ -2,17 +2,23 @@
 # python backend (docs/design/python-backend.md). The server starts it as
 #   <python> -c <this source> <source of triton_python_backend_utils> <socket fd>
 # and talks to it over a SOCK_SEQPACKET socket: one JSON header per message, tensor bytes
-# in a memfd passed along with it (SCM_RIGHTS). Two threads: the reader takes every
-# message off the socket (replies to BLS / is_cancelled calls are handed to the waiting
-# caller, everything else is queued), the main thread runs the model's methods.
+# in a memfd passed along with it (SCM_RIGHTS). Two sockets: the main thread's (fd 3:
+# init, execute, finalize and whatever the main thread sends or calls while running them,
+# which the server's instance worker reads itself) and the other threads' (fd 4: decoupled
+# response senders, async_exec, ..., read by the server's reader thread). No reader
+# thread here: whichever thread waits for a message of a socket reads it (leader/
+# follower) and hands what is meant for others to them, so a request costs one wake-up on
+# each side. A watchdog thread only polls for the server's hang-up (POLLHUP), to exit when
+# the server is gone while execute() runs.
 import array
 import asyncio
+import collections
 import inspect
 import importlib.util
 import json
 import mmap
 import os
-import queue
+import select
 import socket
 import sys
 import threading
@@ -22,7 +28,7 @@ import types
 _MAX_MSG = 1 << 17
 _ALIGN = 64
 
-utils_src, sock_fd = sys.argv[1], int(sys.argv[2])
+utils_src, main_fd, other_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 pb = types.ModuleType("triton_python_backend_utils")
 pb.__file__ = "triton_python_backend_utils.py"
 exec(compile(utils_src, "triton_python_backend_utils.py", "exec"), pb.__dict__)
@@ -34,14 +40,99 @@ def _fmt_exc(e):
     return "".join(traceback.format_exception_only(type(e), e)).strip()
 
 
-class Conn:
-    def __init__(self, fd):
+def _fill(mm, blobs):
+    """Copies each (offset, bytes or ndarray) into the mapping: one memcpy each."""
+    for o, data in blobs:
+        if isinstance(data, bytes):
+            mm[o:o + len(data)] = data
+        elif data.size:
+            if not data.flags.c_contiguous:
+                data = np.ascontiguousarray(data)
+            mm[o:o + data.nbytes] = data
+
+
+class Chan:
+    """One socket to the server: sends under a lock; wait() is the leader/follower read."""
+
+    def __init__(self, fd, decode, is_main):
+        self.is_main = is_main
         self.sock = socket.socket(fileno=fd)
         self.send_lock = threading.Lock()
-        self.calls = {}
-        self.calls_lock = threading.Lock()
+        self.cv = threading.Condition(threading.Lock())
+        self.reading = False  # a thread is in recvmsg (under cv)
+        self.calls = {}  # call id -> deque of (hdr, tensors) (under cv)
+        self.main_box = collections.deque()  # (hdr, fd) for the main thread (under cv)
+        self.fds_size = socket.CMSG_SPACE(array.array("i").itemsize * 4)
+        self.decode = decode
+
+    def sendmsg(self, body, anc):
+        with self.send_lock:
+            self.sock.sendmsg([body], anc)
+
+    def _recv_one(self):
+        """One message off the socket: (hdr, fd or None). The server gone: exit."""
+        try:
+            data, anc, flags, _ = self.sock.recvmsg(_MAX_MSG, self.fds_size)
+            if not data:
+                os._exit(1)
+            fd = None
+            for level, typ, cdata in anc:
+                if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                    got = array.array("i")
+                    got.frombytes(cdata[:len(cdata) - len(cdata) % got.itemsize])
+                    for f in got:
+                        if fd is None:
+                            fd = f
+                        else:
+                            os.close(f)
+            return json.loads(data), fd
+        except Exception:
+            traceback.print_exc()
+            os._exit(1)
+
+    def wait(self, box):
+        """Waits until box (a call's deque, or main_box) has a message and takes it. When no
+        other thread is reading the socket this one does, and hands what it reads for
+        others to their boxes."""
+        cv = self.cv
+        with cv:
+            while not box:
+                if self.reading:
+                    cv.wait()
+                    continue
+                self.reading = True
+                cv.release()
+                try:
+                    hdr, fd = self._recv_one()
+                    t = hdr.get("type")
+                    tensors = self.decode(hdr, fd) if t in ("reply", "infer_response") else None
+                except BaseException:
+                    cv.acquire()
+                    self.reading = False
+                    cv.notify_all()
+                    raise
+                cv.acquire()
+                self.reading = False
+                if tensors is not None:
+                    q = self.calls.get(hdr.get("call"))
+                    if q is not None:
+                        q.append((hdr, tensors))
+                elif not self.is_main:
+                    if fd is not None:  # the server sends nothing else unasked there
+                        os.close(fd)
+                else:
+                    self.main_box.append((hdr, fd))
+                cv.notify_all()
+            return box.popleft()
+
+
+class Conn:
+    def __init__(self, main_fd, other_fd):
+        self.main = Chan(main_fd, self._tensors, True)
+        self.other = Chan(other_fd, self._tensors, False)
+        self.main_thread = threading.main_thread()
         self.next_call = 1
-        self.main_q = queue.Queue()
+        self.call_lock = threading.Lock()
         self.decoupled = False
         # reused shared memory of execute messages: the server's input region (mapped
         # here when a new generation's memfd arrives) and our output region
@@ -49,10 +140,11 @@ class Conn:
         self.out_mm, self.out_cap, self.out_gen = None, 0, 0
 
     # ---- sending -----------------------------------------------------------------------
-    def send(self, hdr, tensors=(), reuse=False):
+    def send(self, hdr, tensors=(), reuse=False, chan=None):
         """tensors: list of (name, ndarray). Their bytes go to one memfd sent with hdr; with
         reuse (execute_done only: the server has copied the last one out before it sends
-        the next execute) into the output region, whose memfd goes only when it is new."""
+        the next execute) into the output region, whose memfd goes only when it is new.
+        chan: the socket (default: the calling thread's)."""
         descs, blobs, off = [], [], 0
         for name, arr in tensors:
             dt = pb._np_to_kserve(arr.dtype)
@@ -88,27 +180,14 @@ class Conn:
                 self.out_gen += 1
                 fds.append(fd)
             hdr["shm_gen"] = self.out_gen
-            mm = self.out_mm
-            for o, data in blobs:
-                if isinstance(data, bytes):
-                    mm[o:o + len(data)] = data
-                elif data.size:
-                    dst = np.frombuffer(mm, dtype=data.dtype, count=data.size, offset=o)
-                    np.copyto(dst.reshape(data.shape), data, casting="no")
-                    del dst
+            _fill(self.out_mm, blobs)
             body = json.dumps(hdr).encode()
         elif off > 0:
             fd = os.memfd_create("cinfer-py-out", os.MFD_CLOEXEC)
             try:
                 os.ftruncate(fd, off)
                 mm = mmap.mmap(fd, off)
-                for o, data in blobs:
-                    if isinstance(data, bytes):
-                        mm[o:o + len(data)] = data
-                    elif data.size:
-                        dst = np.frombuffer(mm, dtype=data.dtype, count=data.size, offset=o)
-                        np.copyto(dst.reshape(data.shape), data, casting="no")
-                        del dst
+                _fill(mm, blobs)
                 mm.close()
             except BaseException:
                 os.close(fd)
@@ -116,8 +195,7 @@ class Conn:
             fds.append(fd)
         try:
             anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-            with self.send_lock:
-                self.sock.sendmsg([body], anc)
+            (chan or self.chan()).sendmsg(body, anc)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -130,7 +208,10 @@ class Conn:
                 hdr["error"] = response.error()._wire()
             else:
                 tensors = [(t.name(), t.as_numpy()) for t in response.output_tensors()]
-        self.send(hdr, tensors)
+        # Every decoupled response takes the other socket, whichever thread sends it: the
+        # responses of one request (execute() may send some, a thread of the model the
+        # rest) then reach the server in the order they were sent.
+        self.send(hdr, tensors, chan=self.other)
 
     def log(self, level, msg):
         try:
@@ -139,26 +220,45 @@ class Conn:
             pass
 
     # ---- calls that wait for the server ---------------------------------------------------
+    def chan(self):
+        """The main thread's socket for the main thread, the other one for the others."""
+        return self.main if threading.current_thread() is self.main_thread else self.other
+
     def _new_call(self):
-        q = queue.Queue()
-        with self.calls_lock:
+        q = collections.deque()
+        ch = self.chan()
+        with self.call_lock:
             cid = self.next_call
             self.next_call += 1
-            self.calls[cid] = q
-        return cid, q
+        with ch.cv:
+            ch.calls[cid] = q
+        return cid, (ch, q)
 
-    def _end_call(self, cid):
-        with self.calls_lock:
-            self.calls.pop(cid, None)
+    @staticmethod
+    def _end_call(cid, chq):
+        ch = chq[0]
+        with ch.cv:
+            ch.calls.pop(cid, None)
 
     def is_cancelled(self, rid):
         cid, q = self._new_call()
         try:
             self.send({"type": "is_cancelled", "call": cid, "rid": rid})
-            hdr, _ = q.get()
+            hdr, _ = q[0].wait(q[1])
             return bool(hdr.get("cancelled"))
         finally:
-            self._end_call(cid)
+            self._end_call(cid, q)
+
+    def call(self, msg):
+        """Sends msg and waits for its reply (the header)."""
+        cid, q = self._new_call()
+        msg["call"] = cid
+        try:
+            self.send(msg)
+            hdr, _ = q[0].wait(q[1])
+            return hdr
+        finally:
+            self._end_call(cid, q)
 
     def infer(self, msg, inputs):
         cid, q = self._new_call()
@@ -167,17 +267,14 @@ class Conn:
         try:
             self.send(msg, [(t.name(), t.as_numpy()) for t in inputs])
         except BaseException:
-            self._end_call(cid)
+            self._end_call(cid, q)
             raise
         return self._responses(cid, q, msg["decoupled"])
 
     def _responses(self, cid, q, decoupled):
         try:
             while True:
-                hdr, tensors = q.get()
-                if hdr.get("type") == "dead":
-                    yield pb.InferenceResponse(error=pb.TritonError(hdr["msg"]))
-                    return
+                hdr, tensors = q[0].wait(q[1])
                 err = hdr.get("error")
                 if err:
                     yield pb.InferenceResponse(error=pb.TritonError._from_wire(err))
@@ -188,7 +285,7 @@ class Conn:
                 if hdr.get("final"):
                     return
         finally:
-            self._end_call(cid)
+            self._end_call(cid, q)
 
     # ---- receiving ------------------------------------------------------------------------
     def _tensors(self, hdr, fd):
@@ -244,39 +341,15 @@ class Conn:
             return np.empty([int(x) for x in d["shape"]], dtype=np.object_)
         return np.empty([int(x) for x in d["shape"]], dtype=pb._KSERVE_TO_NP[d["datatype"]])
 
-    def reader(self):
-        fds_size = socket.CMSG_SPACE(array.array("i").itemsize * 4)
-        try:
-            while True:
-                data, anc, flags, _ = self.sock.recvmsg(_MAX_MSG, fds_size)
-                if not data:
-                    break
-                fd = None
-                for level, typ, cdata in anc:
-                    if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
-                        got = array.array("i")
-                        got.frombytes(cdata[:len(cdata) - len(cdata) % got.itemsize])
-                        for i, f in enumerate(got):
-                            if fd is None:
-                                fd = f
-                            else:
-                                os.close(f)
-                hdr = json.loads(data)
-                if hdr.get("type") in ("reply", "infer_response"):
-                    tensors = self._tensors(hdr, fd)
-                    with self.calls_lock:
-                        q = self.calls.get(hdr.get("call"))
-                    if q is not None:
-                        q.put((hdr, tensors))
-                else:
-                    self.main_q.put((hdr, fd))
-        except Exception:
-            traceback.print_exc()
-        # The server went away (or closed the socket): nothing more can be done.
-        os._exit(1)
+    def watchdog(self):
+        p = select.poll()
+        for ch in (self.main, self.other):  # only POLLHUP / POLLERR: never woken by data
+            p.register(ch.sock.fileno(), 0)
+        while True:
+            if p.poll():
+                os._exit(1)
 
-
-conn = Conn(sock_fd)
+conn = Conn(main_fd, other_fd)
 pb._conn = conn
 loop = asyncio.new_event_loop()
 asyncio.set_event_loop(loop)
@@ -299,6 +372,13 @@ def err_wire(e, code="INTERNAL"):
         return e._wire()
     return {"message": str(e) if isinstance(e, pb.TritonModelException) else _fmt_exc(e),
             "code": code}
+
+
+def decoupled_error(done, err):
+    """execute() of a decoupled model failed: the error goes after the responses it sent
+    (on the other socket, as they did), then execute_done tells the worker it returned."""
+    conn.send({"type": "execute_error", "batch": done["batch"], "error": err}, chan=conn.other)
+    conn.send(done)
 
 
 def run_execute(model, hdr, fd):
@@ -328,17 +408,21 @@ def run_execute(model, hdr, fd):
     except BaseException as e:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
-        done["error"] = err_wire(e)
-        conn.send(done)
+        if conn.decoupled:
+            decoupled_error(done, err_wire(e))
+        else:
+            done["error"] = err_wire(e)
+            conn.send(done)
         return
     finally:
         del reqs
     if conn.decoupled:
         if responses is not None:
-            done["error"] = {"message": "execute() of a decoupled model must return None "
-                                        "(responses go through the response sender)",
-                             "code": "INTERNAL"}
-        conn.send(done)
+            decoupled_error(done, {"message": "execute() of a decoupled model must return None "
+                                              "(responses go through the response sender)",
+                                   "code": "INTERNAL"})
+        else:
+            conn.send(done)
         return
     rids = [r["rid"] for r in hdr["requests"]]
     if not isinstance(responses, (list, tuple)) or len(responses) != len(rids):
@@ -369,11 +453,11 @@ def run_execute(model, hdr, fd):
 
 
 def main():
-    threading.Thread(target=conn.reader, daemon=True).start()
+    threading.Thread(target=conn.watchdog, daemon=True).start()
     model = None
     mod = None
     while True:
-        hdr, fd = conn.main_q.get()
+        hdr, fd = conn.main.wait(conn.main.main_box)
         t = hdr.get("type")
         try:
             if t == "exit":

@@ -88,43 +88,66 @@ ssize_t py_conn_recv(py_conn *c, char *buf, size_t cap, int *fd) {
   return r;
 }
 
-cinfer_status *py_spawn(const char *python, pid_t *pid, py_conn **conn) {
-  int sv[2];
+static py_conn *conn_new(int sock) {
+  py_conn *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  atomic_init(&c->refs, 1);
+  c->sock = sock;
+  pthread_mutex_init(&c->send_mu, NULL);
+  return c;
+}
+
+cinfer_status *py_spawn(const char *python, char *const *envp, pid_t *pid, py_conn **main_conn,
+                        py_conn **other_conn) {
+  int sv[2], so[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
     return cinfer_status_new(CINFER_INTERNAL, "socketpair: %s", strerror(errno));
-  int sz = 4 << 20;
-  setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
-  setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
-  py_conn *c = calloc(1, sizeof *c);
-  if (!c) {
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, so)) {
+    int e = errno;
     close(sv[0]), close(sv[1]);
-    return cinfer_status_oom("python stub");
+    return cinfer_status_new(CINFER_INTERNAL, "socketpair: %s", strerror(e));
+  }
+  int sz = 4 << 20;
+  int socks[4] = {sv[0], sv[1], so[0], so[1]};
+  for (int i = 0; i < 4; i++) setsockopt(socks[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+  /* The child's ends go to fds 3 and 4: first move them above 4, so that dup2 cannot
+   * overwrite one with the other (F_DUPFD_CLOEXEC keeps them closed on exec). */
+  int c3 = fcntl(sv[1], F_DUPFD_CLOEXEC, 5), c4 = fcntl(so[1], F_DUPFD_CLOEXEC, 5);
+  close(sv[1]), close(so[1]);
+  py_conn *cm = c3 >= 0 && c4 >= 0 ? conn_new(sv[0]) : NULL;
+  py_conn *co = cm ? conn_new(so[0]) : NULL;
+  if (!co) {
+    int e = errno;
+    if (cm) py_conn_release(cm);
+    else close(sv[0]);
+    close(so[0]);
+    if (c3 >= 0) close(c3);
+    if (c4 >= 0) close(c4);
+    return cinfer_status_new(CINFER_INTERNAL, "python stub sockets: %s", strerror(e));
   }
   char *argv[] = {(char *)python, "-u", "-c", (char *)cinfer_py_stub_src,
-                  (char *)cinfer_py_utils_src, "3", NULL};
+                  (char *)cinfer_py_utils_src, "3", "4", NULL};
   pid_t p = fork();
   if (p < 0) {
     int e = errno;
-    close(sv[0]), close(sv[1]), free(c);
+    close(c3), close(c4), py_conn_release(cm), py_conn_release(co);
     return cinfer_status_new(CINFER_INTERNAL, "fork: %s", strerror(e));
   }
   if (p == 0) { /* the child: async-signal-safe calls only until exec */
-    if (sv[1] == 3) fcntl(3, F_SETFD, 0);
-    else if (dup2(sv[1], 3) < 0) _exit(126);
-    close_range(4, ~0u, 0);
+    if (dup2(c3, 3) < 0 || dup2(c4, 4) < 0) _exit(126); /* dup2 clears FD_CLOEXEC */
+    close_range(5, ~0u, 0);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
-    execvp(python, argv);
+    if (envp) execve(python, argv, envp);
+    else execvp(python, argv);
     _exit(127);
   }
-  close(sv[1]);
-  atomic_init(&c->refs, 1);
-  c->sock = sv[0];
-  pthread_mutex_init(&c->send_mu, NULL);
+  close(c3), close(c4);
   *pid = p;
-  *conn = c;
+  *main_conn = cm;
+  *other_conn = co;
   return NULL;
 }
 

@@ -32,9 +32,12 @@ bool py_conn_send(py_conn *c, const char *json, size_t n, int fd);
  * EOF, -1 on an error or a truncated message; *fd is the memfd that came with it, or -1. */
 ssize_t py_conn_recv(py_conn *c, char *buf, size_t cap, int *fd);
 
-/* Starts `python -u -c <stub> <utils source> 3` with the stub's end of a new socketpair as
- * fd 3 and no other inherited descriptor. */
-cinfer_status *py_spawn(const char *python, pid_t *pid, py_conn **conn);
+/* Starts `python -u -c <stub> <utils source> 3 4` with the stub's ends of two new
+ * socketpairs as fds 3 (the stub's main thread: init, execute, finalize) and 4 (its other
+ * threads) and no other inherited descriptor. envp NULL: the server's environment and
+ * python looked up in PATH; else python is a path and envp the whole environment. */
+cinfer_status *py_spawn(const char *python, char *const *envp, pid_t *pid, py_conn **main_conn,
+                        py_conn **other_conn);
 /* "exited with status 3", "was killed by signal 11 (Segmentation fault)". */
 void py_describe_status(int status, char *out, size_t cap);
 

@@ -1,15 +1,16 @@
 /* python_backend.c: backend "python", Triton's Python backend for cinfer (user guide
  * docs/python-backend.md, design docs/design/python-backend.md).
  *
- * Every instance runs the model's model.py in its own stub process (pyproc.c). The
- * instance has one reader thread that takes every message of the stub off the socket and
- * does all the answering: it completes the requests (execute results, decoupled
- * responses, failures when the process dies), answers is_cancelled and runs BLS requests
- * on the server. The worker thread that calls execute() only sends the batch and waits
- * until the stub says execute() returned (or died, or ran past execute_timeout_ms), so
- * the instance runs one batch at a time as every cinfer instance does and the batcher
- * queues meanwhile. When the process dies, its requests fail with a message naming the
- * instance and what happened, and the next batch starts a new process. */
+ * Every instance runs the model's model.py in its own stub process (pyproc.c), with two
+ * sockets: the stub's main thread's (init, execute, finalize), which the server thread that
+ * sent the message reads itself until the reply (exec_wait; the instance worker for
+ * execute, so a request costs one wake-up here), and the one of the stub's other threads
+ * (decoupled responses, BLS from threads), read by the instance's reader thread. Both
+ * answer what arrives (handle_msg): requests, is_cancelled, BLS requests on the server,
+ * logs, custom metrics (pymetrics.c). The instance runs one batch at a time as every cinfer
+ * instance does and the batcher queues meanwhile. When the process dies, the reader fails
+ * its requests with a message naming the instance and what happened, and the next batch
+ * starts a new process. EXECUTION_ENV_PATH: pyenv.c. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,6 +30,8 @@
 #include "core/buf.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "pyenv.h"
+#include "pymetrics.h"
 #include "pyproc.h"
 
 #define PY_JSON_DEPTH 64
@@ -39,6 +43,7 @@ struct py_instance;
 
 typedef struct py_model {
   char *name, *model_dir, *version_dir, *model_file, *python, *config_json;
+  char **envp; /* EXECUTION_ENV_PATH: the stub's environment (NULL: the server's) */
   int64_t version;
   bool decoupled;
   int64_t execute_timeout_ms; /* 0: wait as long as execute() takes */
@@ -61,17 +66,19 @@ typedef struct py_instance {
   char name[192]; /* "<model>_0_<index>", as Triton names instances */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  /* the current process (under mu) */
-  py_conn *conn;
+  /* the current process (under mu): conn is the socket of the stub's main thread (init,
+   * execute, finalize), read by the thread that waits for their replies; oconn the one of
+   * its other threads, read by the reader thread */
+  py_conn *conn, *oconn;
+  int wake_fd; /* eventfd: the cancel notification wakes a worker waiting in exec_wait */
+  char *rbuf;  /* PY_MAX_MSG + 1 bytes for exec_wait (one caller at a time per instance) */
+  pym_table metrics; /* the current process's custom Metric objects */
   pid_t pid;
   pthread_t reader;
   bool has_reader, alive;
   bool stopping; /* proc_stop ends it: not an error to report */
   char kill_why[256]; /* why we killed it (timeout), for the failure messages */
   char dead_why[512]; /* how the last process ended */
-  /* waiting for a reply of the stub: the worker sets await, the reader fills reply */
-  const char *await;
-  json_doc *reply;
   uint64_t next_rid, next_batch, done_batch;
   py_pending *pending;
   /* Reused shared memory of execute messages (one execute at a time per instance):
@@ -81,7 +88,7 @@ typedef struct py_instance {
   size_t in_cap;
   uint64_t in_gen, in_sent_gen;
   pid_t in_sent_pid;
-  /* outputs of execute_done: the stub's region, mapped by the reader */
+  /* outputs of execute_done: the stub's region, mapped by the worker */
   void *out_base;
   size_t out_size;
   uint64_t out_gen;
@@ -136,13 +143,6 @@ static bool jnum(const json_value *v, const char *key, double *out) {
 static bool send_buf(py_conn *c, cbuf *b, int fd) {
   if (!b->data) return false; /* out of memory while building it */
   return py_conn_send(c, b->data, b->len, fd);
-}
-
-static void deadline_after_ms(struct timespec *ts, int64_t ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  ts->tv_sec += ms / 1000;
-  ts->tv_nsec += (ms % 1000) * 1000000;
-  if (ts->tv_nsec >= 1000000000) ts->tv_sec++, ts->tv_nsec -= 1000000000;
 }
 
 static uint64_t now_ms(void) {
@@ -327,6 +327,26 @@ static void on_response(py_instance *inst, const json_value *root, int fd) {
   msg_tensors_free(&mt);
 }
 
+/* Fails every request of batch that is still open with the stub's error err. */
+static void fail_batch(py_instance *inst, uint64_t batch, const json_value *err) {
+  pthread_mutex_lock(&inst->mu);
+  py_pending *p = pending_take_batch_locked(inst, batch);
+  pthread_mutex_unlock(&inst->mu);
+  while (p) {
+    py_pending *next = p->next;
+    fail_request(p->r, status_from_wire(inst, err));
+    free(p);
+    p = next;
+  }
+}
+
+/* A decoupled model's execute() failed (on the other socket, after the responses it sent). */
+static void on_execute_error(py_instance *inst, const json_value *root) {
+  double b_d = 0;
+  const json_value *err = json_get(root, "error");
+  if (jnum(root, "batch", &b_d) && json_is(err, JSON_OBJECT)) fail_batch(inst, (uint64_t)b_d, err);
+}
+
 /* execute() of the stub returned: complete what it answered (batch style) or, on an
  * error, every request of the batch that is still open. */
 static void on_execute_done(py_instance *inst, const json_value *root, int fd) {
@@ -335,15 +355,7 @@ static void on_execute_done(py_instance *inst, const json_value *root, int fd) {
   uint64_t batch = (uint64_t)b_d;
   const json_value *err = json_get(root, "error");
   if (err && json_is(err, JSON_OBJECT)) {
-    pthread_mutex_lock(&inst->mu);
-    py_pending *p = pending_take_batch_locked(inst, batch);
-    pthread_mutex_unlock(&inst->mu);
-    while (p) {
-      py_pending *next = p->next;
-      fail_request(p->r, status_from_wire(inst, err));
-      free(p);
-      p = next;
-    }
+    fail_batch(inst, batch, err);
   } else if (!inst->m->decoupled) {
     py_msg_tensors mt;
     cinfer_status *st = out_region_tensors(inst, root, fd, &mt);
@@ -402,6 +414,21 @@ static void on_is_cancelled(py_instance *inst, py_conn *c, const json_value *roo
   int n = snprintf(msg, sizeof msg, "{\"type\":\"reply\",\"call\":%.0f,\"cancelled\":%s}", call,
                    cancelled ? "true" : "false");
   py_conn_send(c, msg, (size_t)n, -1);
+}
+
+/* pb_utils.MetricFamily / Metric operations (pymetrics.c); replies when asked. */
+static void on_metric(py_instance *inst, py_conn *c, const json_value *root) {
+  double call = -1;
+  bool want = jnum(root, "call", &call);
+  cbuf b = {0};
+  cbuf_printf(&b, "{\"type\":\"reply\",\"call\":%.0f,", call);
+  size_t head = b.len;
+  pym_on_message(&inst->metrics, inst->m->server ? cinfer_server_metrics_registry(inst->m->server) : NULL,
+                 inst->m->name, root, &b);
+  if (b.len == head) cbuf_puts(&b, "\"ok\":true");
+  cbuf_puts(&b, "}");
+  if (want) send_buf(c, &b, -1);
+  cbuf_free(&b);
 }
 
 /* ---- BLS: a request of the model to another model of the server ------------------------------ */
@@ -544,8 +571,63 @@ static void on_infer(py_instance *inst, py_conn *c, json_doc *doc, int fd) {
   bls_free(bc);
 }
 
-/* The reader thread of one stub process: every message of the stub; at EOF the process
- * is gone: fail what it had and wake the worker. */
+/* One message of the stub (from either socket), answered here. Returns the document
+ * when its type is `want` (the caller frees it), otherwise NULL; *bad says why the
+ * message is a protocol error (the process must be killed). Closes fd. */
+static json_doc *handle_msg(py_instance *inst, py_conn *c, bool main_sock, const char *buf,
+                            size_t n, int fd, const char *want, const char **bad) {
+  *bad = NULL;
+  json_doc *doc = NULL;
+  cinfer_status *st = json_parse(buf, n, PY_JSON_DEPTH, &doc);
+  if (st) {
+    cinfer_status_free(st);
+    if (fd >= 0) close(fd);
+    *bad = "sent a malformed message";
+    return NULL;
+  }
+  const json_value *root = json_root(doc);
+  const char *type = jstr(root, "type");
+  if (!type) type = "";
+  if (!strcmp(type, "log")) {
+    const char *lvl = jstr(root, "level"), *msg = jstr(root, "msg");
+    if (!lvl) lvl = "info";
+    if (!msg) msg = "";
+    if (!strcmp(lvl, "error")) LOG_E("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+    else if (!strcmp(lvl, "warn")) LOG_W("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+    else if (!strcmp(lvl, "verbose")) LOG_V(1, "python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+    else LOG_I("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
+  } else if (!strcmp(type, "response")) {
+    on_response(inst, root, fd);
+  } else if (!strcmp(type, "execute_done") && main_sock) {
+    on_execute_done(inst, root, fd);
+    if (want && !strcmp(want, type)) {
+      if (fd >= 0) close(fd);
+      return doc;
+    }
+  } else if (!strcmp(type, "is_cancelled")) {
+    on_is_cancelled(inst, c, root);
+  } else if (!strcmp(type, "metric")) {
+    on_metric(inst, c, root);
+  } else if (!strcmp(type, "execute_error")) {
+    on_execute_error(inst, root);
+  } else if (!strcmp(type, "infer")) {
+    on_infer(inst, c, doc, fd); /* takes doc; the mapping outlives fd */
+    if (fd >= 0) close(fd);
+    return NULL;
+  } else if (want && !strcmp(want, type)) {
+    if (fd >= 0) close(fd);
+    return doc;
+  } else {
+    LOG_W("python model '%s' (%s): unexpected message '%s'", inst->m->name, inst->name, type);
+  }
+  if (fd >= 0) close(fd);
+  json_doc_free(doc);
+  return NULL;
+}
+
+/* The reader thread of one stub process: the messages of the stub's other threads
+ * (decoupled responses, BLS, logs); at EOF the process is gone: fail what it had and
+ * wake the worker. */
 typedef struct reader_arg {
   py_instance *inst;
   py_conn *conn;
@@ -566,52 +648,10 @@ static void *reader_main(void *arg) {
       why_io = errno == EMSGSIZE ? "sent a message larger than the protocol allows" : "failed its socket";
       break;
     }
-    json_doc *doc = NULL;
-    cinfer_status *st = json_parse(buf, (size_t)n, PY_JSON_DEPTH, &doc);
-    if (st) {
-      cinfer_status_free(st);
-      if (fd >= 0) close(fd);
-      why_io = "sent a malformed message";
-      break;
-    }
-    const json_value *root = json_root(doc);
-    const char *type = jstr(root, "type");
-    if (!type) type = "";
-    if (!strcmp(type, "log")) {
-      const char *lvl = jstr(root, "level"), *msg = jstr(root, "msg");
-      if (!lvl) lvl = "info";
-      if (!msg) msg = "";
-      if (!strcmp(lvl, "error")) LOG_E("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
-      else if (!strcmp(lvl, "warn")) LOG_W("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
-      else if (!strcmp(lvl, "verbose")) LOG_V(1, "python model '%s' (%s): %s", inst->m->name, inst->name, msg);
-      else LOG_I("python model '%s' (%s): %s", inst->m->name, inst->name, msg);
-    } else if (!strcmp(type, "response")) {
-      on_response(inst, root, fd);
-    } else if (!strcmp(type, "execute_done")) {
-      on_execute_done(inst, root, fd);
-    } else if (!strcmp(type, "is_cancelled")) {
-      on_is_cancelled(inst, ra.conn, root);
-    } else if (!strcmp(type, "infer")) {
-      on_infer(inst, ra.conn, doc, fd);
-      doc = NULL;
-    } else {
-      pthread_mutex_lock(&inst->mu);
-      if (inst->await && !strcmp(inst->await, type) && !inst->reply) {
-        inst->reply = doc;
-        doc = NULL;
-        pthread_cond_broadcast(&inst->cv);
-      }
-      pthread_mutex_unlock(&inst->mu);
-      if (doc) LOG_W("python model '%s' (%s): unexpected message '%s'", inst->m->name, inst->name, type);
-    }
-    if (fd >= 0) close(fd);
-    json_doc_free(doc);
+    json_doc_free(handle_msg(inst, ra.conn, false, buf, (size_t)n, fd, NULL, &why_io));
+    if (why_io) break;
   }
   free(buf);
-  if (inst->out_base) munmap(inst->out_base, inst->out_size);
-  inst->out_base = NULL;
-  inst->out_size = 0;
-  inst->out_gen = 0;
   /* The process is gone or must go: make sure, and collect its status. */
   kill(ra.pid, SIGKILL);
   int status = 0;
@@ -643,29 +683,86 @@ static void *reader_main(void *arg) {
   return NULL;
 }
 
-/* ---- process lifecycle (the worker, the loading thread) ------------------------------------ */
+/* Kills the current process for `why` (NULL: keep an earlier reason) and waits (under mu)
+ * until its reader has recorded its end. */
+static void kill_and_wait_locked(py_instance *inst, const char *why) {
+  if (why && !inst->kill_why[0]) snprintf(inst->kill_why, sizeof inst->kill_why, "%s", why);
+  if (inst->alive) kill(inst->pid, SIGKILL);
+  while (inst->alive) pthread_cond_wait(&inst->cv, &inst->mu);
+}
 
-/* Waits (under mu) for the reply `type` or the process's end; timeout_ms 0 = forever.
- * Returns the reply (the caller frees it), NULL when the process died or time ran out
- * (*timed_out). */
-static json_doc *await_locked(py_instance *inst, int64_t timeout_ms, bool *timed_out) {
-  struct timespec dl;
-  if (timeout_ms > 0) deadline_after_ms(&dl, timeout_ms);
-  *timed_out = false;
-  while (!inst->reply && inst->alive) {
-    if (timeout_ms > 0) {
-      if (pthread_cond_timedwait(&inst->cv, &inst->mu, &dl) == ETIMEDOUT) {
-        *timed_out = !inst->reply && inst->alive;
-        break;
+/* The thread that sent the stub's main thread a message (init, execute, finalize) reads
+ * that socket itself until the reply `want` arrives (no hand-off to another thread: one
+ * wake-up per request), answering whatever else comes meanwhile (BLS, logs, responses).
+ * For "execute_done", bno is the batch, and the wait ends early PY_CANCEL_GRACE_MS after
+ * every request of the batch was cancelled (the cancel hook writes wake_fd). timeout_ms 0
+ * = no limit, else the process is killed with kill_why when it passes. Returns the reply
+ * (the caller frees it), or NULL once the process has ended (its reader has failed the
+ * requests). Called without mu. */
+static json_doc *exec_wait(py_instance *inst, py_conn *c, const char *want, uint64_t bno,
+                           int64_t timeout_ms, const char *timeout_why) {
+  char *buf = inst->rbuf;
+  uint64_t t_end = timeout_ms > 0 ? now_ms() + (uint64_t)timeout_ms : 0, t_cancel = 0;
+  bool is_exec = !strcmp(want, "execute_done");
+  for (;;) {
+    if (is_exec && !t_cancel) {
+      pthread_mutex_lock(&inst->mu);
+      if (batch_cancelled_locked(inst, bno)) t_cancel = now_ms() + PY_CANCEL_GRACE_MS;
+      pthread_mutex_unlock(&inst->mu);
+    }
+    uint64_t wake = t_end && t_cancel ? (t_end < t_cancel ? t_end : t_cancel) : t_end ? t_end : t_cancel;
+    int wait_ms = -1;
+    if (wake) {
+      uint64_t now = now_ms();
+      if (now >= wake) {
+        char why[256];
+        if (t_end && now >= t_end) snprintf(why, sizeof why, "%s", timeout_why);
+        else snprintf(why, sizeof why, "every request of the batch was cancelled and execute() "
+                      "did not return within %d ms of that", PY_CANCEL_GRACE_MS);
+        pthread_mutex_lock(&inst->mu);
+        kill_and_wait_locked(inst, why);
+        pthread_mutex_unlock(&inst->mu);
+        return NULL;
       }
-    } else {
-      pthread_cond_wait(&inst->cv, &inst->mu);
+      wait_ms = (int)(wake - now);
+    }
+    struct pollfd pf[2] = {{.fd = c->sock, .events = POLLIN}, {.fd = inst->wake_fd, .events = POLLIN}};
+    int pr = poll(pf, 2, wait_ms);
+    if (pr < 0 && errno != EINTR) pf[0].revents = POLLERR;
+    if (pr <= 0) continue;
+    if (pf[1].revents & POLLIN) {
+      uint64_t v;
+      if (read(inst->wake_fd, &v, sizeof v) < 0) { /* drained; EAGAIN when another took it */
+      }
+    }
+    if (!pf[0].revents) continue;
+    int fd;
+    ssize_t n = py_conn_recv(c, buf, PY_MAX_MSG + 1, &fd);
+    const char *bad = NULL;
+    json_doc *d = NULL;
+    if (n > 0) d = handle_msg(inst, c, true, buf, (size_t)n, fd, want, &bad);
+    else if (n < 0 && errno == EMSGSIZE) bad = "sent a message larger than the protocol allows";
+    if (d && is_exec) {
+      double b = 0;
+      jnum(json_root(d), "batch", &b);
+      if ((uint64_t)b < bno) { /* an older batch's (cannot happen: one at a time) */
+        json_doc_free(d);
+        continue;
+      }
+    }
+    if (d) return d;
+    if (n <= 0 || bad) { /* the process ended (or must) */
+      char why[256];
+      if (bad) snprintf(why, sizeof why, "the stub process %s", bad);
+      pthread_mutex_lock(&inst->mu);
+      kill_and_wait_locked(inst, bad ? why : NULL);
+      pthread_mutex_unlock(&inst->mu);
+      return NULL;
     }
   }
-  json_doc *d = inst->reply;
-  inst->reply = NULL;
-  return d;
 }
+
+/* ---- process lifecycle (the worker, the loading thread) ------------------------------------ */
 
 /* Ends the current process (finalize first when graceful) and joins its reader. */
 static void proc_stop(py_instance *inst, bool graceful) {
@@ -675,33 +772,29 @@ static void proc_stop(py_instance *inst, bool graceful) {
     return;
   }
   inst->stopping = true;
-  if (inst->alive) {
-    bool to = false;
-    if (graceful) {
-      inst->await = "finalize_done";
-      pthread_mutex_unlock(&inst->mu);
-      bool sent = py_conn_send(inst->conn, "{\"type\":\"finalize\"}", 19, -1);
-      pthread_mutex_lock(&inst->mu);
-      if (sent) json_doc_free(await_locked(inst, PY_FINALIZE_WAIT_MS, &to));
-    }
-    if (inst->alive) {
-      if (to) snprintf(inst->kill_why, sizeof inst->kill_why, "finalize() did not return within %d ms",
-                       PY_FINALIZE_WAIT_MS);
-      kill(inst->pid, SIGKILL);
-    }
+  py_conn *c = inst->conn;
+  if (inst->alive && graceful) {
+    pthread_mutex_unlock(&inst->mu);
+    char why[128];
+    snprintf(why, sizeof why, "finalize() did not return within %d ms", PY_FINALIZE_WAIT_MS);
+    if (py_conn_send(c, "{\"type\":\"finalize\"}", 19, -1))
+      json_doc_free(exec_wait(inst, c, "finalize_done", 0, PY_FINALIZE_WAIT_MS, why));
+    pthread_mutex_lock(&inst->mu);
   }
+  if (inst->alive) kill(inst->pid, SIGKILL);
   pthread_t t = inst->reader;
   inst->has_reader = false;
-  py_conn *c = inst->conn;
-  inst->conn = NULL;
+  py_conn *oc = inst->oconn;
+  inst->conn = inst->oconn = NULL;
   pthread_mutex_unlock(&inst->mu);
   pthread_join(t, NULL);
   py_conn_release(c);
-  pthread_mutex_lock(&inst->mu);
-  inst->await = NULL;
-  json_doc_free(inst->reply);
-  inst->reply = NULL;
-  pthread_mutex_unlock(&inst->mu);
+  py_conn_release(oc);
+  pym_table_clear(&inst->metrics); /* the process's Metric objects are gone with it */
+  if (inst->out_base) munmap(inst->out_base, inst->out_size);
+  inst->out_base = NULL;
+  inst->out_size = 0;
+  inst->out_gen = 0;
 }
 
 static void json_kv(cbuf *b, const char *k, const char *v, bool comma) {
@@ -716,32 +809,32 @@ static cinfer_status *proc_start(py_instance *inst) {
   proc_stop(inst, false); /* the previous process's reader, if it has ended */
   py_model *m = inst->m;
   pid_t pid;
-  py_conn *c;
-  cinfer_status *st = py_spawn(m->python, &pid, &c);
+  py_conn *c, *oc;
+  cinfer_status *st = py_spawn(m->python, m->envp, &pid, &c, &oc);
   if (st) return cinfer_status_prefix(st, "python model '%s' instance %s", m->name, inst->name);
   reader_arg *ra = malloc(sizeof *ra);
   if (!ra) {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    py_conn_release(c);
+    py_conn_release(c), py_conn_release(oc);
     return cinfer_status_oom("python instance");
   }
-  *ra = (reader_arg){inst, py_conn_ref(c), pid};
+  *ra = (reader_arg){inst, py_conn_ref(oc), pid};
   pthread_mutex_lock(&inst->mu);
   inst->conn = c;
+  inst->oconn = oc;
   inst->pid = pid;
   inst->alive = true;
   inst->stopping = false;
   inst->kill_why[0] = 0;
-  inst->await = "init_done";
   int e = pthread_create(&inst->reader, NULL, reader_main, ra);
   if (e) {
     inst->alive = false;
-    inst->conn = NULL;
+    inst->conn = inst->oconn = NULL;
     pthread_mutex_unlock(&inst->mu);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    py_conn_release(c), py_conn_release(c), free(ra);
+    py_conn_release(c), py_conn_release(oc), py_conn_release(oc), free(ra);
     return cinfer_status_new(CINFER_INTERNAL, "python instance: pthread_create: %s", strerror(e));
   }
   inst->has_reader = true;
@@ -767,13 +860,8 @@ static cinfer_status *proc_start(py_instance *inst) {
   bool sent = b.len <= PY_MAX_MSG && send_buf(c, &b, -1);
   size_t blen = b.len;
   cbuf_free(&b);
-  pthread_mutex_lock(&inst->mu);
-  bool to = false;
-  json_doc *reply = sent ? await_locked(inst, 0, &to) : NULL;
-  inst->await = NULL;
+  json_doc *reply = sent ? exec_wait(inst, c, "init_done", 0, 0, NULL) : NULL;
   char why[512];
-  snprintf(why, sizeof why, "%s", inst->dead_why);
-  pthread_mutex_unlock(&inst->mu);
   if (!reply) {
     proc_stop(inst, false);
     if (!sent && blen > PY_MAX_MSG)
@@ -806,30 +894,45 @@ static void model_free(py_model *m) {
   pthread_mutex_destroy(&m->inst_mu);
   free(m->name), free(m->model_dir), free(m->version_dir), free(m->model_file);
   free(m->python), free(m->config_json);
+  py_env_vars_free(m->envp);
   free(m);
 }
 
-static const char *python_of(const cinfer_config *c) {
-  const char *p = cinfer_config_parameter(c, "python_executable");
-  if (!p || !p[0]) p = getenv("CINFER_PYTHON");
-  return p && p[0] ? p : "python3";
-}
-
-static cinfer_status *check_params(const cinfer_config *c, const char *name) {
+/* The stub's interpreter: EXECUTION_ENV_PATH's bin/python3 (with *envp for it), the
+ * parameter python_executable, $CINFER_PYTHON, or python3 from PATH. */
+static cinfer_status *python_of(const cinfer_config *c, const char *model_dir, const char *name,
+                                char **python, char ***envp) {
+  *python = NULL;
+  *envp = NULL;
   const char *env = cinfer_config_parameter(c, "EXECUTION_ENV_PATH");
-  if (env)
-    return cinfer_status_new(CINFER_UNSUPPORTED, "python model '%s': parameter EXECUTION_ENV_PATH "
-                             "(a packed environment) is not implemented by cinfer; the model cannot "
-                             "load with it (use parameter python_executable to name an interpreter "
-                             "of an unpacked environment)", name);
-  return NULL;
+  const char *p = cinfer_config_parameter(c, "python_executable");
+  if (env) {
+    if (p && p[0])
+      return cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': parameters EXECUTION_ENV_PATH "
+                               "and python_executable both name an interpreter; set one of them", name);
+    char *root;
+    cinfer_status *st = py_env_prepare(env, model_dir, name, &root);
+    if (st) return st;
+    if (asprintf(python, "%s/bin/python3", root) < 0) *python = NULL;
+    *envp = py_env_vars(root);
+    free(root);
+    if (!*python || !*envp) {
+      free(*python), py_env_vars_free(*envp);
+      *python = NULL, *envp = NULL;
+      return cinfer_status_oom("python environment");
+    }
+    return NULL;
+  }
+  if (!p || !p[0]) p = getenv("CINFER_PYTHON");
+  *python = strdup(p && p[0] ? p : "python3");
+  return *python ? NULL : cinfer_status_oom("python model");
 }
 
 static cinfer_status *py_model_load(const cinfer_model_load_info *info, void **out) {
   py_model *m = calloc(1, sizeof *m);
   if (!m) return cinfer_status_oom("python model");
   pthread_mutex_init(&m->inst_mu, NULL);
-  cinfer_status *st = check_params(info->config, info->model_name);
+  cinfer_status *st = python_of(info->config, info->model_dir, info->model_name, &m->python, &m->envp);
   if (st) {
     model_free(m);
     return st;
@@ -837,7 +940,6 @@ static cinfer_status *py_model_load(const cinfer_model_load_info *info, void **o
   m->name = strdup(info->model_name);
   m->model_dir = strdup(info->model_dir);
   m->version_dir = strdup(info->version_dir);
-  m->python = strdup(python_of(info->config));
   m->config_json = strdup(info->config_json);
   m->version = info->version;
   m->config = info->config;
@@ -900,6 +1002,18 @@ static cinfer_status *py_instance_create(void *model, const cinfer_instance_info
   inst->m = m;
   inst->index = info->index;
   inst->in_fd = -1;
+  pym_table_init(&inst->metrics);
+  inst->rbuf = malloc(PY_MAX_MSG + 1);
+  if (!inst->rbuf) {
+    free(inst);
+    return cinfer_status_oom("python instance");
+  }
+  inst->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (inst->wake_fd < 0) {
+    int e = errno;
+    free(inst->rbuf), free(inst);
+    return cinfer_status_new(CINFER_INTERNAL, "python instance: eventfd: %s", strerror(e));
+  }
   snprintf(inst->name, sizeof inst->name, "%s_0_%d", m->name, info->index);
   pthread_mutex_init(&inst->mu, NULL);
   pthread_condattr_t ca;
@@ -917,6 +1031,9 @@ static cinfer_status *py_instance_create(void *model, const cinfer_instance_info
   pthread_mutex_unlock(&m->inst_mu);
   if (!st && (st = proc_start(inst))) unregister(inst);
   if (st) {
+    close(inst->wake_fd);
+    free(inst->rbuf);
+    pym_table_destroy(&inst->metrics);
     pthread_cond_destroy(&inst->cv);
     pthread_mutex_destroy(&inst->mu);
     free(inst);
@@ -937,6 +1054,9 @@ static void py_instance_destroy(void *instance) {
   fail_list(p, inst, CINFER_UNAVAILABLE, "the model was unloaded before the request finished");
   if (inst->in_base) munmap(inst->in_base, inst->in_cap);
   if (inst->in_fd >= 0) close(inst->in_fd);
+  close(inst->wake_fd);
+  free(inst->rbuf);
+  pym_table_destroy(&inst->metrics);
   pthread_cond_destroy(&inst->cv);
   pthread_mutex_destroy(&inst->mu);
   free(inst);
@@ -1086,47 +1206,25 @@ static cinfer_status *py_execute(void *instance, cinfer_batch *batch) {
     inst->in_sent_gen = inst->in_gen;
     inst->in_sent_pid = cur_pid;
   }
-  if (!py_conn_send(c, b.data, b.len, fd)) {
+  bool sent = py_conn_send(c, b.data, b.len, fd);
+  cbuf_free(&b);
+  if (!sent) {
     /* The process died meanwhile; its reader fails the requests (or has). Make sure. */
     pthread_mutex_lock(&inst->mu);
-    pid_t pid = inst->pid;
-    bool still = inst->alive;
+    kill_and_wait_locked(inst, NULL);
     pthread_mutex_unlock(&inst->mu);
-    if (still) kill(pid, SIGKILL);
+    py_conn_release(c);
+    return NULL;
   }
+  /* Wait for execute() to return in the stub, reading its replies here: until
+   * execute_done, the process's end, execute_timeout_ms, or PY_CANCEL_GRACE_MS after every
+   * request of the batch was cancelled (the clients are gone and execute() does not
+   * return: a hung model must not hold the instance, or the server's shutdown, forever). */
+  char why[160];
+  snprintf(why, sizeof why, "execute() did not return within %lld ms (parameter execute_timeout_ms)",
+           (long long)m->execute_timeout_ms);
+  json_doc_free(exec_wait(inst, c, "execute_done", bno, m->execute_timeout_ms, why));
   py_conn_release(c);
-  cbuf_free(&b);
-  /* Wait for execute() to return in the stub: until execute_done, the process's end,
-   * execute_timeout_ms, or PY_CANCEL_GRACE_MS after every request of the batch was
-   * cancelled (the clients are gone and execute() does not return: a hung model must not
-   * hold the instance, or the server's shutdown, forever). */
-  pthread_mutex_lock(&inst->mu);
-  uint64_t t_end = m->execute_timeout_ms > 0 ? now_ms() + (uint64_t)m->execute_timeout_ms : 0;
-  uint64_t t_cancel = 0;
-  while (inst->alive && inst->done_batch < bno) {
-    if (!t_cancel && batch_cancelled_locked(inst, bno)) t_cancel = now_ms() + PY_CANCEL_GRACE_MS;
-    uint64_t wake = t_end && t_cancel ? (t_end < t_cancel ? t_end : t_cancel) : t_end ? t_end : t_cancel;
-    if (wake) {
-      struct timespec dl;
-      deadline_after_ms(&dl, (int64_t)(wake > now_ms() ? wake - now_ms() : 0));
-      pthread_cond_timedwait(&inst->cv, &inst->mu, &dl);
-    } else {
-      pthread_cond_wait(&inst->cv, &inst->mu);
-    }
-    if (!inst->alive || inst->done_batch >= bno) break;
-    uint64_t now = now_ms();
-    if (t_end && now >= t_end)
-      snprintf(inst->kill_why, sizeof inst->kill_why, "execute() did not return within %lld ms "
-               "(parameter execute_timeout_ms)", (long long)m->execute_timeout_ms);
-    else if (t_cancel && now >= t_cancel)
-      snprintf(inst->kill_why, sizeof inst->kill_why, "every request of the batch was cancelled "
-               "and execute() did not return within %d ms of that", PY_CANCEL_GRACE_MS);
-    else
-      continue;
-    kill(inst->pid, SIGKILL);
-    while (inst->alive) pthread_cond_wait(&inst->cv, &inst->mu);
-  }
-  pthread_mutex_unlock(&inst->mu);
   return NULL;
 }
 
@@ -1139,7 +1237,11 @@ static void py_cancel(void *model, cinfer_request *r) {
     py_instance *inst = m->insts[i];
     pthread_mutex_lock(&inst->mu);
     for (py_pending *p = inst->pending; p; p = p->next)
-      if (p->r == r) pthread_cond_broadcast(&inst->cv);
+      if (p->r == r) {
+        uint64_t one = 1;
+        if (write(inst->wake_fd, &one, sizeof one) < 0) { /* EAGAIN: a wake-up is pending */
+        }
+      }
     pthread_mutex_unlock(&inst->mu);
   }
   pthread_mutex_unlock(&m->inst_mu);
@@ -1185,21 +1287,31 @@ static cinfer_status *apply_ops(cinfer_autocomplete *ac, const json_value *ops) 
 static cinfer_status *py_autocomplete(cinfer_autocomplete *ac, const char *version_dir) {
   const cinfer_config *cfg = cinfer_autocomplete_config(ac);
   const char *name = cinfer_config_name(cfg);
-  cinfer_status *st = check_params(cfg, name);
-  if (st) return st;
-  char file[4096];
+  char file[4096], model_dir[4096];
+  snprintf(model_dir, sizeof model_dir, "%s", version_dir);
+  char *slash = strrchr(model_dir, '/');
+  if (slash && slash != model_dir) *slash = 0;
   if (snprintf(file, sizeof file, "%s/model.py", version_dir) >= (int)sizeof file)
     return cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': the path is too long", name);
   struct stat sb;
   if (stat(file, &sb) != 0)
     return cinfer_status_new(CINFER_NOT_FOUND, "python model '%s': %s: %s", name, file, strerror(errno));
+  char *python;
+  char **envp;
+  cinfer_status *st = python_of(cfg, model_dir, name, &python, &envp);
+  if (st) return st;
   char *json = cinfer_config_json(cfg, NULL);
-  if (!json) return cinfer_status_oom("python auto-complete");
+  if (!json) {
+    free(python), py_env_vars_free(envp);
+    return cinfer_status_oom("python auto-complete");
+  }
   pid_t pid;
-  py_conn *c;
-  const char *python = python_of(cfg);
-  if ((st = py_spawn(python, &pid, &c))) {
+  py_conn *c, *oc;
+  st = py_spawn(python, envp, &pid, &c, &oc);
+  py_env_vars_free(envp);
+  if (st) {
     free(json);
+    free(python);
     return cinfer_status_prefix(st, "python model '%s' auto-complete", name);
   }
   cbuf b = {0};
@@ -1243,11 +1355,21 @@ static cinfer_status *py_autocomplete(cinfer_autocomplete *ac, const char *versi
     if (type && !strcmp(type, "log")) {
       const char *msg = jstr(json_root(d), "msg");
       LOG_I("python model '%s' (auto-complete): %s", name, msg ? msg : "");
+    } else if (type && !strcmp(type, "metric")) { /* no registry here: an error reply */
+      double call = -1;
+      if (jnum(json_root(d), "call", &call)) {
+        char msg[256];
+        int k = snprintf(msg, sizeof msg, "{\"type\":\"reply\",\"call\":%.0f,\"error\":{\"message\":"
+                         "\"custom metrics are not available in auto_complete_config\",\"code\":"
+                         "\"UNAVAILABLE\"}}", call);
+        py_conn_send(c, msg, (size_t)k, -1);
+      }
     }
     json_doc_free(d);
   }
   free(buf);
   py_conn_release(c); /* the stub sees EOF and exits */
+  py_conn_release(oc);
   kill(pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -1255,9 +1377,12 @@ static cinfer_status *py_autocomplete(cinfer_autocomplete *ac, const char *versi
   if (!reply) {
     char how[160];
     py_describe_status(status, how, sizeof how);
-    return cinfer_status_new(CINFER_INTERNAL, "python model '%s': the auto-complete stub process "
-                             "%s (%s; interpreter '%s')", name, fail ? fail : "failed", how, python);
+    st = cinfer_status_new(CINFER_INTERNAL, "python model '%s': the auto-complete stub process "
+                           "%s (%s; interpreter '%s')", name, fail ? fail : "failed", how, python);
+    free(python);
+    return st;
   }
+  free(python);
   const json_value *err = json_get(json_root(reply), "error");
   if (err && json_is(err, JSON_OBJECT)) {
     const char *msg = jstr(err, "message");

@@ -51,14 +51,30 @@ _CODE_TO_KSERVE = {1: "BOOL", 2: "UINT8", 3: "UINT16", 4: "UINT32", 5: "UINT64",
 _KSERVE_TO_CODE = {v: k for k, v in _CODE_TO_KSERVE.items()}
 
 
+_DTYPE_NAMES = {}  # np.dtype -> KServe name (or None): filled as dtypes are seen
+
+
 def _np_to_kserve(dt):
+    try:
+        return _DTYPE_NAMES[dt]
+    except (KeyError, TypeError):
+        pass
+    key = dt
     dt = np.dtype(dt)
+    name = None
     if dt == np.object_ or dt.type == np.bytes_:
-        return "BYTES"
-    for k, v in _KSERVE_TO_NP.items():
-        if v is not np.object_ and np.dtype(v) == dt:
-            return k
-    return None
+        name = "BYTES"
+    else:
+        for k, v in _KSERVE_TO_NP.items():
+            if v is not np.object_ and np.dtype(v) == dt:
+                name = k
+                break
+    if len(_DTYPE_NAMES) < 256:
+        try:
+            _DTYPE_NAMES[key] = name
+        except TypeError:
+            pass
+    return name
 
 
 def triton_to_numpy_type(data_type):
@@ -392,6 +408,94 @@ class InferenceRequest:
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, lambda: self.exec(decoupled))
+
+
+def _metric_call(msg):
+    if _conn is None:
+        raise TritonModelException("custom metrics need the server (the model runs outside it)")
+    msg["type"] = "metric"
+    hdr = _conn.call(msg)
+    err = hdr.get("error")
+    if err:
+        raise TritonModelException(err.get("message", "custom metric error"))
+    return hdr
+
+
+class MetricFamily:
+    """A family of custom metrics in the server's /metrics (Triton's Custom Metrics API).
+    Families are known by name across the server: a second MetricFamily of the same name
+    and kind is the same family; another kind is refused."""
+    COUNTER = "COUNTER"
+    GAUGE = "GAUGE"
+    HISTOGRAM = "HISTOGRAM"
+
+    def __init__(self, name, description, kind):
+        if kind not in (MetricFamily.COUNTER, MetricFamily.GAUGE, MetricFamily.HISTOGRAM):
+            raise TritonModelException(
+                "MetricFamily kind must be MetricFamily.COUNTER, GAUGE or HISTOGRAM")
+        if not isinstance(name, str) or not isinstance(description, str):
+            raise TritonModelException("MetricFamily name and description must be strings")
+        _metric_call({"op": "family", "name": name, "help": description, "kind": kind})
+        self._name = name
+        self._kind = kind
+
+    def Metric(self, labels=None, buckets=None):
+        return Metric(self, labels, buckets)
+
+
+class Metric:
+    """One labelled series of a MetricFamily: increment / set / observe / value."""
+
+    def __init__(self, family, labels=None, buckets=None):
+        if not isinstance(family, MetricFamily):
+            raise TritonModelException("Metric needs a MetricFamily")
+        if labels is None:
+            labels = {}
+        if not isinstance(labels, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            raise TritonModelException("Metric labels must be a dict of str to str")
+        if buckets is not None:
+            buckets = [float(b) for b in buckets]
+        self._kind = family._kind
+        self._id = None
+        hdr = _metric_call({"op": "new", "name": family._name, "labels": labels,
+                            "buckets": buckets})
+        self._id = int(hdr["id"])
+
+    def _post(self, op, value):
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise TritonModelException(f"Metric {op}: the value must be a finite number")
+        _conn.send({"type": "metric", "op": op, "id": self._id, "value": value})
+
+    def increment(self, value):
+        if self._kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("increment() is not supported for HISTOGRAM metrics")
+        if self._kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException("increment() of a COUNTER must not be negative")
+        self._post("inc", value)
+
+    def set(self, value):
+        if self._kind != MetricFamily.GAUGE:
+            raise TritonModelException("set() is only supported for GAUGE metrics")
+        self._post("set", value)
+
+    def observe(self, value):
+        if self._kind != MetricFamily.HISTOGRAM:
+            raise TritonModelException("observe() is only supported for HISTOGRAM metrics")
+        self._post("observe", value)
+
+    def value(self):
+        if self._kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("value() is not supported for HISTOGRAM metrics")
+        return float(_metric_call({"op": "value", "id": self._id})["value"])
+
+    def __del__(self):
+        try:
+            if self._id is not None and _conn is not None:
+                _conn.send({"type": "metric", "op": "delete", "id": self._id})
+        except Exception:
+            pass
 
 
 class Logger:
