@@ -448,11 +448,78 @@ static void test_greedy_preemption(void **s) {
   free_golden(gc, n, j);
 }
 
+/* ---- bad metadata: clear errors, no crash (an in-memory GGUF of keys only) ---- */
+typedef struct { uint8_t b[4096]; size_t n; } gbuf;
+static void put(gbuf *f, const void *p, size_t n) { memcpy(f->b + f->n, p, n); f->n += n; }
+static void u32(gbuf *f, uint32_t v) { put(f, &v, 4); }
+static void u64(gbuf *f, uint64_t v) { put(f, &v, 8); }
+static void str(gbuf *f, const char *v) { u64(f, strlen(v)); put(f, v, strlen(v)); }
+static void kv_u32(gbuf *f, const char *k, uint32_t v) { str(f, k); u32(f, GGUF_U32); u32(f, v); }
+
+/* gemma3 metadata: key_length/value_length as given (0: absent), plus an extra key */
+static void make_meta(gbuf *f, uint32_t key_len, uint32_t val_len, const char *extra_f32) {
+  memset(f, 0, sizeof *f);
+  put(f, "GGUF", 4);
+  u32(f, 3);
+  u64(f, 0); /* tensors */
+  size_t nkv_at = f->n;
+  u64(f, 0);
+  uint64_t nkv = 0;
+  str(f, "general.architecture"); u32(f, GGUF_STRING); str(f, "gemma3"); nkv++;
+  kv_u32(f, "gemma3.embedding_length", 640); nkv++;
+  kv_u32(f, "gemma3.block_count", 18); nkv++;
+  kv_u32(f, "gemma3.attention.head_count", 4); nkv++;
+  kv_u32(f, "gemma3.attention.head_count_kv", 1); nkv++;
+  kv_u32(f, "gemma3.feed_forward_length", 2048); nkv++;
+  kv_u32(f, "gemma3.context_length", 32768); nkv++;
+  kv_u32(f, "gemma3.attention.sliding_window", 512); nkv++;
+  if (key_len) { kv_u32(f, "gemma3.attention.key_length", key_len); nkv++; }
+  if (val_len) { kv_u32(f, "gemma3.attention.value_length", val_len); nkv++; }
+  if (extra_f32) {
+    float v = 30.0f;
+    str(f, extra_f32); u32(f, GGUF_F32); put(f, &v, 4); nkv++;
+  }
+  memcpy(f->b + nkv_at, &nkv, 8);
+}
+
+static void expect_model_error(gbuf *f, const char *needle) {
+  llm_gguf *g;
+  assert_null(llm_gguf_open_memory(f->b, f->n, &g));
+  llm_model *m = (llm_model *)1;
+  cinfer_status *st = llm_model_create(g, &m);
+  assert_null(m);
+  if (!st) fail_msg("expected an error containing '%s'", needle);
+  if (!strstr(cinfer_status_message(st), needle))
+    fail_msg("error '%s' lacks '%s'", cinfer_status_message(st), needle);
+  cinfer_status_free(st);
+  llm_gguf_close(g);
+}
+
+static void test_bad_metadata(void **s) {
+  (void)s;
+  gbuf f;
+  make_meta(&f, 0, 256, NULL);
+  expect_model_error(&f, "gemma3.attention.key_length");
+  make_meta(&f, 256, 128, NULL); /* keys and values of different widths */
+  expect_model_error(&f, "value_length");
+  make_meta(&f, 4096, 4096, NULL);
+  expect_model_error(&f, "key_length");
+  make_meta(&f, 256, 256, "gemma3.final_logit_softcapping"); /* parsed by llama.cpp, not implemented here */
+  expect_model_error(&f, "gemma3.final_logit_softcapping is not supported");
+  make_meta(&f, 256, 256, "gemma3.rope.scaling.factor");
+  expect_model_error(&f, "gemma3.rope.scaling.factor is not supported");
+  make_meta(&f, 256, 256, NULL); /* valid keys, no tensors */
+  expect_model_error(&f, "token_embd.weight");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_hparams),       cmocka_unit_test(test_tokenizer_fixtures),
+      cmocka_unit_test(test_bad_metadata),  cmocka_unit_test(test_hparams),
+      cmocka_unit_test(test_tokenizer_fixtures),
       cmocka_unit_test(test_chat_template), cmocka_unit_test(test_greedy_single),
       cmocka_unit_test(test_greedy_batched_chunked), cmocka_unit_test(test_greedy_preemption),
   };
+  const char *only = getenv("CINFER_TEST_FILTER"); /* e.g. "test_bad*": run a subset */
+  if (only) cmocka_set_test_filter(only);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
