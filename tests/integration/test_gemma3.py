@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import tempfile
+import urllib.request
 
 import openai
 import pytest
@@ -29,6 +30,30 @@ def gemma3_gguf():
 def golden(name):
     with open(os.path.join(DATA, "greedy_gemma3.json"), encoding="utf-8") as f:
         return next(c for c in json.load(f)["cases"] if c["name"] == name)
+
+
+# As test_llm_engine / test_llm_gemma3: where llama.cpp's own top two are this close, float
+# summation order (an ASan build contracts FMAs differently) may pick either; the text is
+# compared exactly up to the first such position, and must equal llama.cpp's in full when
+# there is none.
+TIE_NATS = 0.25
+
+
+def stable_prefix(server, g):
+    """llama.cpp's text for its greedy ids before the first near tie (/detokenize)."""
+    k = next((i for i, t in enumerate(g["top_logprobs"]) if t[0][1] - t[1][1] < TIE_NATS), len(g["output_ids"]))
+    req = urllib.request.Request(server.url + "/detokenize", data=json.dumps({"tokens": g["output_ids"][:k]}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return k, json.loads(r.read())["content"]
+
+
+def check_text(server, g, text):
+    k, prefix = stable_prefix(server, g)
+    assert text.startswith(prefix), (g["name"], text, prefix)
+    if k == len(g["output_ids"]):
+        assert text == g["output_text"], g["name"]
+    return k
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +84,7 @@ def test_models(client):
     assert [m.id for m in client.models.list().data] == [MODEL]
 
 
-def test_chat_greedy_matches_llama_cpp(client):
+def test_chat_greedy_matches_llama_cpp(server, client):
     # system + user through Gemma 3's template (the system text is folded into the first user
     # turn); llama.cpp's 48 greedy tokens for exactly this prompt
     g = golden("chat_system_list")
@@ -69,7 +94,8 @@ def test_chat_greedy_matches_llama_cpp(client):
     assert r.usage.prompt_tokens == len(g["prompt_ids"])  # one BOS, the template's turn markers
     assert r.usage.completion_tokens == len(g["output_ids"])
     assert r.choices[0].finish_reason == "length"
-    assert r.choices[0].message.content == g["output_text"]
+    # no near tie in this case's 48 tokens: the whole text is llama.cpp's
+    assert check_text(server, g, r.choices[0].message.content) == len(g["output_ids"])
 
 
 def test_chat_stream_matches_whole(client):
@@ -88,10 +114,10 @@ def test_chat_stream_matches_whole(client):
     assert usage.completion_tokens == 16
 
 
-def test_completion_greedy_matches_llama_cpp(client):
+def test_completion_greedy_matches_llama_cpp(server, client):
     for name in ("plain_france", "long_swa"):  # long_swa: 584 prompt tokens, past the 512 window
         g = golden(name)
         r = client.completions.create(model=MODEL, prompt=g["text"], temperature=0, max_tokens=len(g["output_ids"]))
         assert r.usage.prompt_tokens == len(g["prompt_ids"])  # BOS added, as llama.cpp does
-        assert r.choices[0].text == g["output_text"], name
+        assert check_text(server, g, r.choices[0].text) >= 5, name  # plain_france: a near tie at 5
 
