@@ -512,9 +512,53 @@ static void test_bad_metadata(void **s) {
   expect_model_error(&f, "token_embd.weight");
 }
 
+/* The tiny gemma3 model (tests/data/llm/make_gemma3_tiny.py: 6 layers, window 4, F32):
+ * 60 positions, far past the window, in one sequence; the same prompts batched with chunked
+ * prefill and under preemption give the same ids and logprobs bit for bit (each token's
+ * computation is independent of its batch). Needs no download; runs under ASan in CI. */
+static void test_tiny_sliding_window(void **s) {
+  (void)s;
+  const char *path = LLM_TEST_DATA "/gemma3_tiny.gguf";
+  static const int32_t p0[] = {2, 6, 7, 6, 7, 8, 7}, p1[] = {2, 7, 7, 7, 8, 6, 6, 7, 8, 8, 6};
+  static collect ref[2], got[2];
+  for (int mode = 0; mode < 3; mode++) {
+    llm_engine_opts o = {.threads = 2, .ctx_len = 64, .kv_blocks = mode == 2 ? 5 : 32, .block_size = 16,
+                         .max_seqs = 4, .max_step_tokens = mode ? 5 : 64, .manual_step = true};
+    llm_engine *e;
+    cinfer_status *st = llm_engine_create(path, &o, &e);
+    if (st) fail_msg("engine: %s", cinfer_status_message(st));
+    llm_sampling sp = greedy(48);
+    sp.ignore_eos = true;
+    collect *c = mode ? got : ref;
+    if (mode == 0) {
+      submit_ids(e, p0, 7, sp, &c[0]);
+      run_all(e);
+      submit_ids(e, p1, 11, sp, &c[1]);
+      run_all(e);
+    } else {
+      submit_ids(e, p0, 7, sp, &c[0]);
+      submit_ids(e, p1, 11, sp, &c[1]);
+      run_all(e);
+      for (int i = 0; i < 2; i++) {
+        assert_int_equal(got[i].n_ids, ref[i].n_ids);
+        assert_memory_equal(got[i].ids, ref[i].ids, (size_t)ref[i].n_ids * 4);
+        for (int k = 0; k < ref[i].n_ids; k++) assert_true(got[i].lp[k] == ref[i].lp[k]);
+      }
+    }
+    for (int i = 0; i < 2; i++) assert_int_equal(c[i].n_ids, 48);
+    if (mode == 2) {
+      llm_engine_stats est;
+      llm_engine_get_stats(e, &est);
+      assert_true(est.preemptions_total > 0);
+    }
+    llm_engine_destroy(e);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bad_metadata),  cmocka_unit_test(test_hparams),
+      cmocka_unit_test(test_bad_metadata),  cmocka_unit_test(test_tiny_sliding_window),
+      cmocka_unit_test(test_hparams),
       cmocka_unit_test(test_tokenizer_fixtures),
       cmocka_unit_test(test_chat_template), cmocka_unit_test(test_greedy_single),
       cmocka_unit_test(test_greedy_batched_chunked), cmocka_unit_test(test_greedy_preemption),
