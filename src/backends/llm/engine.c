@@ -271,7 +271,7 @@ cinfer_status *llm_engine_create(const char *path, const llm_engine_opts *opts, 
   }
   llm_gguf_str s;
   if (llm_gguf_get_str(e->g, "general.name", &s)) snprintf(e->name, sizeof e->name, "%.*s", (int)(s.n > 127 ? 127 : s.n), s.p);
-  snprintf(e->arch, sizeof e->arch, "llama");
+  snprintf(e->arch, sizeof e->arch, "%s", llm_model_arch_name(e->model));
   e->st.kv_blocks_total = o->kv_blocks;
   if (!o->manual_step) {
     if (pthread_create(&e->th, NULL, step_main, e)) {
@@ -1167,6 +1167,11 @@ cinfer_status *llm_engine_chat_render(const llm_engine *e, const char *const *ro
     }
     cinfer_status *st = llm_jinja_render(e->jinja, jm, n, add_generation_prompt, e->bos_text, e->eos_text, out);
     free(jm);
+    /* As llama.cpp's common_chat apply: a template that starts with {{ bos_token }} (Gemma)
+     * would give two BOS tokens when the tokenizer adds one, so the leading one is removed */
+    size_t bl = e->bos_text ? strlen(e->bos_text) : 0;
+    if (!st && bl && llm_tokenizer_add_bos(e->tok) && !strncmp(*out, e->bos_text, bl))
+      memmove(*out, *out + bl, strlen(*out + bl) + 1);
     return st;
   }
   llm_chat_msg *m = calloc(n ? n : 1, sizeof *m);

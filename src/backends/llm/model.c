@@ -4,11 +4,15 @@
 #include "backends/llm/model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct {
   const llm_gguf_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+  /* gemma3 only: per-head RMSNorm of q and k, norms of the attention and FFN outputs */
+  const llm_gguf_tensor *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm;
+  bool swa; /* gemma3: a local (sliding-window) layer */
 } layer_w;
 
 struct llm_model {
@@ -19,7 +23,7 @@ struct llm_model {
 
 struct llm_scratch {
   int max_tokens, max_ctx, n_threads;
-  float *x, *xb, *xb2, *q, *k, *v, *hb, *hb2, *xo, *rope;
+  float *x, *xb, *xb2, *q, *k, *v, *hb, *hb2, *xo, *rope, *rope_swa;
   void *xq;
   float **att;       /* per thread: max_ctx scores */
   uint16_t **att16;  /* per thread: max_ctx probabilities (fp16) + head_dim q */
@@ -27,6 +31,30 @@ struct llm_scratch {
 };
 
 const llm_hparams *llm_model_hparams(const llm_model *m) { return &m->hp; }
+const char *llm_model_arch_name(const llm_model *m) { return m->hp.arch == LLM_ARCH_GEMMA3 ? "gemma3" : "llama"; }
+bool llm_model_layer_swa(const llm_model *m, int l) { return l >= 0 && l < m->hp.n_layers && m->layers[l].swa; }
+
+/* ggml's GELU (tanh approximation) as its CPU backend computes it for f32 rows
+ * (GGML_GELU_FP16): x rounded to fp16 indexes a table of fp16 results; |x| >= 10 bypasses
+ * the table. The table is filled once (the first gemma3 model). */
+static uint16_t gelu_table[1 << 16];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+static void gelu_init(void) {
+  for (int i = 0; i < (1 << 16); i++) {
+    float x = llm_fp16_to_fp32((uint16_t)i);
+    float y = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+    gelu_table[i] = llm_fp32_to_fp16(y);
+  }
+}
+/* g = gelu(g) * u (ggml_vec_geglu_f32) */
+static void geglu(int n, float *g, const float *u) {
+  for (int i = 0; i < n; i++) {
+    float x = g[i];
+    if (x <= -10.0f) g[i] = 0.0f;
+    else if (x >= 10.0f) g[i] = x * u[i];
+    else g[i] = llm_fp16_to_fp32(gelu_table[llm_fp32_to_fp16(x)]) * u[i];
+  }
+}
 
 void llm_model_destroy(llm_model *m) {
   if (!m) return;
@@ -65,43 +93,92 @@ cinfer_status *llm_model_create(const llm_gguf *g, llm_model **out) {
   llm_gguf_str arch;
   if (!llm_gguf_get_str(g, "general.architecture", &arch))
     return cinfer_status_new(CINFER_INVALID_ARG, "model: general.architecture missing");
-  if (!(arch.n == 5 && !memcmp(arch.p, "llama", 5)))
-    return cinfer_status_new(CINFER_UNSUPPORTED, "model: architecture '%.*s' not supported (llama only)",
+  bool gemma3 = arch.n == 6 && !memcmp(arch.p, "gemma3", 6);
+  if (!(arch.n == 5 && !memcmp(arch.p, "llama", 5)) && !gemma3)
+    return cinfer_status_new(CINFER_UNSUPPORTED, "model: architecture '%.*s' not supported (llama, gemma3)",
                              (int)(arch.n > 40 ? 40 : arch.n), arch.p);
   llm_model *m = calloc(1, sizeof *m);
   if (!m) return cinfer_status_oom("model");
   llm_hparams *hp = &m->hp;
+  hp->arch = gemma3 ? LLM_ARCH_GEMMA3 : LLM_ARCH_LLAMA;
   cinfer_status *st = NULL;
-  const char *a = "llama";
+  const char *a = gemma3 ? "gemma3" : "llama";
+  char key[128];
   if (!get_u(g, a, "embedding_length", &hp->dim, 1, 65536) || !get_u(g, a, "block_count", &hp->n_layers, 1, 1024) ||
       !get_u(g, a, "attention.head_count", &hp->n_heads, 1, 1024) ||
       !get_u(g, a, "feed_forward_length", &hp->ffn_dim, 1, 1 << 20) ||
       !get_u(g, a, "context_length", &hp->ctx_train, 1, 1 << 24)) {
     st = cinfer_status_new(CINFER_INVALID_ARG,
-                           "model: llama.{embedding_length,block_count,attention.head_count,feed_forward_length,"
-                           "context_length} missing or out of range");
+                           "model: %s.{embedding_length,block_count,attention.head_count,feed_forward_length,"
+                           "context_length} missing or out of range", a);
     goto fail;
   }
   if (!get_u(g, a, "attention.head_count_kv", &hp->n_kv_heads, 1, hp->n_heads)) hp->n_kv_heads = hp->n_heads;
-  if (hp->dim % hp->n_heads || hp->n_heads % hp->n_kv_heads) {
-    st = cinfer_status_new(CINFER_INVALID_ARG, "model: dim %d / heads %d / kv heads %d inconsistent", hp->dim,
-                           hp->n_heads, hp->n_kv_heads);
+  if (hp->n_heads % hp->n_kv_heads) {
+    st = cinfer_status_new(CINFER_INVALID_ARG, "model: heads %d / kv heads %d inconsistent", hp->n_heads,
+                           hp->n_kv_heads);
     goto fail;
   }
-  hp->head_dim = hp->dim / hp->n_heads;
-  if (hp->head_dim % 2 || hp->head_dim > 1024) {
+  if (gemma3) {
+    /* head_dim is its own key (256 for every Gemma 3 size); keys and values share it */
+    int kl = 0, vl = 0;
+    if (!get_u(g, a, "attention.key_length", &kl, 2, 1024) || !get_u(g, a, "attention.value_length", &vl, 2, 1024) ||
+        kl != vl) {
+      st = cinfer_status_new(CINFER_INVALID_ARG,
+                             "model: gemma3.attention.key_length / value_length missing, out of range or different");
+      goto fail;
+    }
+    hp->head_dim = kl;
+  } else {
+    if (hp->dim % hp->n_heads) {
+      st = cinfer_status_new(CINFER_INVALID_ARG, "model: dim %d / heads %d inconsistent", hp->dim, hp->n_heads);
+      goto fail;
+    }
+    hp->head_dim = hp->dim / hp->n_heads;
+  }
+  if (hp->head_dim % 2 || hp->head_dim > 1024 || (int64_t)hp->n_heads * hp->head_dim > (1 << 20)) {
     st = cinfer_status_new(CINFER_INVALID_ARG, "model: head_dim %d unsupported", hp->head_dim);
     goto fail;
   }
+  hp->q_dim = hp->n_heads * hp->head_dim;
   if (!get_u(g, a, "rope.dimension_count", &hp->rope_dims, 2, hp->head_dim)) hp->rope_dims = hp->head_dim;
   hp->rope_dims &= ~1;
   hp->rope_base = 10000.f;
-  llm_gguf_get_f32(g, "llama.rope.freq_base", &hp->rope_base);
+  snprintf(key, sizeof key, "%s.rope.freq_base", a);
+  llm_gguf_get_f32(g, key, &hp->rope_base);
   hp->norm_eps = 1e-5f;
-  llm_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &hp->norm_eps);
+  snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
+  llm_gguf_get_f32(g, key, &hp->norm_eps);
   if (!(hp->rope_base > 0) || !(hp->norm_eps >= 0)) {
     st = cinfer_status_new(CINFER_INVALID_ARG, "model: bad rope.freq_base or rms epsilon");
     goto fail;
+  }
+  hp->q_scale = 1.0f;
+  hp->kq_scale = 1.0f / sqrtf((float)hp->head_dim);
+  hp->rope_base_swa = hp->rope_base;
+  if (gemma3) {
+    /* llama.cpp's gemma3 rules: with attention.sliding_window > 0, five local layers then
+     * one global (il % 6 < 5 is local), local RoPE base 10000; q scaled by
+     * 1/sqrt(head_dim) before the dot (27B, 62 layers: 1/sqrt(dim / heads)), kq_scale 1 */
+    uint32_t w = 0;
+    snprintf(key, sizeof key, "%s.attention.sliding_window", a);
+    if (llm_gguf_get_u32(g, key, &w) && w > 0) {
+      hp->n_swa = w > (1u << 24) ? 1 << 24 : (int)w;
+      hp->rope_base_swa = 10000.0f;
+    }
+    hp->q_scale = hp->n_layers == 62 ? 1.0f / sqrtf((float)(hp->dim / hp->n_heads)) : 1.0f / sqrtf((float)hp->head_dim);
+    hp->kq_scale = 1.0f;
+    /* keys that change the graph and that this engine does not implement */
+    static const char *unsup[] = {"final_logit_softcapping", "attn_logit_softcapping", "rope.scaling.type",
+                                  "rope.scaling.factor"};
+    for (size_t i = 0; i < sizeof unsup / sizeof *unsup; i++) {
+      snprintf(key, sizeof key, "%s.%s", a, unsup[i]);
+      if (llm_gguf_find(g, key)) {
+        st = cinfer_status_new(CINFER_UNSUPPORTED, "model: %s is not supported", key);
+        goto fail;
+      }
+    }
+    pthread_once(&gelu_once, gelu_init);
   }
   const llm_gguf_tensor *te = llm_gguf_tensor_find(g, "token_embd.weight");
   if (!te || te->ne[0] != hp->dim || te->ne[1] < 1 || te->ne[1] > (1 << 24)) {
@@ -130,14 +207,21 @@ cinfer_status *llm_model_create(const llm_gguf *g, llm_model **out) {
   snprintf(n, sizeof n, "blk.%d." nm ".weight", l);               \
   if ((st = want_tensor(g, n, a0, a1, q, &L->field))) goto fail;
     T(attn_norm, "attn_norm", hp->dim, 1, false)
-    T(wq, "attn_q", hp->dim, hp->dim, true)
+    T(wq, "attn_q", hp->dim, hp->q_dim, true)
     T(wk, "attn_k", hp->dim, kvd, true)
     T(wv, "attn_v", hp->dim, kvd, true)
-    T(wo, "attn_output", hp->dim, hp->dim, true)
+    T(wo, "attn_output", hp->q_dim, hp->dim, true)
     T(ffn_norm, "ffn_norm", hp->dim, 1, false)
     T(w_gate, "ffn_gate", hp->dim, hp->ffn_dim, true)
     T(w_up, "ffn_up", hp->dim, hp->ffn_dim, true)
     T(w_down, "ffn_down", hp->ffn_dim, hp->dim, true)
+    if (gemma3) {
+      T(q_norm, "attn_q_norm", hp->head_dim, 1, false)
+      T(k_norm, "attn_k_norm", hp->head_dim, 1, false)
+      T(post_attn_norm, "post_attention_norm", hp->dim, 1, false)
+      T(post_ffn_norm, "post_ffw_norm", hp->dim, 1, false)
+      L->swa = hp->n_swa > 0 && l % 6 < 5;
+    }
 #undef T
   }
   *out = m;
@@ -151,7 +235,7 @@ fail:
 void llm_scratch_destroy(llm_scratch *s) {
   if (!s) return;
   free(s->x); free(s->xb); free(s->xb2); free(s->q); free(s->k); free(s->v);
-  free(s->hb); free(s->hb2); free(s->xo); free(s->xq); free(s->rope);
+  free(s->hb); free(s->hb2); free(s->xo); free(s->xq); free(s->rope); free(s->rope_swa);
   for (int i = 0; s->att && i < s->n_threads; i++) free(s->att[i]);
   for (int i = 0; s->att16 && i < s->n_threads; i++) free(s->att16[i]);
   for (int i = 0; s->att_acc && i < s->n_threads; i++) free(s->att_acc[i]);
@@ -174,21 +258,24 @@ cinfer_status *llm_scratch_create(const llm_model *m, int max_tokens, int max_ct
   s->n_threads = n_threads;
   size_t T = (size_t)max_tokens, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
   size_t big = (size_t)(hp->ffn_dim > hp->dim ? hp->ffn_dim : hp->dim);
+  size_t wide = (size_t)(hp->q_dim > hp->dim ? hp->q_dim : hp->dim); /* attention output rows */
+  if (wide > big) big = wide;
   s->x = malloc(T * hp->dim * 4);
   s->xb = malloc(T * hp->dim * 4);
-  s->xb2 = malloc(T * hp->dim * 4);
+  s->xb2 = malloc(T * wide * 4);
   s->xo = malloc(T * hp->dim * 4);
-  s->q = malloc(T * hp->dim * 4);
+  s->q = malloc(T * hp->q_dim * 4);
   s->k = malloc(T * kvd * 4);
   s->v = malloc(T * kvd * 4);
   s->hb = malloc(T * hp->ffn_dim * 4);
   s->hb2 = malloc(T * hp->ffn_dim * 4);
   s->xq = malloc(T * big * 4 + 64); /* >= any activation row format (F32 is the largest) */
   s->rope = malloc(T * (size_t)hp->rope_dims * 4);
+  s->rope_swa = malloc(T * (size_t)hp->rope_dims * 4);
   s->att = calloc((size_t)n_threads, sizeof *s->att);
   s->att16 = calloc((size_t)n_threads, sizeof *s->att16);
   s->att_acc = calloc((size_t)n_threads, sizeof *s->att_acc);
-  bool ok = s->x && s->xb && s->xb2 && s->xo && s->q && s->k && s->v && s->hb && s->hb2 && s->xq && s->rope &&
+  bool ok = s->x && s->xb && s->xb2 && s->xo && s->q && s->k && s->v && s->hb && s->hb2 && s->xq && s->rope && s->rope_swa &&
             s->att && s->att16 && s->att_acc;
   for (int i = 0; ok && i < n_threads; i++) {
     s->att[i] = malloc(((size_t)max_ctx + 8) * 4);
@@ -324,6 +411,9 @@ typedef struct {
   void *xq;
   int n, n_rows;
   float eps;
+  const float *res_norm_w; /* gemma3: x += rmsnorm(res) * res_norm_w instead of x += res */
+  bool gelu;               /* with u: o = gelu(o) * u instead of swiglu */
+  float in_scale;          /* gemma3's embedding scale: x *= in_scale first when != 0 */
 } rows_ctx;
 
 static void rows_chunk(void *c, int chunk, int nchunks, int tid) {
@@ -335,13 +425,23 @@ static void rows_chunk(void *c, int chunk, int nchunks, int tid) {
     float *o = r->o + (size_t)i * r->n;
     if (r->x) {
       float *x = r->x + (size_t)i * r->n;
-      if (r->res) {
+      if (r->in_scale != 0.0f)
+        for (int d = 0; d < r->n; d++) x[d] *= r->in_scale;
+      if (r->res && r->res_norm_w) {
+        /* ggml: add(mul(rms_norm(res), w), x); the f32 add commutes */
+        const float *a = r->res + (size_t)i * r->n;
+        double sum = 0;
+        for (int d = 0; d < r->n; d++) sum += (double)(a[d] * a[d]);
+        float scale = 1.0f / sqrtf((float)(sum / r->n) + r->eps);
+        for (int d = 0; d < r->n; d++) x[d] += (a[d] * scale) * r->res_norm_w[d];
+      } else if (r->res) {
         const float *a = r->res + (size_t)i * r->n;
         for (int d = 0; d < r->n; d++) x[d] += a[d];
       }
       if (r->norm_w) rmsnorm(o, x, r->norm_w, r->n, r->eps);
     }
-    if (r->u) llm_swiglu(r->n, o, r->u + (size_t)i * r->n);
+    if (r->u && r->gelu) geglu(r->n, o, r->u + (size_t)i * r->n);
+    else if (r->u) llm_swiglu(r->n, o, r->u + (size_t)i * r->n);
     if (qrow) llm_quantize_row(r->qt, o, (uint8_t *)r->xq + (size_t)i * qrow, r->n);
   }
 }
@@ -367,8 +467,12 @@ static void att_task(void *c, int ith, int nth, int tid) {
   const llm_hparams *hp = &a->m->hp;
   llm_scratch *s = a->s;
   int hd = hp->head_dim, nh = hp->n_heads, grp = hp->n_heads / hp->n_kv_heads, kvd = hp->n_kv_heads * hd;
-  int bs = llm_kv_block_size(a->kv);
-  float scale = 1.0f / sqrtf((float)hd);
+  int bs = llm_kv_block_size(a->kv), qd = hp->q_dim;
+  float scale = hp->kq_scale;
+  /* a local layer's token at p sees p - n_swa + 1 .. p (llama.cpp's LLAMA_SWA_TYPE_STANDARD:
+   * masked when p - p0 >= n_swa); masked scores are -inf, as in llama.cpp's mask, so the
+   * softmax's groups and the lanes of the V sum stay where ggml has them */
+  int swa = a->m->layers[a->layer].swa ? hp->n_swa : 0;
   int total = a->b->n * nh;
   int j0 = (int)((int64_t)total * ith / nth), j1 = (int)((int64_t)total * (ith + 1) / nth);
   float *sc = s->att[tid];
@@ -377,10 +481,12 @@ static void att_task(void *c, int ith, int nth, int tid) {
     int i = j / nh, h = j % nh, kvh = h / grp;
     int npos = a->b->pos[i] + 1;
     const int32_t *table = a->b->tables[a->b->seq[i]];
-    const float *q = s->q + (size_t)i * hp->dim + (size_t)h * hd;
+    const float *q = s->q + (size_t)i * qd + (size_t)h * hd;
     llm_fp32_to_fp16_row(q16, q, hd);
     float mx = -INFINITY;
-    for (int p = 0; p < npos; p++) {
+    int p_lo = swa && npos > swa ? npos - swa : 0;
+    for (int p = 0; p < p_lo; p++) sc[p] = -INFINITY;
+    for (int p = p_lo; p < npos; p++) {
       const uint16_t *kr = llm_kv_k(a->kv, a->layer, table[p / bs]) + (size_t)(p % bs) * kvd + (size_t)kvh * hd;
       float v = llm_dot_f16(hd, kr, q16) * scale;
       sc[p] = v;
@@ -392,6 +498,7 @@ static void att_task(void *c, int ith, int nth, int tid) {
     double sum = llm_softmax_exp(npad, sc, mx);
     float inv = (float)(1.0 / sum);
     for (int p = 0; p < npos; p++) p16[p] = llm_fp32_to_fp16(sc[p] * inv);
+    for (int p = 0; p < p_lo; p++) p16[p] = 0; /* exp(-inf) is 0 already; keeps the V loop's skip exact */
     /* out[d] = sum_p p[p] * v[p][d] in ggml_vec_dot_f16's order over positions: 32 lanes
      * (lane = p mod 32) accumulated with FMA, then the fixed reduction tree */
     float *acc = s->att_acc[tid];
@@ -402,7 +509,7 @@ static void att_task(void *c, int ith, int nth, int tid) {
       if (pw == 0.0f) continue; /* fma(v, 0, acc) == acc */
       llm_axpy_f16(hd, acc + (size_t)(p & 31) * hd, vr, pw);
     }
-    llm_reduce_lanes32(hd, acc, s->xb2 + (size_t)i * hp->dim + (size_t)h * hd);
+    llm_reduce_lanes32(hd, acc, s->xb2 + (size_t)i * qd + (size_t)h * hd);
   }
 }
 
@@ -420,6 +527,25 @@ static void rope_apply(float *v, int n_heads, int hd, const float *cs, int rope_
   }
 }
 
+/* NEOX-style RoPE (gemma3): dimension i pairs with i + rope_dims/2; pair i uses the
+ * angle of cache slot 2i, as ggml's rope_f32 with GGML_ROPE_TYPE_NEOX */
+static void rope_apply_neox(float *v, int n_heads, int hd, const float *cs, int rope_dims) {
+  int half = rope_dims / 2;
+  for (int h = 0; h < n_heads; h++) {
+    float *x = v + (size_t)h * hd;
+    for (int i = 0; i < half; i++) {
+      float c = cs[2 * i], sn = cs[2 * i + 1], x0 = x[i], x1 = x[i + half];
+      x[i] = x0 * c - x1 * sn;
+      x[i + half] = x0 * sn + x1 * c;
+    }
+  }
+}
+
+/* per-head RMSNorm in place (gemma3's attn_q_norm / attn_k_norm) */
+static void head_norm(float *v, int n_heads, int hd, const float *w, float eps) {
+  for (int h = 0; h < n_heads; h++) rmsnorm(v + (size_t)h * hd, v + (size_t)h * hd, w, hd, eps);
+}
+
 /* RoPE on a token's q and k rows, then its k and v rows into the KV cache (fp16). Rows
  * are independent (each token owns its cache slot), so the pool splits them. */
 static void rope_chunk(void *c, int chunk, int nchunks, int tid) {
@@ -429,10 +555,21 @@ static void rope_chunk(void *c, int chunk, int nchunks, int tid) {
   llm_scratch *s = r->s;
   int n = r->b->n, dim = hp->dim, kvd = hp->n_kv_heads * hp->head_dim, bs = llm_kv_block_size(r->kv);
   int i0 = (int)((int64_t)n * chunk / nchunks), i1 = (int)((int64_t)n * (chunk + 1) / nchunks);
+  const layer_w *L = &r->m->layers[r->layer];
   for (int i = i0; i < i1; i++) {
-    const float *cs = s->rope + (size_t)i * hp->rope_dims;
-    rope_apply(s->q + (size_t)i * dim, hp->n_heads, hp->head_dim, cs, hp->rope_dims);
-    rope_apply(s->k + (size_t)i * kvd, hp->n_kv_heads, hp->head_dim, cs, hp->rope_dims);
+    if (hp->arch == LLM_ARCH_GEMMA3) {
+      float *q = s->q + (size_t)i * hp->q_dim, *k = s->k + (size_t)i * kvd;
+      const float *cs = (L->swa ? s->rope_swa : s->rope) + (size_t)i * hp->rope_dims;
+      head_norm(q, hp->n_heads, hp->head_dim, L->q_norm->data, hp->norm_eps);
+      rope_apply_neox(q, hp->n_heads, hp->head_dim, cs, hp->rope_dims);
+      head_norm(k, hp->n_kv_heads, hp->head_dim, L->k_norm->data, hp->norm_eps);
+      rope_apply_neox(k, hp->n_kv_heads, hp->head_dim, cs, hp->rope_dims);
+      for (int d = 0; d < hp->q_dim; d++) q[d] *= hp->q_scale;
+    } else {
+      const float *cs = s->rope + (size_t)i * hp->rope_dims;
+      rope_apply(s->q + (size_t)i * dim, hp->n_heads, hp->head_dim, cs, hp->rope_dims);
+      rope_apply(s->k + (size_t)i * kvd, hp->n_kv_heads, hp->head_dim, cs, hp->rope_dims);
+    }
     int p = r->b->pos[i], blk = r->b->tables[r->b->seq[i]][p / bs];
     uint16_t *kr = llm_kv_k(r->kv, r->layer, blk) + (size_t)(p % bs) * kvd;
     uint16_t *vr = llm_kv_v(r->kv, r->layer, blk) + (size_t)(p % bs) * kvd;
@@ -449,20 +586,26 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
   for (int i = 0; i < n; i++)
     llm_dequant_row(m->tok_embd->type, (const uint8_t *)m->tok_embd->data + (size_t)b->token[i] * erow,
                     s->x + (size_t)i * dim, dim);
-  /* rope cos/sin per token, computed as ggml does (theta *= theta_scale) */
-  float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dims);
-  for (int i = 0; i < n; i++) {
-    float theta = (float)b->pos[i], *cs = s->rope + (size_t)i * hp->rope_dims;
-    for (int d = 0; d < hp->rope_dims; d += 2) {
-      cs[d] = cosf(theta);
-      cs[d + 1] = sinf(theta);
-      theta *= theta_scale;
+  /* rope cos/sin per token, computed as ggml does (theta *= theta_scale); gemma3's local
+   * layers have their own base */
+  bool gemma3 = hp->arch == LLM_ARCH_GEMMA3;
+  for (int c = 0; c < (gemma3 && hp->n_swa ? 2 : 1); c++) {
+    float theta_scale = powf(c ? hp->rope_base_swa : hp->rope_base, -2.0f / (float)hp->rope_dims);
+    for (int i = 0; i < n; i++) {
+      float theta = (float)b->pos[i], *cs = (c ? s->rope_swa : s->rope) + (size_t)i * hp->rope_dims;
+      for (int d = 0; d < hp->rope_dims; d += 2) {
+        cs[d] = cosf(theta);
+        cs[d + 1] = sinf(theta);
+        theta *= theta_scale;
+      }
     }
   }
   const float *no = m->out_norm->data;
-  /* x -> xb = rmsnorm(x) -> xq (quantised for Q/K/V) */
+  /* x -> xb = rmsnorm(x) -> xq (quantised for Q/K/V); gemma3 scales the embeddings by
+   * sqrt(dim) first (ggml_scale by sqrtf(n_embd)) */
   rows_ctx rc = {s->x, NULL, m->layers[0].attn_norm->data, s->xb, NULL, in_type(m->layers[0].wq), s->xq, dim, n,
                  hp->norm_eps};
+  if (gemma3) rc.in_scale = sqrtf((float)dim);
   rows_run(pool, &rc);
   for (int l = 0; l < hp->n_layers; l++) {
     const layer_w *L = &m->layers[l];
@@ -474,23 +617,26 @@ void llm_model_forward(const llm_model *m, llm_kv *kv, llm_pool *pool, llm_scrat
     int att_parts = 4 * llm_pool_size(pool) < n * hp->n_heads ? 4 * llm_pool_size(pool) : n * hp->n_heads;
     llm_pool_run_chunks(pool, att_task, &ac, att_parts);
     /* xb2 (attention output) -> xq for wo */
-    rc = (rows_ctx){NULL, NULL, NULL, s->xb2, NULL, in_type(L->wo), s->xq, dim, n, hp->norm_eps};
+    rc = (rows_ctx){NULL, NULL, NULL, s->xb2, NULL, in_type(L->wo), s->xq, hp->q_dim, n, hp->norm_eps};
     rows_run(pool, &rc);
     matmul_same_input(pool, s, &L->wo, &s->xb, 1, s->xb2, n, rc.qt);
-    /* x += xb; xb = rmsnorm(x) -> xq for gate/up */
+    /* x += xb (gemma3: x += rmsnorm(xb) * post_attention_norm); xb = rmsnorm(x) -> xq for gate/up */
     rc = (rows_ctx){s->x, s->xb, L->ffn_norm->data, s->xb, NULL, in_type(L->w_gate), s->xq, dim, n, hp->norm_eps};
+    if (gemma3) rc.res_norm_w = L->post_attn_norm->data;
     rows_run(pool, &rc);
     const llm_gguf_tensor *gu[2] = {L->w_gate, L->w_up};
     float *gu_out[2] = {s->hb, s->hb2};
     matmul_same_input(pool, s, gu, gu_out, 2, s->xb, n, rc.qt);
-    /* hb = swiglu(hb, hb2) -> xq for down */
+    /* hb = swiglu(hb, hb2) (gemma3: gelu(hb) * hb2) -> xq for down */
     rc = (rows_ctx){NULL, NULL, NULL, s->hb, s->hb2, in_type(L->w_down), s->xq, hp->ffn_dim, n, hp->norm_eps};
+    rc.gelu = gemma3;
     rows_run(pool, &rc);
     matmul_same_input(pool, s, &L->w_down, &s->xb, 1, s->hb, n, rc.qt);
     /* x += xb; then the next layer's xb = rmsnorm(x) -> xq (the last layer: the add only) */
     bool last = l + 1 == hp->n_layers;
     rc = (rows_ctx){s->x, s->xb, last ? NULL : m->layers[l + 1].attn_norm->data, s->xb, NULL,
                     last ? LLM_TYPE_COUNT_ : in_type(m->layers[l + 1].wq), s->xq, dim, n, hp->norm_eps};
+    if (gemma3) rc.res_norm_w = L->post_ffn_norm->data;
     rows_run(pool, &rc);
   }
   int nw = 0;

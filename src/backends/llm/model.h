@@ -1,4 +1,4 @@
-/* model.h: a Llama-architecture transformer over GGUF weights (mmap, no copies), and its
+/* model.h: a Llama- or Gemma-3-architecture transformer over GGUF weights (mmap, no copies), and its
  * batched forward pass over a paged KV cache.
  *
  * One forward call processes a batch of tokens from several sequences at different
@@ -18,9 +18,19 @@
 #include "backends/llm/pool.h"
 #include "cinfer/types.h"
 
+typedef enum { LLM_ARCH_LLAMA, LLM_ARCH_GEMMA3 } llm_arch;
+
 typedef struct llm_hparams {
   int n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, ctx_train, rope_dims;
   float rope_base, norm_eps;
+  llm_arch arch;
+  int q_dim;            /* n_heads * head_dim (Gemma 3's head_dim is not dim / n_heads) */
+  /* gemma3: sliding-window attention on the layers where swa[l] (window n_swa positions,
+   * the token's own included) with RoPE base rope_base_swa; the others are global with
+   * rope_base. q is multiplied by q_scale before the K.q dot (llama: 1, with kq_scale
+   * 1/sqrt(head_dim) applied to the dot instead, as ggml's soft_max_ext does). */
+  int n_swa;
+  float rope_base_swa, q_scale, kq_scale;
 } llm_hparams;
 
 typedef struct llm_model llm_model;
@@ -29,6 +39,10 @@ typedef struct llm_model llm_model;
 cinfer_status *llm_model_create(const llm_gguf *g, llm_model **out);
 void llm_model_destroy(llm_model *m);
 const llm_hparams *llm_model_hparams(const llm_model *m);
+/* "llama" or "gemma3" (general.architecture of the file) */
+const char *llm_model_arch_name(const llm_model *m);
+/* whether layer l attends through a sliding window (gemma3's local layers) */
+bool llm_model_layer_swa(const llm_model *m, int l);
 
 /* A batch: n tokens; token i belongs to sequence seq[i] (an index into tables), sits at
  * position pos[i]; logits are produced for tokens with want[i] (in order, rows of
