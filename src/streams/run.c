@@ -385,12 +385,9 @@ static void *stream_main(void *arg) {
     bool eof = false, ferr = false;
     st = streams_source_read(src, f->rgb, &eof, &ferr);
     if (eof) {
-      if (!streams_source_is_file(src)) {
-        char m[1200];
-        snprintf(m, sizeof m, "video source '%s': the stream ended (connection closed) after %llu frames",
-                 s->url, (unsigned long long)s->decoded);
-        stream_fail(s, m);
-      }
+      if (!streams_source_is_file(src) && !c->quiet) /* a network source that ended cleanly */
+        fprintf(stderr, "cinfer streams: stream %d: video source '%s' ended after %llu frames\n", s->id,
+                s->url, (unsigned long long)s->decoded);
       break;
     }
     int64_t this_seq = seq++;

@@ -38,15 +38,16 @@ static int interrupt_cb(void *arg) {
   return 0;
 }
 
+/* s->stalled is sticky: a demuxer may hand out packets it buffered before the interrupted
+ * read and report the error (AVERROR_EXIT) only on a later call. */
 static void arm(streams_source *s) {
-  s->stalled = false;
   s->deadline_ns = clock_now_ns() + (uint64_t)s->stall_ms * 1000000ull;
 }
 
 static cinfer_status *av_err(const streams_source *s, const char *what, int rc) {
   char e[AV_ERROR_MAX_STRING_SIZE] = {0};
   av_strerror(rc, e, sizeof e);
-  if (s->stalled)
+  if (s->stalled || rc == AVERROR_EXIT)
     return cinfer_status_new(CINFER_UNAVAILABLE, "video source '%s': %s: no data for %d ms (stalled)",
                              s->url, what, s->stall_ms);
   return cinfer_status_new(CINFER_INVALID_ARG, "video source '%s': %s: %s", s->url, what, e);
@@ -204,7 +205,7 @@ cinfer_status *streams_source_read(streams_source *s, uint8_t *rgb, bool *eof, b
         break;
       }
       if (rc < 0) {
-        if (!s->is_file && !s->stalled)
+        if (!s->is_file && !s->stalled && rc != AVERROR_EXIT)
           return cinfer_status_new(CINFER_UNAVAILABLE, "video source '%s': disconnected (%s)", s->url,
                                    av_err2str(rc));
         return av_err(s, "read failed", rc);
