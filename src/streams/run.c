@@ -426,6 +426,20 @@ static void *stream_main(void *arg) {
       cinfer_status_free(st);
       continue;
     }
+    if (jpeg) { /* one BYTES element: a 4-byte little-endian length, then the JPEG */
+      unsigned char *b = realloc(f->jpeg, f->jpeg_len + 4);
+      if (!b) {
+        jsonl_error(r, s, this_seq, "out of memory", false);
+        if (counted) s->errors++;
+        frame_clear(f);
+        continue;
+      }
+      memmove(b + 4, b, f->jpeg_len);
+      uint32_t l32 = (uint32_t)f->jpeg_len;
+      memcpy(b, &l32, 4);
+      f->jpeg = b;
+      f->jpeg_len += 4;
+    }
     busy[fi] = true; /* until handle_done */
     f->slot = fi;
     s->inflight++;
