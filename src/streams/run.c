@@ -97,7 +97,8 @@ void streams_usage(void *file) {
           "  --url http://H:P      or send frames to this server (KServe v2 HTTP, binary tensors)\n"
           "  --threads N           in-process: the server's thread budget (default: CPUs)\n"
           "  --every K             send every K-th frame (default 1)\n"
-          "  --fps F               pace at F frames/s instead of the source's rate\n"
+          "  --fps F|max           pace at F frames/s instead of the source's rate; max: no pacing,\n"
+          "                        each frame is sent as soon as the stream has room (throughput)\n"
           "  --max-inflight N      frames of one stream in the pipeline at once (default 1); a frame\n"
           "                        due while N are in flight is dropped\n"
           "  --stall-timeout-ms N  a source silent this long fails (default 5000)\n"
@@ -173,7 +174,14 @@ cinfer_status *streams_args_parse(streams_config *c, int argc, char **argv, bool
       case O_URL: c->url = optarg; break;
       case O_THREADS: if ((st = num("--threads", optarg, 0, 1024, &d))) return st; c->threads = (int)d; break;
       case O_EVERY: if ((st = num("--every", optarg, 1, 1000, &d))) return st; c->every = (int)d; break;
-      case O_FPS: if ((st = num("--fps", optarg, 0.01, 1000, &d))) return st; c->fps = d; break;
+      case O_FPS:
+        if (!strcmp(optarg, "max")) {
+          c->fps = -1; /* unpaced */
+          break;
+        }
+        if ((st = num("--fps", optarg, 0.01, 1000, &d))) return st;
+        c->fps = d;
+        break;
       case O_INFL: if ((st = num("--max-inflight", optarg, 1, 64, &d))) return st; c->max_inflight = (int)d; break;
       case O_STALL: if ((st = num("--stall-timeout-ms", optarg, 1, 3600000, &d))) return st; c->stall_ms = (int)d; break;
       case O_DUR: if ((st = num("--duration", optarg, 0.1, 86400, &d))) return st; c->duration_s = d; break;
@@ -203,6 +211,7 @@ cinfer_status *streams_args_parse(streams_config *c, int argc, char **argv, bool
   if (c->plot_path && !c->find_max) return cinfer_status_new(CINFER_INVALID_ARG, "--plot needs --find-max");
   if (!c->streams) c->streams = c->n_sources;
   if (c->find_max && c->duration_s == 0) c->duration_s = 10;
+  if (c->find_max && c->fps < 0) return cinfer_status_new(CINFER_INVALID_ARG, "--find-max needs paced streams, not --fps max");
   if (c->find_max && c->frames) return cinfer_status_new(CINFER_INVALID_ARG, "--find-max runs by --duration, not --frames");
   if (c->warmup_s < 0) c->warmup_s = c->find_max ? 1 : 0;
   return NULL;
@@ -366,13 +375,18 @@ static void *stream_main(void *arg) {
     stream_fail(s, "out of memory for frame buffers");
     goto out;
   }
-  uint64_t interval = (uint64_t)(1e9 / s->fps);
+  bool unpaced = c->fps < 0;
+  if (unpaced) s->fps = 0;
+  uint64_t interval = unpaced ? 0 : (uint64_t)(1e9 / s->fps);
   uint64_t start = clock_now_ns();
   int64_t seq = 0;
   bool jpeg = streams_pipeline_wants_jpeg(r->pipe);
   int consecutive_bad = 0;
   while (!stopping(s)) {
     if (c->frames && (int64_t)s->sent >= c->frames) break;
+    /* unpaced (--fps max): the next frame waits for a free place in the pipeline, so none
+     * is dropped and the stream runs as fast as the pipeline answers */
+    while (unpaced && s->inflight >= c->max_inflight && !stopping(s)) pump(s, clock_now_ns() + 50000000ull);
     /* a free buffer: one not in the pipeline (in flight < n_frames always leaves one) */
     int fi = -1;
     for (int i = 0; i < s->n_frames && fi < 0; i++)
@@ -391,7 +405,7 @@ static void *stream_main(void *arg) {
       break;
     }
     int64_t this_seq = seq++;
-    uint64_t due = start + (uint64_t)this_seq * interval;
+    uint64_t due = unpaced ? clock_now_ns() : start + (uint64_t)this_seq * interval;
     if (st) {
       if (!ferr || ++consecutive_bad > 50) {
         stream_fail(s, cinfer_status_message(st));
@@ -593,6 +607,7 @@ static void level_json(const streams_config *c, const level_result *l, cJSON *x)
   cJSON_AddNumberToObject(x, "dropped", (double)l->dropped);
   cJSON_AddNumberToObject(x, "errors", (double)l->errors);
   cJSON_AddNumberToObject(x, "failed_streams", (double)l->failed);
+  cJSON_AddNumberToObject(x, "latency_mean_ms", bench_hist_mean(l->lat) / 1e6);
   cJSON_AddNumberToObject(x, "latency_p50_ms", (double)bench_hist_percentile(l->lat, 50) / 1e6);
   cJSON_AddNumberToObject(x, "latency_p99_ms", (double)bench_hist_percentile(l->lat, 99) / 1e6);
   cJSON_AddNumberToObject(x, "latency_max_ms", (double)bench_hist_max(l->lat) / 1e6);
