@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -133,13 +134,20 @@ cinfer_status *streams_frame_set_outputs(streams_frame *f, const streams_output 
   cbuf b = {0};
   cbuf_puts(&b, "{");
   for (int i = 0; i < n; i++) {
-    int64_t el = 1;
-    for (int d = 0; d < o[i].ndim; d++) el *= o[i].shape[d] < 0 ? 0 : o[i].shape[d];
-    size_t es = cinfer_dtype_size(o[i].dtype);
-    if (o[i].dtype != CINFER_TYPE_BYTES && es && (size_t)el * es > o[i].byte_size) {
+    /* elements, saturating (a remote answer's shape is outside input) */
+    uint64_t el = 1;
+    for (int d = 0; d < o[i].ndim; d++) {
+      uint64_t v = o[i].shape[d] < 0 ? 0 : (uint64_t)o[i].shape[d];
+      el = v && el > UINT64_MAX / 2 / v ? UINT64_MAX / 2 : el * v;
+    }
+    cinfer_dtype dt = o[i].dtype;
+    bool known = dt == CINFER_TYPE_FP32 || dt == CINFER_TYPE_INT32 || dt == CINFER_TYPE_INT64 ||
+                 dt == CINFER_TYPE_UINT8 || dt == CINFER_TYPE_BYTES;
+    size_t es = cinfer_dtype_size(dt);
+    if (dt != CINFER_TYPE_BYTES && known && (el > SIZE_MAX / 8 || el * es > o[i].byte_size)) {
       cbuf_free(&b);
-      return cinfer_status_new(CINFER_INTERNAL, "output '%s': %zu bytes for %lld elements", o[i].name,
-                               o[i].byte_size, (long long)el);
+      return cinfer_status_new(CINFER_INTERNAL, "output '%s': %zu bytes for %llu elements", o[i].name,
+                               o[i].byte_size, (unsigned long long)el);
     }
     if (i) cbuf_puts(&b, ",");
     cbuf_json_string(&b, o[i].name, strlen(o[i].name));
@@ -149,6 +157,10 @@ cinfer_status *streams_frame_set_outputs(streams_frame *f, const streams_output 
     bool bad = false;
     if (el == 0 && o[i].ndim) {
       cbuf_puts(&b, "[]");
+      continue;
+    }
+    if (!known) { /* a type no pipeline output has: named, not printed */
+      cbuf_printf(&b, "{\"datatype\":\"%s\"}", cinfer_dtype_name(dt));
       continue;
     }
     json_elems(&b, &o[i], 0, &idx, &bp, end, &bad);
@@ -427,8 +439,11 @@ static cinfer_status *http_exchange_once(streams_pipeline *p, int *fd, const cbu
   return cinfer_status_new(CINFER_UNAVAILABLE, "%s:%s closed the connection", p->host, p->port);
 }
 
-/* KServe response (JSON header + binary tensors, or all JSON) to the frame's outputs. */
-static cinfer_status *http_outputs(streams_frame *f, const cbuf *body, long long ihcl) {
+cinfer_status *streams_kserve_response(streams_frame *f, const char *data, size_t len, long long ihcl) {
+  const struct {
+    const char *data;
+    size_t len;
+  } b0 = {data, len}, *body = &b0;
   size_t jl = ihcl >= 0 ? (size_t)ihcl : body->len;
   if (jl > body->len) return cinfer_status_new(CINFER_INTERNAL, "Inference-Header-Content-Length past the body");
   cJSON *j = cJSON_ParseWithLength(body->data, jl);
@@ -458,15 +473,21 @@ static cinfer_status *http_outputs(streams_frame *f, const cbuf *body, long long
     t->name = nm->valuestring;
     t->dtype = cinfer_dtype_parse(dt->valuestring, strlen(dt->valuestring));
     const cJSON *d;
-    int64_t el = 1;
     cJSON_ArrayForEach(d, sh) {
-      t->shape[t->ndim] = (int64_t)d->valuedouble;
-      el *= t->shape[t->ndim] > 0 ? t->shape[t->ndim] : 0;
-      t->ndim++;
+      if (!cJSON_IsNumber(d) || !(d->valuedouble >= 0 && d->valuedouble <= 1e12) ||
+          d->valuedouble != (double)(int64_t)d->valuedouble) {
+        st = cinfer_status_new(CINFER_INTERNAL, "output '%s': bad shape", t->name);
+        goto out;
+      }
+      t->shape[t->ndim++] = (int64_t)d->valuedouble;
     }
     const cJSON *bs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(x, "parameters"),
                                                        "binary_data_size");
     if (cJSON_IsNumber(bs)) {
+      if (!(bs->valuedouble >= 0 && bs->valuedouble <= (double)(body->len - off))) {
+        st = cinfer_status_new(CINFER_INTERNAL, "output '%s': binary data past the body", t->name);
+        goto out;
+      }
       size_t sz = (size_t)bs->valuedouble;
       if (sz > body->len - off) {
         st = cinfer_status_new(CINFER_INTERNAL, "output '%s': binary data past the body", t->name);
@@ -485,7 +506,8 @@ static cinfer_status *http_outputs(streams_frame *f, const cbuf *body, long long
           cbuf_put(&b, &l, 4);
           cbuf_put(&b, v->valuestring, l);
         } else if (t->dtype == CINFER_TYPE_FP32 && cJSON_IsNumber(v)) {
-          float fv = (float)v->valuedouble;
+          double dv = v->valuedouble;
+          float fv = dv > 3.4e38 ? INFINITY : dv < -3.4e38 ? -INFINITY : (float)dv;
           cbuf_put(&b, &fv, 4);
         } else {
           cbuf_free(&b);
@@ -494,7 +516,6 @@ static cinfer_status *http_outputs(streams_frame *f, const cbuf *body, long long
           goto out;
         }
       }
-      (void)el;
       own[i] = b.data;
       t->data = b.data ? b.data : "";
       t->byte_size = b.len;
@@ -550,7 +571,7 @@ static void http_run_frame(streams_pipeline *p, int *fd, streams_frame *f, cbuf 
     cJSON_Delete(j);
     return;
   }
-  f->error = http_outputs(f, body, ihcl);
+  f->error = streams_kserve_response(f, body->data ? body->data : "", body->len, ihcl);
 }
 
 static void *sender_main(void *arg) {

@@ -141,6 +141,10 @@ typedef struct streams_output {
   size_t byte_size;
 } streams_output;
 cinfer_status *streams_frame_set_outputs(streams_frame *f, const streams_output *o, int n);
+/* A KServe v2 infer response body (JSON header of ihcl bytes + binary tensors; ihcl < 0:
+ * all JSON) to f's outputs. Outside input: every length and shape is checked (INTERNAL with
+ * the reason, never a read past data[len)). Fuzzed by fuzz/fuzz_streams_response.c. */
+cinfer_status *streams_kserve_response(streams_frame *f, const char *data, size_t len, long long ihcl);
 
 /* ---- live page (live.c) ------------------------------------------------------------- */
 
