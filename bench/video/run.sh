@@ -41,7 +41,9 @@ for m in retinaface_pre retinaface_mnet25_v2 retinaface_post crop_ssrnet crop_ex
          ultraface_post face_detect_frames; do
   mkdir -p "$nobatch/$m"
   sed '/^dynamic_batching/d' "$repo/$m/config.pbtxt" > "$nobatch/$m/config.pbtxt"
-  for v in "$repo/$m"/*/; do ln -s "$(realpath "$v")" "$nobatch/$m/$(basename "$v")"; done
+  for v in "$repo/$m"/*; do  # versions, labels files: everything but the config
+    [ "$(basename "$v")" = config.pbtxt ] || ln -s "$(realpath "$v")" "$nobatch/$m/$(basename "$v")"
+  done
 done
 
 timed() { # timed NAME CMD...: wall and CPU seconds of CMD into $OUT/NAME.time
@@ -58,7 +60,7 @@ for k in 1 4; do
     --model-repository "$repo" --threads "$THREADS" --fps max --max-inflight $k --frames "$FRAMES" \
     --jsonl "$OUT/cinfer_inflight$k.jsonl" --json "$OUT/cinfer_inflight$k.json" > "$OUT/cinfer_inflight$k.txt" 2>&1
 done
-"$PY" bench/video/compare.py "$OUT/py.jsonl" "$OUT/cinfer_inflight1.jsonl" | tee -a "$OUT/summary.txt"
+{ "$PY" bench/video/compare.py "$OUT/py.jsonl" "$OUT/cinfer_inflight1.jsonl" || true; } | tee -a "$OUT/summary.txt"
 for n in py cinfer_inflight1 cinfer_inflight4; do
   read -r wall usr sys < "$OUT/$n.time"
   echo "$n: $FRAMES frames in $wall s wall: $(echo "$FRAMES / $wall" | bc -l | cut -c1-6) frames/s;" \
@@ -75,7 +77,7 @@ for model in face_detect_frames face_analytics_frames; do
       --threads "$THREADS" --fps max --duration "$DUR" --warmup 2 --json "$OUT/s8_${model}_$r.json" \
       --quiet > /dev/null 2>&1 || true
     "$PY" -c "import json,sys; t=json.load(open(sys.argv[1]))['total']; print(f\"$model $r: {t['fps_total']:.2f} frames/s, p50 {t['latency_p50_ms']:.0f} ms, p99 {t['latency_p99_ms']:.0f} ms\")" \
-      "$OUT/s8_${model}_$r.json" | tee -a "$OUT/summary.txt"
+      "$OUT/s8_${model}_$r.json" 2>/dev/null | tee -a "$OUT/summary.txt" || echo "$model $r: failed" | tee -a "$OUT/summary.txt"
   done
 done
 
@@ -95,7 +97,7 @@ row() { # row LABEL URL_OR_REPO...
   "$BIN" streams --source "$video" --streams 8 --model face_analytics_frames "$@" --fps max \
     --duration "$DUR" --warmup 2 --json "$OUT/seed_$label.json" --quiet > /dev/null 2>&1 || true
   "$PY" -c "import json,sys; t=json.load(open(sys.argv[1]))['total']; print(f\"| {sys.argv[2]} | {t['latency_mean_ms']:.0f} | {t['latency_p99_ms']:.0f} | {t['fps_total']:.2f} |\")" \
-    "$OUT/seed_$label.json" "$label" | tee -a "$OUT/summary.txt"
+    "$OUT/seed_$label.json" "$label" 2>/dev/null | tee -a "$OUT/summary.txt" || echo "| $label | failed | | |" | tee -a "$OUT/summary.txt"
 }
 echo "| deployment | mean latency (ms) | p99 latency (ms) | frames/s |" | tee -a "$OUT/summary.txt"
 row no-batching --model-repository "$nobatch" --threads "$THREADS"
