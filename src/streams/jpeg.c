@@ -26,18 +26,23 @@ cinfer_status *streams_jpeg_encode(const uint8_t *rgb, int w, int h, int quality
   *len = 0;
   struct jpeg_compress_struct c;
   jerr e;
+  /* The destination buffer's pointer lives in a heap cell set before setjmp and never
+   * changed after it, so the error path can free what libjpeg allocated so far. */
+  struct memdst {
+    unsigned char *buf;
+    unsigned long n;
+  } *md = calloc(1, sizeof *md);
+  if (!md) return cinfer_status_oom(NULL);
   c.err = jpeg_std_error(&e.mgr);
   e.mgr.error_exit = jerr_exit;
-  unsigned char *volatile buf = NULL;
-  unsigned long n = 0;
   if (setjmp(e.jb)) {
     jpeg_destroy_compress(&c);
-    free(buf);
+    free(md->buf);
+    free(md);
     return cinfer_status_new(CINFER_INTERNAL, "JPEG encoding failed: %s", e.msg);
   }
   jpeg_create_compress(&c);
-  unsigned char *b = NULL;
-  jpeg_mem_dest(&c, &b, &n);
+  jpeg_mem_dest(&c, &md->buf, &md->n);
   c.image_width = (JDIMENSION)w;
   c.image_height = (JDIMENSION)h;
   c.input_components = 3;
@@ -50,10 +55,10 @@ cinfer_status *streams_jpeg_encode(const uint8_t *rgb, int w, int h, int quality
     jpeg_write_scanlines(&c, &row, 1);
   }
   jpeg_finish_compress(&c);
-  buf = b;
   jpeg_destroy_compress(&c);
-  *out = buf;
-  *len = n;
+  *out = md->buf;
+  *len = md->n;
+  free(md);
   return NULL;
 }
 

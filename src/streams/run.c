@@ -514,6 +514,10 @@ static int run_level(run *r, int n, level_result *res, bool print) {
     pthread_cond_init(&s->cv, NULL);
     s->lat = bench_hist_create();
     if (s->lat && !pthread_create(&s->th, NULL, stream_main, s)) s->started = true;
+    else {
+      snprintf(s->error, sizeof s->error, "cannot start the stream (out of memory or threads)");
+      s->failed = true;
+    }
   }
   if (c->duration_s > 0) {
     uint64_t end = clock_now_ns() + (uint64_t)(c->duration_s * 1e9 + r->warmup_s * 1e9);
@@ -552,8 +556,8 @@ static int run_level(run *r, int n, level_result *res, bool print) {
       printf("%-6d %-34s %8.2f %9.2f %9llu %8llu %8llu %7llu %9.1f %9.1f%s%s\n", i, ul > 34 ? u + ul - 34 : u,
              s->fps / c->every, fps, (unsigned long long)s->sent, (unsigned long long)s->delivered,
              (unsigned long long)s->dropped, (unsigned long long)(s->errors + s->frame_errors),
-             (double)bench_hist_percentile(s->lat, 50) / 1e6, (double)bench_hist_percentile(s->lat, 99) / 1e6,
-             s->error[0] ? "  last error: " : "", s->error);
+             s->lat ? (double)bench_hist_percentile(s->lat, 50) / 1e6 : 0,
+             s->lat ? (double)bench_hist_percentile(s->lat, 99) / 1e6 : 0, s->error[0] ? "  last error: " : "", s->error);
     }
   }
   if (!n) res->fps_min = 0;
@@ -590,8 +594,8 @@ static void streams_json(run *r, cJSON *o) {
     cJSON_AddNumberToObject(x, "dropped", (double)s->dropped);
     cJSON_AddNumberToObject(x, "errors", (double)s->errors);
     cJSON_AddNumberToObject(x, "frame_errors", (double)s->frame_errors);
-    cJSON_AddNumberToObject(x, "latency_p50_ms", (double)bench_hist_percentile(s->lat, 50) / 1e6);
-    cJSON_AddNumberToObject(x, "latency_p99_ms", (double)bench_hist_percentile(s->lat, 99) / 1e6);
+    cJSON_AddNumberToObject(x, "latency_p50_ms", s->lat ? (double)bench_hist_percentile(s->lat, 50) / 1e6 : 0);
+    cJSON_AddNumberToObject(x, "latency_p99_ms", s->lat ? (double)bench_hist_percentile(s->lat, 99) / 1e6 : 0);
     cJSON_AddBoolToObject(x, "failed", s->failed);
     if (s->error[0]) cJSON_AddStringToObject(x, "last_error", s->error);
     cJSON_AddItemToArray(a, x);
