@@ -75,8 +75,9 @@ cinfer_status *streams_source_open(const char *url, bool loop, int stall_ms, str
   s->fmt->interrupt_callback.callback = interrupt_cb;
   s->fmt->interrupt_callback.opaque = s;
   AVDictionary *opt = NULL;
-  char us[32];
-  snprintf(us, sizeof us, "%lld", (long long)s->stall_ms * 1000);
+  char us[32]; /* libav's own timeouts at twice the stall bound: the interrupt callback,
+                 which names the stall, fires first */
+  snprintf(us, sizeof us, "%lld", (long long)s->stall_ms * 2000);
   if (!s->is_file) {
     av_dict_set(&opt, "rw_timeout", us, 0); /* http, tcp */
     av_dict_set(&opt, "timeout", us, 0);    /* rtsp: socket timeout */

@@ -335,12 +335,13 @@ def test_bad_flags_name_the_flag(work):
 
 def test_find_max_writes_levels_a_plot_and_the_cost(work):
     """The search itself (not a machine's capacity): an SLO no frame can meet gives 0
-    streams; every level is in the JSON and the plot."""
+    streams; every level is in the JSON and the plot. The fps target is one frame in 3 s,
+    which any machine holds, so the SLO is what decides."""
     repo = copy_repo(DETECT_MODELS)
     js, svg = os.path.join(work, "fm.json"), os.path.join(work, "fm.svg")
     p = streams("--source", os.path.join(work, "astro.mp4"), "--model", "face_detect_frames",
-                "--model-repository", repo, "--find-max", "--duration", "1", "--warmup", "0.2",
-                "--max-streams", "2", "--slo-p99", "0.001", "--cost-per-hour", "1.5",
+                "--model-repository", repo, "--find-max", "--duration", "3", "--warmup", "0.2",
+                "--max-streams", "2", "--slo-p99", "0.001", "--target-fps", "0.2", "--cost-per-hour", "1.5",
                 "--json", js, "--plot", svg)
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.load(open(js))
@@ -349,10 +350,11 @@ def test_find_max_writes_levels_a_plot_and_the_cost(work):
     assert r["levels"][0]["delivered"] > 0 and r["levels"][0]["cost_per_1k_frames"] > 0
     text = open(svg).read()
     assert text.startswith("<?xml") and "1 streams (fail)" in text and "p99" in text
-    # a generous SLO and target: the search climbs to the bound
+    # a generous SLO and target (one frame in 3 s is enough, whatever the machine's load):
+    # the search climbs to the bound
     p = streams("--source", os.path.join(work, "astro.mp4"), "--model", "face_detect_frames",
-                "--model-repository", repo, "--find-max", "--duration", "1", "--warmup", "0.2",
-                "--max-streams", "2", "--slo-p99", "1e6", "--target-fps", "0.5", "--json", js)
+                "--model-repository", repo, "--find-max", "--duration", "3", "--warmup", "0.2",
+                "--max-streams", "2", "--slo-p99", "1e6", "--target-fps", "0.2", "--json", js)
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.load(open(js))
     assert r["max_streams_passing"] == 2 and [lv["streams"] for lv in r["levels"]] == [1, 2]
