@@ -135,7 +135,7 @@ def test_face_analytics_in_process_matches_the_reference_frame_by_frame(work):
     repo = copy_repo(PIPE_MODELS)
     out, summary = os.path.join(work, "fa.jsonl"), os.path.join(work, "fa.json")
     # 8 frames paced at 4 fps: whichever frames the pipeline keeps up with are delivered,
-    # each compared with the reference on the very same frame number
+    # each compared with the reference on the very same frame of the (looping) file
     p = streams("--source", video, "--model", "face_analytics_frames", "--model-repository", repo,
                 "--fps", "4", "--frames", "8", "--jsonl", out, "--json", summary)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -150,7 +150,7 @@ def test_face_analytics_in_process_matches_the_reference_frame_by_frame(work):
     for ln in lines:
         assert ln["width"] == 512 and ln["height"] == 512 and ln["latency_ms"] > 0
         o = ln["outputs"]
-        ref = vr.analyse(models, frames[ln["frame"]])
+        ref = vr.analyse(models, frames[ln["frame"] % N_FRAMES])  # a slow run loops the file
         assert len(ref) == 1 and len(o["BOXES"]) == 1, (ln["frame"], o["BOXES"], len(ref))
         r = ref[0]
         assert vr.iou(np.array(o["BOXES"][0]), r["box"]) >= 0.9, (ln["frame"], o["BOXES"], r["box"])
