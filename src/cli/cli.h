@@ -30,5 +30,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_streams(int argc, char **argv);
 
 #endif

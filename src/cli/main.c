@@ -17,6 +17,7 @@ static const cli_command commands[] = {
     {"generate", "generate text with a GGUF model (LLM engine quick run)", cmd_generate},
     {"run", "run an ONNX model on test data and compare with reference outputs", cmd_run},
     {"inspect", "describe an ONNX model: inputs, outputs, operators, batchability", cmd_inspect},
+    {"streams", "video streams through a pipeline: fps, drops, latency; --find-max; live page", cmd_streams},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

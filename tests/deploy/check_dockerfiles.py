@@ -134,8 +134,31 @@ def runtime_packages(st):
     return pk
 
 
+def depends_closure(pkgs):
+    """The listed packages and everything apt installs with them: their Depends and
+    PreDepends, recursively, as this machine's dpkg database records them (the image's
+    Debian release is the build host's). An alternative (a | b) counts its first choice.
+    FFmpeg's libraries alone pull ~100 packages; listing those by hand would only rot."""
+    seen, todo = set(), list(pkgs)
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        r = subprocess.run(["dpkg-query", "-W", "-f", "${Depends}, ${Pre-Depends}", p],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            continue
+        for dep in r.stdout.split(","):
+            name = dep.split("|")[0].strip().split(" ")[0].split(":")[0]
+            if name and name not in seen:
+                todo.append(name)
+    return seen
+
+
 def check_binary_libs(binary, pkgs):
     errs = []
+    pkgs = depends_closure(pkgs)
     out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=60).stdout
     libs = re.findall(r"=>\s*(/\S+)", out)
     # under sanitizers the binary also links the compiler's runtimes: not shipped in images
