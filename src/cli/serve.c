@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "core/log.h"
 #include "frontend/frontend.h"
+#include "frontend/shm.h"
 #include "grpc/grpc.h"
 
 static void serve_usage(FILE *f) {
@@ -267,7 +268,16 @@ int cmd_serve(int argc, char **argv) {
     cinfer_server_destroy(s);
     goto out;
   }
-  frontend_opts fo = {.host = host, .http_port = (uint16_t)port, .metrics_port = (int)mport,
+  /* One shared-memory registry for both endpoints: a region registered over HTTP is usable
+   * over gRPC and the reverse (Triton has one SharedMemoryManager). */
+  shm_registry *shm = NULL;
+  if ((st = shm_registry_create(&shm))) {
+    LOG_E("cinfer serve: %s", cinfer_status_message(st));
+    cinfer_status_free(st);
+    cinfer_server_destroy(s);
+    goto out;
+  }
+  frontend_opts fo = {.shm = shm, .host = host, .http_port = (uint16_t)port, .metrics_port = (int)mport,
                       .io_threads = (int)io, .max_body_bytes = (size_t)body,
                       .max_tensor_elements = elems, .header_timeout_ms = (int)hto,
                       .body_timeout_ms = (int)bto, .idle_timeout_ms = (int)ito,
@@ -279,19 +289,21 @@ int cmd_serve(int argc, char **argv) {
     LOG_E("cinfer serve: %s", cinfer_status_message(st));
     cinfer_status_free(st);
     cinfer_server_destroy(s);
+    shm_registry_destroy(shm);
     goto out;
   }
   grpc_server *gs = NULL;
   if (grpc_port >= 0) {
     grpc_opts go = {.host = host, .port = (uint16_t)grpc_port, .io_threads = (int)io,
                     .max_message_bytes = (size_t)(grpc_msg ? grpc_msg : body),
-                    .max_tensor_elements = elems};
+                    .max_tensor_elements = elems, .shm = shm};
     if ((st = grpc_server_start(s, &go, &gs))) {
       LOG_E("cinfer serve: gRPC port %lld: %s", grpc_port, cinfer_status_message(st));
       cinfer_status_free(st);
       frontend_shutdown(fe, 0);
       frontend_destroy(fe);
       cinfer_server_destroy(s);
+      shm_registry_destroy(shm);
       goto out;
     }
   }
@@ -313,6 +325,7 @@ int cmd_serve(int argc, char **argv) {
   grpc_server_destroy(gs);
   frontend_destroy(fe);
   cinfer_server_destroy(s);
+  shm_registry_destroy(shm); /* after both endpoints: their requests hold regions */
   LOG_I("cinfer serve: stopped");
   rc = 0;
 out:

@@ -19,6 +19,10 @@ typedef struct grpc_opts {
   int io_threads;              /* loops, one SO_REUSEPORT listener each (default 1) */
   size_t max_message_bytes;    /* largest request message (after decompression) */
   int64_t max_tensor_elements; /* per input, as over HTTP */
+  /* The system shared-memory registry shared with the HTTP endpoint (borrowed; it must
+   * outlive the server). NULL: the shared-memory RPCs answer UNAVAILABLE and requests
+   * naming a region are refused. */
+  struct shm_registry *shm;
 } grpc_opts;
 
 cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_server **out);

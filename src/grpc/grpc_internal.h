@@ -41,6 +41,7 @@ struct grpc_server {
   cinfer_server *server;
   kserve_limits limits;
   size_t max_msg;
+  shm_registry *shm;      /* borrowed (grpc_opts.shm) */
   uint16_t port;
   gloop *loops;
   int n_loops;

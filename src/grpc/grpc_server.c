@@ -567,6 +567,7 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
   grpc_server *g = calloc(1, sizeof *g);
   if (!g) return cinfer_status_oom("grpc server");
   g->server = s;
+  g->shm = o->shm;
   g->max_msg = o->max_message_bytes ? o->max_message_bytes : (256u << 20);
   if (g->max_msg > UINT32_MAX) g->max_msg = UINT32_MAX;
   g->limits.max_tensor_elements = o->max_tensor_elements > 0 ? o->max_tensor_elements : (1 << 26);
