@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "frontend/settings.h"
 #include "grpc/grpc_codec.h"
 #include "grpc/grpc_internal.h"
 #include "grpc/grpc_wire.h"
@@ -59,6 +60,8 @@ DEF_UNPACK(Inference__SystemSharedMemoryUnregisterRequest, inference__system_sha
 DEF_UNPACK(Inference__CudaSharedMemoryStatusRequest, inference__cuda_shared_memory_status_request)
 DEF_UNPACK(Inference__CudaSharedMemoryRegisterRequest, inference__cuda_shared_memory_register_request)
 DEF_UNPACK(Inference__CudaSharedMemoryUnregisterRequest, inference__cuda_shared_memory_unregister_request)
+DEF_UNPACK(Inference__TraceSettingRequest, inference__trace_setting_request)
+DEF_UNPACK(Inference__LogSettingsRequest, inference__log_settings_request)
 
 /* ---- health and metadata ---------------------------------------------------------------- */
 
@@ -92,12 +95,12 @@ static void rpc_model_ready(gstream *gs, const uint8_t *msg, size_t len) {
 
 static void rpc_server_metadata(gstream *gs, const uint8_t *msg, size_t len) {
   /* The HTTP endpoint's list (GET /v2) less what this endpoint does not serve: the
-   * classification output parameter (refused here), trace and logging (UNIMPLEMENTED here),
-   * and generate (an HTTP-only extension). test_grpc checks the two lists differ by exactly
-   * these. */
+   * classification output parameter (refused here) and generate (an HTTP-only extension).
+   * test_grpc checks the two lists differ by exactly these. */
   static char *ext[] = {"sequence", "sequence(string_id)", "binary_tensor_data", "model_configuration",
                         "model_repository", "parameters", "schedule_policy", "statistics",
-                        "system_shared_memory", "model_repository(unload_dependents)"};
+                        "system_shared_memory", "trace", "logging",
+                        "model_repository(unload_dependents)"};
   Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
   r.name = "cinfer";
   r.version = CINFER_VERSION;
@@ -896,11 +899,140 @@ static void rpc_cuda_unregister(gstream *gs, const uint8_t *msg, size_t len) {
   reply(gs, &resp.base);
 }
 
-static void rpc_trace(gstream *gs, const uint8_t *msg, size_t len) {
-  gstream_finish(gs, GRPC_UNIMPLEMENTED, "TraceSetting is not supported over gRPC yet");
+/* ---- trace and log settings: the HTTP endpoint's rules (frontend/settings.h) --------------- */
+
+/* The update as the HTTP endpoint's JSON object, so the rules and texts are settings.c's. A
+ * setting with no value clears it (JSON null); trace_level is a list; every other trace
+ * setting takes one value (Triton's text otherwise). */
+static cinfer_status *trace_json(const Inference__TraceSettingRequest *q, char **out) {
+  *out = NULL;
+  if (!q->n_settings) return NULL;
+  cJSON *j = cJSON_CreateObject();
+  for (size_t i = 0; j && i < q->n_settings; i++) {
+    const char *k = q->settings[i]->key;
+    const Inference__TraceSettingRequest__SettingValue *v = q->settings[i]->value;
+    size_t n = v ? v->n_value : 0;
+    cJSON *x;
+    if (!n) {
+      x = cJSON_CreateNull();
+    } else if (!strcmp(k, "trace_level")) {
+      x = cJSON_CreateArray();
+      for (size_t e = 0; x && e < n; e++) cJSON_AddItemToArray(x, cJSON_CreateString(v->value[e]));
+    } else if (n == 1) {
+      x = cJSON_CreateString(v->value[0]);
+    } else {
+      cJSON_Delete(j);
+      return cinfer_status_new(CINFER_INVALID_ARG, "expect only 1 value for '%.100s'", k);
+    }
+    if (!x) break;
+    cJSON_AddItemToObject(j, k, x);
+  }
+  *out = j ? cJSON_PrintUnformatted(j) : NULL;
+  cJSON_Delete(j);
+  return *out ? NULL : cinfer_status_oom(NULL);
 }
+
+static void rpc_trace(gstream *gs, const uint8_t *msg, size_t len) {
+  UNPACK(Inference__TraceSettingRequest, q, msg, len);
+  char *body;
+  cinfer_status *st = trace_json(q, &body);
+  cinfer_trace_setting v;
+  if (!st) st = settings_trace_apply(gstream_server(gs)->server, q->model_name[0] ? q->model_name : NULL,
+                                     body, body ? strlen(body) : 0, &v);
+  free(body);
+  Inference__TraceSettingRequest_free(q);
+  if (st) return gstream_finish_status(gs, st);
+  char *levels[2];
+  size_t nl = 0;
+  if (!v.level) levels[nl++] = "OFF";
+  if (v.level & CINFER_TRACE_TIMESTAMPS) levels[nl++] = "TIMESTAMPS";
+  if (v.level & CINFER_TRACE_TENSORS) levels[nl++] = "TENSORS";
+  char rate[16], count[16], freq[16];
+  snprintf(rate, sizeof rate, "%u", v.rate);
+  snprintf(count, sizeof count, "%d", v.count);
+  snprintf(freq, sizeof freq, "%u", v.log_frequency);
+  char *one[5] = {rate, count, freq, v.file, "triton"};
+  static const char *const keys[6] = {"trace_level", "trace_rate", "trace_count", "log_frequency",
+                                      "trace_file", "trace_mode"};
+  Inference__TraceSettingResponse__SettingValue val[6];
+  Inference__TraceSettingResponse__SettingsEntry ent[6], *ep[6];
+  for (int i = 0; i < 6; i++) {
+    inference__trace_setting_response__setting_value__init(&val[i]);
+    inference__trace_setting_response__settings_entry__init(&ent[i]);
+    val[i].n_value = i ? 1 : nl;
+    val[i].value = i ? &one[i - 1] : levels;
+    ent[i].key = (char *)keys[i];
+    ent[i].value = &val[i];
+    ep[i] = &ent[i];
+  }
+  Inference__TraceSettingResponse r = INFERENCE__TRACE_SETTING_RESPONSE__INIT;
+  r.n_settings = 6;
+  r.settings = ep;
+  reply(gs, &r.base);
+}
+
+static cinfer_status *log_json(const Inference__LogSettingsRequest *q, char **out) {
+  *out = NULL;
+  if (!q->n_settings) return NULL;
+  cJSON *j = cJSON_CreateObject();
+  for (size_t i = 0; j && i < q->n_settings; i++) {
+    const Inference__LogSettingsRequest__SettingValue *v = q->settings[i]->value;
+    cJSON *x;
+    switch (v ? v->parameter_choice_case : 0) {
+      case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM:
+        x = cJSON_CreateBool(v->bool_param);
+        break;
+      case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM:
+        x = cJSON_CreateNumber(v->uint32_param);
+        break;
+      case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM:
+        x = cJSON_CreateString(v->string_param);
+        break;
+      default: x = cJSON_CreateNull(); break;
+    }
+    if (!x) break;
+    cJSON_AddItemToObject(j, q->settings[i]->key, x);
+  }
+  *out = j ? cJSON_PrintUnformatted(j) : NULL;
+  cJSON_Delete(j);
+  return *out ? NULL : cinfer_status_oom(NULL);
+}
+
 static void rpc_log(gstream *gs, const uint8_t *msg, size_t len) {
-  gstream_finish(gs, GRPC_UNIMPLEMENTED, "LogSettings is not supported over gRPC yet");
+  UNPACK(Inference__LogSettingsRequest, q, msg, len);
+  char *body;
+  cinfer_status *st = log_json(q, &body);
+  settings_log_view v;
+  if (!st) st = settings_logging_apply(body, body ? strlen(body) : 0, &v);
+  free(body);
+  Inference__LogSettingsRequest_free(q);
+  if (st) return gstream_finish_status(gs, st);
+  static const char *const keys[6] = {"log_file", "log_info", "log_warning", "log_error",
+                                      "log_verbose_level", "log_format"};
+  Inference__LogSettingsResponse__SettingValue val[6];
+  Inference__LogSettingsResponse__SettingsEntry ent[6], *ep[6];
+  for (int i = 0; i < 6; i++) {
+    inference__log_settings_response__setting_value__init(&val[i]);
+    inference__log_settings_response__settings_entry__init(&ent[i]);
+    ent[i].key = (char *)keys[i];
+    ent[i].value = &val[i];
+    ep[i] = &ent[i];
+  }
+  val[0].parameter_choice_case = val[5].parameter_choice_case =
+      INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM;
+  val[0].string_param = (char *)v.file;
+  val[5].string_param = (char *)v.format;
+  bool b[3] = {v.info, v.warning, v.error};
+  for (int i = 0; i < 3; i++) {
+    val[1 + i].parameter_choice_case = INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM;
+    val[1 + i].bool_param = b[i];
+  }
+  val[4].parameter_choice_case = INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM;
+  val[4].uint32_param = (uint32_t)v.verbose;
+  Inference__LogSettingsResponse r = INFERENCE__LOG_SETTINGS_RESPONSE__INIT;
+  r.n_settings = 6;
+  r.settings = ep;
+  reply(gs, &r.base);
 }
 
 static void rpc_health_check(gstream *gs, const uint8_t *msg, size_t len) {

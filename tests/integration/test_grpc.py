@@ -159,7 +159,7 @@ def test_server_and_model_metadata_match_http(server, client):
     hmd = http_json(server, "/v2")
     assert md["name"] == hmd["name"] and md["version"] == hmd["version"]
     # the same list, less the extensions whose RPCs this endpoint does not serve yet
-    http_only = {"classification", "trace", "logging", "generate"}
+    http_only = {"classification", "generate"}
     assert md["extensions"] == [e for e in hmd["extensions"] if e not in http_only]
     for m in ("identity_fp32", "identity_pair", LLM, "sim_detector"):
         g = client.get_model_metadata(m, as_json=True)
@@ -368,13 +368,6 @@ def test_repository_index_load_unload(server, client):
     assert int(client.get_model_config("identity_uint8").config.max_batch_size) == 2
     client.load_model("identity_uint8")
     assert int(client.get_model_config("identity_uint8").config.max_batch_size) == 8
-
-
-def test_unimplemented_rpcs_say_so(client):
-    for fn, what in ((client.get_trace_settings, "TraceSetting"),
-                     (client.get_log_settings, "LogSettings")):
-        code, msg = triton_status(fn)
-        assert code == "StatusCode.UNIMPLEMENTED" and what in msg
 
 
 # ---- streaming ---------------------------------------------------------------------------
