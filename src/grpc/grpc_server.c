@@ -45,6 +45,9 @@
 #define RBUF_BYTES (256u << 10)
 #define WBUF_HIGH (1u << 20)
 #define MAX_STREAMS 128
+/* A TLS client has this long to finish its handshake (a slow or silent one holds nothing
+ * longer; the HTTP side's header timeout has the same default). */
+#define TLS_HANDSHAKE_MS 10000
 
 struct gloop {
   grpc_server *srv;
@@ -93,6 +96,7 @@ struct gconn {
   SSL *ssl;              /* TLS (--grpc-use-ssl), else NULL */
   bool handshaking;      /* TLS handshake not done: no HTTP/2 yet */
   bool rd_wants_write;   /* the last SSL_read needs the socket writable */
+  loop_timer hs_timer;   /* TLS_HANDSHAKE_MS while handshaking */
   gconn *next, *prev;
 };
 
@@ -454,6 +458,7 @@ static void conn_close(gconn *c) {
   if (c->dead) return;
   c->dead = true;
   loop_io_del(c->gl->loop, &c->io);
+  loop_timer_cancel(c->gl->loop, &c->hs_timer);
   if (c->ssl) {
     if (!c->handshaking) SSL_shutdown(c->ssl); /* close_notify, best effort (non-blocking) */
     SSL_free(c->ssl);
@@ -510,6 +515,7 @@ static bool conn_handshake(gconn *c) {
   int r = SSL_do_handshake(c->ssl);
   if (r == 1) {
     c->handshaking = false;
+    loop_timer_cancel(c->gl->loop, &c->hs_timer);
     return true;
   }
   int e = SSL_get_error(c->ssl, r);
@@ -592,6 +598,14 @@ static void conn_io(loop_io *io, uint32_t ev) {
   conn_unref(c);
 }
 
+static void handshake_expired(loop_timer *t) {
+  gconn *c = (gconn *)((char *)t - offsetof(gconn, hs_timer));
+  if (c->handshaking && !c->dead) {
+    LOG_V(1, "grpc: TLS handshake not done in %d ms: closed", TLS_HANDSHAKE_MS);
+    conn_close(c);
+  }
+}
+
 static nghttp2_session_callbacks *make_callbacks(void) {
   nghttp2_session_callbacks *cb;
   if (nghttp2_session_callbacks_new(&cb)) return NULL;
@@ -629,6 +643,8 @@ static void conn_open(gloop *gl, int fd) {
     if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) goto fail;
     SSL_set_accept_state(c->ssl);
     c->handshaking = true;
+    c->hs_timer.fn = handshake_expired;
+    if (!loop_timer_at(gl->loop, &c->hs_timer, loop_now_ms(gl->loop) + TLS_HANDSHAKE_MS)) goto fail;
   }
   cinfer_status *st = loop_io_add(gl->loop, &c->io, LOOP_READ);
   if (st) {

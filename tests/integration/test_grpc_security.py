@@ -208,6 +208,26 @@ def test_tls_with_tritonclient_and_plaintext_refused(certs):
         c.close()
 
 
+def test_silent_and_slow_handshakes_are_closed(certs):
+    """Slowloris on the TLS port: a client that connects and says nothing, or sends half a
+    ClientHello, is closed when the handshake time (10 s) is up; others are served meanwhile."""
+    with tls_server(certs) as s:
+        s.wait_ready()
+        silent = socket.create_connection(("127.0.0.1", s.grpc_port), timeout=60)
+        slow = socket.create_connection(("127.0.0.1", s.grpc_port), timeout=60)
+        slow.sendall(b"\x16\x03\x01\x02\x00\x01")  # the start of a ClientHello record
+        c = tls_client(s, certs)
+        infer_ok(c)
+        for sock in (silent, slow):
+            try:
+                assert sock.recv(4096) == b""  # closed by the server (bounded by the 60 s timeout)
+            except ConnectionResetError:
+                pass
+            sock.close()
+        assert c.is_server_live()
+        c.close()
+
+
 def test_mutual_tls_needs_a_client_certificate(certs):
     with tls_server(certs, mutual=True) as s:
         s.wait_ready()
