@@ -55,6 +55,7 @@ struct gloop {
   int lfd;
   loop_io lio;
   gconn *conns;
+  gconn *dirty;          /* connections with output to flush at the batch's end */
   bool draining;
   uint8_t *rbuf;
 };
@@ -97,6 +98,8 @@ struct gconn {
   bool handshaking;      /* TLS handshake not done: no HTTP/2 yet */
   bool rd_wants_write;   /* the last SSL_read needs the socket writable */
   loop_timer hs_timer;   /* TLS_HANDSHAKE_MS while handshaking */
+  bool dirty;            /* on gl->dirty (holds a reference) */
+  gconn *dirty_next;
   gconn *next, *prev;
 };
 
@@ -143,20 +146,39 @@ static void op_unlink(gop *op) {
   op->next = op->prev = NULL;
 }
 
+/* Output of completed ops is written once per loop batch and connection (batch_end), not
+ * once per response: a batch of 16 responses on one connection is one send, and one
+ * wake-up of the client. */
+static void conn_mark_dirty(gconn *c) {
+  if (c->dead || c->dirty) return;
+  c->dirty = true;
+  c->refs++;
+  c->dirty_next = c->gl->dirty;
+  c->gl->dirty = c;
+}
+
+static void flush_dirty(gloop *gl) {
+  while (gl->dirty) {
+    gconn *c = gl->dirty;
+    gl->dirty = c->dirty_next;
+    c->dirty = false;
+    if (!c->dead) conn_flush(c);
+    conn_unref(c);
+  }
+}
+
 void gop_done(gop *op) {
   gstream *gs = op->gs;
   gconn *c = op->c;
   op_unlink(op);
   if (gs && gs->m && gs->m->streaming && gs->in_closed && !gs->ops) gstream_finish(gs, GRPC_OK, NULL);
   grpc_server *srv = c->srv;
-  if (!c->dead) conn_flush(c);
+  conn_mark_dirty(c);
   conn_unref(c);
   inflight_add(srv, -1);
 }
 
-void gop_flush(gop *op) {
-  if (!op->c->dead) conn_flush(op->c);
-}
+void gop_flush(gop *op) { conn_mark_dirty(op->c); }
 
 /* ---- streams -------------------------------------------------------------------------- */
 
@@ -683,7 +705,10 @@ static void on_accept(loop_io *io, uint32_t ev) {
 /* ---- server lifecycle ---------------------------------------------------------------------- */
 
 static void batch_begin(void *arg) { cinfer_server_defer_wakeups_begin(); }
-static void batch_end(void *arg) { cinfer_server_defer_wakeups_flush(); }
+static void batch_end(void *arg) {
+  flush_dirty(arg);
+  cinfer_server_defer_wakeups_flush();
+}
 
 cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_server **out) {
   *out = NULL;
@@ -745,7 +770,7 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
   g->port = port;
   for (int i = 0; i < g->n_loops && !st; i++) {
     /* One worker wake-up per epoll batch of requests, as the HTTP frontend does. */
-    loop_set_batch_hooks(g->loops[i].loop, batch_begin, batch_end, NULL);
+    loop_set_batch_hooks(g->loops[i].loop, batch_begin, batch_end, &g->loops[i]);
     char name[16];
     snprintf(name, sizeof name, "grpc-io-%d", i);
     if ((st = loop_start_thread(g->loops[i].loop, name))) {
@@ -843,6 +868,7 @@ void grpc_server_destroy(grpc_server *g) {
   pthread_mutex_unlock(&g->mu);
   for (int i = 0; i < g->n_loops; i++) {
     loop_join(g->loops[i].loop);
+    flush_dirty(&g->loops[i]); /* every connection is closed: only drops the references */
     loop_destroy(g->loops[i].loop);
     free(g->loops[i].rbuf);
   }
