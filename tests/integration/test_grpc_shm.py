@@ -298,9 +298,10 @@ def test_parameter_types_as_triton(server, client):
     unharmed(server)
 
 
-def test_unregister_while_in_use_keeps_answers_right(server, client):
+def test_unregister_then_register_again(server, client):
     """Unregistering a region that a finished request used leaves nothing dangling: the next
-    request naming it is NOT_FOUND, a new registration under the name works."""
+    request naming it is NOT_FOUND, a new registration under the name works. (A region
+    unregistered while a request uses it is test_shm.py's case, on the same registry.)"""
     x = np.ones((1, 8), dtype=np.float32)
     with Region("u", 32) as r:
         shm.set_shared_memory_region(r.h, [x])
