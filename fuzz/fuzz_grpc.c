@@ -40,7 +40,9 @@ static void one_message(const char *model, const uint8_t *p, size_t n) {
     cinfer_model *m = NULL;
     if (!(st = cinfer_server_model_acquire(server, model, 0, &m))) {
       cinfer_request *r = NULL;
-      if (!(st = cinfer_request_create(m, &r))) st = grpc_infer_apply(g, r);
+      if (!(st = grpc_infer_bind(g, NULL, cinfer_model_config_get(m))) &&
+          !(st = cinfer_request_create(m, &r)))
+        st = grpc_infer_apply(g, r);
       cinfer_request_release(r);
       cinfer_model_release(m);
     }

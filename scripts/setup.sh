@@ -17,6 +17,7 @@ DEB_PACKAGES=(
   libonnx-dev libonnx-testdata protobuf-c-compiler libprotobuf-c-dev  # ONNX loader
   libdnnl-dev                                 # oneDNN CPU kernels
   libnghttp2-dev zlib1g-dev                   # gRPC endpoint: HTTP/2, gzip messages
+  nghttp2-client                              # h2load: the HTTP/2 load reference (bench/grpc/bench_h2load.sh)
   nginx-light wrk prometheus yamllint         # benchmark peers and deployment checks
   python3 python3-venv python3-pip
   python3-numpy                               # bench/python: Triton's Python stub runs on Debian's python3

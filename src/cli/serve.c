@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "core/log.h"
 #include "frontend/frontend.h"
+#include "frontend/shm.h"
 #include "grpc/grpc.h"
 
 static void serve_usage(FILE *f) {
@@ -72,6 +73,14 @@ static void serve_usage(FILE *f) {
           "                               inference, shared-memory, model-config,\n"
           "                               model-repository, statistics, trace, logging) need\n"
           "                               header KEY: VALUE, else 403; repeatable (Triton's flag)\n"
+          "  --grpc-restricted-protocol GROUPS:KEY=VALUE\n"
+          "                               the same for gRPC calls (metadata KEY: VALUE, else\n"
+          "                               PERMISSION_DENIED); repeatable (Triton's flag)\n"
+          "  --grpc-use-ssl BOOL          TLS on the gRPC port (ALPN h2; default false) with\n"
+          "  --grpc-server-cert FILE      ... this certificate chain (PEM) ...\n"
+          "  --grpc-server-key FILE       ... and key; both reloaded when they change\n"
+          "  --grpc-use-ssl-mutual BOOL   clients must present a certificate signed by\n"
+          "  --grpc-root-cert FILE        ... this CA (PEM; only used for mutual TLS, as Triton)\n"
           "  -h, --help                   this help\n");
 }
 
@@ -80,7 +89,8 @@ int cmd_serve(int argc, char **argv) {
     O_REPO = 256, O_HOST, O_PORT, O_MPORT, O_MODE, O_LOAD, O_POLL, O_THREADS, O_IO,
     O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV, O_BACKEND_DIR, O_TCERT, O_TKEY, O_RAPI,
     O_LOGFILE, O_LOGINFO, O_LOGWARN, O_LOGERR, O_TRACE,
-    O_MAXIN, O_MAXCHUNKS, O_GRPC, O_GRPC_MSG
+    O_MAXIN, O_MAXCHUNKS, O_GRPC, O_GRPC_MSG, O_GRPC_RP,
+    O_GRPC_SSL, O_GRPC_CERT, O_GRPC_KEY, O_GRPC_ROOT, O_GRPC_MUTUAL
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -91,6 +101,12 @@ int cmd_serve(int argc, char **argv) {
       {"metrics-port", required_argument, 0, O_MPORT},
       {"grpc-port", required_argument, 0, O_GRPC},
       {"grpc-max-message-bytes", required_argument, 0, O_GRPC_MSG},
+      {"grpc-restricted-protocol", required_argument, 0, O_GRPC_RP},
+      {"grpc-use-ssl", required_argument, 0, O_GRPC_SSL},
+      {"grpc-server-cert", required_argument, 0, O_GRPC_CERT},
+      {"grpc-server-key", required_argument, 0, O_GRPC_KEY},
+      {"grpc-root-cert", required_argument, 0, O_GRPC_ROOT},
+      {"grpc-use-ssl-mutual", required_argument, 0, O_GRPC_MUTUAL},
       {"model-control-mode", required_argument, 0, O_MODE},
       {"load-model", required_argument, 0, O_LOAD},
       {"repository-poll-secs", required_argument, 0, O_POLL},
@@ -126,8 +142,11 @@ int cmd_serve(int argc, char **argv) {
   cinfer_model_control mode = CINFER_MODEL_CONTROL_NONE;
   const char **load = calloc((size_t)argc + 1, sizeof *load);
   const char **rapi = calloc((size_t)argc + 1, sizeof *rapi);
+  const char **grp = calloc((size_t)argc + 1, sizeof *grp);
   const char *tls_cert = NULL, *tls_key = NULL;
-  size_t n_load = 0, n_rapi = 0;
+  const char *gcert = NULL, *gkey = NULL, *groot = NULL;
+  bool gssl = false, gmutual = false;
+  size_t n_load = 0, n_rapi = 0, n_grp = 0;
   const char *log_file = NULL;
   int log_on[3] = {1, 1, 1}; /* error, warning, info */
   cinfer_trace_setting trace = {.level = 0, .rate = 1000, .count = -1, .log_frequency = 0};
@@ -182,6 +201,24 @@ int cmd_serve(int argc, char **argv) {
       case O_TCERT: tls_cert = optarg; break;
       case O_TKEY: tls_key = optarg; break;
       case O_RAPI: rapi[n_rapi++] = optarg; break;
+      case O_GRPC_RP: grp[n_grp++] = optarg; break;
+      case O_GRPC_SSL:
+      case O_GRPC_MUTUAL: {
+        bool v;
+        if (!strcmp(optarg, "true") || !strcmp(optarg, "1")) v = true;
+        else if (!strcmp(optarg, "false") || !strcmp(optarg, "0")) v = false;
+        else {
+          fprintf(stderr, "cinfer serve: --%s: '%s' is not true or false\n",
+                  c == O_GRPC_SSL ? "grpc-use-ssl" : "grpc-use-ssl-mutual", optarg);
+          goto out;
+        }
+        if (c == O_GRPC_SSL) gssl = v;
+        else gmutual = v;
+        break;
+      }
+      case O_GRPC_CERT: gcert = optarg; break;
+      case O_GRPC_KEY: gkey = optarg; break;
+      case O_GRPC_ROOT: groot = optarg; break;
       case O_LOGFILE: log_file = optarg; break;
       case O_LOGINFO:
       case O_LOGWARN:
@@ -232,6 +269,27 @@ int cmd_serve(int argc, char **argv) {
             trace.level & CINFER_TRACE_TIMESTAMPS ? "TIMESTAMPS" : "TENSORS");
     goto out;
   }
+  /* Triton: --grpc-use-ssl-mutual implies --grpc-use-ssl. */
+  if (gmutual) gssl = true;
+  if (!gssl && (gcert || gkey || groot)) {
+    fprintf(stderr, "cinfer serve: --grpc-server-cert/--grpc-server-key/--grpc-root-cert need "
+            "--grpc-use-ssl true\n");
+    goto out;
+  }
+  if (gssl && (!gcert || !gkey)) {
+    fprintf(stderr, "cinfer serve: --grpc-use-ssl needs --grpc-server-cert and --grpc-server-key\n");
+    goto out;
+  }
+  if (gmutual && !groot) {
+    fprintf(stderr, "cinfer serve: --grpc-use-ssl-mutual needs --grpc-root-cert (the CA that "
+            "signs client certificates)\n");
+    goto out;
+  }
+  if (grpc_port < 0 && (gssl || n_grp)) {
+    fprintf(stderr, "cinfer serve: --grpc-use-ssl and --grpc-restricted-protocol need the gRPC "
+            "endpoint (--grpc-port is off)\n");
+    goto out;
+  }
   if (n_load && mode != CINFER_MODEL_CONTROL_EXPLICIT) {
     fprintf(stderr, "cinfer serve: --load-model needs --model-control-mode explicit\n");
     goto out;
@@ -267,7 +325,16 @@ int cmd_serve(int argc, char **argv) {
     cinfer_server_destroy(s);
     goto out;
   }
-  frontend_opts fo = {.host = host, .http_port = (uint16_t)port, .metrics_port = (int)mport,
+  /* One shared-memory registry for both endpoints: a region registered over HTTP is usable
+   * over gRPC and the reverse (Triton has one SharedMemoryManager). */
+  shm_registry *shm = NULL;
+  if ((st = shm_registry_create(&shm))) {
+    LOG_E("cinfer serve: %s", cinfer_status_message(st));
+    cinfer_status_free(st);
+    cinfer_server_destroy(s);
+    goto out;
+  }
+  frontend_opts fo = {.shm = shm, .host = host, .http_port = (uint16_t)port, .metrics_port = (int)mport,
                       .io_threads = (int)io, .max_body_bytes = (size_t)body,
                       .max_tensor_elements = elems, .header_timeout_ms = (int)hto,
                       .body_timeout_ms = (int)bto, .idle_timeout_ms = (int)ito,
@@ -279,19 +346,23 @@ int cmd_serve(int argc, char **argv) {
     LOG_E("cinfer serve: %s", cinfer_status_message(st));
     cinfer_status_free(st);
     cinfer_server_destroy(s);
+    shm_registry_destroy(shm);
     goto out;
   }
   grpc_server *gs = NULL;
   if (grpc_port >= 0) {
     grpc_opts go = {.host = host, .port = (uint16_t)grpc_port, .io_threads = (int)io,
                     .max_message_bytes = (size_t)(grpc_msg ? grpc_msg : body),
-                    .max_tensor_elements = elems};
+                    .max_tensor_elements = elems, .shm = shm,
+                    .restricted = grp, .n_restricted = n_grp,
+                    .tls_cert = gcert, .tls_key = gkey, .tls_ca = gmutual ? groot : NULL};
     if ((st = grpc_server_start(s, &go, &gs))) {
       LOG_E("cinfer serve: gRPC port %lld: %s", grpc_port, cinfer_status_message(st));
       cinfer_status_free(st);
       frontend_shutdown(fe, 0);
       frontend_destroy(fe);
       cinfer_server_destroy(s);
+      shm_registry_destroy(shm);
       goto out;
     }
   }
@@ -313,10 +384,12 @@ int cmd_serve(int argc, char **argv) {
   grpc_server_destroy(gs);
   frontend_destroy(fe);
   cinfer_server_destroy(s);
+  shm_registry_destroy(shm); /* after both endpoints: their requests hold regions */
   LOG_I("cinfer serve: stopped");
   rc = 0;
 out:
   free(load);
   free(rapi);
+  free(grp);
   return rc;
 }

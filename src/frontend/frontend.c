@@ -661,7 +661,9 @@ cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend
   fe->limits.max_tensor_elements = o->max_tensor_elements > 0 ? o->max_tensor_elements : (1 << 26);
   fe->limits.max_json_depth = 100; /* Triton accepts JSON nested 100 deep */
   fe->limits.max_input_bytes = o->max_input_bytes ? o->max_input_bytes : (size_t)1 << 26;
-  cinfer_status *st = shm_registry_create(&fe->shm);
+  fe->shm = o->shm;
+  fe->shm_owned = !o->shm;
+  cinfer_status *st = o->shm ? NULL : shm_registry_create(&fe->shm);
   for (size_t i = 0; !st && i < o->n_restricted_api; i++) {
     char err[256];
     if (!api_restrictions_add(&fe->restrict_, o->restricted_api[i], err, sizeof err)) {
@@ -724,6 +726,6 @@ void frontend_destroy(frontend *f) {
   http_server_destroy(f->metrics_http);
   net_tls_destroy(f->tls);
   api_restrictions_free(&f->restrict_);
-  shm_registry_destroy(f->shm);
+  if (f->shm_owned) shm_registry_destroy(f->shm);
   free(f);
 }

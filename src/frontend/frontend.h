@@ -29,6 +29,10 @@ typedef struct frontend_opts {
    * a call of a restricted group without that header is refused with 403 naming the group. */
   const char *const *restricted_api;
   size_t n_restricted_api;
+  /* The system shared-memory registry (frontend/shm.h), borrowed: serve.c creates one and
+   * hands it to the HTTP and gRPC endpoints, so a region registered on one is usable on the
+   * other. NULL: the frontend makes its own. */
+  struct shm_registry *shm;
 } frontend_opts;
 
 cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend **out);

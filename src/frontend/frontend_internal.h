@@ -18,6 +18,7 @@ struct frontend {
   net_tls *tls;                 /* HTTPS on the HTTP port, or NULL */
   api_restrictions restrict_;   /* --http-restricted-api */
   shm_registry *shm;            /* system shared-memory regions (kserve_ext.c) */
+  bool shm_owned;               /* created here (else borrowed from frontend_opts) */
 };
 
 /* Triton's shared-memory extension routes (kserve_ext.c): /v2/systemsharedmemory/... and

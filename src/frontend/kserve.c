@@ -330,17 +330,6 @@ static cinfer_status *decode_raw(const char *body, size_t body_len, const kserve
   return NULL;
 }
 
-/* Triton core's text for a fixed-size tensor whose bytes do not match its shape (clients
- * and Triton's QA match on it); NULL when they match or the type is BYTES. */
-static cinfer_status *check_byte_size(const cinfer_tensor *t, const kserve_decode_ctx *ctx) {
-  size_t es = cinfer_dtype_size(t->dtype);
-  if (!ctx->config || t->dtype == CINFER_TYPE_BYTES || es == 0) return NULL;
-  uint64_t want = (uint64_t)cinfer_shape_elements(t->shape, t->ndim) * es;
-  if (want == t->byte_size) return NULL;
-  return BAD("input byte size mismatch for input '%s' for model '%s'. Expected %llu, got %zu",
-             t->name, cinfer_config_name(ctx->config), (unsigned long long)want, t->byte_size);
-}
-
 static cinfer_status *bad_input_fields(const char *name, bool d, bool b, bool m) {
   int n = d + b + m;
   return BAD("input '%s': Input must set only one of the following fields: 'data', "
@@ -468,27 +457,14 @@ cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t hea
         st = BAD("input '%s': Unable to parse 'shared_memory_region': must be a string", t->name);
         goto fail;
       }
-      if (!ctx->shm) {
-        st = BAD("input '%s': shared memory is not available on this endpoint", t->name);
-        goto fail;
-      }
-      uint64_t off, bsz;
-      void *addr;
-      if ((st = get_uint_param(ip, "shared_memory_offset", &off)) ||
-          (st = get_uint_param(ip, "shared_memory_byte_size", &bsz))) {
+      uint64_t off = 0, bsz = 0;
+      if (ctx->shm && ((st = get_uint_param(ip, "shared_memory_offset", &off)) ||
+                       (st = get_uint_param(ip, "shared_memory_byte_size", &bsz)))) {
         st = cinfer_status_prefix(st, "input '%s'", t->name);
         goto fail;
       }
-      if ((st = shm_acquire(ctx->shm, shmr->u.str, off, bsz, &ki->shm, &addr))) goto fail;
-      t->data = addr;
-      t->byte_size = (size_t)bsz;
-      /* Zero copy: the request borrows the mapping (ki->shm keeps it alive). BYTES are
-       * copied first: their lengths are checked once and must not change afterwards. */
-      if ((st = check_byte_size(t, ctx))) goto fail;
-      if ((t->dtype == CINFER_TYPE_BYTES || (es > 1 && ((uintptr_t)t->data % es) != 0)) &&
-          (st = own_copy(ki)))
-        goto fail;
-      if ((st = cinfer_tensor_check(t))) goto fail;
+      /* Zero copy: the request borrows the mapping (ki->shm keeps it alive). */
+      if ((st = kserve_input_shm(ki, ctx->shm, shmr->u.str, off, bsz, ctx->config))) goto fail;
       continue;
     }
     if (bds) {
@@ -505,7 +481,7 @@ cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t hea
       t->data = bin;
       bin += t->byte_size;
       bin_left -= t->byte_size;
-      if ((st = check_byte_size(t, ctx)) || (st = cinfer_tensor_check(t))) goto fail;
+      if ((st = kserve_check_byte_size(t, ctx->config)) || (st = cinfer_tensor_check(t))) goto fail;
       /* Zero copy when the bytes sit at an address aligned for their element type; the
        * JSON header's length decides that, so otherwise copy them to aligned memory
        * (kernels read typed elements). */
@@ -601,18 +577,13 @@ cinfer_status *kserve_decode_with(const char *body, size_t body_len, int64_t hea
           st = BAD("output '%s': Unable to parse 'shared_memory_region': must be a string", ko->name);
           goto fail;
         }
-        if (!ctx->shm) {
-          st = BAD("output '%s': shared memory is not available on this endpoint", ko->name);
-          goto fail;
-        }
-        uint64_t off, bsz;
-        if ((st = get_uint_param(op, "shared_memory_offset", &off)) ||
-            (st = get_uint_param(op, "shared_memory_byte_size", &bsz))) {
+        uint64_t off = 0, bsz = 0;
+        if (ctx->shm && ((st = get_uint_param(op, "shared_memory_offset", &off)) ||
+                         (st = get_uint_param(op, "shared_memory_byte_size", &bsz)))) {
           st = cinfer_status_prefix(st, "output '%s'", ko->name);
           goto fail;
         }
-        if ((st = shm_acquire(ctx->shm, oshm->u.str, off, bsz, &ko->shm, &ko->shm_addr))) goto fail;
-        ko->shm_size = bsz;
+        if ((st = kserve_output_shm(ko, ctx->shm, oshm->u.str, off, bsz))) goto fail;
       }
     }
   }
@@ -756,11 +727,8 @@ cinfer_status *kserve_prepare_response(kserve_request *k, const cinfer_response 
     kserve_output_req *ko = find_output(k, t->name);
     if (!ko) continue;
     if (ko->shm) {
-      if (t->byte_size > ko->shm_size)
-        return BAD("shared memory size specified with the request for output '%s' (%llu bytes) "
-                   "should be at least %zu bytes to hold the results", t->name,
-                   (unsigned long long)ko->shm_size, t->byte_size);
-      if (t->byte_size) memcpy(ko->shm_addr, t->data, t->byte_size);
+      cinfer_status *st = kserve_output_to_shm(ko, t);
+      if (st) return st;
       continue;
     }
     if (!ko->class_count || ko->cls_done) continue;

@@ -126,6 +126,23 @@ cinfer_status *kserve_input_shape(const char *name, const int64_t *dims, size_t 
 /* The input's bytes (borrowed): byte size against shape x dtype (BYTES: the length
  * prefixes), copied to aligned memory in ki->owned when misaligned for the dtype. */
 cinfer_status *kserve_input_bytes(kserve_input *ki, const void *data, size_t len);
+/* Triton core's text for a fixed-size tensor whose bytes do not match its shape (clients
+ * and Triton's QA match on it); NULL when they match, the type is BYTES or cfg is NULL. */
+cinfer_status *kserve_check_byte_size(const cinfer_tensor *t, const cinfer_config *cfg);
+/* An input read from shared memory (name, dtype and shape already set): the region's window
+ * checks (shm_acquire), the byte size against the shape (kserve_check_byte_size with cfg),
+ * then zero copy, except BYTES (their lengths are checked once and must not change after)
+ * and data misaligned for the dtype, which are copied to ki->owned. ki->shm holds the
+ * region's reference. */
+cinfer_status *kserve_input_shm(kserve_input *ki, shm_registry *r, const char *region,
+                                uint64_t offset, uint64_t byte_size,
+                                const cinfer_config *cfg);
+/* A requested output written to shared memory: the window checks; ko->shm, shm_addr and
+ * shm_size are set. */
+cinfer_status *kserve_output_shm(kserve_output_req *ko, shm_registry *r, const char *region,
+                                 uint64_t offset, uint64_t byte_size);
+/* Copies output t into ko's region; INVALID_ARG (Triton's text) when the region is smaller. */
+cinfer_status *kserve_output_to_shm(const kserve_output_req *ko, const cinfer_tensor *t);
 /* Requested-output parameters: classification is refused (UNSUPPORTED). */
 cinfer_status *kserve_output_params(const char *name, bool has_classification);
 

@@ -110,21 +110,10 @@ bool kserve_ext_route(frontend *fe, http_exchange *ex, const http_request *req,
     return true;
   }
   if (cuda) {
-    char msg[400];
-    if (status && !name) {
-      http_respond(ex, 200, json_hdr, 1, "[]", 2);
-    } else if (status) {
-      snprintf(msg, sizeof msg, "Unable to find cuda shared memory region: '%s'", name);
-      reply_error(ex, 404, msg);
-    } else if (!strcmp(action, "register") && !name) {
-      reply_error(ex, 400, "'region name' is necessary to register cuda shared memory region");
-    } else if (!name) {
-      http_respond(ex, 200, json_hdr, 1, NULL, 0); /* unregister all: there are none */
-    } else {
-      snprintf(msg, sizeof msg, "failed to %s CUDA shared memory region: '%s', GPUs not supported "
-               "(CUDA shared memory is not supported: this server has no GPU)", action, name);
-      reply_error(ex, 400, msg);
-    }
+    cinfer_status *st = shm_cuda_call(action, name);
+    if (st) reply_status(ex, st);
+    else if (status) http_respond(ex, 200, json_hdr, 1, "[]", 2);
+    else http_respond(ex, 200, json_hdr, 1, NULL, 0);
     return true;
   }
   if (status) sys_status(fe, ex, name);

@@ -3,6 +3,8 @@
  * (src/grpc/grpc_codec.c) call these, so a limit or a check exists once; see kserve.h. */
 #include "frontend/kserve.h"
 
+#include "repo/config.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,5 +84,54 @@ cinfer_status *kserve_output_params(const char *name, bool has_classification) {
   if (has_classification)
     return cinfer_status_new(CINFER_UNSUPPORTED,
                              "output '%s': the classification extension is not supported", name);
+  return NULL;
+}
+
+cinfer_status *kserve_check_byte_size(const cinfer_tensor *t, const cinfer_config *cfg) {
+  size_t es = cinfer_dtype_size(t->dtype);
+  if (!cfg || t->dtype == CINFER_TYPE_BYTES || es == 0) return NULL;
+  uint64_t want = (uint64_t)cinfer_shape_elements(t->shape, t->ndim) * es;
+  if (want == t->byte_size) return NULL;
+  return BAD("input byte size mismatch for input '%s' for model '%s'. Expected %llu, got %zu",
+             t->name, cinfer_config_name(cfg), (unsigned long long)want, t->byte_size);
+}
+
+cinfer_status *kserve_input_shm(kserve_input *ki, shm_registry *r, const char *region,
+                                uint64_t offset, uint64_t byte_size,
+                                const cinfer_config *cfg) {
+  cinfer_tensor *t = &ki->t;
+  if (!r) return BAD("input '%s': shared memory is not available on this endpoint", t->name);
+  void *addr;
+  cinfer_status *st = shm_acquire(r, region, offset, byte_size, &ki->shm, &addr);
+  if (st) return st;
+  t->data = addr;
+  t->byte_size = (size_t)byte_size;
+  if ((st = kserve_check_byte_size(t, cfg))) return st;
+  size_t es = cinfer_dtype_size(t->dtype);
+  if (t->dtype == CINFER_TYPE_BYTES || (es > 1 && ((uintptr_t)t->data % es) != 0)) {
+    void *copy = NULL;
+    if (posix_memalign(&copy, 64, t->byte_size ? t->byte_size : 64)) return cinfer_status_oom(NULL);
+    if (t->byte_size) memcpy(copy, t->data, t->byte_size);
+    t->data = copy;
+    free(ki->owned);
+    ki->owned = copy;
+  }
+  return cinfer_tensor_check(t);
+}
+
+cinfer_status *kserve_output_shm(kserve_output_req *ko, shm_registry *r, const char *region,
+                                 uint64_t offset, uint64_t byte_size) {
+  if (!r) return BAD("output '%s': shared memory is not available on this endpoint", ko->name);
+  cinfer_status *st = shm_acquire(r, region, offset, byte_size, &ko->shm, &ko->shm_addr);
+  if (!st) ko->shm_size = byte_size;
+  return st;
+}
+
+cinfer_status *kserve_output_to_shm(const kserve_output_req *ko, const cinfer_tensor *t) {
+  if (t->byte_size > ko->shm_size)
+    return BAD("shared memory size specified with the request for output '%s' (%llu bytes) "
+               "should be at least %zu bytes to hold the results", t->name,
+               (unsigned long long)ko->shm_size, t->byte_size);
+  if (t->byte_size) memcpy(ko->shm_addr, t->data, t->byte_size);
   return NULL;
 }

@@ -18,6 +18,7 @@
 #include "cinfer/trace.h"
 #include "core/log.h"
 #include "frontend/frontend_internal.h"
+#include "frontend/settings.h"
 
 static const http_header json_hdr[] = {{"Content-Type", 12, "application/json", 16}};
 
@@ -153,34 +154,44 @@ bool settings_parse_trace(const char *body, size_t len, cinfer_trace_update *u, 
   return ok;
 }
 
-static void handle_trace(frontend *fe, http_exchange *ex, const http_request *req, const char *model) {
-  bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
-  if (!get && req->method_id != HTTP_POST) return respond_error(ex, 405, "method not allowed; use GET or POST");
-  char msg[512];
+cinfer_status *settings_trace_apply(cinfer_server *s, const char *model, const char *body,
+                                    size_t len, cinfer_trace_setting *out) {
+  cinfer_status *st = NULL;
   if (model) { /* Triton: the model must be ready */
     cinfer_model *m;
-    cinfer_status *st = cinfer_server_model_acquire(fe->server, model, 0, &m);
-    if (st) {
+    if ((st = cinfer_server_model_acquire(s, model, 0, &m))) {
       cinfer_status_free(st);
-      snprintf(msg, sizeof msg, "Request for unknown model : %s", model);
-      return respond_error(ex, 400, msg);
+      st = cinfer_status_new(CINFER_INVALID_ARG, "Request for unknown model : %s", model);
+    } else {
+      cinfer_model_release(m);
     }
-    cinfer_model_release(m);
   }
-  if (!get && req->body_len) {
+  if (!st && len) {
     cinfer_trace_update u;
+    char msg[512];
     int status;
-    if (!settings_parse_trace(req->body, req->body_len, &u, &status, msg, sizeof msg))
-      return respond_error(ex, status, msg);
-    cinfer_status *st = cinfer_server_trace_update(fe->server, model, &u);
-    if (st) {
-      respond_error(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
-      cinfer_status_free(st);
-      return;
-    }
+    if (!settings_parse_trace(body, len, &u, &status, msg, sizeof msg))
+      st = cinfer_status_new(status == 501 ? CINFER_UNSUPPORTED : CINFER_INVALID_ARG, "%s", msg);
+    else
+      st = cinfer_server_trace_update(s, model, &u);
+  }
+  cinfer_server_trace_get(s, model, out);
+  return st;
+}
+
+static void handle_trace(frontend *fe, http_exchange *ex, const http_request *req, const char *model) {
+  bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
+  if (!get && req->method_id != HTTP_POST) {
+    respond_error(ex, 405, "method not allowed; use GET or POST");
+    return;
   }
   cinfer_trace_setting v;
-  cinfer_server_trace_get(fe->server, model, &v);
+  cinfer_status *st = settings_trace_apply(fe->server, model, req->body, get ? 0 : req->body_len, &v);
+  if (st) {
+    respond_error(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
+    cinfer_status_free(st);
+    return;
+  }
   cbuf b = {0};
   cbuf_puts(&b, "{\"trace_level\":[");
   if (!v.level) cbuf_puts(&b, "\"OFF\"");
@@ -244,29 +255,51 @@ bool settings_parse_logging(const char *body, size_t len, settings_log_update *u
   return !msg[0];
 }
 
-static void handle_logging(http_exchange *ex, const http_request *req) {
-  bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
-  if (!get && req->method_id != HTTP_POST) return respond_error(ex, 405, "method not allowed; use GET or POST");
-  if (!get && req->body_len) {
+cinfer_status *settings_logging_apply(const char *body, size_t len, settings_log_view *out) {
+  cinfer_status *st = NULL;
+  if (len) {
     /* Check everything, then apply: a bad field changes nothing. */
     settings_log_update u;
     char msg[512];
     int status;
-    if (!settings_parse_logging(req->body, req->body_len, &u, &status, msg, sizeof msg))
-      return respond_error(ex, status, msg);
-    for (int i = 0; i < 3; i++)
-      if (u.on[i] >= 0) log_enable((log_level)i, u.on[i] != 0);
-    if (u.verbose >= 0) log_set_verbosity((int)u.verbose);
-    if (u.format[0]) log_set_format(u.format);
+    if (!settings_parse_logging(body, len, &u, &status, msg, sizeof msg)) {
+      st = cinfer_status_new(status == 501 ? CINFER_UNSUPPORTED : CINFER_INVALID_ARG, "%s", msg);
+    } else {
+      for (int i = 0; i < 3; i++)
+        if (u.on[i] >= 0) log_enable((log_level)i, u.on[i] != 0);
+      if (u.verbose >= 0) log_set_verbosity((int)u.verbose);
+      if (u.format[0]) log_set_format(u.format);
+    }
+  }
+  out->file = log_file_name();
+  out->info = log_enabled(LOG_INFO);
+  out->warning = log_enabled(LOG_WARN);
+  out->error = log_enabled(LOG_ERROR);
+  out->verbose = log_verbosity();
+  out->format = log_format_name();
+  return st;
+}
+
+static void handle_logging(http_exchange *ex, const http_request *req) {
+  bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
+  if (!get && req->method_id != HTTP_POST) {
+    respond_error(ex, 405, "method not allowed; use GET or POST");
+    return;
+  }
+  settings_log_view v;
+  cinfer_status *st = settings_logging_apply(req->body, get ? 0 : req->body_len, &v);
+  if (st) {
+    respond_error(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
+    cinfer_status_free(st);
+    return;
   }
   cbuf b = {0};
   cbuf_puts(&b, "{\"log_file\":");
-  const char *f = log_file_name();
-  cbuf_json_string(&b, f, strlen(f));
+  cbuf_json_string(&b, v.file, strlen(v.file));
   cbuf_printf(&b, ",\"log_info\":%s,\"log_warning\":%s,\"log_error\":%s,\"log_verbose_level\":%d,"
               "\"log_format\":\"%s\"}",
-              log_enabled(LOG_INFO) ? "true" : "false", log_enabled(LOG_WARN) ? "true" : "false",
-              log_enabled(LOG_ERROR) ? "true" : "false", log_verbosity(), log_format_name());
+              v.info ? "true" : "false", v.warning ? "true" : "false", v.error ? "true" : "false",
+              v.verbose, v.format);
   respond_buf(ex, &b);
 }
 

@@ -175,32 +175,46 @@ cinfer_status *shm_unregister(shm_registry *r, const char *name) {
   return NULL;
 }
 
-static void put_region(cbuf *b, const shm_region *g, bool comma) {
-  if (comma) cbuf_puts(b, ",");
-  cbuf_puts(b, "{\"name\":");
-  cbuf_json_string(b, g->name, strlen(g->name));
-  cbuf_puts(b, ",\"key\":");
-  cbuf_json_string(b, g->key, strlen(g->key));
-  cbuf_printf(b, ",\"offset\":%llu,\"byte_size\":%llu}", (unsigned long long)g->offset,
-              (unsigned long long)g->byte_size);
-}
-
-cinfer_status *shm_status_json(shm_registry *r, const char *name, cbuf *out) {
+cinfer_status *shm_status_each(shm_registry *r, const char *name, shm_status_fn fn, void *user) {
   pthread_mutex_lock(&r->mu);
   cinfer_status *st = NULL;
-  cbuf_puts(out, "[");
   if (name) {
     const shm_region *g = find(r, name);
-    if (g) put_region(out, g, false);
+    if (g) fn(user, g->name, g->key, g->offset, g->byte_size);
     else
       st = cinfer_status_new(CINFER_NOT_FOUND,
                              "Unable to find system shared memory region: '%s'", name);
   } else {
-    bool first = true;
-    for (const shm_region *g = r->head; g; g = g->next, first = false) put_region(out, g, !first);
+    for (const shm_region *g = r->head; g; g = g->next) fn(user, g->name, g->key, g->offset, g->byte_size);
   }
-  cbuf_puts(out, "]");
   pthread_mutex_unlock(&r->mu);
+  return st;
+}
+
+typedef struct put_ctx {
+  cbuf *b;
+  bool first;
+} put_ctx;
+
+static void put_region(void *user, const char *name, const char *key, uint64_t offset,
+                       uint64_t byte_size) {
+  put_ctx *p = user;
+  cbuf *b = p->b;
+  if (!p->first) cbuf_puts(b, ",");
+  p->first = false;
+  cbuf_puts(b, "{\"name\":");
+  cbuf_json_string(b, name, strlen(name));
+  cbuf_puts(b, ",\"key\":");
+  cbuf_json_string(b, key, strlen(key));
+  cbuf_printf(b, ",\"offset\":%llu,\"byte_size\":%llu}", (unsigned long long)offset,
+              (unsigned long long)byte_size);
+}
+
+cinfer_status *shm_status_json(shm_registry *r, const char *name, cbuf *out) {
+  put_ctx p = {out, true};
+  cbuf_puts(out, "[");
+  cinfer_status *st = shm_status_each(r, name, put_region, &p);
+  cbuf_puts(out, "]");
   return st;
 }
 
@@ -238,4 +252,19 @@ cinfer_status *shm_acquire(shm_registry *r, const char *name, uint64_t offset, u
   }
   pthread_mutex_unlock(&r->mu);
   return st;
+}
+
+cinfer_status *shm_cuda_call(const char *action, const char *name) {
+  bool all = !name || !name[0];
+  if (!strcmp(action, "status"))
+    return all ? NULL : cinfer_status_new(CINFER_NOT_FOUND,
+                                          "Unable to find cuda shared memory region: '%s'", name);
+  if (!strcmp(action, "register") && all)
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "'region name' is necessary to register cuda shared memory region");
+  if (all) return NULL; /* unregister all: there are none */
+  return cinfer_status_new(CINFER_INVALID_ARG,
+                           "failed to %s CUDA shared memory region: '%s', GPUs not supported "
+                           "(CUDA shared memory is not supported: this server has no GPU)",
+                           action, name);
 }

@@ -50,7 +50,21 @@ cinfer_status *shm_unregister(shm_registry *r, const char *name);
 /* Appends the status JSON array ([{"name","key","offset","byte_size"}...]) of every region
  * (name NULL) or of one (NOT_FOUND when it is not registered). */
 cinfer_status *shm_status_json(shm_registry *r, const char *name, cbuf *out);
+/* The same walk for another encoding (gRPC's SystemSharedMemoryStatusResponse): fn is called
+ * once per region (name NULL: every one; else that one, NOT_FOUND with the same text when it
+ * is not registered), under the registry's lock, so fn must copy what it keeps and must not
+ * call back into r. */
+typedef void (*shm_status_fn)(void *user, const char *name, const char *key, uint64_t offset,
+                              uint64_t byte_size);
+cinfer_status *shm_status_each(shm_registry *r, const char *name, shm_status_fn fn, void *user);
 size_t shm_region_count(shm_registry *r);
+
+/* The CUDA shared-memory calls on this server (no GPU), for every transport: action is
+ * "status", "register" or "unregister", name NULL or "" for all. NULL means success with
+ * nothing registered (status of all: an empty list; unregister all); otherwise Triton's
+ * texts: NOT_FOUND for the status of a region, INVALID_ARG "... GPUs not supported" for the
+ * rest. */
+cinfer_status *shm_cuda_call(const char *action, const char *name);
 
 /* Looks up name and checks [offset, offset + byte_size) against its window (Triton's
  * checks: offset inside the window, no overflow, the end inside the window). On success

@@ -19,6 +19,19 @@ typedef struct grpc_opts {
   int io_threads;              /* loops, one SO_REUSEPORT listener each (default 1) */
   size_t max_message_bytes;    /* largest request message (after decompression) */
   int64_t max_tensor_elements; /* per input, as over HTTP */
+  /* The system shared-memory registry shared with the HTTP endpoint (borrowed; it must
+   * outlive the server). NULL: the shared-memory RPCs answer UNAVAILABLE and requests
+   * naming a region are refused. */
+  struct shm_registry *shm;
+  /* Triton's --grpc-restricted-protocol values, "GROUP[,GROUP...]:KEY=VALUE" each (the
+   * groups of net/apigroup.h): a call of a restricted group without metadata KEY: VALUE is
+   * refused with PERMISSION_DENIED naming the group. */
+  const char *const *restricted;
+  size_t n_restricted;
+  /* Triton's --grpc-use-ssl: TLS (1.2+, ALPN h2) with this certificate chain and key, both
+   * reloaded when they change (net/tls.h). tls_ca set: mutual TLS, clients must present a
+   * certificate it signed (--grpc-use-ssl-mutual with --grpc-root-cert). */
+  const char *tls_cert, *tls_key, *tls_ca;
 } grpc_opts;
 
 cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_server **out);

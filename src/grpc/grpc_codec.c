@@ -30,17 +30,59 @@ cinfer_status *grpc_parse_version(const char *s, int64_t *v) {
 
 void grpc_infer_free(grpc_infer *g) {
   if (!g) return;
-  for (size_t i = 0; i < g->n_inputs; i++) free(g->inputs[i].owned);
+  for (size_t i = 0; i < g->n_inputs; i++) {
+    free(g->inputs[i].owned);
+    shm_region_release(g->inputs[i].shm);
+  }
   free(g->inputs);
+  free(g->shm_in);
+  for (size_t i = 0; g->outs && g->msg && i < g->msg->n_outputs; i++) shm_region_release(g->outs[i].shm);
+  free(g->outs);
   if (g->msg) inference__model_infer_request__free_unpacked(g->msg, NULL);
   free(g);
 }
 
-static bool has_param(Inference__ModelInferRequest__InferInputTensor__ParametersEntry **p,
-                      size_t n, const char *key) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i]->key && !strcmp(p[i]->key, key)) return true;
-  return false;
+/* Triton's ParseSharedMemoryParams (grpc_utils.h): shared_memory_region a string_param,
+ * shared_memory_offset and _byte_size int64_params, and neither without the region. A
+ * negative value gets the HTTP endpoint's text. The input and output parameter map entries
+ * have the same layout (key, InferParameter value). */
+static cinfer_status *shm_params(const char *kind, const char *tensor,
+                                 Inference__ModelInferRequest__InferInputTensor__ParametersEntry **p,
+                                 size_t n, grpc_shm_param *out) {
+  memset(out, 0, sizeof *out);
+  const Inference__InferParameter *off = NULL, *bsz = NULL;
+  for (size_t i = 0; i < n; i++) {
+    const char *k = p[i]->key ? p[i]->key : "";
+    const Inference__InferParameter *v = p[i]->value;
+    int c = v ? (int)v->parameter_choice_case : 0;
+    if (!strcmp(k, "shared_memory_region")) {
+      if (c != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+        return BAD("invalid value type for 'shared_memory_region' parameter for tensor '%s', "
+                   "expected string_param.", tensor);
+      out->region = v->string_param;
+    } else if (!strcmp(k, "shared_memory_offset")) {
+      off = v ? v : &(const Inference__InferParameter)INFERENCE__INFER_PARAMETER__INIT;
+    } else if (!strcmp(k, "shared_memory_byte_size")) {
+      bsz = v ? v : &(const Inference__InferParameter)INFERENCE__INFER_PARAMETER__INIT;
+    }
+  }
+  const char *names[2] = {"shared_memory_offset", "shared_memory_byte_size"};
+  const Inference__InferParameter *vals[2] = {off, bsz};
+  uint64_t *dst[2] = {&out->offset, &out->byte_size};
+  for (int i = 0; i < 2; i++) {
+    if (!vals[i]) continue;
+    if (!out->region)
+      return BAD("'%s' can not be specified without 'shared_memory_region' parameter for tensor "
+                 "'%s'", names[i], tensor);
+    if (vals[i]->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM)
+      return BAD("invalid value type for '%s' parameter for tensor '%s', expected int64_param.",
+                 names[i], tensor);
+    if (vals[i]->int64_param < 0)
+      return BAD("%s '%s': Unable to parse '%s': must be a non-negative integer", kind, tensor,
+                 names[i]);
+    *dst[i] = (uint64_t)vals[i]->int64_param;
+  }
+  return NULL;
 }
 
 /* Typed contents -> the tensor's bytes in a new buffer (ki->owned). */
@@ -135,13 +177,25 @@ cinfer_status *grpc_infer_decode(const uint8_t *buf, size_t len, const kserve_li
   if ((st = grpc_parse_version(m->model_version, &g->version))) goto fail;
   if ((st = kserve_check_input_count(m->n_inputs))) goto fail;
   if ((st = kserve_check_output_count(m->n_outputs))) goto fail;
-  if (m->n_raw_input_contents && m->n_raw_input_contents != m->n_inputs) {
-    st = BAD("request has %zu inputs but %zu raw_input_contents; give one per input, in order",
-             m->n_inputs, m->n_raw_input_contents);
+  g->inputs = calloc(m->n_inputs, sizeof *g->inputs);
+  g->shm_in = calloc(m->n_inputs, sizeof *g->shm_in);
+  g->outs = calloc(m->n_outputs + 1, sizeof *g->outs);
+  if (!g->inputs || !g->shm_in || !g->outs) { st = cinfer_status_oom(NULL); goto fail; }
+  /* raw_input_contents: one per input that is not in shared memory, in order (what
+   * tritonclient sends). */
+  size_t n_in_msg = m->n_inputs, raw_i = 0;
+  for (size_t i = 0; i < m->n_inputs; i++)
+    for (size_t k = 0; k < m->inputs[i]->n_parameters; k++)
+      if (m->inputs[i]->parameters[k]->key &&
+          !strcmp(m->inputs[i]->parameters[k]->key, "shared_memory_region")) {
+        n_in_msg--;
+        break;
+      }
+  if (m->n_raw_input_contents && m->n_raw_input_contents != n_in_msg) {
+    st = BAD("request has %zu inputs not in shared memory but %zu raw_input_contents; give one "
+             "per such input, in order", n_in_msg, m->n_raw_input_contents);
     goto fail;
   }
-  g->inputs = calloc(m->n_inputs, sizeof *g->inputs);
-  if (!g->inputs) { st = cinfer_status_oom(NULL); goto fail; }
   for (size_t i = 0; i < m->n_inputs; i++) {
     const Inference__ModelInferRequest__InferInputTensor *in = m->inputs[i];
     kserve_input *ki = &g->inputs[i];
@@ -150,11 +204,17 @@ cinfer_status *grpc_infer_decode(const uint8_t *buf, size_t len, const kserve_li
     g->n_inputs = i + 1;
     if ((st = kserve_input_datatype(t->name, in->datatype, strlen(in->datatype), t))) goto fail;
     if ((st = kserve_input_shape(t->name, in->shape, in->n_shape, lim, t))) goto fail;
-    if (has_param(in->parameters, in->n_parameters, "shared_memory_region")) {
-      st = cinfer_status_new(CINFER_UNSUPPORTED,
-                             "input '%s': shared memory is not supported over gRPC yet; send "
-                             "the tensor in the request", t->name);
+    if ((st = shm_params("input", t->name, in->parameters, in->n_parameters, &g->shm_in[i])))
       goto fail;
+    if (g->shm_in[i].region) {
+      /* The bytes are bound to the region by grpc_infer_bind, once the model is known. */
+      g->any_shm = true;
+      if (in->contents) {
+        st = BAD("unexpected 'content' provided when using shared memory for input tensor '%s' "
+                 "for model '%s'", t->name, m->model_name);
+        goto fail;
+      }
+      continue;
     }
     if (m->n_raw_input_contents) {
       if (in->contents) {
@@ -162,7 +222,7 @@ cinfer_status *grpc_infer_decode(const uint8_t *buf, size_t len, const kserve_li
                  "raw_input_contents", t->name);
         goto fail;
       }
-      const ProtobufCBinaryData *raw = &m->raw_input_contents[i];
+      const ProtobufCBinaryData *raw = &m->raw_input_contents[raw_i++];
       if ((st = kserve_input_bytes(ki, raw->data ? raw->data : (const uint8_t *)"", raw->len))) goto fail;
     } else {
       static const Inference__InferTensorContents none = INFERENCE__INFER_TENSOR_CONTENTS__INIT;
@@ -171,17 +231,17 @@ cinfer_status *grpc_infer_decode(const uint8_t *buf, size_t len, const kserve_li
   }
   for (size_t i = 0; i < m->n_outputs; i++) {
     const Inference__ModelInferRequest__InferRequestedOutputTensor *o = m->outputs[i];
-    bool cls = false, shm = false;
-    for (size_t k = 0; k < o->n_parameters; k++) {
+    bool cls = false;
+    for (size_t k = 0; k < o->n_parameters; k++)
       if (!strcmp(o->parameters[k]->key, "classification")) cls = true;
-      if (!strcmp(o->parameters[k]->key, "shared_memory_region")) shm = true;
-    }
+    g->outs[i].name = o->name;
     if ((st = kserve_output_params(o->name, cls))) goto fail;
-    if (shm) {
-      st = cinfer_status_new(CINFER_UNSUPPORTED,
-                             "output '%s': shared memory is not supported over gRPC yet", o->name);
+    grpc_shm_param sp;
+    if ((st = shm_params("output", o->name,
+                         (Inference__ModelInferRequest__InferInputTensor__ParametersEntry **)o->parameters,
+                         o->n_parameters, &sp)))
       goto fail;
-    }
+    if (sp.region) g->any_shm = true;
   }
   for (size_t i = 0; i < m->n_parameters; i++) {
     const Inference__ModelInferRequest__ParametersEntry *p = m->parameters[i];
@@ -198,6 +258,48 @@ cinfer_status *grpc_infer_decode(const uint8_t *buf, size_t len, const kserve_li
 fail:
   grpc_infer_free(g);
   return st;
+}
+
+cinfer_status *grpc_infer_bind(grpc_infer *g, shm_registry *shm, const cinfer_config *cfg) {
+  if (!g->any_shm) return NULL;
+  cinfer_status *st;
+  for (size_t i = 0; i < g->n_inputs; i++) {
+    const grpc_shm_param *sp = &g->shm_in[i];
+    if (sp->region &&
+        (st = kserve_input_shm(&g->inputs[i], shm, sp->region, sp->offset, sp->byte_size, cfg)))
+      return st;
+  }
+  Inference__ModelInferRequest *m = g->msg;
+  for (size_t i = 0; i < m->n_outputs; i++) {
+    const Inference__ModelInferRequest__InferRequestedOutputTensor *o = m->outputs[i];
+    grpc_shm_param sp;
+    if ((st = shm_params("output", o->name,
+                         (Inference__ModelInferRequest__InferInputTensor__ParametersEntry **)o->parameters,
+                         o->n_parameters, &sp)))
+      return st;
+    if (sp.region && (st = kserve_output_shm(&g->outs[i], shm, sp.region, sp.offset, sp.byte_size)))
+      return st;
+  }
+  return NULL;
+}
+
+static const kserve_output_req *shm_output(const grpc_infer *g, const char *name) {
+  if (!g || !g->any_shm) return NULL;
+  for (size_t i = 0; i < g->msg->n_outputs; i++)
+    if (g->outs[i].shm && !strcmp(g->outs[i].name, name)) return &g->outs[i];
+  return NULL;
+}
+
+cinfer_status *grpc_infer_outputs_to_shm(const grpc_infer *g, const cinfer_response *resp) {
+  if (!g || !g->any_shm) return NULL;
+  uint32_t n = cinfer_response_output_count(resp);
+  for (uint32_t i = 0; i < n; i++) {
+    const cinfer_tensor *t = cinfer_response_output(resp, i);
+    const kserve_output_req *ko = shm_output(g, t->name);
+    cinfer_status *st = ko ? kserve_output_to_shm(ko, t) : NULL;
+    if (st) return st;
+  }
+  return NULL;
 }
 
 cinfer_status *grpc_infer_apply(grpc_infer *g, cinfer_request *r) {
@@ -256,7 +358,8 @@ bool grpc_pack(cbuf *out, const ProtobufCMessage *m) {
 }
 
 bool grpc_infer_encode(cbuf *out, bool stream, const char *model, int64_t version,
-                       const char *id, const cinfer_response *resp, int final_param) {
+                       const char *id, const cinfer_response *resp, int final_param,
+                       const grpc_infer *g) {
   uint32_t n = cinfer_response_output_count(resp);
   Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
   char ver[24];
@@ -277,8 +380,10 @@ bool grpc_infer_encode(cbuf *out, bool stream, const char *model, int64_t versio
     ot[i].n_shape = (size_t)t->ndim;
     ot[i].shape = (int64_t *)t->shape;
     op[i] = &ot[i];
-    raw[i].len = t->byte_size;
-    raw[i].data = (uint8_t *)t->data;
+    if (!shm_output(g, t->name)) { /* else empty: the data is in the region */
+      raw[i].len = t->byte_size;
+      raw[i].data = (uint8_t *)t->data;
+    }
   }
   r.n_outputs = r.n_raw_output_contents = n;
   r.outputs = op;

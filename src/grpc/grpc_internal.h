@@ -20,6 +20,7 @@
 #include "core/buf.h"
 #include "frontend/kserve.h"
 #include "grpc/grpc.h"
+#include "net/apigroup.h"
 #include "net/loop.h"
 
 typedef struct gconn gconn;
@@ -41,6 +42,10 @@ struct grpc_server {
   cinfer_server *server;
   kserve_limits limits;
   size_t max_msg;
+  shm_registry *shm;      /* borrowed (grpc_opts.shm) */
+  api_restrictions restrict_; /* --grpc-restricted-protocol */
+  bool restricted;        /* any group is */
+  struct net_tls *tls;    /* --grpc-use-ssl, else NULL */
   uint16_t port;
   gloop *loops;
   int n_loops;

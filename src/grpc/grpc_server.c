@@ -26,21 +26,28 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <limits.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/log.h"
 #include "net/loop.h"
+#include "net/tls.h"
 #include "grpc/grpc_internal.h"
 #include "grpc/grpc_wire.h"
 
 #define RBUF_BYTES (256u << 10)
 #define WBUF_HIGH (1u << 20)
 #define MAX_STREAMS 128
+/* A TLS client has this long to finish its handshake (a slow or silent one holds nothing
+ * longer; the HTTP side's header timeout has the same default). */
+#define TLS_HANDSHAKE_MS 10000
 
 struct gloop {
   grpc_server *srv;
@@ -48,6 +55,7 @@ struct gloop {
   int lfd;
   loop_io lio;
   gconn *conns;
+  gconn *dirty;          /* connections with output to flush at the batch's end */
   bool draining;
   uint8_t *rbuf;
 };
@@ -60,6 +68,9 @@ struct gstream {
   size_t path_len;
   bool bad_ctype, gzip, bad_encoding, has_ctype;
   char encoding[32];
+  /* Request metadata named by a --grpc-restricted-protocol key (only those are kept). */
+  http_header rh[API_GROUP_COUNT];
+  size_t n_rh;
   cbuf in;               /* received bytes not yet framed into messages */
   size_t n_msgs;         /* messages received (unary: must be 1) */
   bool in_closed;        /* the client sent END_STREAM */
@@ -83,6 +94,12 @@ struct gconn {
   gstream *streams;
   int refs;
   bool dead;
+  SSL *ssl;              /* TLS (--grpc-use-ssl), else NULL */
+  bool handshaking;      /* TLS handshake not done: no HTTP/2 yet */
+  bool rd_wants_write;   /* the last SSL_read needs the socket writable */
+  loop_timer hs_timer;   /* TLS_HANDSHAKE_MS while handshaking */
+  bool dirty;            /* on gl->dirty (holds a reference) */
+  gconn *dirty_next;
   gconn *next, *prev;
 };
 
@@ -129,20 +146,39 @@ static void op_unlink(gop *op) {
   op->next = op->prev = NULL;
 }
 
+/* Output of completed ops is written once per loop batch and connection (batch_end), not
+ * once per response: a batch of 16 responses on one connection is one send, and one
+ * wake-up of the client. */
+static void conn_mark_dirty(gconn *c) {
+  if (c->dead || c->dirty) return;
+  c->dirty = true;
+  c->refs++;
+  c->dirty_next = c->gl->dirty;
+  c->gl->dirty = c;
+}
+
+static void flush_dirty(gloop *gl) {
+  while (gl->dirty) {
+    gconn *c = gl->dirty;
+    gl->dirty = c->dirty_next;
+    c->dirty = false;
+    if (!c->dead) conn_flush(c);
+    conn_unref(c);
+  }
+}
+
 void gop_done(gop *op) {
   gstream *gs = op->gs;
   gconn *c = op->c;
   op_unlink(op);
   if (gs && gs->m && gs->m->streaming && gs->in_closed && !gs->ops) gstream_finish(gs, GRPC_OK, NULL);
   grpc_server *srv = c->srv;
-  if (!c->dead) conn_flush(c);
+  conn_mark_dirty(c);
   conn_unref(c);
   inflight_add(srv, -1);
 }
 
-void gop_flush(gop *op) {
-  if (!op->c->dead) conn_flush(op->c);
-}
+void gop_flush(gop *op) { conn_mark_dirty(op->c); }
 
 /* ---- streams -------------------------------------------------------------------------- */
 
@@ -162,6 +198,10 @@ static void stream_free(gstream *gs) {
   cbuf_free(&gs->in);
   cbuf_free(&gs->out);
   free(gs->message);
+  for (size_t i = 0; i < gs->n_rh; i++) {
+    free((char *)gs->rh[i].name);
+    free((char *)gs->rh[i].value);
+  }
   free(gs);
 }
 
@@ -350,7 +390,21 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
     gs->has_ctype = true;
     gs->bad_ctype = !(vlen >= 16 && !memcmp(value, "application/grpc", 16) &&
                       (vlen == 16 || value[16] == '+' || value[16] == ';'));
-  } else if (nlen == 13 && !memcmp(name, "grpc-encoding", 13)) {
+  } else if (gs->c->srv->restricted && gs->n_rh < API_GROUP_COUNT && nlen && name[0] != ':') {
+    const api_restrictions *r = &gs->c->srv->restrict_;
+    for (int g = 0; g < API_GROUP_COUNT; g++) {
+      if (!r->key[g] || strlen(r->key[g]) != nlen || strncasecmp(r->key[g], (const char *)name, nlen))
+        continue;
+      char *n = strndup((const char *)name, nlen), *v = strndup((const char *)value, vlen);
+      if (!n || !v) {
+        free(n), free(v);
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM */
+      }
+      gs->rh[gs->n_rh++] = (http_header){n, nlen, v, vlen};
+      break;
+    }
+  }
+  if (nlen == 13 && !memcmp(name, "grpc-encoding", 13)) {
     size_t n = vlen < sizeof gs->encoding - 1 ? vlen : sizeof gs->encoding - 1;
     memcpy(gs->encoding, value, n);
     gs->encoding[n] = 0;
@@ -372,7 +426,14 @@ static void stream_headers_done(gstream *gs) {
   if (!gs->m) {
     char m[256];
     snprintf(m, sizeof m, "unknown method %.160s", gs->path);
-    gstream_finish(gs, GRPC_UNIMPLEMENTED, m);
+    return gstream_finish(gs, GRPC_UNIMPLEMENTED, m);
+  }
+  char msg[384];
+  if (gs->c->srv->restricted &&
+      !api_restrictions_check(&gs->c->srv->restrict_, api_classify_grpc(gs->path, gs->path_len),
+                              gs->rh, gs->n_rh, msg, sizeof msg)) {
+    gs->m = NULL; /* its messages are discarded */
+    gstream_finish(gs, GRPC_PERMISSION_DENIED, msg);
   }
 }
 
@@ -419,6 +480,12 @@ static void conn_close(gconn *c) {
   if (c->dead) return;
   c->dead = true;
   loop_io_del(c->gl->loop, &c->io);
+  loop_timer_cancel(c->gl->loop, &c->hs_timer);
+  if (c->ssl) {
+    if (!c->handshaking) SSL_shutdown(c->ssl); /* close_notify, best effort (non-blocking) */
+    SSL_free(c->ssl);
+    c->ssl = NULL;
+  }
   close(c->fd);
   c->fd = -1;
   while (c->streams) stream_free(c->streams);
@@ -431,10 +498,66 @@ static void conn_close(gconn *c) {
   conn_unref(c);
 }
 
+/* send(), or SSL_write on a TLS connection (errno EAGAIN when it would block). */
+static ssize_t conn_send(gconn *c, const char *p, size_t n) {
+  if (!c->ssl) return send(c->fd, p, n, MSG_NOSIGNAL);
+  int w = SSL_write(c->ssl, p, n > INT_MAX ? INT_MAX : (int)n);
+  if (w > 0) return w;
+  int e = SSL_get_error(c->ssl, w);
+  errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPIPE;
+  return -1;
+}
+
+/* read(), or SSL_read records until rbuf is full or nothing is left (a record read into
+ * OpenSSL would not wake epoll again). 0: the peer closed; -1 with errno. */
+static ssize_t conn_recv(gconn *c, uint8_t *buf, size_t cap) {
+  if (!c->ssl) return read(c->fd, buf, cap);
+  size_t got = 0;
+  c->rd_wants_write = false;
+  while (got < cap) {
+    int r = SSL_read(c->ssl, buf + got, (int)(cap - got > INT_MAX ? INT_MAX : cap - got));
+    if (r > 0) {
+      got += (size_t)r;
+      continue;
+    }
+    int e = SSL_get_error(c->ssl, r);
+    if (got) return (ssize_t)got;
+    if (e == SSL_ERROR_WANT_READ) { errno = EAGAIN; return -1; }
+    if (e == SSL_ERROR_WANT_WRITE) { c->rd_wants_write = true; errno = EAGAIN; return -1; }
+    if (e == SSL_ERROR_ZERO_RETURN) return 0;
+    errno = EPROTO;
+    return -1;
+  }
+  return (ssize_t)got;
+}
+
+/* The TLS handshake step; true once it is done (then HTTP/2 starts: the server's SETTINGS
+ * go out). A failure closes the connection (a plaintext client on the TLS port). */
+static bool conn_handshake(gconn *c) {
+  int r = SSL_do_handshake(c->ssl);
+  if (r == 1) {
+    c->handshaking = false;
+    loop_timer_cancel(c->gl->loop, &c->hs_timer);
+    return true;
+  }
+  int e = SSL_get_error(c->ssl, r);
+  if (e == SSL_ERROR_WANT_READ) {
+    loop_io_set(c->gl->loop, &c->io, LOOP_READ);
+  } else if (e == SSL_ERROR_WANT_WRITE) {
+    loop_io_set(c->gl->loop, &c->io, LOOP_READ | LOOP_WRITE);
+  } else {
+    char eb[256];
+    LOG_V(1, "grpc: TLS handshake failed: %s", net_tls_last_error(eb, sizeof eb));
+    conn_close(c);
+  }
+  return false;
+}
+
 static void conn_flush(gconn *c) {
+  if (c->handshaking) return;
   for (;;) {
     while (c->woff < c->wbuf.len) {
-      ssize_t n = send(c->fd, c->wbuf.data + c->woff, c->wbuf.len - c->woff, MSG_NOSIGNAL);
+      ssize_t n = conn_send(c, c->wbuf.data + c->woff, c->wbuf.len - c->woff);
       if (n > 0) {
         c->woff += (size_t)n;
         continue;
@@ -468,14 +591,19 @@ static void conn_flush(gconn *c) {
     conn_close(c);
     return;
   }
-  loop_io_set(c->gl->loop, &c->io, LOOP_READ);
+  loop_io_set(c->gl->loop, &c->io, c->rd_wants_write ? LOOP_READ | LOOP_WRITE : LOOP_READ);
 }
 
 static void conn_io(loop_io *io, uint32_t ev) {
   gconn *c = (gconn *)((char *)io - offsetof(gconn, io));
   c->refs++; /* a handler may close c */
-  if (ev & (LOOP_READ | LOOP_HUP | LOOP_ERROR)) {
-    ssize_t n = read(c->fd, c->gl->rbuf, RBUF_BYTES);
+  if (c->handshaking) {
+    if (ev & (LOOP_HUP | LOOP_ERROR) && !(ev & LOOP_READ)) conn_close(c);
+    else if (conn_handshake(c)) ev |= LOOP_READ; /* records may have come with the last flight */
+  }
+  if (!c->dead && !c->handshaking &&
+      ((ev & (LOOP_READ | LOOP_HUP | LOOP_ERROR)) || (c->rd_wants_write && (ev & LOOP_WRITE)))) {
+    ssize_t n = conn_recv(c, c->gl->rbuf, RBUF_BYTES);
     if (n > 0) {
       ssize_t r = nghttp2_session_mem_recv(c->h2, c->gl->rbuf, (size_t)n);
       if (r < 0) {
@@ -488,8 +616,16 @@ static void conn_io(loop_io *io, uint32_t ev) {
       conn_close(c);
     }
   }
-  if (!c->dead) conn_flush(c);
+  if (!c->dead && !c->handshaking) conn_flush(c);
   conn_unref(c);
+}
+
+static void handshake_expired(loop_timer *t) {
+  gconn *c = (gconn *)((char *)t - offsetof(gconn, hs_timer));
+  if (c->handshaking && !c->dead) {
+    LOG_V(1, "grpc: TLS handshake not done in %d ms: closed", TLS_HANDSHAKE_MS);
+    conn_close(c);
+  }
 }
 
 static nghttp2_session_callbacks *make_callbacks(void) {
@@ -524,6 +660,14 @@ static void conn_open(gloop *gl, int fd) {
   c->refs = 1;
   c->io.fd = fd;
   c->io.fn = conn_io;
+  if (gl->srv->tls) {
+    c->ssl = net_tls_new_ssl(gl->srv->tls, NULL, loop_now_ms(gl->loop));
+    if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) goto fail;
+    SSL_set_accept_state(c->ssl);
+    c->handshaking = true;
+    c->hs_timer.fn = handshake_expired;
+    if (!loop_timer_at(gl->loop, &c->hs_timer, loop_now_ms(gl->loop) + TLS_HANDSHAKE_MS)) goto fail;
+  }
   cinfer_status *st = loop_io_add(gl->loop, &c->io, LOOP_READ);
   if (st) {
     cinfer_status_free(st);
@@ -532,12 +676,13 @@ static void conn_open(gloop *gl, int fd) {
   c->next = gl->conns;
   if (gl->conns) gl->conns->prev = c;
   gl->conns = c;
-  conn_flush(c);
+  if (!c->handshaking) conn_flush(c);
   return;
 fail:
   if (opt) nghttp2_option_del(opt);
   if (cb) nghttp2_session_callbacks_del(cb);
   if (c && c->h2) nghttp2_session_del(c->h2);
+  if (c && c->ssl) SSL_free(c->ssl);
   free(c);
   close(fd);
 }
@@ -560,13 +705,41 @@ static void on_accept(loop_io *io, uint32_t ev) {
 /* ---- server lifecycle ---------------------------------------------------------------------- */
 
 static void batch_begin(void *arg) { cinfer_server_defer_wakeups_begin(); }
-static void batch_end(void *arg) { cinfer_server_defer_wakeups_flush(); }
+static void batch_end(void *arg) {
+  flush_dirty(arg);
+  cinfer_server_defer_wakeups_flush();
+}
 
 cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_server **out) {
   *out = NULL;
   grpc_server *g = calloc(1, sizeof *g);
   if (!g) return cinfer_status_oom("grpc server");
   g->server = s;
+  g->shm = o->shm;
+  for (size_t i = 0; i < o->n_restricted; i++) {
+    char err[256];
+    if (!api_restrictions_add(&g->restrict_, o->restricted[i], err, sizeof err)) {
+      api_restrictions_free(&g->restrict_);
+      free(g);
+      return cinfer_status_new(CINFER_INVALID_ARG, "--grpc-restricted-protocol '%s': %s",
+                               o->restricted[i], err);
+    }
+  }
+  g->restricted = api_restrictions_any(&g->restrict_);
+  if (o->tls_cert || o->tls_key || o->tls_ca) {
+    cinfer_status *tst = NULL;
+    if (!o->tls_cert || !o->tls_key)
+      tst = cinfer_status_new(CINFER_INVALID_ARG, "--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key");
+    else
+      tst = net_tls_create(&(net_tls_opts){.server = true, .cert_file = o->tls_cert,
+                                           .key_file = o->tls_key, .ca_file = o->tls_ca,
+                                           .alpn = "h2"}, &g->tls);
+    if (tst) {
+      api_restrictions_free(&g->restrict_);
+      free(g);
+      return tst;
+    }
+  }
   g->max_msg = o->max_message_bytes ? o->max_message_bytes : (256u << 20);
   if (g->max_msg > UINT32_MAX) g->max_msg = UINT32_MAX;
   g->limits.max_tensor_elements = o->max_tensor_elements > 0 ? o->max_tensor_elements : (1 << 26);
@@ -576,6 +749,8 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
   g->n_loops = o->io_threads > 0 ? o->io_threads : 1;
   g->loops = calloc((size_t)g->n_loops, sizeof *g->loops);
   if (!g->loops) {
+    api_restrictions_free(&g->restrict_);
+    net_tls_destroy(g->tls);
     free(g);
     return cinfer_status_oom("grpc server");
   }
@@ -595,7 +770,7 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
   g->port = port;
   for (int i = 0; i < g->n_loops && !st; i++) {
     /* One worker wake-up per epoll batch of requests, as the HTTP frontend does. */
-    loop_set_batch_hooks(g->loops[i].loop, batch_begin, batch_end, NULL);
+    loop_set_batch_hooks(g->loops[i].loop, batch_begin, batch_end, &g->loops[i]);
     char name[16];
     snprintf(name, sizeof name, "grpc-io-%d", i);
     if ((st = loop_start_thread(g->loops[i].loop, name))) {
@@ -609,6 +784,8 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
       free(g->loops[i].rbuf);
     }
     free(g->loops);
+    api_restrictions_free(&g->restrict_);
+    net_tls_destroy(g->tls);
     free(g);
     return st;
   }
@@ -691,10 +868,13 @@ void grpc_server_destroy(grpc_server *g) {
   pthread_mutex_unlock(&g->mu);
   for (int i = 0; i < g->n_loops; i++) {
     loop_join(g->loops[i].loop);
+    flush_dirty(&g->loops[i]); /* every connection is closed: only drops the references */
     loop_destroy(g->loops[i].loop);
     free(g->loops[i].rbuf);
   }
   free(g->loops);
+  api_restrictions_free(&g->restrict_);
+  net_tls_destroy(g->tls);
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv);
   free(g);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "frontend/settings.h"
 #include "grpc/grpc_codec.h"
 #include "grpc/grpc_internal.h"
 #include "grpc/grpc_wire.h"
@@ -52,6 +53,14 @@ DEF_UNPACK(Inference__RepositoryIndexRequest, inference__repository_index_reques
 DEF_UNPACK(Inference__RepositoryModelLoadRequest, inference__repository_model_load_request)
 DEF_UNPACK(Inference__RepositoryModelUnloadRequest, inference__repository_model_unload_request)
 DEF_UNPACK(Grpc__Health__V1__HealthCheckRequest, grpc__health__v1__health_check_request)
+DEF_UNPACK(Inference__SystemSharedMemoryStatusRequest, inference__system_shared_memory_status_request)
+DEF_UNPACK(Inference__SystemSharedMemoryRegisterRequest, inference__system_shared_memory_register_request)
+DEF_UNPACK(Inference__SystemSharedMemoryUnregisterRequest, inference__system_shared_memory_unregister_request)
+DEF_UNPACK(Inference__CudaSharedMemoryStatusRequest, inference__cuda_shared_memory_status_request)
+DEF_UNPACK(Inference__CudaSharedMemoryRegisterRequest, inference__cuda_shared_memory_register_request)
+DEF_UNPACK(Inference__CudaSharedMemoryUnregisterRequest, inference__cuda_shared_memory_unregister_request)
+DEF_UNPACK(Inference__TraceSettingRequest, inference__trace_setting_request)
+DEF_UNPACK(Inference__LogSettingsRequest, inference__log_settings_request)
 
 /* ---- health and metadata ---------------------------------------------------------------- */
 
@@ -84,11 +93,12 @@ static void rpc_model_ready(gstream *gs, const uint8_t *msg, size_t len) {
 }
 
 static void rpc_server_metadata(gstream *gs, const uint8_t *msg, size_t len) {
-  /* The HTTP endpoint's list (GET /v2) less what this endpoint does not serve yet: shared
-   * memory, classification, trace and logging RPCs (UNIMPLEMENTED here), and generate (an
-   * HTTP-only extension). test_grpc checks the two lists differ by exactly these. */
+  /* The HTTP endpoint's list (GET /v2) less what this endpoint does not serve: the
+   * classification output parameter (refused here) and generate (an HTTP-only extension).
+   * test_grpc checks the two lists differ by exactly these. */
   static char *ext[] = {"sequence", "sequence(string_id)", "binary_tensor_data", "model_configuration",
                         "model_repository", "parameters", "schedule_policy", "statistics",
+                        "system_shared_memory", "trace", "logging",
                         "model_repository(unload_dependents)"};
   Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
   r.name = "cinfer";
@@ -622,11 +632,15 @@ static void deliver(infer_call *ic, cinfer_response *resp, bool final) {
     int64_t ver = cinfer_model_version(ic->model);
     cbuf b = {0};
     bool sent = false, ok = true;
+    cinfer_status *shm_err = NULL;
     if (!ic->stream) {
       if (final) {
+        shm_err = err ? NULL : grpc_infer_outputs_to_shm(ic->gi, resp);
         if (err) {
           gstream_finish(gs, grpc_status_of(cinfer_status_code(err)), cinfer_status_message(err));
-        } else if (!grpc_infer_encode(&b, false, model, ver, call_id(ic), resp, -1)) {
+        } else if (shm_err) {
+          gstream_finish_status(gs, shm_err);
+        } else if (!grpc_infer_encode(&b, false, model, ver, call_id(ic), resp, -1, ic->gi)) {
           gstream_finish(gs, GRPC_INTERNAL, "out of memory encoding the response");
         } else {
           gstream_send(gs, &b);
@@ -636,13 +650,17 @@ static void deliver(infer_call *ic, cinfer_response *resp, bool final) {
     } else if (err) {
       ok = grpc_stream_error_encode(&b, model, call_id(ic), cinfer_status_message(err));
       sent = true;
+    } else if ((shm_err = grpc_infer_outputs_to_shm(ic->gi, resp))) {
+      ok = grpc_stream_error_encode(&b, model, call_id(ic), cinfer_status_message(shm_err));
+      cinfer_status_free(shm_err);
+      sent = true;
     } else {
       uint32_t n = cinfer_response_output_count(resp);
       int fp = ic->gi->empty_final ? final : -1;
       /* Triton: a decoupled model's responses as they come, its FINAL-only marker only when
        * the client asked for empty final responses; a plain model's one response. */
       if (n || !ic->decoupled || (final && ic->gi->empty_final)) {
-        ok = grpc_infer_encode(&b, true, model, ver, call_id(ic), resp, fp);
+        ok = grpc_infer_encode(&b, true, model, ver, call_id(ic), resp, fp, ic->gi);
         sent = true;
       }
     }
@@ -742,7 +760,8 @@ static void infer(gstream *gs, const uint8_t *msg, size_t len, bool stream) {
                            "decoupled transaction policy; use ModelStreamInfer");
     goto fail;
   }
-  if ((st = cinfer_request_create(ic->model, &ic->req)) || (st = grpc_infer_apply(ic->gi, ic->req)))
+  if ((st = grpc_infer_bind(ic->gi, g->shm, cinfer_model_config_get(ic->model))) ||
+      (st = cinfer_request_create(ic->model, &ic->req)) || (st = grpc_infer_apply(ic->gi, ic->req)))
     goto fail;
   cinfer_request_set_callback(ic->req, on_response, ic);
   gop_attach(gs, &ic->op, call_cancel);
@@ -762,18 +781,259 @@ static void rpc_model_stream_infer(gstream *gs, const uint8_t *msg, size_t len) 
 
 /* ---- not implemented yet, and health ------------------------------------------------------ */
 
-static void rpc_shm(gstream *gs, const uint8_t *msg, size_t len) {
-  gstream_finish(gs, GRPC_UNIMPLEMENTED, "system shared memory is not supported over gRPC yet; "
-                 "send tensors in the request (raw_input_contents)");
+/* ---- system shared memory: the registry the HTTP endpoint uses (frontend/shm.h) ---------- */
+
+static shm_registry *shm_of(gstream *gs) {
+  shm_registry *r = gstream_server(gs)->shm;
+  if (!r) gstream_finish(gs, GRPC_UNAVAILABLE, "system shared memory is not available on this server");
+  return r;
 }
-static void rpc_cuda_shm(gstream *gs, const uint8_t *msg, size_t len) {
-  gstream_finish(gs, GRPC_UNIMPLEMENTED, "CUDA shared memory is not supported");
+
+typedef struct shm_list {
+  Inference__SystemSharedMemoryStatusResponse__RegionsEntry **e;
+  size_t n, cap;
+  bool oom;
+} shm_list;
+
+static void shm_list_add(void *user, const char *name, const char *key, uint64_t offset,
+                         uint64_t byte_size) {
+  shm_list *l = user;
+  if (l->oom) return;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 8;
+    void *p = realloc(l->e, cap * sizeof *l->e);
+    if (!p) { l->oom = true; return; }
+    l->e = p;
+    l->cap = cap;
+  }
+  Inference__SystemSharedMemoryStatusResponse__RegionsEntry *e = calloc(1, sizeof *e);
+  Inference__SystemSharedMemoryStatusResponse__RegionStatus *v = calloc(1, sizeof *v);
+  char *n1 = strdup(name), *n2 = strdup(name), *k = strdup(key);
+  if (!e || !v || !n1 || !n2 || !k) {
+    free(e), free(v), free(n1), free(n2), free(k);
+    l->oom = true;
+    return;
+  }
+  inference__system_shared_memory_status_response__regions_entry__init(e);
+  inference__system_shared_memory_status_response__region_status__init(v);
+  v->name = n1;
+  v->key = k;
+  v->offset = offset;
+  v->byte_size = byte_size;
+  e->key = n2;
+  e->value = v;
+  l->e[l->n++] = e;
 }
+
+static void rpc_shm_status(gstream *gs, const uint8_t *msg, size_t len) {
+  UNPACK(Inference__SystemSharedMemoryStatusRequest, q, msg, len);
+  shm_registry *r = shm_of(gs);
+  if (!r) return Inference__SystemSharedMemoryStatusRequest_free(q);
+  shm_list l = {0};
+  cinfer_status *st = shm_status_each(r, q->name[0] ? q->name : NULL, shm_list_add, &l);
+  Inference__SystemSharedMemoryStatusRequest_free(q);
+  if (st) gstream_finish_status(gs, st);
+  else if (l.oom) gstream_finish(gs, GRPC_INTERNAL, "out of memory");
+  else {
+    Inference__SystemSharedMemoryStatusResponse resp = INFERENCE__SYSTEM_SHARED_MEMORY_STATUS_RESPONSE__INIT;
+    resp.n_regions = l.n;
+    resp.regions = l.e;
+    reply(gs, &resp.base);
+  }
+  for (size_t i = 0; i < l.n; i++) {
+    free(l.e[i]->value->name);
+    free(l.e[i]->value->key);
+    free(l.e[i]->value);
+    free(l.e[i]->key);
+    free(l.e[i]);
+  }
+  free(l.e);
+}
+
+static void rpc_shm_register(gstream *gs, const uint8_t *msg, size_t len) {
+  UNPACK(Inference__SystemSharedMemoryRegisterRequest, q, msg, len);
+  shm_registry *r = shm_of(gs);
+  cinfer_status *st = r ? shm_register(r, q->name, q->key, q->offset, q->byte_size) : NULL;
+  Inference__SystemSharedMemoryRegisterRequest_free(q);
+  if (!r) return;
+  if (st) return gstream_finish_status(gs, st);
+  Inference__SystemSharedMemoryRegisterResponse resp = INFERENCE__SYSTEM_SHARED_MEMORY_REGISTER_RESPONSE__INIT;
+  reply(gs, &resp.base);
+}
+
+static void rpc_shm_unregister(gstream *gs, const uint8_t *msg, size_t len) {
+  UNPACK(Inference__SystemSharedMemoryUnregisterRequest, q, msg, len);
+  shm_registry *r = shm_of(gs);
+  cinfer_status *st = r ? shm_unregister(r, q->name[0] ? q->name : NULL) : NULL;
+  Inference__SystemSharedMemoryUnregisterRequest_free(q);
+  if (!r) return;
+  if (st) return gstream_finish_status(gs, st);
+  Inference__SystemSharedMemoryUnregisterResponse resp = INFERENCE__SYSTEM_SHARED_MEMORY_UNREGISTER_RESPONSE__INIT;
+  reply(gs, &resp.base);
+}
+
+/* CUDA shared memory: the HTTP endpoint's answers (shm_cuda_call): this server has no GPU. */
+static void rpc_cuda_status(gstream *gs, const uint8_t *msg, size_t len) {
+  UNPACK(Inference__CudaSharedMemoryStatusRequest, q, msg, len);
+  cinfer_status *st = shm_cuda_call("status", q->name);
+  Inference__CudaSharedMemoryStatusRequest_free(q);
+  if (st) return gstream_finish_status(gs, st);
+  Inference__CudaSharedMemoryStatusResponse resp = INFERENCE__CUDA_SHARED_MEMORY_STATUS_RESPONSE__INIT;
+  reply(gs, &resp.base);
+}
+
+static void rpc_cuda_register(gstream *gs, const uint8_t *msg, size_t len) {
+  UNPACK(Inference__CudaSharedMemoryRegisterRequest, q, msg, len);
+  cinfer_status *st = shm_cuda_call("register", q->name);
+  Inference__CudaSharedMemoryRegisterRequest_free(q);
+  if (st) return gstream_finish_status(gs, st);
+  Inference__CudaSharedMemoryRegisterResponse resp = INFERENCE__CUDA_SHARED_MEMORY_REGISTER_RESPONSE__INIT;
+  reply(gs, &resp.base);
+}
+
+static void rpc_cuda_unregister(gstream *gs, const uint8_t *msg, size_t len) {
+  UNPACK(Inference__CudaSharedMemoryUnregisterRequest, q, msg, len);
+  cinfer_status *st = shm_cuda_call("unregister", q->name);
+  Inference__CudaSharedMemoryUnregisterRequest_free(q);
+  if (st) return gstream_finish_status(gs, st);
+  Inference__CudaSharedMemoryUnregisterResponse resp = INFERENCE__CUDA_SHARED_MEMORY_UNREGISTER_RESPONSE__INIT;
+  reply(gs, &resp.base);
+}
+
+/* ---- trace and log settings: the HTTP endpoint's rules (frontend/settings.h) --------------- */
+
+/* The update as the HTTP endpoint's JSON object, so the rules and texts are settings.c's. A
+ * setting with no value clears it (JSON null); trace_level is a list; every other trace
+ * setting takes one value (Triton's text otherwise). */
+static cinfer_status *trace_json(const Inference__TraceSettingRequest *q, char **out) {
+  *out = NULL;
+  if (!q->n_settings) return NULL;
+  cJSON *j = cJSON_CreateObject();
+  for (size_t i = 0; j && i < q->n_settings; i++) {
+    const char *k = q->settings[i]->key;
+    const Inference__TraceSettingRequest__SettingValue *v = q->settings[i]->value;
+    size_t n = v ? v->n_value : 0;
+    cJSON *x;
+    if (!n) {
+      x = cJSON_CreateNull();
+    } else if (!strcmp(k, "trace_level")) {
+      x = cJSON_CreateArray();
+      for (size_t e = 0; x && e < n; e++) cJSON_AddItemToArray(x, cJSON_CreateString(v->value[e]));
+    } else if (n == 1) {
+      x = cJSON_CreateString(v->value[0]);
+    } else {
+      cJSON_Delete(j);
+      return cinfer_status_new(CINFER_INVALID_ARG, "expect only 1 value for '%.100s'", k);
+    }
+    if (!x) break;
+    cJSON_AddItemToObject(j, k, x);
+  }
+  *out = j ? cJSON_PrintUnformatted(j) : NULL;
+  cJSON_Delete(j);
+  return *out ? NULL : cinfer_status_oom(NULL);
+}
+
 static void rpc_trace(gstream *gs, const uint8_t *msg, size_t len) {
-  gstream_finish(gs, GRPC_UNIMPLEMENTED, "TraceSetting is not supported over gRPC yet");
+  UNPACK(Inference__TraceSettingRequest, q, msg, len);
+  char *body;
+  cinfer_status *st = trace_json(q, &body);
+  cinfer_trace_setting v;
+  if (!st) st = settings_trace_apply(gstream_server(gs)->server, q->model_name[0] ? q->model_name : NULL,
+                                     body, body ? strlen(body) : 0, &v);
+  free(body);
+  Inference__TraceSettingRequest_free(q);
+  if (st) return gstream_finish_status(gs, st);
+  char *levels[2];
+  size_t nl = 0;
+  if (!v.level) levels[nl++] = "OFF";
+  if (v.level & CINFER_TRACE_TIMESTAMPS) levels[nl++] = "TIMESTAMPS";
+  if (v.level & CINFER_TRACE_TENSORS) levels[nl++] = "TENSORS";
+  char rate[16], count[16], freq[16];
+  snprintf(rate, sizeof rate, "%u", v.rate);
+  snprintf(count, sizeof count, "%d", v.count);
+  snprintf(freq, sizeof freq, "%u", v.log_frequency);
+  char *one[5] = {rate, count, freq, v.file, "triton"};
+  static const char *const keys[6] = {"trace_level", "trace_rate", "trace_count", "log_frequency",
+                                      "trace_file", "trace_mode"};
+  Inference__TraceSettingResponse__SettingValue val[6];
+  Inference__TraceSettingResponse__SettingsEntry ent[6], *ep[6];
+  for (int i = 0; i < 6; i++) {
+    inference__trace_setting_response__setting_value__init(&val[i]);
+    inference__trace_setting_response__settings_entry__init(&ent[i]);
+    val[i].n_value = i ? 1 : nl;
+    val[i].value = i ? &one[i - 1] : levels;
+    ent[i].key = (char *)keys[i];
+    ent[i].value = &val[i];
+    ep[i] = &ent[i];
+  }
+  Inference__TraceSettingResponse r = INFERENCE__TRACE_SETTING_RESPONSE__INIT;
+  r.n_settings = 6;
+  r.settings = ep;
+  reply(gs, &r.base);
 }
+
+static cinfer_status *log_json(const Inference__LogSettingsRequest *q, char **out) {
+  *out = NULL;
+  if (!q->n_settings) return NULL;
+  cJSON *j = cJSON_CreateObject();
+  for (size_t i = 0; j && i < q->n_settings; i++) {
+    const Inference__LogSettingsRequest__SettingValue *v = q->settings[i]->value;
+    cJSON *x;
+    switch (v ? v->parameter_choice_case : 0) {
+      case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM:
+        x = cJSON_CreateBool(v->bool_param);
+        break;
+      case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM:
+        x = cJSON_CreateNumber(v->uint32_param);
+        break;
+      case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM:
+        x = cJSON_CreateString(v->string_param);
+        break;
+      default: x = cJSON_CreateNull(); break;
+    }
+    if (!x) break;
+    cJSON_AddItemToObject(j, q->settings[i]->key, x);
+  }
+  *out = j ? cJSON_PrintUnformatted(j) : NULL;
+  cJSON_Delete(j);
+  return *out ? NULL : cinfer_status_oom(NULL);
+}
+
 static void rpc_log(gstream *gs, const uint8_t *msg, size_t len) {
-  gstream_finish(gs, GRPC_UNIMPLEMENTED, "LogSettings is not supported over gRPC yet");
+  UNPACK(Inference__LogSettingsRequest, q, msg, len);
+  char *body;
+  cinfer_status *st = log_json(q, &body);
+  settings_log_view v;
+  if (!st) st = settings_logging_apply(body, body ? strlen(body) : 0, &v);
+  free(body);
+  Inference__LogSettingsRequest_free(q);
+  if (st) return gstream_finish_status(gs, st);
+  static const char *const keys[6] = {"log_file", "log_info", "log_warning", "log_error",
+                                      "log_verbose_level", "log_format"};
+  Inference__LogSettingsResponse__SettingValue val[6];
+  Inference__LogSettingsResponse__SettingsEntry ent[6], *ep[6];
+  for (int i = 0; i < 6; i++) {
+    inference__log_settings_response__setting_value__init(&val[i]);
+    inference__log_settings_response__settings_entry__init(&ent[i]);
+    ent[i].key = (char *)keys[i];
+    ent[i].value = &val[i];
+    ep[i] = &ent[i];
+  }
+  val[0].parameter_choice_case = val[5].parameter_choice_case =
+      INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM;
+  val[0].string_param = (char *)v.file;
+  val[5].string_param = (char *)v.format;
+  bool b[3] = {v.info, v.warning, v.error};
+  for (int i = 0; i < 3; i++) {
+    val[1 + i].parameter_choice_case = INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM;
+    val[1 + i].bool_param = b[i];
+  }
+  val[4].parameter_choice_case = INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM;
+  val[4].uint32_param = (uint32_t)v.verbose;
+  Inference__LogSettingsResponse r = INFERENCE__LOG_SETTINGS_RESPONSE__INIT;
+  r.n_settings = 6;
+  r.settings = ep;
+  reply(gs, &r.base);
 }
 
 static void rpc_health_check(gstream *gs, const uint8_t *msg, size_t len) {
@@ -808,12 +1068,12 @@ static const grpc_method methods[] = {
     {SVC "RepositoryIndex", false, rpc_repository_index},
     {SVC "RepositoryModelLoad", false, rpc_repository_load},
     {SVC "RepositoryModelUnload", false, rpc_repository_unload},
-    {SVC "SystemSharedMemoryStatus", false, rpc_shm},
-    {SVC "SystemSharedMemoryRegister", false, rpc_shm},
-    {SVC "SystemSharedMemoryUnregister", false, rpc_shm},
-    {SVC "CudaSharedMemoryStatus", false, rpc_cuda_shm},
-    {SVC "CudaSharedMemoryRegister", false, rpc_cuda_shm},
-    {SVC "CudaSharedMemoryUnregister", false, rpc_cuda_shm},
+    {SVC "SystemSharedMemoryStatus", false, rpc_shm_status},
+    {SVC "SystemSharedMemoryRegister", false, rpc_shm_register},
+    {SVC "SystemSharedMemoryUnregister", false, rpc_shm_unregister},
+    {SVC "CudaSharedMemoryStatus", false, rpc_cuda_status},
+    {SVC "CudaSharedMemoryRegister", false, rpc_cuda_register},
+    {SVC "CudaSharedMemoryUnregister", false, rpc_cuda_unregister},
     {SVC "TraceSetting", false, rpc_trace},
     {SVC "LogSettings", false, rpc_log},
     {"/grpc.health.v1.Health/Check", false, rpc_health_check},

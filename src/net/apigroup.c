@@ -26,6 +26,35 @@ bool api_group_parse(const char *name, size_t len, api_group *out) {
 
 /* ---- classification ------------------------------------------------------------------ */
 
+api_group api_classify_grpc(const char *path, size_t len) {
+  static const struct {
+    const char *rpc;
+    api_group g;
+  } rpcs[] = {
+      {"ServerLive", API_HEALTH}, {"ServerReady", API_HEALTH}, {"ModelReady", API_HEALTH},
+      {"ServerMetadata", API_METADATA}, {"ModelMetadata", API_METADATA},
+      {"ModelInfer", API_INFERENCE}, {"ModelStreamInfer", API_INFERENCE},
+      {"ModelConfig", API_MODEL_CONFIG}, {"ModelStatistics", API_STATISTICS},
+      {"RepositoryIndex", API_MODEL_REPOSITORY}, {"RepositoryModelLoad", API_MODEL_REPOSITORY},
+      {"RepositoryModelUnload", API_MODEL_REPOSITORY},
+      {"SystemSharedMemoryStatus", API_SHARED_MEMORY},
+      {"SystemSharedMemoryRegister", API_SHARED_MEMORY},
+      {"SystemSharedMemoryUnregister", API_SHARED_MEMORY},
+      {"CudaSharedMemoryStatus", API_SHARED_MEMORY},
+      {"CudaSharedMemoryRegister", API_SHARED_MEMORY},
+      {"CudaSharedMemoryUnregister", API_SHARED_MEMORY},
+      {"TraceSetting", API_TRACE}, {"LogSettings", API_LOGGING}};
+  static const char svc[] = "/inference.GRPCInferenceService/";
+  static const char health[] = "/grpc.health.v1.Health/";
+  if (len > sizeof health - 1 && !memcmp(path, health, sizeof health - 1)) return API_HEALTH;
+  if (len <= sizeof svc - 1 || memcmp(path, svc, sizeof svc - 1)) return API_GROUP_UNKNOWN;
+  const char *m = path + sizeof svc - 1;
+  size_t ml = len - (sizeof svc - 1);
+  for (size_t i = 0; i < sizeof rpcs / sizeof *rpcs; i++)
+    if (strlen(rpcs[i].rpc) == ml && !memcmp(rpcs[i].rpc, m, ml)) return rpcs[i].g;
+  return API_GROUP_UNKNOWN;
+}
+
 /* A route: its segments after the split, "{m}" = the model (captured), "{x}" = any one
  * segment (a version number, a region name). ".v" at the end of a "{m}" segment ("{m}.v")
  * also accepts "{m}/versions/{x}" there. The first matching row wins, so exact routes

@@ -54,6 +54,11 @@ typedef struct api_route {
  * classified as one route and executed as another. The method does not change the group
  * (Triton classifies by path; a wrong method is the server's 405). */
 void api_classify(http_method method, const char *path, size_t len, api_route *out);
+/* The group of a gRPC method path ("/inference.GRPCInferenceService/ModelInfer"), with
+ * Triton's grouping of the RPCs (--grpc-restricted-protocol) and the HTTP routes' group for
+ * the same call (ModelReady is health as /v2/models/M/ready is); grpc.health.v1.Health is
+ * health. API_GROUP_UNKNOWN for any other path. */
+api_group api_classify_grpc(const char *path, size_t len);
 /* "health", "metadata", ..., "unknown", "unrestricted". */
 const char *api_group_name(api_group g);
 /* Group by its name (as in Triton's flag); false when unknown. */

@@ -27,6 +27,8 @@ typedef struct file_id {
 struct net_tls {
   bool server;
   char *files[TLS_NFILES];  /* cert, key, ca (NULL = unused) */
+  unsigned char alpn[32];   /* ALPN wire format (length-prefixed), alpn_len 0: none */
+  unsigned alpn_len;
   pthread_mutex_t mu;
   SSL_CTX *ctx;             /* current; SSL objects hold their own reference */
   file_id ids[TLS_NFILES];
@@ -51,6 +53,17 @@ static void stat_ids(const net_tls *t, file_id *ids) {
     if (t->files[i] && !stat(t->files[i], &st))
       ids[i] = (file_id){st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_size, st.st_ino, true};
   }
+}
+
+/* Server: picks t->alpn among the client's offers, or fails the handshake. */
+static int alpn_select(SSL *s, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned inlen, void *arg) {
+  const net_tls *t = arg;
+  unsigned char *sel;
+  if (SSL_select_next_proto(&sel, outlen, t->alpn, t->alpn_len, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+  *out = sel;
+  return SSL_TLSEXT_ERR_OK;
 }
 
 static cinfer_status *build_ctx(const net_tls *t, SSL_CTX **out) {
@@ -89,6 +102,10 @@ static cinfer_status *build_ctx(const net_tls *t, SSL_CTX **out) {
   } else if (!t->server) {
     SSL_CTX_set_default_verify_paths(ctx);
   }
+  if (t->alpn_len) {
+    if (t->server) SSL_CTX_set_alpn_select_cb(ctx, alpn_select, (void *)t);
+    else SSL_CTX_set_alpn_protos(ctx, t->alpn, t->alpn_len);
+  }
   if (!t->server || ca)
     SSL_CTX_set_verify(ctx, t->server ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_PEER, NULL);
   *out = ctx;
@@ -108,6 +125,16 @@ cinfer_status *net_tls_create(const net_tls_opts *o, net_tls **out) {
   if (!t) return cinfer_status_new(CINFER_INTERNAL, "tls: out of memory");
   pthread_mutex_init(&t->mu, NULL);
   t->server = o->server;
+  if (o->alpn) {
+    size_t n = strlen(o->alpn);
+    if (!n || n >= sizeof t->alpn - 1) {
+      net_tls_destroy(t);
+      return cinfer_status_new(CINFER_INVALID_ARG, "tls: bad ALPN protocol name '%s'", o->alpn);
+    }
+    t->alpn[0] = (unsigned char)n;
+    memcpy(t->alpn + 1, o->alpn, n);
+    t->alpn_len = (unsigned)n + 1;
+  }
   const char *f[TLS_NFILES] = {o->cert_file, o->key_file, o->ca_file};
   for (int i = 0; i < TLS_NFILES; i++)
     if (f[i] && !(t->files[i] = strdup(f[i]))) {

@@ -25,6 +25,9 @@ typedef struct net_tls_opts {
   const char *key_file;    /* with cert_file */
   const char *ca_file;     /* client: verifies the server (NULL: the system store);
                               server: when set, clients must present a certificate it signed */
+  /* ALPN protocol ("h2" for gRPC), or NULL: none. Server: a client that offers protocols
+   * but not this one fails the handshake (no_application_protocol); client: offered. */
+  const char *alpn;
 } net_tls_opts;
 
 /* Loads the files now: an error names the file and OpenSSL's reason. */

@@ -159,7 +159,7 @@ def test_server_and_model_metadata_match_http(server, client):
     hmd = http_json(server, "/v2")
     assert md["name"] == hmd["name"] and md["version"] == hmd["version"]
     # the same list, less the extensions whose RPCs this endpoint does not serve yet
-    http_only = {"classification", "system_shared_memory", "trace", "logging", "generate"}
+    http_only = {"classification", "generate"}
     assert md["extensions"] == [e for e in hmd["extensions"] if e not in http_only]
     for m in ("identity_fp32", "identity_pair", LLM, "sim_detector"):
         g = client.get_model_metadata(m, as_json=True)
@@ -317,7 +317,7 @@ def test_infer_errors_with_status_codes(client, stub):
     req = service_pb2.ModelInferRequest(model_name="identity_fp32")
     req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).parameters["shared_memory_region"].string_param = "r"
     code, msg = status_of(lambda: stub.ModelInfer(req))
-    assert code == grpc.StatusCode.UNIMPLEMENTED and "shared memory" in msg
+    assert code == grpc.StatusCode.NOT_FOUND and "Unable to find shared memory region: 'r'" in msg
 
 
 def test_fp16_and_bf16_raw(client):
@@ -368,17 +368,6 @@ def test_repository_index_load_unload(server, client):
     assert int(client.get_model_config("identity_uint8").config.max_batch_size) == 2
     client.load_model("identity_uint8")
     assert int(client.get_model_config("identity_uint8").config.max_batch_size) == 8
-
-
-def test_unimplemented_rpcs_say_so(client):
-    for fn, what in ((client.get_system_shared_memory_status, "shared memory"),
-                     (lambda: client.unregister_system_shared_memory("x"), "shared memory"),
-                     (lambda: client.register_system_shared_memory("r", "/k", 64), "shared memory"),
-                     (client.get_cuda_shared_memory_status, "CUDA"),
-                     (client.get_trace_settings, "TraceSetting"),
-                     (client.get_log_settings, "LogSettings")):
-        code, msg = triton_status(fn)
-        assert code == "StatusCode.UNIMPLEMENTED" and what in msg
 
 
 # ---- streaming ---------------------------------------------------------------------------

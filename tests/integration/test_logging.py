@@ -142,7 +142,7 @@ def test_log_file(tmp_path):
     path = tmp_path / "server.log"
     repo = copy_repo(["identity_fp32"])
     proc = subprocess.Popen([BIN, "serve", "--model-repository", repo, "--host", "127.0.0.1",
-                             "--http-port", "0", "--io-threads", "1", "--log-file", str(path)],
+                             "--http-port", "0", "--grpc-port", "0", "--io-threads", "1", "--log-file", str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # the listening line (with the port) goes to the file too

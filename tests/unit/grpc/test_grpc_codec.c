@@ -265,6 +265,66 @@ static void test_decode_errors(void **state) {
   cinfer_status_free(st);
 }
 
+
+/* Shared-memory parameters: decoded with Triton's type rules, bound only by grpc_infer_bind
+ * (NULL registry: refused with the HTTP endpoint's text), raw contents counted for the
+ * inputs that are not in a region. */
+static void test_shm_params(void **state) {
+  Inference__ModelInferRequest r = INFERENCE__MODEL_INFER_REQUEST__INIT;
+  Inference__ModelInferRequest__InferInputTensor a = INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT,
+                                                 b = INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT;
+  Inference__ModelInferRequest__InferInputTensor *ins[2] = {&a, &b};
+  Inference__InferParameter reg = INFERENCE__INFER_PARAMETER__INIT, size = INFERENCE__INFER_PARAMETER__INIT;
+  Inference__ModelInferRequest__InferInputTensor__ParametersEntry e1 =
+      INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__PARAMETERS_ENTRY__INIT, e2 = e1;
+  Inference__ModelInferRequest__InferInputTensor__ParametersEntry *ep[2] = {&e1, &e2};
+  int64_t shape[1] = {2};
+  a.name = "A", a.datatype = "FP32", a.n_shape = 1, a.shape = shape;
+  b.name = "B", b.datatype = "FP32", b.n_shape = 1, b.shape = shape;
+  reg.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+  reg.string_param = "region";
+  size.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+  size.int64_param = 8;
+  e1.key = "shared_memory_region", e1.value = &reg;
+  e2.key = "shared_memory_byte_size", e2.value = &size;
+  a.n_parameters = 2, a.parameters = ep;
+  float bv[2] = {1, 2};
+  ProtobufCBinaryData raw = {sizeof bv, (uint8_t *)bv};
+  r.model_name = "m";
+  r.n_inputs = 2, r.inputs = ins;
+  r.n_raw_input_contents = 1, r.raw_input_contents = &raw; /* only B's */
+  uint8_t buf[1024];
+  size_t n = inference__model_infer_request__get_packed_size(&r);
+  inference__model_infer_request__pack(&r, buf);
+  grpc_infer *g = NULL;
+  assert_null(grpc_infer_decode(buf, n, &LIM, &g));
+  assert_true(g->any_shm);
+  assert_string_equal(g->shm_in[0].region, "region");
+  assert_int_equal(g->shm_in[0].byte_size, 8);
+  assert_null(g->shm_in[1].region);
+  assert_memory_equal(g->inputs[1].t.data, bv, sizeof bv);
+  cinfer_status *st = grpc_infer_bind(g, NULL, NULL);
+  assert_non_null(st);
+  assert_string_equal(cinfer_status_message(st), "input 'A': shared memory is not available on this endpoint");
+  cinfer_status_free(st);
+  grpc_infer_free(g);
+  /* two raw contents for one input outside shared memory */
+  ProtobufCBinaryData raws[2] = {raw, raw};
+  r.n_raw_input_contents = 2, r.raw_input_contents = raws;
+  expect_bad(&r, "1 inputs not in shared memory but 2 raw_input_contents");
+  r.n_raw_input_contents = 1, r.raw_input_contents = &raw;
+  /* Triton's type rules */
+  size.int64_param = -1;
+  expect_bad(&r, "input 'A': Unable to parse 'shared_memory_byte_size': must be a non-negative integer");
+  size.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+  expect_bad(&r, "invalid value type for 'shared_memory_byte_size' parameter for tensor 'A', expected int64_param.");
+  reg.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+  expect_bad(&r, "invalid value type for 'shared_memory_region' parameter for tensor 'A', expected string_param.");
+  e1.key = "something_else"; /* A is no longer in a region: it needs its raw contents */
+  r.n_raw_input_contents = 2, r.raw_input_contents = raws;
+  expect_bad(&r, "'shared_memory_byte_size' can not be specified without 'shared_memory_region' parameter for tensor 'A'");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_framing),
@@ -272,6 +332,7 @@ int main(void) {
       cmocka_unit_test(test_status_and_headers),
       cmocka_unit_test(test_decode_valid_and_truncated),
       cmocka_unit_test(test_decode_errors),
+      cmocka_unit_test(test_shm_params),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -179,6 +179,35 @@ static void test_restriction_flags(void **st) {
   assert_false(api_restrictions_any(&r));
 }
 
+/* Every RPC of inference.GRPCInferenceService in the group of its HTTP route. */
+static void test_grpc_methods(void **st) {
+  (void)st;
+  static const struct { const char *rpc; api_group g; } t[] = {
+      {"ServerLive", API_HEALTH}, {"ServerReady", API_HEALTH}, {"ModelReady", API_HEALTH},
+      {"ServerMetadata", API_METADATA}, {"ModelMetadata", API_METADATA},
+      {"ModelInfer", API_INFERENCE}, {"ModelStreamInfer", API_INFERENCE},
+      {"ModelConfig", API_MODEL_CONFIG}, {"ModelStatistics", API_STATISTICS},
+      {"RepositoryIndex", API_MODEL_REPOSITORY}, {"RepositoryModelLoad", API_MODEL_REPOSITORY},
+      {"RepositoryModelUnload", API_MODEL_REPOSITORY},
+      {"SystemSharedMemoryStatus", API_SHARED_MEMORY}, {"SystemSharedMemoryRegister", API_SHARED_MEMORY},
+      {"SystemSharedMemoryUnregister", API_SHARED_MEMORY}, {"CudaSharedMemoryStatus", API_SHARED_MEMORY},
+      {"CudaSharedMemoryRegister", API_SHARED_MEMORY}, {"CudaSharedMemoryUnregister", API_SHARED_MEMORY},
+      {"TraceSetting", API_TRACE}, {"LogSettings", API_LOGGING}};
+  char path[128];
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+    snprintf(path, sizeof path, "/inference.GRPCInferenceService/%s", t[i].rpc);
+    assert_int_equal(api_classify_grpc(path, strlen(path)), t[i].g);
+    /* a prefix or an extension of a method is not that method */
+    assert_int_equal(api_classify_grpc(path, strlen(path) - 1), API_GROUP_UNKNOWN);
+  }
+  const char *h = "/grpc.health.v1.Health/Check";
+  assert_int_equal(api_classify_grpc(h, strlen(h)), API_HEALTH);
+  const char *odd[] = {"", "/", "/inference.GRPCInferenceService/", "/inference.GRPCInferenceService/Nope",
+                       "/other.Service/ModelInfer", "/inference.GRPCInferenceServiceX/ModelInfer"};
+  for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
+    assert_int_equal(api_classify_grpc(odd[i], strlen(odd[i])), API_GROUP_UNKNOWN);
+}
+
 static void test_ct_equal(void **st) {
   (void)st;
   assert_true(api_ct_equal("abc", 3, "abc", 3));
@@ -194,6 +223,7 @@ int main(void) {
       cmocka_unit_test(test_group_names_round_trip),
       cmocka_unit_test(test_restriction_flags),
       cmocka_unit_test(test_ct_equal),
+      cmocka_unit_test(test_grpc_methods),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
