@@ -70,6 +70,14 @@ static void oai_error(http_exchange *ex, int status, const char *type, const cha
     http_respond(ex, 500, json_hdr, 1, "{}", 2);
     return;
   }
+  /* a refusal for load (the engine's or the server's queue is full, a budget is spent, the
+   * model is not ready yet): the client may retry, after this many seconds */
+  if (status == 503 || status == 429) {
+    static const http_header retry_hdr[] = {{"Content-Type", 12, "application/json", 16},
+                                            {"Retry-After", 11, "1", 1}};
+    http_respond_owned(ex, status, retry_hdr, 2, b.data, b.len, free);
+    return;
+  }
   http_respond_owned(ex, status, json_hdr, 1, b.data, b.len, free);
 }
 
