@@ -233,6 +233,7 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
   bench_dist_from(&lv->ttft, total->ttft);
   bench_dist_from(&lv->itl, total->itl);
   bench_dist_from(&lv->tpot, total->tpot);
+  bench_dist_from(&lv->refused, total->refused);
   double wall = (clock_now_ns() - t0) / 1e9;
   lv->cpu_pct = wall > 0 ? 100.0 * (cpu1 - cpu0) / wall : 0;
   lv->threads = bench_engine_threads(e);
