@@ -410,7 +410,12 @@ int bench_main(int argc, char **argv) {
     }
   }
   uint64_t errors = 0;
-  for (int i = 0; i < x.n_levels; i++) errors += x.levels[i].errors;
+  for (int i = 0; i < x.n_levels; i++) {
+    errors += x.levels[i].errors;
+    /* --conversation: a refusal (429/503, asked again after thinking) is the server's
+     * admission at work, reported in its own table, not a failed request */
+    if (cfg.conversation) errors -= x.levels[i].refused.count;
+  }
   if (x.fatal) {
     fprintf(stderr, "cinfer bench: %s\n", x.fatal_msg[0] ? x.fatal_msg : "run failed");
     rc = 1;

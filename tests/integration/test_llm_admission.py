@@ -248,3 +248,45 @@ def test_prefix_cache_hit_ratio_metric():
         queries = metric(s, "cinfer_llm_prefix_cache_queries_total")
         assert hits > 0
         assert metric(s, "cinfer_llm_prefix_cache_hit_ratio") == pytest.approx(hits / queries)
+
+
+# ---- cinfer bench --conversation --------------------------------------------------------
+
+
+def run_bench(server, *args):
+    import json
+    import tempfile
+    out = tempfile.mktemp(suffix=".json")
+    p = subprocess.run([BIN, "bench", "--url", server.url, "--openai", "chat", "--model", MODEL,
+                        "--conversation", "--json", out, "--quiet", *args],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(out) as f:
+        return json.load(f)["levels"][0], p.stdout
+
+
+def test_bench_conversation_reuses_the_history():
+    with Server(repo_with({})) as s:
+        s.wait_ready()
+        # 2 users x 2 conversations of 2 turns: every second turn carries the first answer
+        lv, _ = run_bench(s, "--concurrency", "2", "--turns", "2", "--requests", "8", "--max-tokens", "8",
+                          "--prompt-len", "6", "--system-prompt-len", "40", "--stream")
+        assert lv["requests"] == 8 and lv["errors"] == 0, lv
+        assert lv["output_tokens"] == 8 * 8
+        # the shared system prompt and each conversation's first turn come from the prefix cache
+        assert metric(s, "cinfer_llm_prefix_cache_hits_total") > 0
+        assert metric(s, "cinfer_llm_prefix_cache_hit_ratio") > 0.3
+
+
+def test_bench_conversation_counts_refusals_as_the_server_does():
+    with Server(repo_with({"max_seqs": "1", "max_waiting": "1"})) as s:
+        s.wait_ready()
+        # the refused users ask again after thinking 0.1-0.3 s
+        lv, table = run_bench(s, "--concurrency", "6", "--turns", "2", "--requests", "20", "--max-tokens", "16",
+                              "--prompt-len", "6", "--think-ms", "200", "--window-ms", "60000")
+        refused = lv["http_status_errors"].get("503", 0)
+        assert refused >= 1, lv
+        assert lv["refused"]["count"] == refused
+        assert refused + lv["requests"] == 20
+        assert metric(s, "cinfer_llm_refused_waiting_total") == refused
+        assert "refusal p99 ms" in table
