@@ -122,12 +122,13 @@ def start_cinfer(args, threads, out, tag):
     return p, url
 
 
-def bench_level(args, url, think_ms, label, out, pids, metric_urls):
+def bench_level(args, url, think_ms, label, out, pids, metric_urls, users=None):
+    users = users or args.users
     js = os.path.join(out, f"{label}.json")
     before = [metrics(u) for u in metric_urls]
     load0 = os.getloadavg()
     cmd = [BIN, "bench", "--url", url, "--openai", "chat", "--model", "smollm2", "--conversation",
-           "--concurrency", str(args.users), "--think-ms", str(think_ms), "--turns", str(args.turns),
+           "--concurrency", str(users), "--think-ms", str(think_ms), "--turns", str(args.turns),
            "--max-tokens", str(args.max_tokens), "--prompt-len", str(args.prompt_len),
            "--system-prompt-len", str(args.system_len), "--stream", "--warmup-ms", str(args.warmup_s * 1000),
            "--window-ms", str(args.window_s * 1000), "--max-windows", "3", "--timeout-ms",
@@ -153,9 +154,9 @@ def bench_level(args, url, think_ms, label, out, pids, metric_urls):
                       for a, b in zip(after, before))
     ms = lambda d, k: d.get(k, 0) / 1000.0 if d and d.get("count") else None
     r = {
-        "label": label, "think_s": think_ms / 1000.0, "users": args.users, "rc": p.returncode,
+        "label": label, "think_s": think_ms / 1000.0, "users": users, "rc": p.returncode,
         "wall_s": round(time.time() - t0, 1),
-        "offered_rps": args.users / (think_ms / 1000.0 + (lv.get("latency", {}).get("mean_us", 0) / 1e6)) if think_ms else None,
+        "offered_rps": users / (think_ms / 1000.0 + (lv.get("latency", {}).get("mean_us", 0) / 1e6)) if think_ms else None,
         "admitted_rps": lv.get("throughput_rps"), "requests": lv.get("requests"),
         "ttft_p50_ms": ms(lv.get("ttft"), "p50_us"), "ttft_p99_ms": ms(lv.get("ttft"), "p99_us"),
         "e2e_p50_ms": ms(lv.get("latency"), "p50_us"), "e2e_p99_ms": ms(lv.get("latency"), "p99_us"),
@@ -230,12 +231,14 @@ def main():
     ap.add_argument("--think-s", default="480,240,160,120", help="capacity search: think times (s), slowest first")
     ap.add_argument("--slo-s", type=float, default=8.0, help="SLO: admitted e2e p99 (s)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--max-seqs", type=int, default=16)
-    ap.add_argument("--max-waiting", type=int, default=8)
+    ap.add_argument("--max-seqs", type=int, default=8)
+    ap.add_argument("--max-waiting", type=int, default=4)
     ap.add_argument("--kv-cache-memory", default="256MiB")
     ap.add_argument("--warmup-s", type=int, default=20)
     ap.add_argument("--window-s", type=int, default=15)
     ap.add_argument("--timeout-s", type=int, default=60)
+    ap.add_argument("--small-users", type=int, default=64,
+                    help="also run cinfer x1 and llama.cpp with this many users at the same offered rate (0: no)")
     ap.add_argument("--skip", default="", help="comma list of: replicas, llama")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -272,7 +275,13 @@ def main():
     if "replicas" not in skip:
         reps = [start_cinfer(args, max(1, args.threads // 2), args.out, f"cinfer2_{i}") for i in range(2)]
         gport = free_port()
-        gw = Proc([BIN, "gateway", "--host", "127.0.0.1", "--port", str(gport)] +
+        # A replica's 503 (its engine queue is full, Retry-After) is retried once on the other
+        # replica; passive outlier ejection is off, or the gateway would eject replicas for
+        # refusing load (it counts every 5xx as a failure) and then refuse everything itself.
+        gcfg = os.path.join(args.out, "gateway.json")
+        with open(gcfg, "w") as f:
+            json.dump({"outlier": {"consecutive_failures": 0}}, f)
+        gw = Proc([BIN, "gateway", "--config", gcfg, "--host", "127.0.0.1", "--port", str(gport)] +
                   sum((["--upstream", u.replace("http://", "")] for _, u in reps), []),
                   os.path.join(args.out, "gateway.log"))
         gurl = f"http://127.0.0.1:{gport}"
@@ -288,7 +297,19 @@ def main():
             for p, _ in reps:
                 p.stop()
 
-    # 3. llama.cpp at the capacity point
+    # 3. llama.cpp at the capacity point; and both servers at the same offered rate with fewer
+    #    users (--small-users), where llama-cpp-python's server can hold the connections
+    small = args.small_users
+    small_think = int(capacity_think * small / args.users)
+    if small and "llama" not in skip:
+        srv, url = start_cinfer(args, args.threads, args.out, "cinfer1_small")
+        try:
+            r = bench_level(args, url, small_think, f"cinfer1_{small}users", args.out, [srv.p.pid], [url],
+                            users=small)
+            r["server"] = "cinfer x1"
+            res["levels"].append(r)
+        finally:
+            srv.stop()
     if "llama" not in skip:
         port = free_port()
         ls = os.path.join(ROOT, "build/llama.cpp/bin/llama-server")
@@ -307,18 +328,23 @@ def main():
                             [lp.p.pid], [])
             r["server"] = kind
             res["levels"].append(r)
+            if small:
+                r = bench_level(args, f"http://127.0.0.1:{port}", small_think, f"llama_{small}users", args.out,
+                                [lp.p.pid], [], users=small)
+                r["server"] = kind
+                res["levels"].append(r)
         finally:
             lp.stop()
         res["llama_kind"] = kind
 
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
-    rows = ["| server | level | think s | admitted req/s | TTFT p50 / p99 ms | e2e p50 / p99 ms | refused (req/s) |"
+    rows = ["| server | level | users | think s | admitted req/s | TTFT p50 / p99 ms | e2e p50 / p99 ms | refused (req/s) |"
             " refusal p50 / p99 ms | other errors | prefix hits | preempt | peak RSS MiB | load avg |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f1 = lambda v, n=1: "-" if v is None else f"{v:.{n}f}"
     for r in res["levels"]:
-        rows.append(f"| {r['server']} | {r['label']} | {r['think_s']:.0f} | {f1(r['admitted_rps'], 2)} | "
+        rows.append(f"| {r['server']} | {r['label']} | {r['users']} | {r['think_s']:.0f} | {f1(r['admitted_rps'], 2)} | "
                     f"{f1(r['ttft_p50_ms'], 0)} / {f1(r['ttft_p99_ms'], 0)} | {f1(r['e2e_p50_ms'], 0)} / "
                     f"{f1(r['e2e_p99_ms'], 0)} | {r['refused']} ({f1(r['refused_rps'], 2)}) | "
                     f"{f1(r['refusal_p50_ms'], 2)} / {f1(r['refusal_p99_ms'], 2)} | {r['errors_other']} | "
@@ -327,7 +353,7 @@ def main():
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write("\n".join(rows) + "\n")
     print("\n".join(rows))
-    c1 = [r for r in res["levels"] if r["server"] == "cinfer x1"]
+    c1 = [r for r in res["levels"] if r["server"] == "cinfer x1" and r["users"] == args.users]
     svg_plot(os.path.join(args.out, "chat_users_latency.svg"),
              f"{args.users} users: admitted e2e p99 vs offered load (cinfer x1)",
              [("e2e p99 (s)", [(r["offered_rps"] or 0, (r["e2e_p99_ms"] or 0) / 1000) for r in c1]),

@@ -95,7 +95,7 @@ typedef struct bench_conv {
 cinfer_status *bench_conv_system(const bench_config *c, char **out);
 void bench_conv_init(bench_conv *cv, uint64_t seed);
 void bench_conv_free(bench_conv *cv);
-void bench_conv_start(bench_conv *cv, const bench_config *c, uint64_t now);
+void bench_conv_start(bench_conv *cv, const bench_config *c, const char *system, uint64_t now);
 /* Builds cv->req for the next turn (or keeps the unanswered one). */
 cinfer_status *bench_conv_build(bench_conv *cv, const bench_config *c, const char *system);
 void bench_conv_on_event(bench_conv *cv, const char *data, size_t n);

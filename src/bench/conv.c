@@ -7,8 +7,9 @@
  * whole history and the server's prefix cache can reuse the previous turn. After --turns
  * answers the user starts a new conversation. Between an answer and the next turn the user
  * thinks for --think-ms, drawn uniformly in [0.5, 1.5] x the mean (users start spread over
- * [0, 1] x the mean so they do not arrive together). A refused or failed turn is asked again
- * after the think time, with the same history.
+ * [0, 1] x the mean so they do not arrive together), each at a random turn of its first
+ * conversation with a made-up earlier history (bench_conv_start). A refused or failed turn is
+ * asked again after the think time, with the same history.
  *
  * Unlike the pre-serialised modes, each turn's request is built when it is sent (a few
  * allocations per request: at LLM request rates this is not the bottleneck). */
@@ -48,6 +49,13 @@ cinfer_status *bench_conv_system(const bench_config *c, char **out) {
   return NULL;
 }
 
+static void add_msg(cJSON *msgs, const char *role, const char *text) {
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "role", role);
+  cJSON_AddStringToObject(m, "content", text);
+  cJSON_AddItemToArray(msgs, m);
+}
+
 static double unit(uint64_t *rng) { return (double)(bench_rng_next(rng) >> 11) * 0x1.0p-53; }
 
 void bench_conv_init(bench_conv *cv, uint64_t seed) {
@@ -63,15 +71,27 @@ void bench_conv_free(bench_conv *cv) {
   cbuf_free(&cv->reply);
 }
 
-void bench_conv_start(bench_conv *cv, const bench_config *c, uint64_t now) {
+/* Users start at a random turn of their conversation, with an earlier history of that many
+ * turns (answers of --max-tokens words, not the model's), so the mix of history lengths is the
+ * steady state's from the first request even when a run is shorter than a think time. */
+void bench_conv_start(bench_conv *cv, const bench_config *c, const char *system, uint64_t now) {
   cv->ready_at = now + (uint64_t)(unit(&cv->rng) * (double)c->think_ms * 1e6);
-}
-
-static void add_msg(cJSON *msgs, const char *role, const char *text) {
-  cJSON *m = cJSON_CreateObject();
-  cJSON_AddStringToObject(m, "role", role);
-  cJSON_AddStringToObject(m, "content", text);
-  cJSON_AddItemToArray(msgs, m);
+  int k = (int)(bench_rng_next(&cv->rng) % (uint64_t)c->turns);
+  if (k == 0 || cv->msgs) return;
+  cv->msgs = cJSON_CreateArray();
+  if (system) add_msg(cv->msgs, "system", system);
+  for (int t = 0; t < k; t++) {
+    cbuf q = {0}, a = {0};
+    cbuf_printf(&q, "Question %d: tell me about ", t + 1);
+    add_words(&q, &cv->rng, c->prompt_len);
+    cbuf_puts(&q, "?");
+    add_words(&a, &cv->rng, c->max_tokens);
+    add_msg(cv->msgs, "user", q.data ? q.data : "");
+    add_msg(cv->msgs, "assistant", a.data ? a.data : "");
+    cbuf_free(&q);
+    cbuf_free(&a);
+  }
+  cv->turn = k;
 }
 
 cinfer_status *bench_conv_build(bench_conv *cv, const bench_config *c, const char *system) {

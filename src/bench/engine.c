@@ -582,7 +582,7 @@ static void *worker_main(void *arg) {
   if (!e->ls.open)
     for (int i = 0; i < w->target_open; i++) conn_open(&w->conns[i]);
   for (int i = 0; i < w->nconns; i++)
-    if (w->conns[i].cv) bench_conv_start(w->conns[i].cv, e->cfg, w->now);
+    if (w->conns[i].cv) bench_conv_start(w->conns[i].cv, e->cfg, e->rs->system, w->now);
   w->next_ns = w->now;
   pthread_mutex_unlock(&w->mu);
   uint64_t stop_deadline = 0;

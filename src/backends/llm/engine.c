@@ -370,6 +370,22 @@ static bool seq_push_token(seq *s, int32_t t) {
   return true;
 }
 
+/* Under e->mu. st.waiting: the last published count plus the submits since (each step
+ * republishes it). */
+static cinfer_status *admission_check_locked(llm_engine *e) {
+  if (e->o.max_waiting <= 0 || e->st.waiting < e->o.max_waiting) return NULL;
+  e->st.refused_waiting_total++;
+  return cinfer_status_new(CINFER_UNAVAILABLE, "the engine is full: %d sequences waiting (max_waiting %d) and %d "
+                           "running; retry later", e->st.waiting, e->o.max_waiting, e->st.running);
+}
+
+cinfer_status *llm_engine_admission_check(llm_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  cinfer_status *st = admission_check_locked(e);
+  pthread_mutex_unlock(&e->mu);
+  return st;
+}
+
 cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stream_fn cb, void *user,
                                  uint64_t *seq_id) {
   if (seq_id) *seq_id = 0;
@@ -457,14 +473,11 @@ cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stre
     seq_free(s);
     return cinfer_status_new(CINFER_UNAVAILABLE, "engine is shutting down");
   }
-  /* st.waiting: the last published count plus the submits since (each step republishes it) */
-  if (e->o.max_waiting > 0 && e->st.waiting >= e->o.max_waiting) {
-    int w = e->st.waiting, r = e->st.running;
-    e->st.refused_waiting_total++;
+  cinfer_status *full = admission_check_locked(e);
+  if (full) {
     pthread_mutex_unlock(&e->mu);
     seq_free(s);
-    return cinfer_status_new(CINFER_UNAVAILABLE, "the engine is full: %d sequences waiting (max_waiting %d) and %d "
-                             "running; retry later", w, e->o.max_waiting, r);
+    return full;
   }
   if (e->n_live == e->cap_live) {
     int nc = e->cap_live ? e->cap_live * 2 : 64;

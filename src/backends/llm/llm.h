@@ -169,6 +169,10 @@ void llm_engine_destroy(llm_engine *e);
  * whole KV cache, invalid UTF-8) are returned here and no event is sent. */
 cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stream_fn cb, void *user,
                                  uint64_t *seq_id);
+/* Admission before the work of a submit (tokenising, compiling a grammar): UNAVAILABLE, counted
+ * in refused_waiting_total, when max_waiting sequences wait now; NULL otherwise (the submit
+ * checks again, so a request admitted here can still be refused there). */
+cinfer_status *llm_engine_admission_check(llm_engine *e);
 /* Asks the engine to stop a sequence; its final event (CANCELLED) follows from the step
  * thread and its KV blocks are released. NOT_FOUND when the id is unknown or finished. */
 cinfer_status *llm_engine_cancel(llm_engine *e, uint64_t seq_id);

@@ -605,7 +605,9 @@ static void gen_start(llm_model_state *m, cinfer_request *r) {
   int32_t *toks = NULL;
   size_t nt = 0;
   gen *g = NULL;
-  cinfer_status *st = read_sampling(m, r, &s, &n, stops, &stop_json);
+  /* a full engine refuses before the work (tokenising, a grammar), so refusals stay cheap */
+  cinfer_status *st = llm_engine_admission_check(m->engine);
+  if (!st) st = read_sampling(m, r, &s, &n, stops, &stop_json);
   if (!st && s.prompt_logprobs && !stream)
     st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': parameter 'prompt_logprobs' needs 'stream' (one "
                            "response per prompt token)", m->name);
