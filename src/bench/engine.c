@@ -10,7 +10,8 @@
  * answer (llama.cpp's server does this after every streamed response while still saying
  * "Keep-Alive") is stale, not a failed request: the request is handed back (same prompt
  * variant, same intended time in the open loop) and goes out on a fresh connection. A fresh
- * connection that fails the same way is an error, so this cannot loop.
+ * connection that fails the same way is an error, so this cannot loop (in --conversation mode
+ * a fresh connection that sat idle over a second while its user thought counts as reused).
  * Closed loop: every IDLE connection immediately sends the next request.
  * Open loop: arrivals (constant spacing or exponential gaps, seeded) go into a fixed ring
  * of intended send times; IDLE connections take from it, new connections are opened up
@@ -58,6 +59,7 @@ typedef struct conn {
   const bench_req *req;
   size_t sent;
   uint64_t t_intended, t_first, t_last, deadline, retry_at;
+  uint64_t t_idle;     /* when the connection last became IDLE */
   uint32_t chunks;
   uint32_t n_done;     /* responses completed on this connection (> 0: reused keep-alive) */
   int64_t usage_out, usage_in;
@@ -258,6 +260,7 @@ static void conn_open(conn *c) {
 
 static void conn_idle(conn *c) {
   c->state = C_IDLE;
+  c->t_idle = c->w->now;
   c->w->idle[c->w->nidle++] = (int)(c - c->w->conns);
 }
 
@@ -268,7 +271,10 @@ static void conn_idle(conn *c) {
 static bool conn_stale_retry(conn *c) {
   worker *w = c->w;
   bench_engine *e = w->e;
-  if (c->state != C_BUSY || c->n_done == 0 || c->rlen > 0 || c->resp.header_done) return false;
+  /* reused, or (a conversation's user thought for a while) idle long enough for the server's
+   * idle timeout: a connection used at once after connecting is never retried */
+  bool idled = c->n_done > 0 || (c->cv && c->t_intended - c->t_idle > 1000000000u);
+  if (c->state != C_BUSY || !idled || c->rlen > 0 || c->resp.header_done) return false;
   c->req_idx = (c->req_idx + e->rs->n - 1) % e->rs->n; /* resend the same variant */
   if (e->ls.open) {
     if (w->ring_len < RING_CAP) { /* back to the front of the arrivals, same intended time */
