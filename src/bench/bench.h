@@ -188,6 +188,10 @@ typedef struct bench_config {
   int max_tokens;
   int prompt_len;
   bool stream;
+  bool conversation;      /* --conversation (chat): one multi-turn conversation per user (conv.c) */
+  int turns;              /* answers per conversation (4) */
+  int think_ms;           /* mean think time between an answer and the next turn (0) */
+  int system_len;         /* words of the shared system prompt (64) */
   /* load */
   bench_load load;
   int concurrency[BENCH_MAX_LEVELS];

@@ -45,6 +45,7 @@ typedef struct bench_reqset {
   bool stream;        /* expect text/event-stream */
   char path[720];     /* for messages */
   size_t input_bytes; /* tensor bytes per request (KServe) */
+  char *system;       /* --conversation: the shared system prompt, or NULL */
   struct bench_shm *shm; /* --shared-memory system: the registered regions, or NULL */
 } bench_reqset;
 
@@ -79,6 +80,30 @@ cinfer_status *bench_image_load(const char *path, uint8_t **rgb, int *w, int *h)
 /* Bilinear resize (half-pixel centres) of RGB8 src to float RGB dst (dw*dh*3). */
 void bench_image_resize(const uint8_t *src, int sw, int sh, float *dst, int dw, int dh);
 
+/* ---- conversations (conv.c, --conversation) ---- */
+typedef struct bench_conv {
+  struct cJSON *msgs;  /* the history: [system], user, assistant, ..., user */
+  int turn;            /* answers so far in this conversation */
+  bool pending;        /* req holds a turn not yet answered (sent again on retry) */
+  uint64_t rng;
+  uint64_t ready_at;   /* the user thinks until then */
+  uint64_t conversations; /* finished */
+  cbuf reply;          /* the assistant text of the answer arriving */
+  bench_req req;       /* the turn's request (owned) */
+} bench_conv;
+/* The shared system prompt (malloc'd; NULL when --system-prompt-len is 0). */
+cinfer_status *bench_conv_system(const bench_config *c, char **out);
+void bench_conv_init(bench_conv *cv, uint64_t seed);
+void bench_conv_free(bench_conv *cv);
+void bench_conv_start(bench_conv *cv, const bench_config *c, const char *system, uint64_t now);
+/* Builds cv->req for the next turn (or keeps the unanswered one). */
+cinfer_status *bench_conv_build(bench_conv *cv, const bench_config *c, const char *system);
+void bench_conv_on_event(bench_conv *cv, const char *data, size_t n);
+void bench_conv_on_body(bench_conv *cv, const char *body, size_t n);
+/* The answer ended: ok appends it to the history (and may end the conversation); else the
+ * same turn is asked again. Either way the user thinks before the next request. */
+void bench_conv_done(bench_conv *cv, const bench_config *c, bool ok, uint64_t now);
+
 /* ---- measurement sample (one window, one worker) ---- */
 enum {
   BENCH_ERR_CONNECT = 0,
@@ -93,6 +118,7 @@ extern const char *const bench_err_names[BENCH_ERR_N];
 
 typedef struct bench_sample {
   bench_hist *lat, *ttft, *itl, *tpot;
+  bench_hist *refused;  /* time to a 429 or 503 answer (admission refusals) */
   uint64_t ok, err[BENCH_ERR_N];
   uint64_t status[600];
   uint64_t bytes_in, tokens_out, tokens_in;
@@ -151,6 +177,7 @@ typedef struct bench_level {
   uint64_t tokens_out, tokens_in;
   double bytes_in_s;
   bench_dist lat, ttft, itl, tpot;
+  bench_dist refused;   /* time to a 429/503 refusal */
   double cpu_pct;       /* the tool's CPU, percent of one core */
   int threads;          /* worker threads the level used */
   bool has_server;

@@ -10,7 +10,8 @@
  * answer (llama.cpp's server does this after every streamed response while still saying
  * "Keep-Alive") is stale, not a failed request: the request is handed back (same prompt
  * variant, same intended time in the open loop) and goes out on a fresh connection. A fresh
- * connection that fails the same way is an error, so this cannot loop.
+ * connection that fails the same way is an error, so this cannot loop (in --conversation mode
+ * a fresh connection that sat idle over a second while its user thought counts as reused).
  * Closed loop: every IDLE connection immediately sends the next request.
  * Open loop: arrivals (constant spacing or exponential gaps, seeded) go into a fixed ring
  * of intended send times; IDLE connections take from it, new connections are opened up
@@ -18,7 +19,9 @@
  * omission). A full ring drops the arrival and counts an OVERLOAD error.
  *
  * Invariants: requests are pre-serialised (bench_reqset) and sent straight from their
- * buffers; every buffer is allocated at start; the hot path allocates nothing. The worker
+ * buffers; every buffer is allocated at start; the hot path allocates nothing, except in
+ * --conversation mode (conv.c), where each user's turn is built from its history when sent
+ * and an idle connection waits for its user's think time. The worker
  * holds its sample lock while it handles one batch of epoll events, never while waiting,
  * so bench_engine_collect blocks for at most one batch. */
 #include "bench/bench_int.h"
@@ -56,6 +59,7 @@ typedef struct conn {
   const bench_req *req;
   size_t sent;
   uint64_t t_intended, t_first, t_last, deadline, retry_at;
+  uint64_t t_idle;     /* when the connection last became IDLE */
   uint32_t chunks;
   uint32_t n_done;     /* responses completed on this connection (> 0: reused keep-alive) */
   int64_t usage_out, usage_in;
@@ -65,6 +69,7 @@ typedef struct conn {
   bench_sse sse;
   char *body;          /* non-streamed OpenAI bodies (first BODY_KEEP bytes) */
   size_t body_len;
+  bench_conv *cv;      /* --conversation: this user's conversation, else NULL */
 } conn;
 
 struct worker {
@@ -116,7 +121,8 @@ bench_sample *bench_sample_create(void) {
   s->ttft = bench_hist_create();
   s->itl = bench_hist_create();
   s->tpot = bench_hist_create();
-  if (!s->lat || !s->ttft || !s->itl || !s->tpot) {
+  s->refused = bench_hist_create();
+  if (!s->lat || !s->ttft || !s->itl || !s->tpot || !s->refused) {
     bench_sample_destroy(s);
     return NULL;
   }
@@ -129,6 +135,7 @@ void bench_sample_destroy(bench_sample *s) {
   bench_hist_destroy(s->ttft);
   bench_hist_destroy(s->itl);
   bench_hist_destroy(s->tpot);
+  bench_hist_destroy(s->refused);
   free(s);
 }
 
@@ -137,6 +144,7 @@ void bench_sample_reset(bench_sample *s) {
   bench_hist_reset(s->ttft);
   bench_hist_reset(s->itl);
   bench_hist_reset(s->tpot);
+  bench_hist_reset(s->refused);
   s->ok = s->bytes_in = s->tokens_out = s->tokens_in = 0;
   memset(s->err, 0, sizeof s->err);
   memset(s->status, 0, sizeof s->status);
@@ -148,6 +156,7 @@ void bench_sample_merge(bench_sample *d, const bench_sample *s) {
   bench_hist_merge(d->ttft, s->ttft);
   bench_hist_merge(d->itl, s->itl);
   bench_hist_merge(d->tpot, s->tpot);
+  bench_hist_merge(d->refused, s->refused);
   d->ok += s->ok;
   d->bytes_in += s->bytes_in;
   d->tokens_out += s->tokens_out;
@@ -251,6 +260,7 @@ static void conn_open(conn *c) {
 
 static void conn_idle(conn *c) {
   c->state = C_IDLE;
+  c->t_idle = c->w->now;
   c->w->idle[c->w->nidle++] = (int)(c - c->w->conns);
 }
 
@@ -261,7 +271,10 @@ static void conn_idle(conn *c) {
 static bool conn_stale_retry(conn *c) {
   worker *w = c->w;
   bench_engine *e = w->e;
-  if (c->state != C_BUSY || c->n_done == 0 || c->rlen > 0 || c->resp.header_done) return false;
+  /* reused, or (a conversation's user thought for a while) idle long enough for the server's
+   * idle timeout: a connection used at once after connecting is never retried */
+  bool idled = c->n_done > 0 || (c->cv && c->t_intended - c->t_idle > 1000000000u);
+  if (c->state != C_BUSY || !idled || c->rlen > 0 || c->resp.header_done) return false;
   c->req_idx = (c->req_idx + e->rs->n - 1) % e->rs->n; /* resend the same variant */
   if (e->ls.open) {
     if (w->ring_len < RING_CAP) { /* back to the front of the arrivals, same intended time */
@@ -306,6 +319,17 @@ static void conn_send(conn *c, uint64_t intended) {
   const bench_reqset *rs = w->e->rs;
   c->req = &rs->v[c->req_idx];
   c->req_idx = (c->req_idx + 1) % rs->n;
+  if (c->cv) {
+    cinfer_status *st = bench_conv_build(c->cv, w->e->cfg, rs->system);
+    if (st) { /* out of memory: counted, and the user tries again after thinking */
+      note_error(w, BENCH_ERR_PROTOCOL, "%s", cinfer_status_message(st));
+      cinfer_status_free(st);
+      bench_conv_done(c->cv, w->e->cfg, false, w->now);
+      conn_idle(c);
+      return;
+    }
+    c->req = &c->cv->req;
+  }
   c->sent = 0;
   c->t_intended = intended;
   c->deadline = w->now + (uint64_t)w->e->cfg->timeout_ms * 1000000u;
@@ -328,6 +352,7 @@ static void on_sse_event(void *ud, const char *d, size_t n) {
     c->saw_done = true;
     return;
   }
+  if (c->cv) bench_conv_on_event(c->cv, d, n);
   int64_t v;
   if (bench_json_peek_int(d, n, "completion_tokens", &v)) c->usage_out = v;
   if (bench_json_peek_int(d, n, "prompt_tokens", &v)) c->usage_in = v;
@@ -359,7 +384,12 @@ static void complete(conn *c) {
   int st = c->resp.status;
   count_finished(w->e);
   s->bytes_in += c->resp.body_bytes;
+  if (c->cv) {
+    if (st >= 200 && st <= 299 && !c->resp.event_stream && c->body_len) bench_conv_on_body(c->cv, c->body, c->body_len);
+    bench_conv_done(c->cv, w->e->cfg, st >= 200 && st <= 299, w->now);
+  }
   if (st < 200 || st > 299) {
+    if (st == 429 || st == 503) bench_hist_record(s->refused, w->now - c->t_intended);
     if (st >= 0 && st < 600) s->status[st]++;
     s->err[BENCH_ERR_HTTP]++;
     if (!s->first_error[0])
@@ -398,6 +428,7 @@ static void finish_response(conn *c, size_t leftover) {
 }
 
 static void conn_fail(conn *c, int kind, const char *what) {
+  if (c->state == C_BUSY && c->cv) bench_conv_done(c->cv, c->w->e->cfg, false, c->w->now);
   if (c->state == C_BUSY) {
     note_error(c->w, kind, "%s", what);
     count_finished(c->w->e);
@@ -487,10 +518,12 @@ static bool claim(worker *w) {
 static void dispatch(worker *w) {
   bench_engine *e = w->e;
   if (!e->ls.open) {
-    while (w->nidle > 0) {
-      conn *c = &w->conns[w->idle[w->nidle - 1]];
+    /* backwards, so that the last entry moved into a sent one's place was already seen */
+    for (int i = w->nidle - 1; i >= 0; i--) {
+      conn *c = &w->conns[w->idle[i]];
+      if (c->cv && c->cv->ready_at > w->now) continue; /* the user is thinking */
       if (!claim(w)) return;
-      w->nidle--;
+      w->idle[i] = w->idle[--w->nidle];
       conn_send(c, w->now);
     }
     return;
@@ -554,6 +587,8 @@ static void *worker_main(void *arg) {
   pthread_mutex_lock(&w->mu);
   if (!e->ls.open)
     for (int i = 0; i < w->target_open; i++) conn_open(&w->conns[i]);
+  for (int i = 0; i < w->nconns; i++)
+    if (w->conns[i].cv) bench_conv_start(w->conns[i].cv, e->cfg, e->rs->system, w->now);
   w->next_ns = w->now;
   pthread_mutex_unlock(&w->mu);
   uint64_t stop_deadline = 0;
@@ -602,6 +637,8 @@ static void free_engine(bench_engine *e) {
         free(w->conns[k].rbuf);
         free(w->conns[k].body);
         bench_sse_free(&w->conns[k].sse);
+        if (w->conns[k].cv) bench_conv_free(w->conns[k].cv);
+        free(w->conns[k].cv);
       }
     free(w->conns);
     free(w->idle);
@@ -671,6 +708,10 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
       if (!st && rs->stream) st = bench_sse_init(&c->sse, SSE_CAP);
       if (!st && rs->openai && !rs->stream && !(c->body = malloc(BODY_KEEP)))
         st = cinfer_status_oom("for body buffers");
+      if (!st && cfg->conversation) {
+        if (!(c->cv = malloc(sizeof *c->cv))) st = cinfer_status_oom("for conversations");
+        else bench_conv_init(c->cv, cfg->seed * 1000003u + (uint64_t)i * 65537u + (uint64_t)k);
+      }
     }
   }
   if (st) {

@@ -66,6 +66,19 @@ void bench_report_table(const bench_report *r, void *file) {
     }
     fprintf(f, "(milliseconds; TPOT = (e2e - TTFT) / (output tokens - 1); ITL = gaps between streamed chunks)\n");
   }
+  bool refusals = false;
+  for (int i = 0; i < r->n_levels; i++) refusals |= r->levels[i].refused.count > 0;
+  if (refusals || c->conversation) {
+    fprintf(f, "\n%-22s %10s %10s %12s %14s %14s\n", "level", "admitted/s", "refused", "refused/s",
+            "refusal p50 ms", "refusal p99 ms");
+    for (int i = 0; i < r->n_levels; i++) {
+      const bench_level *l = &r->levels[i];
+      fprintf(f, "%-22s %10.2f %10llu %12.2f %14.3f %14.3f\n", l->label, l->throughput,
+              (unsigned long long)l->refused.count, l->duration_s > 0 ? l->refused.count / l->duration_s : 0.0,
+              l->refused.p50 / 1e3, l->refused.p99 / 1e3);
+    }
+    fprintf(f, "(refused: 429 and 503 answers, timed from the request to the refusal)\n");
+  }
   bool srv = false;
   for (int i = 0; i < r->n_levels; i++) srv |= r->levels[i].has_server;
   if (srv) {
@@ -167,6 +180,7 @@ cinfer_status *bench_report_json(const bench_report *r, const char *path) {
       cJSON_AddItemToObject(o, "ttft", dist_json(&l->ttft));
       cJSON_AddItemToObject(o, "tpot", dist_json(&l->tpot));
       cJSON_AddItemToObject(o, "itl", dist_json(&l->itl));
+      cJSON_AddItemToObject(o, "refused", dist_json(&l->refused));
       cJSON_AddNumberToObject(o, "output_tokens", (double)l->tokens_out);
       cJSON_AddNumberToObject(o, "prompt_tokens", (double)l->tokens_in);
       cJSON_AddNumberToObject(o, "output_tokens_per_s", l->tokens_out_s);

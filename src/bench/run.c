@@ -233,6 +233,7 @@ static bench_level *run_level(run_ctx *x, const bench_loadspec *ls, const char *
   bench_dist_from(&lv->ttft, total->ttft);
   bench_dist_from(&lv->itl, total->itl);
   bench_dist_from(&lv->tpot, total->tpot);
+  bench_dist_from(&lv->refused, total->refused);
   double wall = (clock_now_ns() - t0) / 1e9;
   lv->cpu_pct = wall > 0 ? 100.0 * (cpu1 - cpu0) / wall : 0;
   lv->threads = bench_engine_threads(e);
@@ -409,7 +410,12 @@ int bench_main(int argc, char **argv) {
     }
   }
   uint64_t errors = 0;
-  for (int i = 0; i < x.n_levels; i++) errors += x.levels[i].errors;
+  for (int i = 0; i < x.n_levels; i++) {
+    errors += x.levels[i].errors;
+    /* --conversation: a refusal (429/503, asked again after thinking) is the server's
+     * admission at work, reported in its own table, not a failed request */
+    if (cfg.conversation) errors -= x.levels[i].refused.count;
+  }
   if (x.fatal) {
     fprintf(stderr, "cinfer bench: %s\n", x.fatal_msg[0] ? x.fatal_msg : "run failed");
     rc = 1;

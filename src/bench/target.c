@@ -30,6 +30,8 @@ void bench_reqset_free(bench_reqset *rs) {
   rs->v = NULL;
   bench_shm_destroy(rs->shm);
   rs->shm = NULL;
+  free(rs->system);
+  rs->system = NULL;
   rs->n = 0;
 }
 
@@ -796,7 +798,10 @@ cinfer_status *bench_reqset_build(const bench_config *c, const bench_addr *a, be
   switch (c->target) {
     case BENCH_TARGET_HTTP_GET:
     case BENCH_TARGET_HTTP_POST: st = build_raw(c, rs); break;
-    case BENCH_TARGET_OPENAI: st = build_openai(c, rs); break;
+    case BENCH_TARGET_OPENAI:
+      st = build_openai(c, rs);
+      if (!st && c->conversation) st = bench_conv_system(c, &rs->system);
+      break;
     case BENCH_TARGET_KSERVE: st = build_kserve(c, a, rs); break;
     default: st = cinfer_status_new(CINFER_INVALID_ARG, "no target");
   }

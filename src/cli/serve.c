@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/llm_serving/llm_backend.h"
 #include "cinfer/cinfer.h"
 #include "cli/cli.h"
 #include "core/log.h"
@@ -81,6 +82,15 @@ static void serve_usage(FILE *f) {
           "  --grpc-server-key FILE       ... and key; both reloaded when they change\n"
           "  --grpc-use-ssl-mutual BOOL   clients must present a certificate signed by\n"
           "  --grpc-root-cert FILE        ... this CA (PEM; only used for mutual TLS, as Triton)\n"
+          "  --kv-cache-memory SIZE       KV cache of each LLM model that does not set\n"
+          "                               kv_cache_memory, kv_bytes or kv_blocks: bytes\n"
+          "                               (2G, 512MiB, 1.5GB) or a fraction of the machine's\n"
+          "                               memory (0.25 or 25%%) (default: max_seqs full\n"
+          "                               contexts, at most 1 GiB)\n"
+          "  --llm-max-waiting N          LLM admission: sequences waiting for the engine\n"
+          "                               beyond which a request is refused at once (503,\n"
+          "                               Retry-After) for models without max_waiting\n"
+          "                               (default 4 x max_seqs; 0 = no limit)\n"
           "  -h, --help                   this help\n");
 }
 
@@ -90,7 +100,7 @@ int cmd_serve(int argc, char **argv) {
     O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV, O_BACKEND_DIR, O_TCERT, O_TKEY, O_RAPI,
     O_LOGFILE, O_LOGINFO, O_LOGWARN, O_LOGERR, O_TRACE,
     O_MAXIN, O_MAXCHUNKS, O_GRPC, O_GRPC_MSG, O_GRPC_RP,
-    O_GRPC_SSL, O_GRPC_CERT, O_GRPC_KEY, O_GRPC_ROOT, O_GRPC_MUTUAL
+    O_GRPC_SSL, O_GRPC_CERT, O_GRPC_KEY, O_GRPC_ROOT, O_GRPC_MUTUAL, O_KVMEM, O_LLM_WAIT
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -131,6 +141,8 @@ int cmd_serve(int argc, char **argv) {
       {"trace-config", required_argument, 0, O_TRACE},
       {"http-max-input-size", required_argument, 0, O_MAXIN},
       {"http-max-chunks", required_argument, 0, O_MAXCHUNKS},
+      {"kv-cache-memory", required_argument, 0, O_KVMEM},
+      {"llm-max-waiting", required_argument, 0, O_LLM_WAIT},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *repo = NULL, *backend_dir = NULL, *host = "0.0.0.0", *log_format = "text";
@@ -243,6 +255,17 @@ int cmd_serve(int argc, char **argv) {
       }
       case O_MAXIN: if (!cli_parse_int("serve", "--http-max-input-size", optarg, 1, 1ll << 40, &maxin)) goto out; break;
       case O_MAXCHUNKS: if (!cli_parse_int("serve", "--http-max-chunks", optarg, 1, 1ll << 32, &maxchunks)) goto out; break;
+      case O_KVMEM:
+      case O_LLM_WAIT: {
+        cinfer_status *lst = cinfer_llm_set_default(c == O_KVMEM ? "kv_cache_memory" : "max_waiting", optarg,
+                                                    c == O_KVMEM ? "--kv-cache-memory" : "--llm-max-waiting");
+        if (lst) {
+          fprintf(stderr, "cinfer serve: %s\n", cinfer_status_message(lst));
+          cinfer_status_free(lst);
+          goto out;
+        }
+        break;
+      }
       case 'h': serve_usage(stdout); rc = 0; goto out;
       default: fprintf(stderr, "Run 'cinfer serve --help' for the options.\n"); goto out;
     }

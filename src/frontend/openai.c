@@ -70,6 +70,14 @@ static void oai_error(http_exchange *ex, int status, const char *type, const cha
     http_respond(ex, 500, json_hdr, 1, "{}", 2);
     return;
   }
+  /* a refusal for load (the engine's or the server's queue is full, a budget is spent, the
+   * model is not ready yet): the client may retry, after this many seconds */
+  if (status == 503 || status == 429) {
+    static const http_header retry_hdr[] = {{"Content-Type", 12, "application/json", 16},
+                                            {"Retry-After", 11, "1", 1}};
+    http_respond_owned(ex, status, retry_hdr, 2, b.data, b.len, free);
+    return;
+  }
   http_respond_owned(ex, status, json_hdr, 1, b.data, b.len, free);
 }
 
@@ -665,6 +673,7 @@ typedef struct parsed {
   double f[N_FLOATS];
   bool f_given[N_FLOATS];
   int64_t max_tokens, top_k, seed; /* -1: not given */
+  int64_t priority; /* -1: not given; else the server queue's priority level (1 = highest) */
   const cJSON *stop;               /* string or array of strings, or NULL */
   int n;
   bool stream, include_usage, echo, ignore_eos;
@@ -861,10 +870,10 @@ static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p
   const char *mt_key = chat && NUM("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   struct { const char *key; int64_t lo, hi; } ints[] = {
       {mt_key, INT32_MIN, INT32_MAX}, {"top_k", 0, INT32_MAX}, {"n", INT32_MIN, INT32_MAX},
-      {"seed", INT64_MIN / 2, INT64_MAX / 2}};
-  int64_t vals[4] = {-1, -1, 1, -1};
-  bool given[4] = {0};
-  for (int i = 0; i < 4; i++) {
+      {"seed", INT64_MIN / 2, INT64_MAX / 2}, {"priority", 0, UINT32_MAX}};
+  int64_t vals[5] = {-1, -1, 1, -1, -1};
+  bool given[5] = {0};
+  for (int i = 0; i < 5; i++) {
     v = NUM(ints[i].key);
     if (!v || cJSON_IsNull(v)) continue;
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
@@ -889,6 +898,7 @@ static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p
   p->top_k = vals[1];
   p->n = (int)vals[2];
   p->seed = given[3] ? vals[3] : -1;
+  p->priority = given[4] ? vals[4] : -1;
   v = NUM("stop");
   if (cJSON_IsString(v)) {
     p->stop = v;
@@ -1101,6 +1111,7 @@ static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char
       (p->max_tokens > 0 && (st = cinfer_request_set_param_int(r, "max_tokens", p->max_tokens))) ||
       (p->top_k >= 0 && (st = cinfer_request_set_param_int(r, "top_k", p->top_k))) ||
       (p->seed >= 0 && (st = cinfer_request_set_param_int(r, "seed", p->seed))) ||
+      (p->priority >= 0 && (st = cinfer_request_set_param_int(r, "priority", p->priority))) ||
       (lp && (st = cinfer_request_set_param_int(r, "logprobs", lp))) ||
       /* echo + logprobs (legacy completions, as OpenAI and vLLM): the prompt's logprobs too,
        * computed in the prefill; whole answers only */

@@ -11,7 +11,9 @@
  * the first n_published blocks are published in the prefix cache under the key chain.
  * Only the step thread touches sequences after they leave `incoming`; other threads only
  * set `cancel` (atomic). */
+#include <errno.h>
 #include <math.h>
+#include <strings.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,6 +31,7 @@
 
 #define PENALTY_WINDOW 64
 #define MAX_LOGPROBS 20
+#define LLM_MAX_KV_BLOCKS 1000000
 
 typedef enum { S_WAITING, S_RUNNING } seq_state;
 
@@ -73,6 +76,7 @@ struct llm_engine {
   llm_jinja *jinja;         /* the chat template otherwise: an override's text or the GGUF's */
   char *bos_text, *eos_text;
   int bs, n_vocab;
+  size_t block_bytes;       /* one KV block, all layers, K and V */
   /* step-thread state */
   seq **running;
   int n_running;
@@ -200,15 +204,33 @@ cinfer_status *llm_engine_create(const char *path, const llm_engine_opts *opts, 
   }
   if (o->max_step_tokens < o->max_seqs) o->max_step_tokens = o->max_seqs;
   e->bs = o->block_size;
+  if (o->max_waiting < 0) {
+    st = cinfer_status_new(CINFER_INVALID_ARG, "engine: max_waiting %d is negative (0 = no limit)", o->max_waiting);
+    goto fail;
+  }
   size_t block_bytes = (size_t)hp->n_layers * o->block_size * hp->n_kv_heads * hp->head_dim * 4;
+  e->block_bytes = block_bytes;
   if (o->kv_blocks <= 0) {
     size_t bytes = o->kv_bytes;
+    bool given = bytes != 0;
     if (!bytes) {
       size_t want = (size_t)o->max_seqs * ((size_t)(o->ctx_len + o->block_size - 1) / o->block_size) * block_bytes;
       bytes = want < (1ull << 30) ? want : (1ull << 30);
     }
     size_t nb = bytes / block_bytes;
-    o->kv_blocks = nb > 1000000 ? 1000000 : (int)nb;
+    if (given && nb < 2) {
+      st = cinfer_status_new(CINFER_INVALID_ARG, "engine: a KV cache of %zu bytes holds %zu blocks of %zu bytes "
+                             "(%d tokens x %d layers x K and V); it needs at least 2", bytes, nb, block_bytes,
+                             o->block_size, hp->n_layers);
+      goto fail;
+    }
+    if (given && nb > LLM_MAX_KV_BLOCKS) {
+      st = cinfer_status_new(CINFER_INVALID_ARG, "engine: a KV cache of %zu bytes would be %zu blocks of %zu bytes, "
+                             "more than the %d this engine indexes (raise block_size)", bytes, nb, block_bytes,
+                             LLM_MAX_KV_BLOCKS);
+      goto fail;
+    }
+    o->kv_blocks = nb > LLM_MAX_KV_BLOCKS ? LLM_MAX_KV_BLOCKS : (int)nb;
   }
   int per_seq = (o->ctx_len + o->block_size - 1) / o->block_size;
   if (o->kv_blocks < per_seq && o->kv_blocks < 2) {
@@ -348,6 +370,22 @@ static bool seq_push_token(seq *s, int32_t t) {
   return true;
 }
 
+/* Under e->mu. st.waiting: the last published count plus the submits since (each step
+ * republishes it). */
+static cinfer_status *admission_check_locked(llm_engine *e) {
+  if (e->o.max_waiting <= 0 || e->st.waiting < e->o.max_waiting) return NULL;
+  e->st.refused_waiting_total++;
+  return cinfer_status_new(CINFER_UNAVAILABLE, "the engine is full: %d sequences waiting (max_waiting %d) and %d "
+                           "running; retry later", e->st.waiting, e->o.max_waiting, e->st.running);
+}
+
+cinfer_status *llm_engine_admission_check(llm_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  cinfer_status *st = admission_check_locked(e);
+  pthread_mutex_unlock(&e->mu);
+  return st;
+}
+
 cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stream_fn cb, void *user,
                                  uint64_t *seq_id) {
   if (seq_id) *seq_id = 0;
@@ -374,6 +412,9 @@ cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stre
   int blocks_total = e->o.kv_blocks;
   if (nt >= (size_t)e->o.ctx_len || (nt + 1 + e->bs - 1) / e->bs > (size_t)blocks_total) {
     free(toks);
+    pthread_mutex_lock(&e->mu);
+    e->st.refused_too_long_total++;
+    pthread_mutex_unlock(&e->mu);
     return cinfer_status_new(CINFER_INVALID_ARG,
                              "prompt has %zu tokens; the context holds %d (and the KV cache %d) including at least one "
                              "generated token",
@@ -431,6 +472,12 @@ cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stre
     pthread_mutex_unlock(&e->mu);
     seq_free(s);
     return cinfer_status_new(CINFER_UNAVAILABLE, "engine is shutting down");
+  }
+  cinfer_status *full = admission_check_locked(e);
+  if (full) {
+    pthread_mutex_unlock(&e->mu);
+    seq_free(s);
+    return full;
   }
   if (e->n_live == e->cap_live) {
     int nc = e->cap_live ? e->cap_live * 2 : 64;
@@ -1116,6 +1163,82 @@ void llm_engine_model_info(const llm_engine *e, llm_model_info *info) {
   info->bos = llm_tokenizer_bos(e->tok);
   info->eos = llm_tokenizer_eos(e->tok);
   info->chat_template = llm_tokenizer_chat_template(e->tok);
+  info->kv_blocks = e->o.kv_blocks;
+  info->block_size = e->o.block_size;
+  info->max_seqs = e->o.max_seqs;
+  info->max_waiting = e->o.max_waiting;
+  info->kv_block_bytes = e->block_bytes;
+}
+
+/* ---- KV cache size ---- */
+
+size_t llm_machine_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  size_t mem = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
+  FILE *f = fopen("/sys/fs/cgroup/memory.max", "r"); /* cgroup v2; "max" when unlimited */
+  if (f) {
+    unsigned long long lim;
+    if (fscanf(f, "%llu", &lim) == 1 && lim > 0 && (mem == 0 || lim < mem)) mem = (size_t)lim;
+    fclose(f);
+  }
+  return mem;
+}
+
+cinfer_status *llm_parse_kv_memory(const char *what, const char *text, size_t *bytes) {
+  *bytes = 0;
+  if (!text || !*text)
+    return cinfer_status_new(CINFER_INVALID_ARG, "%s: empty; give bytes (e.g. 2G, 512MiB) or a fraction of memory "
+                             "(e.g. 0.25 or 25%%)", what);
+  const char *p = text;
+  if (*p == '-' || *p == '+' || !((*p >= '0' && *p <= '9') || *p == '.'))
+    return cinfer_status_new(CINFER_INVALID_ARG, "%s '%s' is not a size: give bytes (e.g. 2G, 512MiB) or a fraction "
+                             "of memory (e.g. 0.25 or 25%%)", what, text);
+  char *end;
+  errno = 0;
+  double x = strtod(p, &end);
+  if (errno || end == p || !isfinite(x) || x <= 0)
+    return cinfer_status_new(CINFER_INVALID_ARG, "%s '%s' is not a positive size", what, text);
+  bool has_dot = memchr(p, '.', (size_t)(end - p)) != NULL || memchr(p, 'e', (size_t)(end - p)) ||
+                 memchr(p, 'E', (size_t)(end - p));
+  const char *suf = end;
+  double mult = 0, frac = -1;
+  static const struct { const char *s; double m; } sufs[] = {
+      {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"M", 1048576.0}, {"MiB", 1048576.0},
+      {"MB", 1e6}, {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9}, {"T", 1099511627776.0},
+      {"TiB", 1099511627776.0}, {"TB", 1e12}};
+  if (!strcmp(suf, "%")) {
+    frac = x / 100.0;
+  } else if (!*suf && has_dot) {
+    frac = x;
+  } else {
+    for (size_t i = 0; i < sizeof sufs / sizeof sufs[0]; i++)
+      if (!strcasecmp(suf, sufs[i].s)) mult = sufs[i].m;
+    if (mult == 0)
+      return cinfer_status_new(CINFER_INVALID_ARG, "%s '%s': unknown unit '%s' (K, M, G, T, KiB ... TiB, KB ... TB, "
+                               "or %% of memory)", what, text, suf);
+  }
+  size_t mem = llm_machine_memory();
+  double b;
+  if (frac >= 0) {
+    if (frac <= 0 || frac > 1)
+      return cinfer_status_new(CINFER_INVALID_ARG, "%s '%s': a fraction of memory must be in (0, 1] (or 0%%..100%%)",
+                               what, text);
+    if (!mem)
+      return cinfer_status_new(CINFER_INVALID_ARG, "%s '%s': the machine's memory is unknown; give bytes", what,
+                               text);
+    b = frac * (double)mem;
+  } else {
+    b = x * mult;
+  }
+  if (b < 1 || b != b)
+    return cinfer_status_new(CINFER_INVALID_ARG, "%s '%s' is less than one byte", what, text);
+  if (mem && b > (double)mem)
+    return cinfer_status_new(CINFER_INVALID_ARG, "%s '%s' (%.0f bytes) is more than the machine's memory (%zu bytes)",
+                             what, text, b, mem);
+  if (b > 1.8e19)
+    return cinfer_status_new(CINFER_INVALID_ARG, "%s '%s' is too large", what, text);
+  *bytes = (size_t)b;
+  return NULL;
 }
 
 cinfer_status *llm_engine_tokenize(const llm_engine *e, const char *text, size_t n, bool add_special,

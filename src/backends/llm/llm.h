@@ -37,7 +37,23 @@ typedef struct llm_engine_opts {
                               sequence (each costs n_vocab floats); 0 = 32. Scoring long texts
                               (perplexity) wants max_step_tokens. */
   const char *chat_template; /* override ("chatml"); NULL = the model's; copied */
+  int max_waiting;        /* admission: sequences waiting (not running) beyond which submit refuses
+                             at once with CINFER_UNAVAILABLE (the client retries later); 0 = no
+                             limit. An admitted sequence is never dropped: under KV pressure it is
+                             preempted and recomputed. */
 } llm_engine_opts;
+
+/* Parses a KV cache size as `--kv-cache-memory` and the model parameter kv_cache_memory take
+ * it: bytes, with an optional suffix (K, M, G, T or KiB, MiB, GiB, TiB: powers of 1024; KB,
+ * MB, GB, TB: powers of 1000; "1.5G" is allowed), or a fraction of the machine's memory
+ * (a number with a decimal point in (0, 1], such as "0.25", or a percentage, "25%"),
+ * like vLLM's gpu_memory_utilization but for the KV cache alone. The machine's memory is
+ * the physical memory, or the cgroup's memory.max when that is lower. INVALID_ARG naming
+ * `what` for anything else (empty, negative, zero, an unknown suffix, a fraction above 1,
+ * more than the machine's memory). */
+cinfer_status *llm_parse_kv_memory(const char *what, const char *text, size_t *bytes);
+/* The memory llm_parse_kv_memory takes fractions of (bytes; 0 when unknown). */
+size_t llm_machine_memory(void);
 
 typedef struct llm_sampling {
   float temperature;        /* 0 = greedy (argmax); default 1 */
@@ -130,6 +146,9 @@ typedef struct llm_engine_stats {
    * and the seconds spent masking */
   uint64_t grammar_tokens_total, grammar_masks_total;
   double grammar_mask_seconds_total;
+  /* admission: submits refused because max_waiting sequences were waiting (UNAVAILABLE),
+   * and prompts refused because they can never fit the context or the whole KV cache */
+  uint64_t refused_waiting_total, refused_too_long_total;
 } llm_engine_stats;
 
 typedef struct llm_model_info {
@@ -138,6 +157,8 @@ typedef struct llm_model_info {
   const char *arch;
   int32_t bos, eos;           /* -1 when the vocabulary has none */
   const char *chat_template;  /* tokenizer.chat_template or NULL (borrowed) */
+  int kv_blocks, block_size, max_seqs, max_waiting; /* the engine's resolved options */
+  size_t kv_block_bytes;      /* bytes per KV block (all layers, K and V) */
 } llm_model_info;
 
 /* Loads the model and starts the step thread. *out is NULL on error. */
@@ -150,6 +171,10 @@ void llm_engine_destroy(llm_engine *e);
  * whole KV cache, invalid UTF-8) are returned here and no event is sent. */
 cinfer_status *llm_engine_submit(llm_engine *e, const llm_request *req, llm_stream_fn cb, void *user,
                                  uint64_t *seq_id);
+/* Admission before the work of a submit (tokenising, compiling a grammar): UNAVAILABLE, counted
+ * in refused_waiting_total, when max_waiting sequences wait now; NULL otherwise (the submit
+ * checks again, so a request admitted here can still be refused there). */
+cinfer_status *llm_engine_admission_check(llm_engine *e);
 /* Asks the engine to stop a sequence; its final event (CANCELLED) follows from the step
  * thread and its KV blocks are released. NOT_FOUND when the id is unknown or finished. */
 cinfer_status *llm_engine_cancel(llm_engine *e, uint64_t seq_id);

@@ -2,8 +2,16 @@
  *
  * Model files: the version folder holds the GGUF file: parameter `gguf_file` names it,
  * else `model.gguf`, else the only *.gguf file there. Engine options come from
- * config.pbtxt parameters: ctx_len, kv_blocks, kv_bytes, block_size, max_seqs,
- * max_step_tokens, chat_template, threads (default: the model's thread budget).
+ * config.pbtxt parameters: ctx_len, kv_blocks, kv_bytes, kv_cache_memory (bytes with a
+ * suffix or a fraction of memory, see llm_parse_kv_memory; default `cinfer serve
+ * --kv-cache-memory`), block_size, max_seqs, max_waiting (default --llm-max-waiting, else
+ * 4 x max_seqs; 0 = no limit), max_step_tokens, chat_template, threads (default: the
+ * model's thread budget). The KV cache's size and where it came from are logged at load.
+ *
+ * Admission (docs/llm.md#admission): a prompt that can never fit (the context or the whole
+ * KV cache) is INVALID_ARG (400); a request that finds max_waiting sequences waiting is
+ * UNAVAILABLE at once (503, the frontend adds Retry-After); an admitted one always
+ * completes (preemption recomputes).
  *
  * Every protocol reaches the engine through execute() (the request protocol is in
  * llm_backend.h): KServe's text_input -> text_output and the OpenAI endpoints alike, so
@@ -23,6 +31,38 @@
 #include "backends/llm/grammar.h"
 #include "backends/llm/llm.h"
 #include "core/hash.h"
+#include "core/log.h"
+
+/* cinfer_llm_set_default: serve's flags (written before any model loads, read at load) */
+static pthread_mutex_t defaults_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *default_kv_memory, *default_max_waiting;
+
+cinfer_status *cinfer_llm_set_default(const char *key, const char *value, const char *flag) {
+  char **slot;
+  if (!strcmp(key, "kv_cache_memory")) {
+    size_t b;
+    cinfer_status *st = llm_parse_kv_memory(flag, value, &b);
+    if (st) return st;
+    slot = &default_kv_memory;
+  } else if (!strcmp(key, "max_waiting")) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(value, &end, 10);
+    if (errno || end == value || *end || x < 0 || x > 1 << 24)
+      return cinfer_status_new(CINFER_INVALID_ARG, "%s '%s' is not an integer in [0, %d] (0 = no limit)", flag, value,
+                               1 << 24);
+    slot = &default_max_waiting;
+  } else {
+    return cinfer_status_new(CINFER_INVALID_ARG, "llm: no default named '%s'", key);
+  }
+  char *v = strdup(value);
+  if (!v) return cinfer_status_oom(NULL);
+  pthread_mutex_lock(&defaults_mu);
+  free(*slot);
+  *slot = v;
+  pthread_mutex_unlock(&defaults_mu);
+  return NULL;
+}
 
 #define GRAMMAR_CACHE 32
 typedef struct gen gen;
@@ -37,6 +77,7 @@ typedef struct llm_model_state {
   struct cached_grammar { uint64_t h; char *src; llm_grammar *g; } grammars[GRAMMAR_CACHE];
   int n_grammars;
   uint64_t grammar_compiles; /* (mu) */
+  _Atomic uint64_t refused_too_long; /* prompts longer than the context, refused before the engine */
 } llm_model_state;
 
 static cinfer_status *param_long(const cinfer_model_load_info *info, const char *key,
@@ -115,19 +156,60 @@ static cinfer_status *llm_load(const cinfer_model_load_info *info, void **model)
   cinfer_status *st = find_gguf(info, info->version_dir, &path);
   if (st) return st;
   long long ctx = 0, blocks = 0, kvb = 0, bs = 0, seqs = 0, step = 0, threads = info->threads_per_instance;
+  long long waiting = -1;
   if ((st = param_long(info, "ctx_len", 16, 1 << 20, &ctx)) ||
       (st = param_long(info, "kv_blocks", 1, 1 << 24, &blocks)) ||
       (st = param_long(info, "kv_bytes", 1 << 20, 1ll << 40, &kvb)) ||
       (st = param_long(info, "block_size", 1, 1024, &bs)) ||
       (st = param_long(info, "max_seqs", 1, 4096, &seqs)) ||
+      (st = param_long(info, "max_waiting", 0, 1 << 24, &waiting)) ||
       (st = param_long(info, "max_step_tokens", 1, 1 << 20, &step)) ||
       (st = param_long(info, "threads", 1, 1024, &threads))) {
     free(path);
     return st;
   }
+  /* the KV cache's size: kv_blocks, kv_bytes or kv_cache_memory (one), else serve's
+   * --kv-cache-memory, else the engine's default */
+  const char *kvm = cinfer_config_parameter(info->config, "kv_cache_memory");
+  char kv_from[160] = "the default (max_seqs full contexts, at most 1 GiB)";
+  pthread_mutex_lock(&defaults_mu);
+  char *dflt_kvm = default_kv_memory ? strdup(default_kv_memory) : NULL;
+  if (waiting < 0 && default_max_waiting) waiting = strtoll(default_max_waiting, NULL, 10);
+  pthread_mutex_unlock(&defaults_mu);
+  if (kvm && (blocks || kvb)) {
+    st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': give one of the parameters kv_cache_memory, "
+                           "kv_bytes and kv_blocks (they all size the KV cache)", name);
+  } else if (blocks && kvb) {
+    st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': give one of the parameters kv_bytes and kv_blocks",
+                           name);
+  } else if (kvm) {
+    size_t b;
+    char what[200];
+    snprintf(what, sizeof what, "llm model '%s': parameter kv_cache_memory", name);
+    if (!(st = llm_parse_kv_memory(what, kvm, &b))) {
+      kvb = (long long)b;
+      snprintf(kv_from, sizeof kv_from, "parameter kv_cache_memory '%s'", kvm);
+    }
+  } else if (blocks) {
+    snprintf(kv_from, sizeof kv_from, "parameter kv_blocks %lld", blocks);
+  } else if (kvb) {
+    snprintf(kv_from, sizeof kv_from, "parameter kv_bytes %lld", kvb);
+  } else if (dflt_kvm) {
+    size_t b;
+    if (!(st = llm_parse_kv_memory("--kv-cache-memory", dflt_kvm, &b))) {
+      kvb = (long long)b;
+      snprintf(kv_from, sizeof kv_from, "--kv-cache-memory '%s'", dflt_kvm);
+    }
+  }
+  free(dflt_kvm);
+  if (st) {
+    free(path);
+    return st;
+  }
+  if (waiting < 0) waiting = 4 * (seqs ? seqs : 64);
   llm_engine_opts o = {.threads = (int)threads, .ctx_len = (int)ctx, .kv_blocks = (int)blocks,
                        .kv_bytes = (size_t)kvb, .block_size = (int)bs, .max_seqs = (int)seqs,
-                       .max_step_tokens = (int)step,
+                       .max_step_tokens = (int)step, .max_waiting = (int)waiting,
                        .chat_template = cinfer_config_parameter(info->config, "chat_template")};
   llm_model_state *m = calloc(1, sizeof *m);
   if (!m || !(m->name = strdup(name))) {
@@ -140,11 +222,19 @@ static cinfer_status *llm_load(const cinfer_model_load_info *info, void **model)
   if (st) {
     free(m->name);
     free(m);
+    if (strstr(cinfer_status_message(st), "KV cache"))
+      return cinfer_status_prefix(st, "llm model '%s' (KV cache from %s)", name, kv_from);
     return cinfer_status_prefix(st, "llm model '%s'", name);
   }
   llm_model_info mi;
   llm_engine_model_info(m->engine, &mi);
   m->ctx_len = mi.ctx_len;
+  LOG_I("llm model '%s': KV cache %d blocks of %d tokens (%.1f MiB, %.1f KiB a block; %lld tokens, %.1f full "
+        "contexts of %d) from %s; max_seqs %d, max_waiting %d%s",
+        name, mi.kv_blocks, mi.block_size, (double)mi.kv_blocks * (double)mi.kv_block_bytes / 1048576.0,
+        (double)mi.kv_block_bytes / 1024.0, (long long)mi.kv_blocks * mi.block_size,
+        (double)mi.kv_blocks * mi.block_size / mi.ctx_len, mi.ctx_len, kv_from, mi.max_seqs, mi.max_waiting,
+        mi.max_waiting ? "" : " (no limit)");
   pthread_mutex_init(&m->mu, NULL);
   *model = m;
   return NULL;
@@ -550,7 +640,9 @@ static void gen_start(llm_model_state *m, cinfer_request *r) {
   int32_t *toks = NULL;
   size_t nt = 0;
   gen *g = NULL;
-  cinfer_status *st = read_sampling(m, r, &s, &n, stops, &stop_json);
+  /* a full engine refuses before the work (tokenising, a grammar), so refusals stay cheap */
+  cinfer_status *st = llm_engine_admission_check(m->engine);
+  if (!st) st = read_sampling(m, r, &s, &n, stops, &stop_json);
   if (!st && s.prompt_logprobs && !stream)
     st = cinfer_status_new(CINFER_INVALID_ARG, "llm model '%s': parameter 'prompt_logprobs' needs 'stream' (one "
                            "response per prompt token)", m->name);
@@ -559,9 +651,11 @@ static void gen_start(llm_model_state *m, cinfer_request *r) {
                            "token, each naming its choice index)", m->name);
   if (!st && !read_prompt_ids(m, r, &toks, &nt, &st))
     st = llm_engine_tokenize(m->engine, prompt, l, add_special, parse_special, &toks, &nt);
-  if (!st && nt >= (size_t)m->ctx_len)
+  if (!st && nt >= (size_t)m->ctx_len) {
+    atomic_fetch_add(&m->refused_too_long, 1);
     st = cinfer_status_new(CINFER_INVALID_ARG, "This model's maximum context length is %d tokens; the prompt has %zu "
                            "tokens", m->ctx_len, nt);
+  }
   if (!st && !(g = calloc(1, sizeof *g))) st = cinfer_status_oom(NULL);
   if (st) {
     free(toks);
@@ -685,6 +779,9 @@ static uint32_t llm_metrics(void *model, cinfer_backend_metric *out, uint32_t ca
   llm_engine_stats es;
   llm_model_state *ms = model;
   llm_engine_get_stats(ms->engine, &es);
+  llm_model_info mi;
+  llm_engine_model_info(ms->engine, &mi);
+  uint64_t too_long = es.refused_too_long_total + atomic_load(&ms->refused_too_long);
   pthread_mutex_lock(&ms->mu);
   uint64_t compiles = ms->grammar_compiles;
   pthread_mutex_unlock(&ms->mu);
@@ -703,6 +800,21 @@ static uint32_t llm_metrics(void *model, cinfer_backend_metric *out, uint32_t ca
        (double)es.prefix_hits_total},
       {"cinfer_llm_preemptions_total", "Sequences preempted for lack of KV blocks", CINFER_BACKEND_METRIC_COUNTER,
        (double)es.preemptions_total},
+      {"cinfer_llm_kv_cache_blocks", "KV cache blocks (sized by kv_cache_memory, kv_bytes or kv_blocks)",
+       CINFER_BACKEND_METRIC_GAUGE, (double)mi.kv_blocks},
+      {"cinfer_llm_kv_cache_bytes", "KV cache memory in bytes", CINFER_BACKEND_METRIC_GAUGE,
+       (double)mi.kv_blocks * (double)mi.kv_block_bytes},
+      {"cinfer_llm_kv_cache_cached_blocks", "KV blocks held only by the prefix cache (reusable, evictable)",
+       CINFER_BACKEND_METRIC_GAUGE, (double)es.kv_blocks_cached},
+      {"cinfer_llm_prefix_cache_hit_ratio", "Prompt tokens found in the prefix cache / looked up, since load",
+       CINFER_BACKEND_METRIC_GAUGE,
+       es.prefix_queries_total ? (double)es.prefix_hits_total / (double)es.prefix_queries_total : 0},
+      {"cinfer_llm_max_waiting", "Engine admission: waiting sequences beyond which requests are refused (0: none)",
+       CINFER_BACKEND_METRIC_GAUGE, (double)mi.max_waiting},
+      {"cinfer_llm_refused_waiting_total", "Requests refused at once (503) because max_waiting sequences waited",
+       CINFER_BACKEND_METRIC_COUNTER, (double)es.refused_waiting_total},
+      {"cinfer_llm_refused_too_long_total", "Requests refused (400): the prompt can never fit the context or KV cache",
+       CINFER_BACKEND_METRIC_COUNTER, (double)too_long},
       {"cinfer_llm_grammar_compiles_total", "Grammars and JSON schemas compiled (a repeated one comes from the cache)",
        CINFER_BACKEND_METRIC_COUNTER, (double)compiles},
       {"cinfer_llm_grammar_tokens_total", "Tokens chosen under a grammar (structured output)",

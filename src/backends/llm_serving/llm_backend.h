@@ -35,4 +35,10 @@
 
 extern const cinfer_backend_iface cinfer_llm_backend;
 
+/* Process-wide defaults for the llm models that do not set the parameter themselves (the
+ * flags of `cinfer serve`): key "kv_cache_memory" (--kv-cache-memory) or "max_waiting"
+ * (--llm-max-waiting). The value is checked here (INVALID_ARG naming `flag`), copied, and
+ * applies to models loaded afterwards. Call before the server starts loading models. */
+cinfer_status *cinfer_llm_set_default(const char *key, const char *value, const char *flag);
+
 #endif
