@@ -32,6 +32,7 @@ typedef struct {
   fast_kernel base;
   int nsl; /* > 0: the convolution runs as nsl slices on the pool (prim is not used) */
   conv_slice *sl;
+  char label[24]; /* "onednn/<slices>" when sliced */
   dnnl_primitive_t prim;
   dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
   dnnl_memory_t src_user, src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user;
@@ -401,6 +402,7 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
   }
   k->sl = sl;
   k->nsl = (int)S;
+  snprintf(k->label, sizeof k->label, "onednn/%d", k->nsl);
   /* the whole primitive's weights are not needed any more */
   if (k->prim) dnnl_primitive_destroy(k->prim);
   if (k->w_mem) dnnl_memory_destroy(k->w_mem);
@@ -756,6 +758,11 @@ static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
   return NULL;
 }
 
+static const char *conv_label(const fast_kernel *fk) {
+  const conv_kernel *k = (const conv_kernel *)fk;
+  return k->nsl ? k->label : "onednn";
+}
+
 const kern_family kern_onednn_conv = {
     .name = "onednn", .can_take = conv_can_take, .prepare = conv_prepare, .run = conv_run, .destroy = conv_destroy,
-    .reads_blocked = conv_reads_blocked, .takes_dw = conv_takes_dw};
+    .reads_blocked = conv_reads_blocked, .takes_dw = conv_takes_dw, .label = conv_label};
