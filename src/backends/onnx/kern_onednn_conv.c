@@ -294,7 +294,11 @@ static dnnl_format_tag_t tag_of(const dnnl_memory_desc_t *md, const dnnl_dims_t 
  * layouts are not nchw/nChw8c, or oneDNN answers a slice with a slower implementation. */
 static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_geom *q) {
   const ot *x = s->in[0], *w = s->in[1];
-  if (p->threads < 2 || x->dims[0] != 1 || getenv("CINFER_ONNX_NO_SLICE")) return false;
+  /* CINFER_ONNX_SLICE_THREADS=<n>: slice as for n threads at any thread count (to measure
+   * on one thread what slicing costs) */
+  const char *force = getenv("CINFER_ONNX_SLICE_THREADS");
+  int64_t T = force ? strtol(force, NULL, 10) : p->threads;
+  if (T < 2 || T > 256 || x->dims[0] != 1 || getenv("CINFER_ONNX_NO_SLICE")) return false;
   int64_t M = w->dims[0], G = q->G, Mg = M / G, Cg = w->dims[1], KH = q->KH, KW = q->KW;
   dnnl_format_tag_t ytag = tag_of(&q->yg, q->yf), xtag = (dnnl_format_tag_t)0, stag = (dnnl_format_tag_t)0;
   if (!ytag) return false;
@@ -309,7 +313,10 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
   }
   int64_t units = G > 1 ? G / u : (M + 7) / 8, per_unit = G > 1 ? u * Mg : 8;
   double macs = (double)(q->yd[1] * q->yd[2] * q->yd[3]) * (double)(Cg * KH * KW);
-  int64_t S = 2 * (int64_t)p->threads;
+  /* T slices, or 2T (a late worker's share taken by the others) when each still has 4x
+   * the threshold's work; a slice costs its own primitive call and reads the whole input
+   * (G == 1), so a conv below 2 x OPOOL_MIN_MACS stays whole */
+  int64_t S = macs >= 2.0 * (double)T * 4 * OPOOL_MIN_MACS ? 2 * T : T;
   if (S > units) S = units;
   if ((double)S * OPOOL_MIN_MACS > macs) S = (int64_t)(macs / OPOOL_MIN_MACS);
   if (S < 2) return false;

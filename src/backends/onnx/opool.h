@@ -73,7 +73,7 @@ int64_t opool_chunks(int64_t items, double work, double min_per_chunk);
  *   OPOOL_MIN_ELEMS: float elements of a memory-bound elementwise or copy loop;
  *   OPOOL_MIN_MACS:  multiply-adds of a convolution slice. */
 #define OPOOL_MIN_ELEMS 16384.0
-#define OPOOL_MIN_MACS 262144.0
+#define OPOOL_MIN_MACS 1048576.0
 
 /* [*lo, *hi) of chunk c of n over `items` items, balanced */
 static inline void opool_range(int64_t items, int64_t n, int64_t c, int64_t *lo, int64_t *hi) {
