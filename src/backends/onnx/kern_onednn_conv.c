@@ -1,7 +1,7 @@
 /* kern_onednn_conv.c: the "onednn" family: every eligible Conv the other conv families do
  * not take (1-D/2-D, grouped, depthwise, dilated, strided, padded) as a oneDNN 2.6
- * convolution primitive (C API, OpenMP runtime: the thread count is set per run with
- * omp_set_num_threads in plan_run), with fused post-ops: sum for Conv+Add, then
+ * convolution primitive (C API; Debian's is an OpenMP build, held to one OpenMP thread
+ * everywhere: threads come from the engine's pool, conv_slices), with fused post-ops: sum for Conv+Add, then
  * relu/leaky/clip/sigmoid/tanh; PRelu applied by us after the primitive (prelu_inplace);
  * a following depthwise 3x3 stride-2 conv as oneDNN's dw post-op (takes_dw, s->dw).
  * Layout: weights are reordered once at plan time into the layout the primitive prefers.

@@ -273,7 +273,7 @@ fail:
 }
 
 static cinfer_status *dnnlpool_run(fast_kernel *fk, plan_step *s, int threads) {
-  (void)threads; /* oneDNN's OpenMP threads: omp_set_num_threads in plan_run */
+  (void)threads; /* runs on the calling thread (oneDNN held to one OpenMP thread) */
   dnnlpool_kernel *k = (dnnlpool_kernel *)fk;
   void *src = k->src_reorder ? s->temp[0] : s->in[0]->data, *dst = k->dst_reorder ? s->temp[1] : s->out[0]->data;
   if ((k->src_user && dnnl_memory_set_data_handle(k->src_user, s->in[0]->data) != dnnl_success) ||

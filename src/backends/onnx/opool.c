@@ -208,7 +208,7 @@ static void wait_done(opool *p, int64_t n) {
 
 void opool_for(opool *p, int64_t n, opool_fn fn, void *ctx) {
   if (n <= 0) return;
-  if (p) p->runs++;
+  if (p && n > 1) p->runs++;
   int64_t t0 = p && p->n > 1 && n > 1 ? (int64_t)clock_now_ns() : 0;
   if (!p || p->n == 1 || n == 1 || n > OPOOL_MAX_CHUNKS || t0 < p->solo_until_ns) {
     for (int64_t c = 0; c < n; c++) fn(ctx, c, 0);

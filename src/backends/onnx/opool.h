@@ -46,7 +46,7 @@ void opool_for(opool *p, int64_t n_chunks, opool_fn fn, void *ctx);
 void opool_hold(opool *p, bool on);
 /* statistics (tests, profile): runs given to workers, worker sleeps, solo switches */
 typedef struct {
-  uint64_t runs, parallel_runs, sleeps, solo_events;
+  uint64_t runs, parallel_runs, sleeps, solo_events; /* runs: opool_for calls of 2+ chunks */
 } opool_stats;
 void opool_get_stats(const opool *p, opool_stats *st);
 /* tests: the contention guard's window (ns of multi-thread runs), wait share (percent)
