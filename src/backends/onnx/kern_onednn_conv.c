@@ -30,7 +30,7 @@ typedef struct {
 
 typedef struct {
   fast_kernel base;
-  int nsl; /* > 0: the convolution runs as nsl slices on the pool (prim is not used) */
+  int nsl; /* > 0: the convolution runs as nsl slices on the pool (prim: when it runs alone) */
   conv_slice *sl;
   char label[24]; /* "onednn/<slices>" when sliced */
   dnnl_primitive_t prim;
@@ -410,15 +410,8 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
   k->sl = sl;
   k->nsl = (int)S;
   snprintf(k->label, sizeof k->label, "onednn/%d", k->nsl);
-  /* the whole primitive's weights are not needed any more */
-  if (k->prim) dnnl_primitive_destroy(k->prim);
-  if (k->w_mem) dnnl_memory_destroy(k->w_mem);
-  if (k->dw_w_mem) dnnl_memory_destroy(k->dw_w_mem);
-  free(k->w_data);
-  free(k->dw_w_data);
-  k->prim = NULL;
-  k->w_mem = k->dw_w_mem = NULL;
-  k->w_data = k->dw_w_data = NULL;
+  /* the whole primitive stays: it runs when the pool runs alone (opool_cur_solo: the
+   * contention guard), where slices would only add their calls' cost */
   return true;
 }
 
@@ -726,7 +719,7 @@ static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
   } else {
     RUN(dnnl_memory_set_data_handle(k->src_mem, src));
   }
-  if (k->nsl) {
+  if (k->nsl && !opool_cur_solo()) {
     if (k->src_reorder) RUN(dnnl_stream_wait(k->stream));
     slice_run_ctx c = {k, s, k->pad_in || k->src_reorder ? s->temp[0] : src,
                        k->dst_reorder ? s->temp[1] : s->out[0]->data, 0};

@@ -47,7 +47,8 @@
 #define CALLER_SPIN_NS 50000LL  /* the caller spins this long for chunks in flight */
 #define GUARD_WINDOW_NS 20000000LL /* 20 ms of multi-thread runs */
 #define GUARD_WAIT_PCT 30
-#define GUARD_SOLO_NS 200000000LL /* 200 ms */
+#define GUARD_SOLO_NS 200000000LL /* 200 ms, doubled for each window in a row that waited too long */
+#define GUARD_SOLO_MAX_NS 3200000000LL
 
 struct opool {
   int n;
@@ -61,11 +62,13 @@ struct opool {
   opool_fn fn;
   void *ctx;
   /* contention guard and statistics (caller only, except sleeps) */
-  int64_t g_run_ns, g_wait_ns, solo_until_ns, window_ns, solo_ns;
+  int64_t g_run_ns, g_wait_ns, solo_until_ns, window_ns, solo_ns, solo_cur_ns;
   int wait_pct;
   uint64_t runs, parallel_runs, solo_events;
   _Atomic uint64_t sleeps;
 };
+
+static _Thread_local opool *cur; /* the calling thread's current pool (opool_set_current) */
 
 typedef struct {
   opool *p;
@@ -229,8 +232,13 @@ void opool_for(opool *p, int64_t n, opool_fn fn, void *ctx) {
   p->g_wait_ns += t2 - t1;
   if (p->g_run_ns >= p->window_ns) { /* a window closes whether or not its last run waited */
     if (p->g_wait_ns * 100 > p->g_run_ns * p->wait_pct) {
-      p->solo_until_ns = t2 + p->solo_ns;
+      /* alone for a while; longer each time the next try waits too much again */
+      p->solo_cur_ns = p->solo_cur_ns ? p->solo_cur_ns * 2 : p->solo_ns;
+      if (p->solo_cur_ns > GUARD_SOLO_MAX_NS && p->solo_ns <= GUARD_SOLO_MAX_NS) p->solo_cur_ns = GUARD_SOLO_MAX_NS;
+      p->solo_until_ns = t2 + p->solo_cur_ns;
       p->solo_events++;
+    } else {
+      p->solo_cur_ns = 0;
     }
     p->g_run_ns = p->g_wait_ns = 0;
   }
@@ -249,9 +257,12 @@ void opool_set_guard(opool *p, int64_t window_ns, int wait_pct, int64_t solo_ns)
   p->window_ns = window_ns;
   p->wait_pct = wait_pct;
   p->solo_ns = solo_ns;
+  p->solo_cur_ns = 0;
 }
 
-static _Thread_local opool *cur;
+bool opool_solo(const opool *p) { return !p || p->n == 1 || (int64_t)clock_now_ns() < p->solo_until_ns; }
+
+bool opool_cur_solo(void) { return opool_solo(cur); }
 
 opool *opool_set_current(opool *p) {
   opool *old = cur;

@@ -20,8 +20,9 @@
  *     chunks in flight, then sleeps until the last one signals;
  *   - contention guard: when, over a window of multi-thread runs, the caller waits more
  *     than a share of the time for chunks workers hold (a worker descheduled behind
- *     another process), the pool runs everything on the caller alone for a while and
- *     then tries again (see opool.c).
+ *     another process), the pool runs everything on the caller alone for a while (200
+ *     ms, doubled up to 3.2 s while every try waits too much again) and then tries
+ *     again (see opool.c).
  *
  * The thread-local "current pool" is what the kernels use: opool_par(n, fn, ctx) runs on
  * opool_current() (set by the session around a plan run), inline when there is none. */
@@ -52,6 +53,11 @@ void opool_get_stats(const opool *p, opool_stats *st);
 /* tests: the contention guard's window (ns of multi-thread runs), wait share (percent)
  * and solo time (ns) */
 void opool_set_guard(opool *p, int64_t window_ns, int wait_pct, int64_t solo_ns);
+
+/* whether a run now would execute on the caller alone (no pool, one thread, or the
+ * contention guard's solo period): a kernel may then pick its one-thread variant */
+bool opool_solo(const opool *p);
+bool opool_cur_solo(void);
 
 /* the pool the calling thread's kernels run on (NULL: inline); returns the previous one */
 opool *opool_set_current(opool *p);
