@@ -47,6 +47,7 @@
 #define CALLER_SPIN_NS 50000LL  /* the caller spins this long for chunks in flight */
 #define GUARD_WINDOW_NS 20000000LL /* 20 ms of multi-thread runs */
 #define GUARD_WAIT_PCT 30
+#define GUARD_MIN_WORKER_PCT 10 /* workers ran fewer of a window's chunks: they are not there */
 #define GUARD_SOLO_NS 200000000LL /* 200 ms, doubled for each window in a row that waited too long */
 #define GUARD_SOLO_MAX_NS 3200000000LL
 
@@ -63,9 +64,10 @@ struct opool {
   void *ctx;
   /* contention guard and statistics (caller only, except sleeps) */
   int64_t g_run_ns, g_wait_ns, solo_until_ns, window_ns, solo_ns, solo_cur_ns;
+  uint64_t g_chunks, g_wchunks0; /* the window's chunks; worker_chunks when it opened */
   int wait_pct;
   uint64_t runs, parallel_runs, solo_events;
-  _Atomic uint64_t sleeps;
+  _Atomic uint64_t sleeps, chunks, worker_chunks;
 };
 
 static _Thread_local opool *cur; /* the calling thread's current pool (opool_set_current) */
@@ -81,6 +83,7 @@ static uint64_t work(opool *p, int tid) {
     int64_t n = (int64_t)((t >> N_SHIFT) & FIELD), idx = (int64_t)(t & FIELD);
     if (idx >= n) return t >> GEN_SHIFT;
     p->fn(p->ctx, idx, tid);
+    if (tid) atomic_fetch_add_explicit(&p->worker_chunks, 1, memory_order_relaxed);
     if (atomic_fetch_add(&p->done, 1) + 1 == n && tid != 0 && atomic_load(&p->caller_sleeps)) {
       pthread_mutex_lock(&p->mu);
       pthread_cond_signal(&p->done_cv);
@@ -218,6 +221,7 @@ void opool_for(opool *p, int64_t n, opool_fn fn, void *ctx) {
     return;
   }
   p->parallel_runs++;
+  atomic_fetch_add_explicit(&p->chunks, (uint64_t)n, memory_order_relaxed);
   p->fn = fn;
   p->ctx = ctx;
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
@@ -230,8 +234,12 @@ void opool_for(opool *p, int64_t n, opool_fn fn, void *ctx) {
   }
   p->g_run_ns += t2 - t0;
   p->g_wait_ns += t2 - t1;
+  p->g_chunks += (uint64_t)n;
   if (p->g_run_ns >= p->window_ns) { /* a window closes whether or not its last run waited */
-    if (p->g_wait_ns * 100 > p->g_run_ns * p->wait_pct) {
+    /* alone also when the workers ran almost none of the window's chunks (not on a core
+     * when work is published: a loaded host): splitting then only costs the caller */
+    uint64_t wc = atomic_load_explicit(&p->worker_chunks, memory_order_relaxed) - p->g_wchunks0;
+    if (p->g_wait_ns * 100 > p->g_run_ns * p->wait_pct || wc * 100 < p->g_chunks * GUARD_MIN_WORKER_PCT) {
       /* alone for a while; longer each time the next try waits too much again */
       p->solo_cur_ns = p->solo_cur_ns ? p->solo_cur_ns * 2 : p->solo_ns;
       if (p->solo_cur_ns > GUARD_SOLO_MAX_NS && p->solo_ns <= GUARD_SOLO_MAX_NS) p->solo_cur_ns = GUARD_SOLO_MAX_NS;
@@ -241,6 +249,8 @@ void opool_for(opool *p, int64_t n, opool_fn fn, void *ctx) {
       p->solo_cur_ns = 0;
     }
     p->g_run_ns = p->g_wait_ns = 0;
+    p->g_chunks = 0;
+    p->g_wchunks0 = atomic_load_explicit(&p->worker_chunks, memory_order_relaxed);
   }
 }
 
@@ -251,6 +261,8 @@ void opool_get_stats(const opool *p, opool_stats *st) {
   st->parallel_runs = p->parallel_runs;
   st->sleeps = atomic_load(&((opool *)p)->sleeps);
   st->solo_events = p->solo_events;
+  st->chunks = atomic_load(&((opool *)p)->chunks);
+  st->worker_chunks = atomic_load(&((opool *)p)->worker_chunks);
 }
 
 void opool_set_guard(opool *p, int64_t window_ns, int wait_pct, int64_t solo_ns) {

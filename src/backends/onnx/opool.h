@@ -20,7 +20,7 @@
  *     chunks in flight, then sleeps until the last one signals;
  *   - contention guard: when, over a window of multi-thread runs, the caller waits more
  *     than a share of the time for chunks workers hold (a worker descheduled behind
- *     another process), the pool runs everything on the caller alone for a while (200
+ *     another process), or the workers ran almost none of the chunks, the pool runs everything on the caller alone for a while (200
  *     ms, doubled up to 3.2 s while every try waits too much again) and then tries
  *     again (see opool.c).
  *
@@ -48,6 +48,7 @@ void opool_hold(opool *p, bool on);
 /* statistics (tests, profile): runs given to workers, worker sleeps, solo switches */
 typedef struct {
   uint64_t runs, parallel_runs, sleeps, solo_events; /* runs: opool_for calls of 2+ chunks */
+  uint64_t chunks, worker_chunks; /* chunks of the parallel runs; those run by workers */
 } opool_stats;
 void opool_get_stats(const opool *p, opool_stats *st);
 /* tests: the contention guard's window (ns of multi-thread runs), wait share (percent)

@@ -478,10 +478,11 @@ void onnx_session_profile_print(const onnx_session *s, FILE *f) {
   if (s->pool) {
     opool_stats ps;
     opool_get_stats(s->pool, &ps);
-    fprintf(f, "thread pool: %d threads; %llu of %llu split operators handed to workers, %llu worker sleeps, "
-               "%llu switches to running alone (contention guard)\n",
+    fprintf(f, "thread pool: %d threads; %llu of %llu split operators handed to workers, %llu of their %llu chunks "
+               "run by workers, %llu worker sleeps, %llu switches to running alone (contention guard)\n",
             opool_threads(s->pool), (unsigned long long)ps.parallel_runs, (unsigned long long)ps.runs,
-            (unsigned long long)ps.sleeps, (unsigned long long)ps.solo_events);
+            (unsigned long long)ps.worker_chunks, (unsigned long long)ps.chunks, (unsigned long long)ps.sleeps,
+            (unsigned long long)ps.solo_events);
   }
   if (!p && s->n_workers) { /* batches ran on the workers: the first one's rows */
     fprintf(f, "profile of worker 1 of %d (batch rows split over one-thread workers):\n", s->n_workers);

@@ -7,8 +7,9 @@
  *     runs inline, never re-enters the pool);
  *   - after an inference ends (hold off) every worker goes to sleep (the statistics count
  *     it; waited for with a bound, no sleep-based wait);
- *   - the contention guard: a caller that waits for workers' chunks switches to running
- *     alone (solo_events), and then runs every chunk itself (the workers' chunks are made
+ *   - the contention guard: a caller that waits for workers' chunks (or whose workers run
+ *     too few of them) switches to running alone (solo_events), and then runs every
+ *     chunk itself (the workers' chunks are made
  *     slow by busy-waiting in the chunk: what a descheduled worker looks like);
  *   - a chain of convolutions (3x3, 1x1 + Add, depthwise, PRelu, a 1x1 into a plain graph
  *     output) run by 2- and 3-thread sessions, whose profile shows the sliced oneDNN
@@ -159,8 +160,9 @@ static void test_contention_guard(void **state) {
     opool_for(p, 4, slow_worker_chunk, &on_worker);
     opool_get_stats(p, &st);
   }
+  /* either rule of the guard may fire first: the caller waited for the workers' slow
+   * chunks, or (a window without any worker chunk) the workers ran too few of them */
   assert_true(st.solo_events > 0);
-  assert_true(atomic_load(&on_worker) > 0);
   int before = atomic_load(&on_worker);
   for (int r = 0; r < 100; r++) opool_for(p, 4, slow_worker_chunk, &on_worker);
   assert_int_equal(atomic_load(&on_worker), before); /* alone: every chunk on the caller */
