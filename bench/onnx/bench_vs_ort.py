@@ -14,22 +14,24 @@ in ORT: both engines then process the batch as 8 consecutive batch-1 runs (ORT o
 rows of one 8-row array, so both engines read the same amount of input memory). cinfer
 runs a batch as one call when `cinfer inspect` says the model is batchable.
 
-With --rounds R each configuration runs R times, cinfer and ORT alternating, and the table
-keeps each engine's best round (lowest p50 and CPU time, highest throughput): on a shared
-host the slowest rounds measure the other jobs, the best ones the engines. It also gives
-the median and range of the per-round ratios (each round's cinfer p50 over the ORT p50
-measured right after it), which a slow period affects on both sides.
+With --rounds R every model x batch runs R rounds; a round runs, one after the other,
+cinfer and ORT at each thread count (1T cinfer, 1T ORT, 2T cinfer, 2T ORT, ...), so the
+engines and the thread counts alternate and a slow period of the shared host hits all of
+them. The table gives each engine's min and median p50 over the rounds, the median and
+range of the per-round ratios (each round's cinfer p50 over the ORT p50 measured right
+after it), and for T > 1 cinfer's median T-thread p50 over its median 1-thread p50.
+
+--busy CPU keeps a busy loop (`taskset -c CPU sh -c 'while :; do :; done'`) running on
+that CPU for the whole measurement: the case of another process keeping a core busy.
 
 Waiting threads (--wait, matters with 2+ threads): ORT's threads spin between operators
-by default; `cinfer` spins briefly (GOMP_SPINCOUNT=300, ~9 us on Zen 3) and then sleeps
-(on a shared or CPU-limited host a spinning thread takes the core from the one with
-work). `default` compares the two defaults; `spin` runs cinfer with OMP_WAIT_POLICY=active;
-`nospin` runs ORT with session.intra_op.allow_spinning=0 and cinfer with
-OMP_WAIT_POLICY=passive.
+by default; `nospin` runs ORT with session.intra_op.allow_spinning=0. cinfer's pool has
+one policy (docs/design/onnx.md, "Threads"): workers spin, bounded, within an inference
+and sleep between inferences; nothing to set.
 
 usage: bench_vs_ort.py --cinfer build/src/cli/cinfer [--models DIR] [--threads 1 2]
                        [--batch 1 8] [--repeat 20] [--rounds 1] [--only NAME ...]
-                       [--wait default|spin|nospin]
+                       [--wait default|nospin] [--busy CPU]
 """
 import argparse
 import os
@@ -156,62 +158,82 @@ def main():
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds; best round kept")
     ap.add_argument("--only", nargs="*", default=MODELS)
     ap.add_argument("--python", default=sys.executable, help="python with onnxruntime + numpy")
-    ap.add_argument("--wait", choices=["default", "spin", "nospin"], default="default",
-                    help="thread waiting: each engine's default, both spin, or neither spins")
+    ap.add_argument("--wait", choices=["default", "nospin"], default="default",
+                    help="ORT's thread waiting: its default (spin) or allow_spinning=0")
+    ap.add_argument("--busy", type=int, default=None, metavar="CPU",
+                    help="keep a busy loop on this CPU during the measurement")
     args = ap.parse_args()
-    c_env = {"spin": dict(os.environ, OMP_WAIT_POLICY="active"),
-             "nospin": dict(os.environ, OMP_WAIT_POLICY="passive")}.get(args.wait)
     import numpy as np  # noqa: F401  (checked early: the ORT child needs it)
 
+    def median(v):
+        v = sorted(v)
+        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+    busy = None
+    if args.busy is not None:
+        busy = subprocess.Popen(["taskset", "-c", str(args.busy), "sh", "-c", "while :; do :; done"])
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.only:
-            mdir = os.path.join(args.models, name)
-            model = os.path.join(mdir, "model.onnx")
-            setdir = os.path.join(mdir, "test_data_set_0")
-            dims, vals = read_tensorproto(os.path.join(setdir, "input_0.pb"))
-            npy = os.path.join(tmp, name + ".npy")
-            np.save(npy, np.array(vals, dtype=np.float32).reshape(dims))
-            for t in args.threads:
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in args.only:
+                mdir = os.path.join(args.models, name)
+                model = os.path.join(mdir, "model.onnx")
+                setdir = os.path.join(mdir, "test_data_set_0")
+                dims, vals = read_tensorproto(os.path.join(setdir, "input_0.pb"))
+                npy = os.path.join(tmp, name + ".npy")
+                np.save(npy, np.array(vals, dtype=np.float32).reshape(dims))
                 for b in args.batch:
-                    cmd = [args.cinfer, "run", "--model", model, "--test-data-dir", setdir,
-                           "--threads", str(t), "--repeat", str(args.repeat)]
-                    if b > 1:
-                        cmd += ["--batch", str(b)]
-                    best = None
-                    paired = []
+                    res = {t: {"c": [], "o": [], "cpu_c": [], "cpu_o": [], "pair": [], "mode": ""} for t in args.threads}
                     for _ in range(max(1, args.rounds)):
-                        out, c_rss = run_measured(cmd, c_env)
-                        m = re.search(r"p50 ([0-9.]+).*throughput ([0-9.]+).*cpu ([0-9.]+)", out)
-                        c_p50, c_thr, c_cpu = float(m.group(1)), float(m.group(2)), float(m.group(3))
-                        c_loop = "not batchable" in out
-                        out, o_rss = run_measured([args.python, "-c", ORT_CHILD, model, npy, str(t), str(b),
+                        for t in args.threads:
+                            cmd = [args.cinfer, "run", "--model", model, "--test-data-dir", setdir,
+                                   "--threads", str(t), "--repeat", str(args.repeat)]
+                            if b > 1:
+                                cmd += ["--batch", str(b)]
+                            out, _ = run_measured(cmd)
+                            m = re.search(r"p50 ([0-9.]+).*throughput ([0-9.]+).*cpu ([0-9.]+)", out)
+                            c_p50, c_cpu = float(m.group(1)), float(m.group(3))
+                            c_loop = "not batchable" in out
+                            out, _ = run_measured([args.python, "-c", ORT_CHILD, model, npy, str(t), str(b),
                                                    str(args.repeat), args.wait])
-                        m = re.search(r"p50=([0-9.]+) thr=([0-9.]+) loops=(\d+) cpu=([0-9.]+)", out)
-                        o_p50, o_thr, o_loops, o_cpu = float(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
-                        cur = [c_p50, c_thr, c_cpu, c_rss, o_p50, o_thr, o_cpu, o_rss]
-                        paired.append(c_p50 / o_p50)
-                        if best is None:
-                            best = cur
-                        else:
-                            best = [min(x, y) if i in (0, 2, 4, 6) else max(x, y) for i, (x, y) in enumerate(zip(best, cur))]
-                    c_p50, c_thr, c_cpu, c_rss, o_p50, o_thr, o_cpu, o_rss = best
-                    paired.sort()
-                    pr = "%.2f [%.2f, %.2f]" % (paired[len(paired) // 2] if len(paired) % 2 else
-                                                (paired[len(paired) // 2 - 1] + paired[len(paired) // 2]) / 2,
-                                                paired[0], paired[-1])
-                    rows.append((name, t, b, c_p50, o_p50, c_thr, o_thr, c_rss, o_rss,
-                                 ("loop" if c_loop else "batched") + "/" + ("loop" if o_loops > 1 else "batched"),
-                                 c_cpu, o_cpu, pr))
-                    print("%-22s threads %d batch %d: cinfer p50 %.2f ms (cpu %.2f), ORT p50 %.2f ms (cpu %.2f), ratio %.2f, per round %s"
-                          % (name, t, b, c_p50, c_cpu, o_p50, o_cpu, c_p50 / o_p50, pr), flush=True)
+                            m = re.search(r"p50=([0-9.]+) thr=([0-9.]+) loops=(\d+) cpu=([0-9.]+)", out)
+                            o_p50, o_loops, o_cpu = float(m.group(1)), int(m.group(3)), float(m.group(4))
+                            r = res[t]
+                            r["c"].append(c_p50)
+                            r["o"].append(o_p50)
+                            r["cpu_c"].append(c_cpu)
+                            r["cpu_o"].append(o_cpu)
+                            r["pair"].append(c_p50 / o_p50)
+                            r["mode"] = ("loop" if c_loop else "batched") + "/" + ("loop" if o_loops > 1 else "batched")
+                    for t in args.threads:
+                        r = res[t]
+                        pr = "%.2f [%.2f, %.2f]" % (median(r["pair"]), min(r["pair"]), max(r["pair"]))
+                        t1 = res[args.threads[0]]
+                        vs1 = "%.2f" % (median(r["c"]) / median(t1["c"])) if t != args.threads[0] else "-"
+                        rows.append((name, t, b, min(r["c"]), median(r["c"]), min(r["o"]), median(r["o"]),
+                                     median(r["c"]) / median(r["o"]), pr, vs1, median(r["cpu_c"]), median(r["cpu_o"]),
+                                     r["mode"]))
+                        print("%-22s threads %d batch %d: cinfer p50 min %.2f med %.2f ms, ORT min %.2f med %.2f ms, "
+                              "ratio %.2f, per round %s, vs 1 thread %s" % rows[-1][:10], flush=True)
+    finally:
+        if busy:
+            busy.kill()
+            busy.wait()
     print()
-    print("wait: %s" % args.wait)
-    print("| model | threads | batch | cinfer p50 ms | ORT p50 ms | p50 ratio | per-round ratio median [range] | cinfer CPU ms/batch | ORT CPU ms/batch | CPU ratio | cinfer img/s | ORT img/s | cinfer peak RSS MiB | ORT peak RSS MiB | batch mode (cinfer/ORT) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("wait: %s%s; load average at the end: %s" % (args.wait, "" if args.busy is None else ", busy loop on CPU %d" % args.busy,
+                                                    " ".join("%.2f" % x for x in os.getloadavg())))
+    print("| model | threads | batch | cinfer p50 ms min / median | ORT p50 ms min / median | ratio of medians | per-round ratio median [range] | cinfer T / 1 thread | cinfer CPU ms/batch | ORT CPU ms/batch | batch mode (cinfer/ORT) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print("| %s | %d | %d | %.2f | %.2f | %.2f | %s | %.2f | %.2f | %.2f | %.1f | %.1f | %.0f | %.0f | %s |"
-              % (r[0], r[1], r[2], r[3], r[4], r[3] / r[4], r[12], r[10], r[11], r[10] / r[11], r[5], r[6], r[7], r[8], r[9]))
+        print("| %s | %d | %d | %.2f / %.2f | %.2f / %.2f | %.2f | %s | %s | %.2f | %.2f | %s |" % r)
+    ratios = [r[7] for r in rows]
+    if ratios:
+        g = 1.0
+        for x in ratios:
+            g *= x
+        print()
+        print("geomean ratio of medians: %.2f over %d cells; cells above 1.0: %d" % (g ** (1.0 / len(ratios)), len(ratios),
+                                                                                sum(1 for x in ratios if x > 1.0)))
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ void fast_destroy(fast_kernel *k) {
   if (k) k->family->destroy(k);
 }
 
-const char *fast_kernel_label(const fast_kernel *k) { return k->family->name; }
+const char *fast_kernel_label(const fast_kernel *k) { return k->family->label ? k->family->label(k) : k->family->name; }
 
 void fast_layout_free(void *layout) { free(layout); }
 

@@ -36,6 +36,8 @@ typedef struct kern_family {
   cinfer_status *(*run)(fast_kernel *k, plan_step *s, int threads);
   /* Frees k (never NULL) and what it owns. Required. */
   void (*destroy)(fast_kernel *k);
+  /* optional: the profile's kernel column for k (default: name) */
+  const char *(*label)(const fast_kernel *k);
   /* Optional, NULL meaning false: the family reads input j of s in a blocked layout
    * (plan.c keeps a producer's output blocked only when every consumer does). */
   bool (*reads_blocked)(const onnx_plan *p, const plan_step *s, int j);

@@ -219,7 +219,47 @@ static inline size_t blk_off(int B, int64_t C, int64_t HW, int64_t n, int64_t c,
   return (size_t)(((n * CB + c / B) * HW + hw) * B + c % B);
 }
 
+/* N runs of len floats (X: len apart, Y: ystride apart), each cut in `pieces` */
+typedef struct {
+  float *Y;
+  const float *X;
+  int64_t ystride, len, N, pieces;
+} cpy_ctx;
+
+static void cpy_chunk(void *vc, int64_t c, int tid) {
+  (void)tid;
+  const cpy_ctx *k = vc;
+  int64_t n = c / k->pieces, lo, hi;
+  opool_range(k->len, k->pieces, c % k->pieces, &lo, &hi);
+  memcpy(k->Y + n * k->ystride + lo, k->X + n * k->len + lo, sizeof(float) * (size_t)(hi - lo));
+}
+
+typedef struct {
+  const float *X, *A, *B;
+  float *Y;
+  int64_t HW, CB;
+  bool relu;
+} aff_ctx;
+
+static void affine_chunk(void *vc, int64_t ncb, int tid) {
+  (void)tid;
+  const aff_ctx *k = vc;
+  const float *A = k->A, *B = k->B;
+  int64_t HW = k->HW, cb = ncb % k->CB;
+  size_t base = (size_t)(ncb * HW) * 8;
+  const float *xs = k->X + base;
+  float *yd = k->Y + base;
+  v8f a = A ? *(const v8fu *)(A + cb * 8) : (v8f){0}, b = B ? *(const v8fu *)(B + cb * 8) : (v8f){0};
+  for (int64_t i = 0; i < HW; i++) {
+    v8f v = *(const v8fu *)(xs + i * 8);
+    if (A) v = v * a + b;
+    if (k->relu) v = v8_relu(v);
+    *(v8fu *)(yd + i * 8) = v;
+  }
+}
+
 static void concat_run(const blk_kernel *k, plan_step *s, int threads) {
+  (void)threads;
   const ot *y = s->out[0];
   int64_t N = y->dims[0], Co = y->dims[1], HW = y->dims[2] * y->dims[3];
   float *Y = y->data;
@@ -236,10 +276,9 @@ static void concat_run(const blk_kernel *k, plan_step *s, int threads) {
     }
     if (ib == ob) {
       /* same layout, channel offsets multiples of the block: one contiguous run per image */
-      size_t len = (size_t)(Cj * HW), src = 0, dst = (size_t)(off * HW);
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && N * Cj * HW > 65536)
-      for (int64_t n = 0; n < N; n++)
-        memcpy(Y + (size_t)n * (size_t)(Co * HW) + dst, X + (size_t)n * len + src, sizeof(float) * len);
+      int64_t len = Cj * HW;
+      cpy_ctx cc = {Y + off * HW, X, Co * HW, len, N, opool_chunks(len, (double)len, OPOOL_MIN_ELEMS)};
+      opool_par(N * cc.pieces, cpy_chunk, &cc);
     } else {
       for (int64_t n = 0; n < N; n++)
         for (int64_t c = 0; c < Cj; c++)
@@ -250,6 +289,7 @@ static void concat_run(const blk_kernel *k, plan_step *s, int threads) {
 }
 
 static void affine_run(const blk_kernel *k, plan_step *s, int threads) {
+  (void)threads;
   const ot *y = s->out[0];
   int64_t N = y->dims[0], C = y->dims[1], HW = y->dims[2] * y->dims[3];
   const float *X = s->in[0]->data, *A = k->scale, *B = k->shift;
@@ -257,20 +297,10 @@ static void affine_run(const blk_kernel *k, plan_step *s, int threads) {
   int ib = k->in_b[0], ob = k->out_b;
   bool relu = k->relu;
   if (ib == 8 && ob == 8) {
-#pragma omp parallel for num_threads(threads) collapse(2) schedule(static) if (threads > 1)
-    for (int64_t n = 0; n < N; n++)
-      for (int64_t cb = 0; cb < C / 8; cb++) {
-        size_t base = (size_t)((n * (C / 8) + cb) * HW) * 8;
-        const float *xs = X + base;
-        float *yd = Y + base;
-        v8f a = A ? *(const v8fu *)(A + cb * 8) : (v8f){0}, b = B ? *(const v8fu *)(B + cb * 8) : (v8f){0};
-        for (int64_t i = 0; i < HW; i++) {
-          v8f v = *(const v8fu *)(xs + i * 8);
-          if (A) v = v * a + b;
-          if (relu) v = v8_relu(v);
-          *(v8fu *)(yd + i * 8) = v;
-        }
-      }
+    /* one chunk per 8-channel plane when the op is large enough to split */
+    aff_ctx ac = {X, A, B, Y, HW, C / 8, relu};
+    if (opool_chunks(N * C / 8, (double)(N * C * HW), OPOOL_MIN_ELEMS) > 1) opool_par(N * C / 8, affine_chunk, &ac);
+    else for (int64_t i = 0; i < N * C / 8; i++) affine_chunk(&ac, i, 0);
     return;
   }
   for (int64_t n = 0; n < N; n++)

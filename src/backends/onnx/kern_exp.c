@@ -29,13 +29,26 @@ static void exp_f32(const float *x, float *y, int64_t n) {
   for (; i < n; i++) y[i] = expf(x[i]);
 }
 
+typedef struct {
+  const float *X;
+  float *Y;
+  int64_t n, per;
+} exp_ctx;
+
+static void exp_chunk(void *vc, int64_t c, int tid) {
+  (void)tid;
+  const exp_ctx *e = vc;
+  int64_t i0 = c * e->per;
+  exp_f32(e->X + i0, e->Y + i0, e->n - i0 < e->per ? e->n - i0 : e->per);
+}
+
 static cinfer_status *exp_run(fast_kernel *k, plan_step *s, int threads) {
   (void)k;
-  const float *X = s->in[0]->data;
-  float *Y = s->out[0]->data;
-  int64_t n = ot_numel(s->in[0]), per = ((n + threads - 1) / threads + 7) / 8 * 8;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && n > 65536)
-  for (int64_t i0 = 0; i0 < n; i0 += per) exp_f32(X + i0, Y + i0, n - i0 < per ? n - i0 : per);
+  (void)threads;
+  int64_t n = ot_numel(s->in[0]);
+  int64_t nch = opool_chunks(n / 8, (double)n * 4, OPOOL_MIN_ELEMS); /* ~4 element copies' time each */
+  exp_ctx e = {s->in[0]->data, s->out[0]->data, n, ((n + nch - 1) / nch + 7) / 8 * 8};
+  if (n > 0) opool_par((n + e.per - 1) / e.per, exp_chunk, &e);
   return NULL;
 }
 

@@ -1,7 +1,7 @@
 /* kern_onednn_conv.c: the "onednn" family: every eligible Conv the other conv families do
  * not take (1-D/2-D, grouped, depthwise, dilated, strided, padded) as a oneDNN 2.6
- * convolution primitive (C API, OpenMP runtime: the thread count is set per run with
- * omp_set_num_threads in plan_run), with fused post-ops: sum for Conv+Add, then
+ * convolution primitive (C API; Debian's is an OpenMP build, held to one OpenMP thread
+ * everywhere: threads come from the engine's pool, conv_slices), with fused post-ops: sum for Conv+Add, then
  * relu/leaky/clip/sigmoid/tanh; PRelu applied by us after the primitive (prelu_inplace);
  * a following depthwise 3x3 stride-2 conv as oneDNN's dw post-op (takes_dw, s->dw).
  * Layout: weights are reordered once at plan time into the layout the primitive prefers.
@@ -12,10 +12,27 @@
  * NCHW through temp[1]. Invariants: run allocates nothing; every primitive, memory and
  * buffer is the kernel's and freed by conv_destroy. CINFER_ONNX_NO_PREPAD turns pad_in
  * off; CINFER_ONNX_FAST_SKIP* (kern_conv_eligible) keep convs on the reference. */
+#include <stdatomic.h>
+
 #include "backends/onnx/kern_util.h"
+
+/* One output-channel slice of a convolution (threads > 1, see conv_slices): its own
+ * primitive, weights, memories and stream, so slices run concurrently on the pool. */
+typedef struct {
+  dnnl_primitive_t prim, sum_reorder, dst_reorder;
+  dnnl_memory_t src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user, dw_w_mem, dw_b_mem;
+  dnnl_stream_t stream;
+  void *w_data, *dw_w_data;
+  float *dw_b_data;
+  size_t src_off, dst_off, dst_bytes; /* floats, floats, bytes (image 0) */
+  int64_t c0, c1;                     /* output channels [c0, c1) */
+} conv_slice;
 
 typedef struct {
   fast_kernel base;
+  int nsl; /* > 0: the convolution runs as nsl slices on the pool (prim: when it runs alone) */
+  conv_slice *sl;
+  char label[24]; /* "onednn/<slices>" when sliced */
   dnnl_primitive_t prim;
   dnnl_primitive_t src_reorder, dst_reorder, sum_reorder;
   dnnl_memory_t src_user, src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user;
@@ -39,8 +56,22 @@ typedef struct {
   int64_t pad_t, pad_l, ph, pw;
 } conv_kernel;
 
+static void slice_free(conv_slice *q) {
+  dnnl_primitive_t prims[] = {q->prim, q->sum_reorder, q->dst_reorder};
+  for (size_t i = 0; i < 3; i++) if (prims[i]) dnnl_primitive_destroy(prims[i]);
+  dnnl_memory_t mems[] = {q->src_mem, q->w_mem, q->b_mem, q->dst_mem, q->dst_user, q->sum_user, q->dw_w_mem, q->dw_b_mem};
+  for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++) if (mems[i]) dnnl_memory_destroy(mems[i]);
+  if (q->stream) dnnl_stream_destroy(q->stream);
+  free(q->w_data);
+  free(q->dw_w_data);
+  free(q->dw_b_data);
+  memset(q, 0, sizeof *q);
+}
+
 static void conv_destroy(fast_kernel *fk) {
   conv_kernel *k = (conv_kernel *)fk;
+  for (int i = 0; i < k->nsl; i++) slice_free(&k->sl[i]);
+  free(k->sl);
   dnnl_primitive_t prims[] = {k->prim, k->src_reorder, k->dst_reorder, k->sum_reorder};
   for (size_t i = 0; i < 4; i++) if (prims[i]) dnnl_primitive_destroy(prims[i]);
   dnnl_memory_t mems[] = {k->src_user, k->src_mem, k->w_mem,    k->b_mem,   k->dst_mem,
@@ -139,12 +170,20 @@ static bool conv_takes_dw(const onnx_plan *p, const plan_step *s, const plan_ste
 
 /* X (nChw8c, [N][C/8][H][W][8]) into P ([N][C/8][ph][pw][8]) at row pt, column pl, zeros
  * around; input pixels past the padded extent (a negative end pad) are left out */
-static void pad_blocked(const float *X, float *P, int64_t N, int64_t C, int64_t H, int64_t W, int64_t pt,
-                        int64_t pl, int64_t ph, int64_t pw, int threads) {
-  int64_t CB = C / 8;
+typedef struct {
+  const float *X;
+  float *P;
+  int64_t H, W, pt, pl, ph, pw;
+} pad_ctx;
+
+static void pad_plane(void *vc, int64_t nc, int tid) {
+  (void)tid;
+  const pad_ctx *c = vc;
+  const float *X = c->X;
+  float *P = c->P;
+  int64_t H = c->H, W = c->W, pt = c->pt, pl = c->pl, ph = c->ph, pw = c->pw;
   int64_t w0 = pl, w1 = pl + W < pw ? pl + W : pw; /* destination columns holding input */
-#pragma omp parallel for num_threads(threads) collapse(2) schedule(static) if (threads > 1)
-  for (int64_t nc = 0; nc < N * CB; nc++)
+  {
     for (int64_t y = 0; y < ph; y++) {
       float *d = P + ((size_t)nc * (size_t)ph + (size_t)y) * (size_t)pw * 8;
       int64_t h = y - pt;
@@ -156,6 +195,15 @@ static void pad_blocked(const float *X, float *P, int64_t N, int64_t C, int64_t 
       memcpy(d + 8 * w0, X + ((size_t)nc * (size_t)H + (size_t)h) * (size_t)W * 8, sizeof(float) * 8 * (size_t)(w1 - w0));
       memset(d + 8 * w1, 0, sizeof(float) * 8 * (size_t)(pw - w1));
     }
+  }
+}
+
+static void pad_blocked(const float *X, float *P, int64_t N, int64_t C, int64_t H, int64_t W, int64_t pt,
+                        int64_t pl, int64_t ph, int64_t pw) {
+  pad_ctx c = {X, P, H, W, pt, pl, ph, pw};
+  int64_t planes = N * (C / 8);
+  if (opool_chunks(planes, (double)(planes * ph * pw * 8), OPOOL_MIN_ELEMS) > 1) opool_par(planes, pad_plane, &c);
+  else for (int64_t i = 0; i < planes; i++) pad_plane(&c, i, 0);
 }
 
 /* to (a memory with its own layout) = src in layout `from`, by a one-off reorder (weights,
@@ -179,29 +227,192 @@ static dnnl_status_t reorder_once(const dnnl_memory_desc_t *from, const void *sr
 }
 
 /* y = y < 0 ? y * slope[c] : y over the conv destination, in its layout (prelu_blk);
- * same rule as act_apply_c (NaN stays NaN) */
-static void prelu_inplace(const conv_kernel *k, float *y, int threads) {
-  int64_t N = k->prelu_n, C = k->prelu_c, HW = k->prelu_hw, blk = k->prelu_blk;
+ * same rule as act_apply_c (NaN stays NaN). One plane: image n, channel (plain) or channel
+ * block cb (blocked). */
+static void prelu_plane(const conv_kernel *k, float *y, int64_t n, int64_t c) {
+  int64_t C = k->prelu_c, HW = k->prelu_hw, blk = k->prelu_blk;
   const float *sl = k->prelu_slope;
   if (blk == 1) {
-#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
-    for (int64_t n = 0; n < N; n++)
-      for (int64_t c = 0; c < C; c++) {
-        float *p = y + (n * C + c) * HW, a = sl[c];
-        int64_t i = 0;
-        for (; i + 8 <= HW; i += 8) *(v8fu *)(p + i) = v8_prelu(*(const v8fu *)(p + i), v8_splat(a));
-        for (; i < HW; i++) p[i] = p[i] < 0 ? p[i] * a : p[i];
-      }
+    float *p = y + (n * C + c) * HW, a = sl[c];
+    int64_t i = 0;
+    for (; i + 8 <= HW; i += 8) *(v8fu *)(p + i) = v8_prelu(*(const v8fu *)(p + i), v8_splat(a));
+    for (; i < HW; i++) p[i] = p[i] < 0 ? p[i] * a : p[i];
     return;
   }
   int64_t CB = (C + blk - 1) / blk, L = HW * blk / 8; /* blk is 8 or 16: whole vectors */
-#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t cb = 0; cb < CB; cb++) {
-      float *p = y + (n * CB + cb) * HW * blk;
-      v8f a0 = *(const v8fu *)(sl + cb * blk), a1 = blk == 16 ? *(const v8fu *)(sl + cb * blk + 8) : a0;
-      for (int64_t i = 0; i < L; i++) *(v8fu *)(p + 8 * i) = v8_prelu(*(const v8fu *)(p + 8 * i), i & 1 ? a1 : a0);
+  float *p = y + (n * CB + c) * HW * blk;
+  v8f a0 = *(const v8fu *)(sl + c * blk), a1 = blk == 16 ? *(const v8fu *)(sl + c * blk + 8) : a0;
+  for (int64_t i = 0; i < L; i++) *(v8fu *)(p + 8 * i) = v8_prelu(*(const v8fu *)(p + 8 * i), i & 1 ? a1 : a0);
+}
+
+typedef struct {
+  const conv_kernel *k;
+  float *y;
+  int64_t planes;
+} prelu_ctx;
+
+static void prelu_chunk(void *vc, int64_t i, int tid) {
+  (void)tid;
+  const prelu_ctx *c = vc;
+  int64_t planes = c->planes;
+  prelu_plane(c->k, c->y, i / planes, i % planes);
+}
+
+static void prelu_inplace(const conv_kernel *k, float *y) {
+  int64_t blk = k->prelu_blk, planes = blk == 1 ? k->prelu_c : (k->prelu_c + blk - 1) / blk;
+  prelu_ctx c = {k, y, planes};
+  int64_t n = k->prelu_n * planes;
+  if (opool_chunks(n, (double)(k->prelu_n * k->prelu_c * k->prelu_hw), OPOOL_MIN_ELEMS) > 1) opool_par(n, prelu_chunk, &c);
+  else for (int64_t i = 0; i < n; i++) prelu_chunk(&c, i, 0);
+}
+
+/* What conv_slices needs from conv_prepare: the full primitive's geometry and layouts. */
+typedef struct {
+  int64_t G, KH, KW;
+  dnnl_dims_t strides, dil, pl, pr, yd, yf;
+  dnnl_memory_desc_t xw, yg; /* the full primitive's source and destination */
+  const dnnl_memory_desc_t *sum_l; /* the fused Add operand's layout (sum_reorder), or NULL */
+  const float *b;                  /* bias, or NULL */
+  bool full_slow;
+} slice_geom;
+
+/* the tag among nchw and nChw8c that md has for dims d, or 0 */
+static dnnl_format_tag_t tag_of(const dnnl_memory_desc_t *md, const dnnl_dims_t d) {
+  dnnl_memory_desc_t t;
+  if (dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, dnnl_nchw) == dnnl_success && dnnl_memory_desc_equal(md, &t))
+    return dnnl_nchw;
+  if (dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, dnnl_aBcd8b) == dnnl_success && dnnl_memory_desc_equal(md, &t))
+    return dnnl_aBcd8b;
+  return (dnnl_format_tag_t)0;
+}
+
+/* Threads > 1, one image: the convolution is split by output channels (groups for a
+ * grouped conv) into slices of whole 8-channel blocks, each a primitive created for one
+ * thread; in nChw8c and NCHW a channel range of one image is contiguous, so a slice reads
+ * and writes plain offsets of the step's buffers. Returns false (the full primitive runs,
+ * on one thread) when the conv is too small to gain (OPOOL_MIN_MACS per slice), the
+ * layouts are not nchw/nChw8c, or oneDNN answers a slice with a slower implementation. */
+static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_geom *q) {
+  const ot *x = s->in[0], *w = s->in[1];
+  /* CINFER_ONNX_SLICE_THREADS=<n>: slice as for n threads at any thread count (to measure
+   * on one thread what slicing costs) */
+  const char *force = getenv("CINFER_ONNX_SLICE_THREADS");
+  int64_t T = force ? strtol(force, NULL, 10) : p->threads;
+  if (T < 2 || T > 256 || x->dims[0] != 1 || getenv("CINFER_ONNX_NO_SLICE")) return false;
+  int64_t M = w->dims[0], G = q->G, Mg = M / G, Cg = w->dims[1], KH = q->KH, KW = q->KW;
+  dnnl_format_tag_t ytag = tag_of(&q->yg, q->yf), xtag = (dnnl_format_tag_t)0, stag = (dnnl_format_tag_t)0;
+  if (!ytag) return false;
+  dnnl_dims_t xs = {q->xw.dims[0], q->xw.dims[1], q->xw.dims[2], q->xw.dims[3]};
+  if (G > 1 && !(xtag = tag_of(&q->xw, xs))) return false;
+  if (q->sum_l && !(stag = tag_of(q->sum_l, q->yf))) return false;
+  /* a unit: u groups (G > 1) or 8 channels (G == 1) */
+  int64_t u = 1;
+  if (G > 1) {
+    while (u <= G && ((u * Mg) % 8 || (u * Cg) % 8 || G % u)) u++;
+    if (u > G) return false;
+  }
+  int64_t units = G > 1 ? G / u : (M + 7) / 8, per_unit = G > 1 ? u * Mg : 8;
+  double macs = (double)(q->yd[1] * q->yd[2] * q->yd[3]) * (double)(Cg * KH * KW);
+  /* T slices, or 2T (a late worker's share taken by the others) when each still has 4x
+   * the threshold's work; a slice costs its own primitive call and reads the whole input
+   * (G == 1), so a conv below 2 x OPOOL_MIN_MACS stays whole */
+  int64_t S = macs >= 2.0 * (double)T * 4 * OPOOL_MIN_MACS ? 2 * T : T;
+  if (S > units) S = units;
+  if ((double)S * OPOOL_MIN_MACS > macs) S = (int64_t)(macs / OPOOL_MIN_MACS);
+  if (S < 2) return false;
+  dnnl_engine_t eng = kern_engine();
+  conv_slice *sl = calloc((size_t)S, sizeof *sl);
+  if (!sl) return false;
+  bool ok = true, dw = s->dw.w != NULL;
+  int64_t fhw = q->yf[2] * q->yf[3];
+  for (int64_t i = 0; i < S && ok; i++) {
+    conv_slice *c = &sl[i];
+    int64_t u0 = units * i / S, u1 = units * (i + 1) / S;
+    c->c0 = u0 * per_unit;
+    c->c1 = u1 * per_unit < M ? u1 * per_unit : M;
+    int64_t Mi = c->c1 - c->c0, Gi = G > 1 ? (u1 - u0) * u : 1;
+    dnnl_memory_desc_t xm = q->xw, wa, wp, bm, ya, yexp;
+    dnnl_dims_t yd = {1, Mi, q->yd[2], q->yd[3]}, yf = {1, Mi, q->yf[2], q->yf[3]}, bd = {Mi};
+    c->dst_off = (size_t)(c->c0 * fhw);
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_convolution_desc_t cd;
+    if (G > 1) {
+      dnnl_dims_t xd = {1, Gi * Cg, xs[2], xs[3]};
+      c->src_off = (size_t)(u0 * u * Cg * xs[2] * xs[3]);
+      dnnl_dims_t wd = {Gi, Mg, Cg, KH, KW};
+      ok = dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32, xtag) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&wa, 5, wd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&wp, 5, wd, dnnl_f32, dnnl_goihw) == dnnl_success;
+    } else {
+      dnnl_dims_t wd = {Mi, Cg, KH, KW};
+      ok = dnnl_memory_desc_init_by_tag(&wa, 4, wd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&wp, 4, wd, dnnl_f32, dnnl_oihw) == dnnl_success;
     }
+    ok = ok && dnnl_memory_desc_init_by_tag(&bm, 1, bd, dnnl_f32, dnnl_x) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, dw ? dnnl_format_tag_any : ytag) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&yexp, 4, yf, dnnl_f32, ytag) == dnnl_success &&
+         dnnl_primitive_attr_create(&attr) == dnnl_success && dnnl_post_ops_create(&po) == dnnl_success &&
+         conv_post_ops(po, s, s->dw.act, dw) == dnnl_success && dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success &&
+         dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xm, &wa,
+                                                    q->b ? &bm : NULL, &ya, q->strides, q->dil, q->pl,
+                                                    q->pr) == dnnl_success &&
+         dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    /* the slice must read and write exactly the layouts given, as fast as the whole */
+    ok = ok && (q->full_slow || !impl_slow(pd)) &&
+         dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), &xm) &&
+         dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), &yexp);
+    const dnnl_memory_desc_t *ww = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0) : NULL;
+    const dnnl_memory_desc_t *dww = ok && dw ? dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS) : NULL;
+    const dnnl_memory_desc_t *dwb = ok && dw ? dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS) : NULL;
+    ok = ok && ww && (!dw || (dww && dwb)) && dnnl_primitive_create(&c->prim, pd) == dnnl_success &&
+         dnnl_stream_create(&c->stream, eng, dnnl_stream_default_flags) == dnnl_success &&
+         (c->w_data = kern_alloc64(dnnl_memory_desc_get_size(ww))) != NULL &&
+         dnnl_memory_create(&c->w_mem, ww, eng, c->w_data) == dnnl_success &&
+         reorder_once(&wp, (const float *)w->data + c->c0 * Cg * KH * KW, c->w_mem, c->stream) == dnnl_success &&
+         (!q->b || dnnl_memory_create(&c->b_mem, &bm, eng, (void *)(q->b + c->c0)) == dnnl_success) &&
+         dnnl_memory_create(&c->src_mem, &xm, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&c->dst_mem, &yexp, eng, DNNL_MEMORY_NONE) == dnnl_success;
+    c->dst_bytes = dnnl_memory_desc_get_size(&yexp);
+    if (ok && dw) { /* the depthwise post-op's weights [Mi,1,1,3,3] and bias, from channel c0 */
+      dnnl_dims_t gd = {Mi, 1, 1, 3, 3};
+      dnnl_memory_desc_t g_plain;
+      ok = dnnl_memory_desc_init_by_tag(&g_plain, 5, gd, dnnl_f32, dnnl_goihw) == dnnl_success &&
+           (c->dw_w_data = kern_alloc64(dnnl_memory_desc_get_size(dww))) != NULL &&
+           (c->dw_b_data = calloc((size_t)Mi + 16, sizeof(float))) != NULL &&
+           dnnl_memory_create(&c->dw_w_mem, dww, eng, c->dw_w_data) == dnnl_success &&
+           dnnl_memory_create(&c->dw_b_mem, dwb, eng, c->dw_b_data) == dnnl_success &&
+           reorder_once(&g_plain, (const float *)s->dw.w->data + c->c0 * 9, c->dw_w_mem, c->stream) == dnnl_success;
+      if (ok && s->dw.b) memcpy(c->dw_b_data, (const float *)s->dw.b->data + c->c0, sizeof(float) * (size_t)Mi);
+    }
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (ok && k->dst_reorder) { /* blocked slice -> its plain channels */
+      dnnl_memory_desc_t yp;
+      ok = dnnl_memory_desc_init_by_tag(&yp, 4, yf, dnnl_f32, dnnl_nchw) == dnnl_success &&
+           dnnl_memory_create(&c->dst_user, &yp, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+           kern_make_reorder(&yexp, &yp, &c->dst_reorder) == dnnl_success;
+    }
+    if (ok && q->sum_l) { /* the Add operand's channels, in its layout, into the slice */
+      dnnl_memory_desc_t sm;
+      ok = dnnl_memory_desc_init_by_tag(&sm, 4, yf, dnnl_f32, stag) == dnnl_success &&
+           dnnl_memory_create(&c->sum_user, &sm, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+           kern_make_reorder(&sm, &yexp, &c->sum_reorder) == dnnl_success;
+    }
+  }
+  if (!ok) {
+    for (int64_t i = 0; i < S; i++) slice_free(&sl[i]);
+    free(sl);
+    return false;
+  }
+  k->sl = sl;
+  k->nsl = (int)S;
+  snprintf(k->label, sizeof k->label, "onednn/%d", k->nsl);
+  /* the whole primitive stays: it runs when the pool runs alone (opool_cur_solo: the
+   * contention guard), where slices would only add their calls' cost */
+  return true;
 }
 
 static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
@@ -334,6 +545,7 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     dww = *a;
     dwb = *b2;
   }
+  bool slow_full = impl_slow(pd);
   dnnl_status_t pr_ = dnnl_primitive_create(&k->prim, pd);
   dnnl_memory_desc_t xw = *x_want, ww = *w_want, yg = *y_got;
   dnnl_primitive_desc_destroy(pd);
@@ -411,6 +623,20 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
       DN(kern_make_reorder(sl, &yg, &k->sum_reorder));
     }
   }
+  {
+    slice_geom q = {.G = G, .KH = KH, .KW = KW, .xw = xw, .yg = yg, .b = b ? b->data : NULL};
+    memcpy(q.strides, strides, sizeof strides);
+    memcpy(q.dil, dil, sizeof dil);
+    if (!k->pad_in) {
+      memcpy(q.pl, pl, sizeof pl);
+      memcpy(q.pr, pr, sizeof pr);
+    }
+    memcpy(q.yd, yd, sizeof yd);
+    memcpy(q.yf, yf, sizeof yf);
+    if (s->sum_id >= 0 && !k->sum_copy) q.sum_l = p->layout[s->sum_id] ? p->layout[s->sum_id] : &y_plain;
+    q.full_slow = slow_full;
+    (void)conv_slices(p, s, k, &q);
+  }
   *out = &k->base;
   return NULL;
 fail:
@@ -427,13 +653,63 @@ fail:
       return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN execution failed: %s", #call); \
   } while (0)
 
+typedef struct {
+  const conv_kernel *k;
+  const plan_step *s;
+  float *src, *dst; /* after the whole-tensor padding / reorder; before the reorder to plain */
+  atomic_bool failed;
+} slice_run_ctx;
+
+/* one slice: the Add operand's channels into it, the primitive, PRelu, the reorder of its
+ * channels to plain */
+static void slice_run(void *vc, int64_t i, int tid) {
+  (void)tid;
+  slice_run_ctx *c = vc;
+  const conv_kernel *k = c->k;
+  const plan_step *s = c->s;
+  const conv_slice *q = &k->sl[i];
+  float *dst = c->dst + q->dst_off;
+  bool ok = dnnl_memory_set_data_handle(q->src_mem, c->src + q->src_off) == dnnl_success &&
+            dnnl_memory_set_data_handle(q->dst_mem, dst) == dnnl_success;
+  if (ok && s->sum_id >= 0) {
+    const float *sum = (const float *)s->fused.sum->data + q->dst_off;
+    if (k->sum_copy) {
+      memcpy(dst, sum, q->dst_bytes);
+    } else {
+      dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, q->sum_user}, {DNNL_ARG_TO, q->dst_mem}};
+      ok = dnnl_memory_set_data_handle(q->sum_user, (void *)sum) == dnnl_success &&
+           dnnl_primitive_execute(q->sum_reorder, q->stream, 2, a) == dnnl_success;
+    }
+  }
+  dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, q->src_mem}, {DNNL_ARG_WEIGHTS, q->w_mem}, {DNNL_ARG_DST, q->dst_mem}};
+  int na = 3;
+  if (q->b_mem) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, q->b_mem};
+  if (q->dw_w_mem) {
+    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, q->dw_w_mem};
+    args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, q->dw_b_mem};
+  }
+  ok = ok && dnnl_primitive_execute(q->prim, q->stream, na, args) == dnnl_success;
+  if (ok && k->prelu_blk) { /* N = 1; prelu_blk is 1 or 8 (conv_slices takes nchw / nChw8c) */
+    ok = dnnl_stream_wait(q->stream) == dnnl_success;
+    int64_t b = k->prelu_blk;
+    for (int64_t pl = q->c0 / b; ok && pl < (q->c1 + b - 1) / b; pl++) prelu_plane(k, c->dst, 0, pl);
+  }
+  if (ok && q->dst_reorder) {
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, q->dst_mem}, {DNNL_ARG_TO, q->dst_user}};
+    ok = dnnl_memory_set_data_handle(q->dst_user, (float *)s->out[0]->data + q->dst_off) == dnnl_success &&
+         dnnl_primitive_execute(q->dst_reorder, q->stream, 2, a) == dnnl_success;
+  }
+  ok = ok && dnnl_stream_wait(q->stream) == dnnl_success;
+  if (!ok) atomic_store(&c->failed, true);
+}
+
 static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
+  (void)threads;
   conv_kernel *k = (conv_kernel *)fk;
   void *src = s->in[0]->data;
   if (k->pad_in) {
     const ot *x = s->in[0];
-    pad_blocked(src, s->temp[0], x->dims[0], x->dims[1], x->dims[2], x->dims[3], k->pad_t, k->pad_l, k->ph, k->pw,
-                threads);
+    pad_blocked(src, s->temp[0], x->dims[0], x->dims[1], x->dims[2], x->dims[3], k->pad_t, k->pad_l, k->ph, k->pw);
     RUN(dnnl_memory_set_data_handle(k->src_mem, s->temp[0]));
   } else if (k->src_reorder) {
     RUN(dnnl_memory_set_data_handle(k->src_user, src));
@@ -442,6 +718,14 @@ static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
     RUN(dnnl_primitive_execute(k->src_reorder, k->stream, 2, a));
   } else {
     RUN(dnnl_memory_set_data_handle(k->src_mem, src));
+  }
+  if (k->nsl && !opool_cur_solo()) {
+    if (k->src_reorder) RUN(dnnl_stream_wait(k->stream));
+    slice_run_ctx c = {k, s, k->pad_in || k->src_reorder ? s->temp[0] : src,
+                       k->dst_reorder ? s->temp[1] : s->out[0]->data, 0};
+    opool_par(k->nsl, slice_run, &c);
+    if (atomic_load(&c.failed)) return NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN execution of a slice failed");
+    return NULL;
   }
   void *dst = k->dst_reorder ? s->temp[1] : s->out[0]->data;
   RUN(dnnl_memory_set_data_handle(k->dst_mem, dst));
@@ -463,7 +747,7 @@ static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
   RUN(dnnl_primitive_execute(k->prim, k->stream, na, args));
   if (k->prelu_blk) {
     RUN(dnnl_stream_wait(k->stream));
-    prelu_inplace(k, dst, threads);
+    prelu_inplace(k, dst);
   }
   if (k->dst_reorder) {
     RUN(dnnl_memory_set_data_handle(k->dst_user, s->out[0]->data));
@@ -474,6 +758,11 @@ static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
   return NULL;
 }
 
+static const char *conv_label(const fast_kernel *fk) {
+  const conv_kernel *k = (const conv_kernel *)fk;
+  return k->nsl ? k->label : "onednn";
+}
+
 const kern_family kern_onednn_conv = {
     .name = "onednn", .can_take = conv_can_take, .prepare = conv_prepare, .run = conv_run, .destroy = conv_destroy,
-    .reads_blocked = conv_reads_blocked, .takes_dw = conv_takes_dw};
+    .reads_blocked = conv_reads_blocked, .takes_dw = conv_takes_dw, .label = conv_label};

@@ -14,7 +14,6 @@
  * so a step whose input the plan kept blocked is always taken by one of them; pool8c
  * needs C % 8 == 0 (whole vectors, no padded channels); dnnlpool's reorders go through
  * temp[0] (in) and temp[1] (out); neither allocates in run. */
-#include <omp.h>
 
 #include "backends/onnx/kern_util.h"
 
@@ -120,10 +119,10 @@ static inline v8f pool8c_one(const conv_geom *g, const float *xc, int64_t IH, in
  * -inf); average over the taps inside the image, or with count_include_pad over those
  * inside the declared padding (a window stops at the declared end padding). Columns whose
  * window lies inside the image take a loop without per-tap checks. */
-static cinfer_status *pool8c_run(fast_kernel *fk, plan_step *s, int threads) {
+static void pool8c_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, int64_t r1) {
   const pool8c_kernel *k = (const pool8c_kernel *)fk;
   const conv_geom *g = &k->g;
-  int64_t NC = g->N * (g->C / 8), IH = g->in[0], IW = g->in[1], OH = g->out[0], OW = g->out[1];
+  int64_t IH = g->in[0], IW = g->in[1], OH = g->out[0], OW = g->out[1];
   int64_t KH = g->k[0], KW = g->k[1], DH = g->dil[0], DW = g->dil[1], SW = g->stride[1], PW = g->pb[1];
   const float *X = s->in[0]->data;
   float *Y = s->out[0]->data;
@@ -133,8 +132,7 @@ static cinfer_status *pool8c_run(fast_kernel *fk, plan_step *s, int threads) {
   int64_t ow_hi = last < 0 ? 0 : last / SW + 1;
   if (ow_hi > OW) ow_hi = OW;
   if (ow_lo > ow_hi) ow_lo = ow_hi;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int64_t row = 0; row < NC * OH; row++) {
+  for (int64_t row = r0; row < r1; row++) {
     int64_t nc = row / OH, oh = row % OH, ih0 = oh * g->stride[0] - g->pb[0];
     const float *xc = X + (size_t)(nc * IH * IW) * 8;
     float *yr = Y + (size_t)(row * OW) * 8;
@@ -172,6 +170,29 @@ static cinfer_status *pool8c_run(fast_kernel *fk, plan_step *s, int threads) {
     }
     for (; ow < OW; ow++) *(v8fu *)(yr + ow * 8) = pool8c_one(g, xc, IH, IW, ih0, ow * SW - PW, maxp, incl);
   }
+}
+
+typedef struct {
+  const fast_kernel *fk;
+  const plan_step *s;
+  int64_t rows, n;
+} prow_ctx;
+
+static void pool8c_chunk(void *vc, int64_t c, int tid) {
+  (void)tid;
+  const prow_ctx *x = vc;
+  int64_t lo, hi;
+  opool_range(x->rows, x->n, c, &lo, &hi);
+  pool8c_rows(x->fk, x->s, lo, hi);
+}
+
+static cinfer_status *pool8c_run(fast_kernel *fk, plan_step *s, int threads) {
+  (void)threads;
+  const conv_geom *g = &((const pool8c_kernel *)fk)->g;
+  int64_t rows = g->N * (g->C / 8) * g->out[0];
+  double work = (double)(rows * g->out[1] * 8) * (double)(g->k[0] * g->k[1]); /* taps read */
+  prow_ctx x = {fk, s, rows, opool_chunks(rows, work, OPOOL_MIN_ELEMS)};
+  opool_par(x.n, pool8c_chunk, &x);
   return NULL;
 }
 
@@ -252,7 +273,7 @@ fail:
 }
 
 static cinfer_status *dnnlpool_run(fast_kernel *fk, plan_step *s, int threads) {
-  (void)threads; /* oneDNN's OpenMP threads: omp_set_num_threads in plan_run */
+  (void)threads; /* runs on the calling thread (oneDNN held to one OpenMP thread) */
   dnnlpool_kernel *k = (dnnlpool_kernel *)fk;
   void *src = k->src_reorder ? s->temp[0] : s->in[0]->data, *dst = k->dst_reorder ? s->temp[1] : s->out[0]->data;
   if ((k->src_user && dnnl_memory_set_data_handle(k->src_user, s->in[0]->data) != dnnl_success) ||

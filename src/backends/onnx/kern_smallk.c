@@ -17,7 +17,6 @@
  * temp[0] (k64_temp_per_thread each), so run allocates nothing. test_conv_shapes
  * (test_onnx_kernels.c) compares it with the reference conv, test_pre_exact checks the
  * fused input ops bit for bit against separate ones. CINFER_ONNX_NO_K64 turns it off. */
-#include <omp.h>
 
 #include "backends/onnx/kern_util.h"
 
@@ -334,7 +333,7 @@ static void kdir_row_direct(const conv_geom *g, const float *wb, int64_t M, cons
   }
 }
 
-static cinfer_status *smallk_run(fast_kernel *fk, plan_step *s, int threads) {
+static void smallk_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, int64_t r1, int tid) {
   const smallk_kernel *k = (const smallk_kernel *)fk;
   const conv_geom *g = &k->g;
   const ot *w = s->in[1];
@@ -349,11 +348,9 @@ static cinfer_status *smallk_run(fast_kernel *fk, plan_step *s, int threads) {
   int64_t RW = kdir_rw(g);
   size_t per = k64_temp_per_thread(g, K, blk);
   if (f && f->act == ACT_NONE && !S) f = NULL;
-#pragma omp parallel num_threads(threads)
   {
-    float *P = (float *)((char *)s->temp[0] + per * (size_t)omp_get_thread_num());
-#pragma omp for schedule(static)
-    for (int64_t row = 0; row < g->N * OH; row++) {
+    float *P = (float *)((char *)s->temp[0] + per * (size_t)tid);
+    for (int64_t row = r0; row < r1; row++) {
       int64_t n = row / OH, oh = row % OH;
       if (blk) {
         kdir_rows(g, X, n, oh, P, RW, &s->pre);
@@ -366,6 +363,28 @@ static cinfer_status *smallk_run(fast_kernel *fk, plan_step *s, int threads) {
       kdir_row(g, W, B, P, OWp, M, OW, Y + base, (size_t)(OH * OW), S ? S + base : NULL, f);
     }
   }
+}
+
+typedef struct {
+  const fast_kernel *fk;
+  const plan_step *s;
+  int64_t rows, n;
+} srow_ctx;
+
+static void smallk_chunk(void *vc, int64_t c, int tid) {
+  const srow_ctx *x = vc;
+  int64_t lo, hi;
+  opool_range(x->rows, x->n, c, &lo, &hi);
+  smallk_rows(x->fk, x->s, lo, hi, tid);
+}
+
+static cinfer_status *smallk_run(fast_kernel *fk, plan_step *s, int threads) {
+  (void)threads;
+  const conv_geom *g = &((const smallk_kernel *)fk)->g;
+  int64_t rows = g->N * g->out[0];
+  double macs = (double)ot_numel(s->out[0]) * (double)(g->C * g->k[0] * g->k[1]);
+  srow_ctx x = {fk, s, rows, opool_chunks(rows, macs, OPOOL_MIN_MACS)};
+  opool_par(x.n, smallk_chunk, &x);
   return NULL;
 }
 

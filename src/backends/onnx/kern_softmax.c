@@ -45,43 +45,65 @@ static cinfer_status *softmax_prepare(onnx_plan *p, plan_step *s, bool keep, fas
   return NULL;
 }
 
-static cinfer_status *softmax_run(fast_kernel *fk, plan_step *s, int threads) {
-  const softmax_kernel *k = (const softmax_kernel *)fk;
-  const float *X = s->in[0]->data;
-  float *Y = s->out[0]->data;
-  int64_t D = k->d, R = k->outer, R8 = D == 2 ? R / 8 * 8 : 0;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && R * D > 65536)
-  for (int64_t o = 0; o < R8; o += 8) {
-    v8f p0 = *(const v8fu *)(X + o * 2), p1 = *(const v8fu *)(X + o * 2 + 8);
-    v8f a = __builtin_shufflevector(p0, p1, 0, 2, 4, 6, 8, 10, 12, 14);
-    v8f b = __builtin_shufflevector(p0, p1, 1, 3, 5, 7, 9, 11, 13, 15);
-    v8f m = (v8f)(((v8i)b & (v8i)(b > a)) | ((v8i)a & ~(v8i)(b > a))); /* b > a ? b : a */
-    v8f da = a - m, db = b - m, ea, eb;
-    if (v8_in_exp_range(da) && v8_in_exp_range(db)) {
-      ea = v8_exp(da);
-      eb = v8_exp(db);
-    } else {
-      float fa[8], fb[8];
-      __builtin_memcpy(fa, &da, sizeof fa);
-      __builtin_memcpy(fb, &db, sizeof fb);
-      for (int j = 0; j < 8; j++) { fa[j] = expf(fa[j]); fb[j] = expf(fb[j]); }
-      __builtin_memcpy(&ea, fa, sizeof fa);
-      __builtin_memcpy(&eb, fb, sizeof fb);
+typedef struct {
+  const float *X;
+  float *Y;
+  int64_t D, R, R8, nch8, ncht;
+} smx_ctx;
+
+/* chunks 0..nch8-1: groups of 8 rows of 2; then ncht chunks of the other rows */
+static void softmax_chunk(void *vc, int64_t c, int tid) {
+  (void)tid;
+  const smx_ctx *k = vc;
+  const float *X = k->X;
+  float *Y = k->Y;
+  int64_t D = k->D, lo, hi;
+  if (c < k->nch8) {
+    opool_range(k->R8 / 8, k->nch8, c, &lo, &hi);
+    for (int64_t o = lo * 8; o < hi * 8; o += 8) {
+      v8f p0 = *(const v8fu *)(X + o * 2), p1 = *(const v8fu *)(X + o * 2 + 8);
+      v8f a = __builtin_shufflevector(p0, p1, 0, 2, 4, 6, 8, 10, 12, 14);
+      v8f b = __builtin_shufflevector(p0, p1, 1, 3, 5, 7, 9, 11, 13, 15);
+      v8f m = (v8f)(((v8i)b & (v8i)(b > a)) | ((v8i)a & ~(v8i)(b > a))); /* b > a ? b : a */
+      v8f da = a - m, db = b - m, ea, eb;
+      if (v8_in_exp_range(da) && v8_in_exp_range(db)) {
+        ea = v8_exp(da);
+        eb = v8_exp(db);
+      } else {
+        float fa[8], fb[8];
+        __builtin_memcpy(fa, &da, sizeof fa);
+        __builtin_memcpy(fb, &db, sizeof fb);
+        for (int j = 0; j < 8; j++) { fa[j] = expf(fa[j]); fb[j] = expf(fb[j]); }
+        __builtin_memcpy(&ea, fa, sizeof fa);
+        __builtin_memcpy(&eb, fb, sizeof fb);
+      }
+      v8f sum = ea + eb;
+      ea = ea / sum;
+      eb = eb / sum;
+      *(v8fu *)(Y + o * 2) = __builtin_shufflevector(ea, eb, 0, 8, 1, 9, 2, 10, 3, 11);
+      *(v8fu *)(Y + o * 2 + 8) = __builtin_shufflevector(ea, eb, 4, 12, 5, 13, 6, 14, 7, 15);
     }
-    v8f sum = ea + eb;
-    ea = ea / sum;
-    eb = eb / sum;
-    *(v8fu *)(Y + o * 2) = __builtin_shufflevector(ea, eb, 0, 8, 1, 9, 2, 10, 3, 11);
-    *(v8fu *)(Y + o * 2 + 8) = __builtin_shufflevector(ea, eb, 4, 12, 5, 13, 6, 14, 7, 15);
+    return;
   }
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && (R - R8) * D > 65536)
-  for (int64_t o = R8; o < R; o++) {
+  opool_range(k->R - k->R8, k->ncht, c - k->nch8, &lo, &hi);
+  for (int64_t o = k->R8 + lo; o < k->R8 + hi; o++) {
     const float *x = X + o * D;
     float *y = Y + o * D, m = -INFINITY, sum = 0;
     for (int64_t j = 0; j < D; j++) if (x[j] > m) m = x[j];
     for (int64_t j = 0; j < D; j++) sum += y[j] = expf(x[j] - m);
     for (int64_t j = 0; j < D; j++) y[j] /= sum;
   }
+}
+
+static cinfer_status *softmax_run(fast_kernel *fk, plan_step *s, int threads) {
+  (void)threads;
+  const softmax_kernel *k = (const softmax_kernel *)fk;
+  int64_t D = k->d, R = k->outer, R8 = D == 2 ? R / 8 * 8 : 0;
+  /* an element costs a few copies' time (exp, divide) */
+  smx_ctx c = {s->in[0]->data, s->out[0]->data, D, R, R8, 0, 0};
+  c.nch8 = R8 ? opool_chunks(R8 / 8, (double)(R8 * D) * 4, OPOOL_MIN_ELEMS) : 0;
+  c.ncht = R > R8 ? opool_chunks(R - R8, (double)((R - R8) * D) * 4, OPOOL_MIN_ELEMS) : 0;
+  opool_par(c.nch8 + c.ncht, softmax_chunk, &c);
   return NULL;
 }
 

@@ -14,6 +14,7 @@
 #include <dnnl.h>
 
 #include "backends/onnx/kern.h"
+#include "backends/onnx/opool.h"
 #include "backends/onnx/ops_util.h"
 
 typedef float v8f __attribute__((vector_size(32)));

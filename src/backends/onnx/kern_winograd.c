@@ -16,7 +16,6 @@
  * Invariants: k->U holds the transformed weights, then bias [M] and PRelu
  * slopes [M]; per-thread scratch in temp[0] (wino_temp_per_thread each); run allocates
  * nothing. */
-#include <omp.h>
 
 #include "backends/onnx/kern_util.h"
 
@@ -171,7 +170,7 @@ static inline void wino_in(const float *x, int64_t rs, float *v, size_t es) {
   }
 }
 
-static cinfer_status *wino_run(fast_kernel *fk, plan_step *s, int threads) {
+static void wino_chunks(const fast_kernel *fk, const plan_step *s, int threads, int64_t c0, int64_t c1, int tid) {
   const wino_kernel *k = (const wino_kernel *)fk;
   const conv_geom *g = &k->g;
   int64_t C = g->C, M = s->in[1]->dims[0], IH = g->in[0], IW = g->in[1], OH = g->out[0], OW = g->out[1];
@@ -182,18 +181,15 @@ static cinfer_status *wino_run(fast_kernel *fk, plan_step *s, int threads) {
     if (WINO_BIG_U(C, M) && want < 12) want = 12; /* each chunk streams U: see wino_can_take */
     if (want < CT) CT = want;
   }
-  int64_t nchunks = (ntiles + CT - 1) / CT;
   int64_t pt = g->pb[0], pl = g->pb[1];
   size_t UE = (size_t)((M + 31) / 32 * 32 * C); /* floats per plane of U */
   const float *X = s->in[0]->data, *U = k->U, *bias = U + 16 * UE, *slope = bias + M;
   float *Y = s->out[0]->data;
   const onnx_fused *f = s->has_fused && s->fused.act != ACT_NONE ? &s->fused : NULL;
   size_t per = wino_temp_per_thread(C, M);
-#pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    float *V = (float *)((char *)s->temp[0] + per * (size_t)omp_get_thread_num()), *P = V + 16 * WINO_VS(C);
-#pragma omp for schedule(static)
-    for (int64_t ch = 0; ch < nchunks; ch++) {
+    float *V = (float *)((char *)s->temp[0] + per * (size_t)tid), *P = V + 16 * WINO_VS(C);
+    for (int64_t ch = c0; ch < c1; ch++) {
       int64_t t0 = ch * CT, T = ntiles - t0 < CT ? ntiles - t0 : CT;
       for (int64_t tl = 0; tl < T; tl++) { /* V = B' d B */
         int64_t t = t0 + tl, n = t / (TH * TW), th = t / TW % TH, tw = t % TW;
@@ -245,6 +241,37 @@ static cinfer_status *wino_run(fast_kernel *fk, plan_step *s, int threads) {
       }
     }
   }
+}
+
+typedef struct {
+  const fast_kernel *fk;
+  const plan_step *s;
+  int threads;
+} wch_ctx;
+
+static void wino_chunk(void *vc, int64_t c, int tid) {
+  const wch_ctx *x = vc;
+  wino_chunks(x->fk, x->s, x->threads, c, c + 1, tid);
+}
+
+/* chunks of CT tiles (wino_chunks computes CT from the same thread count) */
+static cinfer_status *wino_run(fast_kernel *fk, plan_step *s, int threads) {
+  const conv_geom *g = &((const wino_kernel *)fk)->g;
+  int64_t ntiles = g->N * ((g->out[0] + 1) / 2) * ((g->out[1] + 1) / 2);
+  int64_t C = g->C, M = s->in[1]->dims[0];
+  threads = opool_cur_threads() < threads ? opool_cur_threads() : threads;
+  /* 4 tiles' worth of 16 x C x M multiply-adds below the split threshold: one thread */
+  if ((double)ntiles * 16.0 * (double)(C * M) < 2 * OPOOL_MIN_MACS) threads = 1;
+  int64_t CT = WINO_T;
+  if (threads > 1) { /* the same rule as wino_chunks */
+    int64_t want = (ntiles + 2 * threads - 1) / (2 * threads);
+    want = (want + 2) / 3 * 3;
+    if (WINO_BIG_U(C, M) && want < 12) want = 12;
+    if (want < CT) CT = want;
+  }
+  wch_ctx x = {fk, s, threads};
+  if (threads > 1) opool_par((ntiles + CT - 1) / CT, wino_chunk, &x);
+  else wino_chunks(fk, s, 1, 0, (ntiles + CT - 1) / CT, 0);
   return NULL;
 }
 

@@ -29,7 +29,9 @@ typedef struct onnx_session onnx_session;
 typedef struct onnx_options {
   int threads;        /* kernel threads; <= 0 means 1. With threads > 1 a batch of a batchable
                          model runs as min(threads, rows) row ranges on one-thread workers
-                         (see session.c); batch 1 splits each operator over the threads */
+                         (see session.c); batch 1 splits each operator over the threads.
+                         The session owns a pool of threads - 1 worker threads (opool.h):
+                         they spin only during onnx_session_run and sleep between calls */
   bool no_fast;       /* true: reference kernels only (the oracle) */
   bool profile;       /* accumulate per-node times (onnx_session_profile_print) */
   /* Batchable models: rows of a batch per graph run. 0: automatic (as many rows as keep

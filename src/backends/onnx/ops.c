@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/onnx/opool.h"
 #include "backends/onnx/ops_util.h"
 
 /* ======================= broadcasting ======================= */
@@ -91,6 +92,21 @@ static void bcast_span(int r, const int64_t *dims, const int64_t *sa, const int6
   }
 }
 
+typedef struct {
+  int r;
+  const int64_t *dims, *sa, *sb, *sc;
+  int64_t total, per;
+  row_fn f;
+  void *ctx;
+} bspan_ctx;
+
+static void bspan_chunk(void *vc, int64_t c, int tid) {
+  (void)tid;
+  const bspan_ctx *b = vc;
+  int64_t e0 = c * b->per, e1 = e0 + b->per < b->total ? e0 + b->per : b->total;
+  bcast_span(b->r, b->dims, b->sa, b->sb, b->sc, e0, e1, b->f, b->ctx);
+}
+
 /* threads > 1: f must be safe to call concurrently on disjoint output ranges */
 static void bcast_iter3_t(const ot *out, const ot *a, const ot *b, const ot *c, row_fn f, void *ctx,
                           int threads) {
@@ -123,11 +139,10 @@ static void bcast_iter3_t(const ot *out, const ot *a, const ot *b, const ot *c, 
     f(ctx, 0, 0, 0, 0, 1, 0, 0, 0);
     return;
   }
-  if (threads > 1 && total > 65536) {
-    int64_t per = ((total + threads - 1) / threads + 15) / 16 * 16;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t e0 = 0; e0 < total; e0 += per)
-      bcast_span(r, dims, sa, sb, sc, e0, e0 + per < total ? e0 + per : total, f, ctx);
+  int64_t nch = threads > 1 ? opool_chunks(total / 16, (double)total, OPOOL_MIN_ELEMS) : 1;
+  if (nch > 1) { /* chunks of whole 16-element runs, so a vector sees the same elements */
+    bspan_ctx bc = {r, dims, sa, sb, sc, total, (total / 16 + nch - 1) / nch * 16, f, ctx};
+    opool_par((total + bc.per - 1) / bc.per, bspan_chunk, &bc);
     return;
   }
   bcast_span(r, dims, sa, sb, sc, 0, total, f, ctx);
@@ -237,6 +252,29 @@ static inline float unary_f(unop u, float x, float a, float b) {
   }
 }
 
+typedef struct {
+  unop u;
+  const float *s;
+  float *d;
+  int64_t cnt;
+  float a, b;
+  int64_t nch;
+} unary_ctx;
+
+static void unary_chunk(void *vc, int64_t c, int tid) {
+  (void)tid;
+  const unary_ctx *x = vc;
+  int64_t lo, hi;
+  opool_range(x->cnt, x->nch, c, &lo, &hi);
+  const float *s = x->s;
+  float *d = x->d;
+  if (x->u == U_RELU) { /* a loop of its own vectorises */
+    for (int64_t i = lo; i < hi; i++) d[i] = s[i] > 0 ? s[i] : 0;
+    return;
+  }
+  for (int64_t i = lo; i < hi; i++) d[i] = unary_f(x->u, s[i], x->a, x->b);
+}
+
 static void unary_params(const onnx_node *n, unop u, float *a, float *b) {
   *a = 0;
   *b = 0;
@@ -266,13 +304,8 @@ static cinfer_status *unary_exec(onnx_exec *x, const onnx_node *n, ot **in, ot *
   if (in[0]->dtype == CINFER_TYPE_FP32 && out[0]->dtype == CINFER_TYPE_FP32) {
     const float *s = in[0]->data;
     float *d = out[0]->data;
-    if (u == U_RELU) { /* a loop of its own vectorises */
-#pragma omp parallel for if (cnt > 65536) num_threads(x->threads)
-      for (int64_t i = 0; i < cnt; i++) d[i] = s[i] > 0 ? s[i] : 0;
-      return NULL;
-    }
-#pragma omp parallel for if (cnt > 65536) num_threads(x->threads)
-    for (int64_t i = 0; i < cnt; i++) d[i] = unary_f(u, s[i], a, b);
+    unary_ctx uc = {u, s, d, cnt, a, b, x->threads > 1 ? opool_chunks(cnt, (double)cnt, OPOOL_MIN_ELEMS) : 1};
+    opool_par(uc.nch, unary_chunk, &uc);
     return NULL;
   }
   if (dt_is_int(in[0]->dtype) && (u == U_ABS || u == U_NEG)) {

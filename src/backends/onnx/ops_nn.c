@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/onnx/opool.h"
 #include "backends/onnx/ops_util.h"
 
 #define NEED_F32(n, t) REQUIRE_DTYPE(n, t, (t)->dtype == CINFER_TYPE_FP32)
@@ -94,20 +95,25 @@ cinfer_status *conv_infer(const onnx_node *n, ot **in, ot **out) {
   return NULL;
 }
 
-cinfer_status *ref_conv(const onnx_node *n, const ot *x, const ot *w, const ot *b, ot *y,
-                        const onnx_fused *f) {
+typedef struct {
   conv_geom g;
-  cinfer_status *st = conv_geom_make(n, x, w->dims + 2, false, &g);
-  if (st) return st;
-  int64_t G = attr_i(n, "group", 1), M = w->dims[0], Cg = g.C / G, Mg = M / G;
-  const float *X = x->data, *W = w->data, *B = b ? b->data : NULL;
-  const float *S = f && f->sum ? f->sum->data : NULL;
-  float *Y = y->data;
-  int64_t osz = g.out[0] * g.out[1] * g.out[2], isz = g.in[0] * g.in[1] * g.in[2];
-  int64_t ksz = g.k[0] * g.k[1] * g.k[2];
-#pragma omp parallel for collapse(2)
-  for (int64_t nn = 0; nn < g.N; nn++)
-    for (int64_t m = 0; m < M; m++) {
+  int64_t M, Mg, Cg, osz, isz, ksz;
+  const float *X, *W, *B, *S;
+  float *Y;
+  const onnx_fused *f;
+} refconv_ctx;
+
+/* one (image, output channel) plane of ref_conv */
+static void ref_conv_plane(void *vc, int64_t nm, int tid) {
+  (void)tid;
+  const refconv_ctx *r = vc;
+  const conv_geom g = r->g;
+  int64_t M = r->M, Mg = r->Mg, Cg = r->Cg, osz = r->osz, isz = r->isz, ksz = r->ksz;
+  const float *X = r->X, *W = r->W, *B = r->B, *S = r->S;
+  float *Y = r->Y;
+  const onnx_fused *f = r->f;
+  int64_t nn = nm / M, m = nm % M;
+  {
       int64_t gi = m / Mg;
       for (int64_t o0 = 0; o0 < g.out[0]; o0++)
         for (int64_t o1 = 0; o1 < g.out[1]; o1++)
@@ -137,6 +143,22 @@ cinfer_status *ref_conv(const onnx_node *n, const ot *x, const ot *w, const ot *
             Y[oi] = f ? act_apply_c(f, v, m) : v;
           }
     }
+
+}
+
+cinfer_status *ref_conv(const onnx_node *n, const ot *x, const ot *w, const ot *b, ot *y,
+                        const onnx_fused *f) {
+  conv_geom g;
+  cinfer_status *st = conv_geom_make(n, x, w->dims + 2, false, &g);
+  if (st) return st;
+  int64_t G = attr_i(n, "group", 1), M = w->dims[0], Cg = g.C / G, Mg = M / G;
+  const float *X = x->data, *W = w->data, *B = b ? b->data : NULL;
+  const float *S = f && f->sum ? f->sum->data : NULL;
+  float *Y = y->data;
+  int64_t osz = g.out[0] * g.out[1] * g.out[2], isz = g.in[0] * g.in[1] * g.in[2];
+  int64_t ksz = g.k[0] * g.k[1] * g.k[2];
+  refconv_ctx rc = {g, M, Mg, Cg, osz, isz, ksz, X, W, B, S, Y, f};
+  opool_par(g.N * M, ref_conv_plane, &rc);
   return NULL;
 }
 
@@ -280,19 +302,29 @@ cinfer_status *pool_infer(const onnx_node *n, ot **in, ot **out) {
   return NULL;
 }
 
-cinfer_status *pool_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
+typedef struct {
   conv_geom g;
-  cinfer_status *st = conv_geom_make(n, in[0], NULL, true, &g);
-  if (st) return st;
-  int kind = !strcmp(n->op_type, "MaxPool") ? 0 : !strcmp(n->op_type, "AveragePool") ? 1 : 2;
-  bool incl = attr_i(n, "count_include_pad", 0) != 0;
-  float p = (float)attr_i(n, "p", 2);
-  const float *X = in[0]->data;
-  float *Y = out[0]->data;
-  int64_t *I = n->n_out > 1 && out[1] ? out[1]->data : NULL;
-  int64_t osz = g.out[0] * g.out[1] * g.out[2], isz = g.in[0] * g.in[1] * g.in[2];
-#pragma omp parallel for num_threads(x->threads)
-  for (int64_t nc = 0; nc < g.N * g.C; nc++) {
+  int kind;
+  bool incl;
+  float p;
+  const float *X;
+  float *Y;
+  int64_t *I;
+  int64_t osz, isz;
+} refpool_ctx;
+
+/* one (image, channel) plane of pool_exec */
+static void pool_plane(void *vc, int64_t nc, int tid) {
+  (void)tid;
+  const refpool_ctx *r = vc;
+  const conv_geom g = r->g;
+  int kind = r->kind;
+  bool incl = r->incl;
+  float p = r->p;
+  const float *X = r->X;
+  float *Y = r->Y;
+  int64_t *I = r->I, osz = r->osz, isz = r->isz;
+  {
     const float *xc = X + nc * isz;
     for (int64_t o0 = 0; o0 < g.out[0]; o0++)
       for (int64_t o1 = 0; o1 < g.out[1]; o1++)
@@ -333,6 +365,23 @@ cinfer_status *pool_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
           }
         }
   }
+
+}
+
+cinfer_status *pool_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
+  conv_geom g;
+  cinfer_status *st = conv_geom_make(n, in[0], NULL, true, &g);
+  if (st) return st;
+  int kind = !strcmp(n->op_type, "MaxPool") ? 0 : !strcmp(n->op_type, "AveragePool") ? 1 : 2;
+  bool incl = attr_i(n, "count_include_pad", 0) != 0;
+  float p = (float)attr_i(n, "p", 2);
+  const float *X = in[0]->data;
+  float *Y = out[0]->data;
+  int64_t *I = n->n_out > 1 && out[1] ? out[1]->data : NULL;
+  int64_t osz = g.out[0] * g.out[1] * g.out[2], isz = g.in[0] * g.in[1] * g.in[2];
+  (void)x;
+  refpool_ctx rc = {g, kind, incl, p, X, Y, I, osz, isz};
+  opool_par(g.N * g.C, pool_plane, &rc);
   return NULL;
 }
 

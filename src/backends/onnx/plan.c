@@ -534,9 +534,10 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
       p->root[ps->out_id[0]] = p->root[ps->in_id[0]];
   }
   if (!no_fast) {
-    /* oneDNN fixes a primitive's thread decomposition when it is created: create them
-     * under the thread count they will run with */
-    omp_set_num_threads(threads);
+    /* oneDNN fixes a primitive's thread decomposition when it is created; every
+     * primitive runs on one thread (the engine's pool splits the work, opool.h), so it is
+     * created under one OpenMP thread and no OpenMP team ever starts */
+    omp_set_num_threads(1);
     /* consumers of each value: may it stay in a blocked layout? */
     int *ncons = calloc((size_t)nv + 1, sizeof *ncons), *nfast = calloc((size_t)nv + 1, sizeof *nfast);
     if (!ncons || !nfast) { free(ncons); free(nfast); st = oom(); goto fail; }
@@ -627,7 +628,7 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
     if (!p->is_static[m->inputs[i]]) p->vals[m->inputs[i]].data = (void *)inputs[map[i]].data;
   for (int v = 0; v < m->n_values; v++)
     if (p->root[v] != v && m->values[p->root[v]].kind == VAL_INPUT) p->vals[v].data = p->vals[p->root[v]].data;
-  omp_set_num_threads(p->threads);
+  omp_set_num_threads(1); /* oneDNN inline on this thread (see plan_build) */
   ostr_heap_reset(p->rheap);
   onnx_exec x = {.threads = p->threads, .heap = p->rheap};
   for (int s = 0; s < p->n_steps; s++) {

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <omp.h>
+#include "backends/onnx/opool.h"
 
 #include "backends/onnx/ops_util.h"
 #include "backends/onnx/plan.h"
@@ -50,6 +50,7 @@ struct onnx_session {
   ostr **sdesc;
   size_t *scap;
   bool has_strings;       /* an input or output is STRING: no sub-batches or workers */
+  opool *pool;            /* threads > 1: the operators' and the batch workers' threads */
 };
 
 cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
@@ -90,6 +91,13 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
     free(s);
     return cinfer_status_oom(NULL);
   }
+  if (s->opt.threads > 1) {
+    cinfer_status *st = opool_create(s->opt.threads, &s->pool);
+    if (st) {
+      onnx_session_destroy(s);
+      return st;
+    }
+  }
   for (int i = 0; i < m->n_inputs; i++) s->has_strings |= m->in_info[i].dtype == CINFER_TYPE_BYTES;
   for (int i = 0; i < m->n_outputs; i++) /* an undeclared output type may turn out STRING */
     s->has_strings |= m->out_info[i].dtype == CINFER_TYPE_BYTES || m->out_info[i].dtype == CINFER_TYPE_INVALID;
@@ -99,6 +107,7 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
 
 void onnx_session_destroy(onnx_session *s) {
   if (!s) return;
+  opool_destroy(s->pool);
   for (int w = 0; w < s->n_workers; w++) onnx_session_destroy(s->workers[w]);
   free(s->workers);
   free(s->wout);
@@ -248,6 +257,26 @@ static cinfer_status *out_reserve(onnx_session *s, int i, size_t total) {
   return NULL;
 }
 
+typedef struct {
+  onnx_session *s;
+  const cinfer_tensor *inputs;
+  int64_t N;
+  int W;
+} wrun_ctx;
+
+/* worker w's rows, on whichever pool thread claims them (its kernels run inline there:
+ * a one-thread session has no pool) */
+static void wrun_chunk(void *vc, int64_t w, int tid) {
+  (void)tid;
+  const wrun_ctx *c = vc;
+  onnx_session *s = c->s;
+  int no = s->m->n_outputs, ni = s->m->n_inputs;
+  int64_t r0 = c->N * w / c->W, r1 = c->N * (w + 1) / c->W;
+  cinfer_tensor *part = s->wpart + (size_t)w * (size_t)ni;
+  slice_inputs(s, c->inputs, c->N, r0, r1 - r0, part);
+  s->werr[w] = onnx_session_run(s->workers[w], part, ni, s->wout + (size_t)w * (size_t)no);
+}
+
 /* Batch parallelism (see the top of this file): rows split over W one-thread workers. */
 static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, int64_t N, cinfer_tensor *outputs) {
   const onnx_model *m = s->m;
@@ -279,16 +308,8 @@ static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, 
   cinfer_status **err = s->werr;
   memset(err, 0, sizeof *err * (size_t)W);
   s->last = NULL; /* the profile is the workers' */
-  int saved = omp_get_max_threads(); /* the workers' plans set this thread's count to 1 */
-#pragma omp parallel num_threads(W)
-  {
-    int w = omp_get_thread_num();
-    int64_t r0 = N * w / W, r1 = N * (w + 1) / W;
-    cinfer_tensor *part = s->wpart + (size_t)w * (size_t)ni;
-    slice_inputs(s, inputs, N, r0, r1 - r0, part);
-    err[w] = onnx_session_run(s->workers[w], part, ni, wout + (size_t)w * (size_t)no);
-  }
-  omp_set_num_threads(saved);
+  wrun_ctx wc = {s, inputs, N, W};
+  opool_for(s->pool, W, wrun_chunk, &wc);
   cinfer_status *st = NULL;
   for (int w = 0; w < W; w++) {
     if (err[w] && !st) st = err[w];
@@ -371,8 +392,8 @@ static cinfer_status *pack_output(onnx_session *s, int i, const ot *o, cinfer_te
   return NULL;
 }
 
-cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, int n_inputs,
-                                cinfer_tensor *outputs) {
+static cinfer_status *session_run(onnx_session *s, const cinfer_tensor *inputs, int n_inputs,
+                                  cinfer_tensor *outputs) {
   cinfer_status *st = check_inputs(s, inputs, n_inputs);
   if (st) return st;
   const onnx_model *m = s->m;
@@ -454,6 +475,15 @@ static int cmp_desc(const void *a, const void *b) {
 
 void onnx_session_profile_print(const onnx_session *s, FILE *f) {
   const onnx_plan *p = s->last;
+  if (s->pool) {
+    opool_stats ps;
+    opool_get_stats(s->pool, &ps);
+    fprintf(f, "thread pool: %d threads; %llu of %llu split operators handed to workers, %llu of their %llu chunks "
+               "run by workers, %llu worker sleeps, %llu switches to running alone (contention guard)\n",
+            opool_threads(s->pool), (unsigned long long)ps.parallel_runs, (unsigned long long)ps.runs,
+            (unsigned long long)ps.worker_chunks, (unsigned long long)ps.chunks, (unsigned long long)ps.sleeps,
+            (unsigned long long)ps.solo_events);
+  }
   if (!p && s->n_workers) { /* batches ran on the workers: the first one's rows */
     fprintf(f, "profile of worker 1 of %d (batch rows split over one-thread workers):\n", s->n_workers);
     onnx_session_profile_print(s->workers[0], f);
@@ -539,4 +569,17 @@ void onnx_model_describe(const onnx_model *m, FILE *f) {
   fprintf(f, "compiled: %d nodes after folding %d constant nodes, fusing %d BatchNorm and %d Mul into Conv, "
           "removing %d dead\n", m->n_nodes, m->n_folded, m->n_bn_fused, m->n_mul_fused, m->n_dead);
   fprintf(f, "batchable: %s (%s)\n", m->batchable ? "yes" : "no", m->batch_note);
+}
+
+/* The kernels of this call run on the session's pool (none with one thread: inline, also
+ * for a batch worker running on its parent's pool thread); its workers spin between the
+ * operators of this call and sleep after it (opool.h). */
+cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, int n_inputs,
+                                cinfer_tensor *outputs) {
+  opool *old = opool_set_current(s->pool);
+  opool_hold(s->pool, true);
+  cinfer_status *st = session_run(s, inputs, n_inputs, outputs);
+  opool_hold(s->pool, false);
+  opool_set_current(old);
+  return st;
 }

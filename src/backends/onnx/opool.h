@@ -1,0 +1,91 @@
+/* opool.h: the ONNX engine's thread pool (replaces OpenMP's teams for the engine's
+ * operators; see docs/design/onnx.md, "Threads").
+ *
+ * opool_for(p, n, fn, ctx) calls fn(ctx, c, tid) exactly once for every chunk c = 0..n-1
+ * and returns when all have finished. Chunks are claimed from one shared counter by the
+ * threads that are running: the caller (tid 0) and the workers (1..threads-1). A worker that
+ * is late to wake or descheduled (another process on its core) delays a run by at most
+ * the chunk it holds: the caller claims the rest. tid < opool_threads(p) indexes
+ * per-thread scratch. One run at a time (a session runs on one thread at a time).
+ *
+ * Waiting policy, without tuning knobs:
+ *   - between the operators of one inference (opool_hold(p, true) .. (p, false)) an idle
+ *     worker spins, with pause, for up to OPOOL_SPIN_NS of wall-clock time (not a count
+ *     of pauses, whose length differs 10x between CPUs), then sleeps on a condition
+ *     variable; the next operator usually follows within microseconds;
+ *   - outside an inference (hold off) a worker that finishes its chunk sleeps at once, so
+ *     an idle server's pools cost nothing and several instances do not spin against each
+ *     other between requests;
+ *   - the caller, once no chunk is left to claim, spins up to OPOOL_CALLER_SPIN_NS for the
+ *     chunks in flight, then sleeps until the last one signals;
+ *   - contention guard: when, over a window of multi-thread runs, the caller waits more
+ *     than a share of the time for chunks workers hold (a worker descheduled behind
+ *     another process), or the workers ran almost none of the chunks, the pool runs everything on the caller alone for a while (200
+ *     ms, doubled up to 3.2 s while every try waits too much again) and then tries
+ *     again (see opool.c).
+ *
+ * The thread-local "current pool" is what the kernels use: opool_par(n, fn, ctx) runs on
+ * opool_current() (set by the session around a plan run), inline when there is none. */
+#ifndef CINFER_ONNX_OPOOL_H
+#define CINFER_ONNX_OPOOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cinfer/types.h"
+
+#define OPOOL_MAX_CHUNKS 65536
+
+typedef struct opool opool;
+typedef void (*opool_fn)(void *ctx, int64_t chunk, int tid);
+
+cinfer_status *opool_create(int threads, opool **out);
+void opool_destroy(opool *p);
+int opool_threads(const opool *p);
+void opool_for(opool *p, int64_t n_chunks, opool_fn fn, void *ctx);
+/* an inference begins (true) / ends (false): idle workers spin only while held */
+void opool_hold(opool *p, bool on);
+/* statistics (tests, profile): runs given to workers, worker sleeps, solo switches */
+typedef struct {
+  uint64_t runs, parallel_runs, sleeps, solo_events; /* runs: opool_for calls of 2+ chunks */
+  uint64_t chunks, worker_chunks; /* chunks of the parallel runs; those run by workers */
+} opool_stats;
+void opool_get_stats(const opool *p, opool_stats *st);
+/* tests: the contention guard's window (ns of multi-thread runs), wait share (percent)
+ * and solo time (ns) */
+void opool_set_guard(opool *p, int64_t window_ns, int wait_pct, int64_t solo_ns);
+
+/* whether a run now would execute on the caller alone (no pool, one thread, or the
+ * contention guard's solo period): a kernel may then pick its one-thread variant */
+bool opool_solo(const opool *p);
+bool opool_cur_solo(void);
+
+/* the pool the calling thread's kernels run on (NULL: inline); returns the previous one */
+opool *opool_set_current(opool *p);
+opool *opool_current(void);
+/* threads of the current pool (1 without one) */
+int opool_cur_threads(void);
+/* opool_for on the current pool (inline without one) */
+void opool_par(int64_t n_chunks, opool_fn fn, void *ctx);
+
+/* Chunk count for `work` units of an operator split over the current pool's threads:
+ * 1 (no split) when the work is below `min_per_chunk` units per chunk for two chunks,
+ * else up to 4 chunks per thread, never more than items. The unit is the caller's (an
+ * element, a multiply-add); callers pass min_per_chunk from the measured thresholds in
+ * kern_util.h. */
+int64_t opool_chunks(int64_t items, double work, double min_per_chunk);
+/* Split thresholds (the smallest chunk worth handing to another thread), measured on the
+ * 2-core test host (docs/benchmarks-onnx.md, "Split thresholds"): a hand-off to a
+ * spinning worker costs ~1-3 us of the caller's time, a chunk must be several times that.
+ *   OPOOL_MIN_ELEMS: float elements of a memory-bound elementwise or copy loop;
+ *   OPOOL_MIN_MACS:  multiply-adds of a convolution slice. */
+#define OPOOL_MIN_ELEMS 16384.0
+#define OPOOL_MIN_MACS 1048576.0
+
+/* [*lo, *hi) of chunk c of n over `items` items, balanced */
+static inline void opool_range(int64_t items, int64_t n, int64_t c, int64_t *lo, int64_t *hi) {
+  *lo = items * c / n;
+  *hi = items * (c + 1) / n;
+}
+
+#endif

@@ -1,0 +1,298 @@
+/* test_onnx_pool.c: the ONNX engine's thread pool (src/backends/onnx/opool.h) and the
+ * convolutions it splits (kern_onednn_conv.c's output-channel slices).
+ *
+ *   - every chunk of every run runs exactly once, on a tid below the pool's size, for
+ *     chunk counts 1..1000 and pools of 1..4 threads, many runs back to back;
+ *   - inside a chunk the thread-local current pool is none (a kernel called from a chunk
+ *     runs inline, never re-enters the pool);
+ *   - after an inference ends (hold off) every worker goes to sleep (the statistics count
+ *     it; waited for with a bound, no sleep-based wait);
+ *   - the contention guard: a caller that waits for workers' chunks (or whose workers run
+ *     too few of them) switches to running alone (solo_events), and then runs every
+ *     chunk itself (the workers' chunks are made
+ *     slow by busy-waiting in the chunk: what a descheduled worker looks like);
+ *   - a chain of convolutions (3x3, 1x1 + Add, depthwise, PRelu, a 1x1 into a plain graph
+ *     output) run by 2- and 3-thread sessions, whose profile shows the sliced oneDNN
+ *     kernel ("onednn/<slices>"), equals the 1-thread session bit for bit, batches too. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "backends/onnx/onnx.h"
+#include "backends/onnx/opool.h"
+#include "model_builder.h"
+
+typedef struct {
+  atomic_int *hits;
+  int threads;
+  atomic_int bad_tid, nested;
+} count_ctx;
+
+static void count_chunk(void *vc, int64_t c, int tid) {
+  count_ctx *x = vc;
+  atomic_fetch_add(&x->hits[c], 1);
+  if (tid < 0 || tid >= x->threads) atomic_store(&x->bad_tid, 1);
+  if (opool_current() != NULL && tid != 0) atomic_store(&x->nested, 1);
+}
+
+static void test_every_chunk_once(void **state) {
+  (void)state;
+  const int64_t counts[] = {1, 2, 3, 7, 64, 1000};
+  for (int T = 1; T <= 4; T++) {
+    opool *p;
+    assert_null(opool_create(T, &p));
+    assert_int_equal(opool_threads(p), T);
+    opool_hold(p, true);
+    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+      int64_t n = counts[ci];
+      atomic_int *hits = calloc((size_t)n, sizeof *hits);
+      count_ctx x = {hits, T, 0, 0};
+      for (int r = 0; r < 200; r++) opool_for(p, n, count_chunk, &x);
+      for (int64_t c = 0; c < n; c++) assert_int_equal(atomic_load(&hits[c]), 200);
+      assert_int_equal(atomic_load(&x.bad_tid), 0);
+      assert_int_equal(atomic_load(&x.nested), 0);
+      free(hits);
+    }
+    opool_hold(p, false);
+    opool_destroy(p);
+  }
+}
+
+/* opool_par without a current pool, and inside a chunk (workers have none): inline */
+static void par_inside(void *vc, int64_t c, int tid) {
+  (void)tid;
+  atomic_int *hits = vc;
+  if (opool_current() == NULL) atomic_fetch_add(&hits[c], 1);
+}
+
+static void test_current_pool(void **state) {
+  (void)state;
+  atomic_int hits[5] = {0};
+  assert_null(opool_current());
+  assert_int_equal(opool_cur_threads(), 1);
+  opool_par(5, par_inside, hits); /* no pool: inline on this thread */
+  for (int i = 0; i < 5; i++) assert_int_equal(atomic_load(&hits[i]), 1);
+  opool *p;
+  assert_null(opool_create(2, &p));
+  assert_null(opool_set_current(p));
+  assert_ptr_equal(opool_current(), p);
+  assert_int_equal(opool_cur_threads(), 2);
+  /* below the threshold: one chunk; above: up to 4 per thread, never more than items */
+  assert_int_equal(opool_chunks(1000, 1000, OPOOL_MIN_ELEMS), 1);
+  assert_int_equal(opool_chunks(1 << 20, 1 << 20, OPOOL_MIN_ELEMS), 8);
+  assert_int_equal(opool_chunks(3, 1 << 20, OPOOL_MIN_ELEMS), 3);
+  assert_int_equal(opool_chunks(1 << 20, 3 * OPOOL_MIN_ELEMS, OPOOL_MIN_ELEMS), 3);
+  assert_ptr_equal(opool_set_current(NULL), p);
+  assert_int_equal(opool_chunks(1 << 20, 1 << 20, OPOOL_MIN_ELEMS), 1);
+  opool_destroy(p);
+}
+
+static void noop_chunk(void *vc, int64_t c, int tid) {
+  (void)vc;
+  (void)c;
+  (void)tid;
+}
+
+/* After hold off every worker sleeps: waited for with a bound on the condition. */
+static void test_sleep_between_inferences(void **state) {
+  (void)state;
+  opool *p;
+  assert_null(opool_create(3, &p));
+  for (int inf = 0; inf < 5; inf++) {
+    opool_stats a, b;
+    opool_hold(p, true);
+    for (int r = 0; r < 50; r++) opool_for(p, 6, noop_chunk, NULL);
+    opool_get_stats(p, &a);
+    opool_hold(p, false);
+    /* two workers must each go to sleep once more; bounded wait (~10 s) */
+    bool slept = false;
+    for (int i = 0; i < 100000 && !slept; i++) {
+      opool_get_stats(p, &b);
+      slept = b.sleeps >= a.sleeps + 2;
+      if (!slept) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+      }
+    }
+    assert_true(slept);
+    assert_true(b.parallel_runs >= 50u * (unsigned)(inf + 1) || b.solo_events > 0);
+  }
+  opool_destroy(p);
+}
+
+/* workers' chunks take a while (busy wait on the clock); the caller's are instant */
+static void busy_ns(long ns) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < ns);
+}
+
+/* the caller's chunks take 20 us (so a worker has time to claim one), a worker's 2 ms */
+static void slow_worker_chunk(void *vc, int64_t c, int tid) {
+  (void)c;
+  atomic_int *on_worker = vc;
+  if (tid == 0) {
+    busy_ns(20000L);
+    return;
+  }
+  atomic_fetch_add(on_worker, 1);
+  busy_ns(2000000L);
+}
+
+static void test_contention_guard(void **state) {
+  (void)state;
+  opool *p;
+  assert_null(opool_create(2, &p));
+  opool_set_guard(p, 1000000 /* 1 ms window */, 10, 60LL * 1000000000LL /* a minute alone */);
+  opool_hold(p, true);
+  atomic_int on_worker = 0;
+  opool_stats st;
+  opool_get_stats(p, &st);
+  for (int r = 0; r < 50000 && st.solo_events == 0; r++) {
+    opool_for(p, 4, slow_worker_chunk, &on_worker);
+    opool_get_stats(p, &st);
+  }
+  /* either rule of the guard may fire first: the caller waited for the workers' slow
+   * chunks, or (a window without any worker chunk) the workers ran too few of them */
+  assert_true(st.solo_events > 0);
+  int before = atomic_load(&on_worker);
+  for (int r = 0; r < 100; r++) opool_for(p, 4, slow_worker_chunk, &on_worker);
+  assert_int_equal(atomic_load(&on_worker), before); /* alone: every chunk on the caller */
+  opool_hold(p, false);
+  opool_destroy(p);
+}
+
+/* ---- sliced convolutions through a session ---- */
+
+static float *rnd(int64_t n, unsigned *seed) {
+  float *v = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    *seed = *seed * 1103515245u + 12345u;
+    v[i] = (float)((*seed >> 9) & 0xFFFF) / 32768.0f - 1.0f;
+  }
+  return v;
+}
+
+/* x [N,16,H,W] -> conv3x3 (16->48, pad 1) -> Relu -> c1
+ *   c1 -> conv1x1 (48->48) -> + c1 -> c2 (Conv+Add)
+ *   c2 -> depthwise 3x3 (group 48, pad 1) -> PRelu (per channel) -> c3
+ *   c3 -> conv1x1 (48->20) -> out (a plain graph output, not a multiple of 8) */
+static onnx_model *conv_chain(void) {
+  mb b;
+  mb_init(&b, 13);
+  unsigned seed = 7;
+  int64_t xd[4] = {-1, 16, 23, 29};
+  mb_input(&b, "x", 4, xd);
+  int64_t w1d[4] = {48, 16, 3, 3}, b1d[1] = {48}, w2d[4] = {48, 48, 1, 1}, w3d[4] = {48, 1, 3, 3},
+          sd[3] = {48, 1, 1}, w4d[4] = {20, 48, 1, 1};
+  float *w1 = rnd(48 * 16 * 9, &seed), *b1 = rnd(48, &seed), *w2 = rnd(48 * 48, &seed), *w3 = rnd(48 * 9, &seed),
+        *sl = rnd(48, &seed), *w4 = rnd(20 * 48, &seed);
+  mb_init_f(&b, "w1", 4, w1d, w1);
+  mb_init_f(&b, "b1", 1, b1d, b1);
+  mb_init_f(&b, "w2", 4, w2d, w2);
+  mb_init_f(&b, "w3", 4, w3d, w3);
+  mb_init_f(&b, "slope", 3, sd, sl);
+  mb_init_f(&b, "w4", 4, w4d, w4);
+  const char *i1[3] = {"x", "w1", "b1"}, *o1 = "a1";
+  Onnx__NodeProto *n1 = mb_node(&b, "Conv", "conv1", 3, i1, 1, &o1);
+  mb_attr_ints(&b, n1, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  const char *or1 = "c1";
+  mb_node(&b, "Relu", "relu1", 1, &o1, 1, &or1);
+  const char *i2[2] = {"c1", "w2"}, *o2 = "a2";
+  mb_node(&b, "Conv", "conv2", 2, i2, 1, &o2);
+  const char *ia[2] = {"a2", "c1"}, *oa = "c2";
+  mb_node(&b, "Add", "add", 2, ia, 1, &oa);
+  const char *i3[2] = {"c2", "w3"}, *o3 = "a3";
+  Onnx__NodeProto *n3 = mb_node(&b, "Conv", "conv3", 2, i3, 1, &o3);
+  mb_attr_i(&b, n3, "group", 48);
+  mb_attr_ints(&b, n3, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  const char *ip[2] = {"a3", "slope"}, *op = "c3";
+  mb_node(&b, "PRelu", "prelu", 2, ip, 1, &op);
+  const char *i4[2] = {"c3", "w4"}, *o4 = "out";
+  mb_node(&b, "Conv", "conv4", 2, i4, 1, &o4);
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  free(w1);
+  free(b1);
+  free(w2);
+  free(w3);
+  free(sl);
+  free(w4);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  free(buf);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  return m;
+}
+
+static float *run_chain(onnx_model *m, int threads, const float *x, int64_t N, size_t *n_out, char **prof) {
+  onnx_session *s;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = threads, .profile = true, .sub_batch = -1}, &s));
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {N, 16, 23, 29}, .data = x,
+                      .byte_size = (size_t)(N * 16 * 23 * 29) * 4},
+                o;
+  for (int rep = 0; rep < 3; rep++) {
+    cinfer_status *st = onnx_session_run(s, &in, 1, &o);
+    if (st) fail_msg("run (%d threads): %s", threads, cinfer_status_message(st));
+  }
+  *n_out = o.byte_size / 4;
+  float *out = malloc(o.byte_size);
+  memcpy(out, o.data, o.byte_size);
+  if (prof) {
+    size_t plen = 0;
+    FILE *f = open_memstream(prof, &plen);
+    onnx_session_profile_print(s, f);
+    fclose(f);
+  }
+  onnx_session_destroy(s);
+  return out;
+}
+
+static void test_sliced_convs_equal_one_thread(void **state) {
+  (void)state;
+  onnx_model *m = conv_chain();
+  unsigned seed = 99;
+  for (int64_t N = 1; N <= 2; N++) {
+    float *x = rnd(N * 16 * 23 * 29, &seed);
+    size_t n1, nt;
+    float *one = run_chain(m, 1, x, N, &n1, NULL);
+    assert_int_equal(n1, (size_t)(N * 20 * 23 * 29));
+    for (int T = 2; T <= 3; T++) {
+      char *prof = NULL;
+      float *many = run_chain(m, T, x, N, &nt, &prof);
+      assert_int_equal(n1, nt);
+      /* one image: the convs run as slices (N = 2 with the whole batch in one run: the
+       * whole primitive, on one thread) */
+      if (N == 1 && !strstr(prof, "onednn/")) fail_msg("%d threads: no sliced conv in the profile:\n%s", T, prof);
+      for (size_t i = 0; i < n1; i++)
+        if (memcmp(&one[i], &many[i], sizeof(float)))
+          fail_msg("N=%lld threads %d: element %zu: %.9g vs %.9g (1 thread)", (long long)N, T, i, many[i], one[i]);
+      free(prof);
+      free(many);
+    }
+    free(one);
+    free(x);
+  }
+  onnx_model_destroy(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_every_chunk_once),
+      cmocka_unit_test(test_current_pool),
+      cmocka_unit_test(test_sleep_between_inferences),
+      cmocka_unit_test(test_contention_guard),
+      cmocka_unit_test(test_sliced_convs_equal_one_thread),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
