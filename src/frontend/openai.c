@@ -206,6 +206,7 @@ typedef struct oai_choice {
   int n_logprobs;
   cbuf prompt_lp;   /* echo + logprobs: the same entries for the prompt's tokens */
   int n_prompt_lp;
+  cbuf vllm_plp;    /* prompt_logprobs (vLLM): one entry per prompt token, without brackets */
   char finish[16];  /* "" until the choice's last response */
   int completion_tokens;
   bool role_sent;
@@ -224,6 +225,7 @@ typedef struct oai_ctx {
   llm_metrics *lm;
   bool chat, stream, include_usage, echo;
   int n, logprobs;
+  int prompt_logprobs;    /* vLLM's prompt_logprobs: -1 not asked, else top-k per position */
   int tool_mode;          /* TOOLS_* of the request */
   char id[48];
   long long created;
@@ -245,6 +247,7 @@ static void ctx_free(oai_ctx *c) {
     cbuf_free(&c->ch[i].text);
     cbuf_free(&c->ch[i].logprobs);
     cbuf_free(&c->ch[i].prompt_lp);
+    cbuf_free(&c->ch[i].vllm_plp);
   }
   respq_destroy(&c->q);
   free(c->prompt);
@@ -299,6 +302,7 @@ typedef struct tok_resp {
   size_t text_len;
   int32_t index, token;
   int32_t prompt_pos;     /* >= 0: a prompt token's logprob (echo), not a generated token */
+  int32_t rank;           /* prompt tokens: vLLM's rank (0 when absent) */
   const float *logprob, *top_lp;
   const int32_t *top_ids, *usage;
   int n_top;
@@ -329,6 +333,7 @@ static void read_resp(const cinfer_response *resp, tok_resp *o) {
     else if (i32 && el == 1 && !strcmp(t->name, "index")) o->index = *(const int32_t *)t->data;
     else if (i32 && el == 1 && !strcmp(t->name, "token_id")) o->token = *(const int32_t *)t->data;
     else if (i32 && el == 1 && !strcmp(t->name, "prompt_pos")) o->prompt_pos = *(const int32_t *)t->data;
+    else if (i32 && el == 1 && !strcmp(t->name, "rank")) o->rank = *(const int32_t *)t->data;
     else if (f32 && el == 1 && !strcmp(t->name, "logprob")) o->logprob = t->data;
     else if (i32 && el == 3 && !strcmp(t->name, "usage")) o->usage = t->data;
     else if (i32 && !strcmp(t->name, "top_token_ids")) o->top_ids = t->data, o->n_top = (int)el;
@@ -361,6 +366,27 @@ static void put_logprob_entry(cbuf *b, oai_ctx *c, const tok_resp *r) {
     }
     cbuf_puts(b, "}}");
   }
+}
+
+/* vLLM's prompt_logprobs entry of one prompt token: null for the first, else
+ * {"<id>": {"logprob", "rank", "decoded_token"}} for the token and its top alternatives. */
+static void put_vllm_prompt_logprob(cbuf *b, oai_ctx *c, const tok_resp *r) {
+  if (b->len) cbuf_puts(b, ",");
+  if (!r->logprob) {
+    cbuf_puts(b, "null");
+    return;
+  }
+  cbuf_printf(b, "{\"%d\":{\"logprob\":%.6g,\"rank\":%d,\"decoded_token\":", r->token, *r->logprob, r->rank);
+  put_token_text(b, c->model, r->token);
+  cbuf_puts(b, "}");
+  int k = r->n_top < c->prompt_logprobs ? r->n_top : c->prompt_logprobs;
+  for (int i = 0; i < k; i++) {
+    if (r->top_ids[i] == r->token) continue;
+    cbuf_printf(b, ",\"%d\":{\"logprob\":%.6g,\"rank\":%d,\"decoded_token\":", r->top_ids[i], r->top_lp[i], i + 1);
+    put_token_text(b, c->model, r->top_ids[i]);
+    cbuf_puts(b, "}");
+  }
+  cbuf_puts(b, "}");
 }
 
 /* completions logprobs: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{..}],"text_offset":[]} */
@@ -450,6 +476,12 @@ static void answer_whole(oai_ctx *c, const cinfer_status *err) {
       cbuf_puts(&b, ",\"logprobs\":");
       if (c->logprobs >= 0) put_completion_logprobs(&b, ch);
       else cbuf_puts(&b, "null");
+    }
+    if (c->prompt_logprobs >= 0) {
+      cbuf_puts(&b, ",\"prompt_logprobs\":[");
+      const cbuf *plp = &c->ch[0].vllm_plp; /* the choices share the prompt (scored once) */
+      if (plp->data) cbuf_put(&b, plp->data, plp->len);
+      cbuf_puts(&b, "]");
     }
     cbuf_printf(&b, ",\"finish_reason\":\"%s\"}", calls ? "tool_calls" : ch->finish[0] ? ch->finish : "stop");
   }
@@ -581,6 +613,11 @@ static void drain_task(loop_task *t) {
     if (!cinfer_response_error(resp) && cinfer_response_output_count(resp) > 0 && r.index >= 0 &&
         r.index < c->n) {
       oai_choice *ch = &c->ch[r.index];
+      if (r.prompt_pos >= 0 && c->prompt_logprobs >= 0) put_vllm_prompt_logprob(&ch->vllm_plp, c, &r);
+      if (r.prompt_pos >= 0 && !(c->echo && c->logprobs >= 0)) {
+        if (resp != final_resp) cinfer_response_free(resp);
+        continue;
+      }
       if (r.prompt_pos >= 0) { /* echo + logprobs: the prompt's tokens, the first without one */
         if (ch->n_prompt_lp++) cbuf_puts(&ch->prompt_lp, ",");
         if (r.logprob) {
@@ -678,6 +715,7 @@ typedef struct parsed {
   int n;
   bool stream, include_usage, echo, ignore_eos;
   int logprobs; /* -1 none */
+  int prompt_logprobs; /* vLLM's extension: -1 none, else the alternatives per prompt token */
   /* structured output (at most one): response_format json_schema's schema, json_object,
    * or a GBNF grammar (llama.cpp's `grammar` field) */
   const cJSON *schema;
@@ -924,6 +962,21 @@ static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p
   const cJSON *so = NUM("stream_options");
   p->include_usage = cJSON_IsObject(so) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
   p->ignore_eos = cJSON_IsTrue(NUM("ignore_eos"));
+  p->prompt_logprobs = -1;
+  v = NUM("prompt_logprobs");
+  if (v && !cJSON_IsNull(v)) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 20) {
+      oai_error(ex, 400, "invalid_request_error", "prompt_logprobs", "'prompt_logprobs' must be an integer between 0 "
+                "and 20");
+      return false;
+    }
+    if (p->stream) {
+      oai_error(ex, 400, "invalid_request_error", "prompt_logprobs", "'prompt_logprobs' is not supported with "
+                "'stream': the prompt's logprobs come with the whole answer");
+      return false;
+    }
+    p->prompt_logprobs = (int)v->valuedouble;
+  }
   if (chat) {
     v = NUM("logprobs");
     if (cJSON_IsTrue(v)) {
@@ -1104,6 +1157,7 @@ static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char
   }
   /* The backend reports the chosen token's logprob when logprobs > 0; top_n 0 still needs it. */
   int lp = p->logprobs < 0 ? 0 : (p->logprobs ? p->logprobs : 1);
+  if (p->prompt_logprobs > lp) lp = p->prompt_logprobs;
   if ((ids_json && (st = cinfer_request_set_param_string(r, "prompt_token_ids", ids_json, strlen(ids_json)))) ||
       (st = cinfer_request_set_param_bool(r, "stream", true)) ||
       (st = cinfer_request_set_param_bool(r, "parse_special", true)) ||
@@ -1115,7 +1169,7 @@ static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char
       (lp && (st = cinfer_request_set_param_int(r, "logprobs", lp))) ||
       /* echo + logprobs (legacy completions, as OpenAI and vLLM): the prompt's logprobs too,
        * computed in the prefill; whole answers only */
-      (p->echo && p->logprobs >= 0 && !p->stream &&
+      (((p->echo && p->logprobs >= 0) || p->prompt_logprobs >= 0) && !p->stream &&
        (st = cinfer_request_set_param_bool(r, "prompt_logprobs", true))) ||
       (p->ignore_eos && (st = cinfer_request_set_param_bool(r, "ignore_eos", true))))
     goto fail;
@@ -1388,6 +1442,7 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   c->echo = p.echo;
   c->n = p.n;
   c->logprobs = p.logprobs;
+  c->prompt_logprobs = p.prompt_logprobs;
   c->tool_mode = chat ? p.tool_mode : TOOLS_OFF;
   c->created = (long long)time(NULL);
   c->t0 = clock_now_ns();

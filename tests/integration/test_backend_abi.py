@@ -63,7 +63,7 @@ def test_shared_object_backend_serves_and_wrong_major_fails_alone(dirs):
         bad = idx["bad_major"]
         assert bad["state"] == "UNAVAILABLE"
         assert "identity_badabi/libcinfer_identity_badabi.so" in bad["reason"], bad
-        assert "built for backend ABI 1.1; this server has 2.2" in bad["reason"], bad
+        assert "built for backend ABI 1.2; this server has 2.2" in bad["reason"], bad
         missing = idx["missing"]
         assert missing["state"] == "UNAVAILABLE"
         assert os.path.join(bdir, "nosuch", "libcinfer_nosuch.so") in missing["reason"], missing

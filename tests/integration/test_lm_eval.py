@@ -177,3 +177,34 @@ def test_lm_eval_multiple_choice_matches_llama_cpp(server, tmp_path):
     for i in range(len(ITEMS)):
         assert int(np.argmax(ours[i])) == int(np.argmax(ref_by_doc[i])), (ITEMS[i], ours[i], ref_by_doc[i])
     assert max(diffs) < 0.5, diffs
+
+
+def test_vllm_prompt_logprobs(server):
+    """vLLM's prompt_logprobs=k: per prompt token (the first None) the token's logprob and rank
+    and its k best alternatives, equal to the echo + logprobs figures of the same prompt."""
+    def post(body):
+        req = urllib.request.Request(server.url + "/v1/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        return json.load(urllib.request.urlopen(req))
+    ids = [504, 3575, 282, 4649, 314]
+    r = post({"model": MODEL, "prompt": [ids], "max_tokens": 1, "temperature": 0, "prompt_logprobs": 2})
+    plp = r["choices"][0]["prompt_logprobs"]
+    assert r["choices"][0]["logprobs"] is None and len(plp) == len(ids) and plp[0] is None
+    e = post({"model": MODEL, "prompt": [ids], "max_tokens": 1, "temperature": 0, "echo": True, "logprobs": 2})
+    lp = e["choices"][0]["logprobs"]
+    for i in range(1, len(ids)):
+        entry = plp[i]
+        own = entry[str(ids[i])]
+        assert abs(own["logprob"] - lp["token_logprobs"][i]) < 1e-5
+        assert own["rank"] >= 1 and len(entry) in (2, 3)  # the token and its 2 best, deduplicated
+        best = sorted(v["logprob"] for v in entry.values())[-1]
+        assert abs(best - max(lp["top_logprobs"][i].values())) < 1e-5
+        # rank 1 exactly when the token is the best one
+        assert (own["rank"] == 1) == (abs(own["logprob"] - best) < 1e-9 and
+                                     all(v["rank"] != 1 for k, v in entry.items() if k != str(ids[i])))
+    for bad in ({"prompt_logprobs": 21}, {"prompt_logprobs": 1.5}, {"prompt_logprobs": 1, "stream": True}):
+        try:
+            post({"model": MODEL, "prompt": "hi", "max_tokens": 1, **bad})
+            raise AssertionError("accepted " + repr(bad))
+        except urllib.error.HTTPError as err:
+            assert err.code == 400 and "prompt_logprobs" in err.read().decode()

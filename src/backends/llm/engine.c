@@ -918,8 +918,10 @@ static int emit_prompt_logprobs(llm_engine *e, seq *s, const float *rows) {
     const float *row = rows + (size_t)used * e->n_vocab;
     double lse = row_logsoftmax(row, e->n_vocab, s->sp.logprobs, top, &n_top);
     int32_t tok = s->tokens[q];
+    int rank = 1;
+    for (int v = 0; v < e->n_vocab; v++) rank += row[v] > row[tok];
     llm_event ev = {.seq_id = s->id, .token = tok, .text = "", .logprob = (float)(row[tok] - lse),
-                    .top = top, .n_top = n_top, .prompt = true, .pos = q};
+                    .top = top, .n_top = n_top, .prompt = true, .pos = q, .rank = rank};
     s->cb(s->user, &ev);
   }
   return used;

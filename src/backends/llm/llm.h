@@ -120,6 +120,7 @@ typedef struct llm_event {
    * given the tokens before it, and top/n_top; no text, finish NONE. */
   bool prompt;
   int pos;
+  int rank;                   /* prompt events: 1 + the tokens with a higher logit (vLLM's rank) */
 } llm_event;
 
 typedef void (*llm_stream_fn)(void *user, const llm_event *ev);

@@ -535,8 +535,8 @@ static void rope_apply_neox(float *v, int n_heads, int hd, const float *cs, int 
     float *x = v + (size_t)h * hd;
     for (int i = 0; i < half; i++) {
       float c = cs[2 * i], sn = cs[2 * i + 1], x0 = x[i], x1 = x[i + half];
-      x[i] = x0 * c - x1 * sn;
-      x[i + half] = x0 * sn + x1 * c;
+      x[i] = fmaf(x0, c, -(x1 * sn)); /* fused as written, as rope_apply */
+      x[i + half] = fmaf(x0, sn, x1 * c);
     }
   }
 }

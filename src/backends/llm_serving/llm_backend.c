@@ -390,14 +390,15 @@ static void gen_respond_event(gen *g, int index, const llm_event *ev) {
   uint32_t fl = (uint32_t)strlen(fin);
   memcpy(fb, &fl, 4);
   memcpy(fb + 4, fin, fl);
-  cinfer_tensor out[8];
+  cinfer_tensor out[9];
   uint32_t n = 0;
   out[n++] = (cinfer_tensor){.name = "text_output", .dtype = CINFER_TYPE_BYTES, .ndim = 1,
                              .shape = {1}, .data = tb, .byte_size = 4 + ev->text_len};
   out[n++] = t_i32("index", &idx, 1);
   out[n++] = t_i32("token_id", &tok, 1);
-  int32_t pos = ev->pos;
+  int32_t pos = ev->pos, rank = ev->rank;
   if (ev->prompt) out[n++] = t_i32("prompt_pos", &pos, 1); /* a prompt token's logprob */
+  if (ev->prompt) out[n++] = t_i32("rank", &rank, 1);
   if ((g->logprobs > 0 || ev->prompt) && ev->token >= 0) {
     out[n++] = (cinfer_tensor){.name = "logprob", .dtype = CINFER_TYPE_FP32, .ndim = 1,
                                .shape = {1}, .data = &lp, .byte_size = 4};

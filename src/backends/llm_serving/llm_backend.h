@@ -22,7 +22,8 @@
  *   with logprobs > 0 and a token: logprob FP32[1], top_token_ids INT32[k], top_logprobs FP32[k]
  *   parameter prompt_logprobs (BOOL, needs stream): first one response per prompt token,
  *     with prompt_pos INT32[1] (0, 1, ...), token_id, and (from position 1) logprob and the
- *     top `logprobs` alternatives; position 0 carries no logprob
+ *     top `logprobs` alternatives and rank INT32[1] (1 + the tokens of the vocabulary with
+ *     a higher logit); position 0 carries no logprob
  *   on a sequence's last event: finish_reason BYTES[1] ("stop" | "length") and
  *                          usage INT32[3] (prompt, completion, cached prompt tokens)
  * then one FINAL response without outputs once every sequence has finished, or FINAL with
