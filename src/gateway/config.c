@@ -21,6 +21,7 @@ void gw_config_defaults(gw_config *c) {
   memset(c, 0, sizeof *c);
   c->host = dupstr("0.0.0.0");
   c->port = 8080;
+  c->grpc_port = -1;
   c->io_threads = 2;
   c->drain_timeout_ms = 30000;
   c->dns_interval_ms = 5000;
@@ -214,14 +215,15 @@ static void pop_path(jctx *ctx, size_t saved) { ctx->path[saved] = 0; }
 #define TRY(x) do { cinfer_status *st_ = (x); if (st_) return st_; } while (0)
 
 static cinfer_status *parse_listen(jctx *ctx, gw_config *c, const cJSON *o) {
-  static const char *const keys[] = {"host", "port", "io_threads", "drain_timeout_ms",
-                                     "max_body_mb", NULL};
+  static const char *const keys[] = {"host", "port", "grpc_port", "io_threads",
+                                     "drain_timeout_ms", "max_body_mb", NULL};
   TRY(check_keys(ctx, o, keys));
   int mb = 0;
   TRY(get_int(ctx, o, "max_body_mb", 1, 65536, &mb));
   if (mb) c->max_body_bytes = (size_t)mb << 20;
   TRY(get_str(ctx, o, "host", &c->host));
   TRY(get_int(ctx, o, "port", 0, 65535, &c->port));
+  TRY(get_int(ctx, o, "grpc_port", -1, 65535, &c->grpc_port));
   TRY(get_int(ctx, o, "io_threads", 1, 64, &c->io_threads));
   TRY(get_int(ctx, o, "drain_timeout_ms", 0, 3600000, &c->drain_timeout_ms));
   return NULL;
@@ -229,12 +231,13 @@ static cinfer_status *parse_listen(jctx *ctx, gw_config *c, const cJSON *o) {
 
 static cinfer_status *parse_upstreams(jctx *ctx, gw_config *c, const cJSON *o) {
   static const char *const keys[] = {"static", "dns", "dns_interval_ms", "file",
-                                     "file_interval_ms", "models_interval_ms", NULL};
+                                     "file_interval_ms", "models_interval_ms", "grpc_port", NULL};
   TRY(check_keys(ctx, o, keys));
   TRY(get_int(ctx, o, "dns_interval_ms", 100, 86400000, &c->dns_interval_ms));
   TRY(get_int(ctx, o, "file_interval_ms", 100, 86400000, &c->file_interval_ms));
   TRY(get_int(ctx, o, "models_interval_ms", 100, 86400000, &c->models_interval_ms));
   TRY(get_str(ctx, o, "file", &c->upstreams_file));
+  TRY(get_int(ctx, o, "grpc_port", 0, 65535, &c->upstream_grpc_port));
   const cJSON *st = get_obj(o, "static");
   if (st) {
     if (!cJSON_IsArray(st)) return FAIL(ctx, "static", "must be an array");
@@ -256,11 +259,12 @@ static cinfer_status *parse_upstreams(jctx *ctx, gw_config *c, const cJSON *o) {
           err = FAIL(ctx, "address", "'%s' is not host:port", e->valuestring);
         else a[i].address = strdup(e->valuestring);
       } else if (cJSON_IsObject(e)) {
-        static const char *const ukeys[] = {"address", "group", "weight", NULL};
+        static const char *const ukeys[] = {"address", "group", "weight", "grpc_port", NULL};
         err = check_keys(ctx, e, ukeys);
         if (!err) err = get_str(ctx, e, "address", &a[i].address);
         if (!err) err = get_str(ctx, e, "group", &a[i].group);
         if (!err) err = get_int(ctx, e, "weight", 1, 1000000, &a[i].weight);
+        if (!err) err = get_int(ctx, e, "grpc_port", 1, 65535, &a[i].grpc_port);
         if (!err && !a[i].address) err = FAIL(ctx, "address", "missing");
         if (!err && !gw_parse_hostport(a[i].address, host, sizeof host, &port))
           err = FAIL(ctx, "address", "'%s' is not host:port", a[i].address);

@@ -34,6 +34,7 @@ typedef struct gw_found {
   uint16_t port;
   const char *group;
   int weight;
+  uint16_t grpc_port;    /* 0: cfg.upstream_grpc_port */
 } gw_found;
 
 static void format_addr(char *out, size_t cap, const char *host, uint16_t port) {
@@ -123,6 +124,7 @@ static void apply_source(gateway *g, unsigned bit, const gw_found *found, size_t
     r->mark = true;
     snprintf(r->group, sizeof r->group, "%s", found[k].group ? found[k].group : "");
     r->weight = found[k].weight > 0 ? found[k].weight : 1;
+    r->grpc_port = found[k].grpc_port ? found[k].grpc_port : (uint16_t)g->cfg.upstream_grpc_port;
   }
   for (size_t i = 0; i < g->n_reps; i++) {
     gw_replica *r = g->reps[i];
@@ -213,7 +215,7 @@ static void file_refresh(gateway *g, bool force) {
       continue;
     }
     char group[64] = "";
-    int weight = 1;
+    int weight = 1, gport = 0;
     bool bad = false;
     while ((tok = strtok_r(NULL, " \t\r\n", &save))) {
       if (!strncmp(tok, "group=", 6)) snprintf(group, sizeof group, "%s", tok + 6);
@@ -222,10 +224,15 @@ static void file_refresh(gateway *g, bool force) {
         long w = strtol(tok + 7, &e, 10);
         if (*e || w < 1 || w > 1000000) bad = true;
         else weight = (int)w;
+      } else if (!strncmp(tok, "grpc=", 5)) {
+        char *e;
+        long w = strtol(tok + 5, &e, 10);
+        if (*e || w < 1 || w > 65535) bad = true;
+        else gport = (int)w;
       } else bad = true;
     }
     if (bad) {
-      LOG_W("gateway: %s:%d: expected 'host:port [group=NAME] [weight=N]' (line ignored)", path, lineno);
+      LOG_W("gateway: %s:%d: expected 'host:port [group=NAME] [weight=N] [grpc=PORT]' (line ignored)", path, lineno);
       continue;
     }
     if (n + 16 > cap) {
@@ -243,6 +250,7 @@ static void file_refresh(gateway *g, bool force) {
       LOG_W("gateway: %s:%d: %s: %s", path, lineno, host, gai_strerror(err));
       continue;
     }
+    found[n].grpc_port = (uint16_t)gport;
     n++;
   }
   fclose(f);
@@ -272,6 +280,7 @@ cinfer_status *gw_static_resolve(gateway *g) {
       return cinfer_status_new(CINFER_INVALID_ARG, "upstreams.static[%zu]: '%s': %s", i, host,
                                err ? gai_strerror(err) : "no address");
     }
+    found[n].grpc_port = (uint16_t)s->grpc_port;
     n++;
   }
   apply_source(g, GW_SRC_STATIC, found, n);

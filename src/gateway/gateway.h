@@ -31,6 +31,7 @@ typedef struct gw_static_upstream {
   char *address;  /* "host:port" (IPv6 as "[::1]:port"); owned */
   char *group;    /* replica group for canary variants; owned, may be NULL */
   int weight;     /* >= 1, used by the weighted balancer */
+  int grpc_port;  /* the replica's gRPC port; 0 = upstreams.grpc_port */
 } gw_static_upstream;
 
 typedef struct gw_dns_upstream {
@@ -74,6 +75,8 @@ typedef struct gw_config {
   /* listen */
   char *host;               /* default "0.0.0.0" */
   int port;                 /* default 8080; 0 = ephemeral */
+  int grpc_port;            /* gRPC listener (h2c, or h2 by ALPN with TLS); -1 = off
+                               (default); 0 = ephemeral */
   int io_threads;           /* default 2 */
   int drain_timeout_ms;     /* SIGTERM grace period, default 30000 */
   /* upstreams */
@@ -83,6 +86,7 @@ typedef struct gw_config {
   char *upstreams_file;     /* one host:port [group] [weight] per line; '#' comments */
   int file_interval_ms;     /* default 1000 (mtime polled) */
   int models_interval_ms;   /* model discovery per replica, default 5000 */
+  int upstream_grpc_port;   /* replicas' gRPC port when an entry names none; 0 = none */
   gw_balancer balancer;     /* default p2c */
   unsigned seed;            /* RNG seed; 0 = from the clock */
   /* active health checks */
@@ -321,6 +325,23 @@ char *gw_filter_listing(const char *body, size_t len, bool openai, const gw_key 
                         size_t *out_len);
 
 /* ===================================================================================== */
+/* gRPC (pure, grpc_msg.c): the gateway reads only the model name of a request message    */
+/* ===================================================================================== */
+
+/* Finds length-delimited field `field` of a protobuf message: 1 (val/val_len point into
+ * msg; the last occurrence wins), 0 when absent, -1 when the message is malformed (a bad
+ * varint, a length past the end, a wire type these messages never use, or the field with
+ * a non-string wire type). */
+int gw_pb_string_field(const uint8_t *msg, size_t len, uint32_t field, const uint8_t **val,
+                       size_t *val_len);
+/* The model name (string field `field`) of the gRPC message at the start of body[0..len)
+ * (5-byte prefix: compressed flag, big-endian length; gzip = the call's grpc-encoding is
+ * gzip). 1: out holds the name; 0: the message names none; -1: err says why. A compressed
+ * message is inflated only up to 64 KiB: the name must be among its first fields. */
+int gw_grpc_request_model(const uint8_t *body, size_t len, bool gzip, uint32_t field,
+                          char *out, size_t cap, char *err, size_t ecap);
+
+/* ===================================================================================== */
 /* Runtime                                                                                */
 /* ===================================================================================== */
 
@@ -331,6 +352,8 @@ typedef struct gateway gateway;
  * failing that is an error naming the entry. */
 cinfer_status *gateway_create(gw_config *cfg, gateway **out);
 uint16_t gateway_port(const gateway *g);
+/* The gRPC listener's port (0 when gRPC is off). */
+uint16_t gateway_grpc_port(const gateway *g);
 /* Not ready (/readyz 503), stop accepting, let in-flight requests finish (up to
  * drain_timeout_ms). Returns the number of connections that had to be forced. */
 int gateway_drain(gateway *g);

@@ -590,7 +590,7 @@ static bool retry_allowed(gw_req *q) {
 
 static void start_try(gw_req *q);
 
-static void passive(gateway *g, gw_replica *r, bool failure, uint64_t now) {
+void gw_passive(gateway *g, gw_replica *r, bool failure, uint64_t now) {
   pthread_mutex_lock(&g->mu);
   size_t present = 0, ejected = 0;
   if (failure && g->cfg.eject_consecutive > 0 &&
@@ -712,7 +712,7 @@ static void up_done(void *user, http_client_error err, const char *msg) {
     uint64_t zero = 0;
     atomic_compare_exchange_strong(&r->first_ok_ms, &zero, clock_now_ms());
   }
-  passive(g, r, failure, now);
+  gw_passive(g, r, failure, now);
   if (connect_fail || (err == HTTP_CLIENT_OK && q->status == 503)) gw_replica_check_soon(g, r);
 
   bool safe = connect_fail || err == HTTP_CLIENT_RESET_BEFORE_RESPONSE;
@@ -850,7 +850,7 @@ static void on_cancel(void *arg) {
 
 /* ---- admission ----------------------------------------------------------------------- */
 
-static gw_bucket_result rate_take(gateway *g, const char *key, size_t n, double rate,
+gw_bucket_result gw_rate_take(gateway *g, const char *key, size_t n, double rate,
                                   double burst, uint64_t now) {
   if (n >= sizeof g->rate[0].key) n = sizeof g->rate[0].key - 1;
   uint64_t h = hash_bytes(key, n);
@@ -912,17 +912,13 @@ static gw_bucket_result rate_take(gateway *g, const char *key, size_t n, double 
   return res;
 }
 
-static void canary_pick(gateway *g, gw_req *q) {
-  q->variant = -1;
-  snprintf(q->variant_name, sizeof q->variant_name, "%s", "");
-  if (!q->model[0] || !g->n_canaries) return;
-  size_t flen = 0;
-  const char *force = http_request_header(q->hreq, g->cfg.variant_header, &flen);
+int gw_canary_choose(gateway *g, const char *model, const char *force, size_t flen,
+                     char *group, size_t gcap, long long *version, char *name, size_t ncap) {
+  int v = -1;
   pthread_mutex_lock(&g->mu);
   for (size_t i = 0; i < g->n_canaries; i++) {
     gw_canary_state *k = &g->canaries[i];
-    if (strcmp(k->cfg->model, q->model)) continue;
-    int v = -1;
+    if (strcmp(k->cfg->model, model)) continue;
     if (force) {
       for (size_t j = 0; j < k->cfg->n_variants; j++)
         if (strlen(k->cfg->variants[j].name) == flen && !memcmp(k->cfg->variants[j].name, force, flen))
@@ -935,15 +931,25 @@ static void canary_pick(gateway *g, gw_req *q) {
     }
     if (v >= 0) {
       gw_variant *var = &k->cfg->variants[v];
-      q->variant = v;
-      snprintf(q->variant_name, sizeof q->variant_name, "%s", var->name);
-      snprintf(q->group, sizeof q->group, "%s", var->group ? var->group : "");
-      q->variant_version = var->version;
-      q->model_known = true;
+      snprintf(name, ncap, "%s", var->name);
+      snprintf(group, gcap, "%s", var->group ? var->group : "");
+      *version = var->version;
     }
     break;
   }
   pthread_mutex_unlock(&g->mu);
+  return v;
+}
+
+static void canary_pick(gateway *g, gw_req *q) {
+  q->variant = -1;
+  snprintf(q->variant_name, sizeof q->variant_name, "%s", "");
+  if (!q->model[0] || !g->n_canaries) return;
+  size_t flen = 0;
+  const char *force = http_request_header(q->hreq, g->cfg.variant_header, &flen);
+  q->variant = gw_canary_choose(g, q->model, force, flen, q->group, sizeof q->group,
+                                &q->variant_version, q->variant_name, sizeof q->variant_name);
+  if (q->variant >= 0) q->model_known = true;
 }
 
 /* Admission answers (429, shed) come before routing. Their model label follows the rule of
@@ -1100,7 +1106,7 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
       key = "-";
       kl = 1;
     }
-    gw_bucket_result br = rate_take(g, key, kl, rate, burst, now);
+    gw_bucket_result br = gw_rate_take(g, key, kl, rate, burst, now);
     if (!br.admitted) {
       const char *labels[] = {"model", admission_model(g, q), NULL};
       metric_inc(gw_series(g->f_rate, labels), 1);

@@ -98,10 +98,10 @@ static void status_render(gateway *g, cbuf *b, bool json) {
       cbuf_printf(b, "\",\"state\":\"%s\",\"group\":\"", st);
       tb_esc(b, r->group, true);
       cbuf_printf(b, "\",\"weight\":%d,\"outstanding\":%u,\"requests\":%llu,\"failures\":%llu,"
-                   "\"ejections\":%d",
+                   "\"ejections\":%d,\"grpc_port\":%u",
                 r->weight, atomic_load(&r->outstanding),
                 (unsigned long long)atomic_load(&r->n_requests),
-                (unsigned long long)atomic_load(&r->n_failures), r->h.ejections);
+                (unsigned long long)atomic_load(&r->n_failures), r->h.ejections, r->grpc_port);
       tb_time(b, "added_ms", r->added_ms, g->start_ms);
       tb_time(b, "healthy_ms", r->healthy_ms, g->start_ms);
       tb_time(b, "models_ms", r->models_ms, g->start_ms);
@@ -434,6 +434,7 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   }
   atomic_store_explicit(&g->started, true, memory_order_release);
   if ((st = gw_control_start(g))) goto fail;
+  if (g->cfg.grpc_port >= 0 && (st = gw_grpc_start(g))) goto fail;
   *out = g;
   return NULL;
 fail:
@@ -463,6 +464,7 @@ static void pool_job_run(void *arg) {
 int gateway_drain(gateway *g) {
   atomic_store(&g->draining, true);
   LOG_I("gateway: draining (up to %d ms)", g->cfg.drain_timeout_ms);
+  gw_grpc_drain(g);
   return http_server_shutdown(g->srv, g->cfg.drain_timeout_ms);
 }
 
@@ -493,6 +495,7 @@ void gateway_destroy(gateway *g) {
     http_server_destroy(g->srv);
     g->srv = NULL;
   }
+  gw_grpc_stop(g);
   gw_control_stop(g);
   free_replicas(g);
   for (int i = 0; i < GW_MAX_LOOPS; i++) free(g->loops[i].mcache);
