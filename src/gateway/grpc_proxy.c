@@ -23,6 +23,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "gateway/internal.h"
+#include "net/tls.h"
 
 #define GP_RBUF (256u << 10)
 #define GP_WBUF_HIGH (1u << 20)
@@ -151,6 +154,8 @@ struct gp_conn {
   cbuf wbuf;
   size_t woff;
   bool dead, up, connected, goaway, pending;
+  SSL *ssl;                /* downstream TLS (ALPN h2), NULL = h2c */
+  bool handshaking;
   int refs;
   char peer[64];
   gp_ds *streams;          /* downstream */
@@ -173,6 +178,7 @@ struct gw_grpc {
   uint8_t *rbuf;
   uint64_t rng;
   metric_family *f_calls;
+  net_tls *tls;            /* the listener's TLS (the gateway's certificate), NULL = h2c */
 };
 
 static void kick(gp_conn *c);
@@ -1062,6 +1068,11 @@ static void conn_close(gp_conn *c) {
   gw_grpc *gp = c->gp;
   loop_io_del(gp->loop, &c->io);
   loop_timer_cancel(gp->loop, &c->ctimer);
+  if (c->ssl) {
+    if (!c->handshaking) SSL_shutdown(c->ssl);
+    SSL_free(c->ssl);
+    c->ssl = NULL;
+  }
   close(c->fd);
   c->fd = -1;
   if (c->up) {
@@ -1092,9 +1103,25 @@ static void kick(gp_conn *c) {
 }
 
 static void conn_flush(gp_conn *c) {
-  if (c->up && !c->connected) return;
+  if ((c->up && !c->connected) || c->handshaking) return;
   for (;;) {
     while (c->woff < c->wbuf.len) {
+      if (c->ssl) {
+        size_t left = c->wbuf.len - c->woff;
+        int n = SSL_write(c->ssl, c->wbuf.data + c->woff, left > INT32_MAX ? INT32_MAX : (int)left);
+        if (n > 0) {
+          c->woff += (size_t)n;
+          continue;
+        }
+        int e = SSL_get_error(c->ssl, n);
+        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+          loop_io_set(c->gp->loop, &c->io, LOOP_READ | LOOP_WRITE);
+          return;
+        }
+        ERR_clear_error();
+        conn_close(c);
+        return;
+      }
       ssize_t n = send(c->fd, c->wbuf.data + c->woff, c->wbuf.len - c->woff, MSG_NOSIGNAL);
       if (n > 0) {
         c->woff += (size_t)n;
@@ -1164,6 +1191,50 @@ static void conn_io(loop_io *io, uint32_t ev) {
       loop_timer_cancel(gp->loop, &c->ctimer);
       kick(c);
     }
+  } else if (c->ssl && c->handshaking) {
+    int r = SSL_accept(c->ssl);
+    if (r == 1) {
+      const unsigned char *alpn = NULL;
+      unsigned alen = 0;
+      SSL_get0_alpn_selected(c->ssl, &alpn, &alen);
+      c->handshaking = false;
+      if (alen != 2 || memcmp(alpn, "h2", 2)) {
+        LOG_V(1, "gateway: grpc TLS client %s did not negotiate h2 (ALPN)", c->peer);
+        conn_close(c);
+      } else {
+        kick(c);
+      }
+    } else {
+      int e = SSL_get_error(c->ssl, r);
+      if (e == SSL_ERROR_WANT_READ) loop_io_set(gp->loop, &c->io, LOOP_READ);
+      else if (e == SSL_ERROR_WANT_WRITE) loop_io_set(gp->loop, &c->io, LOOP_READ | LOOP_WRITE);
+      else {
+        char why[200];
+        LOG_V(1, "gateway: grpc TLS handshake with %s failed: %s", c->peer, net_tls_last_error(why, sizeof why));
+        conn_close(c);
+      }
+    }
+  } else if (c->ssl && (ev & (LOOP_READ | LOOP_HUP | LOOP_ERROR | LOOP_WRITE))) {
+    for (;;) {
+      int n = SSL_read(c->ssl, gp->rbuf, (int)GP_RBUF);
+      if (n > 0) {
+        ssize_t r = nghttp2_session_mem_recv(c->h2, gp->rbuf, (size_t)n);
+        if (r < 0) {
+          LOG_V(1, "gateway: grpc connection %s: %s", c->peer, nghttp2_strerror((int)r));
+          conn_flush(c);
+          conn_close(c);
+          break;
+        }
+        kick(c);
+        continue;
+      }
+      int e = SSL_get_error(c->ssl, n);
+      if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+        ERR_clear_error();
+        conn_close(c);
+      }
+      break;
+    }
   } else if (ev & (LOOP_READ | LOOP_HUP | LOOP_ERROR)) {
     ssize_t n = read(c->fd, gp->rbuf, GP_RBUF);
     if (n > 0) {
@@ -1179,7 +1250,7 @@ static void conn_io(loop_io *io, uint32_t ev) {
       conn_close(c);
     }
   }
-  if (!c->dead && (ev & LOOP_WRITE)) kick(c);
+  if (!c->dead && !c->handshaking && (ev & LOOP_WRITE)) kick(c);
   flush_pending(gp);
   conn_unref(c);
 }
@@ -1233,6 +1304,24 @@ fail:
   return NULL;
 }
 
+/* ALPN: the gRPC listener speaks only h2 (a client offering only http/1.1 is refused). */
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned inlen, void *arg) {
+  (void)ssl;
+  (void)arg;
+  for (unsigned i = 0; i + 1 <= inlen;) {
+    unsigned n = in[i];
+    if (i + 1 + n > inlen) break;
+    if (n == 2 && !memcmp(in + i + 1, "h2", 2)) {
+      *out = in + i + 1;
+      *outlen = 2;
+      return SSL_TLSEXT_ERR_OK;
+    }
+    i += 1 + n;
+  }
+  return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
 static void on_accept(loop_io *io, uint32_t ev) {
   gw_grpc *gp = (gw_grpc *)((char *)io - offsetof(gw_grpc, lio));
   for (int i = 0; i < 64; i++) {
@@ -1251,6 +1340,16 @@ static void on_accept(loop_io *io, uint32_t ev) {
       char host[64] = "";
       getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, NULL, 0, NI_NUMERICHOST);
       snprintf(c->peer, sizeof c->peer, "%s", host);
+      if (gp->tls) {
+        c->ssl = net_tls_new_ssl(gp->tls, NULL, loop_now_ms(gp->loop));
+        if (!c->ssl || !SSL_set_fd(c->ssl, c->fd)) {
+          conn_close(c);
+          continue;
+        }
+        SSL_CTX_set_alpn_select_cb(SSL_get_SSL_CTX(c->ssl), alpn_select, NULL);
+        SSL_set_accept_state(c->ssl);
+        c->handshaking = true;
+      }
     }
   }
   flush_pending(gp);
@@ -1270,7 +1369,15 @@ cinfer_status *gw_grpc_start(gateway *g) {
   gp->f_calls = metrics_family(g->reg, "cinfer_gateway_grpc_requests_total",
                                "gRPC calls answered by the gateway, by upstream, method and gRPC status",
                                METRIC_COUNTER, NULL, 0);
-  cinfer_status *st = loop_create(&gp->loop);
+  cinfer_status *st = NULL;
+  if (g->cfg.tls_cert) {
+    /* its own context (same files, same reloads): ALPN h2 here must not change what the
+     * HTTP listener negotiates */
+    net_tls_opts to = {.server = true, .cert_file = g->cfg.tls_cert, .key_file = g->cfg.tls_key,
+                       .ca_file = g->cfg.tls_client_ca};
+    st = net_tls_create(&to, &gp->tls);
+  }
+  if (!st) st = loop_create(&gp->loop);
   if (!st) st = net_listen("gateway grpc", g->cfg.host, (uint16_t)g->cfg.grpc_port, 1024, true,
                            &gp->lfd, &gp->port);
   if (!st) {
@@ -1282,6 +1389,7 @@ cinfer_status *gw_grpc_start(gateway *g) {
   if (st) {
     if (gp->lfd >= 0) close(gp->lfd);
     if (gp->loop) loop_destroy(gp->loop);
+    net_tls_destroy(gp->tls);
     free(gp->rbuf);
     free(gp);
     return st;
@@ -1353,6 +1461,7 @@ void gw_grpc_stop(gateway *g) {
   loop_stop(gp->loop);
   loop_join(gp->loop);
   loop_destroy(gp->loop);
+  net_tls_destroy(gp->tls);
   free(gp->rbuf);
   free(gp);
   g->grpc = NULL;

@@ -303,3 +303,36 @@ def test_bad_frames_at_the_gateway(cluster):
     s.close()
     c = tg.InferenceServerClient(gw.grpc_url)
     assert np.array_equal(ident(c, np.ones((1, 2), dtype=np.float32)), np.ones((1, 2), dtype=np.float32))
+
+
+def test_tls_listener_negotiates_h2_by_alpn():
+    from test_security import make_certs
+    d = make_certs()
+    with serve(["identity"]) as r:
+        r.wait_ready()
+        with gateway([r], extra=["--tls-cert", os.path.join(d, "srv.pem"),
+                                 "--tls-key", os.path.join(d, "srv.key")]) as gw:
+            c = tg.InferenceServerClient(f"localhost:{gw.grpc_port}", ssl=True,
+                                         root_certificates=os.path.join(d, "ca.pem"))
+            wait_for(lambda: ready(c, "identity"), 30, "identity ready through the gateway")
+            x = np.arange(6, dtype=np.float32).reshape(1, 6)
+            assert np.array_equal(ident(c, x), x)
+            assert c.is_server_ready()
+            # plaintext h2c on the TLS port: refused, the listener unharmed
+            s = socket.create_connection(("127.0.0.1", gw.grpc_port), timeout=30)
+            s.sendall(PREFACE + frame(4, 0, 0, b""))
+            s.settimeout(30)
+            try:
+                while s.recv(4096):
+                    pass
+            except ConnectionResetError:
+                pass
+            s.close()
+            assert np.array_equal(ident(c, x), x)
+
+
+def ready(c, model):
+    try:
+        return c.is_model_ready(model)
+    except InferenceServerException:
+        return False
