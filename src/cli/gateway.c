@@ -35,7 +35,9 @@ static void gw_usage(FILE *f) {
           "                             (repeatable; re-resolved every --dns-interval-ms)\n"
           "  --dns-interval-ms N        default 5000\n"
           "  --upstreams-file FILE      watched file, one 'host:port [group=G] [weight=N] [grpc=N]' a line\n"
-          "  --balancer NAME            p2c (default) | round_robin | weighted\n"
+          "  --balancer NAME            p2c (default) | round_robin | weighted | kv_aware\n"
+          "                             (kv_aware: OpenAI routes by the replicas' LLM load from\n"
+          "                             their /metrics and prompt-prefix affinity)\n"
           "  --health-interval-ms N     active check interval (default 2000)\n"
           "  --health-timeout-ms N      active check timeout (default 1000)\n"
           "  --rate R                   requests/s per key (API key header or X-Forwarded-For)\n"
@@ -185,8 +187,9 @@ int cmd_gateway(int argc, char **argv) {
         if (!strcmp(optarg, "p2c")) cfg.balancer = GW_BAL_P2C;
         else if (!strcmp(optarg, "round_robin")) cfg.balancer = GW_BAL_ROUND_ROBIN;
         else if (!strcmp(optarg, "weighted")) cfg.balancer = GW_BAL_WEIGHTED;
+        else if (!strcmp(optarg, "kv_aware")) cfg.balancer = GW_BAL_KV_AWARE;
         else {
-          fprintf(stderr, "cinfer gateway: --balancer: '%s' is not p2c, round_robin or weighted\n", optarg);
+          fprintf(stderr, "cinfer gateway: --balancer: '%s' is not p2c, round_robin, weighted or kv_aware\n", optarg);
           goto out;
         }
         break;

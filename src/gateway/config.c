@@ -51,6 +51,8 @@ void gw_config_defaults(gw_config *c) {
   c->variant_header = dupstr("X-Cinfer-Variant");
   c->session_header = dupstr("X-Session-Id");
   c->affinity_load_factor = 1.25;
+  c->kv_weight = 4.0;
+  c->prefix_bonus = 2.0;
   c->keys_interval_ms = 1000;
   c->public_groups[API_HEALTH] = c->public_groups[API_METADATA] = c->public_groups[API_INFERENCE] = true;
 }
@@ -340,7 +342,8 @@ static cinfer_status *parse_balancer(jctx *ctx, gw_config *c, const cJSON *v) {
     c->balancer = GW_BAL_P2C;
   else if (!strcmp(v->valuestring, "round_robin")) c->balancer = GW_BAL_ROUND_ROBIN;
   else if (!strcmp(v->valuestring, "weighted")) c->balancer = GW_BAL_WEIGHTED;
-  else return FAIL(ctx, "balancer", "'%s' is not p2c, round_robin or weighted", v->valuestring);
+  else if (!strcmp(v->valuestring, "kv_aware")) c->balancer = GW_BAL_KV_AWARE;
+  else return FAIL(ctx, "balancer", "'%s' is not p2c, round_robin, weighted or kv_aware", v->valuestring);
   return NULL;
 }
 
@@ -503,11 +506,14 @@ static cinfer_status *parse_concurrency(jctx *ctx, gw_config *c, const cJSON *o)
 }
 
 static cinfer_status *parse_affinity(jctx *ctx, gw_config *c, const cJSON *o) {
-  static const char *const keys[] = {"session_header", "prefix_bytes", "load_factor", NULL};
+  static const char *const keys[] = {"session_header", "prefix_bytes", "load_factor",
+                                     "kv_weight", "prefix_bonus", NULL};
   TRY(check_keys(ctx, o, keys));
   TRY(get_str(ctx, o, "session_header", &c->session_header));
   TRY(get_int(ctx, o, "prefix_bytes", 0, 1 << 20, &c->prefix_bytes));
   TRY(get_double(ctx, o, "load_factor", 1.0, 100.0, &c->affinity_load_factor));
+  TRY(get_double(ctx, o, "kv_weight", 0.0, 1e6, &c->kv_weight));
+  TRY(get_double(ctx, o, "prefix_bonus", 0.0, 1e6, &c->prefix_bonus));
   return NULL;
 }
 

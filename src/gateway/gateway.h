@@ -25,7 +25,9 @@
 /* Configuration                                                                          */
 /* ===================================================================================== */
 
-typedef enum gw_balancer { GW_BAL_P2C = 0, GW_BAL_ROUND_ROBIN, GW_BAL_WEIGHTED } gw_balancer;
+/* KV_AWARE: OpenAI routes are scored by the replicas' LLM load and prefix affinity
+ * (gw_kv_pick, from their /metrics); every other route is P2C. */
+typedef enum gw_balancer { GW_BAL_P2C = 0, GW_BAL_ROUND_ROBIN, GW_BAL_WEIGHTED, GW_BAL_KV_AWARE } gw_balancer;
 
 typedef struct gw_static_upstream {
   char *address;  /* "host:port" (IPv6 as "[::1]:port"); owned */
@@ -125,6 +127,8 @@ typedef struct gw_config {
   char *session_header;     /* default "X-Session-Id": same value -> same replica */
   int prefix_bytes;         /* default 0 (off): OpenAI prompts route on their first N bytes */
   double affinity_load_factor; /* default 1.25: bounded load, see gw_affinity_pick */
+  double kv_weight;         /* kv_aware: cost of a full KV cache, in sequences (default 4) */
+  double prefix_bonus;      /* kv_aware: cost taken off the prefix's replica (default 2) */
   /* admin */
   char *admin_token;        /* bearer token for the /admin endpoints and the restricted API
                                groups (an operator credential); NULL = admin disabled */
@@ -231,6 +235,32 @@ int gw_swrr_pick(size_t n, const int *weights, long long *current);
 int gw_affinity_pick(size_t n, const uint64_t *ids, uint64_t key, const uint32_t *outstanding,
                      double load_factor);
 uint64_t gw_hash64(const void *data, size_t len);
+
+/* KV-aware routing (kv_aware balancer). A replica's LLM load for one model, from its
+ * /metrics (cinfer_llm_running_sequences, cinfer_llm_waiting_sequences,
+ * cinfer_llm_kv_cache_usage_ratio, cinfer_pending_requests; series by model label). */
+typedef struct gw_kv_stat {
+  char model[128];
+  double running, waiting, kv_usage, pending;
+  double prefix_queries, prefix_hits;   /* cinfer_llm_prefix_cache_*_total (for status) */
+} gw_kv_stat;
+/* Parses Prometheus text; fills up to cap models (one entry per model label). Returns the
+ * number of entries. Lines it does not know are skipped; a malformed value skips its line. */
+size_t gw_kv_parse_metrics(const char *text, size_t len, gw_kv_stat *out, size_t cap);
+
+typedef struct gw_kv_load {
+  uint32_t outstanding;     /* this gateway's requests in flight to the replica (exact) */
+  bool known;               /* the replica's metrics for the model were read */
+  double running, waiting, pending, kv_usage;
+} gw_kv_load;
+/* The candidate of lowest cost:
+ *   load = max(outstanding, running + 2 * waiting + pending)   (known) or outstanding
+ *   cost = load + kv_weight * kv_usage - (prefix_bonus if it is the key's replica)
+ * where the key's replica is the rendezvous-hash choice of the prompt prefix among the
+ * candidates (has_key). Ties go to the higher rendezvous rank, so equal replicas split
+ * prompts by prefix. -1 when n == 0. */
+int gw_kv_pick(size_t n, const gw_kv_load *l, const uint64_t *ids, bool has_key, uint64_t key,
+               double kv_weight, double prefix_bonus);
 
 /* Replica health as seen by active checks and passive outlier detection. */
 typedef enum gw_health_state { GW_H_UNKNOWN = 0, GW_H_HEALTHY, GW_H_UNHEALTHY } gw_health_state;

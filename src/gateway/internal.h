@@ -80,6 +80,13 @@ typedef struct gw_replica {
   int hc_status, mc_status;
   uint64_t next_check_ms, next_models_ms;
   bool check_now;         /* set by any thread (atomic builtins) */
+  /* kv_aware: LLM load per model from the replica's /metrics, replaced under g->mu */
+  gw_kv_stat *kv;
+  size_t n_kv;
+  uint64_t kv_ms;        /* when read (clock_now_ms), 0 = never */
+  http_client *xc;       /* control loop: the /metrics scrape */
+  char *xbuf; size_t xlen, xcap;
+  int xc_status;
   struct gp_conn *gup;   /* gRPC: the current HTTP/2 connection (gRPC loop only) */
   /* per loop pools (invariant 3) */
   gw_conn **idle;

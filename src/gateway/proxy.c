@@ -547,7 +547,29 @@ static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
     w[i] = cand[i]->weight;
   }
   int k = -1;
-  if (q->has_affinity) {
+  bool openai = q->hreq->path_len > 4 && !memcmp(q->hreq->path, "/v1/", 4);
+  if (g->cfg.balancer == GW_BAL_KV_AWARE && openai && n) {
+    /* LLM load from each replica's /metrics (for this model) with prefix affinity */
+    gw_kv_load loads[GW_MAX_CAND];
+    uint64_t ids[GW_MAX_CAND];
+    for (size_t i = 0; i < n; i++) {
+      gw_kv_load *l = &loads[i];
+      memset(l, 0, sizeof *l);
+      l->outstanding = out[i];
+      ids[i] = cand[i]->id_hash;
+      for (size_t m = 0; m < cand[i]->n_kv; m++) {
+        const gw_kv_stat *x = &cand[i]->kv[m];
+        if (strcmp(x->model, q->model)) continue;
+        l->known = true;
+        l->running = x->running;
+        l->waiting = x->waiting;
+        l->pending = x->pending;
+        l->kv_usage = x->kv_usage;
+      }
+    }
+    k = gw_kv_pick(n, loads, ids, q->has_affinity, q->affinity_key, g->cfg.kv_weight,
+                   g->cfg.prefix_bonus);
+  } else if (q->has_affinity) {
     uint64_t ids[GW_MAX_CAND];
     for (size_t i = 0; i < n; i++) ids[i] = cand[i]->id_hash;
     k = gw_affinity_pick(n, ids, q->affinity_key, out, g->cfg.affinity_load_factor);

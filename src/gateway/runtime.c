@@ -109,6 +109,19 @@ static void status_render(gateway *g, cbuf *b, bool json) {
       tb_time(b, "out_ms", r->out_ms, g->start_ms);
       tb_time(b, "unhealthy_ms", r->unhealthy_ms, g->start_ms);
       tb_time(b, "ejected_ms", r->ejected_ms, g->start_ms);
+      if (r->kv_ms) {
+        cbuf_printf(b, ",\"llm\":{");
+        for (size_t k = 0; k < r->n_kv; k++) {
+          const gw_kv_stat *x = &r->kv[k];
+          cbuf_printf(b, "%s\"", k ? "," : "");
+          tb_esc(b, x->model, true);
+          cbuf_printf(b, "\":{\"running\":%g,\"waiting\":%g,\"pending\":%g,\"kv_usage\":%g,"
+                         "\"prefix_cache_queries\":%g,\"prefix_cache_hits\":%g}",
+                      x->running, x->waiting, x->pending, x->kv_usage, x->prefix_queries, x->prefix_hits);
+        }
+        cbuf_printf(b, "}");
+        tb_time(b, "llm_ms", r->kv_ms, g->start_ms);
+      }
       cbuf_printf(b, ",\"models\":[");
       for (size_t k = 0; k < r->n_models; k++) {
         cbuf_printf(b, "%s\"", k ? "," : "");
@@ -366,6 +379,7 @@ static void free_replicas(gateway *g) {
     gw_replica *r = g->reps[i];
     for (size_t k = 0; k < r->n_models; k++) free(r->models[k]);
     free(r->models);
+    free(r->kv);
     free(r->idle);
     free(r->n_idle);
     free(r);
@@ -381,6 +395,8 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   if (!g) return cinfer_status_oom("gateway");
   g->cfg = *cfg;
   memset(cfg, 0, sizeof *cfg);
+  /* kv_aware scores prompt prefixes: on by default with it (affinity.prefix_bytes) */
+  if (g->cfg.balancer == GW_BAL_KV_AWARE && !g->cfg.prefix_bytes) g->cfg.prefix_bytes = 256;
   pthread_mutex_init(&g->mu, NULL);
   pthread_mutex_init(&g->rate_mu, NULL);
   pthread_mutex_init(&g->tok_mu, NULL);
