@@ -285,6 +285,18 @@ static void ds_finish_hdrs(gp_ds *d, gp_hdrs *tr, const gp_hdrs *head) {
     return;
   }
   d->finished = true;
+  /* a replica's trailers-only answer carries :status and content-type: ours replace them */
+  size_t k = 0;
+  for (size_t i = 0; i < tr->n; i++) {
+    nghttp2_nv *x = &tr->nv[i];
+    if (x->name[0] == ':' || is(x->name, x->namelen, "content-type")) {
+      free(x->name);
+      free(x->value);
+    } else {
+      tr->nv[k++] = *x;
+    }
+  }
+  tr->n = k;
   const nghttp2_nv *s = hdrs_find(tr, "grpc-status");
   d->status = s ? atoi((const char *)s->value) : 2;
   record(d);

@@ -139,6 +139,21 @@ def test_unknown_model_and_malformed_message(cluster):
     assert np.array_equal(ident(c, np.ones((1, 2), dtype=np.float32)), np.ones((1, 2), dtype=np.float32))
 
 
+def test_replica_errors_pass_through_with_their_status(cluster):
+    gw, a, _ = cluster
+    c = tg.InferenceServerClient(gw.grpc_url)
+    direct = tg.InferenceServerClient(f"127.0.0.1:{a.grpc_port}")
+    bad = tg.InferInput("INPUT0", [1, 3], "INT32")
+    bad.set_data_from_numpy(np.zeros((1, 3), dtype=np.int32))
+    errs = []
+    for cl in (direct, c):
+        with pytest.raises(InferenceServerException) as e:
+            cl.infer("identity", [bad])
+        errs.append((str(e.value.status()), e.value.message()))
+    assert errs[0] == errs[1], errs  # the replica's status and message, unchanged
+    assert "INVALID_ARGUMENT" in errs[1][0] and "INT32" in errs[1][1]
+
+
 def test_llm_stream_token_by_token_stays_on_one_replica(cluster):
     gw, a, b = cluster
     c = tg.InferenceServerClient(gw.grpc_url)
