@@ -64,10 +64,11 @@ def test_same_prefix_same_replica_and_prefixes_spread(cluster):
 
 def test_a_replica_running_sequences_gets_no_new_requests(cluster):
     gw, a, b = cluster
-    # load on replica a that does not pass through the gateway: three long generations
+    # load on replica a that does not pass through the gateway: four long generations (cost
+    # >= 4 - prefix_bonus 2 = 2, above b's worst: one sequence of a previous call read late)
     conns = []
     try:
-        for i in range(3):
+        for i in range(4):
             c = http.client.HTTPConnection("127.0.0.1", a.port, timeout=120)
             c.request("POST", "/v1/completions", body=json.dumps(
                 {"model": LLM, "prompt": f"Count to a thousand, run {i}:", "max_tokens": 4000,
@@ -76,8 +77,8 @@ def test_a_replica_running_sequences_gets_no_new_requests(cluster):
             assert resp.status == 200
             resp.readline()  # the first event: the sequence runs
             conns.append((c, resp))
-        wait_for(lambda: llm_reading(gw, a.hostport).get("running", 0) >= 3, 30,
-                 "the gateway reads 3 running sequences on replica a")
+        wait_for(lambda: llm_reading(gw, a.hostport).get("running", 0) >= 4, 30,
+                 "the gateway reads 4 running sequences on replica a")
         # every family goes to b now, including those whose prefix belongs to a
         got = [chat(gw, system_prompt(k), "while a is busy") for k in range(1, 13)]
         assert set(got) == {b.hostport}, got
