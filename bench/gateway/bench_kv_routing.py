@@ -139,7 +139,8 @@ def run_policy(policy, a):
     reps = [start([BIN, "serve", "--model-repository", REPO, "--host", "127.0.0.1", "--http-port", "0",
                    "--grpc-port", "0"] + args) for _ in range(2)]
     cfg = {"upstreams": {"static": [f"127.0.0.1:{port}" for _, port in reps], "models_interval_ms": 200},
-           "health": {"interval_ms": 200, "timeout_ms": 200}, "balancer": policy,
+           # generous checks: on a loaded machine a 200 ms timeout flaps replicas out
+           "health": {"interval_ms": 1000, "timeout_ms": 1000, "unhealthy_threshold": 5}, "balancer": policy,
            "affinity": {"prefix_bytes": 256},
            "retry": {"try_timeout_ms": 600000, "request_timeout_ms": 600000}}
     fd, path = tempfile.mkstemp(suffix=".json")
