@@ -3,6 +3,9 @@
 workload, two `cinfer serve` replicas of an LLM behind `cinfer gateway`, both policies in
 one run (fresh replicas for each, so both start with cold prefix caches).
 
+Policies: p2c (power of two choices on outstanding requests, no affinity), p2c+prefix (the
+same with bounded-load rendezvous affinity on the first 256 prompt bytes) and kv_aware.
+
 Workload: F conversation families, each with its own long system prompt; U users, user u
 in family u % F, each holding one multi-turn conversation (the history grows by the
 question and the answer every turn), T turns, streamed answers of M tokens. Reported per
@@ -134,14 +137,15 @@ def pct(xs, p):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def run_policy(policy, a):
+def run_policy(name, a):
+    policy, prefix = {"p2c": ("p2c", 0), "p2c+prefix": ("p2c", 256), "kv_aware": ("kv_aware", 256)}[name]
     args = ["--model-control-mode", "explicit", "--load-model", a.model]
     reps = [start([BIN, "serve", "--model-repository", REPO, "--host", "127.0.0.1", "--http-port", "0",
                    "--grpc-port", "0"] + args) for _ in range(2)]
     cfg = {"upstreams": {"static": [f"127.0.0.1:{port}" for _, port in reps], "models_interval_ms": 200},
            # generous checks: on a loaded machine a 200 ms timeout flaps replicas out
            "health": {"interval_ms": 1000, "timeout_ms": 1000, "unhealthy_threshold": 5}, "balancer": policy,
-           "affinity": {"prefix_bytes": 256},
+           "affinity": {"prefix_bytes": prefix},
            "retry": {"try_timeout_ms": 600000, "request_timeout_ms": 600000}}
     fd, path = tempfile.mkstemp(suffix=".json")
     with os.fdopen(fd, "w") as f:
@@ -170,12 +174,12 @@ def run_policy(policy, a):
     h = sum(x[1] - y[1] for x, y in zip(after, before))
     ok = [r for r in out if r["ok"]]
     if len(ok) < len(out):
-        print(f"{policy}: failed requests: " + ", ".join(f"{r['status']} via {r['upstream'] or '?'}"
+        print(f"{name}: failed requests: " + ", ".join(f"{r['status']} via {r['upstream'] or '?'}"
                                                         for r in out if not r["ok"]), file=sys.stderr)
     fam_reps = {}
     for r in ok:
         fam_reps.setdefault(r["family"], set()).add(r["upstream"])
-    return {"policy": policy, "requests": len(out), "failed": len(out) - len(ok), "wall_s": wall,
+    return {"policy": name, "requests": len(out), "failed": len(out) - len(ok), "wall_s": wall,
             "ttft_p50_ms": 1000 * pct([r["ttft"] for r in ok], 50),
             "ttft_p99_ms": 1000 * pct([r["ttft"] for r in ok], 99),
             "e2e_p50_ms": 1000 * pct([r["e2e"] for r in ok], 50),
@@ -191,9 +195,11 @@ def main():
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=12)
     ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--policies", default="p2c,p2c+prefix,kv_aware",
+                    help="p2c (no affinity), p2c+prefix (bounded-load prefix affinity), kv_aware")
     ap.add_argument("--json")
     a = ap.parse_args()
-    rows = [run_policy(p, a) for p in ("p2c", "kv_aware")]
+    rows = [run_policy(p, a) for p in a.policies.split(",")]
     print(f"families {a.families}, users {a.users}, turns {a.turns}, max_tokens {a.max_tokens}, model {a.model}")
     print("| policy | requests | failed | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms | prefix-cache hit rate | replicas per family |")
     print("|---|---|---|---|---|---|---|---|---|")
