@@ -179,7 +179,10 @@ def run_policy(name, a):
     fam_reps = {}
     for r in ok:
         fam_reps.setdefault(r["family"], set()).add(r["upstream"])
-    return {"policy": name, "requests": len(out), "failed": len(out) - len(ok), "wall_s": wall,
+    per_rep = {}
+    for r in ok:
+        per_rep[r["upstream"]] = per_rep.get(r["upstream"], 0) + 1
+    return {"policy": name, "per_replica": sorted(per_rep.values()), "requests": len(out), "failed": len(out) - len(ok), "wall_s": wall,
             "ttft_p50_ms": 1000 * pct([r["ttft"] for r in ok], 50),
             "ttft_p99_ms": 1000 * pct([r["ttft"] for r in ok], 99),
             "e2e_p50_ms": 1000 * pct([r["e2e"] for r in ok], 50),
@@ -201,11 +204,11 @@ def main():
     a = ap.parse_args()
     rows = [run_policy(p, a) for p in a.policies.split(",")]
     print(f"families {a.families}, users {a.users}, turns {a.turns}, max_tokens {a.max_tokens}, model {a.model}")
-    print("| policy | requests | failed | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms | prefix-cache hit rate | replicas per family |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| policy | requests | failed | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms | prefix-cache hit rate | replicas per family | requests per replica |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['policy']} | {r['requests']} | {r['failed']} | {r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} | "
-              f"{r['e2e_p50_ms']:.0f} | {r['e2e_p99_ms']:.0f} | {r['prefix_hit_rate']:.3f} | {r['replicas_per_family']:.2f} |")
+              f"{r['e2e_p50_ms']:.0f} | {r['e2e_p99_ms']:.0f} | {r['prefix_hit_rate']:.3f} | {r['replicas_per_family']:.2f} | {'/'.join(map(str, r['per_replica']))} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
