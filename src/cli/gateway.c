@@ -26,13 +26,18 @@ static void gw_usage(FILE *f) {
           "  --config FILE              JSON configuration file\n"
           "  --host ADDR                listen address (default 0.0.0.0)\n"
           "  --port N                   listen port (default 8080; 0 = ephemeral)\n"
+          "  --grpc-port N              also serve gRPC (h2c; h2 by ALPN with --tls-cert) on N\n"
+          "                             (default off; 0 = ephemeral)\n"
           "  --io-threads N             I/O threads (default 2)\n"
-          "  --upstream HOST:PORT       a replica (repeatable)\n"
+          "  --upstream HOST:PORT[,grpc=N]  a replica (repeatable), N its gRPC port\n"
+          "  --upstream-grpc-port N     replicas' gRPC port when their entry names none\n"
           "  --dns NAME:PORT            a DNS name whose every A/AAAA record is a replica\n"
           "                             (repeatable; re-resolved every --dns-interval-ms)\n"
           "  --dns-interval-ms N        default 5000\n"
-          "  --upstreams-file FILE      watched file, one 'host:port [group=G] [weight=N]' a line\n"
-          "  --balancer NAME            p2c (default) | round_robin | weighted\n"
+          "  --upstreams-file FILE      watched file, one 'host:port [group=G] [weight=N] [grpc=N]' a line\n"
+          "  --balancer NAME            p2c (default) | round_robin | weighted | kv_aware\n"
+          "                             (kv_aware: OpenAI routes by the replicas' LLM load from\n"
+          "                             their /metrics and prompt-prefix affinity)\n"
           "  --health-interval-ms N     active check interval (default 2000)\n"
           "  --health-timeout-ms N      active check timeout (default 1000)\n"
           "  --rate R                   requests/s per key (API key header or X-Forwarded-For)\n"
@@ -80,10 +85,12 @@ static bool set_str(char **dst, const char *v) {
 int cmd_gateway(int argc, char **argv) {
   enum {
     O_CONFIG = 256, O_HOST, O_PORT, O_IO, O_UP, O_DNS, O_DNSI, O_FILE, O_BAL, O_HI, O_HT,
-    O_RATE, O_BURST, O_NODELAY, O_MAXC, O_TOKEN, O_SEED, O_LOGF, O_LOGV, O_CHECK, O_KEYS, O_TPROXY, O_TCERT, O_TKEY, O_UTLS, O_UCA, O_UCERT, O_UKEY
+    O_RATE, O_BURST, O_NODELAY, O_MAXC, O_TOKEN, O_SEED, O_LOGF, O_LOGV, O_CHECK, O_KEYS, O_TPROXY, O_TCERT, O_TKEY, O_UTLS, O_UCA, O_UCERT, O_UKEY, O_GPORT, O_UGPORT
   };
   static const struct option opts[] = {
       {"config", required_argument, 0, O_CONFIG}, {"host", required_argument, 0, O_HOST},
+      {"grpc-port", required_argument, 0, O_GPORT},
+      {"upstream-grpc-port", required_argument, 0, O_UGPORT},
       {"port", required_argument, 0, O_PORT}, {"io-threads", required_argument, 0, O_IO},
       {"upstream", required_argument, 0, O_UP}, {"dns", required_argument, 0, O_DNS},
       {"dns-interval-ms", required_argument, 0, O_DNSI},
@@ -132,18 +139,31 @@ int cmd_gateway(int argc, char **argv) {
       case O_CONFIG: break;
       case O_HOST: if (!set_str(&cfg.host, optarg)) goto oom; break;
       case O_PORT: if (!cli_parse_int("gateway", "--port", optarg, 0, 65535, &v)) goto out; cfg.port = (int)v; break;
+      case O_GPORT: if (!cli_parse_int("gateway", "--grpc-port", optarg, 0, 65535, &v)) goto out; cfg.grpc_port = (int)v; break;
+      case O_UGPORT: if (!cli_parse_int("gateway", "--upstream-grpc-port", optarg, 1, 65535, &v)) goto out; cfg.upstream_grpc_port = (int)v; break;
       case O_IO: if (!cli_parse_int("gateway", "--io-threads", optarg, 1, 64, &v)) goto out; cfg.io_threads = (int)v; break;
       case O_UP: {
-        char host[256];
+        char host[256], addr[300];
         uint16_t port;
-        if (!gw_parse_hostport(optarg, host, sizeof host, &port)) {
+        long long gport = 0;
+        snprintf(addr, sizeof addr, "%s", optarg);
+        char *comma = strchr(addr, ',');
+        if (comma) {
+          *comma = 0;
+          if (strncmp(comma + 1, "grpc=", 5)) {
+            fprintf(stderr, "cinfer gateway: --upstream: '%s': after ',' expected grpc=PORT\n", optarg);
+            goto out;
+          }
+          if (!cli_parse_int("gateway", "--upstream ...,grpc=", comma + 6, 1, 65535, &gport)) goto out;
+        }
+        if (!gw_parse_hostport(addr, host, sizeof host, &port)) {
           fprintf(stderr, "cinfer gateway: --upstream: '%s' is not host:port\n", optarg);
           goto out;
         }
         gw_static_upstream *n = realloc(cfg.statics, (cfg.n_statics + 1) * sizeof *n);
         if (!n) goto oom;
         cfg.statics = n;
-        n[cfg.n_statics] = (gw_static_upstream){strdup(optarg), NULL, 1};
+        n[cfg.n_statics] = (gw_static_upstream){strdup(addr), NULL, 1, (int)gport};
         if (!n[cfg.n_statics++].address) goto oom;
         break;
       }
@@ -167,8 +187,9 @@ int cmd_gateway(int argc, char **argv) {
         if (!strcmp(optarg, "p2c")) cfg.balancer = GW_BAL_P2C;
         else if (!strcmp(optarg, "round_robin")) cfg.balancer = GW_BAL_ROUND_ROBIN;
         else if (!strcmp(optarg, "weighted")) cfg.balancer = GW_BAL_WEIGHTED;
+        else if (!strcmp(optarg, "kv_aware")) cfg.balancer = GW_BAL_KV_AWARE;
         else {
-          fprintf(stderr, "cinfer gateway: --balancer: '%s' is not p2c, round_robin or weighted\n", optarg);
+          fprintf(stderr, "cinfer gateway: --balancer: '%s' is not p2c, round_robin, weighted or kv_aware\n", optarg);
           goto out;
         }
         break;
@@ -238,9 +259,10 @@ int cmd_gateway(int argc, char **argv) {
     goto out;
   }
   {
-    char portbuf[16];
+    char portbuf[16], gportbuf[16];
     snprintf(portbuf, sizeof portbuf, "%u", gateway_port(g));
-    const char *kv[] = {"http_port", portbuf, NULL};
+    snprintf(gportbuf, sizeof gportbuf, "%u", gateway_grpc_port(g));
+    const char *kv[] = {"http_port", portbuf, gateway_grpc_port(g) ? "grpc_port" : NULL, gportbuf, NULL};
     log_event(LOG_INFO, kv, "cinfer gateway listening on %s", host);
   }
   int sig = 0;

@@ -21,6 +21,7 @@ void gw_config_defaults(gw_config *c) {
   memset(c, 0, sizeof *c);
   c->host = dupstr("0.0.0.0");
   c->port = 8080;
+  c->grpc_port = -1;
   c->io_threads = 2;
   c->drain_timeout_ms = 30000;
   c->dns_interval_ms = 5000;
@@ -50,6 +51,8 @@ void gw_config_defaults(gw_config *c) {
   c->variant_header = dupstr("X-Cinfer-Variant");
   c->session_header = dupstr("X-Session-Id");
   c->affinity_load_factor = 1.25;
+  c->kv_weight = 4.0;
+  c->prefix_bonus = 2.0;
   c->keys_interval_ms = 1000;
   c->public_groups[API_HEALTH] = c->public_groups[API_METADATA] = c->public_groups[API_INFERENCE] = true;
 }
@@ -214,14 +217,15 @@ static void pop_path(jctx *ctx, size_t saved) { ctx->path[saved] = 0; }
 #define TRY(x) do { cinfer_status *st_ = (x); if (st_) return st_; } while (0)
 
 static cinfer_status *parse_listen(jctx *ctx, gw_config *c, const cJSON *o) {
-  static const char *const keys[] = {"host", "port", "io_threads", "drain_timeout_ms",
-                                     "max_body_mb", NULL};
+  static const char *const keys[] = {"host", "port", "grpc_port", "io_threads",
+                                     "drain_timeout_ms", "max_body_mb", NULL};
   TRY(check_keys(ctx, o, keys));
   int mb = 0;
   TRY(get_int(ctx, o, "max_body_mb", 1, 65536, &mb));
   if (mb) c->max_body_bytes = (size_t)mb << 20;
   TRY(get_str(ctx, o, "host", &c->host));
   TRY(get_int(ctx, o, "port", 0, 65535, &c->port));
+  TRY(get_int(ctx, o, "grpc_port", -1, 65535, &c->grpc_port));
   TRY(get_int(ctx, o, "io_threads", 1, 64, &c->io_threads));
   TRY(get_int(ctx, o, "drain_timeout_ms", 0, 3600000, &c->drain_timeout_ms));
   return NULL;
@@ -229,12 +233,13 @@ static cinfer_status *parse_listen(jctx *ctx, gw_config *c, const cJSON *o) {
 
 static cinfer_status *parse_upstreams(jctx *ctx, gw_config *c, const cJSON *o) {
   static const char *const keys[] = {"static", "dns", "dns_interval_ms", "file",
-                                     "file_interval_ms", "models_interval_ms", NULL};
+                                     "file_interval_ms", "models_interval_ms", "grpc_port", NULL};
   TRY(check_keys(ctx, o, keys));
   TRY(get_int(ctx, o, "dns_interval_ms", 100, 86400000, &c->dns_interval_ms));
   TRY(get_int(ctx, o, "file_interval_ms", 100, 86400000, &c->file_interval_ms));
   TRY(get_int(ctx, o, "models_interval_ms", 100, 86400000, &c->models_interval_ms));
   TRY(get_str(ctx, o, "file", &c->upstreams_file));
+  TRY(get_int(ctx, o, "grpc_port", 0, 65535, &c->upstream_grpc_port));
   const cJSON *st = get_obj(o, "static");
   if (st) {
     if (!cJSON_IsArray(st)) return FAIL(ctx, "static", "must be an array");
@@ -256,11 +261,12 @@ static cinfer_status *parse_upstreams(jctx *ctx, gw_config *c, const cJSON *o) {
           err = FAIL(ctx, "address", "'%s' is not host:port", e->valuestring);
         else a[i].address = strdup(e->valuestring);
       } else if (cJSON_IsObject(e)) {
-        static const char *const ukeys[] = {"address", "group", "weight", NULL};
+        static const char *const ukeys[] = {"address", "group", "weight", "grpc_port", NULL};
         err = check_keys(ctx, e, ukeys);
         if (!err) err = get_str(ctx, e, "address", &a[i].address);
         if (!err) err = get_str(ctx, e, "group", &a[i].group);
         if (!err) err = get_int(ctx, e, "weight", 1, 1000000, &a[i].weight);
+        if (!err) err = get_int(ctx, e, "grpc_port", 1, 65535, &a[i].grpc_port);
         if (!err && !a[i].address) err = FAIL(ctx, "address", "missing");
         if (!err && !gw_parse_hostport(a[i].address, host, sizeof host, &port))
           err = FAIL(ctx, "address", "'%s' is not host:port", a[i].address);
@@ -336,7 +342,8 @@ static cinfer_status *parse_balancer(jctx *ctx, gw_config *c, const cJSON *v) {
     c->balancer = GW_BAL_P2C;
   else if (!strcmp(v->valuestring, "round_robin")) c->balancer = GW_BAL_ROUND_ROBIN;
   else if (!strcmp(v->valuestring, "weighted")) c->balancer = GW_BAL_WEIGHTED;
-  else return FAIL(ctx, "balancer", "'%s' is not p2c, round_robin or weighted", v->valuestring);
+  else if (!strcmp(v->valuestring, "kv_aware")) c->balancer = GW_BAL_KV_AWARE;
+  else return FAIL(ctx, "balancer", "'%s' is not p2c, round_robin, weighted or kv_aware", v->valuestring);
   return NULL;
 }
 
@@ -499,11 +506,14 @@ static cinfer_status *parse_concurrency(jctx *ctx, gw_config *c, const cJSON *o)
 }
 
 static cinfer_status *parse_affinity(jctx *ctx, gw_config *c, const cJSON *o) {
-  static const char *const keys[] = {"session_header", "prefix_bytes", "load_factor", NULL};
+  static const char *const keys[] = {"session_header", "prefix_bytes", "load_factor",
+                                     "kv_weight", "prefix_bonus", NULL};
   TRY(check_keys(ctx, o, keys));
   TRY(get_str(ctx, o, "session_header", &c->session_header));
   TRY(get_int(ctx, o, "prefix_bytes", 0, 1 << 20, &c->prefix_bytes));
   TRY(get_double(ctx, o, "load_factor", 1.0, 100.0, &c->affinity_load_factor));
+  TRY(get_double(ctx, o, "kv_weight", 0.0, 1e6, &c->kv_weight));
+  TRY(get_double(ctx, o, "prefix_bonus", 0.0, 1e6, &c->prefix_bonus));
   return NULL;
 }
 

@@ -34,6 +34,7 @@ typedef struct gw_found {
   uint16_t port;
   const char *group;
   int weight;
+  uint16_t grpc_port;    /* 0: cfg.upstream_grpc_port */
 } gw_found;
 
 static void format_addr(char *out, size_t cap, const char *host, uint16_t port) {
@@ -123,6 +124,7 @@ static void apply_source(gateway *g, unsigned bit, const gw_found *found, size_t
     r->mark = true;
     snprintf(r->group, sizeof r->group, "%s", found[k].group ? found[k].group : "");
     r->weight = found[k].weight > 0 ? found[k].weight : 1;
+    r->grpc_port = found[k].grpc_port ? found[k].grpc_port : (uint16_t)g->cfg.upstream_grpc_port;
   }
   for (size_t i = 0; i < g->n_reps; i++) {
     gw_replica *r = g->reps[i];
@@ -213,7 +215,7 @@ static void file_refresh(gateway *g, bool force) {
       continue;
     }
     char group[64] = "";
-    int weight = 1;
+    int weight = 1, gport = 0;
     bool bad = false;
     while ((tok = strtok_r(NULL, " \t\r\n", &save))) {
       if (!strncmp(tok, "group=", 6)) snprintf(group, sizeof group, "%s", tok + 6);
@@ -222,10 +224,15 @@ static void file_refresh(gateway *g, bool force) {
         long w = strtol(tok + 7, &e, 10);
         if (*e || w < 1 || w > 1000000) bad = true;
         else weight = (int)w;
+      } else if (!strncmp(tok, "grpc=", 5)) {
+        char *e;
+        long w = strtol(tok + 5, &e, 10);
+        if (*e || w < 1 || w > 65535) bad = true;
+        else gport = (int)w;
       } else bad = true;
     }
     if (bad) {
-      LOG_W("gateway: %s:%d: expected 'host:port [group=NAME] [weight=N]' (line ignored)", path, lineno);
+      LOG_W("gateway: %s:%d: expected 'host:port [group=NAME] [weight=N] [grpc=PORT]' (line ignored)", path, lineno);
       continue;
     }
     if (n + 16 > cap) {
@@ -243,6 +250,7 @@ static void file_refresh(gateway *g, bool force) {
       LOG_W("gateway: %s:%d: %s: %s", path, lineno, host, gai_strerror(err));
       continue;
     }
+    found[n].grpc_port = (uint16_t)gport;
     n++;
   }
   fclose(f);
@@ -272,6 +280,7 @@ cinfer_status *gw_static_resolve(gateway *g) {
       return cinfer_status_new(CINFER_INVALID_ARG, "upstreams.static[%zu]: '%s': %s", i, host,
                                err ? gai_strerror(err) : "no address");
     }
+    found[n].grpc_port = (uint16_t)s->grpc_port;
     n++;
   }
   apply_source(g, GW_SRC_STATIC, found, n);
@@ -425,22 +434,73 @@ static void mc_done(void *user, http_client_error err, const char *msg) {
   r->mc_stage = 0;
 }
 
+/* ---- LLM load (kv_aware): the replica's /metrics on the health interval -------------- */
+
+static void xc_head(void *user, const http_response *resp) {
+  gw_replica *r = user;
+  r->xc_status = resp->status;
+  r->xlen = 0;
+}
+
+static void xc_body(void *user, const char *data, size_t len) {
+  gw_replica *r = user;
+  if (r->xlen + len > (4u << 20)) return;  /* bounded; the series we read come early */
+  if (r->xlen + len > r->xcap) {
+    size_t cap = r->xcap ? r->xcap : 16384;
+    while (cap < r->xlen + len) cap *= 2;
+    char *nb = realloc(r->xbuf, cap);
+    if (!nb) return;
+    r->xbuf = nb;
+    r->xcap = cap;
+  }
+  memcpy(r->xbuf + r->xlen, data, len);
+  r->xlen += len;
+}
+
+static void xc_done(void *user, http_client_error err, const char *msg) {
+  gw_replica *r = user;
+  gateway *g = g_of(r);
+  (void)msg;
+  if (err != HTTP_CLIENT_OK || r->xc_status != 200) return;  /* the last reading stays */
+  gw_kv_stat tmp[64];
+  size_t n = gw_kv_parse_metrics(r->xbuf ? r->xbuf : "", r->xlen, tmp, 64);
+  gw_kv_stat *nk = n ? malloc(n * sizeof *nk) : NULL;
+  if (n && !nk) return;
+  if (n) memcpy(nk, tmp, n * sizeof *nk);
+  pthread_mutex_lock(&g->mu);
+  gw_kv_stat *old = r->kv;
+  r->kv = nk;
+  r->n_kv = n;
+  r->kv_ms = clock_now_ms();
+  pthread_mutex_unlock(&g->mu);
+  free(old);
+}
+
+static const char METRICS_REQ[] =
+    "GET /metrics HTTP/1.1\r\nHost: cinfer-upstream\r\nUser-Agent: cinfer-gateway\r\n\r\n";
+
 static const char INDEX_REQ[] =
     "POST /v2/repository/index HTTP/1.1\r\nHost: cinfer-upstream\r\nUser-Agent: cinfer-gateway\r\n"
     "Content-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"ready\":true}";
 static const char MODELS_REQ[] =
     "GET /v1/models HTTP/1.1\r\nHost: cinfer-upstream\r\nUser-Agent: cinfer-gateway\r\n\r\n";
 
+static http_client *ctl_client_cb(gateway *g, gw_replica *r, bool health, bool metrics);
 static http_client *ctl_client(gateway *g, gw_replica *r, bool health) {
+  return ctl_client_cb(g, r, health, false);
+}
+
+static http_client *ctl_client_cb(gateway *g, gw_replica *r, bool health, bool metrics) {
   http_client_opts o = {.host = r->host, .port = r->port,
                         .connect_timeout_ms = g->cfg.health_timeout_ms,
                         .response_timeout_ms = health ? g->cfg.health_timeout_ms
                                                       : g->cfg.health_timeout_ms * 5,
                         .tls = g->tls_up, .tls_name = g->cfg.up_server_name};
   http_client_callbacks cbh = {hc_head, NULL, hc_done};
+  http_client_callbacks cbx = {xc_head, xc_body, xc_done};
   http_client_callbacks cbm = {mc_head, mc_body, mc_done};
   http_client *c = NULL;
-  cinfer_status *st = http_client_create(g->ctl, &o, health ? &cbh : &cbm, r, &c);
+  cinfer_status *st = http_client_create(g->ctl, &o, metrics ? &cbx : health ? &cbh : &cbm, r, &c);
   if (st) {
     LOG_W("gateway: upstream %s: %s", r->addr, cinfer_status_message(st));
     cinfer_status_free(st);
@@ -536,6 +596,13 @@ static void ctl_tick(loop_timer *t) {
         r->next_check_ms = now + (uint64_t)g->cfg.health_interval_ms;
         http_client_send(r->hc, g->health_req, g->health_req_len, false);
       }
+      if (g->cfg.balancer == GW_BAL_KV_AWARE && (!r->xc || !http_client_busy(r->xc))) {
+        if (!r->xc) r->xc = ctl_client_cb(g, r, false, true);
+        if (r->xc) {
+          r->xc_status = 0;
+          http_client_send(r->xc, METRICS_REQ, sizeof METRICS_REQ - 1, false);
+        }
+      }
     }
     pthread_mutex_lock(&g->mu);  /* passive ejection writes r->h from I/O threads */
     bool healthy = r->h.state == GW_H_HEALTHY;
@@ -587,10 +654,13 @@ void gw_control_stop(gateway *g) {
     gw_replica *r = g->reps[i];
     http_client_destroy(r->hc);
     http_client_destroy(r->mc);
-    r->hc = r->mc = NULL;
+    http_client_destroy(r->xc);
+    r->hc = r->mc = r->xc = NULL;
     pending_clear(r);
     free(r->mbuf);
     r->mbuf = NULL;
+    free(r->xbuf);
+    r->xbuf = NULL;
   }
   loop_timer_cancel(g->ctl, &g->ctl_tick);
   loop_destroy(g->ctl);

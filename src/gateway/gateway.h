@@ -25,12 +25,15 @@
 /* Configuration                                                                          */
 /* ===================================================================================== */
 
-typedef enum gw_balancer { GW_BAL_P2C = 0, GW_BAL_ROUND_ROBIN, GW_BAL_WEIGHTED } gw_balancer;
+/* KV_AWARE: OpenAI routes are scored by the replicas' LLM load and prefix affinity
+ * (gw_kv_pick, from their /metrics); every other route is P2C. */
+typedef enum gw_balancer { GW_BAL_P2C = 0, GW_BAL_ROUND_ROBIN, GW_BAL_WEIGHTED, GW_BAL_KV_AWARE } gw_balancer;
 
 typedef struct gw_static_upstream {
   char *address;  /* "host:port" (IPv6 as "[::1]:port"); owned */
   char *group;    /* replica group for canary variants; owned, may be NULL */
   int weight;     /* >= 1, used by the weighted balancer */
+  int grpc_port;  /* the replica's gRPC port; 0 = upstreams.grpc_port */
 } gw_static_upstream;
 
 typedef struct gw_dns_upstream {
@@ -74,6 +77,8 @@ typedef struct gw_config {
   /* listen */
   char *host;               /* default "0.0.0.0" */
   int port;                 /* default 8080; 0 = ephemeral */
+  int grpc_port;            /* gRPC listener (h2c, or h2 by ALPN with TLS); -1 = off
+                               (default); 0 = ephemeral */
   int io_threads;           /* default 2 */
   int drain_timeout_ms;     /* SIGTERM grace period, default 30000 */
   /* upstreams */
@@ -83,6 +88,7 @@ typedef struct gw_config {
   char *upstreams_file;     /* one host:port [group] [weight] per line; '#' comments */
   int file_interval_ms;     /* default 1000 (mtime polled) */
   int models_interval_ms;   /* model discovery per replica, default 5000 */
+  int upstream_grpc_port;   /* replicas' gRPC port when an entry names none; 0 = none */
   gw_balancer balancer;     /* default p2c */
   unsigned seed;            /* RNG seed; 0 = from the clock */
   /* active health checks */
@@ -121,6 +127,8 @@ typedef struct gw_config {
   char *session_header;     /* default "X-Session-Id": same value -> same replica */
   int prefix_bytes;         /* default 0 (off): OpenAI prompts route on their first N bytes */
   double affinity_load_factor; /* default 1.25: bounded load, see gw_affinity_pick */
+  double kv_weight;         /* kv_aware: cost of a full KV cache, in sequences (default 4) */
+  double prefix_bonus;      /* kv_aware: cost taken off the prefix's replica (default 2) */
   /* admin */
   char *admin_token;        /* bearer token for the /admin endpoints and the restricted API
                                groups (an operator credential); NULL = admin disabled */
@@ -228,6 +236,32 @@ int gw_affinity_pick(size_t n, const uint64_t *ids, uint64_t key, const uint32_t
                      double load_factor);
 uint64_t gw_hash64(const void *data, size_t len);
 
+/* KV-aware routing (kv_aware balancer). A replica's LLM load for one model, from its
+ * /metrics (cinfer_llm_running_sequences, cinfer_llm_waiting_sequences,
+ * cinfer_llm_kv_cache_usage_ratio, cinfer_pending_requests; series by model label). */
+typedef struct gw_kv_stat {
+  char model[128];
+  double running, waiting, kv_usage, pending;
+  double prefix_queries, prefix_hits;   /* cinfer_llm_prefix_cache_*_total (for status) */
+} gw_kv_stat;
+/* Parses Prometheus text; fills up to cap models (one entry per model label). Returns the
+ * number of entries. Lines it does not know are skipped; a malformed value skips its line. */
+size_t gw_kv_parse_metrics(const char *text, size_t len, gw_kv_stat *out, size_t cap);
+
+typedef struct gw_kv_load {
+  uint32_t outstanding;     /* this gateway's requests in flight to the replica (exact) */
+  bool known;               /* the replica's metrics for the model were read */
+  double running, waiting, pending, kv_usage;
+} gw_kv_load;
+/* The candidate of lowest cost:
+ *   load = max(outstanding, running + 2 * waiting + pending)   (known) or outstanding
+ *   cost = load + kv_weight * kv_usage - (prefix_bonus if it is the key's replica)
+ * where the key's replica is the rendezvous-hash choice of the prompt prefix among the
+ * candidates (has_key). Ties go to the higher rendezvous rank, so equal replicas split
+ * prompts by prefix. -1 when n == 0. */
+int gw_kv_pick(size_t n, const gw_kv_load *l, const uint64_t *ids, bool has_key, uint64_t key,
+               double kv_weight, double prefix_bonus);
+
 /* Replica health as seen by active checks and passive outlier detection. */
 typedef enum gw_health_state { GW_H_UNKNOWN = 0, GW_H_HEALTHY, GW_H_UNHEALTHY } gw_health_state;
 
@@ -321,6 +355,23 @@ char *gw_filter_listing(const char *body, size_t len, bool openai, const gw_key 
                         size_t *out_len);
 
 /* ===================================================================================== */
+/* gRPC (pure, grpc_msg.c): the gateway reads only the model name of a request message    */
+/* ===================================================================================== */
+
+/* Finds length-delimited field `field` of a protobuf message: 1 (val/val_len point into
+ * msg; the last occurrence wins), 0 when absent, -1 when the message is malformed (a bad
+ * varint, a length past the end, a wire type these messages never use, or the field with
+ * a non-string wire type). */
+int gw_pb_string_field(const uint8_t *msg, size_t len, uint32_t field, const uint8_t **val,
+                       size_t *val_len);
+/* The model name (string field `field`) of the gRPC message at the start of body[0..len)
+ * (5-byte prefix: compressed flag, big-endian length; gzip = the call's grpc-encoding is
+ * gzip). 1: out holds the name; 0: the message names none; -1: err says why. A compressed
+ * message is inflated only up to 64 KiB: the name must be among its first fields. */
+int gw_grpc_request_model(const uint8_t *body, size_t len, bool gzip, uint32_t field,
+                          char *out, size_t cap, char *err, size_t ecap);
+
+/* ===================================================================================== */
 /* Runtime                                                                                */
 /* ===================================================================================== */
 
@@ -331,6 +382,8 @@ typedef struct gateway gateway;
  * failing that is an error naming the entry. */
 cinfer_status *gateway_create(gw_config *cfg, gateway **out);
 uint16_t gateway_port(const gateway *g);
+/* The gRPC listener's port (0 when gRPC is off). */
+uint16_t gateway_grpc_port(const gateway *g);
 /* Not ready (/readyz 503), stop accepting, let in-flight requests finish (up to
  * drain_timeout_ms). Returns the number of connections that had to be forced. */
 int gateway_drain(gateway *g);

@@ -48,6 +48,7 @@ typedef struct gw_replica {
   char addr[80];         /* "ip:port" / "[v6]:port": identity and metrics label */
   char host[64];
   uint16_t port;
+  uint16_t grpc_port;    /* its gRPC port, 0 = none (not a gRPC candidate); under g->mu */
   char group[64];        /* "" = no group */
   uint64_t id_hash;      /* gw_hash64(addr): identity for affinity hashing */
   int weight;
@@ -79,6 +80,14 @@ typedef struct gw_replica {
   int hc_status, mc_status;
   uint64_t next_check_ms, next_models_ms;
   bool check_now;         /* set by any thread (atomic builtins) */
+  /* kv_aware: LLM load per model from the replica's /metrics, replaced under g->mu */
+  gw_kv_stat *kv;
+  size_t n_kv;
+  uint64_t kv_ms;        /* when read (clock_now_ms), 0 = never */
+  http_client *xc;       /* control loop: the /metrics scrape */
+  char *xbuf; size_t xlen, xcap;
+  int xc_status;
+  struct gp_conn *gup;   /* gRPC: the current HTTP/2 connection (gRPC loop only) */
   /* per loop pools (invariant 3) */
   gw_conn **idle;
   int *n_idle;
@@ -166,6 +175,7 @@ struct gateway {
   _Atomic long long active;          /* admitted requests in flight */
   _Atomic long long retries_active;  /* of which on a retry try */
 
+  struct gw_grpc *grpc;   /* the gRPC listener and its loop (grpc_proxy.c), NULL = off */
   net_tls *tls_srv;       /* listener TLS, NULL = plain */
   net_tls *tls_up;        /* upstream TLS, NULL = plain */
 
@@ -199,6 +209,22 @@ gw_keyset *gw_keys_get(gateway *g);
 /* proxy.c */
 void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop);
 void gw_pools_free_on_loop(gateway *g, int loop);
+/* Passive health result of a proxied try (ejection with the ejected-share cap). */
+void gw_passive(gateway *g, gw_replica *r, bool failure, uint64_t now);
+/* Takes one request from the rate bucket of key[0..n) (created at first use). */
+gw_bucket_result gw_rate_take(gateway *g, const char *key, size_t n, double rate, double burst,
+                              uint64_t now);
+/* The canary variant of a request for model (force: the variant header's value or NULL):
+ * its index (-1 = none: no canary for model) and, when >= 0, its name, replica group and
+ * version override (0 = none). */
+int gw_canary_choose(gateway *g, const char *model, const char *force, size_t flen,
+                     char *group, size_t gcap, long long *version, char *name, size_t ncap);
+
+/* grpc_proxy.c: the gRPC listener on its own loop (cfg.grpc_port >= 0) */
+typedef struct gw_grpc gw_grpc;
+cinfer_status *gw_grpc_start(gateway *g);
+void gw_grpc_drain(gateway *g);   /* stop accepting, GOAWAY to clients */
+void gw_grpc_stop(gateway *g);    /* closes everything, joins the loop; NULL-safe */
 
 /* runtime.c */
 void gw_respond_error(http_exchange *ex, int status, const char *request_id, const char *fmt,

@@ -228,3 +228,36 @@ int gw_affinity_pick(size_t n, const uint64_t *ids, uint64_t key, const uint32_t
   }
   return best;
 }
+
+int gw_kv_pick(size_t n, const gw_kv_load *l, const uint64_t *ids, bool has_key, uint64_t key,
+               double kv_weight, double prefix_bonus) {
+  if (n == 0) return -1;
+  int aff = -1;
+  uint64_t aff_score = 0;
+  for (size_t i = 0; has_key && i < n; i++) {
+    uint64_t s = mix64(key, ids[i]);
+    if (aff < 0 || s > aff_score) {
+      aff = (int)i;
+      aff_score = s;
+    }
+  }
+  int best = -1;
+  double best_cost = 0;
+  uint64_t best_rank = 0;
+  for (size_t i = 0; i < n; i++) {
+    double load = (double)l[i].outstanding;
+    if (l[i].known) {
+      double m = l[i].running + 2.0 * l[i].waiting + l[i].pending;
+      if (m > load) load = m;
+    }
+    double cost = load + (l[i].known ? kv_weight * l[i].kv_usage : 0.0);
+    if ((int)i == aff) cost -= prefix_bonus;
+    uint64_t rank = mix64(has_key ? key : 0, ids[i]);
+    if (best < 0 || cost < best_cost - 1e-9 || (cost < best_cost + 1e-9 && rank > best_rank)) {
+      best = (int)i;
+      best_cost = cost;
+      best_rank = rank;
+    }
+  }
+  return best;
+}

@@ -547,7 +547,29 @@ static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
     w[i] = cand[i]->weight;
   }
   int k = -1;
-  if (q->has_affinity) {
+  bool openai = q->hreq->path_len > 4 && !memcmp(q->hreq->path, "/v1/", 4);
+  if (g->cfg.balancer == GW_BAL_KV_AWARE && openai && n) {
+    /* LLM load from each replica's /metrics (for this model) with prefix affinity */
+    gw_kv_load loads[GW_MAX_CAND];
+    uint64_t ids[GW_MAX_CAND];
+    for (size_t i = 0; i < n; i++) {
+      gw_kv_load *l = &loads[i];
+      memset(l, 0, sizeof *l);
+      l->outstanding = out[i];
+      ids[i] = cand[i]->id_hash;
+      for (size_t m = 0; m < cand[i]->n_kv; m++) {
+        const gw_kv_stat *x = &cand[i]->kv[m];
+        if (strcmp(x->model, q->model)) continue;
+        l->known = true;
+        l->running = x->running;
+        l->waiting = x->waiting;
+        l->pending = x->pending;
+        l->kv_usage = x->kv_usage;
+      }
+    }
+    k = gw_kv_pick(n, loads, ids, q->has_affinity, q->affinity_key, g->cfg.kv_weight,
+                   g->cfg.prefix_bonus);
+  } else if (q->has_affinity) {
     uint64_t ids[GW_MAX_CAND];
     for (size_t i = 0; i < n; i++) ids[i] = cand[i]->id_hash;
     k = gw_affinity_pick(n, ids, q->affinity_key, out, g->cfg.affinity_load_factor);
@@ -590,7 +612,7 @@ static bool retry_allowed(gw_req *q) {
 
 static void start_try(gw_req *q);
 
-static void passive(gateway *g, gw_replica *r, bool failure, uint64_t now) {
+void gw_passive(gateway *g, gw_replica *r, bool failure, uint64_t now) {
   pthread_mutex_lock(&g->mu);
   size_t present = 0, ejected = 0;
   if (failure && g->cfg.eject_consecutive > 0 &&
@@ -712,7 +734,7 @@ static void up_done(void *user, http_client_error err, const char *msg) {
     uint64_t zero = 0;
     atomic_compare_exchange_strong(&r->first_ok_ms, &zero, clock_now_ms());
   }
-  passive(g, r, failure, now);
+  gw_passive(g, r, failure, now);
   if (connect_fail || (err == HTTP_CLIENT_OK && q->status == 503)) gw_replica_check_soon(g, r);
 
   bool safe = connect_fail || err == HTTP_CLIENT_RESET_BEFORE_RESPONSE;
@@ -850,7 +872,7 @@ static void on_cancel(void *arg) {
 
 /* ---- admission ----------------------------------------------------------------------- */
 
-static gw_bucket_result rate_take(gateway *g, const char *key, size_t n, double rate,
+gw_bucket_result gw_rate_take(gateway *g, const char *key, size_t n, double rate,
                                   double burst, uint64_t now) {
   if (n >= sizeof g->rate[0].key) n = sizeof g->rate[0].key - 1;
   uint64_t h = hash_bytes(key, n);
@@ -912,17 +934,13 @@ static gw_bucket_result rate_take(gateway *g, const char *key, size_t n, double 
   return res;
 }
 
-static void canary_pick(gateway *g, gw_req *q) {
-  q->variant = -1;
-  snprintf(q->variant_name, sizeof q->variant_name, "%s", "");
-  if (!q->model[0] || !g->n_canaries) return;
-  size_t flen = 0;
-  const char *force = http_request_header(q->hreq, g->cfg.variant_header, &flen);
+int gw_canary_choose(gateway *g, const char *model, const char *force, size_t flen,
+                     char *group, size_t gcap, long long *version, char *name, size_t ncap) {
+  int v = -1;
   pthread_mutex_lock(&g->mu);
   for (size_t i = 0; i < g->n_canaries; i++) {
     gw_canary_state *k = &g->canaries[i];
-    if (strcmp(k->cfg->model, q->model)) continue;
-    int v = -1;
+    if (strcmp(k->cfg->model, model)) continue;
     if (force) {
       for (size_t j = 0; j < k->cfg->n_variants; j++)
         if (strlen(k->cfg->variants[j].name) == flen && !memcmp(k->cfg->variants[j].name, force, flen))
@@ -935,15 +953,25 @@ static void canary_pick(gateway *g, gw_req *q) {
     }
     if (v >= 0) {
       gw_variant *var = &k->cfg->variants[v];
-      q->variant = v;
-      snprintf(q->variant_name, sizeof q->variant_name, "%s", var->name);
-      snprintf(q->group, sizeof q->group, "%s", var->group ? var->group : "");
-      q->variant_version = var->version;
-      q->model_known = true;
+      snprintf(name, ncap, "%s", var->name);
+      snprintf(group, gcap, "%s", var->group ? var->group : "");
+      *version = var->version;
     }
     break;
   }
   pthread_mutex_unlock(&g->mu);
+  return v;
+}
+
+static void canary_pick(gateway *g, gw_req *q) {
+  q->variant = -1;
+  snprintf(q->variant_name, sizeof q->variant_name, "%s", "");
+  if (!q->model[0] || !g->n_canaries) return;
+  size_t flen = 0;
+  const char *force = http_request_header(q->hreq, g->cfg.variant_header, &flen);
+  q->variant = gw_canary_choose(g, q->model, force, flen, q->group, sizeof q->group,
+                                &q->variant_version, q->variant_name, sizeof q->variant_name);
+  if (q->variant >= 0) q->model_known = true;
 }
 
 /* Admission answers (429, shed) come before routing. Their model label follows the rule of
@@ -1100,7 +1128,7 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
       key = "-";
       kl = 1;
     }
-    gw_bucket_result br = rate_take(g, key, kl, rate, burst, now);
+    gw_bucket_result br = gw_rate_take(g, key, kl, rate, burst, now);
     if (!br.admitted) {
       const char *labels[] = {"model", admission_model(g, q), NULL};
       metric_inc(gw_series(g->f_rate, labels), 1);

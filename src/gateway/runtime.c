@@ -98,10 +98,10 @@ static void status_render(gateway *g, cbuf *b, bool json) {
       cbuf_printf(b, "\",\"state\":\"%s\",\"group\":\"", st);
       tb_esc(b, r->group, true);
       cbuf_printf(b, "\",\"weight\":%d,\"outstanding\":%u,\"requests\":%llu,\"failures\":%llu,"
-                   "\"ejections\":%d",
+                   "\"ejections\":%d,\"grpc_port\":%u",
                 r->weight, atomic_load(&r->outstanding),
                 (unsigned long long)atomic_load(&r->n_requests),
-                (unsigned long long)atomic_load(&r->n_failures), r->h.ejections);
+                (unsigned long long)atomic_load(&r->n_failures), r->h.ejections, r->grpc_port);
       tb_time(b, "added_ms", r->added_ms, g->start_ms);
       tb_time(b, "healthy_ms", r->healthy_ms, g->start_ms);
       tb_time(b, "models_ms", r->models_ms, g->start_ms);
@@ -109,6 +109,19 @@ static void status_render(gateway *g, cbuf *b, bool json) {
       tb_time(b, "out_ms", r->out_ms, g->start_ms);
       tb_time(b, "unhealthy_ms", r->unhealthy_ms, g->start_ms);
       tb_time(b, "ejected_ms", r->ejected_ms, g->start_ms);
+      if (r->kv_ms) {
+        cbuf_printf(b, ",\"llm\":{");
+        for (size_t k = 0; k < r->n_kv; k++) {
+          const gw_kv_stat *x = &r->kv[k];
+          cbuf_printf(b, "%s\"", k ? "," : "");
+          tb_esc(b, x->model, true);
+          cbuf_printf(b, "\":{\"running\":%g,\"waiting\":%g,\"pending\":%g,\"kv_usage\":%g,"
+                         "\"prefix_cache_queries\":%g,\"prefix_cache_hits\":%g}",
+                      x->running, x->waiting, x->pending, x->kv_usage, x->prefix_queries, x->prefix_hits);
+        }
+        cbuf_printf(b, "}");
+        tb_time(b, "llm_ms", r->kv_ms, g->start_ms);
+      }
       cbuf_printf(b, ",\"models\":[");
       for (size_t k = 0; k < r->n_models; k++) {
         cbuf_printf(b, "%s\"", k ? "," : "");
@@ -165,33 +178,38 @@ static void status_render(gateway *g, cbuf *b, bool json) {
 
 /* ---- admin -------------------------------------------------------------------------- */
 
-static bool token_ok(gateway *g, const http_request *req) {
+/* Who may use /admin: the admin token, or a key of the key file with the operator role.
+ * 0 with who filled, or 401 (no or unknown credential) / 403 (a tenant key). */
+static int admin_identity(gateway *g, const http_request *req, char *who, size_t cap) {
+  snprintf(who, cap, "anonymous");
   size_t n = 0;
   const char *a = http_request_header(req, "authorization", &n);
-  if (!a || n < 7 || strncasecmp(a, "Bearer ", 7)) return false;
+  if (!a || n < 7 || strncasecmp(a, "Bearer ", 7)) return 401;
   const char *t = a + 7;
-  size_t tl = n - 7, el = strlen(g->cfg.admin_token);
-  unsigned diff = (unsigned)(tl ^ el);
-  for (size_t i = 0; i < el; i++) diff |= (unsigned char)g->cfg.admin_token[i] ^ (unsigned char)(i < tl ? t[i] : 0);
-  return diff == 0;
+  size_t tl = n - 7;
+  while (tl && *t == ' ') t++, tl--;
+  if (g->cfg.admin_token && api_ct_equal(t, tl, g->cfg.admin_token, strlen(g->cfg.admin_token))) {
+    snprintf(who, cap, "admin-token");
+    return 0;
+  }
+  gw_keyset *ks = gw_keys_get(g);
+  const gw_key *k = ks ? gw_keys_find(ks, t, tl) : NULL;
+  int code = 401;
+  if (k) {
+    snprintf(who, cap, "key:%s", k->id);
+    code = k->role == GW_ROLE_OPERATOR ? 0 : 403;
+  } else {
+    snprintf(who, cap, "unknown-credential");
+  }
+  gw_keyset_unref(ks);
+  return code;
 }
 
-static void admin(gateway *g, http_exchange *ex, const http_request *req) {
-  if (!g->cfg.admin_token) {
-    gw_respond_error(ex, 404, NULL, "admin endpoint disabled (set admin_token)");
-    return;
-  }
-  if (!token_ok(g, req)) {
-    http_header h[2] = {{"Content-Type", 12, "application/json", 16},
-                        {"WWW-Authenticate", 16, "Bearer", 6}};
-    static const char body[] = "{\"error\":\"admin: missing or wrong bearer token\"}";
-    http_respond(ex, 401, h, 2, body, sizeof body - 1);
-    return;
-  }
+static int admin_do(gateway *g, http_exchange *ex, const http_request *req, const char *who) {
   static const char pre[] = "/admin/canary";
   if (req->path_len < sizeof pre - 1 || memcmp(req->path, pre, sizeof pre - 1)) {
     gw_respond_error(ex, 404, NULL, "admin: unknown path");
-    return;
+    return 404;
   }
   if (req->method_id == HTTP_GET) {
     cbuf b = {0};
@@ -200,17 +218,17 @@ static void admin(gateway *g, http_exchange *ex, const http_request *req) {
     if (b.oom) gw_respond_error(ex, 500, NULL, "out of memory");
     else http_respond_owned(ex, 200, &h, 1, b.data, b.len, free), b.data = NULL;
     free(b.data);
-    return;
+    return (b.oom ? 500 : 200);
   }
   if ((req->method_id != HTTP_PUT && req->method_id != HTTP_POST) || req->path_len <= sizeof pre) {
     gw_respond_error(ex, 405, NULL, "admin: use PUT /admin/canary/MODEL with {\"weights\":{\"variant\":N,...}}");
-    return;
+    return 405;
   }
   char model[128];
   size_t ml = req->path_len - sizeof pre;
   if (ml >= sizeof model) {
     gw_respond_error(ex, 400, NULL, "admin: model name too long");
-    return;
+    return 400;
   }
   memcpy(model, req->path + sizeof pre, ml);
   model[ml] = 0;
@@ -219,7 +237,7 @@ static void admin(gateway *g, http_exchange *ex, const http_request *req) {
   if (!cJSON_IsObject(w)) {
     cJSON_Delete(j);
     gw_respond_error(ex, 400, NULL, "admin: body must be {\"weights\":{\"variant\":N,...}}");
-    return;
+    return 400;
   }
   char err[300] = "";
   int code = 200;
@@ -259,12 +277,42 @@ static void admin(gateway *g, http_exchange *ex, const http_request *req) {
   cJSON_Delete(j);
   if (code != 200) {
     gw_respond_error(ex, code, NULL, "%s", err);
-    return;
+    return code;
   }
-  LOG_I("gateway: admin: canary weights of '%s' changed", model);
+  LOG_I("gateway: admin: canary weights of '%s' changed by %s", model, who);
   static const char ok[] = "{\"ok\":true}";
   http_header h = {"Content-Type", 12, "application/json", 16};
   http_respond(ex, 200, &h, 1, ok, sizeof ok - 1);
+  return 200;
+}
+
+
+/* /admin: answered, then one audit line (who, what, result) per call, refused ones too. */
+static void admin(gateway *g, http_exchange *ex, const http_request *req) {
+  if (!g->cfg.admin_token && !g->cfg.keys_file) {
+    gw_respond_error(ex, 404, NULL, "admin endpoint disabled (set admin_token, or a key file with operator keys)");
+    return;
+  }
+  char who[80];
+  int code = admin_identity(g, req, who, sizeof who);
+  if (code == 401) {
+    http_header h[2] = {{"Content-Type", 12, "application/json", 16},
+                        {"WWW-Authenticate", 16, "Bearer", 6}};
+    static const char body[] =
+        "{\"error\":\"admin: missing or wrong bearer token (the admin token or an operator key)\"}";
+    http_respond(ex, 401, h, 2, body, sizeof body - 1);
+  } else if (code == 403) {
+    gw_respond_error(ex, 403, NULL, "admin: %s is not an operator key", who);
+  } else {
+    code = admin_do(g, ex, req, who);
+  }
+  char st[12], method[16], path[208];
+  snprintf(st, sizeof st, "%d", code);
+  snprintf(method, sizeof method, "%.*s", (int)(req->method_len < 15 ? req->method_len : 15), req->method);
+  snprintf(path, sizeof path, "%.*s", (int)(req->path_len < 200 ? req->path_len : 200), req->path);
+  const char *kv[] = {"audit", "admin", "who", who, "client", http_exchange_peer(ex),
+                      "method", method, "path", path, "status", st, NULL};
+  log_event(LOG_INFO, kv, "gateway: audit: %s %s by %s -> %s", method, path, who, st);
 }
 
 /* ---- dispatch ------------------------------------------------------------------------ */
@@ -331,6 +379,7 @@ static void free_replicas(gateway *g) {
     gw_replica *r = g->reps[i];
     for (size_t k = 0; k < r->n_models; k++) free(r->models[k]);
     free(r->models);
+    free(r->kv);
     free(r->idle);
     free(r->n_idle);
     free(r);
@@ -346,6 +395,8 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   if (!g) return cinfer_status_oom("gateway");
   g->cfg = *cfg;
   memset(cfg, 0, sizeof *cfg);
+  /* kv_aware scores prompt prefixes: on by default with it (affinity.prefix_bytes) */
+  if (g->cfg.balancer == GW_BAL_KV_AWARE && !g->cfg.prefix_bytes) g->cfg.prefix_bytes = 256;
   pthread_mutex_init(&g->mu, NULL);
   pthread_mutex_init(&g->rate_mu, NULL);
   pthread_mutex_init(&g->tok_mu, NULL);
@@ -434,6 +485,7 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   }
   atomic_store_explicit(&g->started, true, memory_order_release);
   if ((st = gw_control_start(g))) goto fail;
+  if (g->cfg.grpc_port >= 0 && (st = gw_grpc_start(g))) goto fail;
   *out = g;
   return NULL;
 fail:
@@ -463,6 +515,7 @@ static void pool_job_run(void *arg) {
 int gateway_drain(gateway *g) {
   atomic_store(&g->draining, true);
   LOG_I("gateway: draining (up to %d ms)", g->cfg.drain_timeout_ms);
+  gw_grpc_drain(g);
   return http_server_shutdown(g->srv, g->cfg.drain_timeout_ms);
 }
 
@@ -493,6 +546,7 @@ void gateway_destroy(gateway *g) {
     http_server_destroy(g->srv);
     g->srv = NULL;
   }
+  gw_grpc_stop(g);
   gw_control_stop(g);
   free_replicas(g);
   for (int i = 0; i < GW_MAX_LOOPS; i++) free(g->loops[i].mcache);

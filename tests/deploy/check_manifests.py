@@ -366,7 +366,13 @@ def check_overlay(overlay, docs):
                 E(f"{gw_w}: {fname}: invalid JSON: {e}")
                 cfg = None
             if cfg is not None:
-                dns = cfg.get("discovery", {}).get("dns", {})
+                # the gateway's own schema (docs/gateway.md): upstreams.dns[0] is
+                # "name:port" or {"name", "port"}
+                d0 = (cfg.get("upstreams", {}).get("dns") or [{}])[0]
+                if isinstance(d0, str):
+                    n0, _, p0 = d0.rpartition(":")
+                    d0 = {"name": n0, "port": int(p0) if p0.isdigit() else None}
+                dns = d0
                 name = dns.get("name", "")
                 hs = headless[0] if len(headless) == 1 else None
                 ok_names = set()
@@ -374,13 +380,16 @@ def check_overlay(overlay, docs):
                     n = hs["metadata"]["name"]
                     ok_names = {n, f"{n}.{NAMESPACE}", f"{n}.{NAMESPACE}.svc", f"{n}.{NAMESPACE}.svc.cluster.local"}
                 if name not in ok_names:
-                    E(f"{gw_w}: discovery.dns.name {name!r} is not the headless Service ({sorted(ok_names)})")
+                    E(f"{gw_w}: upstreams.dns[0].name {name!r} is not the headless Service ({sorted(ok_names)})")
                 elif dns.get("port") not in [p["port"] for p in hs["spec"]["ports"]]:
-                    E(f"{gw_w}: discovery.dns.port {dns.get('port')} is not a port of Service/{hs['metadata']['name']}")
+                    E(f"{gw_w}: upstreams.dns[0].port {dns.get('port')} is not a port of Service/{hs['metadata']['name']}")
                 gport = {p["name"]: p["containerPort"] for p in gc.get("ports", [])}.get("http")
                 if cfg.get("listen", {}).get("port") != gport:
                     E(f"{gw_w}: listen.port {cfg.get('listen', {}).get('port')} != container port http {gport}")
-                drain_s = int(cfg.get("drain_timeout_ms", 0)) // 1000
+                gports = {p["name"]: p["containerPort"] for p in gc.get("ports", [])}
+                if cfg.get("listen", {}).get("grpc_port", -1) not in (-1, gports.get("grpc")):
+                    E(f"{gw_w}: listen.grpc_port {cfg['listen']['grpc_port']} != container port grpc {gports.get('grpc')}")
+                drain_s = int(cfg.get("listen", {}).get("drain_timeout_ms", 30000)) // 1000
                 gsleep = prestop_sleep(gc) or 0
                 ggrace = gpod.get("terminationGracePeriodSeconds", 30)
                 if ggrace < gsleep + drain_s + DRAIN_MARGIN_S:
@@ -544,7 +553,7 @@ def _m_scale_down(r):
 def _m_gateway_dns(r):
     cm = find(r["cpu"], "ConfigMap", "cinfer-gateway-config")
     cfg = json.loads(cm["data"]["gateway.json"])
-    cfg["discovery"]["dns"]["name"] = "cinfer-server"
+    cfg["upstreams"]["dns"][0]["name"] = "cinfer-server"
     cm["data"]["gateway.json"] = json.dumps(cfg)
 
 
@@ -594,7 +603,7 @@ MUTATIONS = [
     (_m_port, r"targets 'web', not a container port"),
     (_m_hpa_metric, r"cinfer_llm_waiting is not served"),
     (_m_scale_down, r"stabilizationWindowSeconds is 60"),
-    (_m_gateway_dns, r"discovery.dns.name 'cinfer-server' is not the headless"),
+    (_m_gateway_dns, r"upstreams.dns\[0\].name 'cinfer-server' is not the headless"),
     (_m_liveness, r"seed 003"),
     (_m_crd_field, r"intervall"),
     (_m_keda_metadata, r"threshold.*8 is not of type 'string'|8 is not of type 'string'"),
