@@ -82,6 +82,9 @@ static void serve_usage(FILE *f) {
           "  --grpc-server-key FILE       ... and key; both reloaded when they change\n"
           "  --grpc-use-ssl-mutual BOOL   clients must present a certificate signed by\n"
           "  --grpc-root-cert FILE        ... this CA (PEM; only used for mutual TLS, as Triton)\n"
+          "  --shared-memory-key-prefix P system shared-memory keys clients may register must\n"
+          "                               start with P (default: any key)\n"
+          "  --shared-memory-max-bytes N  largest region a client may register (default: any)\n"
           "  --kv-cache-memory SIZE       KV cache of each LLM model that does not set\n"
           "                               kv_cache_memory, kv_bytes or kv_blocks: bytes\n"
           "                               (2G, 512MiB, 1.5GB) or a fraction of the machine's\n"
@@ -100,7 +103,8 @@ int cmd_serve(int argc, char **argv) {
     O_STRICT, O_EXIT, O_BODY, O_ELEMS, O_HTO, O_BTO, O_ITO, O_LOGF, O_LOGV, O_BACKEND_DIR, O_TCERT, O_TKEY, O_RAPI,
     O_LOGFILE, O_LOGINFO, O_LOGWARN, O_LOGERR, O_TRACE,
     O_MAXIN, O_MAXCHUNKS, O_GRPC, O_GRPC_MSG, O_GRPC_RP,
-    O_GRPC_SSL, O_GRPC_CERT, O_GRPC_KEY, O_GRPC_ROOT, O_GRPC_MUTUAL, O_KVMEM, O_LLM_WAIT
+    O_GRPC_SSL, O_GRPC_CERT, O_GRPC_KEY, O_GRPC_ROOT, O_GRPC_MUTUAL, O_KVMEM, O_LLM_WAIT,
+    O_SHM_PREFIX, O_SHM_MAX
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -116,6 +120,8 @@ int cmd_serve(int argc, char **argv) {
       {"grpc-server-cert", required_argument, 0, O_GRPC_CERT},
       {"grpc-server-key", required_argument, 0, O_GRPC_KEY},
       {"grpc-root-cert", required_argument, 0, O_GRPC_ROOT},
+      {"shared-memory-key-prefix", required_argument, 0, O_SHM_PREFIX},
+      {"shared-memory-max-bytes", required_argument, 0, O_SHM_MAX},
       {"grpc-use-ssl-mutual", required_argument, 0, O_GRPC_MUTUAL},
       {"model-control-mode", required_argument, 0, O_MODE},
       {"load-model", required_argument, 0, O_LOAD},
@@ -156,7 +162,8 @@ int cmd_serve(int argc, char **argv) {
   const char **rapi = calloc((size_t)argc + 1, sizeof *rapi);
   const char **grp = calloc((size_t)argc + 1, sizeof *grp);
   const char *tls_cert = NULL, *tls_key = NULL;
-  const char *gcert = NULL, *gkey = NULL, *groot = NULL;
+  const char *gcert = NULL, *gkey = NULL, *groot = NULL, *shm_prefix = NULL;
+  long long shm_max = 0;
   bool gssl = false, gmutual = false;
   size_t n_load = 0, n_rapi = 0, n_grp = 0;
   const char *log_file = NULL;
@@ -231,6 +238,10 @@ int cmd_serve(int argc, char **argv) {
       case O_GRPC_CERT: gcert = optarg; break;
       case O_GRPC_KEY: gkey = optarg; break;
       case O_GRPC_ROOT: groot = optarg; break;
+      case O_SHM_PREFIX: shm_prefix = optarg; break;
+      case O_SHM_MAX:
+        if (!cli_parse_int("serve", "--shared-memory-max-bytes", optarg, 1, 1ll << 50, &shm_max)) goto out;
+        break;
       case O_LOGFILE: log_file = optarg; break;
       case O_LOGINFO:
       case O_LOGWARN:
@@ -351,7 +362,8 @@ int cmd_serve(int argc, char **argv) {
   /* One shared-memory registry for both endpoints: a region registered over HTTP is usable
    * over gRPC and the reverse (Triton has one SharedMemoryManager). */
   shm_registry *shm = NULL;
-  if ((st = shm_registry_create(&shm))) {
+  if ((st = shm_registry_create(&shm)) || (st = shm_registry_set_policy(shm, shm_prefix, (uint64_t)shm_max))) {
+    shm_registry_destroy(shm);
     LOG_E("cinfer serve: %s", cinfer_status_message(st));
     cinfer_status_free(st);
     cinfer_server_destroy(s);

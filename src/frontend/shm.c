@@ -31,6 +31,8 @@ struct shm_registry {
   pthread_mutex_t mu;
   shm_region *head;
   size_t n;
+  char *key_prefix;   /* NULL: any key */
+  uint64_t max_bytes; /* 0: no limit */
 };
 
 /* Reserved by Triton for its Python backend's own regions. */
@@ -41,6 +43,18 @@ cinfer_status *shm_registry_create(shm_registry **out) {
   if (!r) return cinfer_status_oom("shared-memory registry");
   pthread_mutex_init(&r->mu, NULL);
   *out = r;
+  return NULL;
+}
+
+cinfer_status *shm_registry_set_policy(shm_registry *r, const char *key_prefix, uint64_t max_bytes) {
+  size_t k = key_prefix ? strspn(key_prefix, "/") : 0;
+  if (key_prefix && strlen(key_prefix + k) > SHM_MAX_NAME)
+    return cinfer_status_new(CINFER_INVALID_ARG, "the shared-memory key prefix is longer than %d bytes", SHM_MAX_NAME);
+  char *p = key_prefix && key_prefix[k] ? strdup(key_prefix + k) : NULL;
+  if (key_prefix && key_prefix[k] && !p) return cinfer_status_oom("shared-memory key prefix");
+  free(r->key_prefix);
+  r->key_prefix = p;
+  r->max_bytes = max_bytes;
   return NULL;
 }
 
@@ -59,6 +73,7 @@ void shm_registry_destroy(shm_registry *r) {
   if (!r) return;
   shm_unregister(r, NULL);
   pthread_mutex_destroy(&r->mu);
+  free(r->key_prefix);
   free(r);
 }
 
@@ -90,6 +105,17 @@ cinfer_status *shm_register(shm_registry *r, const char *name, const char *key, 
                              "contains the reserved prefix '%s'", name, key, reserved_prefix);
   if (offset > (uint64_t)SIZE_MAX || byte_size > (uint64_t)SIZE_MAX - offset)
     return bad("failed to register shared memory region '%s': invalid args%s", name, "");
+  /* the server's policy: a client maps only the objects meant for it, and no more than that */
+  if (r->key_prefix && strncmp(key + k, r->key_prefix, strlen(r->key_prefix)))
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "cannot register shared memory region '%s': key '%s' does not start with the "
+                             "prefix '%s' this server allows (--shared-memory-key-prefix)", name, key,
+                             r->key_prefix);
+  if (r->max_bytes && byte_size > r->max_bytes)
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "cannot register shared memory region '%s': %llu bytes is more than the %llu this "
+                             "server allows per region (--shared-memory-max-bytes)", name,
+                             (unsigned long long)byte_size, (unsigned long long)r->max_bytes);
 
   pthread_mutex_lock(&r->mu);
   cinfer_status *st = NULL;

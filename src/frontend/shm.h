@@ -36,6 +36,11 @@ typedef struct shm_region shm_region;
 #define SHM_MAX_NAME 255
 
 cinfer_status *shm_registry_create(shm_registry **out);
+/* What a client may map (cinfer serve --shared-memory-key-prefix / --shared-memory-max-bytes):
+ * keys (without their leading '/') must start with key_prefix when it is not NULL or empty,
+ * and a region's byte_size must be at most max_bytes when that is not 0. Set before serving;
+ * INVALID_ARG for a prefix longer than SHM_MAX_NAME. */
+cinfer_status *shm_registry_set_policy(shm_registry *r, const char *key_prefix, uint64_t max_bytes);
 /* Unregisters everything; mappings still used by requests stay until released. NULL is a
  * no-op. No call on r may run concurrently or follow. */
 void shm_registry_destroy(shm_registry *r);
