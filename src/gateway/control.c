@@ -462,11 +462,24 @@ static void xc_done(void *user, http_client_error err, const char *msg) {
   gateway *g = g_of(r);
   (void)msg;
   if (err != HTTP_CLIENT_OK || r->xc_status != 200) return;  /* the last reading stays */
-  gw_kv_stat tmp[64];
-  size_t n = gw_kv_parse_metrics(r->xbuf ? r->xbuf : "", r->xlen, tmp, 64);
-  gw_kv_stat *nk = n ? malloc(n * sizeof *nk) : NULL;
-  if (n && !nk) return;
-  if (n) memcpy(nk, tmp, n * sizeof *nk);
+  /* as many entries as the replica has models: a full buffer is read again, twice as big */
+  size_t cap = 16, n = 0;
+  gw_kv_stat *nk = NULL;
+  for (;;) {
+    gw_kv_stat *t = realloc(nk, cap * sizeof *nk);
+    if (!t) {
+      free(nk);
+      return;
+    }
+    nk = t;
+    n = gw_kv_parse_metrics(r->xbuf ? r->xbuf : "", r->xlen, nk, cap);
+    if (n < cap) break;
+    cap *= 2;
+  }
+  if (!n) {
+    free(nk);
+    nk = NULL;
+  }
   pthread_mutex_lock(&g->mu);
   gw_kv_stat *old = r->kv;
   r->kv = nk;
