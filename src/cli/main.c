@@ -29,21 +29,6 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  /* oneDNN runs on OpenMP. libgomp's default is to spin ~3 ms (300000 pauses) at every
-   * barrier, which on a shared host or in a server whose I/O threads share the cores makes
-   * 2 kernel threads ~10x slower than 1 (measured: RetinaFace p50 1015 ms spinning vs 75 ms
-   * passive). Sleeping at once costs a futex wake-up per parallel region instead (UltraFace
-   * at 2 threads: 3.7 ms passive, 2.8 ms with 300 pauses, ~9 us on Zen 3), so spin briefly:
-   * with a busy loop on the other core that short spin costs 6.5 against 5.5 ms passive
-   * (1000 pauses: 8 ms). When libgomp's own threads outnumber the cores (several instances)
-   * it spins min(100, this) instead. libgomp reads the environment when it loads, before
-   * main: set it and re-exec once. OMP_WAIT_POLICY or GOMP_SPINCOUNT from the user wins. */
-  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") && !getenv("CINFER_NO_REEXEC")) {
-    setenv("GOMP_SPINCOUNT", "300", 1);
-    setenv("CINFER_NO_REEXEC", "1", 1);
-    execv("/proc/self/exe", argv);
-    /* exec failed: carry on with the default policy */
-  }
   if (argc < 2) {
     usage(stderr);
     return 2;
