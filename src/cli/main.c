@@ -1,7 +1,6 @@
 /* main.c: `cinfer <subcommand> [options]`. Dispatches to the table below. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
 
 #include "cli/cli.h"
