@@ -210,6 +210,8 @@ typedef struct oai_choice {
   char finish[16];  /* "" until the choice's last response */
   int completion_tokens;
   bool role_sent;
+  bool echo_sent;   /* streamed completions with echo: the prompt's chunk is out */
+  int text_off;     /* streamed completions logprobs: characters before the next token */
   int tool_state;   /* streamed with tools: 0 undecided (text held in `text`), 1 prose, 2 calls */
   /* response-callback thread only (metrics) */
   uint64_t t_last;
@@ -389,15 +391,31 @@ static void put_vllm_prompt_logprob(cbuf *b, oai_ctx *c, const tok_resp *r) {
   cbuf_puts(b, "}");
 }
 
-/* completions logprobs: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{..}],"text_offset":[]} */
-static void put_completion_logprobs(cbuf *b, const oai_choice *ch) {
+/* Characters (code points) of UTF-8 text, as OpenAI and vLLM count text_offset. */
+static int utf8_chars(const char *s) {
+  int n = 0;
+  for (; s && *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+  return n;
+}
+
+/* completions logprobs: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{..}],
+ * "text_offset":[..]} from entries stored without brackets (put_logprob_entry's completions
+ * form): the prompt's first (echo), then the generated ones. text_offset is each token's
+ * character offset in the returned text, counted from *off (0 for a whole answer; a stream
+ * carries it from chunk to chunk), as vLLM gives it. */
+static void put_completion_logprobs_of(cbuf *b, const cbuf *prompt_lp, const cbuf *gen_lp, int *off) {
   cJSON *arr = NULL;
-  if (ch->logprobs.data || ch->prompt_lp.data) { /* stored without brackets; echo: prompt first */
+  const cbuf *parts[2] = {prompt_lp, gen_lp};
+  if ((prompt_lp && prompt_lp->data) || (gen_lp && gen_lp->data)) {
     cbuf t = {0};
     cbuf_puts(&t, "[");
-    if (ch->prompt_lp.data) cbuf_put(&t, ch->prompt_lp.data, ch->prompt_lp.len);
-    if (ch->prompt_lp.data && ch->logprobs.data) cbuf_puts(&t, ",");
-    if (ch->logprobs.data) cbuf_put(&t, ch->logprobs.data, ch->logprobs.len);
+    bool any = false;
+    for (int k = 0; k < 2; k++) {
+      if (!parts[k] || !parts[k]->data) continue;
+      if (any) cbuf_puts(&t, ",");
+      cbuf_put(&t, parts[k]->data, parts[k]->len);
+      any = true;
+    }
     cbuf_puts(&t, "]");
     arr = t.data && !t.oom ? cJSON_ParseWithLength(t.data, t.len) : NULL;
     cbuf_free(&t);
@@ -406,11 +424,14 @@ static void put_completion_logprobs(cbuf *b, const oai_choice *ch) {
   cJSON *toks = cJSON_AddArrayToObject(wrap, "tokens");
   cJSON *lps = cJSON_AddArrayToObject(wrap, "token_logprobs");
   cJSON *tops = cJSON_AddArrayToObject(wrap, "top_logprobs");
-  cJSON_AddArrayToObject(wrap, "text_offset");
+  cJSON *offs = cJSON_AddArrayToObject(wrap, "text_offset");
   for (cJSON *e = arr ? arr->child : NULL; e; e = e->next) {
-    cJSON_AddItemToArray(toks, cJSON_Duplicate(cJSON_GetObjectItem(e, "token"), 1));
+    const cJSON *tok = cJSON_GetObjectItem(e, "token");
+    cJSON_AddItemToArray(toks, cJSON_Duplicate(tok, 1));
     cJSON_AddItemToArray(lps, cJSON_Duplicate(cJSON_GetObjectItem(e, "logprob"), 1));
     cJSON_AddItemToArray(tops, cJSON_Duplicate(cJSON_GetObjectItem(e, "top"), 1));
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber(*off));
+    *off += utf8_chars(cJSON_GetStringValue(tok));
   }
   char *s = cJSON_PrintUnformatted(wrap);
   if (s) cbuf_puts(b, s);
@@ -474,7 +495,10 @@ static void answer_whole(oai_ctx *c, const cinfer_status *err) {
         cbuf_json_string(&b, txt, ch->text.len);
       }
       cbuf_puts(&b, ",\"logprobs\":");
-      if (c->logprobs >= 0) put_completion_logprobs(&b, ch);
+      if (c->logprobs >= 0) {
+        int off = 0;
+        put_completion_logprobs_of(&b, c->echo ? &c->ch[0].prompt_lp : NULL, &ch->logprobs, &off);
+      }
       else cbuf_puts(&b, "null");
     }
     if (c->prompt_logprobs >= 0) {
@@ -544,9 +568,26 @@ static void stream_event_tools(oai_ctx *c, cbuf *b, const tok_resp *r) {
               calls ? "tool_calls" : ch->finish[0] ? ch->finish : "length");
 }
 
+/* Streamed completions with echo: the prompt (with its logprobs when asked) is the choice's
+ * first chunk, as vLLM streams it. */
+static void stream_echo(oai_ctx *c, cbuf *b, int index) {
+  oai_choice *ch = &c->ch[index];
+  ch->echo_sent = true;
+  if (!c->prompt || !c->prompt[0]) return;
+  chunk_head(b, c);
+  cbuf_printf(b, ",\"choices\":[{\"index\":%d,\"text\":", index);
+  cbuf_json_string(b, c->prompt, strlen(c->prompt));
+  cbuf_puts(b, ",\"logprobs\":");
+  if (c->logprobs >= 0) put_completion_logprobs_of(b, &c->ch[0].prompt_lp, NULL, &ch->text_off);
+  else cbuf_puts(b, "null");
+  cbuf_puts(b, ",\"finish_reason\":null}]}\n\n");
+}
+
 static void stream_event(oai_ctx *c, cbuf *b, const tok_resp *r) {
   oai_choice *ch = &c->ch[r->index];
-  if (!(r->text_len || !ch->role_sent || r->finish)) return;
+  if (!c->chat && c->echo && !ch->echo_sent) stream_echo(c, b, r->index);
+  bool lp = c->logprobs >= 0 && r->token >= 0 && r->logprob; /* a chunk per token then */
+  if (!(r->text_len || !ch->role_sent || r->finish || lp)) return;
   chunk_head(b, c);
   cbuf_printf(b, ",\"choices\":[{\"index\":%d,", r->index);
   if (c->chat) {
@@ -562,7 +603,20 @@ static void stream_event(oai_ctx *c, cbuf *b, const tok_resp *r) {
     cbuf_json_string(b, r->text ? r->text : "", r->text_len);
   }
   ch->role_sent = true;
-  cbuf_puts(b, ",\"logprobs\":null,\"finish_reason\":");
+  cbuf_puts(b, ",\"logprobs\":");
+  if (lp && c->chat) {
+    cbuf_puts(b, "{\"content\":[");
+    put_logprob_entry(b, c, r);
+    cbuf_puts(b, "]}");
+  } else if (lp) {
+    cbuf one = {0};
+    put_logprob_entry(&one, c, r);
+    put_completion_logprobs_of(b, NULL, &one, &ch->text_off);
+    cbuf_free(&one);
+  } else { /* no token in this chunk (the last one, or held text) */
+    cbuf_puts(b, "null");
+  }
+  cbuf_puts(b, ",\"finish_reason\":");
   if (r->finish) cbuf_printf(b, "\"%.*s\"", (int)r->finish_len, r->finish);
   else cbuf_puts(b, "null");
   cbuf_puts(b, "}]}\n\n");
@@ -1168,8 +1222,9 @@ static cinfer_status *build_request(cinfer_model *m, const parsed *p, const char
       (p->priority >= 0 && (st = cinfer_request_set_param_int(r, "priority", p->priority))) ||
       (lp && (st = cinfer_request_set_param_int(r, "logprobs", lp))) ||
       /* echo + logprobs (legacy completions, as OpenAI and vLLM): the prompt's logprobs too,
-       * computed in the prefill; whole answers only */
-      (((p->echo && p->logprobs >= 0) || p->prompt_logprobs >= 0) && !p->stream &&
+       * computed in the prefill (streamed: in the echo chunk); vLLM's prompt_logprobs is for
+       * whole answers only (refused with stream above) */
+      (((p->echo && p->logprobs >= 0) || (p->prompt_logprobs >= 0 && !p->stream)) &&
        (st = cinfer_request_set_param_bool(r, "prompt_logprobs", true))) ||
       (p->ignore_eos && (st = cinfer_request_set_param_bool(r, "ignore_eos", true))))
     goto fail;
