@@ -941,9 +941,46 @@ static bool parse_structured(http_exchange *ex, const cJSON *j, bool chat, parse
   return parse_tools(ex, j, chat, p);
 }
 
+/* The request fields each endpoint reads. Anything else is refused with OpenAI's own answer
+ * to an unknown field (400 "Unrecognized request argument supplied: ..."), never ignored: a
+ * client sending vLLM's min_tokens or best_of, or a misspelt max_tokens, learns that it had
+ * no effect. Fields that describe the caller and change nothing in the answer (user,
+ * metadata, store, service_tier) are accepted. Refused with a reason of their own further
+ * on: logit_bias, functions, function_call, tools on completions. */
+static const char *const common_keys[] = {
+    "model", "temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+    "frequency_penalty", "max_tokens", "top_k", "n", "seed", "priority", "stop", "stream",
+    "stream_options", "ignore_eos", "prompt_logprobs", "logprobs", "response_format", "grammar",
+    "logit_bias", "user", "metadata", "store", "service_tier", "tools", "functions", "function_call"};
+static const char *const chat_keys[] = {"messages", "max_completion_tokens", "top_logprobs", "tool_choice",
+                                        "parallel_tool_calls"};
+static const char *const completion_keys[] = {"prompt", "echo"};
+
+static bool key_in(const char *k, const char *const *list, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(k, list[i])) return true;
+  return false;
+}
+
+/* Returns false after answering. */
+static bool known_fields(http_exchange *ex, const cJSON *j, bool chat) {
+  for (const cJSON *e = j->child; e; e = e->next) {
+    const char *k = e->string ? e->string : "";
+    if (key_in(k, common_keys, sizeof common_keys / sizeof *common_keys) ||
+        (chat && key_in(k, chat_keys, sizeof chat_keys / sizeof *chat_keys)) ||
+        (!chat && key_in(k, completion_keys, sizeof completion_keys / sizeof *completion_keys)))
+      continue;
+    oai_error(ex, 400, "invalid_request_error", k, "Unrecognized request argument supplied: %.200s "
+              "(cinfer does not implement it on %s)", k, chat ? "/v1/chat/completions" : "/v1/completions");
+    return false;
+  }
+  return true;
+}
+
 /* Returns false after answering. */
 static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p) {
   memset(p, 0, sizeof *p);
+  if (!known_fields(ex, j, chat)) return false;
   p->n = 1;
   p->logprobs = -1;
   p->max_tokens = p->top_k = p->seed = -1;

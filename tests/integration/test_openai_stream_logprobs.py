@@ -85,3 +85,28 @@ def test_chat_stream_logprobs_equal_the_whole_answer(client):
     assert [e.token for e in got] == [e.token for e in want]
     assert [e.logprob for e in got] == pytest.approx([e.logprob for e in want])
     assert [[t.token for t in e.top_logprobs] for e in got] == [[t.token for t in e.top_logprobs] for e in want]
+
+
+@pytest.mark.parametrize("chat,field,value", [
+    (True, "best_of", 2), (True, "min_tokens", 4), (True, "echo", True), (True, "max_tokns", 3),
+    (False, "suffix", "x"), (False, "top_logprobs", 2), (False, "stop_token_ids", [13]),
+    (True, "guided_json", {"type": "object"})])
+def test_unknown_fields_are_refused_not_ignored(client, chat, field, value):
+    """OpenAI answers a field it does not know with 400 "Unrecognized request argument
+    supplied"; so does cinfer, naming the field, instead of answering as if it had not been
+    sent (a client setting vLLM's min_tokens would otherwise get shorter answers silently)."""
+    kw = dict(model=MODEL, max_tokens=2, temperature=0, extra_body={field: value})
+    with pytest.raises(openai.BadRequestError) as e:
+        if chat:
+            client.chat.completions.create(messages=[{"role": "user", "content": "Hi"}], **kw)
+        else:
+            client.completions.create(prompt="Hi", **kw)
+    assert e.value.status_code == 400
+    assert f"Unrecognized request argument supplied: {field}" in e.value.message
+    assert e.value.body["param"] == field
+
+
+def test_caller_description_fields_are_accepted(client):
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                                       temperature=0, user="u1", metadata={"team": "a"}, store=False)
+    assert r.choices[0].finish_reason == "length"
