@@ -20,6 +20,10 @@ typedef struct cli_command {
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi,
                    long long *out);
 
+/* Parses flag value s as a boolean as Triton's flags take it (true, 1, on / false, 0, off);
+ * on error prints "cinfer CMD: FLAG: 'S' is not true or false" and returns false. */
+bool cli_parse_bool(const char *cmd, const char *flag, const char *s, bool *out);
+
 /* One `--trace-config [triton,]SETTING=VALUE` applied to v (trace_config.c); false with a
  * message naming the flag's text. */
 bool cli_trace_config(const char *arg, cinfer_trace_setting *v, char *err, size_t cap);

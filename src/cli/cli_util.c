@@ -1,6 +1,7 @@
 /* cli_util.c: flag value parsing shared by the subcommands (see cli.h). */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "cli/cli.h"
@@ -15,5 +16,15 @@ bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long l
     return false;
   }
   *out = v;
+  return true;
+}
+
+bool cli_parse_bool(const char *cmd, const char *flag, const char *s, bool *out) {
+  if (!strcmp(s, "true") || !strcmp(s, "1") || !strcmp(s, "on")) *out = true;
+  else if (!strcmp(s, "false") || !strcmp(s, "0") || !strcmp(s, "off")) *out = false;
+  else {
+    fprintf(stderr, "cinfer %s: %s: '%s' is not true or false\n", cmd, flag, s);
+    return false;
+  }
   return true;
 }

@@ -14,6 +14,7 @@
 #include "backends/llm_serving/llm_backend.h"
 #include "cinfer/cinfer.h"
 #include "cli/cli.h"
+#include "core/buf.h"
 #include "core/log.h"
 #include "frontend/frontend.h"
 #include "frontend/shm.h"
@@ -45,6 +46,12 @@ static void serve_usage(FILE *f) {
           "  --io-threads N               HTTP I/O threads taken from the budget (default:\n"
           "                               half the budget, 1 to 4)\n"
           "  --strict-readiness BOOL      ready only when every model is loaded (default true)\n"
+          "  --exit-on-error BOOL         exit (status 1) when a model fails to load at start\n"
+          "                               or a --load-model name is unknown (default false;\n"
+          "                               Triton's default is true)\n"
+          "  Triton's --http-thread-count N (= --io-threads), --allow-grpc false (= --grpc-port\n"
+          "  off), --allow-http true, --allow-metrics true, --strict-model-config false are\n"
+          "  accepted; their other values are refused, naming the flag.\n"
           "  --exit-timeout-secs N        grace period for in-flight requests on SIGTERM\n"
           "                               (default 30)\n"
           "  --max-body-bytes N           largest request body accepted (default 256 MiB)\n"
@@ -97,6 +104,34 @@ static void serve_usage(FILE *f) {
           "  -h, --help                   this help\n");
 }
 
+/* --exit-on-error (Triton's flag): the models that failed to load at start (in explicit mode
+ * those --load-model asked for), and the --load-model names the repository does not hold, as
+ * one error; NULL when none. */
+static cinfer_status *startup_errors(cinfer_server *s, bool explicit_mode, const char *const *load, size_t n_load) {
+  cinfer_model_index_entry *idx = NULL;
+  size_t n = 0;
+  cinfer_status *st = cinfer_server_repository_index(s, false, &idx, &n);
+  if (st) return st;
+  cbuf b = {0};
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(idx[i].state, "UNAVAILABLE") || !idx[i].reason[0]) continue;
+    bool wanted = !explicit_mode;
+    for (size_t k = 0; !wanted && k < n_load; k++) wanted = !strcmp(load[k], "*") || !strcmp(load[k], idx[i].name);
+    if (!wanted) continue;
+    cbuf_printf(&b, "%s'%s': %s", bad++ ? "; " : "", idx[i].name, idx[i].reason);
+  }
+  for (size_t k = 0; k < n_load; k++) {
+    bool known = !strcmp(load[k], "*");
+    for (size_t i = 0; !known && i < n; i++) known = !strcmp(idx[i].name, load[k]);
+    if (!known) cbuf_printf(&b, "%s--load-model '%s': no such model in the repository", bad++ ? "; " : "", load[k]);
+  }
+  cinfer_model_index_free(idx, n);
+  st = bad ? cinfer_status_new(CINFER_INTERNAL, "%zu model(s) failed to load: %s", bad, b.data) : NULL;
+  cbuf_free(&b);
+  return st;
+}
+
 int cmd_serve(int argc, char **argv) {
   enum {
     O_REPO = 256, O_HOST, O_PORT, O_MPORT, O_MODE, O_LOAD, O_POLL, O_THREADS, O_IO,
@@ -104,7 +139,8 @@ int cmd_serve(int argc, char **argv) {
     O_LOGFILE, O_LOGINFO, O_LOGWARN, O_LOGERR, O_TRACE,
     O_MAXIN, O_MAXCHUNKS, O_GRPC, O_GRPC_MSG, O_GRPC_RP,
     O_GRPC_SSL, O_GRPC_CERT, O_GRPC_KEY, O_GRPC_ROOT, O_GRPC_MUTUAL, O_KVMEM, O_LLM_WAIT,
-    O_SHM_PREFIX, O_SHM_MAX
+    O_SHM_PREFIX, O_SHM_MAX, O_ALLOW_GRPC, O_ALLOW_HTTP, O_ALLOW_METRICS, O_EXIT_ON_ERROR,
+    O_STRICT_CONFIG
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -128,6 +164,12 @@ int cmd_serve(int argc, char **argv) {
       {"repository-poll-secs", required_argument, 0, O_POLL},
       {"threads", required_argument, 0, O_THREADS},
       {"io-threads", required_argument, 0, O_IO},
+      {"http-thread-count", required_argument, 0, O_IO}, /* Triton's name */
+      {"allow-grpc", required_argument, 0, O_ALLOW_GRPC},
+      {"allow-http", required_argument, 0, O_ALLOW_HTTP},
+      {"allow-metrics", required_argument, 0, O_ALLOW_METRICS},
+      {"exit-on-error", required_argument, 0, O_EXIT_ON_ERROR},
+      {"strict-model-config", required_argument, 0, O_STRICT_CONFIG},
       {"strict-readiness", required_argument, 0, O_STRICT},
       {"exit-timeout-secs", required_argument, 0, O_EXIT},
       {"max-body-bytes", required_argument, 0, O_BODY},
@@ -156,7 +198,7 @@ int cmd_serve(int argc, char **argv) {
   long long port = 8000, mport = -1, poll = 15, threads = 0, io = 0, exit_to = 30;
   long long body = 256ll << 20, elems = 1ll << 26, hto = 10000, bto = 30000, ito = 60000, verbose = 0;
   long long maxin = 1ll << 26, maxchunks = 65536;
-  bool strict = true;
+  bool strict = true, exit_on_error = false, allow_grpc = true;
   cinfer_model_control mode = CINFER_MODEL_CONTROL_NONE;
   const char **load = calloc((size_t)argc + 1, sizeof *load);
   const char **rapi = calloc((size_t)argc + 1, sizeof *rapi);
@@ -201,14 +243,24 @@ int cmd_serve(int argc, char **argv) {
       case O_POLL: if (!cli_parse_int("serve", "--repository-poll-secs", optarg, 1, 86400, &poll)) goto out; break;
       case O_THREADS: if (!cli_parse_int("serve", "--threads", optarg, 1, 4096, &threads)) goto out; break;
       case O_IO: if (!cli_parse_int("serve", "--io-threads", optarg, 1, 256, &io)) goto out; break;
-      case O_STRICT:
-        if (!strcmp(optarg, "true") || !strcmp(optarg, "1")) strict = true;
-        else if (!strcmp(optarg, "false") || !strcmp(optarg, "0")) strict = false;
-        else {
-          fprintf(stderr, "cinfer serve: --strict-readiness: '%s' is not true or false\n", optarg);
+      case O_STRICT: if (!cli_parse_bool("serve", "--strict-readiness", optarg, &strict)) goto out; break;
+      case O_ALLOW_GRPC: if (!cli_parse_bool("serve", "--allow-grpc", optarg, &allow_grpc)) goto out; break;
+      case O_ALLOW_HTTP:
+      case O_ALLOW_METRICS:
+      case O_STRICT_CONFIG: {
+        const char *flag = c == O_ALLOW_HTTP ? "--allow-http" : c == O_ALLOW_METRICS ? "--allow-metrics" : "--strict-model-config";
+        bool v;
+        if (!cli_parse_bool("serve", flag, optarg, &v)) goto out;
+        if (c == O_STRICT_CONFIG ? v : !v) { /* Triton's flag, with a value cinfer does not implement */
+          fprintf(stderr, "cinfer serve: %s=%s is not supported: %s\n", flag, optarg,
+                  c == O_ALLOW_HTTP ? "cinfer always serves its HTTP port (KServe, OpenAI, /metrics)"
+                  : c == O_ALLOW_METRICS ? "/metrics is always served on the HTTP port (--metrics-port adds one)"
+                  : "configs are always auto-completed from the model file where they leave fields out");
           goto out;
         }
         break;
+      }
+      case O_EXIT_ON_ERROR: if (!cli_parse_bool("serve", "--exit-on-error", optarg, &exit_on_error)) goto out; break;
       case O_EXIT: if (!cli_parse_int("serve", "--exit-timeout-secs", optarg, 0, 3600, &exit_to)) goto out; break;
       case O_BODY: if (!cli_parse_int("serve", "--max-body-bytes", optarg, 1024, 1ll << 40, &body)) goto out; break;
       case O_ELEMS: if (!cli_parse_int("serve", "--max-tensor-elements", optarg, 1, 1ll << 40, &elems)) goto out; break;
@@ -221,20 +273,8 @@ int cmd_serve(int argc, char **argv) {
       case O_TKEY: tls_key = optarg; break;
       case O_RAPI: rapi[n_rapi++] = optarg; break;
       case O_GRPC_RP: grp[n_grp++] = optarg; break;
-      case O_GRPC_SSL:
-      case O_GRPC_MUTUAL: {
-        bool v;
-        if (!strcmp(optarg, "true") || !strcmp(optarg, "1")) v = true;
-        else if (!strcmp(optarg, "false") || !strcmp(optarg, "0")) v = false;
-        else {
-          fprintf(stderr, "cinfer serve: --%s: '%s' is not true or false\n",
-                  c == O_GRPC_SSL ? "grpc-use-ssl" : "grpc-use-ssl-mutual", optarg);
-          goto out;
-        }
-        if (c == O_GRPC_SSL) gssl = v;
-        else gmutual = v;
-        break;
-      }
+      case O_GRPC_SSL: if (!cli_parse_bool("serve", "--grpc-use-ssl", optarg, &gssl)) goto out; break;
+      case O_GRPC_MUTUAL: if (!cli_parse_bool("serve", "--grpc-use-ssl-mutual", optarg, &gmutual)) goto out; break;
       case O_GRPC_CERT: gcert = optarg; break;
       case O_GRPC_KEY: gkey = optarg; break;
       case O_GRPC_ROOT: groot = optarg; break;
@@ -247,12 +287,10 @@ int cmd_serve(int argc, char **argv) {
       case O_LOGWARN:
       case O_LOGERR: {
         int which = c == O_LOGERR ? 0 : c == O_LOGWARN ? 1 : 2;
-        if (strcmp(optarg, "true") && strcmp(optarg, "false")) {
-          fprintf(stderr, "cinfer serve: --%s: '%s' is not true or false\n",
-                  which == 0 ? "log-error" : which == 1 ? "log-warning" : "log-info", optarg);
+        bool v;
+        if (!cli_parse_bool("serve", which == 0 ? "--log-error" : which == 1 ? "--log-warning" : "--log-info", optarg, &v))
           goto out;
-        }
-        log_on[which] = !strcmp(optarg, "true");
+        log_on[which] = v;
         break;
       }
       case O_TRACE: {
@@ -319,6 +357,7 @@ int cmd_serve(int argc, char **argv) {
             "signs client certificates)\n");
     goto out;
   }
+  if (!allow_grpc) grpc_port = -1; /* whatever order --grpc-port came in */
   if (grpc_port < 0 && (gssl || n_grp)) {
     fprintf(stderr, "cinfer serve: --grpc-use-ssl and --grpc-restricted-protocol need the gRPC "
             "endpoint (--grpc-port is off)\n");
@@ -351,6 +390,12 @@ int cmd_serve(int argc, char **argv) {
   if (st) {
     LOG_E("cinfer serve: %s", cinfer_status_message(st));
     cinfer_status_free(st);
+    goto out;
+  }
+  if (exit_on_error && (st = startup_errors(s, mode == CINFER_MODEL_CONTROL_EXPLICIT, load, n_load))) {
+    LOG_E("cinfer serve: --exit-on-error: %s", cinfer_status_message(st));
+    cinfer_status_free(st);
+    cinfer_server_destroy(s);
     goto out;
   }
   if (trace_given && (st = cinfer_server_trace_init(s, &trace))) {
