@@ -1070,6 +1070,11 @@ static bool parse_common(http_exchange *ex, const cJSON *j, bool chat, parsed *p
   }
   if (chat) {
     v = NUM("logprobs");
+    const cJSON *tl = NUM("top_logprobs");
+    if (tl && !cJSON_IsNull(tl) && !cJSON_IsTrue(v)) { /* as OpenAI and vLLM: not ignored */
+      oai_error(ex, 400, "invalid_request_error", "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      return false;
+    }
     if (cJSON_IsTrue(v)) {
       p->logprobs = 0;
       const cJSON *t = NUM("top_logprobs");

@@ -110,3 +110,10 @@ def test_caller_description_fields_are_accepted(client):
     r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
                                        temperature=0, user="u1", metadata={"team": "a"}, store=False)
     assert r.choices[0].finish_reason == "length"
+
+
+def test_top_logprobs_without_logprobs_is_refused(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                                       top_logprobs=2)
+    assert "'top_logprobs' needs 'logprobs': true" in e.value.message
