@@ -38,7 +38,8 @@ typedef struct {
   dnnl_memory_t src_user, src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user;
   /* Conv+PRelu: oneDNN 2.6 runs convolutions with a prelu post-op only in its reference
    * implementation, so PRelu is applied here to the conv's destination in its own layout
-   * (prelu_blk: 1 plain NCHW, 8/16 nChw8c/nChw16c) with slopes padded to the block */
+   * (prelu_blk: 1 plain NCHW, 8/16 nChw8c/nChw16c, -1 NHWC: oneDNN's AVX-512 brgemm
+   * convolutions) with slopes padded to the block */
   int prelu_blk;
   float *prelu_slope;
   int64_t prelu_n, prelu_c, prelu_hw;
@@ -232,6 +233,13 @@ static dnnl_status_t reorder_once(const dnnl_memory_desc_t *from, const void *sr
 static void prelu_plane(const conv_kernel *k, float *y, int64_t n, int64_t c) {
   int64_t C = k->prelu_c, HW = k->prelu_hw, blk = k->prelu_blk;
   const float *sl = k->prelu_slope;
+  if (blk == -1) { /* NHWC: c is a pixel, its C channels contiguous */
+    float *p = y + (n * HW + c) * C;
+    int64_t i = 0;
+    for (; i + 8 <= C; i += 8) *(v8fu *)(p + i) = v8_prelu(*(const v8fu *)(p + i), *(const v8fu *)(sl + i));
+    for (; i < C; i++) p[i] = p[i] < 0 ? p[i] * sl[i] : p[i];
+    return;
+  }
   if (blk == 1) {
     float *p = y + (n * C + c) * HW, a = sl[c];
     int64_t i = 0;
@@ -259,7 +267,7 @@ static void prelu_chunk(void *vc, int64_t i, int tid) {
 }
 
 static void prelu_inplace(const conv_kernel *k, float *y) {
-  int64_t blk = k->prelu_blk, planes = blk == 1 ? k->prelu_c : (k->prelu_c + blk - 1) / blk;
+  int64_t blk = k->prelu_blk, planes = blk == -1 ? k->prelu_hw : blk == 1 ? k->prelu_c : (k->prelu_c + blk - 1) / blk;
   prelu_ctx c = {k, y, planes};
   int64_t n = k->prelu_n * planes;
   if (opool_chunks(n, (double)(k->prelu_n * k->prelu_c * k->prelu_hw), OPOOL_MIN_ELEMS) > 1) opool_par(n, prelu_chunk, &c);
@@ -276,22 +284,27 @@ typedef struct {
   bool full_slow;
 } slice_geom;
 
-/* the tag among nchw and nChw8c that md has for dims d, or 0 */
+/* the tag among nchw, nChw8c and nChw16c that md has for dims d, or 0 */
 static dnnl_format_tag_t tag_of(const dnnl_memory_desc_t *md, const dnnl_dims_t d) {
   dnnl_memory_desc_t t;
   if (dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, dnnl_nchw) == dnnl_success && dnnl_memory_desc_equal(md, &t))
     return dnnl_nchw;
   if (dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, dnnl_aBcd8b) == dnnl_success && dnnl_memory_desc_equal(md, &t))
     return dnnl_aBcd8b;
+  if (dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, dnnl_aBcd16b) == dnnl_success && dnnl_memory_desc_equal(md, &t))
+    return dnnl_aBcd16b;
   return (dnnl_format_tag_t)0;
 }
 
+/* channels per block of a tag_of answer (1 for nchw) */
+static int64_t tag_block(dnnl_format_tag_t t) { return t == dnnl_aBcd16b ? 16 : t == dnnl_aBcd8b ? 8 : 1; }
+
 /* Threads > 1, one image: the convolution is split by output channels (groups for a
- * grouped conv) into slices of whole 8-channel blocks, each a primitive created for one
- * thread; in nChw8c and NCHW a channel range of one image is contiguous, so a slice reads
+ * grouped conv) into slices of whole channel blocks (8 or 16), each a primitive created for one
+ * thread; in nChw8c, nChw16c and NCHW a block-aligned channel range of one image is contiguous, so a slice reads
  * and writes plain offsets of the step's buffers. Returns false (the full primitive runs,
  * on one thread) when the conv is too small to gain (OPOOL_MIN_MACS per slice), the
- * layouts are not nchw/nChw8c, or oneDNN answers a slice with a slower implementation. */
+ * layouts are not nchw/nChw8c/nChw16c, or oneDNN answers a slice with a slower implementation. */
 static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_geom *q) {
   const ot *x = s->in[0], *w = s->in[1];
   /* CINFER_ONNX_SLICE_THREADS=<n>: slice as for n threads at any thread count (to measure
@@ -305,13 +318,15 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
   dnnl_dims_t xs = {q->xw.dims[0], q->xw.dims[1], q->xw.dims[2], q->xw.dims[3]};
   if (G > 1 && !(xtag = tag_of(&q->xw, xs))) return false;
   if (q->sum_l && !(stag = tag_of(q->sum_l, q->yf))) return false;
-  /* a unit: u groups (G > 1) or 8 channels (G == 1) */
-  int64_t u = 1;
+  /* a unit: u groups (G > 1) or one block of yb channels (G == 1): whole blocks of the
+   * destination (and of the source, G > 1) */
+  int64_t u = 1, yb = tag_block(ytag) > 8 ? tag_block(ytag) : 8, xb = tag_block(xtag) > 8 ? tag_block(xtag) : 8;
   if (G > 1) {
-    while (u <= G && ((u * Mg) % 8 || (u * Cg) % 8 || G % u)) u++;
+    while (u <= G && ((u * Mg) % yb || (u * Cg) % xb || G % u)) u++;
     if (u > G) return false;
   }
-  int64_t units = G > 1 ? G / u : (M + 7) / 8, per_unit = G > 1 ? u * Mg : 8;
+  if (stag && tag_block(stag) > yb) return false;
+  int64_t units = G > 1 ? G / u : (M + yb - 1) / yb, per_unit = G > 1 ? u * Mg : yb;
   double macs = (double)(q->yd[1] * q->yd[2] * q->yd[3]) * (double)(Cg * KH * KW);
   /* T slices, or 2T (a late worker's share taken by the others) when each still has 4x
    * the threshold's work; a slice costs its own primitive call and reads the whole input
@@ -488,8 +503,11 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     if (dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) != dnnl_success) pd = NULL;
     const char *impl = NULL;
     if (pd && (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-               !impl || !strncmp(impl, "ref", 3))) {
-      dnnl_primitive_desc_destroy(pd); /* only the slow reference takes this layout */
+               !impl || !strncmp(impl, "ref", 3) || (kern_block() == 16 && !strstr(impl, "avx512")))) {
+      /* only the slow reference takes this layout; or, on an AVX-512 host, only AVX2
+       * code (an nChw8c input from kern_smallk or pool8c): the reorder costs less than
+       * the wider vectors gain */
+      dnnl_primitive_desc_destroy(pd);
       pd = NULL;
     }
   }
@@ -585,7 +603,20 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   k->dst_bytes = dnnl_memory_desc_get_size(&yg);
   DN(dnnl_memory_create(&k->dst_mem, &yg, eng, DNNL_MEMORY_NONE));
   bool blocked = !dnnl_memory_desc_equal(&yg, &y_plain);
-  if (blocked && keep) {
+  /* the consumers of a kept value read plain, nChw8c and nChw16c only (kern.h): any
+   * other choice of oneDNN's (nhwc, ...) is reordered into nChw<kern_block()>c */
+  dnnl_memory_desc_t y_blk;
+  if (blocked && keep && !tag_of(&yg, yf)) {
+    DN(dnnl_memory_desc_init_by_tag(&y_blk, 4, yf, dnnl_f32, kern_block() == 16 ? dnnl_aBcd16b : dnnl_aBcd8b));
+    dnnl_memory_desc_t *l = malloc(sizeof *l);
+    if (!l) { st = kern_oom(); goto fail; }
+    *l = y_blk;
+    p->layout[s->out_id[0]] = l;
+    p->bytes[s->out_id[0]] = dnnl_memory_desc_get_size(&y_blk);
+    DN(dnnl_memory_create(&k->dst_user, &y_blk, eng, DNNL_MEMORY_NONE));
+    DN(kern_make_reorder(&yg, &y_blk, &k->dst_reorder));
+    s->temp_bytes[1] = k->dst_bytes;
+  } else if (blocked && keep) {
     dnnl_memory_desc_t *l = malloc(sizeof *l);
     if (!l) { st = kern_oom(); goto fail; }
     *l = yg;
@@ -598,11 +629,12 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   }
   if (s->has_fused && s->fused.act == ACT_PRELU) {
     /* the layout PRelu sees: the primitive's destination (before any reorder to plain) */
-    dnnl_memory_desc_t b8, b16;
+    dnnl_memory_desc_t b8, b16, cl;
     DN(dnnl_memory_desc_init_by_tag(&b8, 4, yd, dnnl_f32, dnnl_aBcd8b));
     DN(dnnl_memory_desc_init_by_tag(&b16, 4, yd, dnnl_f32, dnnl_aBcd16b));
+    DN(dnnl_memory_desc_init_by_tag(&cl, 4, yd, dnnl_f32, dnnl_nhwc));
     k->prelu_blk = dnnl_memory_desc_equal(&yg, &y_plain) ? 1 : dnnl_memory_desc_equal(&yg, &b8) ? 8
-                   : dnnl_memory_desc_equal(&yg, &b16) ? 16 : 0;
+                   : dnnl_memory_desc_equal(&yg, &b16) ? 16 : dnnl_memory_desc_equal(&yg, &cl) ? -1 : 0;
     if (!k->prelu_blk) {
       st = NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN chose a destination layout PRelu does not handle");
       goto fail;
@@ -689,7 +721,7 @@ static void slice_run(void *vc, int64_t i, int tid) {
     args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, q->dw_b_mem};
   }
   ok = ok && dnnl_primitive_execute(q->prim, q->stream, na, args) == dnnl_success;
-  if (ok && k->prelu_blk) { /* N = 1; prelu_blk is 1 or 8 (conv_slices takes nchw / nChw8c) */
+  if (ok && k->prelu_blk) { /* N = 1; prelu_blk is 1, 8 or 16 (conv_slices takes nchw / nChw8c / nChw16c) */
     ok = dnnl_stream_wait(q->stream) == dnnl_success;
     int64_t b = k->prelu_blk;
     for (int64_t pl = q->c0 / b; ok && pl < (q->c1 + b - 1) / b; pl++) prelu_plane(k, c->dst, 0, pl);

@@ -235,8 +235,10 @@ static cinfer_status *dnnlpool_prepare(onnx_plan *p, plan_step *s, bool keep, fa
   dnnl_engine_t eng = kern_engine();
   DN(dnnl_memory_desc_init_by_tag(&x_md, 4, xd, dnnl_f32, dnnl_nchw));
   DN(dnnl_memory_desc_init_by_tag(&y_md, 4, yd, dnnl_f32, dnnl_nchw));
-  DN(dnnl_memory_desc_init_by_tag(&xb_md, 4, xd, dnnl_f32, dnnl_aBcd8b));
-  DN(dnnl_memory_desc_init_by_tag(&yb_md, 4, yd, dnnl_f32, dnnl_aBcd8b));
+  /* the plan's block (nChw16c on an AVX-512 host) when the channels fill it, else 8 */
+  dnnl_format_tag_t btag = kern_block() == 16 && xd[1] % 16 == 0 ? dnnl_aBcd16b : dnnl_aBcd8b;
+  DN(dnnl_memory_desc_init_by_tag(&xb_md, 4, xd, dnnl_f32, btag));
+  DN(dnnl_memory_desc_init_by_tag(&yb_md, 4, yd, dnnl_f32, btag));
   DN(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_inference,
                                        maxp ? dnnl_pooling_max : incl ? dnnl_pooling_avg_include_padding
                                                                        : dnnl_pooling_avg_exclude_padding,
