@@ -496,25 +496,46 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   DN(dnnl_primitive_attr_set_post_ops(attr, po));
   dnnl_convolution_desc_t cd;
   dnnl_primitive_desc_t pd = NULL;
-  /* prefer consuming the producer's layout as is */
-  if (p->layout[s->in_id[0]]) {
-    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
-                                                  x_have, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
-    if (dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) != dnnl_success) pd = NULL;
-    const char *impl = NULL;
-    if (pd && (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-               !impl || !strncmp(impl, "ref", 3) || (kern_block() == 16 && !strstr(impl, "avx512")))) {
-      /* only the slow reference takes this layout; or, on an AVX-512 host, only AVX2
-       * code (an nChw8c input from kern_smallk or pool8c): the reorder costs less than
-       * the wider vectors gain */
-      dnnl_primitive_desc_destroy(pd);
-      pd = NULL;
+  /* Tries in order, the first whose implementation is fast wins (the last is taken as
+   * is): the producer's layout as is, else oneDNN's choice of source; on an AVX-512 host
+   * each first with an nChw16c destination. oneDNN 2.6 answers a destination left to
+   * it ("any") there with its NHWC kernels (brgconv, brdgmm_dw), or for a depthwise conv
+   * on nChw16c with its reference: two reorders around the step, where its nChw16c
+   * kernels (jit, jit_1x1, jit_dw) read and write the plan's layout directly. Fast: not
+   * the reference, and on an AVX-512 host AVX-512 code (an nChw8c input from
+   * kern_smallk or pool8c has only AVX2 kernels: reordering it costs less than the
+   * wider vectors gain). */
+  {
+    bool b16 = kern_block() == 16 && !dw;
+    dnnl_memory_desc_t y_16;
+    if (b16 && dnnl_memory_desc_init_by_tag(&y_16, 4, yd, dnnl_f32, dnnl_aBcd16b) != dnnl_success) b16 = false;
+    const dnnl_memory_desc_t *tries[4][2];
+    int nt = 0;
+    if (p->layout[s->in_id[0]]) {
+      if (b16) { tries[nt][0] = x_have; tries[nt++][1] = &y_16; }
+      tries[nt][0] = x_have; tries[nt++][1] = &y_any;
     }
-  }
-  if (!pd) {
-    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
-                                                  &x_any, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
-    DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
+    if (b16) { tries[nt][0] = &x_any; tries[nt++][1] = &y_16; }
+    tries[nt][0] = &x_any; tries[nt++][1] = &y_any;
+    for (int t = 0; t < nt && !pd; t++) {
+      DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                    tries[t][0], &w_any, b ? &b_md : NULL, tries[t][1], strides,
+                                                    dil, pl, pr));
+      if (t == nt - 1) {
+        DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
+        break;
+      }
+      if (dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) != dnnl_success) {
+        pd = NULL;
+        continue;
+      }
+      const char *impl = NULL;
+      if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+          !strncmp(impl, "ref", 3) || (kern_block() == 16 && !strstr(impl, "avx512"))) {
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
+      }
+    }
   }
   /* oneDNN 2.6's AVX2 direct convolution refuses a left padding wider than its 3-pixel
    * register block (UltraFace's 3x3 dilation-5 convs, pads 5) and falls back to im2col +
