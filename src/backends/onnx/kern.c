@@ -21,24 +21,32 @@ const kern_family *const kern_families[] = {
 };
 const int kern_n_families = (int)(sizeof kern_families / sizeof kern_families[0]);
 
+bool kern_family_available(const kern_family *f) { return !f->available || f->available(); }
+
+bool kern_block8(void) { return kern_block() == 8; }
+
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
   if (p->no_fast) return false;
   for (int i = 0; i < kern_n_families; i++)
-    if (kern_families[i]->reads_blocked && kern_families[i]->reads_blocked(p, s, j)) return true;
+    if (kern_families[i]->reads_blocked && kern_family_available(kern_families[i]) &&
+        kern_families[i]->reads_blocked(p, s, j))
+      return true;
   return false;
 }
 
 bool fast_takes_pre(const onnx_plan *p, const plan_step *s) {
   if (p->no_fast) return false;
   for (int i = 0; i < kern_n_families; i++)
-    if (kern_families[i]->takes_pre && kern_families[i]->takes_pre(p, s)) return true;
+    if (kern_families[i]->takes_pre && kern_family_available(kern_families[i]) && kern_families[i]->takes_pre(p, s))
+      return true;
   return false;
 }
 
 bool fast_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t) {
   if (p->no_fast) return false;
   for (int i = 0; i < kern_n_families; i++)
-    if (kern_families[i]->takes_dw && kern_families[i]->takes_dw(p, s, t)) return true;
+    if (kern_families[i]->takes_dw && kern_family_available(kern_families[i]) && kern_families[i]->takes_dw(p, s, t))
+      return true;
   return false;
 }
 
@@ -47,7 +55,7 @@ cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel *
   if (!p->no_fast) (void)kern_engine(); /* settles oneDNN's ISA before any primitive */
   for (int i = 0; i < kern_n_families && !p->no_fast; i++) {
     const kern_family *f = kern_families[i];
-    if (!f->can_take(p, s, keep)) continue;
+    if (!kern_family_available(f) || !f->can_take(p, s, keep)) continue;
     cinfer_status *st = f->prepare(p, s, keep, k);
     if (st) return st;
     if (*k) {

@@ -45,12 +45,20 @@ typedef struct kern_family {
   bool (*takes_pre)(const onnx_plan *p, const plan_step *s);
   /* Optional, NULL meaning false: the family runs s with t (a depthwise conv) fused as s->dw. */
   bool (*takes_dw)(const onnx_plan *p, const plan_step *s, const plan_step *t);
+  /* Optional, NULL meaning true: the family can run in this process. winograd and
+   * pool8c read and write nChw8c only, so they are off where the plan's blocked values
+   * are nChw16c (kern_block() == 16: oneDNN on AVX-512); the dispatcher then never asks
+   * them anything. */
+  bool (*available)(void);
 } kern_family;
 
 /* The first member of every family's kernel struct. */
 struct fast_kernel {
   const kern_family *family;
 };
+
+/* whether family f runs in this process (its available member) */
+bool kern_family_available(const kern_family *f);
 
 /* In priority order (kern.c); kern_n_families entries. */
 extern const kern_family *const kern_families[];

@@ -296,7 +296,7 @@ static cinfer_status *dnnlpool_run(fast_kernel *fk, plan_step *s, int threads) {
 
 const kern_family kern_pool8c = {
     .name = "pool8c", .can_take = pool8c_can_take, .prepare = pool8c_prepare, .run = pool8c_run,
-    .destroy = kern_free, .reads_blocked = pool_reads_blocked};
+    .destroy = kern_free, .reads_blocked = pool_reads_blocked, .available = kern_block8};
 
 const kern_family kern_dnnlpool = {
     .name = "dnnlpool", .can_take = dnnlpool_can_take, .prepare = dnnlpool_prepare, .run = dnnlpool_run,

@@ -153,6 +153,8 @@ dnnl_status_t kern_make_reorder(const dnnl_memory_desc_t *from, const dnnl_memor
  * (its convolutions' layout there), else 8 (nChw8c, AVX2). Fixed once the engine exists;
  * DNNL_MAX_CPU_ISA=AVX2 gives 8 on an AVX-512 host. */
 int kern_block(void);
+/* kern_block() == 8: the available member of the nChw8c-only families */
+bool kern_block8(void);
 /* whether layout (a dnnl_memory_desc_t *, NULL: plain) is nChw<B>c (B 8 or 16) for the
  * 4-D shape of t; kern_is_nchw8c: B = 8 */
 bool kern_is_blocked(const void *layout, const ot *t, int B);

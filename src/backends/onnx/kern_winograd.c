@@ -282,4 +282,5 @@ static void wino_destroy(fast_kernel *fk) {
 }
 
 const kern_family kern_winograd = {
-    .name = "winograd", .can_take = wino_can_take, .prepare = wino_prepare, .run = wino_run, .destroy = wino_destroy};
+    .name = "winograd", .can_take = wino_can_take, .prepare = wino_prepare, .run = wino_run, .destroy = wino_destroy,
+    .available = kern_block8};
