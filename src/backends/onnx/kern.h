@@ -57,6 +57,11 @@ struct fast_kernel {
   const kern_family *family;
 };
 
+/* The block of the plan's blocked values: 16 (nChw16c) when oneDNN runs AVX-512 code
+ * (its convolutions' layout there), else 8 (nChw8c, AVX2). Fixed once the engine exists
+ * (kern.c); DNNL_MAX_CPU_ISA=AVX2 gives 8 on an AVX-512 host. */
+int kern_block(void);
+
 /* whether family f runs in this process (its available member) */
 bool kern_family_available(const kern_family *f);
 

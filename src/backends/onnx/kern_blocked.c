@@ -7,11 +7,12 @@
  *
  * Invariants:
  *   - an op is taken only for 4-D float tensors whose channel counts are all multiples of
- *     8, so a blocked output (always nChw8c here) has no padded channels and the same
- *     byte size as plain NCHW;
- *   - each input is read in whatever layout its producer left (plain, nChw8c, nChw16c;
- *     any other layout is an internal error naming the node); the output is nChw8c when
- *     every consumer takes it (plan.c's keep), else plain;
+ *     8, so a blocked output has no padded channels and the same byte size as plain NCHW:
+ *     nChw<kern_block()>c when every channel count is a multiple of that block (16 on an
+ *     AVX-512 host), else nChw8c;
+ *   - each input is read in whatever layout its producer left (plain, nChw8c, nChw16c,
+ *     padded or not; any other layout is an internal error naming the node); the output
+ *     is blocked when every consumer takes it (plan.c's keep), else plain;
  *   - Concat of one image (dim 0 == 1) whose input has the output's layout and is a
  *     plain intermediate value (produced by one step, not a graph input/output, not
  *     aliased itself) is written in place: blk_prepare roots the input inside the

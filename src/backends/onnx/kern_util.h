@@ -149,10 +149,6 @@ void kern_free(fast_kernel *k);
 dnnl_engine_t kern_engine(void);
 /* a reorder primitive from one layout to another */
 dnnl_status_t kern_make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, dnnl_primitive_t *out);
-/* The block of the plan's blocked values: 16 (nChw16c) when oneDNN runs AVX-512 code
- * (its convolutions' layout there), else 8 (nChw8c, AVX2). Fixed once the engine exists;
- * DNNL_MAX_CPU_ISA=AVX2 gives 8 on an AVX-512 host. */
-int kern_block(void);
 /* kern_block() == 8: the available member of the nChw8c-only families */
 bool kern_block8(void);
 /* whether layout (a dnnl_memory_desc_t *, NULL: plain) is nChw<B>c (B 8 or 16) for the
