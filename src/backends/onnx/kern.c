@@ -23,8 +23,6 @@ const int kern_n_families = (int)(sizeof kern_families / sizeof kern_families[0]
 
 bool kern_family_available(const kern_family *f) { return !f->available || f->available(); }
 
-bool kern_block8(void) { return kern_block() == 8; }
-
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
   if (p->no_fast) return false;
   for (int i = 0; i < kern_n_families; i++)

@@ -45,10 +45,10 @@ typedef struct kern_family {
   bool (*takes_pre)(const onnx_plan *p, const plan_step *s);
   /* Optional, NULL meaning false: the family runs s with t (a depthwise conv) fused as s->dw. */
   bool (*takes_dw)(const onnx_plan *p, const plan_step *s, const plan_step *t);
-  /* Optional, NULL meaning true: the family can run in this process. winograd and
-   * pool8c read and write nChw8c only, so they are off where the plan's blocked values
-   * are nChw16c (kern_block() == 16: oneDNN on AVX-512); the dispatcher then never asks
-   * them anything. */
+  /* Optional, NULL meaning true: the family can run in this process (for a family that
+   * handles only one of the block sizes kern_block() may answer; none at present: winograd
+   * and pool8c take nChw8c and nChw16c). The dispatcher never asks an unavailable family
+   * anything; test_onnx_families checks that it never runs. */
   bool (*available)(void);
 } kern_family;
 

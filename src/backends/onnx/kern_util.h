@@ -149,8 +149,6 @@ void kern_free(fast_kernel *k);
 dnnl_engine_t kern_engine(void);
 /* a reorder primitive from one layout to another */
 dnnl_status_t kern_make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, dnnl_primitive_t *out);
-/* kern_block() == 8: the available member of the nChw8c-only families */
-bool kern_block8(void);
 /* whether layout (a dnnl_memory_desc_t *, NULL: plain) is nChw<B>c (B 8 or 16) for the
  * 4-D shape of t; kern_is_nchw8c: B = 8 */
 bool kern_is_blocked(const void *layout, const ot *t, int B);

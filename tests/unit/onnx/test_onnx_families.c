@@ -185,7 +185,9 @@ static void build_blocked(mb *b, const fam_case *c) {
 
 #define CONV(fam, what, N, C, H, W, ...) \
   {fam, what, build_conv, 13, 4, {N, C, H, W}, {__VA_ARGS__}, 1.0f}
-/* a conv case whose channel counts are not multiples of 16 (winograd: nChw8c plans only) */
+/* a case whose channel counts are not multiples of 16 (taken with 8-channel blocks only) */
+#define POOL8(fam, what, N, C, H, W, ...) \
+  {fam, what, build_pool, 13, 4, {N, C, H, W}, {__VA_ARGS__}, 1.0f, true}
 #define CONV8(fam, what, N, C, H, W, ...) \
   {fam, what, build_conv, 13, 4, {N, C, H, W}, {__VA_ARGS__}, 1.0f, true}
 #define POOL(fam, what, N, C, H, W, ...) \
@@ -203,10 +205,12 @@ static const fam_case cases[] = {
     {"softmax", "rows of 1", build_softmax, 13, 2, {6, 1}, {1}, 1.0f},
     /*                                               max KH KW sh sw pt pl pb pr ceil incl dil sand */
     POOL("pool8c", "max 3x3 s2 p1", 1, 8, 17, 13, 1, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1, 16),
-    POOL("pool8c", "avg 2x2 s2, batch 2", 2, 8, 14, 12, 0, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 1, 24),
+    POOL8("pool8c", "avg 2x2 s2, batch 2", 2, 8, 14, 12, 0, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 1, 24),
     POOL("pool8c", "avg 3x3 s2 p1 include pad", 1, 8, 15, 13, 0, 3, 3, 2, 2, 1, 1, 1, 1, 0, 1, 1, 16),
     POOL("pool8c", "max ceil, asymmetric pads", 1, 8, 15, 13, 1, 3, 3, 2, 2, 1, 0, 1, 2, 1, 0, 1, 16),
-    POOL("pool8c", "max dilated 2, 1 pixel out", 1, 8, 5, 5, 1, 3, 3, 1, 1, 0, 0, 0, 0, 0, 0, 2, 8),
+    POOL8("pool8c", "max dilated 2, 1 pixel out", 1, 8, 5, 5, 1, 3, 3, 1, 1, 0, 0, 0, 0, 0, 0, 2, 8),
+    POOL("pool8c", "max 3x3 s2 p1, C 48, batch 2", 2, 8, 15, 17, 1, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1, 48),
+    POOL("pool8c", "avg 2x2 s2, C 32 (16-blocks)", 1, 8, 14, 12, 0, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 1, 32),
     POOL("dnnlpool", "max 3x3 s2 p1, C 5", 2, 5, 17, 13, 1, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1, 0),
     POOL("dnnlpool", "max 3x2 ceil, C 3", 2, 3, 16, 16, 1, 3, 2, 2, 3, 0, 1, 1, 0, 1, 0, 1, 0),
     POOL("dnnlpool", "avg 2x3 exclude pad, C 6", 2, 6, 14, 11, 0, 2, 3, 2, 2, 0, 1, 0, 1, 0, 0, 1, 0),
