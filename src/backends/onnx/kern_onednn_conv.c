@@ -507,14 +507,19 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
    * wider vectors gain). */
   {
     bool b16 = kern_block() == 16 && !dw;
-    dnnl_memory_desc_t y_16;
-    if (b16 && dnnl_memory_desc_init_by_tag(&y_16, 4, yd, dnnl_f32, dnnl_aBcd16b) != dnnl_success) b16 = false;
-    const dnnl_memory_desc_t *tries[4][2];
+    dnnl_memory_desc_t y_16, x_16;
+    if (b16 && (dnnl_memory_desc_init_by_tag(&y_16, 4, yd, dnnl_f32, dnnl_aBcd16b) != dnnl_success ||
+                dnnl_memory_desc_init_by_tag(&x_16, 4, xd, dnnl_f32, dnnl_aBcd16b) != dnnl_success))
+      b16 = false;
+    const dnnl_memory_desc_t *tries[5][2];
     int nt = 0;
     if (p->layout[s->in_id[0]]) {
       if (b16) { tries[nt][0] = x_have; tries[nt++][1] = &y_16; }
       tries[nt][0] = x_have; tries[nt++][1] = &y_any;
     }
+    /* a grouped conv whose source is left to oneDNN gets NHWC (brdgmm_dw) even with an
+     * nChw16c destination: ask for nChw16c on both sides first */
+    if (b16 && G > 1) { tries[nt][0] = &x_16; tries[nt++][1] = &y_16; }
     if (b16) { tries[nt][0] = &x_any; tries[nt++][1] = &y_16; }
     tries[nt][0] = &x_any; tries[nt++][1] = &y_any;
     for (int t = 0; t < nt && !pd; t++) {
