@@ -430,6 +430,99 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
   return true;
 }
 
+/* Threads > 1, one image, a conv whose source and destination are each one channel block
+ * (C, M <= the block: RetinaFace's 16-channel context convs, UltraFace's first depthwise
+ * conv on nChw16c), which conv_slices cannot split by channels: split by output rows
+ * instead. In a one-block layout a row range is contiguous ([rows][W][B]), so each slice
+ * is its own primitive on the input rows its output rows read (the slice's top and bottom
+ * padding are the real padding where it reaches the image's edge, else none). Each output
+ * pixel is computed from the same taps in the same order as by the whole primitive. Not
+ * taken with a fused Add, PRelu, a fused depthwise conv, a reorder of the destination
+ * (these work per channel range) or explicit padding (pad_in). */
+static bool conv_row_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_geom *q) {
+  const ot *x = s->in[0], *w = s->in[1];
+  const char *force = getenv("CINFER_ONNX_SLICE_THREADS");
+  int64_t T = force ? strtol(force, NULL, 10) : p->threads;
+  if (T < 2 || T > 256 || x->dims[0] != 1 || x->ndim != 4 || getenv("CINFER_ONNX_NO_SLICE") || s->dw.w ||
+      s->sum_id >= 0 || k->prelu_blk || k->dst_reorder || k->pad_in)
+    return false;
+  int64_t M = w->dims[0], G = q->G, Cg = w->dims[1], KH = q->KH, KW = q->KW;
+  dnnl_dims_t xs = {q->xw.dims[0], q->xw.dims[1], q->xw.dims[2], q->xw.dims[3]};
+  dnnl_format_tag_t ytag = tag_of(&q->yg, q->yf), xtag = tag_of(&q->xw, xs);
+  int64_t B = tag_block(ytag);
+  if (B < 8 || tag_block(xtag) != B || xs[1] > B || M > B || (G > 1 && (G != M || Cg != 1))) return false;
+  int64_t OH = q->yd[2], IH = xs[2], IW = xs[3], OW = q->yd[3];
+  double macs = (double)(q->yd[1] * OH * OW) * (double)(Cg * KH * KW);
+  int64_t S = macs >= 2.0 * (double)T * 4 * OPOOL_MIN_MACS ? 2 * T : T;
+  if (S > OH) S = OH;
+  if ((double)S * OPOOL_MIN_MACS > macs) S = (int64_t)(macs / OPOOL_MIN_MACS);
+  if (S < 2) return false;
+  dnnl_engine_t eng = kern_engine();
+  conv_slice *sl = calloc((size_t)S, sizeof *sl);
+  if (!sl) return false;
+  bool ok = true;
+  for (int64_t i = 0; i < S && ok; i++) {
+    conv_slice *c = &sl[i];
+    int64_t o0 = OH * i / S, o1 = OH * (i + 1) / S;
+    int64_t lo = o0 * q->strides[0] - q->pl[0], hi = (o1 - 1) * q->strides[0] - q->pl[0] + (KH - 1) * (q->dil[0] + 1) + 1;
+    int64_t in0 = lo > 0 ? lo : 0, in1 = hi < IH ? hi : IH;
+    if (in1 <= in0) { ok = false; break; }
+    c->c0 = 0;
+    c->c1 = M;
+    c->src_off = (size_t)(in0 * IW * B);
+    c->dst_off = (size_t)(o0 * OW * B);
+    dnnl_dims_t xd = {1, xs[1], in1 - in0, IW}, yd = {1, M, o1 - o0, OW}, bd = {M};
+    dnnl_dims_t pl = {in0 - lo, q->pl[1]}, pr = {hi - in1, q->pr[1]};
+    dnnl_memory_desc_t xm, ym, wa, wp, bm;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_convolution_desc_t cd;
+    if (G > 1) {
+      dnnl_dims_t wd = {G, 1, 1, KH, KW};
+      ok = dnnl_memory_desc_init_by_tag(&wa, 5, wd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&wp, 5, wd, dnnl_f32, dnnl_goihw) == dnnl_success;
+    } else {
+      dnnl_dims_t wd = {M, Cg, KH, KW};
+      ok = dnnl_memory_desc_init_by_tag(&wa, 4, wd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&wp, 4, wd, dnnl_f32, dnnl_oihw) == dnnl_success;
+    }
+    ok = ok && dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32, xtag) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32, ytag) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&bm, 1, bd, dnnl_f32, dnnl_x) == dnnl_success &&
+         dnnl_primitive_attr_create(&attr) == dnnl_success && dnnl_post_ops_create(&po) == dnnl_success &&
+         conv_post_ops(po, s, s->dw.act, false) == dnnl_success && dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success &&
+         dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xm, &wa,
+                                                    q->b ? &bm : NULL, &ym, q->strides, q->dil, pl, pr) == dnnl_success &&
+         dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    ok = ok && (q->full_slow || !impl_slow(pd)) &&
+         dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), &xm) &&
+         dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), &ym);
+    const dnnl_memory_desc_t *ww = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0) : NULL;
+    ok = ok && ww && dnnl_primitive_create(&c->prim, pd) == dnnl_success &&
+         dnnl_stream_create(&c->stream, eng, dnnl_stream_default_flags) == dnnl_success &&
+         (c->w_data = kern_alloc64(dnnl_memory_desc_get_size(ww))) != NULL &&
+         dnnl_memory_create(&c->w_mem, ww, eng, c->w_data) == dnnl_success &&
+         reorder_once(&wp, w->data, c->w_mem, c->stream) == dnnl_success &&
+         (!q->b || dnnl_memory_create(&c->b_mem, &bm, eng, (void *)q->b) == dnnl_success) &&
+         dnnl_memory_create(&c->src_mem, &xm, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&c->dst_mem, &ym, eng, DNNL_MEMORY_NONE) == dnnl_success;
+    if (ok) c->dst_bytes = dnnl_memory_desc_get_size(&ym);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+  }
+  if (!ok) {
+    for (int64_t i = 0; i < S; i++) slice_free(&sl[i]);
+    free(sl);
+    return false;
+  }
+  k->sl = sl;
+  k->nsl = (int)S;
+  snprintf(k->label, sizeof k->label, "onednn/%dr", k->nsl);
+  return true;
+}
+
 static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   cinfer_status *st = NULL;
   const ot *x = s->in[0], *w = s->in[1], *b = s->n_in > 2 ? s->in[2] : NULL;
@@ -693,7 +786,7 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     memcpy(q.yf, yf, sizeof yf);
     if (s->sum_id >= 0 && !k->sum_copy) q.sum_l = p->layout[s->sum_id] ? p->layout[s->sum_id] : &y_plain;
     q.full_slow = slow_full;
-    (void)conv_slices(p, s, k, &q);
+    if (!conv_slices(p, s, k, &q)) (void)conv_row_slices(p, s, k, &q);
   }
   *out = &k->base;
   return NULL;
