@@ -21,24 +21,30 @@ const kern_family *const kern_families[] = {
 };
 const int kern_n_families = (int)(sizeof kern_families / sizeof kern_families[0]);
 
+bool kern_family_available(const kern_family *f) { return !f->available || f->available(); }
+
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int j) {
   if (p->no_fast) return false;
   for (int i = 0; i < kern_n_families; i++)
-    if (kern_families[i]->reads_blocked && kern_families[i]->reads_blocked(p, s, j)) return true;
+    if (kern_families[i]->reads_blocked && kern_family_available(kern_families[i]) &&
+        kern_families[i]->reads_blocked(p, s, j))
+      return true;
   return false;
 }
 
 bool fast_takes_pre(const onnx_plan *p, const plan_step *s) {
   if (p->no_fast) return false;
   for (int i = 0; i < kern_n_families; i++)
-    if (kern_families[i]->takes_pre && kern_families[i]->takes_pre(p, s)) return true;
+    if (kern_families[i]->takes_pre && kern_family_available(kern_families[i]) && kern_families[i]->takes_pre(p, s))
+      return true;
   return false;
 }
 
 bool fast_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t) {
   if (p->no_fast) return false;
   for (int i = 0; i < kern_n_families; i++)
-    if (kern_families[i]->takes_dw && kern_families[i]->takes_dw(p, s, t)) return true;
+    if (kern_families[i]->takes_dw && kern_family_available(kern_families[i]) && kern_families[i]->takes_dw(p, s, t))
+      return true;
   return false;
 }
 
@@ -47,7 +53,7 @@ cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel *
   if (!p->no_fast) (void)kern_engine(); /* settles oneDNN's ISA before any primitive */
   for (int i = 0; i < kern_n_families && !p->no_fast; i++) {
     const kern_family *f = kern_families[i];
-    if (!f->can_take(p, s, keep)) continue;
+    if (!kern_family_available(f) || !f->can_take(p, s, keep)) continue;
     cinfer_status *st = f->prepare(p, s, keep, k);
     if (st) return st;
     if (*k) {
@@ -81,20 +87,39 @@ dnnl_engine_t kern_engine(void) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&mu);
     if (!once) {
-      /* The families and the plan's layout rules follow oneDNN's AVX2 code: nChw8c
-       * blocking, the implementations impl_slow tells apart. With AVX-512 oneDNN picks
-       * nChw16c and other layouts for the same convs, which winograd and pool8c never
-       * see and the blocked family and PRelu do not all read (plans failed with
-       * "blocked layout this kernel does not read"). So oneDNN is held to AVX2 unless
-       * DNNL_MAX_CPU_ISA asks otherwise; before the first primitive (fast_prepare
-       * calls this first), or oneDNN refuses and keeps its own choice. */
-      if (!getenv("DNNL_MAX_CPU_ISA")) (void)dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2);
+      /* oneDNN may use up to AVX-512 (avx512_core: its f32 convolutions gain nothing
+       * past it, and AMX/VNNI serve other data types). With AVX-512 its convolutions
+       * want nChw16c, with AVX2 nChw8c: kern_block() tells the families which one the
+       * plan's blocked values take. DNNL_MAX_CPU_ISA (e.g. AVX2) overrides; it must be
+       * settled before the first primitive (fast_prepare calls this first), or oneDNN
+       * refuses and keeps its own choice. */
+      if (!getenv("DNNL_MAX_CPU_ISA")) (void)dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core);
       if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) eng = NULL;
       __atomic_store_n(&once, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&mu);
   }
   return eng;
+}
+
+int kern_block(void) {
+  static int blk;
+  int b = __atomic_load_n(&blk, __ATOMIC_RELAXED);
+  if (!b) {
+    (void)kern_engine(); /* the ISA is settled */
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), a512 = (unsigned)dnnl_cpu_isa_avx512_core;
+    b = (isa & a512) == a512 ? 16 : 8;
+    __atomic_store_n(&blk, b, __ATOMIC_RELAXED);
+  }
+  return b;
+}
+
+bool kern_is_blocked(const void *layout, const ot *t, int B) {
+  if (!layout || t->ndim != 4) return false;
+  dnnl_dims_t d = {t->dims[0], t->dims[1], t->dims[2], t->dims[3]};
+  dnnl_memory_desc_t x;
+  return dnnl_memory_desc_init_by_tag(&x, 4, d, dnnl_f32, B == 16 ? dnnl_aBcd16b : dnnl_aBcd8b) == dnnl_success &&
+         dnnl_memory_desc_equal(layout, &x);
 }
 
 dnnl_status_t kern_make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, dnnl_primitive_t *out) {
@@ -106,19 +131,15 @@ dnnl_status_t kern_make_reorder(const dnnl_memory_desc_t *from, const dnnl_memor
   return r;
 }
 
-bool kern_is_nchw8c(const void *layout, const ot *t) {
-  if (!layout || t->ndim != 4) return false;
-  dnnl_dims_t d = {t->dims[0], t->dims[1], t->dims[2], t->dims[3]};
-  dnnl_memory_desc_t x8;
-  return dnnl_memory_desc_init_by_tag(&x8, 4, d, dnnl_f32, dnnl_aBcd8b) == dnnl_success &&
-         dnnl_memory_desc_equal(layout, &x8);
-}
+bool kern_is_nchw8c(const void *layout, const ot *t) { return kern_is_blocked(layout, t, 8); }
 
-bool kern_out_nchw8c(onnx_plan *p, plan_step *s, int64_t C) {
+bool kern_out_nchw8c(onnx_plan *p, plan_step *s, int64_t C) { return kern_out_blocked(p, s, C, 8); }
+
+bool kern_out_blocked(onnx_plan *p, plan_step *s, int64_t C, int B) {
   const ot *y = s->out[0];
   dnnl_dims_t yd = {y->dims[0], C, y->dims[2], y->dims[3]};
   dnnl_memory_desc_t *l = malloc(sizeof *l);
-  if (!l || dnnl_memory_desc_init_by_tag(l, 4, yd, dnnl_f32, dnnl_aBcd8b) != dnnl_success) {
+  if (!l || dnnl_memory_desc_init_by_tag(l, 4, yd, dnnl_f32, B == 16 ? dnnl_aBcd16b : dnnl_aBcd8b) != dnnl_success) {
     free(l);
     return false;
   }

@@ -45,12 +45,25 @@ typedef struct kern_family {
   bool (*takes_pre)(const onnx_plan *p, const plan_step *s);
   /* Optional, NULL meaning false: the family runs s with t (a depthwise conv) fused as s->dw. */
   bool (*takes_dw)(const onnx_plan *p, const plan_step *s, const plan_step *t);
+  /* Optional, NULL meaning true: the family can run in this process (for a family that
+   * handles only one of the block sizes kern_block() may answer; none at present: winograd
+   * and pool8c take nChw8c and nChw16c). The dispatcher never asks an unavailable family
+   * anything; test_onnx_families checks that it never runs. */
+  bool (*available)(void);
 } kern_family;
 
 /* The first member of every family's kernel struct. */
 struct fast_kernel {
   const kern_family *family;
 };
+
+/* The block of the plan's blocked values: 16 (nChw16c) when oneDNN runs AVX-512 code
+ * (its convolutions' layout there), else 8 (nChw8c, AVX2). Fixed once the engine exists
+ * (kern.c); DNNL_MAX_CPU_ISA=AVX2 gives 8 on an AVX-512 host. */
+int kern_block(void);
+
+/* whether family f runs in this process (its available member) */
+bool kern_family_available(const kern_family *f);
 
 /* In priority order (kern.c); kern_n_families entries. */
 extern const kern_family *const kern_families[];

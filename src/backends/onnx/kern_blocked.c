@@ -7,11 +7,12 @@
  *
  * Invariants:
  *   - an op is taken only for 4-D float tensors whose channel counts are all multiples of
- *     8, so a blocked output (always nChw8c here) has no padded channels and the same
- *     byte size as plain NCHW;
- *   - each input is read in whatever layout its producer left (plain, nChw8c, nChw16c;
- *     any other layout is an internal error naming the node); the output is nChw8c when
- *     every consumer takes it (plan.c's keep), else plain;
+ *     8, so a blocked output has no padded channels and the same byte size as plain NCHW:
+ *     nChw<kern_block()>c when every channel count is a multiple of that block (16 on an
+ *     AVX-512 host), else nChw8c;
+ *   - each input is read in whatever layout its producer left (plain, nChw8c, nChw16c,
+ *     padded or not; any other layout is an internal error naming the node); the output
+ *     is blocked when every consumer takes it (plan.c's keep), else plain;
  *   - Concat of one image (dim 0 == 1) whose input has the output's layout and is a
  *     plain intermediate value (produced by one step, not a graph input/output, not
  *     aliased itself) is written in place: blk_prepare roots the input inside the
@@ -158,11 +159,17 @@ static cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, fast_ke
     }
   }
   if (keep && !getenv("CINFER_ONNX_PLAIN")) {
-    if (!kern_out_nchw8c(p, s, C)) { /* C % 8 == 0: no padding, the plain size */
+    /* the plan's block (kern_block) when every channel count is a multiple of it (no
+     * padding, the plain size; Concat's inputs then start on block boundaries), else 8 */
+    int B = kern_block();
+    for (int j = 0; j < n_in; j++)
+      if (s->in[j]->dims[1] % B) B = 8;
+    if (C % B) B = 8;
+    if (!kern_out_blocked(p, s, C, B)) { /* C % B == 0 */
       blk_destroy(&k->base);
       return kern_oom();
     }
-    k->out_b = 8;
+    k->out_b = B;
   }
   bool any_in_place = false;
   if (one_image) {
@@ -237,22 +244,29 @@ static void cpy_chunk(void *vc, int64_t c, int tid) {
 typedef struct {
   const float *X, *A, *B;
   float *Y;
-  int64_t HW, CB;
+  int64_t HW, CB, blk; /* blk: 8 or 16 channels per plane */
   bool relu;
 } aff_ctx;
 
+/* one plane (image n, channel block cb; ncb = n * CB + cb) of a blocked layout: blk / 8
+ * vectors per pixel, vector q of a pixel holding channels cb * blk + 8q .. + 7 */
 static void affine_chunk(void *vc, int64_t ncb, int tid) {
   (void)tid;
   const aff_ctx *k = vc;
   const float *A = k->A, *B = k->B;
-  int64_t HW = k->HW, cb = ncb % k->CB;
-  size_t base = (size_t)(ncb * HW) * 8;
+  int64_t HW = k->HW, cb = ncb % k->CB, blk = k->blk, nq = blk / 8;
+  size_t base = (size_t)(ncb * HW * blk);
   const float *xs = k->X + base;
   float *yd = k->Y + base;
-  v8f a = A ? *(const v8fu *)(A + cb * 8) : (v8f){0}, b = B ? *(const v8fu *)(B + cb * 8) : (v8f){0};
-  for (int64_t i = 0; i < HW; i++) {
+  v8f a[2], b[2];
+  for (int64_t q = 0; q < nq; q++) {
+    a[q] = A ? *(const v8fu *)(A + cb * blk + 8 * q) : (v8f){0};
+    b[q] = B ? *(const v8fu *)(B + cb * blk + 8 * q) : (v8f){0};
+  }
+  for (int64_t i = 0; i < HW * nq; i++) {
+    int64_t q = nq == 2 ? (i & 1) : 0;
     v8f v = *(const v8fu *)(xs + i * 8);
-    if (A) v = v * a + b;
+    if (A) v = v * a[q] + b[q];
     if (k->relu) v = v8_relu(v);
     *(v8fu *)(yd + i * 8) = v;
   }
@@ -274,7 +288,7 @@ static void concat_run(const blk_kernel *k, plan_step *s, int threads) {
       off += Cj; /* its producer wrote it into Y */
       continue;
     }
-    if (ib == ob) {
+    if (ib == ob && (!ob || (Cj % ob == 0 && off % ob == 0))) {
       /* same layout, channel offsets multiples of the block: one contiguous run per image */
       int64_t len = Cj * HW;
       cpy_ctx cc = {Y + off * HW, X, Co * HW, len, N, opool_chunks(len, (double)len, OPOOL_MIN_ELEMS)};
@@ -296,11 +310,12 @@ static void affine_run(const blk_kernel *k, plan_step *s, int threads) {
   float *Y = y->data;
   int ib = k->in_b[0], ob = k->out_b;
   bool relu = k->relu;
-  if (ib == 8 && ob == 8) {
-    /* one chunk per 8-channel plane when the op is large enough to split */
-    aff_ctx ac = {X, A, B, Y, HW, C / 8, relu};
-    if (opool_chunks(N * C / 8, (double)(N * C * HW), OPOOL_MIN_ELEMS) > 1) opool_par(N * C / 8, affine_chunk, &ac);
-    else for (int64_t i = 0; i < N * C / 8; i++) affine_chunk(&ac, i, 0);
+  if ((ib == 8 || ib == 16) && ib == ob && C % ib == 0) {
+    /* one chunk per channel-block plane when the op is large enough to split */
+    int64_t planes = N * C / ib;
+    aff_ctx ac = {X, A, B, Y, HW, C / ib, ib, relu};
+    if (opool_chunks(planes, (double)(N * C * HW), OPOOL_MIN_ELEMS) > 1) opool_par(planes, affine_chunk, &ac);
+    else for (int64_t i = 0; i < planes; i++) affine_chunk(&ac, i, 0);
     return;
   }
   for (int64_t n = 0; n < N; n++)

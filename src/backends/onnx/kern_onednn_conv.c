@@ -38,7 +38,8 @@ typedef struct {
   dnnl_memory_t src_user, src_mem, w_mem, b_mem, dst_mem, dst_user, sum_user;
   /* Conv+PRelu: oneDNN 2.6 runs convolutions with a prelu post-op only in its reference
    * implementation, so PRelu is applied here to the conv's destination in its own layout
-   * (prelu_blk: 1 plain NCHW, 8/16 nChw8c/nChw16c) with slopes padded to the block */
+   * (prelu_blk: 1 plain NCHW, 8/16 nChw8c/nChw16c, -1 NHWC: oneDNN's AVX-512 brgemm
+   * convolutions) with slopes padded to the block */
   int prelu_blk;
   float *prelu_slope;
   int64_t prelu_n, prelu_c, prelu_hw;
@@ -232,6 +233,13 @@ static dnnl_status_t reorder_once(const dnnl_memory_desc_t *from, const void *sr
 static void prelu_plane(const conv_kernel *k, float *y, int64_t n, int64_t c) {
   int64_t C = k->prelu_c, HW = k->prelu_hw, blk = k->prelu_blk;
   const float *sl = k->prelu_slope;
+  if (blk == -1) { /* NHWC: c is a pixel, its C channels contiguous */
+    float *p = y + (n * HW + c) * C;
+    int64_t i = 0;
+    for (; i + 8 <= C; i += 8) *(v8fu *)(p + i) = v8_prelu(*(const v8fu *)(p + i), *(const v8fu *)(sl + i));
+    for (; i < C; i++) p[i] = p[i] < 0 ? p[i] * sl[i] : p[i];
+    return;
+  }
   if (blk == 1) {
     float *p = y + (n * C + c) * HW, a = sl[c];
     int64_t i = 0;
@@ -259,7 +267,7 @@ static void prelu_chunk(void *vc, int64_t i, int tid) {
 }
 
 static void prelu_inplace(const conv_kernel *k, float *y) {
-  int64_t blk = k->prelu_blk, planes = blk == 1 ? k->prelu_c : (k->prelu_c + blk - 1) / blk;
+  int64_t blk = k->prelu_blk, planes = blk == -1 ? k->prelu_hw : blk == 1 ? k->prelu_c : (k->prelu_c + blk - 1) / blk;
   prelu_ctx c = {k, y, planes};
   int64_t n = k->prelu_n * planes;
   if (opool_chunks(n, (double)(k->prelu_n * k->prelu_c * k->prelu_hw), OPOOL_MIN_ELEMS) > 1) opool_par(n, prelu_chunk, &c);
@@ -276,22 +284,27 @@ typedef struct {
   bool full_slow;
 } slice_geom;
 
-/* the tag among nchw and nChw8c that md has for dims d, or 0 */
+/* the tag among nchw, nChw8c and nChw16c that md has for dims d, or 0 */
 static dnnl_format_tag_t tag_of(const dnnl_memory_desc_t *md, const dnnl_dims_t d) {
   dnnl_memory_desc_t t;
   if (dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, dnnl_nchw) == dnnl_success && dnnl_memory_desc_equal(md, &t))
     return dnnl_nchw;
   if (dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, dnnl_aBcd8b) == dnnl_success && dnnl_memory_desc_equal(md, &t))
     return dnnl_aBcd8b;
+  if (dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, dnnl_aBcd16b) == dnnl_success && dnnl_memory_desc_equal(md, &t))
+    return dnnl_aBcd16b;
   return (dnnl_format_tag_t)0;
 }
 
+/* channels per block of a tag_of answer (1 for nchw) */
+static int64_t tag_block(dnnl_format_tag_t t) { return t == dnnl_aBcd16b ? 16 : t == dnnl_aBcd8b ? 8 : 1; }
+
 /* Threads > 1, one image: the convolution is split by output channels (groups for a
- * grouped conv) into slices of whole 8-channel blocks, each a primitive created for one
- * thread; in nChw8c and NCHW a channel range of one image is contiguous, so a slice reads
+ * grouped conv) into slices of whole channel blocks (8 or 16), each a primitive created for one
+ * thread; in nChw8c, nChw16c and NCHW a block-aligned channel range of one image is contiguous, so a slice reads
  * and writes plain offsets of the step's buffers. Returns false (the full primitive runs,
  * on one thread) when the conv is too small to gain (OPOOL_MIN_MACS per slice), the
- * layouts are not nchw/nChw8c, or oneDNN answers a slice with a slower implementation. */
+ * layouts are not nchw/nChw8c/nChw16c, or oneDNN answers a slice with a slower implementation. */
 static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_geom *q) {
   const ot *x = s->in[0], *w = s->in[1];
   /* CINFER_ONNX_SLICE_THREADS=<n>: slice as for n threads at any thread count (to measure
@@ -305,13 +318,15 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
   dnnl_dims_t xs = {q->xw.dims[0], q->xw.dims[1], q->xw.dims[2], q->xw.dims[3]};
   if (G > 1 && !(xtag = tag_of(&q->xw, xs))) return false;
   if (q->sum_l && !(stag = tag_of(q->sum_l, q->yf))) return false;
-  /* a unit: u groups (G > 1) or 8 channels (G == 1) */
-  int64_t u = 1;
+  /* a unit: u groups (G > 1) or one block of yb channels (G == 1): whole blocks of the
+   * destination (and of the source, G > 1) */
+  int64_t u = 1, yb = tag_block(ytag) > 8 ? tag_block(ytag) : 8, xb = tag_block(xtag) > 8 ? tag_block(xtag) : 8;
   if (G > 1) {
-    while (u <= G && ((u * Mg) % 8 || (u * Cg) % 8 || G % u)) u++;
+    while (u <= G && ((u * Mg) % yb || (u * Cg) % xb || G % u)) u++;
     if (u > G) return false;
   }
-  int64_t units = G > 1 ? G / u : (M + 7) / 8, per_unit = G > 1 ? u * Mg : 8;
+  if (stag && tag_block(stag) > yb) return false;
+  int64_t units = G > 1 ? G / u : (M + yb - 1) / yb, per_unit = G > 1 ? u * Mg : yb;
   double macs = (double)(q->yd[1] * q->yd[2] * q->yd[3]) * (double)(Cg * KH * KW);
   /* T slices, or 2T (a late worker's share taken by the others) when each still has 4x
    * the threshold's work; a slice costs its own primitive call and reads the whole input
@@ -415,6 +430,99 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
   return true;
 }
 
+/* Threads > 1, one image, a conv whose source and destination are each one channel block
+ * (C, M <= the block: RetinaFace's 16-channel context convs, UltraFace's first depthwise
+ * conv on nChw16c), which conv_slices cannot split by channels: split by output rows
+ * instead. In a one-block layout a row range is contiguous ([rows][W][B]), so each slice
+ * is its own primitive on the input rows its output rows read (the slice's top and bottom
+ * padding are the real padding where it reaches the image's edge, else none). Each output
+ * pixel is computed from the same taps in the same order as by the whole primitive. Not
+ * taken with a fused Add, PRelu, a fused depthwise conv, a reorder of the destination
+ * (these work per channel range) or explicit padding (pad_in). */
+static bool conv_row_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_geom *q) {
+  const ot *x = s->in[0], *w = s->in[1];
+  const char *force = getenv("CINFER_ONNX_SLICE_THREADS");
+  int64_t T = force ? strtol(force, NULL, 10) : p->threads;
+  if (T < 2 || T > 256 || x->dims[0] != 1 || x->ndim != 4 || getenv("CINFER_ONNX_NO_SLICE") || s->dw.w ||
+      s->sum_id >= 0 || k->prelu_blk || k->dst_reorder || k->pad_in)
+    return false;
+  int64_t M = w->dims[0], G = q->G, Cg = w->dims[1], KH = q->KH, KW = q->KW;
+  dnnl_dims_t xs = {q->xw.dims[0], q->xw.dims[1], q->xw.dims[2], q->xw.dims[3]};
+  dnnl_format_tag_t ytag = tag_of(&q->yg, q->yf), xtag = tag_of(&q->xw, xs);
+  int64_t B = tag_block(ytag);
+  if (B < 8 || tag_block(xtag) != B || xs[1] > B || M > B || (G > 1 && (G != M || Cg != 1))) return false;
+  int64_t OH = q->yd[2], IH = xs[2], IW = xs[3], OW = q->yd[3];
+  double macs = (double)(q->yd[1] * OH * OW) * (double)(Cg * KH * KW);
+  int64_t S = macs >= 2.0 * (double)T * 4 * OPOOL_MIN_MACS ? 2 * T : T;
+  if (S > OH) S = OH;
+  if ((double)S * OPOOL_MIN_MACS > macs) S = (int64_t)(macs / OPOOL_MIN_MACS);
+  if (S < 2) return false;
+  dnnl_engine_t eng = kern_engine();
+  conv_slice *sl = calloc((size_t)S, sizeof *sl);
+  if (!sl) return false;
+  bool ok = true;
+  for (int64_t i = 0; i < S && ok; i++) {
+    conv_slice *c = &sl[i];
+    int64_t o0 = OH * i / S, o1 = OH * (i + 1) / S;
+    int64_t lo = o0 * q->strides[0] - q->pl[0], hi = (o1 - 1) * q->strides[0] - q->pl[0] + (KH - 1) * (q->dil[0] + 1) + 1;
+    int64_t in0 = lo > 0 ? lo : 0, in1 = hi < IH ? hi : IH;
+    if (in1 <= in0) { ok = false; break; }
+    c->c0 = 0;
+    c->c1 = M;
+    c->src_off = (size_t)(in0 * IW * B);
+    c->dst_off = (size_t)(o0 * OW * B);
+    dnnl_dims_t xd = {1, xs[1], in1 - in0, IW}, yd = {1, M, o1 - o0, OW}, bd = {M};
+    dnnl_dims_t pl = {in0 - lo, q->pl[1]}, pr = {hi - in1, q->pr[1]};
+    dnnl_memory_desc_t xm, ym, wa, wp, bm;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_convolution_desc_t cd;
+    if (G > 1) {
+      dnnl_dims_t wd = {G, 1, 1, KH, KW};
+      ok = dnnl_memory_desc_init_by_tag(&wa, 5, wd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&wp, 5, wd, dnnl_f32, dnnl_goihw) == dnnl_success;
+    } else {
+      dnnl_dims_t wd = {M, Cg, KH, KW};
+      ok = dnnl_memory_desc_init_by_tag(&wa, 4, wd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&wp, 4, wd, dnnl_f32, dnnl_oihw) == dnnl_success;
+    }
+    ok = ok && dnnl_memory_desc_init_by_tag(&xm, 4, xd, dnnl_f32, xtag) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&ym, 4, yd, dnnl_f32, ytag) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&bm, 1, bd, dnnl_f32, dnnl_x) == dnnl_success &&
+         dnnl_primitive_attr_create(&attr) == dnnl_success && dnnl_post_ops_create(&po) == dnnl_success &&
+         conv_post_ops(po, s, s->dw.act, false) == dnnl_success && dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success &&
+         dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &xm, &wa,
+                                                    q->b ? &bm : NULL, &ym, q->strides, q->dil, pl, pr) == dnnl_success &&
+         dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) == dnnl_success;
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    ok = ok && (q->full_slow || !impl_slow(pd)) &&
+         dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), &xm) &&
+         dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), &ym);
+    const dnnl_memory_desc_t *ww = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0) : NULL;
+    ok = ok && ww && dnnl_primitive_create(&c->prim, pd) == dnnl_success &&
+         dnnl_stream_create(&c->stream, eng, dnnl_stream_default_flags) == dnnl_success &&
+         (c->w_data = kern_alloc64(dnnl_memory_desc_get_size(ww))) != NULL &&
+         dnnl_memory_create(&c->w_mem, ww, eng, c->w_data) == dnnl_success &&
+         reorder_once(&wp, w->data, c->w_mem, c->stream) == dnnl_success &&
+         (!q->b || dnnl_memory_create(&c->b_mem, &bm, eng, (void *)q->b) == dnnl_success) &&
+         dnnl_memory_create(&c->src_mem, &xm, eng, DNNL_MEMORY_NONE) == dnnl_success &&
+         dnnl_memory_create(&c->dst_mem, &ym, eng, DNNL_MEMORY_NONE) == dnnl_success;
+    if (ok) c->dst_bytes = dnnl_memory_desc_get_size(&ym);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+  }
+  if (!ok) {
+    for (int64_t i = 0; i < S; i++) slice_free(&sl[i]);
+    free(sl);
+    return false;
+  }
+  k->sl = sl;
+  k->nsl = (int)S;
+  snprintf(k->label, sizeof k->label, "onednn/%dr", k->nsl);
+  return true;
+}
+
 static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   cinfer_status *st = NULL;
   const ot *x = s->in[0], *w = s->in[1], *b = s->n_in > 2 ? s->in[2] : NULL;
@@ -481,22 +589,51 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   DN(dnnl_primitive_attr_set_post_ops(attr, po));
   dnnl_convolution_desc_t cd;
   dnnl_primitive_desc_t pd = NULL;
-  /* prefer consuming the producer's layout as is */
-  if (p->layout[s->in_id[0]]) {
-    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
-                                                  x_have, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
-    if (dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) != dnnl_success) pd = NULL;
-    const char *impl = NULL;
-    if (pd && (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-               !impl || !strncmp(impl, "ref", 3))) {
-      dnnl_primitive_desc_destroy(pd); /* only the slow reference takes this layout */
-      pd = NULL;
+  /* Tries in order, the first whose implementation is fast wins (the last is taken as
+   * is): the producer's layout as is, else oneDNN's choice of source; on an AVX-512 host
+   * each first with an nChw16c destination. oneDNN 2.6 answers a destination left to
+   * it ("any") there with its NHWC kernels (brgconv, brdgmm_dw), or for a depthwise conv
+   * on nChw16c with its reference: two reorders around the step, where its nChw16c
+   * kernels (jit, jit_1x1, jit_dw) read and write the plan's layout directly. Fast: not
+   * the reference, and on an AVX-512 host AVX-512 code (an nChw8c input from
+   * kern_smallk or pool8c has only AVX2 kernels: reordering it costs less than the
+   * wider vectors gain). */
+  {
+    bool b16 = kern_block() == 16 && !dw;
+    dnnl_memory_desc_t y_16, x_16;
+    if (b16 && (dnnl_memory_desc_init_by_tag(&y_16, 4, yd, dnnl_f32, dnnl_aBcd16b) != dnnl_success ||
+                dnnl_memory_desc_init_by_tag(&x_16, 4, xd, dnnl_f32, dnnl_aBcd16b) != dnnl_success))
+      b16 = false;
+    const dnnl_memory_desc_t *tries[5][2];
+    int nt = 0;
+    if (p->layout[s->in_id[0]]) {
+      if (b16) { tries[nt][0] = x_have; tries[nt++][1] = &y_16; }
+      tries[nt][0] = x_have; tries[nt++][1] = &y_any;
     }
-  }
-  if (!pd) {
-    DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
-                                                  &x_any, &w_any, b ? &b_md : NULL, &y_any, strides, dil, pl, pr));
-    DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
+    /* a grouped conv whose source is left to oneDNN gets NHWC (brdgmm_dw) even with an
+     * nChw16c destination: ask for nChw16c on both sides first */
+    if (b16 && G > 1) { tries[nt][0] = &x_16; tries[nt++][1] = &y_16; }
+    if (b16) { tries[nt][0] = &x_any; tries[nt++][1] = &y_16; }
+    tries[nt][0] = &x_any; tries[nt++][1] = &y_any;
+    for (int t = 0; t < nt && !pd; t++) {
+      DN(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                                    tries[t][0], &w_any, b ? &b_md : NULL, tries[t][1], strides,
+                                                    dil, pl, pr));
+      if (t == nt - 1) {
+        DN(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));
+        break;
+      }
+      if (dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL) != dnnl_success) {
+        pd = NULL;
+        continue;
+      }
+      const char *impl = NULL;
+      if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+          !strncmp(impl, "ref", 3) || (kern_block() == 16 && !strstr(impl, "avx512"))) {
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
+      }
+    }
   }
   /* oneDNN 2.6's AVX2 direct convolution refuses a left padding wider than its 3-pixel
    * register block (UltraFace's 3x3 dilation-5 convs, pads 5) and falls back to im2col +
@@ -585,7 +722,20 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   k->dst_bytes = dnnl_memory_desc_get_size(&yg);
   DN(dnnl_memory_create(&k->dst_mem, &yg, eng, DNNL_MEMORY_NONE));
   bool blocked = !dnnl_memory_desc_equal(&yg, &y_plain);
-  if (blocked && keep) {
+  /* the consumers of a kept value read plain, nChw8c and nChw16c only (kern.h): any
+   * other choice of oneDNN's (nhwc, ...) is reordered into nChw<kern_block()>c */
+  dnnl_memory_desc_t y_blk;
+  if (blocked && keep && !tag_of(&yg, yf)) {
+    DN(dnnl_memory_desc_init_by_tag(&y_blk, 4, yf, dnnl_f32, kern_block() == 16 ? dnnl_aBcd16b : dnnl_aBcd8b));
+    dnnl_memory_desc_t *l = malloc(sizeof *l);
+    if (!l) { st = kern_oom(); goto fail; }
+    *l = y_blk;
+    p->layout[s->out_id[0]] = l;
+    p->bytes[s->out_id[0]] = dnnl_memory_desc_get_size(&y_blk);
+    DN(dnnl_memory_create(&k->dst_user, &y_blk, eng, DNNL_MEMORY_NONE));
+    DN(kern_make_reorder(&yg, &y_blk, &k->dst_reorder));
+    s->temp_bytes[1] = k->dst_bytes;
+  } else if (blocked && keep) {
     dnnl_memory_desc_t *l = malloc(sizeof *l);
     if (!l) { st = kern_oom(); goto fail; }
     *l = yg;
@@ -598,11 +748,12 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   }
   if (s->has_fused && s->fused.act == ACT_PRELU) {
     /* the layout PRelu sees: the primitive's destination (before any reorder to plain) */
-    dnnl_memory_desc_t b8, b16;
+    dnnl_memory_desc_t b8, b16, cl;
     DN(dnnl_memory_desc_init_by_tag(&b8, 4, yd, dnnl_f32, dnnl_aBcd8b));
     DN(dnnl_memory_desc_init_by_tag(&b16, 4, yd, dnnl_f32, dnnl_aBcd16b));
+    DN(dnnl_memory_desc_init_by_tag(&cl, 4, yd, dnnl_f32, dnnl_nhwc));
     k->prelu_blk = dnnl_memory_desc_equal(&yg, &y_plain) ? 1 : dnnl_memory_desc_equal(&yg, &b8) ? 8
-                   : dnnl_memory_desc_equal(&yg, &b16) ? 16 : 0;
+                   : dnnl_memory_desc_equal(&yg, &b16) ? 16 : dnnl_memory_desc_equal(&yg, &cl) ? -1 : 0;
     if (!k->prelu_blk) {
       st = NODE_ERR(s->node, CINFER_INTERNAL, "oneDNN chose a destination layout PRelu does not handle");
       goto fail;
@@ -635,7 +786,7 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     memcpy(q.yf, yf, sizeof yf);
     if (s->sum_id >= 0 && !k->sum_copy) q.sum_l = p->layout[s->sum_id] ? p->layout[s->sum_id] : &y_plain;
     q.full_slow = slow_full;
-    (void)conv_slices(p, s, k, &q);
+    if (!conv_slices(p, s, k, &q)) (void)conv_row_slices(p, s, k, &q);
   }
   *out = &k->base;
   return NULL;
@@ -689,7 +840,7 @@ static void slice_run(void *vc, int64_t i, int tid) {
     args[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, q->dw_b_mem};
   }
   ok = ok && dnnl_primitive_execute(q->prim, q->stream, na, args) == dnnl_success;
-  if (ok && k->prelu_blk) { /* N = 1; prelu_blk is 1 or 8 (conv_slices takes nchw / nChw8c) */
+  if (ok && k->prelu_blk) { /* N = 1; prelu_blk is 1, 8 or 16 (conv_slices takes nchw / nChw8c / nChw16c) */
     ok = dnnl_stream_wait(q->stream) == dnnl_success;
     int64_t b = k->prelu_blk;
     for (int64_t pl = q->c0 / b; ok && pl < (q->c1 + b - 1) / b; pl++) prelu_plane(k, c->dst, 0, pl);

@@ -21,6 +21,7 @@ typedef struct {
   fast_kernel base;
   conv_geom g;
   bool max, incl; /* MaxPool; AveragePool with count_include_pad */
+  int64_t blk;     /* the layout's block, 8 or 16 (kern_block()); vectors of 8 channels */
 } pool8c_kernel;
 
 typedef struct {
@@ -61,18 +62,19 @@ static bool pool8c_can_take(const onnx_plan *p, const plan_step *s, bool keep) {
   conv_geom g;
   dnnl_dims_t pr;
   return keep && pool_geom(s, &g, pr) && !getenv("CINFER_ONNX_PLAIN") && !getenv("CINFER_ONNX_NO_BPOOL") &&
-         s->in[0]->dims[1] % 8 == 0 && g.sp == 2 && kern_is_nchw8c(p->layout[s->in_id[0]], s->in[0]);
+         s->in[0]->dims[1] % kern_block() == 0 && g.sp == 2 && kern_is_blocked(p->layout[s->in_id[0]], s->in[0], kern_block());
 }
 
 static cinfer_status *pool8c_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   (void)keep;
   pool8c_kernel *k = calloc(1, sizeof *k);
   dnnl_dims_t pr;
-  if (!k || !kern_out_nchw8c(p, s, s->out[0]->dims[1])) {
+  if (!k || !kern_out_blocked(p, s, s->out[0]->dims[1], kern_block())) {
     free(k);
     return kern_oom();
   }
   pool_geom(s, &k->g, pr);
+  k->blk = kern_block();
   k->max = !strcmp(s->node->op_type, "MaxPool");
   k->incl = attr_i(s->node, "count_include_pad", 0) != 0;
   *out = &k->base;
@@ -89,8 +91,8 @@ static inline v8f v8_max_keep(v8f v, v8f acc) {
 }
 
 /* one output vector of pool8c_run, any window position (borders: taps checked one by one) */
-static inline v8f pool8c_one(const conv_geom *g, const float *xc, int64_t IH, int64_t IW, int64_t ih0, int64_t iw0,
-                             bool maxp, bool incl) {
+static inline v8f pool8c_one(const conv_geom *g, const float *xc, int64_t B, int64_t IH, int64_t IW, int64_t ih0,
+                             int64_t iw0, bool maxp, bool incl) {
   int64_t cnt = 0, cnt_pad = 0;
   v8f acc = maxp ? v8_splat(-INFINITY) : (v8f){0};
   for (int64_t kh = 0; kh < g->k[0]; kh++) {
@@ -101,7 +103,7 @@ static inline v8f pool8c_one(const conv_geom *g, const float *xc, int64_t IH, in
       if (iw >= IW + g->pe[1]) break;
       cnt_pad++;
       if (ih < 0 || ih >= IH || iw < 0 || iw >= IW) continue;
-      v8f v = *(const v8fu *)(xc + (size_t)(ih * IW + iw) * 8);
+      v8f v = *(const v8fu *)(xc + (size_t)(ih * IW + iw) * (size_t)B);
       if (!maxp) acc = acc + v;
       else acc = cnt ? v8_max_keep(v, acc) : v;
       cnt++;
@@ -127,6 +129,8 @@ static void pool8c_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, i
   const float *X = s->in[0]->data;
   float *Y = s->out[0]->data;
   bool maxp = k->max, incl = k->incl;
+  /* vector c8 of a pixel: block c8 / R, lanes (c8 % R) * 8; pixels B floats apart */
+  const int64_t B = k->blk, R = B / 8, C8 = g->C / 8;
   /* columns whose KW taps all lie inside the image: [ow_lo, ow_hi) */
   int64_t ow_lo = (PW + SW - 1) / SW, last = IW - 1 + PW - (KW - 1) * DW;
   int64_t ow_hi = last < 0 ? 0 : last / SW + 1;
@@ -134,8 +138,9 @@ static void pool8c_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, i
   if (ow_lo > ow_hi) ow_lo = ow_hi;
   for (int64_t row = r0; row < r1; row++) {
     int64_t nc = row / OH, oh = row % OH, ih0 = oh * g->stride[0] - g->pb[0];
-    const float *xc = X + (size_t)(nc * IH * IW) * 8;
-    float *yr = Y + (size_t)(row * OW) * 8;
+    int64_t n = nc / C8, c8 = nc % C8, plane = n * (C8 / R) + c8 / R, lane = (c8 % R) * 8;
+    const float *xc = X + (size_t)(plane * IH * IW * B + lane);
+    float *yr = Y + (size_t)((plane * OH + oh) * OW * B + lane);
     /* this row's taps inside the image: kh in [kv, kv + nkv); before the end padding: npad */
     int64_t kv = 0, nkv = 0, npad = 0;
     for (int64_t kh = 0; kh < KH; kh++) {
@@ -146,29 +151,29 @@ static void pool8c_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, i
       else if (ih < IH) nkv++;
     }
     int64_t lo = nkv ? ow_lo : OW, hi = nkv ? ow_hi : OW, ow = 0;
-    for (; ow < lo; ow++) *(v8fu *)(yr + ow * 8) = pool8c_one(g, xc, IH, IW, ih0, ow * SW - PW, maxp, incl);
+    for (; ow < lo; ow++) *(v8fu *)(yr + ow * B) = pool8c_one(g, xc, B, IH, IW, ih0, ow * SW - PW, maxp, incl);
     /* interior: no checks; same taps in the same order as pool8c_one */
-    const float *x0 = xc + (size_t)((ih0 + kv * DH) * IW) * 8;
+    const float *x0 = xc + (size_t)((ih0 + kv * DH) * IW * B);
     if (maxp)
       for (; ow < hi; ow++) {
-        const float *xp = x0 + (size_t)(ow * SW - PW) * 8;
+        const float *xp = x0 + (size_t)((ow * SW - PW) * B);
         v8f acc = *(const v8fu *)xp;
         for (int64_t kh = 0; kh < nkv; kh++)
           for (int64_t kw = 0; kw < KW; kw++)
-            acc = v8_max_keep(*(const v8fu *)(xp + (size_t)(kh * DH * IW + kw * DW) * 8), acc);
-        *(v8fu *)(yr + ow * 8) = acc;
+            acc = v8_max_keep(*(const v8fu *)(xp + (size_t)((kh * DH * IW + kw * DW) * B)), acc);
+        *(v8fu *)(yr + ow * B) = acc;
       }
     else {
       v8f dv = v8_splat((float)((incl ? npad : nkv) * KW));
       for (; ow < hi; ow++) {
-        const float *xp = x0 + (size_t)(ow * SW - PW) * 8;
+        const float *xp = x0 + (size_t)((ow * SW - PW) * B);
         v8f acc = {0};
         for (int64_t kh = 0; kh < nkv; kh++)
-          for (int64_t kw = 0; kw < KW; kw++) acc = acc + *(const v8fu *)(xp + (size_t)(kh * DH * IW + kw * DW) * 8);
-        *(v8fu *)(yr + ow * 8) = acc / dv;
+          for (int64_t kw = 0; kw < KW; kw++) acc = acc + *(const v8fu *)(xp + (size_t)((kh * DH * IW + kw * DW) * B));
+        *(v8fu *)(yr + ow * B) = acc / dv;
       }
     }
-    for (; ow < OW; ow++) *(v8fu *)(yr + ow * 8) = pool8c_one(g, xc, IH, IW, ih0, ow * SW - PW, maxp, incl);
+    for (; ow < OW; ow++) *(v8fu *)(yr + ow * B) = pool8c_one(g, xc, B, IH, IW, ih0, ow * SW - PW, maxp, incl);
   }
 }
 
@@ -235,8 +240,10 @@ static cinfer_status *dnnlpool_prepare(onnx_plan *p, plan_step *s, bool keep, fa
   dnnl_engine_t eng = kern_engine();
   DN(dnnl_memory_desc_init_by_tag(&x_md, 4, xd, dnnl_f32, dnnl_nchw));
   DN(dnnl_memory_desc_init_by_tag(&y_md, 4, yd, dnnl_f32, dnnl_nchw));
-  DN(dnnl_memory_desc_init_by_tag(&xb_md, 4, xd, dnnl_f32, dnnl_aBcd8b));
-  DN(dnnl_memory_desc_init_by_tag(&yb_md, 4, yd, dnnl_f32, dnnl_aBcd8b));
+  /* the plan's block (nChw16c on an AVX-512 host) when the channels fill it, else 8 */
+  dnnl_format_tag_t btag = kern_block() == 16 && xd[1] % 16 == 0 ? dnnl_aBcd16b : dnnl_aBcd8b;
+  DN(dnnl_memory_desc_init_by_tag(&xb_md, 4, xd, dnnl_f32, btag));
+  DN(dnnl_memory_desc_init_by_tag(&yb_md, 4, yd, dnnl_f32, btag));
   DN(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_inference,
                                        maxp ? dnnl_pooling_max : incl ? dnnl_pooling_avg_include_padding
                                                                        : dnnl_pooling_avg_exclude_padding,

@@ -23,7 +23,8 @@
 typedef struct {
   fast_kernel base;
   conv_geom g;
-  bool blocked_out; /* writes nChw8c (w_data: [M/8][K][8] weights, bias, slopes) */
+  bool blocked_out; /* writes nChw<blk>c (w_data: [M/8][K][8] weights, bias, slopes) */
+  int64_t blk;      /* 8 or 16: kern_block() when M is a multiple of it, else 8 */
   float *w_data;
 } smallk_kernel;
 
@@ -65,7 +66,8 @@ static cinfer_status *smallk_prepare(onnx_plan *p, plan_step *s, bool keep, fast
     /* weights [M/8][K][8], bias [M], PRelu slopes [M] */
     size_t wbytes = sizeof(float) * (size_t)((K + 2) * M);
     float *wb = kern_alloc64(wbytes);
-    if (!wb || !kern_out_nchw8c(p, s, M)) {
+    k->blk = M % kern_block() == 0 ? kern_block() : 8;
+    if (!wb || !kern_out_blocked(p, s, M, (int)k->blk)) {
       free(wb);
       free(k);
       return kern_oom();
@@ -279,7 +281,7 @@ static inline __attribute__((always_inline)) void kdir_chain(int NB, int SW, int
 static inline __attribute__((always_inline)) void kdir_direct_pass(int NB, int SW, int ACT, const conv_geom *g,
                                                                    const float *w, int64_t K, const float *R,
                                                                    const int64_t *off, int64_t ow, float *y[2],
-                                                                   const float *bias, const float *slope,
+                                                                   int64_t ps, const float *bias, const float *slope,
                                                                    const onnx_fused *f) {
   int64_t C = g->C, T = g->k[0] * g->k[1], sw = g->stride[1];
   const float *x0 = R + ow * sw;
@@ -292,20 +294,23 @@ static inline __attribute__((always_inline)) void kdir_direct_pass(int NB, int S
 #pragma GCC unroll 6
       for (int q = 0; q < 6; q++) {
         v8f v = acc[6 * b + q];
-        if (c) v = *(const v8fu *)(y[b] + q * 8) + v;
+        if (c) v = *(const v8fu *)(y[b] + q * ps) + v;
         if (last) {
           v = v + bv;
           if (ACT == 1) v = v8_relu(v);
           if (ACT == 2) v = v8_act(v, f, slope + b * 8);
         }
-        *(v8fu *)(y[b] + q * 8) = v;
+        *(v8fu *)(y[b] + q * ps) = v;
       }
     }
   }
 }
 
+/* Yb: the output row in a layout of blocks of B channels (8 or 16; bstride floats between
+ * two blocks' planes): 8-channel vector c8 of pixel ow at Yb + (c8 / (B / 8)) * bstride +
+ * (c8 % (B / 8)) * 8 + ow * B */
 static void kdir_row_direct(const conv_geom *g, const float *wb, int64_t M, const float *R, int64_t RW,
-                            int64_t OW, float *Yb, size_t bstride, const onnx_fused *f, float *scratch) {
+                            int64_t OW, float *Yb, size_t bstride, int64_t B, const onnx_fused *f, float *scratch) {
   int64_t K = g->C * g->k[0] * g->k[1], KW = g->k[1], sw = g->stride[1];
   const float *bias = wb + K * M, *slope = bias + M;
   float *tail = scratch;
@@ -318,16 +323,21 @@ static void kdir_row_direct(const conv_geom *g, const float *wb, int64_t M, cons
     for (int64_t ow = 0; ow < OW; ow += 6) {
       int64_t np = OW - ow < 6 ? OW - ow : 6;
       float *y[2];
-      for (int b = 0; b < 2; b++) y[b] = np == 6 ? Yb + (size_t)(cb + b) * bstride + (size_t)ow * 8 : tail + b * 48;
-      if (nb == 2 && sw == 2 && act == 1) kdir_direct_pass(2, 2, 1, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (nb == 2 && sw == 1 && act == 1) kdir_direct_pass(2, 1, 1, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (nb == 2 && act == 0) kdir_direct_pass(2, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (nb == 2) kdir_direct_pass(2, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (act == 0) kdir_direct_pass(1, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
-      else kdir_direct_pass(1, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
+      const int64_t RB = B / 8, ps = np == 6 ? B : 8;
+      for (int b = 0; b < 2; b++)
+        y[b] = np == 6 ? Yb + (size_t)((cb + b) / RB) * bstride + (size_t)((cb + b) % RB) * 8 + (size_t)(ow * B)
+                       : tail + b * 48;
+      if (nb == 2 && sw == 2 && act == 1) kdir_direct_pass(2, 2, 1, g, w, K, R, off, ow, y, ps, bs, sl, f);
+      else if (nb == 2 && sw == 1 && act == 1) kdir_direct_pass(2, 1, 1, g, w, K, R, off, ow, y, ps, bs, sl, f);
+      else if (nb == 2 && act == 0) kdir_direct_pass(2, 0, 0, g, w, K, R, off, ow, y, ps, bs, sl, f);
+      else if (nb == 2) kdir_direct_pass(2, 0, 2, g, w, K, R, off, ow, y, ps, bs, sl, f);
+      else if (act == 0) kdir_direct_pass(1, 0, 0, g, w, K, R, off, ow, y, ps, bs, sl, f);
+      else kdir_direct_pass(1, 0, 2, g, w, K, R, off, ow, y, ps, bs, sl, f);
       if (np < 6)
         for (int b = 0; b < nb; b++)
-          memcpy(Yb + (size_t)(cb + b) * bstride + (size_t)ow * 8, tail + b * 48, sizeof(float) * 8 * (size_t)np);
+          for (int64_t q = 0; q < np; q++)
+            memcpy(Yb + (size_t)((cb + b) / RB) * bstride + (size_t)((cb + b) % RB) * 8 + (size_t)((ow + q) * B),
+                   tail + b * 48 + q * 8, sizeof(float) * 8);
     }
     cb += nb;
   }
@@ -354,8 +364,9 @@ static void smallk_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, i
       int64_t n = row / OH, oh = row % OH;
       if (blk) {
         kdir_rows(g, X, n, oh, P, RW, &s->pre);
-        kdir_row_direct(g, k->w_data, M, P, RW, OW, Y + (size_t)((n * M * OH + oh * 8) * OW), (size_t)(OH * OW * 8), f,
-                        P + g->C * g->k[0] * RW);
+        int64_t Bk = k->blk;
+        kdir_row_direct(g, k->w_data, M, P, RW, OW, Y + (size_t)((n * M * OH + oh * Bk) * OW), (size_t)(OH * OW * Bk),
+                        Bk, f, P + g->C * g->k[0] * RW);
         continue;
       }
       kdir_strip(g, X, n, oh, P, OWp, &s->pre);

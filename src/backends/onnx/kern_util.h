@@ -149,11 +149,15 @@ void kern_free(fast_kernel *k);
 dnnl_engine_t kern_engine(void);
 /* a reorder primitive from one layout to another */
 dnnl_status_t kern_make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, dnnl_primitive_t *out);
-/* whether layout (a dnnl_memory_desc_t *, NULL: plain) is nChw8c for the 4-D shape of t */
+/* whether layout (a dnnl_memory_desc_t *, NULL: plain) is nChw<B>c (B 8 or 16) for the
+ * 4-D shape of t; kern_is_nchw8c: B = 8 */
+bool kern_is_blocked(const void *layout, const ot *t, int B);
 bool kern_is_nchw8c(const void *layout, const ot *t);
 /* Declares step s's output nChw8c with C channels (the plan owns the descriptor; C % 8 ==
  * 0, so its size is the plain one); false when out of memory */
 bool kern_out_nchw8c(onnx_plan *p, plan_step *s, int64_t C);
+/* the same for nChw<B>c (B 8 or 16; C % B == 0 for the plain size) */
+bool kern_out_blocked(onnx_plan *p, plan_step *s, int64_t C, int B);
 /* conv_geom_make without the status: false when the node's geometry is invalid (its
  * reference kernel then reports why) */
 bool kern_geom(const onnx_node *n, const ot *x, const int64_t *kshape, bool pool, conv_geom *g);

@@ -1,6 +1,7 @@
 /* kern_winograd.c: the "winograd" family: Winograd F(2x2, 3x3) for 3x3 stride-1 undilated
- * ungrouped convolutions with nChw8c input and output (every consumer reads blocked), C
- * and M multiples of 8, C >= 16, no fused Add (CINFER_ONNX_NO_WINO, CINFER_ONNX_PLAIN:
+ * ungrouped convolutions with blocked input and output in the plan's block (kern_block():
+ * nChw8c, or nChw16c on an AVX-512 host; every consumer reads blocked), C and M multiples
+ * of the block, C >= 16, no fused Add (CINFER_ONNX_NO_WINO, CINFER_ONNX_PLAIN:
  * off). Each 2x2 block of output pixels (a tile) comes from the
  * 4x4 input patch around it: V = B' d B per input channel, P = sum over input channels
  * of U . V per output channel (U = G g G', the weights transformed once at load, in
@@ -23,6 +24,7 @@ typedef struct {
   fast_kernel base;
   conv_geom g;
   float *U; /* [16][M/32][C][32] transformed weights, bias [M], PRelu slopes [M] */
+  int64_t blk; /* the layout's block: 8 (nChw8c) or 16 (nChw16c); the kernel works on 8-channel vectors */
 } wino_kernel;
 #define WINO_T 24
 /* floats between two of the 16 planes of a chunk's V (n = C) or products (n = M): one
@@ -37,7 +39,8 @@ static bool wino_can_take(const onnx_plan *p, const plan_step *s, bool keep) {
   const ot *x = s->in[0], *w = s->in[1];
   if (!keep || getenv("CINFER_ONNX_NO_WINO") || getenv("CINFER_ONNX_PLAIN") || s->sum_id >= 0 || s->dw.w ||
       x->ndim != 4 || w->ndim != 4 || attr_i(s->node, "group", 1) != 1 || w->dims[2] != 3 || w->dims[3] != 3 ||
-      x->dims[1] % 8 || w->dims[0] % 8 || x->dims[1] < 16 || (s->has_fused && s->fused.sum) || !p->layout[s->in_id[0]])
+      x->dims[1] % kern_block() || w->dims[0] % kern_block() || x->dims[1] < 16 || (s->has_fused && s->fused.sum) ||
+      !p->layout[s->in_id[0]])
     return false;
   conv_geom g;
   if (!kern_geom(s->node, x, w->dims + 2, false, &g)) return false;
@@ -49,7 +52,7 @@ static bool wino_can_take(const onnx_plan *p, const plan_step *s, bool keep) {
   if (WINO_BIG_U(x->dims[1], w->dims[0]) && p->threads > 1 && ntiles < 12 * (int64_t)p->threads) return false;
   /* U takes 16/9 of the weights' memory: above 64 MiB (C x M > 2^20) keep oneDNN's copy */
   if (x->dims[1] * w->dims[0] > ((int64_t)1 << 20)) return false;
-  return kern_is_nchw8c(p->layout[s->in_id[0]], x);
+  return kern_is_blocked(p->layout[s->in_id[0]], x, kern_block());
 }
 
 /* per-thread scratch: the chunk's transformed inputs [16][WINO_T][C] and products [16][WINO_T][M] */
@@ -71,7 +74,8 @@ static cinfer_status *wino_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   int64_t MG = (M + 31) / 32;
   size_t n = (size_t)(16 * MG * 32 * C + 2 * M);
   float *U = kern_alloc64(n * sizeof(float));
-  if (!U || !kern_out_nchw8c(p, s, M)) {
+  k->blk = kern_block();
+  if (!U || !kern_out_blocked(p, s, M, (int)k->blk)) {
     free(U);
     free(k);
     return kern_oom();
@@ -150,13 +154,15 @@ static void wino_gemm(const float *U, int64_t M, const float *V, int64_t C, floa
   }
 }
 
-/* V = B' d B for one 4x4 patch of 8 channels (rows rs floats apart): within each row
- * (d0 - d2, d1 + d2, d2 - d1, d1 - d3), then the same across rows; V[e] at v + e * es */
-static inline void wino_in(const float *x, int64_t rs, float *v, size_t es) {
+/* V = B' d B for one 4x4 patch of 8 channels (rows rs floats apart, pixels ps apart):
+ * within each row (d0 - d2, d1 + d2, d2 - d1, d1 - d3), then the same across rows; V[e]
+ * at v + e * es */
+static inline void wino_in(const float *x, int64_t rs, int64_t ps, float *v, size_t es) {
   v8f c[4][4];
   for (int i = 0; i < 4; i++) {
     const float *r = x + i * rs;
-    v8f d0 = *(const v8fu *)r, d1 = *(const v8fu *)(r + 8), d2 = *(const v8fu *)(r + 16), d3 = *(const v8fu *)(r + 24);
+    v8f d0 = *(const v8fu *)r, d1 = *(const v8fu *)(r + ps), d2 = *(const v8fu *)(r + 2 * ps),
+        d3 = *(const v8fu *)(r + 3 * ps);
     c[i][0] = d0 - d2;
     c[i][1] = d1 + d2;
     c[i][2] = d2 - d1;
@@ -187,6 +193,9 @@ static void wino_chunks(const fast_kernel *fk, const plan_step *s, int threads, 
   float *Y = s->out[0]->data;
   const onnx_fused *f = s->has_fused && s->fused.act != ACT_NONE ? &s->fused : NULL;
   size_t per = wino_temp_per_thread(C, M);
+  /* 8-channel vector q of a B-block layout: block q / (B / 8), lanes (q % (B / 8)) * 8;
+   * pixels B floats apart */
+  const int64_t B = k->blk, R = B / 8;
   {
     float *V = (float *)((char *)s->temp[0] + per * (size_t)tid), *P = V + 16 * WINO_VS(C);
     for (int64_t ch = c0; ch < c1; ch++) {
@@ -196,21 +205,21 @@ static void wino_chunks(const fast_kernel *fk, const plan_step *s, int threads, 
         int64_t ih0 = 2 * th - pt, iw0 = 2 * tw - pl;
         bool inside = ih0 >= 0 && ih0 + 4 <= IH && iw0 >= 0 && iw0 + 4 <= IW;
         for (int64_t cb = 0; cb < C / 8; cb++) {
-          const float *xc = X + (size_t)((n * (C / 8) + cb) * IH * IW) * 8;
+          const float *xc = X + (size_t)((n * (C / B) + cb / R) * IH * IW) * (size_t)B + (size_t)(cb % R) * 8;
           float *v = V + tl * C + cb * 8;
           if (inside) {
-            wino_in(xc + (size_t)(ih0 * IW + iw0) * 8, IW * 8, v, (size_t)WINO_VS(C));
+            wino_in(xc + (size_t)(ih0 * IW + iw0) * (size_t)B, IW * B, B, v, (size_t)WINO_VS(C));
             continue;
           }
           float d[16 * 8] __attribute__((aligned(32))); /* the patch, zeros outside the image */
           for (int i = 0; i < 4; i++)
             for (int j = 0; j < 4; j++) {
               int64_t ih = ih0 + i, iw = iw0 + j;
-              v8f e = ih >= 0 && ih < IH && iw >= 0 && iw < IW ? *(const v8fu *)(xc + (size_t)(ih * IW + iw) * 8)
+              v8f e = ih >= 0 && ih < IH && iw >= 0 && iw < IW ? *(const v8fu *)(xc + (size_t)(ih * IW + iw) * (size_t)B)
                                                                 : (v8f){0};
               *(v8f *)(d + (i * 4 + j) * 8) = e;
             }
-          wino_in(d, 32, v, (size_t)WINO_VS(C));
+          wino_in(d, 32, 8, v, (size_t)WINO_VS(C));
         }
       }
       for (int e = 0; e < 16; e++)
@@ -231,11 +240,11 @@ static void wino_chunks(const fast_kernel *fk, const plan_step *s, int threads, 
             y[i][0] = a[i][0] + a[i][1] + a[i][2] + bv;
             y[i][1] = a[i][1] - a[i][2] - a[i][3] + bv;
           }
-          float *yc = Y + (size_t)((n * (M / 8) + mb) * OH * OW) * 8;
+          float *yc = Y + (size_t)((n * (M / B) + mb / R) * OH * OW) * (size_t)B + (size_t)(mb % R) * 8;
           for (int i = 0; i < 2 && oh + i < OH; i++)
             for (int j = 0; j < 2 && ow + j < OW; j++) {
               v8f v = f ? v8_act(y[i][j], f, slope + mb * 8) : y[i][j];
-              *(v8fu *)(yc + (size_t)((oh + i) * OW + ow + j) * 8) = v;
+              *(v8fu *)(yc + (size_t)((oh + i) * OW + ow + j) * (size_t)B) = v;
             }
         }
       }

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include "backends/onnx/kern.h"
 #include "backends/onnx/onnx.h"
 #include "model_builder.h"
 
@@ -515,7 +516,9 @@ static void check_winograd(const wino_cfg *c) {
     fail_msg("winograd N%lld C%lld M%lld %lldx%lld p%lld,%lld,%lld,%lld bias%d act%d: max diff %g (max %g)",
              (long long)c->N, (long long)c->C, (long long)c->M, (long long)c->H, (long long)c->W, (long long)c->pt,
              (long long)c->pl, (long long)c->pb, (long long)c->pr, c->bias, c->act, md, mx);
-  if (c->N == 1) {
+  /* with 16-channel blocks (an AVX-512 host) only C, M multiples of 16 (test_onnx_kernels_avx2
+   * runs every case with 8-channel blocks) */
+  if (c->N == 1 && (kern_block() == 8 || (c->C % 16 == 0 && c->M % 16 == 0))) {
     char *prof = profile_run(m, x, xd, 4);
     if (!strstr(prof, "winograd")) fail_msg("C%lld M%lld: no winograd step:\n%s", (long long)c->C, (long long)c->M, prof);
     free(prof);

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include "backends/onnx/kern.h"
 #include "backends/onnx/onnx.h"
 #include "backends/onnx/opool.h"
 #include "model_builder.h"
@@ -286,6 +287,112 @@ static void test_sliced_convs_equal_one_thread(void **state) {
   onnx_model_destroy(m);
 }
 
+/* Convs of one channel block (16 channels on nChw16c) split by output rows
+ * (conv_row_slices): x [1,8,121,121] -> 1x1 8->16 -> depthwise 3x3 (group 16, pad 1) +
+ * Relu -> 3x3 stride 2 16->16 (pad 1) -> 1x1 16->8 -> out. At 2 and 3 threads the output
+ * must equal one thread's bit for bit; on an nChw16c host (kern_block() 16) the profile
+ * must show row slices ("onednn/<n>r"), on nChw8c ones the same convs split by channels. */
+static onnx_model *row_chain(void) {
+  mb b;
+  mb_init(&b, 13);
+  unsigned seed = 11;
+  int64_t xd[4] = {1, 8, 121, 121};
+  mb_input(&b, "x", 4, xd);
+  int64_t w1d[4] = {16, 8, 1, 1}, w2d[4] = {16, 1, 3, 3}, w3d[4] = {16, 16, 3, 3}, w4d[4] = {8, 16, 1, 1}, bd[1] = {16};
+  float *w1 = rnd(16 * 8, &seed), *w2 = rnd(16 * 9, &seed), *w3 = rnd(16 * 16 * 9, &seed), *w4 = rnd(8 * 16, &seed),
+        *b2 = rnd(16, &seed);
+  mb_init_f(&b, "w1", 4, w1d, w1);
+  mb_init_f(&b, "w2", 4, w2d, w2);
+  mb_init_f(&b, "b2", 1, bd, b2);
+  mb_init_f(&b, "w3", 4, w3d, w3);
+  mb_init_f(&b, "w4", 4, w4d, w4);
+  const char *i1[2] = {"x", "w1"}, *o1 = "c1";
+  mb_node(&b, "Conv", "conv1", 2, i1, 1, &o1);
+  const char *i2[3] = {"c1", "w2", "b2"}, *o2 = "a2", *or2 = "c2";
+  Onnx__NodeProto *n2 = mb_node(&b, "Conv", "dw", 3, i2, 1, &o2);
+  mb_attr_i(&b, n2, "group", 16);
+  mb_attr_ints(&b, n2, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  mb_node(&b, "Relu", "relu", 1, &o2, 1, &or2);
+  const char *i3[2] = {"c2", "w3"}, *o3 = "c3";
+  Onnx__NodeProto *n3 = mb_node(&b, "Conv", "conv3", 2, i3, 1, &o3);
+  mb_attr_ints(&b, n3, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  mb_attr_ints(&b, n3, "strides", 2, (int64_t[]){2, 2});
+  const char *i4[2] = {"c3", "w4"}, *o4 = "out";
+  mb_node(&b, "Conv", "conv4", 2, i4, 1, &o4);
+  mb_output(&b, "out");
+  uint8_t *buf;
+  size_t len = mb_pack(&b, &buf);
+  mb_done(&b);
+  free(w1);
+  free(w2);
+  free(w3);
+  free(w4);
+  free(b2);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  free(buf);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  return m;
+}
+
+static float *run_rows(onnx_model *m, int threads, const float *x, size_t *n_out, char **prof) {
+  onnx_session *s;
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = threads, .profile = true}, &s));
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 8, 121, 121}, .data = x,
+                      .byte_size = (size_t)(8 * 121 * 121) * 4},
+                o;
+  for (int rep = 0; rep < 3; rep++) {
+    cinfer_status *st = onnx_session_run(s, &in, 1, &o);
+    if (st) fail_msg("run (%d threads): %s", threads, cinfer_status_message(st));
+  }
+  *n_out = o.byte_size / 4;
+  float *out = malloc(o.byte_size);
+  memcpy(out, o.data, o.byte_size);
+  size_t plen = 0;
+  FILE *f = open_memstream(prof, &plen);
+  onnx_session_profile_print(s, f);
+  fclose(f);
+  onnx_session_destroy(s);
+  return out;
+}
+
+/* whether the profile names a row-sliced conv ("onednn/<digits>r") */
+static bool has_row_slices(const char *prof) {
+  for (const char *p = strstr(prof, "onednn/"); p; p = strstr(p + 1, "onednn/")) {
+    const char *q = p + 7;
+    while (*q >= '0' && *q <= '9') q++;
+    if (q > p + 7 && *q == 'r') return true;
+  }
+  return false;
+}
+
+static void test_row_sliced_convs_equal_one_thread(void **state) {
+  (void)state;
+  onnx_model *m = row_chain();
+  unsigned seed = 5;
+  float *x = rnd(8 * 121 * 121, &seed);
+  size_t n1, nt;
+  char *p1 = NULL;
+  float *one = run_rows(m, 1, x, &n1, &p1);
+  assert_int_equal(n1, (size_t)(8 * 61 * 61));
+  for (int T = 2; T <= 3; T++) {
+    char *prof = NULL;
+    float *many = run_rows(m, T, x, &nt, &prof);
+    assert_int_equal(n1, nt);
+    if (kern_block() == 16 && !has_row_slices(prof)) fail_msg("%d threads: no row-sliced conv:\n%s", T, prof);
+    if (!strstr(prof, "onednn/")) fail_msg("%d threads: no sliced conv:\n%s", T, prof);
+    for (size_t i = 0; i < n1; i++)
+      if (memcmp(&one[i], &many[i], sizeof(float)))
+        fail_msg("threads %d: element %zu: %.9g vs %.9g (1 thread)", T, i, many[i], one[i]);
+    free(prof);
+    free(many);
+  }
+  free(p1);
+  free(one);
+  free(x);
+  onnx_model_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_chunk_once),
@@ -293,6 +400,7 @@ int main(void) {
       cmocka_unit_test(test_sleep_between_inferences),
       cmocka_unit_test(test_contention_guard),
       cmocka_unit_test(test_sliced_convs_equal_one_thread),
+      cmocka_unit_test(test_row_sliced_convs_equal_one_thread),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
