@@ -17,14 +17,10 @@
 #include "streams/streams.h"
 
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,9 +59,7 @@ struct streams_live {
   pthread_t pusher;
   bool pushing, stop;
   pthread_cond_t cv;
-  char host[256], port[16];
-  struct sockaddr_storage sa;
-  socklen_t salen;
+  streams_addr addr;
   int fd;
   uint64_t pushed, push_failed;
   char push_error[256];
@@ -473,43 +467,16 @@ void streams_live_error(streams_live *l, int stream, const char *source, const c
 
 /* ---- pusher (cinfer streams --publish URL) -------------------------------------------- */
 
-static int push_connect(streams_live *l) {
-  int fd = socket(l->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  struct timeval tv = {.tv_sec = 5};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  if (connect(fd, (struct sockaddr *)&l->sa, l->salen) < 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-static bool push_send(int fd, const void *d, size_t n) {
-  const char *c = d;
-  while (n) {
-    ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    c += k;
-    n -= (size_t)k;
-  }
-  return true;
-}
-
 /* One POST on l->fd (a fresh connection when needed); the answer's status in *status, its
  * body (an error message) in msg. */
 static bool push_once(streams_live *l, const cbuf *req, int *status, char *msg, size_t cap) {
   msg[0] = 0;
   for (int attempt = 0; attempt < 2; attempt++) {
-    if (l->fd < 0 && (l->fd = push_connect(l)) < 0) {
-      snprintf(msg, cap, "cannot connect to %s:%s: %s", l->host, l->port, strerror(errno));
+    if (l->fd < 0 && (l->fd = streams_tcp_connect(&l->addr, 5)) < 0) {
+      snprintf(msg, cap, "cannot connect to %s:%s: %s", l->addr.host, l->addr.port, strerror(errno));
       return false;
     }
-    if (!push_send(l->fd, req->data, req->len)) {
+    if (!streams_send_all(l->fd, req->data, req->len)) {
       close(l->fd);
       l->fd = -1;
       continue;
@@ -554,11 +521,11 @@ static bool push_once(streams_live *l, const cbuf *req, int *status, char *msg, 
     close(l->fd);
     l->fd = -1;
     if (hl) {
-      snprintf(msg, cap, "bad HTTP answer from %s:%s", l->host, l->port);
+      snprintf(msg, cap, "bad HTTP answer from %s:%s", l->addr.host, l->addr.port);
       return false;
     }
   }
-  snprintf(msg, cap, "%s:%s closed the connection", l->host, l->port);
+  snprintf(msg, cap, "%s:%s closed the connection", l->addr.host, l->addr.port);
   return false;
 }
 
@@ -582,7 +549,7 @@ static void *pusher_main(void *arg) {
     req.len = 0;
     cbuf_printf(&req, "POST /streams/%d HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/octet-stream\r\n"
                       "Streams-Header-Length: %zu\r\nContent-Length: %zu\r\n\r\n",
-                i, l->host, l->port, hdr.len, hdr.len + jl);
+                i, l->addr.host, l->addr.port, hdr.len, hdr.len + jl);
     cbuf_put(&req, hdr.data, hdr.len);
     if (jl) cbuf_put(&req, s->jpeg, jl);
     pthread_mutex_unlock(&l->mu);
@@ -608,30 +575,8 @@ static void *pusher_main(void *arg) {
 }
 
 cinfer_status *streams_live_push(streams_live *l, const char *url) {
-  const char *u = url;
-  if (strncmp(u, "http://", 7))
-    return cinfer_status_new(CINFER_INVALID_ARG, "--publish '%s': only http://HOST:PORT is supported", url);
-  u += 7;
-  const char *colon = strrchr(u, ':'), *slash = strchr(u, '/');
-  if (slash && slash[1]) return cinfer_status_new(CINFER_INVALID_ARG, "--publish '%s': give http://HOST:PORT, no path", url);
-  size_t hl = colon && (!slash || colon < slash) ? (size_t)(colon - u) : slash ? (size_t)(slash - u) : strlen(u);
-  if (hl == 0 || hl >= sizeof l->host) return cinfer_status_new(CINFER_INVALID_ARG, "--publish '%s': no host", url);
-  memcpy(l->host, u, hl);
-  l->host[hl] = 0;
-  if (colon && (!slash || colon < slash)) {
-    size_t pl = slash ? (size_t)(slash - colon - 1) : strlen(colon + 1);
-    if (pl == 0 || pl >= sizeof l->port) return cinfer_status_new(CINFER_INVALID_ARG, "--publish '%s': bad port", url);
-    memcpy(l->port, colon + 1, pl);
-    l->port[pl] = 0;
-  } else {
-    snprintf(l->port, sizeof l->port, "80");
-  }
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-  int rc = getaddrinfo(l->host, l->port, &hints, &ai);
-  if (rc || !ai) return cinfer_status_new(CINFER_INVALID_ARG, "--publish '%s': %s", url, gai_strerror(rc));
-  memcpy(&l->sa, ai->ai_addr, ai->ai_addrlen);
-  l->salen = ai->ai_addrlen;
-  freeaddrinfo(ai);
+  cinfer_status *st = streams_addr_parse("--publish", url, &l->addr);
+  if (st) return st;
   if (pthread_create(&l->pusher, NULL, pusher_main, l))
     return cinfer_status_new(CINFER_INTERNAL, "--publish: cannot start the pusher thread");
   l->pushing = true;

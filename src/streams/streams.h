@@ -20,6 +20,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/socket.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -96,6 +97,19 @@ void streams_config_default(streams_config *c);
 cinfer_status *streams_args_parse(streams_config *c, int argc, char **argv, bool *help);
 void streams_usage(void *file /* FILE* */);
 int streams_main(int argc, char **argv);
+
+/* ---- HTTP client pieces (client.c), shared by pipeline.c and live.c ------------------ */
+
+typedef struct streams_addr {
+  char host[256], port[16];
+  struct sockaddr_storage sa;
+  socklen_t salen;
+} streams_addr;
+/* http://HOST[:PORT][/] (port 80 by default), resolved; errors name flag and url. */
+cinfer_status *streams_addr_parse(const char *flag, const char *url, streams_addr *a);
+/* A TCP connection (TCP_NODELAY, send/receive timeouts of timeout_s); -1 with errno. */
+int streams_tcp_connect(const streams_addr *a, int timeout_s);
+bool streams_send_all(int fd, const void *d, size_t n); /* false: the connection failed */
 
 /* ---- pipeline (pipeline.c) ---------------------------------------------------------- */
 

@@ -166,6 +166,9 @@ def test_publish_flag_errors_name_the_flag(video):
         p = streams("--source", video, "--model", "face_detect_frames", "--url", "http://127.0.0.1:1",
                     "--publish", url, "--frames", "1")
         assert p.returncode != 0 and "--publish" in p.stderr and needle in p.stderr, p.stderr
+    # the pipeline's --url has the same rules (a path was silently ignored before)
+    p = streams("--source", video, "--model", "face_detect_frames", "--url", "http://127.0.0.1:1/v2/models")
+    assert p.returncode == 1 and "--url 'http://127.0.0.1:1/v2/models': give http://HOST:PORT, no path" in p.stderr
     p = streams("--source", video, "--model", "face_detect_frames", "--url", "http://127.0.0.1:1",
                 "--publish", "http://127.0.0.1:1", "--http-port", "0")
     assert p.returncode == 2 and "--http-port and --publish: give one of them" in p.stderr, p.stderr
