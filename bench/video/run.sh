@@ -73,11 +73,14 @@ log "2. 8 streams, unpaced, $DUR s: dynamic batching vs one frame at a time"
 for model in face_detect_frames face_analytics_frames; do
   for r in batch nobatch; do
     rp=$repo; [ $r = nobatch ] && rp=$nobatch
-    "$BIN" streams --source "$video" --streams 8 --model $model --model-repository "$rp" \
+    l0=$(cut -d' ' -f1 /proc/loadavg)
+    timed "s8_${model}_$r" "$BIN" streams --source "$video" --streams 8 --model $model --model-repository "$rp" \
       --threads "$THREADS" --fps max --duration "$DUR" --warmup 2 --json "$OUT/s8_${model}_$r.json" \
       --quiet > /dev/null 2>&1 || true
-    "$PY" -c "import json,sys; t=json.load(open(sys.argv[1]))['total']; print(f\"$model $r: {t['fps_total']:.2f} frames/s, p50 {t['latency_p50_ms']:.0f} ms, p99 {t['latency_p99_ms']:.0f} ms\")" \
-      "$OUT/s8_${model}_$r.json" 2>/dev/null | tee -a "$OUT/summary.txt" || echo "$model $r: failed" | tee -a "$OUT/summary.txt"
+    # CPU seconds (user + system) of the whole run, start and warm-up included
+    "$PY" -c "import json,sys; t=json.load(open(sys.argv[1]))['total']; w,u,s=map(float,open(sys.argv[2]).read().split()); print(f\"$model $r: {t['fps_total']:.2f} frames/s, p50 {t['latency_p50_ms']:.0f} ms, p99 {t['latency_p99_ms']:.0f} ms, CPU {u+s:.1f} s in {w:.1f} s wall, load {sys.argv[3]}-{sys.argv[4]}\")" \
+      "$OUT/s8_${model}_$r.json" "$OUT/s8_${model}_$r.time" "$l0" "$(cut -d' ' -f1 /proc/loadavg)" 2>/dev/null \
+      | tee -a "$OUT/summary.txt" || echo "$model $r: failed" | tee -a "$OUT/summary.txt"
   done
 done
 

@@ -19,6 +19,7 @@
 #include "frontend/frontend.h"
 #include "frontend/shm.h"
 #include "grpc/grpc.h"
+#include "streams/streams.h"
 
 static void serve_usage(FILE *f) {
   fprintf(f,
@@ -101,6 +102,10 @@ static void serve_usage(FILE *f) {
           "                               beyond which a request is refused at once (503,\n"
           "                               Retry-After) for models without max_waiting\n"
           "                               (default 4 x max_seqs; 0 = no limit)\n"
+          "  --streams-page               serve the live video page at /streams: the latest\n"
+          "                               annotated frame and fps of each stream that\n"
+          "                               `cinfer streams --publish` pushes here\n"
+          "                               (POST /streams/N; see docs/user-guide.md)\n"
           "  -h, --help                   this help\n");
 }
 
@@ -140,7 +145,7 @@ int cmd_serve(int argc, char **argv) {
     O_MAXIN, O_MAXCHUNKS, O_GRPC, O_GRPC_MSG, O_GRPC_RP,
     O_GRPC_SSL, O_GRPC_CERT, O_GRPC_KEY, O_GRPC_ROOT, O_GRPC_MUTUAL, O_KVMEM, O_LLM_WAIT,
     O_SHM_PREFIX, O_SHM_MAX, O_ALLOW_GRPC, O_ALLOW_HTTP, O_ALLOW_METRICS, O_EXIT_ON_ERROR,
-    O_STRICT_CONFIG
+    O_STRICT_CONFIG, O_STREAMS_PAGE
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -158,6 +163,7 @@ int cmd_serve(int argc, char **argv) {
       {"grpc-root-cert", required_argument, 0, O_GRPC_ROOT},
       {"shared-memory-key-prefix", required_argument, 0, O_SHM_PREFIX},
       {"shared-memory-max-bytes", required_argument, 0, O_SHM_MAX},
+      {"streams-page", no_argument, 0, O_STREAMS_PAGE},
       {"grpc-use-ssl-mutual", required_argument, 0, O_GRPC_MUTUAL},
       {"model-control-mode", required_argument, 0, O_MODE},
       {"load-model", required_argument, 0, O_LOAD},
@@ -206,6 +212,7 @@ int cmd_serve(int argc, char **argv) {
   const char *tls_cert = NULL, *tls_key = NULL;
   const char *gcert = NULL, *gkey = NULL, *groot = NULL, *shm_prefix = NULL;
   long long shm_max = 0;
+  bool streams_page = false;
   bool gssl = false, gmutual = false;
   size_t n_load = 0, n_rapi = 0, n_grp = 0;
   const char *log_file = NULL;
@@ -279,6 +286,7 @@ int cmd_serve(int argc, char **argv) {
       case O_GRPC_KEY: gkey = optarg; break;
       case O_GRPC_ROOT: groot = optarg; break;
       case O_SHM_PREFIX: shm_prefix = optarg; break;
+      case O_STREAMS_PAGE: streams_page = true; break;
       case O_SHM_MAX:
         if (!cli_parse_int("serve", "--shared-memory-max-bytes", optarg, 1, 1ll << 50, &shm_max)) goto out;
         break;
@@ -421,12 +429,25 @@ int cmd_serve(int argc, char **argv) {
                       .tls_cert = tls_cert, .tls_key = tls_key,
                       .restricted_api = rapi, .n_restricted_api = n_rapi,
                       .max_input_bytes = (size_t)maxin, .max_body_chunks = (size_t)maxchunks};
+  /* --streams-page: the live board of src/streams on the HTTP port (one page for both
+   * tools: cinfer streams --http-port serves the same board itself) */
+  streams_live *board = NULL;
+  if (streams_page && (st = streams_live_create(STREAMS_MAX, true, &board))) {
+    LOG_E("cinfer serve: --streams-page: %s", cinfer_status_message(st));
+    cinfer_status_free(st);
+    cinfer_server_destroy(s);
+    shm_registry_destroy(shm);
+    goto out;
+  }
+  fo.extra_route = board ? streams_live_route : NULL;
+  fo.extra_route_user = board;
   frontend *fe = NULL;
   if ((st = frontend_start(s, &fo, &fe))) {
     LOG_E("cinfer serve: %s", cinfer_status_message(st));
     cinfer_status_free(st);
     cinfer_server_destroy(s);
     shm_registry_destroy(shm);
+    streams_live_stop(board);
     goto out;
   }
   grpc_server *gs = NULL;
@@ -443,6 +464,7 @@ int cmd_serve(int argc, char **argv) {
       frontend_destroy(fe);
       cinfer_server_destroy(s);
       shm_registry_destroy(shm);
+      streams_live_stop(board);
       goto out;
     }
   }
@@ -465,6 +487,7 @@ int cmd_serve(int argc, char **argv) {
   frontend_destroy(fe);
   cinfer_server_destroy(s);
   shm_registry_destroy(shm); /* after both endpoints: their requests hold regions */
+  streams_live_stop(board);  /* after the frontend: its exchanges read the board */
   LOG_I("cinfer serve: stopped");
   rc = 0;
 out:

@@ -553,6 +553,7 @@ static void route(http_exchange *ex, const http_request *req, void *user) {
   char denied[256];
   int code = api_restrictions_check_request(&fe->restrict_, req, denied, sizeof denied);
   if (code) return respond_error(ex, code, denied);
+  if (fe->extra_route && fe->extra_route(fe->extra_route_user, ex, req)) return;
   if (openai_route(fe, ex, req)) return;
   http_path_segs p;
   if (!http_path_split(req->path, req->path_len, &p)) return respond_error(ex, 400, "malformed request path");
@@ -663,6 +664,8 @@ cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend
   fe->limits.max_input_bytes = o->max_input_bytes ? o->max_input_bytes : (size_t)1 << 26;
   fe->shm = o->shm;
   fe->shm_owned = !o->shm;
+  fe->extra_route = o->extra_route;
+  fe->extra_route_user = o->extra_route_user;
   cinfer_status *st = o->shm ? NULL : shm_registry_create(&fe->shm);
   for (size_t i = 0; !st && i < o->n_restricted_api; i++) {
     char err[256];

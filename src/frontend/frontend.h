@@ -5,9 +5,13 @@
 #ifndef CINFER_FRONTEND_H
 #define CINFER_FRONTEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cinfer/cinfer.h"
+
+struct http_exchange;
+struct http_request;
 
 typedef struct frontend frontend;
 
@@ -33,6 +37,11 @@ typedef struct frontend_opts {
    * hands it to the HTTP and gRPC endpoints, so a region registered on one is usable on the
    * other. NULL: the frontend makes its own. */
   struct shm_registry *shm;
+  /* Pages of another subsystem on the HTTP port, asked before the KServe routes (after
+   * --http-restricted-api): true when it answered. serve.c mounts the /streams live page
+   * of src/streams with --streams-page. NULL: none. */
+  bool (*extra_route)(void *user, struct http_exchange *ex, const struct http_request *req);
+  void *extra_route_user;
 } frontend_opts;
 
 cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend **out);

@@ -19,6 +19,8 @@ struct frontend {
   api_restrictions restrict_;   /* --http-restricted-api */
   shm_registry *shm;            /* system shared-memory regions (kserve_ext.c) */
   bool shm_owned;               /* created here (else borrowed from frontend_opts) */
+  bool (*extra_route)(void *, struct http_exchange *, const struct http_request *); /* frontend_opts */
+  void *extra_route_user;
 };
 
 /* Triton's shared-memory extension routes (kserve_ext.c): /v2/systemsharedmemory/... and

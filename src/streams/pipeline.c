@@ -36,9 +36,7 @@ struct streams_pipeline {
   cinfer_model *model;
   /* HTTP */
   bool remote;
-  char host[256], port[8];
-  struct sockaddr_storage sa;
-  socklen_t salen;
+  streams_addr addr;
   pthread_t *senders;
   int n_senders;
   pthread_mutex_t mu;
@@ -332,43 +330,16 @@ static cinfer_status *inproc_create(streams_pipeline *p) {
 
 /* ---- HTTP ----------------------------------------------------------------------------- */
 
-static int http_connect(streams_pipeline *p) {
-  int fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  struct timeval tv = {.tv_sec = 30};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  if (connect(fd, (struct sockaddr *)&p->sa, p->salen) < 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-static bool send_all(int fd, const void *d, size_t n) {
-  const char *c = d;
-  while (n) {
-    ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    c += k;
-    n -= (size_t)k;
-  }
-  return true;
-}
-
 /* One request on *fd (reconnecting once when a kept-alive connection was closed). The
  * response body goes to *body (head in *hdr_len bytes parsed into status/ihcl). */
 static cinfer_status *http_exchange_once(streams_pipeline *p, int *fd, const cbuf *req, int *status,
                                          long long *ihcl, cbuf *body) {
   for (int attempt = 0; attempt < 2; attempt++) {
-    if (*fd < 0 && (*fd = http_connect(p)) < 0)
-      return cinfer_status_new(CINFER_UNAVAILABLE, "cannot connect to %s:%s: %s", p->host, p->port,
+    if (*fd < 0 && (*fd = streams_tcp_connect(&p->addr, 30)) < 0)
+      return cinfer_status_new(CINFER_UNAVAILABLE, "cannot connect to %s:%s: %s", p->addr.host, p->addr.port,
                                strerror(errno));
     body->len = 0;
-    if (!send_all(*fd, req->data, req->len)) {
+    if (!streams_send_all(*fd, req->data, req->len)) {
       close(*fd);
       *fd = -1;
       continue;
@@ -389,7 +360,7 @@ static cinfer_status *http_exchange_once(streams_pipeline *p, int *fd, const cbu
       if (pr == HTTP_PARSE_ERROR) {
         close(*fd);
         *fd = -1;
-        return cinfer_status_new(CINFER_INTERNAL, "bad HTTP response from %s:%s: %s", p->host, p->port,
+        return cinfer_status_new(CINFER_INTERNAL, "bad HTTP response from %s:%s: %s", p->addr.host, p->addr.port,
                                  pe.message);
       }
       if (pr == HTTP_PARSE_OK) {
@@ -397,7 +368,7 @@ static cinfer_status *http_exchange_once(streams_pipeline *p, int *fd, const cbu
           close(*fd);
           *fd = -1;
           return cinfer_status_new(CINFER_INTERNAL, "HTTP response from %s:%s is not Content-Length framed",
-                                   p->host, p->port);
+                                   p->addr.host, p->addr.port);
         }
         *status = r.status;
         size_t vl = 0;
@@ -418,7 +389,7 @@ static cinfer_status *http_exchange_once(streams_pipeline *p, int *fd, const cbu
             close(*fd);
             *fd = -1;
             return cinfer_status_new(CINFER_UNAVAILABLE, "%s:%s closed the connection mid-response",
-                                     p->host, p->port);
+                                     p->addr.host, p->addr.port);
           }
           body->len += (size_t)m;
         }
@@ -433,10 +404,10 @@ static cinfer_status *http_exchange_once(streams_pipeline *p, int *fd, const cbu
     }
     close(*fd);
     *fd = -1;
-    if (hl) return cinfer_status_new(CINFER_UNAVAILABLE, "%s:%s: truncated HTTP response", p->host, p->port);
+    if (hl) return cinfer_status_new(CINFER_UNAVAILABLE, "%s:%s: truncated HTTP response", p->addr.host, p->addr.port);
     /* nothing came back on a reused connection: retry once on a fresh one */
   }
-  return cinfer_status_new(CINFER_UNAVAILABLE, "%s:%s closed the connection", p->host, p->port);
+  return cinfer_status_new(CINFER_UNAVAILABLE, "%s:%s closed the connection", p->addr.host, p->addr.port);
 }
 
 cinfer_status *streams_kserve_response(streams_frame *f, const char *data, size_t len, long long ihcl) {
@@ -549,7 +520,7 @@ static void http_run_frame(streams_pipeline *p, int *fd, streams_frame *f, cbuf 
   cbuf_printf(req,
               "POST /v2/models/%s/infer HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/octet-stream\r\n"
               "Inference-Header-Content-Length: %d\r\nContent-Length: %zu\r\n\r\n",
-              p->cfg->model, p->host, p->port, hl, (size_t)hl + data_len);
+              p->cfg->model, p->addr.host, p->addr.port, hl, (size_t)hl + data_len);
   cbuf_put(req, hdr, (size_t)hl);
   cbuf_put(req, p->jpeg ? (const void *)f->jpeg : (const void *)f->rgb, data_len);
   if (req->oom) {
@@ -603,7 +574,7 @@ static void *sender_main(void *arg) {
 /* one blocking GET for setup */
 static cinfer_status *http_get(streams_pipeline *p, const char *path, int *status, cbuf *body) {
   cbuf req = {0};
-  cbuf_printf(&req, "GET %s HTTP/1.1\r\nHost: %s:%s\r\n\r\n", path, p->host, p->port);
+  cbuf_printf(&req, "GET %s HTTP/1.1\r\nHost: %s:%s\r\n\r\n", path, p->addr.host, p->addr.port);
   int fd = -1;
   long long ih;
   cinfer_status *st = req.oom ? cinfer_status_oom(NULL) : http_exchange_once(p, &fd, &req, status, &ih, body);
@@ -614,34 +585,13 @@ static cinfer_status *http_get(streams_pipeline *p, const char *path, int *statu
 
 static cinfer_status *remote_create(streams_pipeline *p) {
   const streams_config *c = p->cfg;
-  const char *u = c->url;
-  if (strncmp(u, "http://", 7))
-    return cinfer_status_new(CINFER_INVALID_ARG, "--url '%s': only http://HOST:PORT is supported", u);
-  u += 7;
-  const char *colon = strrchr(u, ':'), *slash = strchr(u, '/');
-  size_t hl = colon && (!slash || colon < slash) ? (size_t)(colon - u) : slash ? (size_t)(slash - u) : strlen(u);
-  if (hl == 0 || hl >= sizeof p->host) return cinfer_status_new(CINFER_INVALID_ARG, "--url '%s': no host", c->url);
-  memcpy(p->host, u, hl);
-  p->host[hl] = 0;
-  if (colon && (!slash || colon < slash)) {
-    size_t pl = slash ? (size_t)(slash - colon - 1) : strlen(colon + 1);
-    if (pl == 0 || pl >= sizeof p->port) return cinfer_status_new(CINFER_INVALID_ARG, "--url '%s': bad port", c->url);
-    memcpy(p->port, colon + 1, pl);
-    p->port[pl] = 0;
-  } else {
-    snprintf(p->port, sizeof p->port, "80");
-  }
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-  int rc = getaddrinfo(p->host, p->port, &hints, &ai);
-  if (rc || !ai) return cinfer_status_new(CINFER_INVALID_ARG, "--url '%s': %s", c->url, gai_strerror(rc));
-  memcpy(&p->sa, ai->ai_addr, ai->ai_addrlen);
-  p->salen = ai->ai_addrlen;
-  freeaddrinfo(ai);
+  cinfer_status *st = streams_addr_parse("--url", c->url, &p->addr);
+  if (st) return st;
   char path[600];
   snprintf(path, sizeof path, "/v2/models/%s", c->model);
   int status = 0;
   cbuf body = {0};
-  cinfer_status *st = http_get(p, path, &status, &body);
+  st = http_get(p, path, &status, &body);
   if (st) {
     cbuf_free(&body);
     return st;

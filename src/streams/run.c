@@ -118,6 +118,8 @@ void streams_usage(void *file) {
           "  --fps-tolerance X     a stream holds the target at fps >= target * (1 - X) (0.05)\n"
           "  --http-port N         serve the live page at http://HOST:N/streams (0: a free port)\n"
           "  --http-host ADDR      address of the live page (default 127.0.0.1)\n"
+          "  --publish http://H:P  push the live page's frames to this cinfer serve, which\n"
+          "                        shows them at /streams (serve --streams-page)\n"
           "  --quiet               no per-stream table\n"
           "  -h, --help            this help\n");
 }
@@ -136,7 +138,7 @@ cinfer_status *streams_args_parse(streams_config *c, int argc, char **argv, bool
   enum {
     O_SRC = 256, O_STREAMS, O_MODEL, O_REPO, O_URL, O_THREADS, O_EVERY, O_FPS, O_INFL, O_STALL, O_DUR,
     O_FRAMES, O_WARM, O_JSONL, O_JSON, O_PLOT, O_COST, O_FIND, O_TFPS, O_SLO, O_MAXS, O_TOL, O_HPORT,
-    O_HHOST, O_QUIET
+    O_HHOST, O_QUIET, O_PUBLISH
   };
   static const struct option opts[] = {
       {"source", required_argument, 0, O_SRC},       {"streams", required_argument, 0, O_STREAMS},
@@ -151,6 +153,7 @@ cinfer_status *streams_args_parse(streams_config *c, int argc, char **argv, bool
       {"target-fps", required_argument, 0, O_TFPS},  {"slo-p99", required_argument, 0, O_SLO},
       {"max-streams", required_argument, 0, O_MAXS}, {"fps-tolerance", required_argument, 0, O_TOL},
       {"http-port", required_argument, 0, O_HPORT},  {"http-host", required_argument, 0, O_HHOST},
+      {"publish", required_argument, 0, O_PUBLISH},
       {"quiet", no_argument, 0, O_QUIET},            {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *help = false;
@@ -198,6 +201,7 @@ cinfer_status *streams_args_parse(streams_config *c, int argc, char **argv, bool
       case O_TOL: if ((st = num("--fps-tolerance", optarg, 0, 0.99, &d))) return st; c->fps_tolerance = d; break;
       case O_HPORT: if ((st = num("--http-port", optarg, 0, 65535, &d))) return st; c->http_port = (int)d; break;
       case O_HHOST: c->http_host = optarg; break;
+      case O_PUBLISH: c->publish_url = optarg; break;
       case O_QUIET: c->quiet = true; break;
       case ':': return cinfer_status_new(CINFER_INVALID_ARG, "%s needs a value", flag);
       default: return cinfer_status_new(CINFER_INVALID_ARG, "unknown option '%s'", flag);
@@ -751,6 +755,10 @@ int streams_main(int argc, char **argv) {
     cinfer_status_free(st);
     return 2;
   }
+  if (c.http_port >= 0 && c.publish_url) { /* one board: served here or pushed there */
+    fprintf(stderr, "cinfer streams: --http-port and --publish: give one of them\n");
+    return 2;
+  }
   run r = {.c = &c, .warmup_s = c.warmup_s};
   pthread_mutex_init(&r.out_mu, NULL);
   signal(SIGPIPE, SIG_IGN);
@@ -765,9 +773,28 @@ int streams_main(int argc, char **argv) {
       return 2;
     }
   }
+  if (c.publish_url) {
+    int n = c.find_max ? c.max_streams : c.streams;
+    if ((st = streams_live_create(n, false, &r.live))) {
+      fprintf(stderr, "cinfer streams: --publish: %s\n", cinfer_status_message(st));
+      cinfer_status_free(st);
+      if (r.jsonl && r.jsonl != stdout) fclose(r.jsonl);
+      return 1;
+    }
+    if ((st = streams_live_push(r.live, c.publish_url))) {
+      fprintf(stderr, "cinfer streams: %s\n", cinfer_status_message(st));
+      cinfer_status_free(st);
+      streams_live_stop(r.live);
+      if (r.jsonl && r.jsonl != stdout) fclose(r.jsonl);
+      return 1;
+    }
+    printf("publishing to %s/streams\n", c.publish_url);
+    fflush(stdout);
+  }
   if ((st = streams_pipeline_create(&c, on_done, &r, &r.pipe))) {
     fprintf(stderr, "cinfer streams: %s\n", cinfer_status_message(st));
     cinfer_status_free(st);
+    streams_live_stop(r.live);
     if (r.jsonl && r.jsonl != stdout) fclose(r.jsonl);
     return 1;
   }
@@ -782,6 +809,7 @@ int streams_main(int argc, char **argv) {
     printf("live page: http://%s:%d/streams\n", c.http_host, streams_live_port(r.live));
     fflush(stdout);
   }
+
   if (c.find_max) {
     rc = find_max(&r);
   } else {

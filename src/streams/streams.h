@@ -20,6 +20,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/socket.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,6 +88,7 @@ typedef struct streams_config {
   /* live page */
   int http_port;           /* -1 = off; 0 = any free port (printed) */
   const char *http_host;   /* 127.0.0.1 */
+  const char *publish_url; /* push the live page's frames to this cinfer serve's /streams */
   bool quiet;
 } streams_config;
 
@@ -95,6 +97,19 @@ void streams_config_default(streams_config *c);
 cinfer_status *streams_args_parse(streams_config *c, int argc, char **argv, bool *help);
 void streams_usage(void *file /* FILE* */);
 int streams_main(int argc, char **argv);
+
+/* ---- HTTP client pieces (client.c), shared by pipeline.c and live.c ------------------ */
+
+typedef struct streams_addr {
+  char host[256], port[16];
+  struct sockaddr_storage sa;
+  socklen_t salen;
+} streams_addr;
+/* http://HOST[:PORT][/] (port 80 by default), resolved; errors name flag and url. */
+cinfer_status *streams_addr_parse(const char *flag, const char *url, streams_addr *a);
+/* A TCP connection (TCP_NODELAY, send/receive timeouts of timeout_s); -1 with errno. */
+int streams_tcp_connect(const streams_addr *a, int timeout_s);
+bool streams_send_all(int fd, const void *d, size_t n); /* false: the connection failed */
 
 /* ---- pipeline (pipeline.c) ---------------------------------------------------------- */
 
@@ -149,9 +164,28 @@ cinfer_status *streams_kserve_response(streams_frame *f, const char *data, size_
 /* ---- live page (live.c) ------------------------------------------------------------- */
 
 typedef struct streams_live streams_live;
+struct http_exchange;
+struct http_request;
+/* A board of n_streams entries without a server of its own. accept_push: POST
+ * /streams/N fills it (cinfer serve --streams-page). */
+cinfer_status *streams_live_create(int n_streams, bool accept_push, streams_live **out);
+/* A board with its own HTTP server on host:port (cinfer streams --http-port). */
 cinfer_status *streams_live_start(const char *host, int port, int n_streams, streams_live **out);
-int streams_live_port(const streams_live *l);
-/* Publishes the annotated frame of f (draws its boxes on a copy) and the stream's fps. */
+int streams_live_port(const streams_live *l); /* 0 without a server of its own */
+/* Answers a request for /streams, /streams/status.json, /streams/N.jpg (and, with
+ * accept_push, POST /streams/N); false (nothing sent) for any other path. For a frontend
+ * that mounts the board on its own port. user: the board. */
+bool streams_live_route(void *user, struct http_exchange *ex, const struct http_request *req);
+/* A pushed entry: body[0..hlen) is the stream's status.json entry (source, width, height,
+ * fps, frame, delivered, dropped, errors, boxes [{box, label}], last_error), the rest the
+ * JPEG (may be empty). Outside input: INVALID_ARG naming the field, the board unchanged. */
+cinfer_status *streams_live_accept(streams_live *l, int stream, const char *body, size_t len, long long hlen);
+/* Sends every stream's latest frame to the board of the server at url (http://HOST:PORT),
+ * from a thread of its own, latest-only; stop sends the last states first. */
+cinfer_status *streams_live_push(streams_live *l, const char *url);
+uint64_t streams_live_pushed(streams_live *l); /* entries the server took */
+/* Copies the frame, draws its boxes, encodes a JPEG and keeps it as stream f->stream's
+   latest (the caller throttles). */
 void streams_live_publish(streams_live *l, const streams_frame *f, const char *source, double fps,
                           uint64_t delivered, uint64_t dropped, uint64_t errors,
                           const char *last_error);

@@ -5,6 +5,8 @@
  * support (unsupported -> error naming the op, opset and node). Graph order, folding and
  * fusion happen afterwards in graph_compile(). The protobuf message is freed before
  * returning; the model owns copies of everything it keeps. */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,18 @@
 #include "backends/onnx/tensor_pb.h"
 
 #define MAX_NODES 1000000
+
+/* Subnormal FP32 weights (|w| < FLT_MIN, w != 0) become 0. Trained models carry them
+ * (SSR-Net's gender model: 13,331 of 44,487 weights), and on x86 each multiply by one
+ * takes a microcode assist: ssrnet_gender ran 13 ms against its age twin's 0.6 ms. A
+ * subnormal weight changes a sum of normal products by less than one ulp, so the
+ * results are those of the file. */
+static void flush_subnormal(ot *t) {
+  if (t->dtype != CINFER_TYPE_FP32 || !t->data) return;
+  float *f = t->data;
+  for (int64_t i = 0, n = ot_numel(t); i < n; i++)
+    if (f[i] != 0.0f && fabsf(f[i]) < FLT_MIN) f[i] = 0.0f;
+}
 
 /* ---- name -> value id hash ---- */
 typedef struct name_map {
@@ -234,6 +248,7 @@ static cinfer_status *build(onnx_model *m, const Onnx__ModelProto *mp, const cha
     if (map_find(&nm, name) >= 0) FAIL(CINFER_INVALID_ARG, "initializer '%s' is defined twice", name);
     ot *t;
     if ((st = onnx_tensor_from_proto(tp, base, &t))) goto fail;
+    flush_subnormal(t);
     int id = value_add(m, &nm, name, VAL_CONST);
     if (id < 0) { ot_free(t); FAIL(CINFER_INTERNAL, "out of memory"); }
     m->values[id].cval = t;
