@@ -10,7 +10,8 @@
  * failure, connection reset before any response byte, or a 503 head (its body is dropped).
  * A 503 with Retry-After is an admission refusal (the replica's queue or engine is full, no
  * work was done): it is retried once like any 503, but it is not a failure (no passive
- * ejection, no early health check) and is counted in cinfer_gateway_upstream_refusals_total;
+ * ejection; the early health check still runs) and is counted in
+ * cinfer_gateway_upstream_refusals_total;
  * when no retry is possible it reaches the client with its Retry-After.
  * Responses with Content-Length are buffered (one allocation) and answered whole; chunked
  * and close-delimited responses (SSE, streaming inference) are streamed as they arrive.
@@ -748,8 +749,9 @@ static void up_done(void *user, http_client_error err, const char *msg) {
     uint64_t zero = 0;
     atomic_compare_exchange_strong(&r->first_ok_ms, &zero, clock_now_ms());
   }
-  gw_passive(g, r, failure, now);
-  if (connect_fail || (err == HTTP_CLIENT_OK && q->status == 503 && !refused)) gw_replica_check_soon(g, r);
+  if (!refused) gw_passive(g, r, failure, now); /* a refusal neither extends nor resets a failure run */
+  /* a refusal too: a draining cinfer replica's 503s carry Retry-After, its check says so */
+  if (connect_fail || (err == HTTP_CLIENT_OK && q->status == 503)) gw_replica_check_soon(g, r);
 
   bool safe = connect_fail || err == HTTP_CLIENT_RESET_BEFORE_RESPONSE;
   if ((q->discard || (safe && !q->streaming)) && (q->discard || retry_allowed(q))) {
