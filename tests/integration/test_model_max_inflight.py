@@ -3,8 +3,9 @@ bound on the requests a model has admitted and not yet finished, wherever they a
 server's queue as soon as the engine takes it, so max_queue_size cannot bound its work;
 cinfer.max_inflight does. With the openai client against the real binary serving smollm2:
 
-- past the limit a request is refused at once with 503 and Retry-After, while the admitted
-  ones run inside the engine (the server queue is empty) and all complete;
+- past the limit a request is refused at once with 503 and Retry-After (on /v1 and on the
+  KServe generate extension alike), while the admitted ones run inside the engine (the
+  server queue is empty) and all complete;
 - the refusals are counted in cinfer_rejected_total{reason="max_inflight"};
 - a finished request frees its place (a cancelled stream too);
 - a value that is not a count fails the load naming the parameter.
@@ -12,6 +13,7 @@ cinfer.max_inflight does. With the openai client against the real binary serving
 import concurrent.futures
 import http.client
 import json
+import urllib.error
 import urllib.request
 
 import openai
@@ -74,11 +76,20 @@ def test_max_inflight_refuses_past_the_limit_and_admitted_requests_complete():
             assert e.status_code == 503, e
             assert e.response.headers.get("retry-after") == "1"
             assert "cinfer.max_inflight 2" in e.message, e.message
+        # the KServe generate extension is refused the same way, with Retry-After too
+        req = urllib.request.Request(s.url + f"/v2/models/{MODEL}/generate", method="POST",
+                                     data=json.dumps({"text_input": "Hi", "parameters": {"max_tokens": 2}}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as hi:
+            urllib.request.urlopen(req, timeout=120)
+        assert hi.value.code == 503
+        assert hi.value.headers.get("Retry-After") == "1"
+        assert "cinfer.max_inflight 2" in json.loads(hi.value.read())["error"]
         assert not all(f.done() for f in running)
         for f in running:
             r = f.result(600)
             assert r.usage.completion_tokens == long_tokens and r.choices[0].finish_reason == "length"
-        assert rejected(s, "max_inflight") == 3
+        assert rejected(s, "max_inflight") == 4
         # the engine refused nothing itself
         assert metric(s, "cinfer_llm_refused_waiting_total") == 0
         # finished requests freed their places
