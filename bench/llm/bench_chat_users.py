@@ -294,6 +294,14 @@ def main():
             for think, lab in ((capacity_think, "cinfer2_capacity"), (int(think150 * 1000), "cinfer2_150pct")):
                 r = bench_level(args, gurl, think, lab, args.out, pids, [u for _, u in reps])
                 r["server"] = "cinfer x2 + gateway"
+                # the replicas' refusals the gateway saw (503 + Retry-After: not failures) and its ejections
+                try:
+                    text = urllib.request.urlopen(gurl + "/metrics", timeout=10).read().decode()
+                except Exception:
+                    text = ""
+                for name in ("cinfer_gateway_upstream_refusals_total", "cinfer_gateway_ejections_total",
+                             "cinfer_gateway_retries_total"):
+                    r[name] = sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(name + "{"))
                 res["levels"].append(r)
         finally:
             gw.stop()
@@ -324,7 +332,8 @@ def main():
             kind = f"llama-cpp-python server ({args.llama_threads} thread{'s' if args.llama_threads > 1 else ''})"
             cmd = [PY, os.path.join(ROOT, "bench/llm/llama_cpp_server.py"), "--model", gguf(), "--host", "127.0.0.1",
                    "--port", str(port), "--n_threads", str(args.llama_threads), "--n_threads_batch",
-                   str(args.llama_threads), "--n_ctx", "2048", "--chat_format", "chatml", "--model_alias", "smollm2"]
+                   str(args.llama_threads), "--n_ctx", "2048", "--chat_format", "chatml", "--model_alias", "smollm2",
+                   "--interrupt_requests", "False"]  # its default cuts a running stream for each new request
         lp = Proc(cmd, os.path.join(args.out, "llama.log"))
         try:
             wait_http(f"http://127.0.0.1:{port}/v1/models", 180)
