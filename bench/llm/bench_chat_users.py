@@ -6,7 +6,8 @@ multi-turn conversation each, a shared system prompt, think time between turns),
   1. one `cinfer serve` (engine admission: max_seqs, max_waiting; refusals are 503 + Retry-After),
   2. two `cinfer serve` replicas behind `cinfer gateway` (the same cores split between them),
   3. llama.cpp's server: `llama-server` when bench/llm/build_llama_server.sh has built it, else
-     llama-cpp-python's `python -m llama_cpp.server` (the same llama.cpp revision),
+     llama-cpp-python's server (the same llama.cpp revision) through bench/llm/llama_cpp_server.py,
+     which turns off the CPU weight repacking that crashes on this CPU,
 
 in one run. For cinfer it first measures the capacity under the SLO (admitted requests/s whose
 e2e p99 stays within --slo-s) at decreasing think times, then offers 150% of that capacity and
@@ -240,6 +241,9 @@ def main():
     ap.add_argument("--small-users", type=int, default=64,
                     help="also run cinfer x1 and llama.cpp with this many users at the same offered rate (0: no)")
     ap.add_argument("--skip", default="", help="comma list of: replicas, llama")
+    ap.add_argument("--llama-threads", type=int, default=1,
+                    help="llama-cpp-python server threads (1: on a loaded 2-core machine ggml's spinning "
+                         "thread barrier makes 2 threads 15-40x slower than 1)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
@@ -275,12 +279,11 @@ def main():
     if "replicas" not in skip:
         reps = [start_cinfer(args, max(1, args.threads // 2), args.out, f"cinfer2_{i}") for i in range(2)]
         gport = free_port()
-        # A replica's 503 (its engine queue is full, Retry-After) is retried once on the other
-        # replica; passive outlier ejection is off, or the gateway would eject replicas for
-        # refusing load (it counts every 5xx as a failure) and then refuse everything itself.
+        # A replica's 503 with Retry-After (its engine queue is full) is a refusal, retried once
+        # on the other replica and never counted toward ejection: the default outlier settings.
         gcfg = os.path.join(args.out, "gateway.json")
         with open(gcfg, "w") as f:
-            json.dump({"outlier": {"consecutive_failures": 0}}, f)
+            json.dump({}, f)
         gw = Proc([BIN, "gateway", "--config", gcfg, "--host", "127.0.0.1", "--port", str(gport)] +
                   sum((["--upstream", u.replace("http://", "")] for _, u in reps), []),
                   os.path.join(args.out, "gateway.log"))
@@ -291,6 +294,14 @@ def main():
             for think, lab in ((capacity_think, "cinfer2_capacity"), (int(think150 * 1000), "cinfer2_150pct")):
                 r = bench_level(args, gurl, think, lab, args.out, pids, [u for _, u in reps])
                 r["server"] = "cinfer x2 + gateway"
+                # the replicas' refusals the gateway saw (503 + Retry-After: not failures) and its ejections
+                try:
+                    text = urllib.request.urlopen(gurl + "/metrics", timeout=10).read().decode()
+                except Exception:
+                    text = ""
+                for name in ("cinfer_gateway_upstream_refusals_total", "cinfer_gateway_ejections_total",
+                             "cinfer_gateway_retries_total"):
+                    r[name] = sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(name + "{"))
                 res["levels"].append(r)
         finally:
             gw.stop()
@@ -318,9 +329,11 @@ def main():
             cmd = [ls, "-m", gguf(), "--host", "127.0.0.1", "--port", str(port), "-t", str(args.threads),
                    "-c", str(2048 * args.max_seqs), "-np", str(args.max_seqs), "--cont-batching"]
         else:
-            kind = "llama-cpp-python server"
-            cmd = [PY, "-m", "llama_cpp.server", "--model", gguf(), "--host", "127.0.0.1", "--port", str(port),
-                   "--n_threads", str(args.threads), "--n_ctx", "2048", "--chat_format", "chatml"]
+            kind = f"llama-cpp-python server ({args.llama_threads} thread{'s' if args.llama_threads > 1 else ''})"
+            cmd = [PY, os.path.join(ROOT, "bench/llm/llama_cpp_server.py"), "--model", gguf(), "--host", "127.0.0.1",
+                   "--port", str(port), "--n_threads", str(args.llama_threads), "--n_threads_batch",
+                   str(args.llama_threads), "--n_ctx", "2048", "--chat_format", "chatml", "--model_alias", "smollm2",
+                   "--interrupt_requests", "False"]  # its default cuts a running stream for each new request
         lp = Proc(cmd, os.path.join(args.out, "llama.log"))
         try:
             wait_http(f"http://127.0.0.1:{port}/v1/models", 180)

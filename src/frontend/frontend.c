@@ -51,7 +51,20 @@ void respond_error(http_exchange *ex, int status, const char *msg) {
 }
 
 void respond_status(http_exchange *ex, cinfer_status *st) {
-  respond_error(ex, cinfer_code_http_status(cinfer_status_code(st)), cinfer_status_message(st));
+  int status = cinfer_code_http_status(cinfer_status_code(st));
+  if (status == 503) {
+    /* a refusal for load (max_queue_size, cinfer.max_inflight, shutting down): nothing was
+     * done, the client (or a gateway in front) may retry, after this many seconds */
+    static const http_header retry_hdr[] = {{"Content-Type", 12, "application/json", 16},
+                                            {"Retry-After", 11, "1", 1}};
+    cbuf b = {0};
+    kserve_encode_error(&b, cinfer_status_message(st));
+    cinfer_status_free(st);
+    if (b.oom) return respond_json(ex, 503, &b);
+    http_respond_owned(ex, 503, retry_hdr, 2, b.data, b.len, free);
+    return;
+  }
+  respond_error(ex, status, cinfer_status_message(st));
   cinfer_status_free(st);
 }
 

@@ -76,6 +76,7 @@ gw_replica *gw_replica_get(gateway *g, const char *host, uint16_t port) {
   metric_inc(r->m_ejections, 0);
   const char *rl[] = {"upstream", r->addr, "model", "", NULL};
   metric_inc(gw_series(g->f_retries, rl), 0);
+  metric_inc(gw_series(g->f_refusals, rl), 0);
   g->reps[g->n_reps++] = r;
   return r;
 }

@@ -181,7 +181,7 @@ struct gateway {
 
   metrics_registry *reg;
   metric_family *f_requests, *f_duration, *f_healthy, *f_ejections, *f_retries, *f_rate,
-      *f_shed, *f_active, *f_up_outstanding, *f_tokens, *f_token_limited;
+      *f_shed, *f_active, *f_up_outstanding, *f_tokens, *f_token_limited, *f_refusals;
   metric *m_active;
   uint64_t start_ms;
 };

@@ -8,6 +8,11 @@
  * A try is retried (once, on a different replica, inside the retry budget and the overall
  * deadline) only when nothing of the response can have reached the client: connect
  * failure, connection reset before any response byte, or a 503 head (its body is dropped).
+ * A 503 with Retry-After is an admission refusal (the replica's queue or engine is full, no
+ * work was done): it is retried once like any 503, but it is not a failure (no passive
+ * ejection; the early health check still runs) and is counted in
+ * cinfer_gateway_upstream_refusals_total;
+ * when no retry is possible it reaches the client with its Retry-After.
  * Responses with Content-Length are buffered (one allocation) and answered whole; chunked
  * and close-delimited responses (SSE, streaming inference) are streamed as they arrive.
  *
@@ -51,6 +56,7 @@ struct gw_req {
   gw_replica *cur;
   bool streaming, buffered, discard, head_seen;
   bool holds_retry, counted_active, aborting, done;
+  bool refused;              /* this try's answer: 503 with Retry-After (admission refusal) */
   bool count_tokens;          /* the key has a token budget: usage is counted and charged */
   gw_tok_usage usage;
   int status;
@@ -648,6 +654,10 @@ static void up_head(void *user, const http_response *resp) {
   if (!q) return;
   q->head_seen = true;
   q->status = resp->status;
+  q->refused = false;
+  if (resp->status == 503)
+    for (size_t i = 0; i < resp->num_headers; i++)
+      if (ieq(resp->headers[i].name, resp->headers[i].name_len, "retry-after")) q->refused = true;
   if (resp->status == 503 && retry_allowed(q)) {
     q->discard = true;
     return;
@@ -727,14 +737,20 @@ static void up_done(void *user, http_client_error err, const char *msg) {
   uint64_t now = loop_now_ms(g->loops[q->loop].loop);
 
   bool connect_fail = err == HTTP_CLIENT_CONNECT_REFUSED || err == HTTP_CLIENT_CONNECT_TIMEOUT;
-  bool failure = err != HTTP_CLIENT_OK || (q->head_seen && q->status >= 500);
+  bool refused = err == HTTP_CLIENT_OK && q->head_seen && q->refused;
+  bool failure = err != HTTP_CLIENT_OK || (q->head_seen && q->status >= 500 && !refused);
+  if (refused) {
+    const char *labels[] = {"upstream", r->addr, "model", q->model_known ? q->model : "", NULL};
+    metric_inc(gw_series(g->f_refusals, labels), 1);
+  }
   atomic_fetch_add(&r->n_requests, 1);
   if (failure) atomic_fetch_add(&r->n_failures, 1);
   else if (!atomic_load_explicit(&r->first_ok_ms, memory_order_relaxed)) {
     uint64_t zero = 0;
     atomic_compare_exchange_strong(&r->first_ok_ms, &zero, clock_now_ms());
   }
-  gw_passive(g, r, failure, now);
+  if (!refused) gw_passive(g, r, failure, now); /* a refusal neither extends nor resets a failure run */
+  /* a refusal too: a draining cinfer replica's 503s carry Retry-After, its check says so */
   if (connect_fail || (err == HTTP_CLIENT_OK && q->status == 503)) gw_replica_check_soon(g, r);
 
   bool safe = connect_fail || err == HTTP_CLIENT_RESET_BEFORE_RESPONSE;
@@ -743,10 +759,12 @@ static void up_done(void *user, http_client_error err, const char *msg) {
     metric_inc(gw_series(g->f_retries, labels), 1);
     LOG_V(1, "gateway: request %s: retrying after %s from %s", q->id,
           q->discard ? "503" : http_client_error_name(err), r->addr);
-    q->discard = q->buffered = q->head_seen = false;
+    q->discard = q->buffered = q->head_seen = q->refused = false;
     q->status = 0;
     snprintf(q->last_error, sizeof q->last_error, "upstream %s: %s", r->addr,
-             err == HTTP_CLIENT_OK ? "503 Service Unavailable" : msg);
+             err == HTTP_CLIENT_OK ? (refused ? "503 Service Unavailable (refused: Retry-After)"
+                                              : "503 Service Unavailable")
+                                   : msg);
     q->last_error_status = err == HTTP_CLIENT_OK ? 503 : error_status(err);
     start_try(q);
     return;

@@ -424,6 +424,10 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
   g->f_retries = metrics_family(g->reg, "cinfer_gateway_retries_total",
                                 "Requests retried on another replica after this upstream failed",
                                 METRIC_COUNTER, NULL, 0);
+  g->f_refusals = metrics_family(g->reg, "cinfer_gateway_upstream_refusals_total",
+                                 "503 answers with Retry-After from the upstream (admission refusals: no work done, "
+                                 "not counted as failures)",
+                                 METRIC_COUNTER, NULL, 0);
   g->f_rate = metrics_family(g->reg, "cinfer_gateway_rate_limited_total",
                              "Requests answered 429 by the rate limit", METRIC_COUNTER, NULL, 0);
   g->f_tokens = metrics_family(g->reg, "cinfer_gateway_tokens_total",

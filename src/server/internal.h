@@ -58,6 +58,7 @@ struct cinfer_request {
   _Atomic bool submitted;
   _Atomic bool respond_oom; /* a partial response was lost: the FINAL one becomes an error */
   bool has_seq;       /* preserve_ordering: the response waits for earlier ones */
+  bool inflight_counted; /* counted in model->inflight (max_inflight) until FINAL */
   uint64_t seq;
   /* scheduling */
   int64_t rows;       /* dim 0 when the model batches, else 1 */
@@ -142,7 +143,9 @@ struct cinfer_model {
   pthread_mutex_t order_mu;
   struct held_resp { uint64_t seq; cinfer_request *r; cinfer_response *resp; } *held;
   size_t n_held, cap_held;
-  metric *m_rejected_full, *m_rejected_timeout;
+  metric *m_rejected_full, *m_rejected_timeout, *m_rejected_inflight;
+  _Atomic int inflight;         /* admitted requests before FINAL (counted when max_inflight > 0) */
+  int max_inflight;             /* parameter max_inflight, 0 = no limit */
   bool stopping;
   int n_instances;
   model_instance *instances;
@@ -154,6 +157,12 @@ struct cinfer_model {
 
   cinfer_model *reap_next;
 };
+
+/* The request's FINAL went out: it leaves its model's in-flight count (max_inflight). */
+static inline void request_inflight_done(cinfer_request *r) {
+  if (r->inflight_counted) atomic_fetch_sub(&r->model->inflight, 1);
+  r->inflight_counted = false;
+}
 
 /* handle.c */
 void model_ref(cinfer_model *m);

@@ -8,12 +8,20 @@
  * following request with the same shape key while the rows fit max_batch_size; batch.c
  * runs the batch. Sequence models queue in sequence.c instead.
  *
+ * Admission beyond the queue: the model parameter cinfer.max_inflight bounds the requests
+ * admitted and not yet finished (FINAL sent), wherever they are: queued, in a batch, or
+ * inside a decoupled backend (an LLM request leaves the queue as soon as the engine takes
+ * it, so max_queue_size does not bound its work). Past it, a request is refused at once
+ * (UNAVAILABLE: 503, the OpenAI frontend adds Retry-After), counted in
+ * cinfer_rejected_total{reason="max_inflight"}.
+ *
  * Invariants: a request in the queue holds a reference on the model, so the model cannot
  * be destroyed while its queue is non-empty; workers exit only when m->stopping is set by
  * the reaper after the last reference is gone.
  *
  * May call: batch.c, sequence.c, sequence_config.c, request.c, stats.c, handle.c,
  * registry.c, cfgview.c, backend_config.c, trace.c. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +156,38 @@ void model_destroy_now(cinfer_model *m) {
   model_free(m);
 }
 
+/* The model parameter cinfer.max_inflight: a count in [0, 2^24], 0 or absent = no limit. */
+static cinfer_status *parse_max_inflight(const cinfer_model_config *config, int *out) {
+  *out = 0;
+  const char *v = cinfer_config_parameter(backend_config_of(config), "cinfer.max_inflight");
+  if (!v) return NULL;
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (!*v || *end || errno || n < 0 || n > (1 << 24))
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "parameter 'cinfer.max_inflight' = '%s' is not an integer in [0, %d] (0 = no limit)",
+                             v, 1 << 24);
+  *out = (int)n;
+  return NULL;
+}
+
+/* Counts r in its model's in-flight requests; UNAVAILABLE when cinfer.max_inflight are already. */
+static cinfer_status *inflight_admit(cinfer_model *m, cinfer_request *r) {
+  if (m->max_inflight <= 0) return NULL;
+  int n = atomic_fetch_add(&m->inflight, 1);
+  if (n >= m->max_inflight) {
+    atomic_fetch_sub(&m->inflight, 1);
+    metric_inc(m->m.fail_rejected, 1);
+    metric_inc(m->m_rejected_inflight, 1);
+    return cinfer_status_new(CINFER_UNAVAILABLE,
+                             "inference request for model '%s' rejected: %d requests in flight "
+                             "(parameter cinfer.max_inflight %d); retry later", m->name, n, m->max_inflight);
+  }
+  r->inflight_counted = true;
+  return NULL;
+}
+
 cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
                             const char *model_dir, cinfer_model_config *config,
                             const model_kind *kind, cinfer_model **out) {
@@ -201,6 +241,7 @@ cinfer_status *model_create(cinfer_server *s, const char *name, int64_t version,
   if ((st = cfg_validate(config))) goto fail;
   if ((st = cfg_check_supported(config, be->name, (be->flags & CINFER_BACKEND_DECOUPLED) != 0))) goto fail;
   if ((st = cfg_check_label_files(config, model_dir))) goto fail;
+  if ((st = parse_max_inflight(config, &m->max_inflight))) goto fail;
   m->max_batch = cfg_max_batch_size(config);
   m->batching = m->max_batch > 0;
   cfg_get_dynamic_batching(config, &m->db);
@@ -453,11 +494,14 @@ cinfer_status *cinfer_server_infer_async(cinfer_server *s, cinfer_request *r) {
     return cinfer_status_new(CINFER_INVALID_ARG, "request belongs to another server");
   if (atomic_exchange(&r->submitted, true))
     return cinfer_status_new(CINFER_INVALID_ARG, "request was already submitted");
+  cinfer_status *st = inflight_admit(r->model, r);
+  if (st) return st;
   atomic_fetch_add(&s->inflight, 1);
   cinfer_request_ref(r); /* the server's reference, dropped after FINAL */
   trace_request_start(s->trace, r);
-  cinfer_status *st = model_enqueue(r->model, r);
+  st = model_enqueue(r->model, r);
   if (st) {
+    request_inflight_done(r);
     cinfer_request_release(r);
     atomic_fetch_sub(&s->inflight, 1);
   }

@@ -359,7 +359,10 @@ void request_deliver_now(cinfer_request *r, cinfer_response *resp, uint32_t flag
    * r and its model live as long as the response): after the callback the only thing
    * touched is the in-flight count, so a caller that waits for 0 in flight may destroy the
    * server at once. */
-  if (final) cinfer_request_release(r);
+  if (final) {
+    request_inflight_done(r);
+    cinfer_request_release(r);
+  }
   if (cb) cb(user, resp, flags);
   else cinfer_response_free(resp);
   if (final) server_request_done(s);
@@ -370,6 +373,7 @@ void request_complete_error(cinfer_request *r, cinfer_status *st) {
   if (!resp) { /* cannot report: still finish so nothing leaks or hangs */
     cinfer_status_free(st);
     if (!atomic_exchange(&r->final_sent, true)) {
+      request_inflight_done(r);
       server_request_done(r->model->server);
       cinfer_request_release(r);
     }

@@ -89,6 +89,8 @@ bool model_metrics_init(cinfer_model *m) {
   const char *lr2[] = {"model", m->name, "version", ver, "reason", "timeout", NULL};
   m->m_rejected_full = metrics_series(rej, lr1);
   m->m_rejected_timeout = metrics_series(rej, lr2);
+  const char *lr3[] = {"model", m->name, "version", ver, "reason", "max_inflight", NULL};
+  m->m_rejected_inflight = metrics_series(rej, lr3);
   metric_family *busy = FAM("cinfer_instance_busy_ratio", "Fraction of time each instance executes", METRIC_GAUGE);
   for (int i = 0; i < m->n_instances; i++) {
     char idx[16];
@@ -102,7 +104,7 @@ bool model_metrics_init(cinfer_model *m) {
   metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
                    m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
                    m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,
-                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout};
+                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout, m->m_rejected_inflight};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!all[i]) return false;
   return true;
@@ -112,7 +114,7 @@ void model_metrics_fini(cinfer_model *m) {
   metric *all[] = {m->m.success, m->m.fail_backend, m->m.fail_rejected, m->m.fail_timeout,
                    m->m.fail_cancelled, m->m.inference_count, m->m.execution_count,
                    m->m.pending, m->m.request_dur, m->m.queue_dur, m->m.compute_dur,
-                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout};
+                   m->m.batch_size, m->m_rejected_full, m->m_rejected_timeout, m->m_rejected_inflight};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) metrics_series_remove(all[i]);
   for (int i = 0; i < m->n_instances; i++) metrics_series_remove(m->instances[i].m_busy);
 }

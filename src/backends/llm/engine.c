@@ -2,8 +2,12 @@
  *
  * Sequence life cycle: submit -> `incoming` (under e->mu) -> WAITING (step thread's FIFO)
  * -> RUNNING (admitted: prompt blocks allocated, prefix-cached blocks shared) -> finished
- * (final event, blocks released, freed). A preempted sequence returns to the head of
- * WAITING with n_computed = 0 and its tokens (prompt + output so far) recomputed later.
+ * (final event, blocks released, freed). WAITING is ordered by sp.priority (lower first),
+ * then arrival; admission takes its head. A preempted sequence returns to WAITING ahead of
+ * every waiting sequence of its priority or lower (it was admitted before them) with
+ * n_computed = 0, and its tokens (prompt + output so far) are recomputed later. The victim
+ * of a preemption is the running sequence of the lowest priority, the most recently
+ * admitted among equals.
  *
  * Step invariants: a RUNNING sequence owns blocks covering positions [0, n_tokens) of its
  * work except for the next decode position, which is allocated at the start of the step
@@ -800,6 +804,29 @@ static bool ensure_blocks(llm_engine *e, seq *s, int n_positions) {
   return true;
 }
 
+/* Where a sequence of priority p enters WAITING: after every waiting sequence served before it
+ * (lower priority value, or equal when it is newer: after_equal). */
+static int waiting_slot(const llm_engine *e, uint32_t p, bool after_equal) {
+  int i = e->n_waiting;
+  while (i > 0 && (e->waiting[i - 1]->sp.priority > p || (!after_equal && e->waiting[i - 1]->sp.priority == p))) i--;
+  return i;
+}
+
+static void waiting_insert(llm_engine *e, seq *s, bool after_equal) {
+  int at = waiting_slot(e, s->sp.priority, after_equal);
+  memmove(&e->waiting[at + 1], &e->waiting[at], (size_t)(e->n_waiting - at) * sizeof *e->waiting);
+  e->waiting[at] = s;
+  e->n_waiting++;
+}
+
+/* The running sequence to preempt: lowest priority, most recently admitted among equals. */
+static seq *preempt_victim(const llm_engine *e) {
+  seq *v = e->running[e->n_running - 1];
+  for (int i = e->n_running - 2; i >= 0; i--)
+    if (e->running[i]->sp.priority > v->sp.priority) v = e->running[i];
+  return v;
+}
+
 static void preempt(llm_engine *e, seq *s) {
   for (int i = 0; i < e->n_running; i++)
     if (e->running[i] == s) {
@@ -812,10 +839,8 @@ static void preempt(llm_engine *e, seq *s) {
   s->n_published = 0;
   s->pub_key = 0;
   s->state = S_WAITING;
-  /* head of the queue: it was admitted before everything waiting */
-  memmove(&e->waiting[1], &e->waiting[0], (size_t)e->n_waiting * sizeof *e->waiting);
-  e->waiting[0] = s;
-  e->n_waiting++;
+  /* ahead of its priority class: it was admitted before every one of them that waits */
+  waiting_insert(e, s, false);
   e->st.preemptions_total++;
 }
 
@@ -1057,7 +1082,7 @@ int llm_engine_step(llm_engine *e) {
     seq *nx = s->next;
     s->next = NULL;
     s->state = S_WAITING;
-    e->waiting[e->n_waiting++] = s;
+    waiting_insert(e, s, true);
     e->st.prompt_tokens_total += (uint64_t)s->n_prompt;
     s = nx;
   }
@@ -1069,16 +1094,13 @@ int llm_engine_step(llm_engine *e) {
   /* schedule: decodes first (one token each), then prefill chunks, then admissions */
   int budget = e->o.max_step_tokens, n = 0;
   e->plp_left = e->o.prompt_logprob_rows;
+  /* out of blocks for a decode: preempt the lowest-priority running sequence (maybe this one)
+   * and scan again, since the preemption moved the others; each pass ends or preempts one */
   for (int i = 0; i < e->n_running; i++) {
     seq *s = e->running[i];
-    if (s->n_tokens - s->n_computed != 1) continue;
-    while (!ensure_blocks(e, s, s->n_tokens)) {
-      /* out of blocks: preempt the most recently admitted other sequence, else itself */
-      seq *victim = e->running[e->n_running - 1];
-      preempt(e, victim);
-      if (victim == s) break;
-    }
-    if (s->state != S_RUNNING) break; /* preempted itself: the rest were admitted later */
+    if (s->n_tokens - s->n_computed != 1 || ensure_blocks(e, s, s->n_tokens)) continue;
+    preempt(e, preempt_victim(e));
+    i = -1;
   }
   int nseq = 0;
   /* pass 0: decodes; pass 1: prefill chunks of running sequences */

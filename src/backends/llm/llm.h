@@ -79,6 +79,10 @@ typedef struct llm_sampling {
                                (events with .prompt set; with the top `logprobs` alternatives),
                                computed in the prefill; such a prompt is never taken from the
                                prefix cache (its logits are needed) */
+  uint32_t priority;        /* scheduling class: lower is served first (0 = first, the default);
+                               waiting sequences are admitted by priority, then arrival, and
+                               under KV pressure the lowest-priority running sequence (the most
+                               recently admitted among equals) is preempted first */
 } llm_sampling;
 
 /* Fills the defaults above (temperature 1, top_p 1, max_tokens 16, seed -1, ...). */

@@ -78,7 +78,24 @@ typedef struct llm_model_state {
   int n_grammars;
   uint64_t grammar_compiles; /* (mu) */
   _Atomic uint64_t refused_too_long; /* prompts longer than the context, refused before the engine */
+  uint32_t default_priority; /* the engine priority of a request without one (0): see config_priority */
 } llm_model_state;
+
+/* The engine priority of a request that gives none: the model config's
+ * dynamic_batching.default_priority_level when it sets priority_levels (the server queue's
+ * default level), else 1, the highest level, so explicit levels 2, 3, ... only lower a request. */
+static uint32_t config_priority(const char *config_json) {
+  uint32_t d = 1;
+  cJSON *j = config_json ? cJSON_Parse(config_json) : NULL;
+  const cJSON *db = cJSON_GetObjectItemCaseSensitive(j, "dynamic_batching");
+  const cJSON *pl = cJSON_GetObjectItemCaseSensitive(db, "priority_levels");
+  const cJSON *dl = cJSON_GetObjectItemCaseSensitive(db, "default_priority_level");
+  double levels = cJSON_IsNumber(pl) ? pl->valuedouble : cJSON_IsString(pl) ? atof(pl->valuestring) : 0;
+  double dflt = cJSON_IsNumber(dl) ? dl->valuedouble : cJSON_IsString(dl) ? atof(dl->valuestring) : 0;
+  if (levels > 0 && dflt >= 1 && dflt <= UINT32_MAX) d = (uint32_t)dflt;
+  cJSON_Delete(j);
+  return d;
+}
 
 static cinfer_status *param_long(const cinfer_model_load_info *info, const char *key,
                                  long long lo, long long hi, long long *out) {
@@ -235,6 +252,7 @@ static cinfer_status *llm_load(const cinfer_model_load_info *info, void **model)
         (double)mi.kv_block_bytes / 1024.0, (long long)mi.kv_blocks * mi.block_size,
         (double)mi.kv_blocks * mi.block_size / mi.ctx_len, mi.ctx_len, kv_from, mi.max_seqs, mi.max_waiting,
         mi.max_waiting ? "" : " (no limit)");
+  m->default_priority = config_priority(info->config_json);
   pthread_mutex_init(&m->mu, NULL);
   *model = m;
   return NULL;
@@ -548,6 +566,9 @@ static cinfer_status *read_sampling(llm_model_state *m, cinfer_request *r, llm_s
     *ints[i].out = (int)iv;
   }
   if (cinfer_request_param_int(r, "seed", &iv)) s->seed = iv;
+  /* the server validated it (>= 0, fits 32 bits); 0 = the model's default level */
+  s->priority = cinfer_request_param_int(r, "priority", &iv) && iv > 0 && iv <= UINT32_MAX ? (uint32_t)iv
+                                                                                          : m->default_priority;
   struct { const char *key; float *out; } fl[] = {
       {"temperature", &s->temperature}, {"top_p", &s->top_p}, {"min_p", &s->min_p},
       {"repetition_penalty", &s->repetition_penalty}, {"presence_penalty", &s->presence_penalty},
