@@ -74,6 +74,12 @@ typedef struct bench_server_stats {
 } bench_server_stats;
 void bench_server_stats_get(const bench_config *c, const bench_addr *a, bench_server_stats *s);
 
+/* --grpc (grpc_client.c): the model's metadata over gRPC, as the JSON text the HTTP endpoint
+ * answers ({"name","inputs":[{"name","datatype","shape"}],"outputs":[...]}, caller frees),
+ * and the server statistics from ModelStatistics. */
+cinfer_status *bench_grpc_metadata_json(const bench_config *c, const bench_addr *a, char **json);
+void bench_grpc_stats_get(const bench_config *c, const bench_addr *a, bench_server_stats *s);
+
 /* ---- images (image.c) ---- */
 /* Decodes a PNG or JPEG file to 8-bit RGB (*rgb: w*h*3 bytes, caller frees). */
 cinfer_status *bench_image_load(const char *path, uint8_t **rgb, int *w, int *h);

@@ -10,7 +10,7 @@
  *                  words (seeded), max_tokens, ignore_eos, stream + include_usage.
  * Every size from the metadata or the data file is checked (dims > 0, products without
  * overflow, total request size bounded) before allocation. */
-#include "bench/bench_int.h"
+#include "bench/grpc_int.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -274,6 +274,21 @@ static cinfer_status *kserve_request(const bench_config *c, const char *path, co
                                      int nin, tensor_data *td, bench_reqset *rs,
                                      const char *outputs_json) {
   cbuf json = {0}, b = {0};
+  if (c->grpc) { /* one framed ModelInferRequest, raw tensors */
+    bench_grpc_input gi[CINFER_MAX_INPUTS];
+    for (int k = 0; k < nin; k++)
+      gi[k] = (bench_grpc_input){in[k].name, in[k].dtype, in[k].ndim, in[k].shape,
+                                 td[k].raw.data, td[k].raw.len};
+    for (int k = 0; k < nin; k++)
+      if (td[k].raw.len > MAX_REQUEST_BYTES)
+        return cinfer_status_new(CINFER_INVALID_ARG, "request too large (over 1 GiB)");
+    cinfer_status *st = bench_grpc_request(c, gi, nin, &b);
+    if (st) {
+      cbuf_free(&b);
+      return st;
+    }
+    return reqset_add(rs, &b);
+  }
   const char *regions[CINFER_MAX_INPUTS];
   for (int k = 0; c->shm_system && k < nin && k < CINFER_MAX_INPUTS; k++) {
     cinfer_status *st = bench_shm_add(rs->shm, td[k].raw.data, td[k].raw.len, &regions[k]);
@@ -465,10 +480,12 @@ static cinfer_status *kserve_inputs(const bench_config *c, const bench_addr *a, 
   char path[700];
   if (c->model_version) snprintf(path, sizeof path, "/v2/models/%s/versions/%s", c->model, c->model_version);
   else snprintf(path, sizeof path, "/v2/models/%s", c->model);
-  int status;
+  int status = 200;
   char *body = NULL;
-  cinfer_status *st = bench_http_simple(c, a, "GET", path, NULL, 0, 10000, &status, &body, NULL);
+  cinfer_status *st = c->grpc ? bench_grpc_metadata_json(c, a, &body)
+                              : bench_http_simple(c, a, "GET", path, NULL, 0, 10000, &status, &body, NULL);
   if (st) return cinfer_status_prefix(st, "model metadata");
+  if (c->grpc) snprintf(path, sizeof path, "ModelMetadata(%s)", c->model); /* for the messages */
   if (status != 200) {
     st = cinfer_status_new(status == 404 ? CINFER_NOT_FOUND : CINFER_UNAVAILABLE,
                            "GET %s: HTTP %d: %.200s", path, status, body ? body : "");
@@ -702,6 +719,8 @@ static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, b
   char path[700];
   if (c->model_version) snprintf(path, sizeof path, "/v2/models/%s/versions/%s/infer", c->model, c->model_version);
   else snprintf(path, sizeof path, "/v2/models/%s/infer", c->model);
+  if (c->grpc)
+    snprintf(path, sizeof path, "/inference.GRPCInferenceService/%s", c->grpc_stream ? "ModelStreamInfer" : "ModelInfer");
   snprintf(rs->path, sizeof rs->path, "%s", path);
   if (nin > CINFER_MAX_INPUTS) {
     free(in);
