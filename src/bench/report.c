@@ -182,6 +182,11 @@ cinfer_status *bench_report_json(const bench_report *r, const char *path) {
       }
     if (l->first_error[0]) cJSON_AddStringToObject(o, "first_error", l->first_error);
     cJSON_AddItemToObject(o, "latency", dist_json(&l->lat));
+    if (c->grpc_stream) { /* ModelStreamInfer: every streamed response (decoupled: 0..N each) */
+      cJSON_AddNumberToObject(o, "responses", (double)l->tokens_out);
+      cJSON_AddItemToObject(o, "first_response", dist_json(&l->ttft));
+      cJSON_AddItemToObject(o, "inter_response", dist_json(&l->itl));
+    }
     if (c->target == BENCH_TARGET_OPENAI) {
       cJSON_AddItemToObject(o, "ttft", dist_json(&l->ttft));
       cJSON_AddItemToObject(o, "tpot", dist_json(&l->tpot));
