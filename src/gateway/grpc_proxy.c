@@ -25,12 +25,15 @@
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/buf.h"
@@ -179,6 +182,10 @@ struct gw_grpc {
   uint64_t rng;
   metric_family *f_calls;
   net_tls *tls;            /* the listener's TLS (the gateway's certificate), NULL = h2c */
+  /* drain: downstream calls alive (changed on the loop), and the drain's waiter */
+  atomic_int live;
+  pthread_mutex_t drain_mu;
+  pthread_cond_t drain_cv;
 };
 
 static void kick(gp_conn *c);
@@ -882,6 +889,7 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *u
   d->start_ms = clock_now_ms();
   d->deadline.fn = on_deadline;
   snprintf(d->who, sizeof d->who, "anonymous");
+  atomic_fetch_add(&c->gp->live, 1);
   d->next = c->streams;
   if (c->streams) c->streams->prev = d;
   c->streams = d;
@@ -957,6 +965,8 @@ static void ds_headers_done(gp_ds *d) {
       if (!strcmp(name, methods[i].name)) d->m = &methods[i];
   }
   if (!d->m) return ds_fail(d, S_UNIMPLEMENTED, "unknown method %s", d->path);
+  /* a call that crossed the drain's GOAWAY: the client retries it elsewhere */
+  if (d->c->gp->draining) return ds_fail(d, S_UNAVAILABLE, "the gateway is shutting down");
 }
 
 static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *user) {
@@ -1053,6 +1063,12 @@ static void ds_free(gp_ds *d) {
   cbuf_free(&d->in);
   cbuf_free(&d->out);
   free(d);
+  gw_grpc *gp = c->gp;
+  if (atomic_fetch_sub(&gp->live, 1) == 1 && gp->draining) { /* the last call of a drain */
+    pthread_mutex_lock(&gp->drain_mu);
+    pthread_cond_broadcast(&gp->drain_cv);
+    pthread_mutex_unlock(&gp->drain_mu);
+  }
 }
 
 static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t err, void *user) {
@@ -1377,6 +1393,9 @@ cinfer_status *gw_grpc_start(gateway *g) {
   }
   gp->g = g;
   gp->lfd = -1;
+  atomic_init(&gp->live, 0);
+  pthread_mutex_init(&gp->drain_mu, NULL);
+  pthread_cond_init(&gp->drain_cv, NULL);
   gp->rng = (g->cfg.seed ? (uint64_t)g->cfg.seed : clock_now_ms()) * 0x9E3779B97F4A7C15ULL | 1;
   gp->f_calls = metrics_family(g->reg, "cinfer_gateway_grpc_requests_total",
                                "gRPC calls answered by the gateway, by upstream, method and gRPC status",
@@ -1466,6 +1485,28 @@ void gw_grpc_drain(gateway *g) {
   if (g->grpc) run_job(g->grpc, false);
 }
 
+int gw_grpc_drain_wait(gateway *g, uint64_t deadline_ms) {
+  gw_grpc *gp = g->grpc;
+  if (!gp) return 0;
+  pthread_mutex_lock(&gp->drain_mu);
+  while (atomic_load(&gp->live) > 0) {
+    uint64_t now = clock_now_ms();
+    if (now >= deadline_ms) break;
+    /* bounded steps: the wake-up needs no exact clock match with ds_free's broadcast */
+    uint64_t step = deadline_ms - now < 100 ? deadline_ms - now : 100;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)(step % 1000) * 1000000L;
+    ts.tv_sec += (time_t)(step / 1000) + ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&gp->drain_cv, &gp->drain_mu, &ts);
+  }
+  pthread_mutex_unlock(&gp->drain_mu);
+  int left = atomic_load(&gp->live);
+  if (left) LOG_W("gateway: drain timeout: %d gRPC calls still running are cut", left);
+  return left;
+}
+
 void gw_grpc_stop(gateway *g) {
   gw_grpc *gp = g->grpc;
   if (!gp) return;
@@ -1474,6 +1515,8 @@ void gw_grpc_stop(gateway *g) {
   loop_join(gp->loop);
   loop_destroy(gp->loop);
   net_tls_destroy(gp->tls);
+  pthread_mutex_destroy(&gp->drain_mu);
+  pthread_cond_destroy(&gp->drain_cv);
   free(gp->rbuf);
   free(gp);
   g->grpc = NULL;
