@@ -157,7 +157,9 @@ struct gp_conn {
   cbuf wbuf;
   size_t woff;
   bool dead, up, connected, goaway, pending;
-  SSL *ssl;                /* downstream TLS (ALPN h2), NULL = h2c */
+  SSL *ssl;                /* TLS (ALPN h2) downstream or upstream, NULL = h2c */
+  char fail[200];          /* upstream: why the connection failed (TLS), for the callers */
+  bool any_rx;             /* TLS: application bytes were received */
   bool handshaking;
   int refs;
   char peer[64];
@@ -182,6 +184,7 @@ struct gw_grpc {
   uint64_t rng;
   metric_family *f_calls;
   net_tls *tls;            /* the listener's TLS (the gateway's certificate), NULL = h2c */
+  net_tls *tls_up;         /* to the replicas' gRPC ports (upstream_tls, ALPN h2), NULL = h2c */
   /* drain: downstream calls alive (changed on the loop), and the drain's waiter */
   atomic_int live;
   pthread_mutex_t drain_mu;
@@ -527,7 +530,7 @@ static void us_done(gp_us *u, uint32_t err) {
   if (!complete) gw_replica_check_soon(g, r);
   if (!d->m->streaming && unavailable && !d->finished && retry_allowed(d)) {
     snprintf(d->last_error, sizeof d->last_error, "replica %s: %s", r->addr,
-             complete ? "UNAVAILABLE" : "no answer (connection or stream failed)");
+             complete ? "UNAVAILABLE" : u->c->fail[0] ? u->c->fail : "no answer (connection or stream failed)");
     const char *rl[] = {"upstream", r->addr, "model", "", NULL};
     metric_inc(gw_series(g->f_retries, rl), 1);
     LOG_V(1, "gateway: grpc %s: retrying after %s", d->path, d->last_error);
@@ -557,7 +560,8 @@ static void us_done(gp_us *u, uint32_t err) {
     /* we cancelled it */
   } else {
     ds_fail(d, S_UNAVAILABLE, "gateway: replica %s %s", r->addr,
-            u->got_head ? "ended the call without a status" : "failed before answering");
+            u->got_head ? "ended the call without a status"
+            : u->c->fail[0] ? u->c->fail : "failed before answering");
   }
   us_free(u);
 }
@@ -616,10 +620,22 @@ static gp_conn *up_conn(gw_grpc *gp, gw_replica *r) {
   c->connected = rc == 0;
   snprintf(c->peer, sizeof c->peer, "%s:%u", r->host, r->grpc_port);
   r->gup = c;
-  if (!c->connected) {
-    loop_io_set(gp->loop, &c->io, LOOP_WRITE);
-    loop_timer_at(gp->loop, &c->ctimer, loop_now_ms(gp->loop) + (uint64_t)gp->g->cfg.connect_timeout_ms);
+  if (gp->tls_up) {
+    /* the same name rule as the HTTP upstream: upstream_tls.server_name, else the host */
+    const char *name = gp->g->cfg.up_server_name ? gp->g->cfg.up_server_name : r->host;
+    c->ssl = net_tls_new_ssl(gp->tls_up, name, loop_now_ms(gp->loop));
+    if (!c->ssl || !SSL_set_fd(c->ssl, c->fd)) {
+      conn_close(c);
+      return NULL;
+    }
+    SSL_set_connect_state(c->ssl);
+    c->handshaking = true;
   }
+  /* the connect timeout covers the TLS handshake too */
+  if (!c->connected || c->ssl)
+    loop_timer_at(gp->loop, &c->ctimer, loop_now_ms(gp->loop) + (uint64_t)gp->g->cfg.connect_timeout_ms);
+  if (!c->connected) loop_io_set(gp->loop, &c->io, LOOP_WRITE);
+  else if (c->ssl) loop_io_set(gp->loop, &c->io, LOOP_READ | LOOP_WRITE);
   return c;
 }
 
@@ -1130,6 +1146,19 @@ static void kick(gp_conn *c) {
   c->gp->pending = c;
 }
 
+/* A TLS read or write failed after the handshake. Upstream, the reason is kept for the
+ * callers: with TLS 1.3 a replica that refuses the gateway's client certificate does so
+ * only now, with an alert or just a close. */
+static void tls_io_failed(gp_conn *c) {
+  char why[200];
+  net_tls_last_error(why, sizeof why); /* also empties the error queue */
+  if (!c->up || c->fail[0] || (!why[0] && c->any_rx)) return;
+  if (why[0]) snprintf(c->fail, sizeof c->fail, "TLS: %s", why);
+  else snprintf(c->fail, sizeof c->fail, "TLS: the replica closed the connection before its first "
+                "byte (mutual TLS: does it accept the gateway's client certificate?)");
+  LOG_W("gateway: grpc upstream %s: %s", c->peer, c->fail);
+}
+
 static void conn_flush(gp_conn *c) {
   if ((c->up && !c->connected) || c->handshaking) return;
   for (;;) {
@@ -1146,7 +1175,7 @@ static void conn_flush(gp_conn *c) {
           loop_io_set(c->gp->loop, &c->io, LOOP_READ | LOOP_WRITE);
           return;
         }
-        ERR_clear_error();
+        tls_io_failed(c);
         conn_close(c);
         return;
       }
@@ -1203,6 +1232,50 @@ static void flush_pending(gw_grpc *gp) {
   }
 }
 
+/* One step of a TLS handshake, either side (the role was set on the SSL). Both must agree
+ * on h2 by ALPN. */
+static void handshake(gp_conn *c) {
+  gw_grpc *gp = c->gp;
+  int r = SSL_do_handshake(c->ssl);
+  if (r == 1) {
+    const unsigned char *alpn = NULL;
+    unsigned alen = 0;
+    SSL_get0_alpn_selected(c->ssl, &alpn, &alen);
+    c->handshaking = false;
+    if (alen != 2 || memcmp(alpn, "h2", 2)) {
+      if (c->up) {
+        snprintf(c->fail, sizeof c->fail, "TLS: the replica did not negotiate h2 (ALPN)");
+        LOG_W("gateway: grpc upstream %s: %s", c->peer, c->fail);
+      } else {
+        LOG_V(1, "gateway: grpc TLS client %s did not negotiate h2 (ALPN)", c->peer);
+      }
+      conn_close(c);
+      return;
+    }
+    if (c->up) loop_timer_cancel(gp->loop, &c->ctimer);
+    kick(c);
+    return;
+  }
+  int e = SSL_get_error(c->ssl, r);
+  if (e == SSL_ERROR_WANT_READ) {
+    loop_io_set(gp->loop, &c->io, LOOP_READ);
+  } else if (e == SSL_ERROR_WANT_WRITE) {
+    loop_io_set(gp->loop, &c->io, LOOP_READ | LOOP_WRITE);
+  } else {
+    char why[200];
+    net_tls_last_error(why, sizeof why);
+    if (c->up) {
+      /* an operator's configuration problem (wrong CA, a plaintext replica): said loudly,
+       * and passed to the callers in their UNAVAILABLE message */
+      snprintf(c->fail, sizeof c->fail, "TLS handshake failed: %s", why[0] ? why : "connection closed");
+      LOG_W("gateway: grpc upstream %s: %s", c->peer, c->fail);
+    } else {
+      LOG_V(1, "gateway: grpc TLS handshake with %s failed: %s", c->peer, why);
+    }
+    conn_close(c);
+  }
+}
+
 static void conn_io(loop_io *io, uint32_t ev) {
   gp_conn *c = (gp_conn *)((char *)io - offsetof(gp_conn, io));
   gw_grpc *gp = c->gp;
@@ -1216,36 +1289,17 @@ static void conn_io(loop_io *io, uint32_t ev) {
       conn_close(c);
     } else if (ev & LOOP_WRITE) {
       c->connected = true;
-      loop_timer_cancel(gp->loop, &c->ctimer);
-      kick(c);
+      if (!c->ssl) loop_timer_cancel(gp->loop, &c->ctimer);
+      if (c->ssl) handshake(c);
+      else kick(c);
     }
   } else if (c->ssl && c->handshaking) {
-    int r = SSL_accept(c->ssl);
-    if (r == 1) {
-      const unsigned char *alpn = NULL;
-      unsigned alen = 0;
-      SSL_get0_alpn_selected(c->ssl, &alpn, &alen);
-      c->handshaking = false;
-      if (alen != 2 || memcmp(alpn, "h2", 2)) {
-        LOG_V(1, "gateway: grpc TLS client %s did not negotiate h2 (ALPN)", c->peer);
-        conn_close(c);
-      } else {
-        kick(c);
-      }
-    } else {
-      int e = SSL_get_error(c->ssl, r);
-      if (e == SSL_ERROR_WANT_READ) loop_io_set(gp->loop, &c->io, LOOP_READ);
-      else if (e == SSL_ERROR_WANT_WRITE) loop_io_set(gp->loop, &c->io, LOOP_READ | LOOP_WRITE);
-      else {
-        char why[200];
-        LOG_V(1, "gateway: grpc TLS handshake with %s failed: %s", c->peer, net_tls_last_error(why, sizeof why));
-        conn_close(c);
-      }
-    }
+    handshake(c);
   } else if (c->ssl && (ev & (LOOP_READ | LOOP_HUP | LOOP_ERROR | LOOP_WRITE))) {
     for (;;) {
       int n = SSL_read(c->ssl, gp->rbuf, (int)GP_RBUF);
       if (n > 0) {
+        c->any_rx = true;
         ssize_t r = nghttp2_session_mem_recv(c->h2, gp->rbuf, (size_t)n);
         if (r < 0) {
           LOG_V(1, "gateway: grpc connection %s: %s", c->peer, nghttp2_strerror((int)r));
@@ -1258,7 +1312,7 @@ static void conn_io(loop_io *io, uint32_t ev) {
       }
       int e = SSL_get_error(c->ssl, n);
       if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
-        ERR_clear_error();
+        tls_io_failed(c);
         conn_close(c);
       }
       break;
@@ -1286,7 +1340,9 @@ static void conn_io(loop_io *io, uint32_t ev) {
 static void on_connect_timeout(loop_timer *t) {
   gp_conn *c = (gp_conn *)((char *)t - offsetof(gp_conn, ctimer));
   gw_grpc *gp = c->gp;
-  LOG_V(1, "gateway: grpc upstream %s: connect timed out", c->peer);
+  if (!c->fail[0])
+    snprintf(c->fail, sizeof c->fail, "%s timed out", c->connected ? "TLS handshake" : "connect");
+  LOG_V(1, "gateway: grpc upstream %s: %s", c->peer, c->fail);
   conn_close(c);
   flush_pending(gp);
 }
@@ -1408,6 +1464,12 @@ cinfer_status *gw_grpc_start(gateway *g) {
                        .ca_file = g->cfg.tls_client_ca};
     st = net_tls_create(&to, &gp->tls);
   }
+  if (!st && g->cfg.upstream_tls) {
+    /* the HTTP upstream's files, its own context: ALPN h2 (the HTTP side offers none) */
+    net_tls_opts uo = {.cert_file = g->cfg.up_cert, .key_file = g->cfg.up_key,
+                       .ca_file = g->cfg.up_ca, .alpn = "h2"};
+    st = net_tls_create(&uo, &gp->tls_up);
+  }
   if (!st) st = loop_create(&gp->loop);
   if (!st) st = net_listen("gateway grpc", g->cfg.host, (uint16_t)g->cfg.grpc_port, 1024, true,
                            &gp->lfd, &gp->port);
@@ -1421,6 +1483,7 @@ cinfer_status *gw_grpc_start(gateway *g) {
     if (gp->lfd >= 0) close(gp->lfd);
     if (gp->loop) loop_destroy(gp->loop);
     net_tls_destroy(gp->tls);
+    net_tls_destroy(gp->tls_up);
     free(gp->rbuf);
     free(gp);
     return st;
@@ -1515,6 +1578,7 @@ void gw_grpc_stop(gateway *g) {
   loop_join(gp->loop);
   loop_destroy(gp->loop);
   net_tls_destroy(gp->tls);
+  net_tls_destroy(gp->tls_up);
   pthread_mutex_destroy(&gp->drain_mu);
   pthread_cond_destroy(&gp->drain_cv);
   free(gp->rbuf);
