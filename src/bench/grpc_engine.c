@@ -261,19 +261,8 @@ static void conn_flush(gconn *g) {
       return;
     }
     if (n == 0) break;
-    if (g->out.len - g->out_off == 0 && !g->want_out) { /* straight to the socket */
-      ssize_t k = send(g->fd, p, (size_t)n, MSG_NOSIGNAL);
-      if (k == n) continue;
-      if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "send: %s", strerror(errno));
-        conn_close(g, msg, 0);
-        return;
-      }
-      if (k < 0) k = 0;
-      p += k;
-      n -= k;
-    }
+    /* gathered: nghttp2 hands out a frame or two at a time, and one send() per frame
+     * would split a batch of requests into many segments */
     cbuf_put(&g->out, p, (size_t)n);
     if (g->out.oom) {
       conn_close(g, "out of memory for the output buffer", 0);
