@@ -40,6 +40,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "gateway/internal.h"
+#include "grpc/h2io.h"
 #include "net/tls.h"
 
 #define GP_RBUF (256u << 10)
@@ -1161,55 +1162,13 @@ static void tls_io_failed(gp_conn *c) {
 
 static void conn_flush(gp_conn *c) {
   if ((c->up && !c->connected) || c->handshaking) return;
-  for (;;) {
-    while (c->woff < c->wbuf.len) {
-      if (c->ssl) {
-        size_t left = c->wbuf.len - c->woff;
-        int n = SSL_write(c->ssl, c->wbuf.data + c->woff, left > INT32_MAX ? INT32_MAX : (int)left);
-        if (n > 0) {
-          c->woff += (size_t)n;
-          continue;
-        }
-        int e = SSL_get_error(c->ssl, n);
-        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
-          loop_io_set(c->gp->loop, &c->io, LOOP_READ | LOOP_WRITE);
-          return;
-        }
-        tls_io_failed(c);
-        conn_close(c);
-        return;
-      }
-      ssize_t n = send(c->fd, c->wbuf.data + c->woff, c->wbuf.len - c->woff, MSG_NOSIGNAL);
-      if (n > 0) {
-        c->woff += (size_t)n;
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        loop_io_set(c->gp->loop, &c->io, LOOP_READ | LOOP_WRITE);
-        return;
-      }
-      conn_close(c);
-      return;
-    }
-    c->wbuf.len = c->woff = 0;
-    while (c->wbuf.len < GP_WBUF_HIGH) {
-      const uint8_t *d;
-      ssize_t n = nghttp2_session_mem_send(c->h2, &d);
-      if (n < 0) {
-        conn_close(c);
-        return;
-      }
-      if (n == 0) break;
-      cbuf_put(&c->wbuf, d, (size_t)n);
-    }
-    if (c->wbuf.oom) {
-      conn_close(c);
-      return;
-    }
-    if (!c->wbuf.len) break;
+  h2io_rc rc = h2io_flush(c->fd, c->ssl, c->h2, &c->wbuf, &c->woff, GP_WBUF_HIGH);
+  if (rc == H2IO_BLOCKED) {
+    loop_io_set(c->gp->loop, &c->io, LOOP_READ | LOOP_WRITE);
+    return;
   }
-  if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2)) {
+  if (rc != H2IO_DRAINED) {
+    if (rc == H2IO_FAILED && c->ssl) tls_io_failed(c);
     conn_close(c);
     return;
   }
@@ -1236,13 +1195,10 @@ static void flush_pending(gw_grpc *gp) {
  * on h2 by ALPN. */
 static void handshake(gp_conn *c) {
   gw_grpc *gp = c->gp;
-  int r = SSL_do_handshake(c->ssl);
-  if (r == 1) {
-    const unsigned char *alpn = NULL;
-    unsigned alen = 0;
-    SSL_get0_alpn_selected(c->ssl, &alpn, &alen);
+  h2io_hs r = h2io_handshake(c->ssl);
+  if (r == H2IO_HS_DONE) {
     c->handshaking = false;
-    if (alen != 2 || memcmp(alpn, "h2", 2)) {
+    if (!h2io_alpn_h2(c->ssl)) {
       if (c->up) {
         snprintf(c->fail, sizeof c->fail, "TLS: the replica did not negotiate h2 (ALPN)");
         LOG_W("gateway: grpc upstream %s: %s", c->peer, c->fail);
@@ -1256,10 +1212,9 @@ static void handshake(gp_conn *c) {
     kick(c);
     return;
   }
-  int e = SSL_get_error(c->ssl, r);
-  if (e == SSL_ERROR_WANT_READ) {
+  if (r == H2IO_HS_WANT_READ) {
     loop_io_set(gp->loop, &c->io, LOOP_READ);
-  } else if (e == SSL_ERROR_WANT_WRITE) {
+  } else if (r == H2IO_HS_WANT_WRITE) {
     loop_io_set(gp->loop, &c->io, LOOP_READ | LOOP_WRITE);
   } else {
     char why[200];
@@ -1295,41 +1250,28 @@ static void conn_io(loop_io *io, uint32_t ev) {
     }
   } else if (c->ssl && c->handshaking) {
     handshake(c);
-  } else if (c->ssl && (ev & (LOOP_READ | LOOP_HUP | LOOP_ERROR | LOOP_WRITE))) {
+  } else if (ev & (LOOP_READ | LOOP_HUP | LOOP_ERROR | (c->ssl ? LOOP_WRITE : 0))) {
+    /* TLS: read until OpenSSL holds nothing more (a buffered record would not wake epoll) */
     for (;;) {
-      int n = SSL_read(c->ssl, gp->rbuf, (int)GP_RBUF);
+      bool wants_write;
+      ssize_t n = h2io_recv(c->fd, c->ssl, gp->rbuf, GP_RBUF, &wants_write);
       if (n > 0) {
         c->any_rx = true;
         ssize_t r = nghttp2_session_mem_recv(c->h2, gp->rbuf, (size_t)n);
         if (r < 0) {
           LOG_V(1, "gateway: grpc connection %s: %s", c->peer, nghttp2_strerror((int)r));
-          conn_flush(c);
+          conn_flush(c);  /* the GOAWAY nghttp2 queued */
           conn_close(c);
           break;
         }
         kick(c);
-        continue;
+        if (c->ssl && (size_t)n == GP_RBUF) continue;
+        break;
       }
-      int e = SSL_get_error(c->ssl, n);
-      if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
-        tls_io_failed(c);
-        conn_close(c);
-      }
-      break;
-    }
-  } else if (ev & (LOOP_READ | LOOP_HUP | LOOP_ERROR)) {
-    ssize_t n = read(c->fd, gp->rbuf, GP_RBUF);
-    if (n > 0) {
-      ssize_t r = nghttp2_session_mem_recv(c->h2, gp->rbuf, (size_t)n);
-      if (r < 0) {
-        LOG_V(1, "gateway: grpc connection %s: %s", c->peer, nghttp2_strerror((int)r));
-        conn_flush(c);  /* the GOAWAY nghttp2 queued */
-        conn_close(c);
-      } else {
-        kick(c);
-      }
-    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+      if (c->ssl) tls_io_failed(c);
       conn_close(c);
+      break;
     }
   }
   if (!c->dead && !c->handshaking && (ev & LOOP_WRITE)) kick(c);
@@ -1349,21 +1291,13 @@ static void on_connect_timeout(loop_timer *t) {
 
 static gp_conn *conn_new(gw_grpc *gp, int fd, bool up) {
   gp_conn *c = calloc(1, sizeof *c);
-  nghttp2_session_callbacks *cb = NULL;
-  if (!c || nghttp2_session_callbacks_new(&cb)) goto fail;
-  nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
-  nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
-  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
-  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
-  nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+  nghttp2_session_callbacks *cb =
+      c ? h2io_callbacks(on_begin_headers, on_header, on_frame_recv, on_data_chunk, on_stream_close) : NULL;
+  if (!cb) goto fail;
   int rc = up ? nghttp2_session_client_new(&c->h2, cb, c) : nghttp2_session_server_new(&c->h2, cb, c);
   nghttp2_session_callbacks_del(cb);
   if (rc) goto fail;
-  nghttp2_settings_entry s[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 1024},
-                                {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 4u << 20},
-                                {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 64u << 10}};
-  if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, s, 3)) goto fail;
-  nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, 16u << 20);
+  if (h2io_settings(c->h2, 1024)) goto fail;
   c->gp = gp;
   c->fd = fd;
   c->up = up;
