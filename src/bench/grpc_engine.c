@@ -706,7 +706,10 @@ cinfer_status *bench_grpc_engine_start(const bench_config *cfg, const bench_addr
   atomic_init(&e->stop, false);
   atomic_init(&e->issued, 0);
   atomic_init(&e->finished, 0);
-  int per = cfg->streams_per_conn > 0 ? cfg->streams_per_conn : 1;
+  /* closed loop: one connection per user (as HTTP) unless asked; open loop: the
+   * --max-connections requests in flight share connections, 32 streams each (the server
+   * allows 128), instead of opening a thousand connections at the start */
+  int per = cfg->streams_per_conn > 0 ? cfg->streams_per_conn : ls->open ? 32 : 1;
   int total_slots = ls->open ? cfg->max_connections : ls->concurrency;
   int total_conns = (total_slots + per - 1) / per;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
