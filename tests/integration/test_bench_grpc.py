@@ -176,3 +176,14 @@ def test_perf_analyzer_grpc_counts_match_server_stats(server, streaming):
     assert r.returncode == 0, out
     assert re.search(r"Request count: 500\b", out), out
     assert successes(server, "identity") - before == 500, out
+
+
+@pytest.mark.parametrize("mode", [[], ["--streaming"]], ids=["unary", "streaming"])
+def test_bench_grpc_open_loop_counts_match_server_stats(server, mode):
+    before = successes(server, "identity")
+    r, rep = bench(server, "--model", "identity", "--shape", "INPUT0:1,16", "--rate", "500",
+                   "--requests", "300", "--poisson", *mode)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lv = rep["levels"][0]
+    assert lv["loop"] == "open" and lv["requests"] == 300 and lv["errors"] == 0, lv
+    assert successes(server, "identity") - before == 300
