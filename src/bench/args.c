@@ -408,8 +408,6 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
     return cinfer_status_new(CINFER_INVALID_ARG, "--grpc applies to KServe targets (--model without --openai, --http-get or --http-post)");
   if (c->grpc && c->binary)
     return cinfer_status_new(CINFER_INVALID_ARG, "--binary applies to HTTP: gRPC always sends raw tensors (raw_input_contents)");
-  if (c->grpc && c->shm_system)
-    return cinfer_status_new(CINFER_INVALID_ARG, "--shared-memory system is not implemented for --grpc yet (use it over HTTP)");
   if (c->shm_system && c->binary)
     return cinfer_status_new(CINFER_INVALID_ARG, "--shared-memory system and --binary are exclusive (the tensors travel in the regions)");
   if (c->input_data && c->images_dir)

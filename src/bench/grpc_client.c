@@ -340,16 +340,70 @@ void bench_grpc_stats_get(const bench_config *c, const bench_addr *a, bench_serv
 
 /* ---- requests ---- */
 
+cinfer_status *bench_grpc_shm_register(const bench_config *c, const bench_addr *a, const char *name,
+                                       const char *key, size_t byte_size) {
+  Inference__SystemSharedMemoryRegisterRequest rq = INFERENCE__SYSTEM_SHARED_MEMORY_REGISTER_REQUEST__INIT;
+  rq.name = (char *)name;
+  rq.key = (char *)key;
+  rq.byte_size = byte_size;
+  uint8_t *b;
+  size_t n;
+  cinfer_status *st = grpc_simple(c, a, "SystemSharedMemoryRegister", &rq.base, 10000, &b, &n);
+  if (st) return cinfer_status_prefix(st, "registering shared-memory region %s", name);
+  free(b);
+  return NULL;
+}
+
+void bench_grpc_shm_unregister(const bench_config *c, const bench_addr *a, const char *name) {
+  Inference__SystemSharedMemoryUnregisterRequest rq = INFERENCE__SYSTEM_SHARED_MEMORY_UNREGISTER_REQUEST__INIT;
+  rq.name = (char *)name;
+  uint8_t *b = NULL;
+  size_t n;
+  cinfer_status_free(grpc_simple(c, a, "SystemSharedMemoryUnregister", &rq.base, 10000, &b, &n));
+  free(b);
+}
+
+/* A tensor's shared_memory_region / shared_memory_byte_size parameters (Triton's), as
+ * input entries (e, p) or requested-output entries (oe, op). */
+typedef struct shm_params {
+  Inference__InferParameter reg, size;
+  Inference__ModelInferRequest__InferInputTensor__ParametersEntry e[2], *p[2];
+  Inference__ModelInferRequest__InferRequestedOutputTensor__ParametersEntry oe[2], *op[2];
+} shm_params;
+
+static void shm_params_set(shm_params *sp, const char *region, size_t size) {
+  inference__infer_parameter__init(&sp->reg);
+  inference__infer_parameter__init(&sp->size);
+  sp->reg.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+  sp->reg.string_param = (char *)region;
+  sp->size.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+  sp->size.int64_param = (int64_t)size;
+  static const char *const keys[2] = {"shared_memory_region", "shared_memory_byte_size"};
+  Inference__InferParameter *vals[2] = {&sp->reg, &sp->size};
+  for (int i = 0; i < 2; i++) {
+    inference__model_infer_request__infer_input_tensor__parameters_entry__init(&sp->e[i]);
+    inference__model_infer_request__infer_requested_output_tensor__parameters_entry__init(&sp->oe[i]);
+    sp->e[i].key = sp->oe[i].key = (char *)keys[i];
+    sp->e[i].value = sp->oe[i].value = vals[i];
+    sp->p[i] = &sp->e[i];
+    sp->op[i] = &sp->oe[i];
+  }
+}
+
 cinfer_status *bench_grpc_request(const bench_config *c, const bench_grpc_input *in, int nin,
-                                  cbuf *out) {
+                                  const bench_grpc_output *outs, int nout, cbuf *out) {
   Inference__ModelInferRequest rq = INFERENCE__MODEL_INFER_REQUEST__INIT;
   rq.model_name = (char *)c->model;
   rq.model_version = (char *)(c->model_version ? c->model_version : "");
   Inference__ModelInferRequest__InferInputTensor *tv = calloc((size_t)nin, sizeof *tv);
   Inference__ModelInferRequest__InferInputTensor **tp = calloc((size_t)nin, sizeof *tp);
   ProtobufCBinaryData *raw = calloc((size_t)nin, sizeof *raw);
+  shm_params *isp = calloc((size_t)nin + (size_t)nout, sizeof *isp);
+  Inference__ModelInferRequest__InferRequestedOutputTensor *ov = calloc((size_t)nout + 1, sizeof *ov);
+  Inference__ModelInferRequest__InferRequestedOutputTensor **opp = calloc((size_t)nout + 1, sizeof *opp);
+  size_t n_raw = 0;
   cinfer_status *st = NULL;
-  if (!tv || !tp || !raw) {
+  if (!tv || !tp || !raw || !isp || !ov || !opp) {
     st = cinfer_status_oom(NULL);
     goto out;
   }
@@ -360,13 +414,29 @@ cinfer_status *bench_grpc_request(const bench_config *c, const bench_grpc_input 
     tv[k].n_shape = (size_t)in[k].ndim;
     tv[k].shape = (int64_t *)in[k].shape;
     tp[k] = &tv[k];
-    raw[k].data = (uint8_t *)in[k].data;
-    raw[k].len = in[k].len;
+    if (in[k].region) { /* the tensor is in the region: no raw contents entry */
+      shm_params_set(&isp[k], in[k].region, in[k].len);
+      tv[k].n_parameters = 2;
+      tv[k].parameters = isp[k].p;
+      continue;
+    }
+    raw[n_raw].data = (uint8_t *)in[k].data;
+    raw[n_raw++].len = in[k].len;
+  }
+  for (int k = 0; k < nout; k++) {
+    inference__model_infer_request__infer_requested_output_tensor__init(&ov[k]);
+    ov[k].name = outs[k].name;
+    shm_params_set(&isp[nin + k], outs[k].region, outs[k].size);
+    ov[k].n_parameters = 2;
+    ov[k].parameters = isp[nin + k].op;
+    opp[k] = &ov[k];
   }
   rq.n_inputs = (size_t)nin;
   rq.inputs = tp;
-  rq.n_raw_input_contents = (size_t)nin;
+  rq.n_raw_input_contents = n_raw;
   rq.raw_input_contents = raw;
+  rq.n_outputs = (size_t)nout;
+  rq.outputs = opp;
   /* streaming: ask for the FINAL-only marker, so that a decoupled model's 0..N responses
    * end with one that says so (perf_analyzer does the same) */
   Inference__InferParameter pv = INFERENCE__INFER_PARAMETER__INIT;
@@ -398,5 +468,8 @@ out:
   free(tv);
   free(tp);
   free(raw);
+  free(isp);
+  free(ov);
+  free(opp);
   return st;
 }

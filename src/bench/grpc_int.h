@@ -16,6 +16,7 @@ typedef struct bench_grpc_input {
   const int64_t *shape;
   const void *data;
   size_t len;
+  const char *region;  /* --shared-memory system: the region holding data (len bytes), or NULL */
 } bench_grpc_input;
 
 #define BENCH_GRPC_HDR_SCRATCH 8192
@@ -31,7 +32,7 @@ const char *bench_grpc_status_name(int code);
 /* Appends one framed ModelInferRequest for c's model with these inputs as
  * raw_input_contents; with --streaming it asks for the empty final response. */
 cinfer_status *bench_grpc_request(const bench_config *c, const bench_grpc_input *in, int nin,
-                                  cbuf *out);
+                                  const bench_grpc_output *outs, int nout, cbuf *out);
 
 /* The engine behind bench_engine_* when c->grpc (engine.c forwards to it). */
 typedef struct bench_grpc_engine bench_grpc_engine;

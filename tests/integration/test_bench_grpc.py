@@ -153,7 +153,6 @@ def test_bench_grpc_setup_errors(server):
     assert r.returncode == 1 and "gRPC port" in r.stderr, r.stderr
     for bad, msg in [(["--streaming"], "--streaming applies to --grpc"),
                      (["--grpc", "--binary"], "gRPC always sends raw tensors"),
-                     (["--grpc", "--shared-memory", "system"], "not implemented for --grpc"),
                      (["--streams-per-connection", "2"], "applies to --grpc")]:
         cmd = [BIN, "bench", "--url", f"http://{server.grpc_url}", "--model", "identity", *bad]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -187,3 +186,22 @@ def test_bench_grpc_open_loop_counts_match_server_stats(server, mode):
     lv = rep["levels"][0]
     assert lv["loop"] == "open" and lv["requests"] == 300 and lv["errors"] == 0, lv
     assert successes(server, "identity") - before == 300
+
+
+@pytest.mark.parametrize("mode", [[], ["--streaming"]], ids=["unary", "streaming"])
+def test_bench_grpc_system_shared_memory(server, mode):
+    """--shared-memory system over gRPC: regions registered with SystemSharedMemoryRegister,
+    tensors named by parameters (an output region too small is the server's error, so the
+    outputs really go there), every region unregistered afterwards."""
+    before = successes(server, "identity")
+    r, rep = bench(server, "--model", "identity", "--shape", "INPUT0:1,16", "--requests", "200",
+                   "--shared-memory", "system", *mode)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert rep["levels"][0]["requests"] == 200 and rep["levels"][0]["errors"] == 0
+    assert successes(server, "identity") - before == 200
+    with urllib.request.urlopen(f"{server.url}/v2/systemsharedmemory/status", timeout=30) as resp:
+        assert json.loads(resp.read()) == []
+    r, _ = bench(server, "--model", "identity", "--shape", "INPUT0:1,16", "--requests", "3",
+                 "--shared-memory", "system", "--output-shared-memory-size", "8", *mode)
+    assert r.returncode == 1
+    assert "should be at least 64 bytes to hold the results" in r.stderr, r.stderr
