@@ -208,3 +208,18 @@ def test_bench_grpc_system_shared_memory(server, mode):
                  "--shared-memory", "system", "--output-shared-memory-size", "8", *mode)
     assert r.returncode == 1
     assert "should be at least 64 bytes to hold the results" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_bench_grpc_header_is_sent_as_metadata():
+    """--header 'Name: value' reaches a gRPC server as call metadata (lower-cased name):
+    with Triton's --grpc-restricted-protocol the calls pass only with it."""
+    with Server(copy_repo(["identity"]), ["--grpc-restricted-protocol", "inference:infer-key=abc"]) as s:
+        s.wait_ready()
+        s.grpc_url = f"127.0.0.1:{s.grpc_port}"
+        r, rep = bench(s, "--model", "identity", "--shape", "INPUT0:1,4", "--requests", "20",
+                       "--header", "Infer-Key: abc")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert rep["levels"][0]["requests"] == 20
+        r, rep = bench(s, "--model", "identity", "--shape", "INPUT0:1,4", "--requests", "3")
+        assert r.returncode == 1
+        assert "PERMISSION_DENIED" in r.stdout + r.stderr and "'inference'" in r.stdout + r.stderr
