@@ -27,6 +27,7 @@ static cinfer_status *rp_instance_create(void *model, const cinfer_instance_info
 static void rp_instance_destroy(void *instance) { (void)instance; }
 
 static void sleep_ms(uint32_t ms) {
+  if (!ms) return; /* nanosleep(0) still waits for the timer slack (~50 us) */
   struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0) {
   }
