@@ -6,6 +6,8 @@
 #   bench/gateway/bench_grpc_gateway.sh [ELEMENTS=16] [REQUESTS_PER_WINDOW=5000] [ROUNDS=3]
 # Prints one markdown row per (protocol, path, round): req/s, p50 and p99 (µs) at
 # concurrency 1, then the added p50 (median over rounds).
+# TOOL=cinfer measures with our own client instead (`cinfer bench --grpc` / `--binary`,
+# REQUESTS_PER_WINDOW requests per run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ELEMS=${1:-16}; WIN=${2:-5000}; ROUNDS=${3:-3}
@@ -18,7 +20,7 @@ slog=$(mktemp); glog=$(mktemp); gcfg=
   --grpc-port 0 --model-control-mode explicit --load-model identity >"$slog" 2>&1 &
 spid=$!
 gpid=
-trap 'kill $spid $gpid 2>/dev/null; wait 2>/dev/null; rm -f "$slog" "$glog" "$gcfg"' EXIT
+trap 'kill $spid $gpid 2>/dev/null; wait 2>/dev/null; rm -f "$slog" "$glog" "$gcfg" "${js:-}"' EXIT
 for _ in $(seq 200); do grep -q "listening" "$slog" && break; sleep 0.05; done
 shttp=$(grep -o 'http_port=[0-9]*' "$slog" | cut -d= -f2)
 sgrpc=$(grep -o 'grpc_port=[0-9]*' "$slog" | cut -d= -f2)
@@ -31,7 +33,16 @@ for _ in $(seq 200); do grep -q "listening" "$glog" && break; sleep 0.05; done
 ghttp=$(grep -o 'http_port=[0-9]*' "$glog" | cut -d= -f2)
 ggrpc=$(grep -o 'grpc_port=[0-9]*' "$glog" | cut -d= -f2)
 for _ in $(seq 200); do curl -sf "http://127.0.0.1:$ghttp/v2/models/identity/ready" >/dev/null && break; sleep 0.05; done
+TOOL=${TOOL:-perf_analyzer}
+js=$(mktemp)
+run_cinfer() {  # proto port -> "tput p50 p99"
+  local a=(--binary); [ "$1" = grpc ] && a=(--grpc)
+  "$BIN" bench --url "http://127.0.0.1:$2" "${a[@]}" --model identity --shape "INPUT0:1,$ELEMS" \
+    --requests "$WIN" --quiet --json "$js" >/dev/null 2>&1 || true
+  "$VENV/bin/python" -c 'import json,sys; l=json.load(open(sys.argv[1]))["levels"][0]; print("%.0f %.0f %.0f" % (l["throughput_rps"], l["latency"]["p50_us"], l["latency"]["p99_us"]))' "$js"
+}
 run() {  # proto port -> "tput p50 p99"
+  if [ "$TOOL" = cinfer ]; then run_cinfer "$@"; return; fi
   out=$(LD_LIBRARY_PATH=$CUDART "$PA" -m identity -u 127.0.0.1:$2 -i $1 \
         --shape INPUT0:$ELEMS --concurrency-range 1:1 --measurement-mode count_windows \
         --measurement-request-count $WIN --stability-percentage 10000 --max-trials 3 2>&1) || true

@@ -46,6 +46,13 @@ void bench_usage(void *file) {
       "      --images DIR                   PNG/JPEG files for the image input, resized to its\n"
       "                                     H x W; value = (pixel - mean) / std per channel\n"
       "      --image-mean M[,M,M] --image-std S[,S,S] --image-bgr\n"
+      "      --grpc                         KServe v2 over gRPC (ModelInfer, raw tensors) to\n"
+      "                                     --url http://HOST:GRPC_PORT; metadata and statistics\n"
+      "                                     over gRPC too\n"
+      "      --streaming                    with --grpc: ModelStreamInfer, one stream per user,\n"
+      "                                     a request done at its final response (decoupled\n"
+      "                                     models: 0..N responses; ttft/itl per response)\n"
+      "      --streams-per-connection N     with --grpc: N users share one HTTP/2 connection (1)\n"
       "  --openai chat|completions --model NAME [--max-tokens N] [--prompt-len N] [--stream]\n"
       "                                     OpenAI API: TTFT, TPOT, ITL, e2e, tokens/s\n"
       "      --conversation [--turns N] [--think-ms MS] [--system-prompt-len N]\n"
@@ -247,7 +254,7 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
     flag[fl] = 0;
     if (eq) val = eq + 1;
     static const char *const boolean[] = {"--binary", "--poisson", "--stream", "--quiet", "--image-bgr",
-                                          "--conversation", NULL};
+                                          "--conversation", "--grpc", "--streaming", NULL};
     static const char *const valued[] = {
         "--url", "--http-get", "--http-post", "--body", "--content-type", "--model",
         "--model-version", "--shape", "--input-data", "--openai", "--max-tokens", "--prompt-len",
@@ -255,7 +262,8 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
         "--threads", "--max-connections", "--seed", "--requests", "--warmup-ms", "--window-ms",
         "--max-windows", "--stability", "--timeout-ms", "--json", "--csv", "--plot",
         "--cost-per-hour", "--header", "--images", "--image-mean", "--image-std", "--shared-memory",
-        "--output-shared-memory-size", "--turns", "--think-ms", "--system-prompt-len", NULL};
+        "--output-shared-memory-size", "--turns", "--think-ms", "--system-prompt-len",
+        "--streams-per-connection", NULL};
     bool is_bool = false, known = false;
     for (int k = 0; boolean[k]; k++) is_bool |= !strcmp(flag, boolean[k]);
     for (int k = 0; valued[k]; k++) known |= !strcmp(flag, valued[k]);
@@ -318,6 +326,9 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
     else if (!strcmp(flag, "--max-tokens")) st = parse_int(flag, val, 1, 1000000, &c->max_tokens);
     else if (!strcmp(flag, "--prompt-len")) st = parse_int(flag, val, 1, 10000000, &c->prompt_len);
     else if (!strcmp(flag, "--stream")) c->stream = true;
+    else if (!strcmp(flag, "--grpc")) c->grpc = true;
+    else if (!strcmp(flag, "--streaming")) c->grpc_stream = true;
+    else if (!strcmp(flag, "--streams-per-connection")) st = parse_int(flag, val, 1, 1000, &c->streams_per_conn);
     else if (!strcmp(flag, "--conversation")) c->conversation = true;
     else if (!strcmp(flag, "--turns")) st = parse_int(flag, val, 1, 1000, &c->turns);
     else if (!strcmp(flag, "--think-ms")) st = parse_int(flag, val, 0, 3600000, &c->think_ms);
@@ -389,6 +400,14 @@ cinfer_status *bench_args_parse(bench_config *c, int argc, char **argv, bool *he
                              "--binary, --input-data, --images, --shape and --model-version apply to KServe targets (--model without --openai)");
   if (c->target != BENCH_TARGET_KSERVE && c->shm_system)
     return cinfer_status_new(CINFER_INVALID_ARG, "--shared-memory applies to KServe targets (--model without --openai)");
+  if (c->grpc_stream && !c->grpc)
+    return cinfer_status_new(CINFER_INVALID_ARG, "--streaming applies to --grpc (ModelStreamInfer); for OpenAI streams use --stream");
+  if (c->streams_per_conn && !c->grpc)
+    return cinfer_status_new(CINFER_INVALID_ARG, "--streams-per-connection applies to --grpc");
+  if (c->grpc && c->target != BENCH_TARGET_KSERVE)
+    return cinfer_status_new(CINFER_INVALID_ARG, "--grpc applies to KServe targets (--model without --openai, --http-get or --http-post)");
+  if (c->grpc && c->binary)
+    return cinfer_status_new(CINFER_INVALID_ARG, "--binary applies to HTTP: gRPC always sends raw tensors (raw_input_contents)");
   if (c->shm_system && c->binary)
     return cinfer_status_new(CINFER_INVALID_ARG, "--shared-memory system and --binary are exclusive (the tensors travel in the regions)");
   if (c->input_data && c->images_dir)

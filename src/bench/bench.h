@@ -178,6 +178,9 @@ typedef struct bench_config {
   bench_shape_opt shapes[BENCH_MAX_SHAPES];
   int n_shapes;
   bool binary;
+  bool grpc;              /* --grpc: KServe v2 over gRPC (ModelInfer) instead of HTTP */
+  bool grpc_stream;       /* --streaming: ModelStreamInfer, one long stream per user */
+  int streams_per_conn;   /* --streams-per-connection: gRPC calls sharing one connection (1) */
   bool shm_system;        /* --shared-memory system: tensors in registered regions */
   int64_t output_shm_size; /* --output-shared-memory-size (default 102400, perf_analyzer's) */
   const char *input_data;

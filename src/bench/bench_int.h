@@ -47,7 +47,17 @@ typedef struct bench_reqset {
   size_t input_bytes; /* tensor bytes per request (KServe) */
   char *system;       /* --conversation: the shared system prompt, or NULL */
   struct bench_shm *shm; /* --shared-memory system: the registered regions, or NULL */
+  /* --grpc --shared-memory system: the model's outputs and their regions (names owned,
+   * regions borrowed from shm) */
+  struct bench_grpc_output *gouts;
+  int n_gouts;
 } bench_reqset;
+
+typedef struct bench_grpc_output {
+  char *name;
+  const char *region;
+  size_t size;
+} bench_grpc_output;
 
 /* --shared-memory system (shm.c): POSIX objects registered with the server. add copies
  * data (NULL: zeroes) into a new region of len bytes and registers it; *name is borrowed
@@ -73,6 +83,16 @@ typedef struct bench_server_stats {
   uint64_t success_count, queue_ns, cin_ns, infer_ns, cout_ns, exec_count, infer_count;
 } bench_server_stats;
 void bench_server_stats_get(const bench_config *c, const bench_addr *a, bench_server_stats *s);
+
+/* --grpc (grpc_client.c): the model's metadata over gRPC, as the JSON text the HTTP endpoint
+ * answers ({"name","inputs":[{"name","datatype","shape"}],"outputs":[...]}, caller frees),
+ * and the server statistics from ModelStatistics. */
+cinfer_status *bench_grpc_metadata_json(const bench_config *c, const bench_addr *a, char **json);
+void bench_grpc_stats_get(const bench_config *c, const bench_addr *a, bench_server_stats *s);
+/* System shared-memory regions over gRPC (SystemSharedMemoryRegister / Unregister). */
+cinfer_status *bench_grpc_shm_register(const bench_config *c, const bench_addr *a, const char *name,
+                                       const char *key, size_t byte_size);
+void bench_grpc_shm_unregister(const bench_config *c, const bench_addr *a, const char *name);
 
 /* ---- images (image.c) ---- */
 /* Decodes a PNG or JPEG file to 8-bit RGB (*rgb: w*h*3 bytes, caller frees). */

@@ -174,6 +174,10 @@ static uint64_t jnum(const cJSON *o, const char *a, const char *b) {
 }
 
 void bench_server_stats_get(const bench_config *c, const bench_addr *a, bench_server_stats *s) {
+  if (c->grpc) {
+    bench_grpc_stats_get(c, a, s);
+    return;
+  }
   memset(s, 0, sizeof *s);
   char path[700];
   if (c->model_version)

@@ -25,6 +25,7 @@
  * holds its sample lock while it handles one batch of epoll events, never while waiting,
  * so bench_engine_collect blocks for at most one batch. */
 #include "bench/bench_int.h"
+#include "bench/grpc_int.h"
 
 #include <errno.h>
 #include <math.h>
@@ -98,6 +99,7 @@ struct worker {
 };
 
 struct bench_engine {
+  bench_grpc_engine *grpc; /* --grpc: every call below forwards to grpc_engine.c */
   const bench_config *cfg;
   const bench_addr *addr;
   const bench_reqset *rs;
@@ -657,6 +659,12 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
   *out = NULL;
   bench_engine *e = calloc(1, sizeof *e);
   if (!e) return cinfer_status_oom(NULL);
+  if (cfg->grpc) {
+    cinfer_status *gst = bench_grpc_engine_start(cfg, a, rs, ls, &e->grpc);
+    if (gst) free(e);
+    else *out = e;
+    return gst;
+  }
   e->cfg = cfg;
   e->addr = a;
   e->rs = rs;
@@ -732,6 +740,10 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
 }
 
 void bench_engine_collect(bench_engine *e, bench_sample *into) {
+  if (e->grpc) {
+    bench_grpc_engine_collect(e->grpc, into);
+    return;
+  }
   for (int i = 0; i < e->nw; i++) {
     worker *w = &e->w[i];
     pthread_mutex_lock(&w->mu);
@@ -742,19 +754,31 @@ void bench_engine_collect(bench_engine *e, bench_sample *into) {
 }
 
 bool bench_engine_done(bench_engine *e) {
+  if (e->grpc) return bench_grpc_engine_done(e->grpc);
   return e->ls.requests > 0 && atomic_load(&e->finished) >= e->ls.requests;
 }
 
-int bench_engine_threads(const bench_engine *e) { return e->nw; }
+int bench_engine_threads(const bench_engine *e) {
+  return e->grpc ? bench_grpc_engine_threads(e->grpc) : e->nw;
+}
 
 void bench_engine_stop(bench_engine *e) {
   if (!e) return;
+  if (e->grpc) {
+    bench_grpc_engine_stop(e->grpc);
+    return;
+  }
   atomic_store(&e->stop, true);
   for (int i = 0; i < e->nw; i++)
     if (e->w[i].started) pthread_join(e->w[i].th, NULL), e->w[i].started = false;
 }
 
 void bench_engine_destroy(bench_engine *e) {
+  if (e && e->grpc) {
+    bench_grpc_engine_destroy(e->grpc);
+    free(e);
+    return;
+  }
   bench_engine_stop(e);
   free_engine(e);
 }

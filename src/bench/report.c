@@ -20,7 +20,9 @@ static const char *target_name(const bench_config *c) {
   switch (c->target) {
     case BENCH_TARGET_HTTP_GET: return "http-get";
     case BENCH_TARGET_HTTP_POST: return "http-post";
-    case BENCH_TARGET_KSERVE: return c->binary ? "kserve-binary" : "kserve-json";
+    case BENCH_TARGET_KSERVE:
+      if (c->grpc) return c->grpc_stream ? "kserve-grpc-stream" : "kserve-grpc";
+      return c->binary ? "kserve-binary" : "kserve-json";
     case BENCH_TARGET_OPENAI: return c->openai_chat ? "openai-chat" : "openai-completions";
     default: return "?";
   }
@@ -29,7 +31,7 @@ static const char *target_name(const bench_config *c) {
 void bench_report_table(const bench_report *r, void *file) {
   FILE *f = file;
   const bench_config *c = r->cfg;
-  bool llm = c->target == BENCH_TARGET_OPENAI;
+  bool llm = c->target == BENCH_TARGET_OPENAI || c->grpc_stream; /* per-response timings */
   fprintf(f, "\ncinfer bench: %s http://%s%s  mode %s%s\n", target_name(c), c->host_header,
           r->n_levels ? "" : "", r->mode, r->interrupted ? "  (INTERRUPTED: partial results)" : "");
   fprintf(f, "%-22s %10s %9s %9s %9s %9s %9s %9s %9s %8s %6s %s\n", "level", "req/s", "p50 ms",
@@ -48,7 +50,9 @@ void bench_report_table(const bench_report *r, void *file) {
     if (!l->errors) continue;
     fprintf(f, "  %s errors:", l->label);
     for (int k = 0; k < BENCH_ERR_N; k++)
-      if (l->err[k]) fprintf(f, " %s=%llu", bench_err_names[k], (unsigned long long)l->err[k]);
+      if (l->err[k])
+        fprintf(f, " %s=%llu", k == BENCH_ERR_HTTP && c->grpc ? "grpc-status" : bench_err_names[k],
+                (unsigned long long)l->err[k]);
     for (int k = 0; k < 600; k++)
       if (l->status_non2xx[k]) fprintf(f, " HTTP_%d=%llu", k, (unsigned long long)l->status_non2xx[k]);
     if (l->first_error[0]) fprintf(f, "  (first: %s)", l->first_error);
@@ -64,7 +68,8 @@ void bench_report_table(const bench_report *r, void *file) {
               l->itl.p50 / 1e3, l->itl.p99 / 1e3, l->lat.p50 / 1e3, l->tokens_out_s,
               l->ok ? (double)l->tokens_out / (double)l->ok : 0.0);
     }
-    fprintf(f, "(milliseconds; TPOT = (e2e - TTFT) / (output tokens - 1); ITL = gaps between streamed chunks)\n");
+    fprintf(f, "(milliseconds; TPOT = (e2e - TTFT) / (output tokens - 1); ITL = gaps between streamed chunks%s)\n",
+            c->grpc_stream ? "; gRPC streaming: a token is one streamed response" : "");
   }
   bool refusals = false;
   for (int i = 0; i < r->n_levels; i++) refusals |= r->levels[i].refused.count > 0;
@@ -82,7 +87,8 @@ void bench_report_table(const bench_report *r, void *file) {
   bool srv = false;
   for (int i = 0; i < r->n_levels; i++) srv |= r->levels[i].has_server;
   if (srv) {
-    fprintf(f, "\nserver-side, per request (us), from /v2/models/%s/stats deltas:\n", c->model);
+    if (c->grpc) fprintf(f, "\nserver-side, per request (us), from ModelStatistics(%s) deltas:\n", c->model);
+    else fprintf(f, "\nserver-side, per request (us), from /v2/models/%s/stats deltas:\n", c->model);
     fprintf(f, "%-22s %10s %12s %12s %12s %12s\n", "level", "requests", "queue", "compute_in",
             "compute_inf", "compute_out");
     for (int i = 0; i < r->n_levels; i++) {
@@ -176,6 +182,11 @@ cinfer_status *bench_report_json(const bench_report *r, const char *path) {
       }
     if (l->first_error[0]) cJSON_AddStringToObject(o, "first_error", l->first_error);
     cJSON_AddItemToObject(o, "latency", dist_json(&l->lat));
+    if (c->grpc_stream) { /* ModelStreamInfer: every streamed response (decoupled: 0..N each) */
+      cJSON_AddNumberToObject(o, "responses", (double)l->tokens_out);
+      cJSON_AddItemToObject(o, "first_response", dist_json(&l->ttft));
+      cJSON_AddItemToObject(o, "inter_response", dist_json(&l->itl));
+    }
     if (c->target == BENCH_TARGET_OPENAI) {
       cJSON_AddItemToObject(o, "ttft", dist_json(&l->ttft));
       cJSON_AddItemToObject(o, "tpot", dist_json(&l->tpot));

@@ -67,6 +67,13 @@ cinfer_status *bench_shm_add(bench_shm *s, const void *data, size_t len, const c
   e->len = map;
   s->n++;
   if (data && len) memcpy(e->p, data, len);
+  if (s->c->grpc) {
+    cinfer_status *st = bench_grpc_shm_register(s->c, &s->a, e->name, e->key, map);
+    if (st) return st;
+    e->registered = true;
+    *name = e->name;
+    return NULL;
+  }
   char path[160], body[256];
   snprintf(path, sizeof path, "/v2/systemsharedmemory/region/%s/register", e->name);
   int bl = snprintf(body, sizeof body, "{\"key\":\"%s\",\"offset\":0,\"byte_size\":%zu}", e->key, map);
@@ -88,7 +95,9 @@ void bench_shm_destroy(bench_shm *s) {
   if (!s) return;
   for (size_t i = 0; i < s->n; i++) {
     shm_entry *e = &s->e[i];
-    if (e->registered) {
+    if (e->registered && s->c->grpc) {
+      bench_grpc_shm_unregister(s->c, &s->a, e->name);
+    } else if (e->registered) {
       char path[160];
       snprintf(path, sizeof path, "/v2/systemsharedmemory/region/%s/unregister", e->name);
       int status;

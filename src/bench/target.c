@@ -10,7 +10,7 @@
  *                  words (seeded), max_tokens, ignore_eos, stream + include_usage.
  * Every size from the metadata or the data file is checked (dims > 0, products without
  * overflow, total request size bounded) before allocation. */
-#include "bench/bench_int.h"
+#include "bench/grpc_int.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -30,6 +30,10 @@ void bench_reqset_free(bench_reqset *rs) {
   rs->v = NULL;
   bench_shm_destroy(rs->shm);
   rs->shm = NULL;
+  for (int i = 0; i < rs->n_gouts; i++) free(rs->gouts[i].name);
+  free(rs->gouts);
+  rs->gouts = NULL;
+  rs->n_gouts = 0;
   free(rs->system);
   rs->system = NULL;
   rs->n = 0;
@@ -279,6 +283,21 @@ static cinfer_status *kserve_request(const bench_config *c, const char *path, co
     cinfer_status *st = bench_shm_add(rs->shm, td[k].raw.data, td[k].raw.len, &regions[k]);
     if (st) return st;
   }
+  if (c->grpc) { /* one framed ModelInferRequest: raw tensors, or the regions */
+    bench_grpc_input gi[CINFER_MAX_INPUTS];
+    for (int k = 0; k < nin; k++)
+      gi[k] = (bench_grpc_input){in[k].name, in[k].dtype, in[k].ndim, in[k].shape,
+                                 td[k].raw.data, td[k].raw.len, c->shm_system ? regions[k] : NULL};
+    for (int k = 0; k < nin; k++)
+      if (td[k].raw.len > MAX_REQUEST_BYTES)
+        return cinfer_status_new(CINFER_INVALID_ARG, "request too large (over 1 GiB)");
+    cinfer_status *st = bench_grpc_request(c, gi, nin, rs->gouts, rs->n_gouts, &b);
+    if (st) {
+      cbuf_free(&b);
+      return st;
+    }
+    return reqset_add(rs, &b);
+  }
   cbuf_puts(&json, "{\"inputs\":[");
   for (int k = 0; k < nin; k++) {
     cbuf_printf(&json, "%s{\"name\":\"%s\",\"shape\":[", k ? "," : "", in[k].name);
@@ -465,10 +484,12 @@ static cinfer_status *kserve_inputs(const bench_config *c, const bench_addr *a, 
   char path[700];
   if (c->model_version) snprintf(path, sizeof path, "/v2/models/%s/versions/%s", c->model, c->model_version);
   else snprintf(path, sizeof path, "/v2/models/%s", c->model);
-  int status;
+  int status = 200;
   char *body = NULL;
-  cinfer_status *st = bench_http_simple(c, a, "GET", path, NULL, 0, 10000, &status, &body, NULL);
+  cinfer_status *st = c->grpc ? bench_grpc_metadata_json(c, a, &body)
+                              : bench_http_simple(c, a, "GET", path, NULL, 0, 10000, &status, &body, NULL);
   if (st) return cinfer_status_prefix(st, "model metadata");
+  if (c->grpc) snprintf(path, sizeof path, "ModelMetadata(%s)", c->model); /* for the messages */
   if (status != 200) {
     st = cinfer_status_new(status == 404 ? CINFER_NOT_FOUND : CINFER_UNAVAILABLE,
                            "GET %s: HTTP %d: %.200s", path, status, body ? body : "");
@@ -656,13 +677,19 @@ static cinfer_status *shm_outputs(const bench_config *c, const bench_addr *a, be
   char path[700];
   if (c->model_version) snprintf(path, sizeof path, "/v2/models/%s/versions/%s", c->model, c->model_version);
   else snprintf(path, sizeof path, "/v2/models/%s", c->model);
-  int status;
+  int status = 200;
   char *body = NULL;
-  if ((st = bench_http_simple(c, a, "GET", path, NULL, 0, 10000, &status, &body, NULL)))
+  if ((st = c->grpc ? bench_grpc_metadata_json(c, a, &body)
+                    : bench_http_simple(c, a, "GET", path, NULL, 0, 10000, &status, &body, NULL)))
     return cinfer_status_prefix(st, "model metadata");
   cJSON *j = status == 200 ? cJSON_Parse(body) : NULL;
   free(body);
   const cJSON *outs = cJSON_GetObjectItemCaseSensitive(j, "outputs");
+  if (c->grpc && cJSON_IsArray(outs) && cJSON_GetArraySize(outs) > 0 &&
+      !(rs->gouts = calloc((size_t)cJSON_GetArraySize(outs), sizeof *rs->gouts))) {
+    cJSON_Delete(j);
+    return cinfer_status_oom(NULL);
+  }
   if (!cJSON_IsArray(outs) || !cJSON_GetArraySize(outs)) {
     cJSON_Delete(j);
     return cinfer_status_new(CINFER_INVALID_ARG, "GET %s: metadata has no \"outputs\" array", path);
@@ -682,6 +709,16 @@ static cinfer_status *shm_outputs(const bench_config *c, const bench_addr *a, be
     cbuf_printf(&b, "%s{\"name\":\"%s\",\"parameters\":{\"shared_memory_region\":\"%s\","
                 "\"shared_memory_byte_size\":%lld}}", k++ ? "," : "", nm->valuestring, region,
                 (long long)c->output_shm_size);
+    if (rs->gouts) {
+      bench_grpc_output *go = &rs->gouts[rs->n_gouts];
+      if (!(go->name = strdup(nm->valuestring))) {
+        st = cinfer_status_oom(NULL);
+        break;
+      }
+      go->region = region;
+      go->size = (size_t)c->output_shm_size;
+      rs->n_gouts++;
+    }
   }
   cJSON_Delete(j);
   cbuf_puts(&b, "]");
@@ -702,6 +739,8 @@ static cinfer_status *build_kserve(const bench_config *c, const bench_addr *a, b
   char path[700];
   if (c->model_version) snprintf(path, sizeof path, "/v2/models/%s/versions/%s/infer", c->model, c->model_version);
   else snprintf(path, sizeof path, "/v2/models/%s/infer", c->model);
+  if (c->grpc)
+    snprintf(path, sizeof path, "/inference.GRPCInferenceService/%s", c->grpc_stream ? "ModelStreamInfer" : "ModelInfer");
   snprintf(rs->path, sizeof rs->path, "%s", path);
   if (nin > CINFER_MAX_INPUTS) {
     free(in);

@@ -224,6 +224,9 @@ int gw_canary_choose(gateway *g, const char *model, const char *force, size_t fl
 typedef struct gw_grpc gw_grpc;
 cinfer_status *gw_grpc_start(gateway *g);
 void gw_grpc_drain(gateway *g);   /* stop accepting, GOAWAY to clients */
+/* Waits until every downstream gRPC call (unary or stream) has ended, or until deadline_ms
+ * (clock_now_ms); returns how many were still running then (they are cut by gw_grpc_stop). */
+int gw_grpc_drain_wait(gateway *g, uint64_t deadline_ms);
 void gw_grpc_stop(gateway *g);    /* closes everything, joins the loop; NULL-safe */
 
 /* runtime.c */

@@ -519,8 +519,10 @@ static void pool_job_run(void *arg) {
 int gateway_drain(gateway *g) {
   atomic_store(&g->draining, true);
   LOG_I("gateway: draining (up to %d ms)", g->cfg.drain_timeout_ms);
-  gw_grpc_drain(g);
-  return http_server_shutdown(g->srv, g->cfg.drain_timeout_ms);
+  uint64_t deadline = clock_now_ms() + (uint64_t)g->cfg.drain_timeout_ms;
+  gw_grpc_drain(g); /* GOAWAY; calls in flight go on */
+  int forced = http_server_shutdown(g->srv, g->cfg.drain_timeout_ms);
+  return forced + gw_grpc_drain_wait(g, deadline); /* the same timeout for both */
 }
 
 void gateway_destroy(gateway *g) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/classify.h"
 #include "grpc/grpc_wire.h"
 
 #define BAD(...) cinfer_status_new(CINFER_INVALID_ARG, __VA_ARGS__)
@@ -36,7 +37,10 @@ void grpc_infer_free(grpc_infer *g) {
   }
   free(g->inputs);
   free(g->shm_in);
-  for (size_t i = 0; g->outs && g->msg && i < g->msg->n_outputs; i++) shm_region_release(g->outs[i].shm);
+  for (size_t i = 0; g->outs && g->msg && i < g->msg->n_outputs; i++) {
+    shm_region_release(g->outs[i].shm);
+    cbuf_free(&g->outs[i].cls);
+  }
   free(g->outs);
   if (g->msg) inference__model_infer_request__free_unpacked(g->msg, NULL);
   free(g);
@@ -231,17 +235,29 @@ cinfer_status *grpc_infer_decode(const uint8_t *buf, size_t len, const kserve_li
   }
   for (size_t i = 0; i < m->n_outputs; i++) {
     const Inference__ModelInferRequest__InferRequestedOutputTensor *o = m->outputs[i];
-    bool cls = false;
-    for (size_t k = 0; k < o->n_parameters; k++)
-      if (!strcmp(o->parameters[k]->key, "classification")) cls = true;
     g->outs[i].name = o->name;
-    if ((st = kserve_output_params(o->name, cls))) goto fail;
+    for (size_t k = 0; k < o->n_parameters; k++) {
+      /* Triton's classification extension: int64_param K > 0 (tritonclient's class_count) */
+      const Inference__ModelInferRequest__InferRequestedOutputTensor__ParametersEntry *pe = o->parameters[k];
+      if (strcmp(pe->key, "classification")) continue;
+      if (!pe->value || pe->value->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM ||
+          pe->value->int64_param <= 0 || pe->value->int64_param > UINT32_MAX) {
+        st = BAD("output '%s': parameter 'classification' must be a positive int64_param", o->name);
+        goto fail;
+      }
+      g->outs[i].class_count = (uint32_t)pe->value->int64_param;
+      g->any_cls = true;
+    }
     grpc_shm_param sp;
     if ((st = shm_params("output", o->name,
                          (Inference__ModelInferRequest__InferInputTensor__ParametersEntry **)o->parameters,
                          o->n_parameters, &sp)))
       goto fail;
     if (sp.region) g->any_shm = true;
+    if (sp.region && g->outs[i].class_count) {
+      st = BAD("output '%s': Output can't set both 'shared_memory_region' and 'classification'", o->name);
+      goto fail;
+    }
   }
   for (size_t i = 0; i < m->n_parameters; i++) {
     const Inference__ModelInferRequest__ParametersEntry *p = m->parameters[i];
@@ -287,6 +303,44 @@ static const kserve_output_req *shm_output(const grpc_infer *g, const char *name
   if (!g || !g->any_shm) return NULL;
   for (size_t i = 0; i < g->msg->n_outputs; i++)
     if (g->outs[i].shm && !strcmp(g->outs[i].name, name)) return &g->outs[i];
+  return NULL;
+}
+
+static const kserve_output_req *cls_output(const grpc_infer *g, const char *name) {
+  if (!g || !g->any_cls) return NULL;
+  for (size_t i = 0; i < g->msg->n_outputs; i++)
+    if (g->outs[i].cls_done && !strcmp(g->outs[i].name, name)) return &g->outs[i];
+  return NULL;
+}
+
+cinfer_status *grpc_infer_classify(grpc_infer *g, const cinfer_response *resp,
+                                   const cinfer_config *cfg, const char *model_dir) {
+  if (!g || !g->any_cls) return NULL;
+  uint32_t n = cinfer_response_output_count(resp);
+  for (uint32_t i = 0; i < n; i++) {
+    const cinfer_tensor *t = cinfer_response_output(resp, i);
+    kserve_output_req *ko = NULL;
+    for (size_t k = 0; k < g->msg->n_outputs; k++)
+      if (g->outs[k].class_count && !strcmp(g->outs[k].name, t->name)) ko = &g->outs[k];
+    if (!ko || ko->shm) continue; /* a region gets the tensor itself, as over HTTP */
+    classify_labels labels = {0}, *lp = NULL;
+    const char *lf = cfg ? cinfer_config_output_label_filename(cfg, t->name) : NULL;
+    if (lf && lf[0] && model_dir) {
+      cbuf path = {0};
+      cbuf_printf(&path, "%s/%s", model_dir, lf);
+      if (path.oom) return cinfer_status_oom(NULL);
+      cinfer_status *st = classify_labels_load(path.data, &labels);
+      cbuf_free(&path);
+      if (st) return cinfer_status_prefix(st, "output '%s': label_filename", t->name);
+      lp = &labels;
+    }
+    ko->cls.len = 0; /* a stream's next response classifies afresh */
+    cinfer_status *st = classify_output(t, ko->class_count, cfg && cinfer_config_max_batch_size(cfg) > 0,
+                                        lp, &ko->cls, ko->cls_shape, &ko->cls_ndim);
+    classify_labels_free(&labels);
+    if (st) return st;
+    ko->cls_done = true;
+  }
   return NULL;
 }
 
@@ -380,7 +434,14 @@ bool grpc_infer_encode(cbuf *out, bool stream, const char *model, int64_t versio
     ot[i].n_shape = (size_t)t->ndim;
     ot[i].shape = (int64_t *)t->shape;
     op[i] = &ot[i];
-    if (!shm_output(g, t->name)) { /* else empty: the data is in the region */
+    const kserve_output_req *cls = cls_output(g, t->name);
+    if (cls) { /* the classification strings instead of the tensor */
+      ot[i].datatype = "BYTES";
+      ot[i].n_shape = (size_t)cls->cls_ndim;
+      ot[i].shape = (int64_t *)cls->cls_shape;
+      raw[i].len = cls->cls.len;
+      raw[i].data = (uint8_t *)(cls->cls.data ? cls->cls.data : "");
+    } else if (!shm_output(g, t->name)) { /* else empty: the data is in the region */
       raw[i].len = t->byte_size;
       raw[i].data = (uint8_t *)t->data;
     }

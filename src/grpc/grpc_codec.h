@@ -33,6 +33,7 @@ typedef struct grpc_infer {
   size_t n_inputs;
   grpc_shm_param *shm_in;  /* per input */
   bool any_shm;            /* an input or an output names a region */
+  bool any_cls;            /* an output asks for classification (outs[i].class_count) */
   /* The requested outputs (msg->outputs, in order): name, and after grpc_infer_bind the
    * region an output is written to. */
   kserve_output_req *outs;
@@ -55,6 +56,12 @@ cinfer_status *grpc_infer_bind(grpc_infer *g, shm_registry *shm, const cinfer_co
 cinfer_status *grpc_infer_apply(grpc_infer *g, cinfer_request *r);
 void grpc_infer_free(grpc_infer *g);
 
+/* Before encoding a successful response: computes each output that the request asks to
+ * classify (Triton's classification extension: "value:index[:label]" BYTES strings, labels
+ * from the output's label_filename in model_dir; classify.h); grpc_infer_encode then sends
+ * them in place of the tensor. g NULL or no classification: nothing to do. */
+cinfer_status *grpc_infer_classify(grpc_infer *g, const cinfer_response *resp,
+                                   const cinfer_config *cfg, const char *model_dir);
 /* Before encoding a successful response: copies every output the request sends to shared
  * memory into its region (kserve_output_to_shm). g NULL: nothing to do. */
 cinfer_status *grpc_infer_outputs_to_shm(const grpc_infer *g, const cinfer_response *resp);

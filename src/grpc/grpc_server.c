@@ -28,6 +28,7 @@
 #include <netinet/tcp.h>
 #include <limits.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,7 @@
 #include "net/tls.h"
 #include "grpc/grpc_internal.h"
 #include "grpc/grpc_wire.h"
+#include "grpc/h2io.h"
 
 #define RBUF_BYTES (256u << 10)
 #define WBUF_HIGH (1u << 20)
@@ -498,52 +500,18 @@ static void conn_close(gconn *c) {
   conn_unref(c);
 }
 
-/* send(), or SSL_write on a TLS connection (errno EAGAIN when it would block). */
-static ssize_t conn_send(gconn *c, const char *p, size_t n) {
-  if (!c->ssl) return send(c->fd, p, n, MSG_NOSIGNAL);
-  int w = SSL_write(c->ssl, p, n > INT_MAX ? INT_MAX : (int)n);
-  if (w > 0) return w;
-  int e = SSL_get_error(c->ssl, w);
-  errno = e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? EAGAIN : EPIPE;
-  return -1;
-}
-
-/* read(), or SSL_read records until rbuf is full or nothing is left (a record read into
- * OpenSSL would not wake epoll again). 0: the peer closed; -1 with errno. */
-static ssize_t conn_recv(gconn *c, uint8_t *buf, size_t cap) {
-  if (!c->ssl) return read(c->fd, buf, cap);
-  size_t got = 0;
-  c->rd_wants_write = false;
-  while (got < cap) {
-    int r = SSL_read(c->ssl, buf + got, (int)(cap - got > INT_MAX ? INT_MAX : cap - got));
-    if (r > 0) {
-      got += (size_t)r;
-      continue;
-    }
-    int e = SSL_get_error(c->ssl, r);
-    if (got) return (ssize_t)got;
-    if (e == SSL_ERROR_WANT_READ) { errno = EAGAIN; return -1; }
-    if (e == SSL_ERROR_WANT_WRITE) { c->rd_wants_write = true; errno = EAGAIN; return -1; }
-    if (e == SSL_ERROR_ZERO_RETURN) return 0;
-    errno = EPROTO;
-    return -1;
-  }
-  return (ssize_t)got;
-}
-
 /* The TLS handshake step; true once it is done (then HTTP/2 starts: the server's SETTINGS
  * go out). A failure closes the connection (a plaintext client on the TLS port). */
 static bool conn_handshake(gconn *c) {
-  int r = SSL_do_handshake(c->ssl);
-  if (r == 1) {
+  h2io_hs r = h2io_handshake(c->ssl);
+  if (r == H2IO_HS_DONE) {
     c->handshaking = false;
     loop_timer_cancel(c->gl->loop, &c->hs_timer);
     return true;
   }
-  int e = SSL_get_error(c->ssl, r);
-  if (e == SSL_ERROR_WANT_READ) {
+  if (r == H2IO_HS_WANT_READ) {
     loop_io_set(c->gl->loop, &c->io, LOOP_READ);
-  } else if (e == SSL_ERROR_WANT_WRITE) {
+  } else if (r == H2IO_HS_WANT_WRITE) {
     loop_io_set(c->gl->loop, &c->io, LOOP_READ | LOOP_WRITE);
   } else {
     char eb[256];
@@ -555,39 +523,13 @@ static bool conn_handshake(gconn *c) {
 
 static void conn_flush(gconn *c) {
   if (c->handshaking) return;
-  for (;;) {
-    while (c->woff < c->wbuf.len) {
-      ssize_t n = conn_send(c, c->wbuf.data + c->woff, c->wbuf.len - c->woff);
-      if (n > 0) {
-        c->woff += (size_t)n;
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        loop_io_set(c->gl->loop, &c->io, LOOP_READ | LOOP_WRITE);
-        return;
-      }
-      conn_close(c);
-      return;
-    }
-    c->wbuf.len = c->woff = 0;
-    while (c->wbuf.len < WBUF_HIGH) {
-      const uint8_t *d;
-      ssize_t n = nghttp2_session_mem_send(c->h2, &d);
-      if (n < 0) {
-        conn_close(c);
-        return;
-      }
-      if (n == 0) break;
-      cbuf_put(&c->wbuf, d, (size_t)n);
-    }
-    if (c->wbuf.oom) {
-      conn_close(c);
-      return;
-    }
-    if (!c->wbuf.len) break;
+  h2io_rc rc = h2io_flush(c->fd, c->ssl, c->h2, &c->wbuf, &c->woff, WBUF_HIGH);
+  if (rc == H2IO_BLOCKED) {
+    loop_io_set(c->gl->loop, &c->io, LOOP_READ | LOOP_WRITE);
+    return;
   }
-  if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2)) {
+  if (rc != H2IO_DRAINED) {
+    ERR_clear_error();
     conn_close(c);
     return;
   }
@@ -603,7 +545,7 @@ static void conn_io(loop_io *io, uint32_t ev) {
   }
   if (!c->dead && !c->handshaking &&
       ((ev & (LOOP_READ | LOOP_HUP | LOOP_ERROR)) || (c->rd_wants_write && (ev & LOOP_WRITE)))) {
-    ssize_t n = conn_recv(c, c->gl->rbuf, RBUF_BYTES);
+    ssize_t n = h2io_recv(c->fd, c->ssl, c->gl->rbuf, RBUF_BYTES, &c->rd_wants_write);
     if (n > 0) {
       ssize_t r = nghttp2_session_mem_recv(c->h2, c->gl->rbuf, (size_t)n);
       if (r < 0) {
@@ -628,20 +570,11 @@ static void handshake_expired(loop_timer *t) {
   }
 }
 
-static nghttp2_session_callbacks *make_callbacks(void) {
-  nghttp2_session_callbacks *cb;
-  if (nghttp2_session_callbacks_new(&cb)) return NULL;
-  nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
-  nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
-  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
-  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
-  nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
-  return cb;
-}
 
 static void conn_open(gloop *gl, int fd) {
   gconn *c = calloc(1, sizeof *c);
-  nghttp2_session_callbacks *cb = c ? make_callbacks() : NULL;
+  nghttp2_session_callbacks *cb =
+      c ? h2io_callbacks(on_begin_headers, on_header, on_frame_recv, on_data_chunk, on_stream_close) : NULL;
   nghttp2_option *opt = NULL;
   if (!cb || nghttp2_option_new(&opt)) goto fail;
   if (nghttp2_session_server_new2(&c->h2, cb, c, opt)) goto fail;
@@ -649,11 +582,7 @@ static void conn_open(gloop *gl, int fd) {
   opt = NULL;
   nghttp2_session_callbacks_del(cb);
   cb = NULL;
-  nghttp2_settings_entry s[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS},
-                                {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 4u << 20},
-                                {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 64u << 10}};
-  if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, s, 3)) goto fail;
-  nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, 16u << 20);
+  if (h2io_settings(c->h2, MAX_STREAMS)) goto fail;
   c->srv = gl->srv;
   c->gl = gl;
   c->fd = fd;

@@ -93,10 +93,10 @@ static void rpc_model_ready(gstream *gs, const uint8_t *msg, size_t len) {
 }
 
 static void rpc_server_metadata(gstream *gs, const uint8_t *msg, size_t len) {
-  /* The HTTP endpoint's list (GET /v2) less what this endpoint does not serve: the
-   * classification output parameter (refused here) and generate (an HTTP-only extension).
-   * test_grpc checks the two lists differ by exactly these. */
-  static char *ext[] = {"sequence", "sequence(string_id)", "binary_tensor_data", "model_configuration",
+  /* The HTTP endpoint's list (GET /v2) less what this endpoint does not serve: generate
+   * (an HTTP-only extension). test_grpc checks the two lists differ by exactly this. */
+  static char *ext[] = {"sequence", "sequence(string_id)", "binary_tensor_data", "classification",
+                        "model_configuration",
                         "model_repository", "parameters", "schedule_policy", "statistics",
                         "system_shared_memory", "trace", "logging",
                         "model_repository(unload_dependents)"};
@@ -623,6 +623,11 @@ static void call_cancel(gop *op) {
 
 static const char *call_id(const infer_call *ic) { return ic->gi->msg->id; }
 
+static cinfer_status *classify(infer_call *ic, const cinfer_response *resp) {
+  return grpc_infer_classify(ic->gi, resp, cinfer_model_config_get(ic->model),
+                             cinfer_model_directory(ic->model));
+}
+
 /* On the loop: one response of the call. */
 static void deliver(infer_call *ic, cinfer_response *resp, bool final) {
   gstream *gs = gop_stream(&ic->op);
@@ -636,6 +641,7 @@ static void deliver(infer_call *ic, cinfer_response *resp, bool final) {
     if (!ic->stream) {
       if (final) {
         shm_err = err ? NULL : grpc_infer_outputs_to_shm(ic->gi, resp);
+        if (!err && !shm_err) shm_err = classify(ic, resp);
         if (err) {
           gstream_finish(gs, grpc_status_of(cinfer_status_code(err)), cinfer_status_message(err));
         } else if (shm_err) {
@@ -650,7 +656,7 @@ static void deliver(infer_call *ic, cinfer_response *resp, bool final) {
     } else if (err) {
       ok = grpc_stream_error_encode(&b, model, call_id(ic), cinfer_status_message(err));
       sent = true;
-    } else if ((shm_err = grpc_infer_outputs_to_shm(ic->gi, resp))) {
+    } else if ((shm_err = grpc_infer_outputs_to_shm(ic->gi, resp)) || (shm_err = classify(ic, resp))) {
       ok = grpc_stream_error_encode(&b, model, call_id(ic), cinfer_status_message(shm_err));
       cinfer_status_free(shm_err);
       sent = true;
@@ -754,8 +760,8 @@ static void infer(gstream *gs, const uint8_t *msg, size_t len, bool stream) {
   }
   const char *name = ic->gi->msg->model_name;
   if ((st = cinfer_server_model_acquire(g->server, name, ic->gi->version, &ic->model))) goto fail;
-  ic->decoupled = cinfer_model_is_decoupled(ic->model);
-  if (ic->decoupled && !stream) {
+  ic->decoupled = cinfer_model_streams_responses(ic->model);
+  if (!stream && cinfer_model_streams_responses(ic->model)) {
     st = cinfer_status_new(CINFER_UNSUPPORTED, "ModelInfer RPC doesn't support models with "
                            "decoupled transaction policy; use ModelStreamInfer");
     goto fail;

@@ -2,6 +2,8 @@
  * When the last reference goes the model is handed to the reaper (server_reap).
  *
  * May call: backend_config.c, cfgview.c. */
+#include <string.h>
+
 #include "server/backend_config.h"
 #include "server/server_int.h"
 
@@ -25,4 +27,8 @@ const char *cinfer_model_directory(const cinfer_model *m) { return m->model_dir;
 
 bool cinfer_model_is_decoupled(const cinfer_model *m) {
   return (m->backend->flags & CINFER_BACKEND_DECOUPLED) != 0;
+}
+bool cinfer_model_streams_responses(const cinfer_model *m) {
+  if (cfg_decoupled(m->config)) return true;
+  return cinfer_model_is_decoupled(m) && strcmp(cfg_backend(m->config), "python") != 0;
 }

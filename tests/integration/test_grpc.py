@@ -159,7 +159,7 @@ def test_server_and_model_metadata_match_http(server, client):
     hmd = http_json(server, "/v2")
     assert md["name"] == hmd["name"] and md["version"] == hmd["version"]
     # the same list, less the extensions whose RPCs this endpoint does not serve yet
-    http_only = {"classification", "generate"}
+    http_only = {"generate"}
     assert md["extensions"] == [e for e in hmd["extensions"] if e not in http_only]
     for m in ("identity_fp32", "identity_pair", LLM, "sim_detector"):
         g = client.get_model_metadata(m, as_json=True)

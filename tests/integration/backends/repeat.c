@@ -3,9 +3,13 @@
  * any number of elements): one response per element with OUT (INT32 [1]) = the element
  * and IDX (UINT32 [1]) = its position, then a FINAL response without outputs. A negative
  * element ends the request there with an error (a failure after responses have gone
- * out: what a streaming client must see mid-stream). Responds from execute itself. */
+ * out: what a streaming client must see mid-stream). Responds from execute itself.
+ * Optional inputs as Triton's example repeat model has them (for its
+ * simple_grpc_custom_repeat.py client): DELAY (UINT32, one per element: milliseconds to wait
+ * before that element's response) and WAIT (UINT32 [1]: milliseconds before the FINAL one). */
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "cinfer/backend.h"
 
@@ -22,10 +26,28 @@ static cinfer_status *rp_instance_create(void *model, const cinfer_instance_info
 }
 static void rp_instance_destroy(void *instance) { (void)instance; }
 
+static void sleep_ms(uint32_t ms) {
+  if (!ms) return; /* nanosleep(0) still waits for the timer slack (~50 us) */
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+/* Element i of an optional UINT32 input, 0 when absent or short. */
+static uint32_t u32_at(const cinfer_tensor *t, int64_t i) {
+  uint32_t v = 0;
+  if (t && t->dtype == CINFER_TYPE_UINT32 && (uint64_t)(i + 1) * 4 <= t->byte_size)
+    memcpy(&v, (const char *)t->data + i * 4, 4);
+  return v > 60000 ? 60000 : v;
+}
+
 static void run(cinfer_request *r) {
   const cinfer_tensor *in = cinfer_request_input_by_name(r, "IN");
+  const cinfer_tensor *delay = cinfer_request_input_by_name(r, "DELAY");
+  const cinfer_tensor *wait = cinfer_request_input_by_name(r, "WAIT");
   int64_t n = in ? cinfer_shape_elements(in->shape, in->ndim) : 0;
   for (int64_t i = 0; i < n; i++) {
+    sleep_ms(u32_at(delay, i));
     int32_t v;
     memcpy(&v, (const char *)in->data + i * 4, 4);
     if (v < 0) {
@@ -49,6 +71,7 @@ static void run(cinfer_request *r) {
       return;
     }
   }
+  sleep_ms(u32_at(wait, 0));
   cinfer_status_free(cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL, NULL));
 }
 
