@@ -18,7 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench/bench_int.h"
+#include "bench/report.h"
+#include "core/buf.h"
 #include "core/clock.h"
 
 typedef struct stream stream;
