@@ -31,7 +31,13 @@ and sleep between inferences; nothing to set.
 
 usage: bench_vs_ort.py --cinfer build/src/cli/cinfer [--models DIR] [--threads 1 2]
                        [--batch 1 8] [--repeat 20] [--rounds 1] [--only NAME ...]
-                       [--wait default|nospin] [--busy CPU]
+                       [--wait default|nospin] [--busy CPU] [--ort-daz]
+
+--ort-daz runs ORT with session.set_denormal_as_zero=1. cinfer flushes subnormal FP32
+weights to 0 when it loads a model (docs/design/onnx.md); ORT by default computes with them,
+and x86 cores take microcode assists on subnormal operands (SSR-Net gender and MobileFaceNet
+hold thousands), so without the flag those models compare a flushed cinfer with a
+non-flushed ORT.
 """
 import argparse
 import os
@@ -53,6 +59,8 @@ so.intra_op_num_threads = threads
 so.inter_op_num_threads = 1
 so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+if len(sys.argv) > 7 and sys.argv[7] == "daz":
+    so.add_session_config_entry("session.set_denormal_as_zero", "1")
 if len(sys.argv) > 6 and sys.argv[6] == "nospin":
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
 s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
@@ -158,6 +166,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds; best round kept")
     ap.add_argument("--only", nargs="*", default=MODELS)
     ap.add_argument("--python", default=sys.executable, help="python with onnxruntime + numpy")
+    ap.add_argument("--ort-daz", action="store_true",
+                    help="run ORT with session.set_denormal_as_zero=1 (cinfer flushes subnormal weights at load)")
     ap.add_argument("--wait", choices=["default", "nospin"], default="default",
                     help="ORT's thread waiting: its default (spin) or allow_spinning=0")
     ap.add_argument("--busy", type=int, default=None, metavar="CPU",
@@ -195,7 +205,8 @@ def main():
                             c_p50, c_cpu = float(m.group(1)), float(m.group(3))
                             c_loop = "not batchable" in out
                             out, _ = run_measured([args.python, "-c", ORT_CHILD, model, npy, str(t), str(b),
-                                                   str(args.repeat), args.wait])
+                                                   str(args.repeat), args.wait,
+                                                   "daz" if args.ort_daz else "-"])
                             m = re.search(r"p50=([0-9.]+) thr=([0-9.]+) loops=(\d+) cpu=([0-9.]+)", out)
                             o_p50, o_loops, o_cpu = float(m.group(1)), int(m.group(3)), float(m.group(4))
                             r = res[t]
