@@ -582,6 +582,101 @@ def suite_lifecycle(sc, bin, only):
            "GPU; read for behaviour, not run")
 
 
+def _np_dtype(t):
+    import numpy as np
+    return {"TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
+            "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
+            "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
+            "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+            "TYPE_STRING": np.object_}.get(t)
+
+
+def _random_input(dt, shape, rng):
+    import numpy as np
+    npt = _np_dtype(dt)
+    if npt is np.object_:  # Triton's string models Cast the strings to numbers
+        return np.array([str(int(x)).encode() for x in rng.integers(0, 50, int(np.prod(shape)))],
+                        dtype=np.object_).reshape(shape)
+    if npt is np.bool_:
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    if np.issubdtype(npt, np.floating):
+        return rng.uniform(-4, 4, shape).astype(npt)
+    lo, hi = (0, 50) if np.issubdtype(npt, np.unsignedinteger) else (-25, 25)
+    return rng.integers(lo, hi, shape).astype(npt)
+
+
+def check_onnx_repo(sc, bin, suite, repo):
+    """Serves every ONNX model of repo, and checks each one's answer to random inputs against
+    onnxruntime on the same file (issue 19 item 8)."""
+    import numpy as np
+    import onnxruntime as ort
+    import tritonclient.http as httpclient
+    from tritonclient.utils import np_to_triton_dtype
+    rng = np.random.default_rng(19)
+
+    def go():
+        c = httpclient.InferenceServerClient(HTTP, network_timeout=300)
+        for e in sorted(c.get_model_repository_index(), key=lambda e: e["name"]):
+            name = e["name"]
+            d = os.path.join(repo, name)
+            if not any(os.path.exists(os.path.join(d, v, "model.onnx")) for v in os.listdir(d)
+                       if v.isdigit()):
+                continue  # ensembles, nop (identity backend) models
+            if e.get("state") != "READY":
+                record(suite, name, "fail", "load: " + e.get("reason", e.get("state", ""))[:300])
+                continue
+            try:
+                cfg = c.get_model_config(name)
+                ver = e.get("version") or c.get_model_metadata(name)["versions"][-1]
+                path = os.path.join(repo, name, str(ver), "model.onnx")
+                if cfg.get("platform") != "onnxruntime_onnx" and cfg.get("backend") != "onnxruntime":
+                    continue
+                mb = cfg.get("max_batch_size", 0)
+                feeds, ins = {}, []
+                for i in cfg.get("input", []):
+                    dims = [1 if d < 0 else d for d in i.get("dims", [])]
+                    shape = ([2] if mb else []) + dims
+                    x = _random_input(i["data_type"], shape, rng)
+                    feeds[i["name"]] = x
+                    t = httpclient.InferInput(i["name"], list(x.shape), np_to_triton_dtype(x.dtype)
+                                              if x.dtype != np.object_ else "BYTES")
+                    t.set_data_from_numpy(x)
+                    ins.append(t)
+                outs = [o["name"] for o in cfg.get("output", [])]
+                r = c.infer(name, ins, outputs=[httpclient.InferRequestedOutput(o) for o in outs])
+                sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+                onames = [o.name for o in sess.get_outputs()]
+                ofeeds = {k: (v.astype(str) if v.dtype == np.object_ else v) for k, v in feeds.items()
+                          if k in {x.name for x in sess.get_inputs()}}
+                want = dict(zip(onames, sess.run(onames, ofeeds)))
+                bad = []
+                for o in outs:
+                    got, exp = r.as_numpy(o), want.get(o)
+                    if exp is None:
+                        continue
+                    if got.dtype == np.object_ or exp.dtype.kind in "OU":
+                        ok = [g.decode() if isinstance(g, bytes) else str(g) for g in got.ravel()] == \
+                             [str(v) for v in exp.ravel()]
+                    elif np.issubdtype(exp.dtype, np.floating):
+                        ok = got.shape == exp.shape and np.allclose(got, exp, rtol=2e-3, atol=2e-3, equal_nan=True)
+                    else:
+                        ok = got.shape == exp.shape and np.array_equal(got, exp)
+                    if not ok:
+                        bad.append(o)
+                record(suite, name, "fail" if bad else "pass",
+                       f"outputs {bad} differ from onnxruntime" if bad else "")
+            except Exception as ex:  # noqa: BLE001 - one model's failure is one row
+                record(suite, name, "fail", str(ex).splitlines()[0][:300] if str(ex) else type(ex).__name__)
+        c.close()
+    with_server(sc, bin, suite, repo, ["--strict-readiness", "false"], go)
+
+
+def suite_onnx_models(sc, bin, only):
+    check_onnx_repo(sc, bin, "gen_qa_models.py --onnx", sc.qa_models())
+    ident = sc.identity_models()
+    check_onnx_repo(sc, bin, "gen_qa_identity_models.py --onnx", ident)
+
+
 SUITES = {
     "examples": suite_examples,
     "http": suite_l0_http,
@@ -591,6 +686,7 @@ SUITES = {
     "parameters": suite_parameters,
     "string_io": suite_string_io,
     "lifecycle": suite_lifecycle,
+    "onnx_models": suite_onnx_models,
 }
 
 NOT_RUN = [

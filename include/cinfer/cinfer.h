@@ -99,6 +99,10 @@ int64_t cinfer_model_version(const cinfer_model *m);
 const cinfer_config *cinfer_model_config_get(const cinfer_model *m);
 const char *cinfer_model_platform(const cinfer_model *m);  /* "onnxruntime_onnx", ... */
 bool cinfer_model_is_decoupled(const cinfer_model *m);
+/* Whether every request of m gets exactly one response (a unary call can serve it): a model
+ * of a backend that is not decoupled, or a Python model whose model_transaction_policy is
+ * not decoupled (the Python backend answers those once, as Triton's does). */
+bool cinfer_model_answers_once(const cinfer_model *m);
 /* The name of the backend serving m ("onnxruntime", "llm", ...). */
 const char *cinfer_model_backend_name(const cinfer_model *m);
 /* The model's directory in the repository (label files of the classification extension

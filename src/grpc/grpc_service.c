@@ -755,7 +755,7 @@ static void infer(gstream *gs, const uint8_t *msg, size_t len, bool stream) {
   const char *name = ic->gi->msg->model_name;
   if ((st = cinfer_server_model_acquire(g->server, name, ic->gi->version, &ic->model))) goto fail;
   ic->decoupled = cinfer_model_is_decoupled(ic->model);
-  if (ic->decoupled && !stream) {
+  if (!stream && !cinfer_model_answers_once(ic->model)) { /* a non-decoupled Python model may */
     st = cinfer_status_new(CINFER_UNSUPPORTED, "ModelInfer RPC doesn't support models with "
                            "decoupled transaction policy; use ModelStreamInfer");
     goto fail;

@@ -2,7 +2,10 @@
  * When the last reference goes the model is handed to the reaper (server_reap).
  *
  * May call: backend_config.c, cfgview.c. */
+#include <string.h>
+
 #include "server/backend_config.h"
+#include "server/cfgview.h"
 #include "server/server_int.h"
 
 void model_ref(cinfer_model *m) { atomic_fetch_add(&m->refs, 1); }
@@ -25,4 +28,9 @@ const char *cinfer_model_directory(const cinfer_model *m) { return m->model_dir;
 
 bool cinfer_model_is_decoupled(const cinfer_model *m) {
   return (m->backend->flags & CINFER_BACKEND_DECOUPLED) != 0;
+}
+
+bool cinfer_model_answers_once(const cinfer_model *m) {
+  if (!cinfer_model_is_decoupled(m)) return true;
+  return !strcmp(m->backend->name, "python") && !cfg_decoupled(m->config);
 }

@@ -191,3 +191,77 @@ def test_generate_stream_error_first_is_an_sse_error_under_its_status(mock_serve
                             {"PROMPT": "hi", "STREAM": True, "REPETITION": 2})
     assert code == 200 and ctype == "text/event-stream; charset=utf-8", out
     assert [e["TEXT"] for e in sse_events(out)] == ["hi", "hi"]
+
+
+IDENTITY_PY_CONFIG = """
+name: "py_identity"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+IDENTITY_PY = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]) for r in requests]
+"""
+
+
+def test_grpc_unary_infer_of_a_python_model_that_is_not_decoupled():
+    """simple_grpc_string_infer_client.py, L0_string_io and L0_parameters call ModelInfer on
+    Python models without decoupled: it answers as Triton does; a decoupled one is still
+    refused with Triton's text."""
+    import tritonclient.grpc as grpcclient
+    d = tempfile.mkdtemp(prefix="cinfer-qa-py-")
+    try:
+        for name, cfg, py in [("py_identity", IDENTITY_PY_CONFIG, IDENTITY_PY), ("mock", MOCK_CONFIG, MOCK_PY)]:
+            os.makedirs(os.path.join(d, name, "1"))
+            with open(os.path.join(d, name, "config.pbtxt"), "w") as f:
+                f.write(cfg)
+            with open(os.path.join(d, name, "1", "model.py"), "w") as f:
+                f.write(py)
+        with Server(d) as s:
+            s.wait_ready()
+            c = grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
+            x = np.array([b"a", "ü".encode(), b""], dtype=np.object_)
+            i = grpcclient.InferInput("INPUT0", [3], "BYTES")
+            i.set_data_from_numpy(x)
+            np.testing.assert_array_equal(c.infer("py_identity", [i]).as_numpy("OUTPUT0"), x)
+            p = grpcclient.InferInput("PROMPT", [1, 1], "BYTES")
+            p.set_data_from_numpy(np.array([[b"hi"]], dtype=np.object_))
+            st = grpcclient.InferInput("STREAM", [1, 1], "BOOL")
+            st.set_data_from_numpy(np.array([[False]]))
+            with pytest.raises(InferenceServerException, match="decoupled transaction policy"):
+                c.infer("mock", [p, st])
+            c.close()
+    finally:
+        shutil.rmtree(d)
+
+
+def test_restricted_api_text_is_tritons(simple_repo):
+    """L0_http/http_restricted_api_test.py matches "This API is restricted"."""
+    args = ["--http-restricted-api", "inference,metadata:infer-key=infer-value"]
+    with Server(simple_repo, args) as s:
+        s.wait_ready()
+        c = httpclient.InferenceServerClient(s.hostport)
+        with pytest.raises(InferenceServerException,
+                           match=r"This API is restricted, expecting header 'infer-key' \(API group 'metadata'\)"):
+            c.get_model_metadata("simple")
+        c2 = httpclient.InferenceServerClient(s.hostport)
+        assert c2.get_model_metadata("simple", headers={"infer-key": "infer-value"})["name"] == "simple"
+        c.close()
+        c2.close()
+
+
+def test_repository_index_ready_must_be_a_boolean(simple_repo):
+    with Server(simple_repo) as s:
+        s.wait_ready()
+        code, _, out = post(s, "/v2/repository/index", {"ready": [True]})
+        assert code == 400 and "Invalid value for 'ready': expected a boolean" in json.loads(out)["error"]
+        code, _, out = post(s, "/v2/repository/index", {"ready": True})
+        assert code == 200 and [m["name"] for m in json.loads(out)] == ["simple"]
