@@ -232,9 +232,10 @@ def report(suite, res, prefix="", notes=None):
         record(suite, prefix + short, st, why)
 
 
-def with_server(sc, bin, suite, repo, args, fn, cwd=None):
+def with_server(sc, bin, suite, repo, args, fn, cwd=None, env=None):
     try:
-        srv = Server(bin, repo, args, os.path.join(sc.w, f"{suite}.server.log"), cwd=cwd)
+        log = os.path.join(sc.w, suite.replace("/", "_").replace(" ", "_") + ".server.log")
+        srv = Server(bin, repo, args, log, cwd=cwd, env=env)
     except RuntimeError as e:
         record(suite, "(server start)", "fail", str(e))
         return False, str(e)
@@ -308,8 +309,11 @@ def suite_examples(sc, bin, only):
     mcrepo = sc.path("repo_examples_mc")  # simple_http_model_control.py counts 7 models
     shutil.copytree(r, mcrepo, symlinks=True)
     densenet(r)
-    img = os.path.join(os.path.dirname(os.path.realpath(os.path.join(
-        ROOT, "examples", "model_repository", "densenet_expression", "1", "model.onnx"))), "astronaut.png")
+    img = os.path.realpath(os.path.join(ROOT, "examples", "model_repository", "densenet_expression",
+                                        "1", "model.onnx"))
+    while img != "/" and not os.path.exists(os.path.join(img, "astronaut.png")):
+        img = os.path.dirname(img)
+    img = os.path.join(img, "astronaut.png")
     probe = os.path.join(bin_build(bin), "tests", "backends")
     if not os.path.isdir(probe):
         probe = os.path.join(ROOT, "build", "tests", "backends")
@@ -353,8 +357,15 @@ def suite_examples(sc, bin, only):
     record(suite, "simple_grpc_cudashm_client.py", "not-run", "needs a GPU and cuda-python")
 
     # simple_http_model_control.py: explicit mode (L0_http test.sh)
-    def mc():
-        for script in ("simple_http_model_control.py", "simple_grpc_model_control.py"):
+    # simple_grpc_model_control.py counts 8 (the repository of Triton's L0_grpc CI has one more
+    # model than L0_http's, not named in its repository): an extra copy of simple_int8
+    mcrepo8 = sc.path("repo_examples_mc8")
+    shutil.copytree(mcrepo, mcrepo8, symlinks=True)
+    copy_model(os.path.join(mcrepo, "simple_int8"), mcrepo8, "simple_int8_copy",
+               [('name: "simple_int8"', 'name: "simple_int8_copy"')])
+
+    def mc(scripts):
+        for script in scripts:
             p = os.path.join(sc.examples, script)
             if os.path.exists(p):
                 res = subprocess.run([sc.py, p, "-v"], cwd=sc.examples, capture_output=True,
@@ -363,7 +374,11 @@ def suite_examples(sc, bin, only):
                 record(suite, script, "pass" if res.returncode == 0 else "fail",
                        "" if res.returncode == 0 else (out[-1][:300] if out else ""))
     with_server(sc, bin, suite + "-mc", mcrepo, ["--model-control-mode", "explicit",
-                                            "--backend-directory", probe], mc)
+                                                 "--backend-directory", probe],
+                lambda: mc(["simple_http_model_control.py"]))
+    with_server(sc, bin, suite + "-mc", mcrepo8, ["--model-control-mode", "explicit",
+                                                  "--backend-directory", probe],
+                lambda: mc(["simple_grpc_model_control.py"]))
 
 
 def bin_build(bin):
@@ -424,10 +439,8 @@ def suite_l0_http(sc, bin, only):
     copy_model(os.path.join(sc.docs_models, "simple"), r3)
     args = ["--http-restricted-api", "model-repository:admin-key=admin-value",
             "--http-restricted-api", "inference,metadata:infer-key=infer-value"]
-    ok, why = with_server(sc, bin, "L0_http-restricted", r3, args, lambda: report(
+    with_server(sc, bin, "L0_http-restricted", r3, args, lambda: report(
         suite, run_unittest(sc, "L0_http", cwd, "http_restricted_api_test", ["RestrictedAPITest"])))
-    if not ok:
-        record(suite, "RestrictedAPITest", "fail", why)
 
 
 def suite_shm(sc, bin, only):
@@ -444,7 +457,10 @@ def suite_shm(sc, bin, only):
     open(p, "w").write(s + "\nmax_batch_size: 8\n")
     qm = sc.qa_models()
     if os.path.isdir(os.path.join(qm, "onnx_int32_int32_int32")):
-        copy_model(os.path.join(qm, "onnx_int32_int32_int32"), r)
+        d = copy_model(os.path.join(qm, "onnx_int32_int32_int32"), r)
+        for v in os.listdir(d):
+            if v.isdigit() and v != "1":
+                shutil.rmtree(os.path.join(d, v))  # test.sh copies version 1 only
     tests = list_tests(sc, cwd, "shared_memory_test", "SharedMemoryTest")
     for proto in ("http", "grpc"):
         suite = f"L0_shared_memory ({proto})"
@@ -514,11 +530,18 @@ def suite_ensembles(sc, bin, only):
     p = os.path.join(S, "simple", "config.pbtxt")
     if not os.path.exists(p):
         shutil.copy(os.path.join(sc.docs_models, "simple", "config.pbtxt"), p)
-    pm = os.path.join(S, "partial_add_sub", "1")
+    os.makedirs(os.path.join(S, "ensemble_partial_add_sub", "1"), exist_ok=True)
     cwd = os.path.join(sc.qa, "L0_simple_ensemble")
-    with_server(sc, bin, "L0_simple_ensemble", S, ["--strict-readiness", "false"], lambda: report(
-        "L0_simple_ensemble/ensemble_test.py",
-        run_unittest(sc, "L0_simple_ensemble", cwd, "ensemble_test", [])))
+    log = os.path.join(sc.w, "L0_simple_ensemble.server.log")
+    for t in ("test_ensemble_add_sub", "test_ensemble_sequence_flags", "test_ensemble_add_sub_one_output",
+              "test_ensemble_partial_add_sub"):
+        args = ["--log-verbose", "1"] if t == "test_ensemble_partial_add_sub" else []
+        with_server(sc, bin, "L0_simple_ensemble", S, args, lambda t=t: report(
+            "L0_simple_ensemble/ensemble_test.py",
+            run_unittest(sc, "L0_simple_ensemble", cwd, "ensemble_test", [f"EnsembleTest.{t}"],
+                         {"SERVER_LOG": log})))
+    record("L0_simple_ensemble/ensemble_backpressure_test.py", "(all)", "not-run",
+           "not wired into this census yet (Python producer/consumer models with max_inflight_requests)")
 
 
 def suite_parameters(sc, bin, only):
@@ -534,11 +557,11 @@ def suite_parameters(sc, bin, only):
             ("test_headers_reserved_rejected", ["--grpc-header-forward-pattern", ".*",
                                                 "--http-header-forward-pattern", ".*"])]
     for t, args in plan:
-        ok, why = with_server(sc, bin, "L0_parameters", r, ["--exit-timeout-secs", "120", *args], lambda t=t: report(
-            "L0_parameters/parameters_test.py",
-            run_unittest(sc, "L0_parameters", cwd, "parameters_test", [f"InferenceParametersTest.{t}"])))
-        if not ok:
-            record("L0_parameters/parameters_test.py", t, "fail", why)
+        with_server(sc, bin, f"L0_parameters/parameters_test.py {t}", r,
+                    ["--exit-timeout-secs", "120", *args], lambda t=t: report(
+                        "L0_parameters/parameters_test.py",
+                        run_unittest(sc, "L0_parameters", cwd, "parameters_test",
+                                     [f"InferenceParametersTest.{t}"])))
 
 
 def suite_string_io(sc, bin, only):
@@ -549,7 +572,7 @@ def suite_string_io(sc, bin, only):
     copy_model(os.path.join(ident, "onnx_zero_1_object"), r)
     si = os.path.join(sc.qa, "python_models", "string_identity")
     if os.path.isdir(si):
-        d = copy_model(si, r)
+        d = copy_model(si, r, subst=[("[ 1 ]", "[ 8 ]")])  # test.sh's sed
         os.makedirs(os.path.join(d, "1"), exist_ok=True)
         if os.path.exists(os.path.join(d, "model.py")):
             shutil.move(os.path.join(d, "model.py"), os.path.join(d, "1", "model.py"))
@@ -563,11 +586,15 @@ def suite_lifecycle(sc, bin, only):
     suite = "L0_lifecycle/lifecycle_test.py"
     qm = sc.qa_models()
     src = os.path.join(qm, "onnx_float32_float32_float32")
-    r = sc.path("repo_lifecycle")
+    r = os.path.join(cwd, "models")  # the test reads models/<model>/3/model.onnx
     os.makedirs(r, exist_ok=True)
     if os.path.isdir(src):
         d = copy_model(src, r)
         shutil.rmtree(os.path.join(d, "1"), ignore_errors=True)
+        # Triton's qa_model_repository config asks for versions 1 and 3 (test.sh: "only
+        # version 2, 3 is valid version directory while config requests 1, 3")
+        with open(os.path.join(d, "config.pbtxt"), "a") as f:
+            f.write("\nversion_policy: { specific: { versions: [1, 3] }}\n")
     for t, args, repo in [
             ("test_file_override", ["--model-control-mode", "explicit", "--load-model",
                                     "onnx_float32_float32_float32"], r),
@@ -575,7 +602,7 @@ def suite_lifecycle(sc, bin, only):
             ("test_config_override", ["--model-control-mode", "explicit", "--load-model",
                                       "onnx_float32_float32_float32"], r)]:
         os.makedirs(repo, exist_ok=True)
-        with_server(sc, bin, "L0_lifecycle", repo, args, lambda t=t: report(
+        with_server(sc, bin, "L0_lifecycle", repo, args, cwd=cwd, fn=lambda t=t: report(
             suite, run_unittest(sc, "L0_lifecycle", cwd, "lifecycle_test", [f"LifeCycleTest.{t}"])))
     record(suite, "(the other cases)", "not-run",
            "each needs its own repository built by test.sh from TensorRT/TF/libtorch models, or a "
@@ -603,6 +630,22 @@ def _random_input(dt, shape, rng):
         return rng.uniform(-4, 4, shape).astype(npt)
     lo, hi = (0, 50) if np.issubdtype(npt, np.unsignedinteger) else (-25, 25)
     return rng.integers(lo, hi, shape).astype(npt)
+
+
+def _bf16_as_fp32(path):
+    """The model's bytes with every BF16 tensor type made FLOAT: onnxruntime's reference for
+    a BF16 model (its results are then rounded to BF16 to compare)."""
+    import onnx
+    from onnx import TensorProto as TP
+    m = onnx.load(path)
+    for v in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info):
+        if v.type.tensor_type.elem_type == TP.BFLOAT16:
+            v.type.tensor_type.elem_type = TP.FLOAT
+    for n in m.graph.node:
+        for a in n.attribute:
+            if a.name == "to" and a.i == TP.BFLOAT16:
+                a.i = TP.FLOAT
+    return m.SerializeToString()
 
 
 def check_onnx_repo(sc, bin, suite, repo):
@@ -636,15 +679,27 @@ def check_onnx_repo(sc, bin, suite, repo):
                 for i in cfg.get("input", []):
                     dims = [1 if d < 0 else d for d in i.get("dims", [])]
                     shape = ([2] if mb else []) + dims
-                    x = _random_input(i["data_type"], shape, rng)
-                    feeds[i["name"]] = x
-                    t = httpclient.InferInput(i["name"], list(x.shape), np_to_triton_dtype(x.dtype)
-                                              if x.dtype != np.object_ else "BYTES")
+                    bf16 = i["data_type"] == "TYPE_BF16"
+                    x = _random_input("TYPE_FP32" if bf16 else i["data_type"], shape, rng)
+                    if bf16:  # exact in bfloat16 both ways
+                        import ml_dtypes
+                        x = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+                    feeds[i["name"]] = x.astype(ml_dtypes.bfloat16) if bf16 else x
+                    t = httpclient.InferInput(i["name"], list(x.shape), "BF16" if bf16 else
+                                              np_to_triton_dtype(x.dtype) if x.dtype != np.object_ else "BYTES")
                     t.set_data_from_numpy(x)
                     ins.append(t)
                 outs = [o["name"] for o in cfg.get("output", [])]
-                r = c.infer(name, ins, outputs=[httpclient.InferRequestedOutput(o) for o in outs])
-                sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+                r = c.infer(name, ins, model_version=str(ver),
+                            outputs=[httpclient.InferRequestedOutput(o) for o in outs])
+                try:
+                    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+                    if any("bfloat16" in x.type for x in sess.get_inputs()):
+                        raise RuntimeError("bf16")
+                except Exception:  # noqa: BLE001 - onnxruntime has no BF16 Add/Sub kernels
+                    sess = ort.InferenceSession(_bf16_as_fp32(path), providers=["CPUExecutionProvider"])
+                    feeds = {k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v)
+                             for k, v in feeds.items()}
                 onames = [o.name for o in sess.get_outputs()]
                 ofeeds = {k: (v.astype(str) if v.dtype == np.object_ else v) for k, v in feeds.items()
                           if k in {x.name for x in sess.get_inputs()}}
@@ -654,6 +709,10 @@ def check_onnx_repo(sc, bin, suite, repo):
                     got, exp = r.as_numpy(o), want.get(o)
                     if exp is None:
                         continue
+                    if exp.dtype.name == "bfloat16" or r.get_output(o)["datatype"] == "BF16":
+                        import ml_dtypes
+                        exp = exp.astype(ml_dtypes.bfloat16).astype(np.float32)
+                        got = got.astype(np.float32)
                     if got.dtype == np.object_ or exp.dtype.kind in "OU":
                         ok = [g.decode() if isinstance(g, bytes) else str(g) for g in got.ravel()] == \
                              [str(v) for v in exp.ravel()]
@@ -663,7 +722,7 @@ def check_onnx_repo(sc, bin, suite, repo):
                         ok = got.shape == exp.shape and np.array_equal(got, exp)
                     if not ok:
                         bad.append(o)
-                record(suite, name, "fail" if bad else "pass",
+                record(suite, f"{name} v{ver}", "fail" if bad else "pass",
                        f"outputs {bad} differ from onnxruntime" if bad else "")
             except Exception as ex:  # noqa: BLE001 - one model's failure is one row
                 record(suite, name, "fail", str(ex).splitlines()[0][:300] if str(ex) else type(ex).__name__)

@@ -4,9 +4,9 @@
  * region's mapping is unmapped exactly once, when refs drops to 0, which happens only after
  * it left the list; (3) the list holds at most SHM_MAX_REGIONS regions with distinct
  * names; (4) base[0..byte_size) is mapped for as long as refs > 0; (5) a region marked
- * doomed (unregistered while requests held it) is on the list until the last of them
- * releases it, and no request acquires it again; refs changes under the registry's mutex
- * while the region is on the list. */
+ * doomed (unregistered while requests held it) is on the list, and usable, until the last
+ * request holding it releases it; refs changes under the registry's mutex while the region
+ * is on the list. */
 #include "frontend/shm.h"
 
 #include <errno.h>
@@ -303,9 +303,6 @@ cinfer_status *shm_acquire(shm_registry *r, const char *name, uint64_t offset, u
   shm_region *g = find(r, name);
   if (!g)
     st = cinfer_status_new(CINFER_NOT_FOUND, "Unable to find shared memory region: '%s'", name);
-  else if (g->doomed)
-    st = cinfer_status_new(CINFER_NOT_FOUND, "Unable to find shared memory region: '%s' (it is "
-                           "unregistered and waits for the requests using it)", name);
   else if (offset >= g->byte_size && !(offset == 0 && byte_size == 0))
     st = cinfer_status_new(CINFER_INVALID_ARG,
                            "Invalid offset for shared memory region: '%s'", name);

@@ -10,9 +10,9 @@
  * from shm_acquire until shm_region_release. Unregister of a region no request holds removes
  * it at once; of one in use, it answers success too and, as Triton (L0_shared_memory
  * TestSharedMemoryUnregister), keeps the name listed (and registered: the name cannot be
- * registered again yet) until the last in-flight request releases it; no new request may
- * use it meanwhile. A request that was already using the region completes with correct
- * data.
+ * registered again yet), and usable by new requests, until the last request holding it
+ * releases it (Triton's test_unregister_shm_during_inference_multiple_req). A request that
+ * was already using the region completes with correct data.
  *
  * Errors are Triton's texts (shared_memory_manager.cc) with cinfer's codes: a region that
  * is not registered is NOT_FOUND (404), every other bad argument INVALID_ARG (400).

@@ -156,10 +156,12 @@ static void test_shm_registry(void **state) {
   assert_null(shm_status_json(r, "a", &b));
   assert_non_null(strstr(b.data, "\"name\":\"a\""));
   cbuf_free(&b);
-  shm_region *g2 = NULL;
+  shm_region *g2 = NULL; /* a new request may still use it (Triton) and keeps it listed */
   void *addr2 = NULL;
-  expect_msg(shm_acquire(r, "a", 0, 4, &g2, &addr2), CINFER_NOT_FOUND,
-             "Unable to find shared memory region: 'a' (it is unregistered");
+  assert_null(shm_acquire(r, "a", 8, 16, &g2, &addr2));
+  shm_region_release(g);
+  assert_int_equal(shm_region_count(r), 1);
+  g = g2;
   expect_msg(shm_register(r, "a", key, 0, 64), CINFER_INVALID_ARG,
              "shared memory region 'a' already in manager"); /* still taken */
   assert_true(((float *)addr)[3] == 1030.0f); /* still mapped: ASan would flag a bad read */
