@@ -590,11 +590,9 @@ def suite_lifecycle(sc, bin, only):
     os.makedirs(r, exist_ok=True)
     if os.path.isdir(src):
         d = copy_model(src, r)
+        # test.sh: "only version 2, 3 is valid version directory while config requests 1, 3"
+        # (the generated config has the version_policy)
         shutil.rmtree(os.path.join(d, "1"), ignore_errors=True)
-        # Triton's qa_model_repository config asks for versions 1 and 3 (test.sh: "only
-        # version 2, 3 is valid version directory while config requests 1, 3")
-        with open(os.path.join(d, "config.pbtxt"), "a") as f:
-            f.write("\nversion_policy: { specific: { versions: [1, 3] }}\n")
     for t, args, repo in [
             ("test_file_override", ["--model-control-mode", "explicit", "--load-model",
                                     "onnx_float32_float32_float32"], r),
@@ -795,6 +793,12 @@ def main():
     for s, t, st, why in RESULTS:
         print(f"| {s} | {t} | {st} | {why.replace('|', '/')} |")
     tot = {k: sum(1 for r in RESULTS if r[2] == k) for k in ("pass", "fail", "not-run")}
+    print()
+    print("| suite | pass | fail | not-run |")
+    print("|---|---|---|---|")
+    for s in dict.fromkeys(r[0] for r in RESULTS):
+        n = {k: sum(1 for r in RESULTS if r[0] == s and r[2] == k) for k in ("pass", "fail", "not-run")}
+        print(f"| {s} | {n['pass']} | {n['fail']} | {n['not-run']} |")
     print()
     print(f"TOTAL pass {tot['pass']} fail {tot['fail']} not-run {tot['not-run']}")
     if os.environ.get("TRITON_QA_JSON"):

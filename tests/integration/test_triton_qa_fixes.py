@@ -265,3 +265,21 @@ def test_repository_index_ready_must_be_a_boolean(simple_repo):
         assert code == 400 and "Invalid value for 'ready': expected a boolean" in json.loads(out)["error"]
         code, _, out = post(s, "/v2/repository/index", {"ready": True})
         assert code == 200 and [m["name"] for m in json.loads(out)] == ["simple"]
+
+
+def test_grpc_model_ready_of_a_version_not_loaded_is_false(simple_repo):
+    """L0_lifecycle test_file_override: is_model_ready(model, "2") of a model serving only
+    version 1 is False over gRPC as over HTTP (Triton), not an error; an unknown model is
+    still NOT_FOUND."""
+    import tritonclient.grpc as grpcclient
+    with Server(simple_repo) as s:
+        s.wait_ready()
+        g = grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
+        h = httpclient.InferenceServerClient(s.hostport)
+        assert g.is_model_ready("simple", "1") and h.is_model_ready("simple", "1")
+        assert not g.is_model_ready("simple", "2")
+        assert not h.is_model_ready("simple", "2")
+        with pytest.raises(InferenceServerException, match="simple_nope"):
+            g.is_model_ready("simple_nope")
+        g.close()
+        h.close()
