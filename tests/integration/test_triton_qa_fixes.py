@@ -283,3 +283,40 @@ def test_grpc_model_ready_of_a_version_not_loaded_is_false(simple_repo):
             g.is_model_ready("simple_nope")
         g.close()
         h.close()
+
+
+def test_ensemble_with_a_python_step_that_is_not_decoupled_over_grpc_unary():
+    """L0_simple_ensemble test_ensemble_partial_add_sub: an ensemble whose steps include a
+    Python model without decoupled is a plain model: gRPC ModelInfer serves it, and the
+    Python step may feed another step."""
+    import tritonclient.grpc as grpcclient
+    d = tempfile.mkdtemp(prefix="cinfer-qa-ens-")
+    try:
+        os.makedirs(os.path.join(d, "py_identity", "1"))
+        with open(os.path.join(d, "py_identity", "config.pbtxt"), "w") as f:
+            f.write(IDENTITY_PY_CONFIG)
+        with open(os.path.join(d, "py_identity", "1", "model.py"), "w") as f:
+            f.write(IDENTITY_PY)
+        os.makedirs(os.path.join(d, "twice", "1"))
+        with open(os.path.join(d, "twice", "config.pbtxt"), "w") as f:
+            f.write("""name: "twice"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ -1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "py_identity" model_version: -1
+    input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "mid" } },
+  { model_name: "py_identity" model_version: -1
+    input_map { key: "INPUT0" value: "mid" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+""")
+        with Server(d) as s:
+            s.wait_ready()
+            c = grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
+            x = np.array([b"x", b"yz"], dtype=np.object_)
+            i = grpcclient.InferInput("IN", [2], "BYTES")
+            i.set_data_from_numpy(x)
+            np.testing.assert_array_equal(c.infer("twice", [i]).as_numpy("OUT"), x)
+            c.close()
+    finally:
+        shutil.rmtree(d)
