@@ -17,6 +17,8 @@ from tritonclient.utils import InferenceServerException
 
 from cinfer_server import Server
 
+os.environ["CINFER_PYTHON"] = sys.executable  # the Python backend's interpreter: this one, with numpy
+
 
 def add_sub_model():
     """Triton's docs/examples `simple`, rebuilt: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1."""
@@ -115,7 +117,6 @@ class TritonPythonModel:
 
 @pytest.fixture(scope="module")
 def mock_server():
-    os.environ.setdefault("CINFER_PYTHON", sys.executable)
     d = tempfile.mkdtemp(prefix="cinfer-qa-mock-")
     os.makedirs(os.path.join(d, "mock", "1"))
     with open(os.path.join(d, "mock", "config.pbtxt"), "w") as f:
