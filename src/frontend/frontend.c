@@ -375,7 +375,7 @@ static void handle_index(frontend *fe, http_exchange *ex, const http_request *re
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "ready");
     if (r && !cJSON_IsBool(r)) {
       cJSON_Delete(j);
-      return respond_error(ex, 400, "repository index: 'ready' must be a boolean");
+      return respond_error(ex, 400, "repository index: Invalid value for 'ready': expected a boolean");
     }
     ready_only = cJSON_IsTrue(r);
     cJSON_Delete(j);

@@ -14,9 +14,10 @@
  *
  * generate expects exactly one response (Triton's rule and text); a model that streams
  * more is cancelled at the second and answered 400. generate_stream sends one event per
- * response; an error before any event is a plain JSON error with its status, an error
- * after one is a `data: {"error": "..."}` event that ends the stream (the status line has
- * gone out already, as in Triton). A decoupled model's FINAL response without outputs only
+ * response; a request refused before it runs is a plain JSON error with its status; an
+ * error response of the model is a `data: {"error": "..."}` event that ends the stream: under
+ * the error's status when it is the first response, else after 200 (the status line has gone
+ * out already), as in Triton (L0_http/generate_endpoint_test.py). A decoupled model's FINAL response without outputs only
  * ends the stream (Triton's flag-only response). A client that goes away cancels the
  * request (the LLM engine stops the sequence and frees its KV blocks).
  *
@@ -201,6 +202,17 @@ static void drain_task(loop_task *t) {
       cbuf_free(&ev);
     }
     http_stream_end(c->ex);
+  } else if (status != 200 && c->stream && !c->client_gone && err && !atomic_load(&c->q.dropped)) {
+    /* The model's first response is an error: its status, and the error as the stream's one
+     * event (Triton's generate_stream; a request refused before it runs stays plain JSON). */
+    cbuf e = {0}, ev = {0};
+    kserve_encode_error(&e, msg);
+    if (!e.oom) sse_event(&ev, e.data, e.len);
+    http_stream_begin(c->ex, status, sse_hdr, 2);
+    if (!ev.oom) http_stream_write(c->ex, ev.data, ev.len);
+    http_stream_end(c->ex);
+    cbuf_free(&e);
+    cbuf_free(&ev);
   } else if (status != 200) {
     respond_error(c->ex, status, msg);
   } else if (c->stream) { /* no events at all: an empty stream */
@@ -244,7 +256,8 @@ static cinfer_status *set_param(cinfer_request *r, const char *key, const cJSON 
 /* One JSON element into p as dtype dt. */
 static cinfer_status *put_elem(const char *name, cinfer_dtype dt, const cJSON *e, unsigned char *p) {
   if (dt == CINFER_TYPE_BOOL) {
-    if (!cJSON_IsBool(e)) return BAD("generate input '%s': expected a boolean", name);
+    if (!cJSON_IsBool(e))
+      return BAD("generate input '%s': attempt to access JSON non-boolean as boolean", name);
     *p = cJSON_IsTrue(e);
     return NULL;
   }
@@ -314,7 +327,9 @@ static cinfer_status *add_tensor(cinfer_request *r, const cinfer_config_io *io, 
   size_t bytes = 0;
   if (t.dtype == CINFER_TYPE_BYTES) {
     for (const cJSON *e = first; e && (e == first || cJSON_IsArray(v)); e = e->next) {
-      if (!cJSON_IsString(e)) return BAD("generate input '%s': expected a string for datatype BYTES", name);
+      if (!cJSON_IsString(e)) /* Triton's words (L0_http/generate_endpoint_test.py matches them) */
+        return BAD("generate input '%s': attempt to access JSON non-string as string (expected a "
+                   "string for datatype BYTES)", name);
       bytes += 4 + strlen(e->valuestring);
       if (!cJSON_IsArray(v)) break;
     }
@@ -391,7 +406,7 @@ cinfer_status *generate_build_request(cinfer_model *m, const char *body, size_t 
   cinfer_status *st = NULL;
   const cJSON *jid = j ? cJSON_GetObjectItemCaseSensitive(j, "id") : NULL;
   if (jid && !cJSON_IsString(jid)) st = BAD("generate: 'id' must be a string");
-  else if (jid && !(*id = strdup(jid->valuestring))) st = cinfer_status_oom(NULL);
+  else if (jid && jid->valuestring[0] && !(*id = strdup(jid->valuestring))) st = cinfer_status_oom(NULL);
   if (!st) st = cinfer_request_create(m, out);
   if (!st && *id) cinfer_request_set_id(*out, *id, strlen(*id));
   if (!st && j) st = map_keys(*out, max_elems, cinfer_model_config_get(m), j, true);
@@ -424,6 +439,15 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
   c->t0 = t0;
   c->task.fn = drain_task;
   respq_init(&c->q, http_exchange_loop(ex), &c->task);
+  size_t lim = fe->limits.max_input_bytes;
+  if (lim && req->body_len > lim) { /* Triton's limit and text, as for the infer JSON */
+    char msg[256];
+    snprintf(msg, sizeof msg, "request JSON size of %zu bytes exceeds the maximum allowed input size "
+             "of %zu bytes. Use --http-max-input-size to increase the limit.", req->body_len, lim);
+    respond_error(ex, 400, msg);
+    ctx_free(c);
+    return;
+  }
   if ((st = generate_build_request(m, req->body, req->body_len, (size_t)fe->limits.max_tensor_elements,
                                    &c->req, &c->id))) {
     respond_status(ex, st);

@@ -3,7 +3,10 @@
  * Invariants: (1) every region on the list has refs >= 1, one of them the list's; (2) a
  * region's mapping is unmapped exactly once, when refs drops to 0, which happens only after
  * it left the list; (3) the list holds at most SHM_MAX_REGIONS regions with distinct
- * names; (4) base[0..byte_size) is mapped for as long as refs > 0. */
+ * names; (4) base[0..byte_size) is mapped for as long as refs > 0; (5) a region marked
+ * doomed (unregistered while requests held it) is on the list, and usable, until the last
+ * request holding it releases it; refs changes under the registry's mutex while the region
+ * is on the list. */
 #include "frontend/shm.h"
 
 #include <errno.h>
@@ -25,6 +28,8 @@ struct shm_region {
   void *base;            /* mapping of [offset, offset + byte_size) of the object */
   size_t map_len;        /* what was mapped (byte_size, or 1 for an empty window) */
   size_t map_skew;       /* offset % page: base = mapping + map_skew */
+  shm_registry *reg;     /* NULL once the registry is destroyed */
+  bool doomed;           /* unregistered while in use: leaves at the last release */
 };
 
 struct shm_registry {
@@ -65,13 +70,44 @@ static void region_free(shm_region *g) {
   free(g);
 }
 
+static void unlink_locked(shm_registry *r, shm_region *g) {
+  for (shm_region **pp = &r->head; *pp; pp = &(*pp)->next)
+    if (*pp == g) {
+      *pp = g->next;
+      r->n--;
+      return;
+    }
+}
+
 void shm_region_release(shm_region *g) {
-  if (g && atomic_fetch_sub(&g->refs, 1) == 1) region_free(g);
+  if (!g) return;
+  shm_registry *r = g->reg;
+  if (r) pthread_mutex_lock(&r->mu);
+  int left = atomic_fetch_sub(&g->refs, 1) - 1;
+  if (r && left == 1 && g->doomed) { /* the last request of an unregistered region */
+    unlink_locked(r, g);
+    left = atomic_fetch_sub(&g->refs, 1) - 1;
+  }
+  if (r) pthread_mutex_unlock(&r->mu);
+  if (left == 0) region_free(g);
 }
 
 void shm_registry_destroy(shm_registry *r) {
   if (!r) return;
   shm_unregister(r, NULL);
+  /* Regions still held (none once the endpoints are gone) leave now; their holders' last
+   * release frees them. */
+  pthread_mutex_lock(&r->mu);
+  shm_region *left = r->head;
+  r->head = NULL;
+  r->n = 0;
+  for (shm_region *g = left; g; g = g->next) g->reg = NULL;
+  pthread_mutex_unlock(&r->mu);
+  while (left) {
+    shm_region *nx = left->next;
+    shm_region_release(left);
+    left = nx;
+  }
   pthread_mutex_destroy(&r->mu);
   free(r->key_prefix);
   free(r);
@@ -166,6 +202,7 @@ cinfer_status *shm_register(shm_registry *r, const char *name, const char *key, 
   g->offset = offset;
   g->byte_size = byte_size;
   atomic_init(&g->refs, 1);
+  g->reg = r;
   g->next = r->head;
   r->head = g;
   r->n++;
@@ -184,6 +221,12 @@ cinfer_status *shm_unregister(shm_registry *r, const char *name) {
     shm_region *g = *pp;
     if (name && strcmp(g->name, name)) {
       pp = &g->next;
+      continue;
+    }
+    if (atomic_load(&g->refs) > 1) { /* in use: listed until its requests are done (Triton) */
+      g->doomed = true;
+      pp = &g->next;
+      if (name) break;
       continue;
     }
     *pp = g->next;

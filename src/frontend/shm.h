@@ -7,12 +7,12 @@
  *
  * Lifetime: a registered region is one mapping with a reference count. The registry holds
  * one reference while the name is registered; every request that uses the region holds one
- * from shm_acquire until shm_region_release. Unregister removes the name at once (status no
- * longer lists it, the name can be registered again) and drops the registry's reference;
- * the mapping is unmapped when the last in-flight request releases it, so a request that
- * was already using the region completes with correct data. (Triton also answers the
- * unregister with success and finishes in-flight requests; it keeps the name listed until
- * they are done.)
+ * from shm_acquire until shm_region_release. Unregister of a region no request holds removes
+ * it at once; of one in use, it answers success too and, as Triton (L0_shared_memory
+ * TestSharedMemoryUnregister), keeps the name listed (and registered: the name cannot be
+ * registered again yet), and usable by new requests, until the last request holding it
+ * releases it (Triton's test_unregister_shm_during_inference_multiple_req). A request that
+ * was already using the region completes with correct data.
  *
  * Errors are Triton's texts (shared_memory_manager.cc) with cinfer's codes: a region that
  * is not registered is NOT_FOUND (404), every other bad argument INVALID_ARG (400).

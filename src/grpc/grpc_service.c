@@ -82,6 +82,18 @@ static void rpc_model_ready(gstream *gs, const uint8_t *msg, size_t len) {
   cinfer_status *st = grpc_parse_version(q->version, &v);
   cinfer_model *m = NULL;
   if (!st) st = cinfer_server_model_acquire(gstream_server(gs)->server, q->name, v, &m);
+  if (st && v > 0 && cinfer_status_code(st) == CINFER_NOT_FOUND) {
+    /* A version of a known model that is not loaded is not ready, as Triton answers it
+     * (L0_lifecycle test_file_override asks versions 1 and 2 of a model serving 3). */
+    cinfer_model *any = NULL;
+    cinfer_status *known = cinfer_server_model_acquire(gstream_server(gs)->server, q->name, 0, &any);
+    if (!known || cinfer_status_code(known) == CINFER_UNAVAILABLE) {
+      cinfer_status_free(st);
+      st = cinfer_status_new(CINFER_UNAVAILABLE, "not loaded");
+    }
+    cinfer_status_free(known);
+    cinfer_model_release(any);
+  }
   Inference__ModelReadyRequest_free(q);
   /* As over HTTP: an unknown model is NOT_FOUND; a known one that is not ready is false. */
   if (st && cinfer_status_code(st) != CINFER_UNAVAILABLE) return gstream_finish_status(gs, st);
@@ -760,8 +772,8 @@ static void infer(gstream *gs, const uint8_t *msg, size_t len, bool stream) {
   }
   const char *name = ic->gi->msg->model_name;
   if ((st = cinfer_server_model_acquire(g->server, name, ic->gi->version, &ic->model))) goto fail;
-  ic->decoupled = cinfer_model_streams_responses(ic->model);
-  if (!stream && cinfer_model_streams_responses(ic->model)) {
+  ic->decoupled = !cinfer_model_answers_once(ic->model);
+  if (!stream && ic->decoupled) {
     st = cinfer_status_new(CINFER_UNSUPPORTED, "ModelInfer RPC doesn't support models with "
                            "decoupled transaction policy; use ModelStreamInfer");
     goto fail;

@@ -232,8 +232,10 @@ bool api_restrictions_check(const api_restrictions *r, api_group g, const http_h
   size_t vl = 0;
   const char *v = http_find_header(h, n, r->key[g], &vl);
   if (v && api_ct_equal(v, vl, r->value[g], strlen(r->value[g]))) return true;
-  snprintf(msg, cap, "API group '%s' is restricted: expecting header '%s'", group_names[g],
-           r->key[g]);
+  /* Triton's text (its L0_http/http_restricted_api_test.py and L0_grpc match "This API is
+   * restricted"), and the group. */
+  snprintf(msg, cap, "This API is restricted, expecting header '%s' (API group '%s')", r->key[g],
+           group_names[g]);
   return false;
 }
 

@@ -212,13 +212,34 @@ static bool has_version_file(const char *model_dir, const char *file) {
 
 static cinfer_status *cfg_finish(const char *path, const char *name, cinfer_model_config **out);
 
+/* The backend a model folder's files imply (auto-complete), or NULL. */
+static const char *backend_from_files(const char *model_dir) {
+  return has_version_file(model_dir, "model.onnx")   ? "onnxruntime"
+         : has_version_file(model_dir, "model.gguf") ? "llm"
+         : has_version_file(model_dir, "model.py")   ? "python"
+                                                     : NULL;
+}
+
 cinfer_status *cfg_load_json(const char *model_dir, const char *name, const char *json,
                              cinfer_model_config **out) {
-  (void)model_dir;
   char path[512];
   snprintf(path, sizeof path, "load of '%s': parameters.config", name);
   cinfer_status *err = model_config_parse_json(path, json, strlen(json), out);
-  return err ? err : cfg_finish(path, name, out);
+  if (err) return err;
+  /* Triton auto-completes an override config as it does config.pbtxt: one without backend
+   * or platform (simple_http_model_control.py loads with {"max_batch_size": 16}) takes the
+   * backend of the model's files. */
+  const char *backend = model_dir && !cfg_backend(*out)[0] ? backend_from_files(model_dir) : NULL;
+  if (backend) {
+    free((*out)->backend);
+    (*out)->backend = strdup(backend);
+    if (!(*out)->backend) {
+      model_config_free(*out);
+      *out = NULL;
+      return cinfer_status_oom(NULL);
+    }
+  }
+  return cfg_finish(path, name, out);
 }
 
 cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_config **out) {
@@ -229,10 +250,7 @@ cinfer_status *cfg_load(const char *model_dir, const char *name, cinfer_model_co
   if (stat(path, &st) == 0) {
     if ((err = model_config_load_file(path, out))) return err;
   } else {
-    const char *backend = has_version_file(model_dir, "model.onnx")   ? "onnxruntime"
-                          : has_version_file(model_dir, "model.gguf") ? "llm"
-                          : has_version_file(model_dir, "model.py")   ? "python"
-                                                                      : NULL;
+    const char *backend = backend_from_files(model_dir);
     if (!backend)
       return cinfer_status_new(CINFER_INVALID_ARG,
                                "%s: missing, and no model.onnx, model.gguf or model.py in a "

@@ -335,7 +335,9 @@ static cinfer_status *check_step(ensemble *e, cinfer_model *ens, int si) {
   if ((st = cinfer_server_model_acquire(e->server, s->model, s->version, &sm)))
     return cinfer_status_prefix(st, "ensemble '%s' depends on '%s' (step %d)%s", en, s->model, si,
                                 s->version > 0 ? " at the version it names" : "");
-  s->decoupled = cinfer_model_is_decoupled(sm); /* check_streaming decides */
+  /* check_streaming decides; a Python model that is not decoupled answers once (Triton's
+   * L0_simple_ensemble partial_add_sub is one, as a middle step) */
+  s->decoupled = !cinfer_model_answers_once(sm);
   if (sm->max_batch != 0 && ens->max_batch > sm->max_batch) {
     st = cinfer_status_new(CINFER_INVALID_ARG,
                            "ensemble '%s' allows maximum batch size %lld, but it contains model "

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "server/backend_config.h"
+#include "server/cfgview.h"
 #include "server/server_int.h"
 
 void model_ref(cinfer_model *m) { atomic_fetch_add(&m->refs, 1); }
@@ -28,7 +29,7 @@ const char *cinfer_model_directory(const cinfer_model *m) { return m->model_dir;
 bool cinfer_model_is_decoupled(const cinfer_model *m) {
   return (m->backend->flags & CINFER_BACKEND_DECOUPLED) != 0;
 }
-bool cinfer_model_streams_responses(const cinfer_model *m) {
-  if (cfg_decoupled(m->config)) return true;
-  return cinfer_model_is_decoupled(m) && strcmp(cfg_backend(m->config), "python") != 0;
+bool cinfer_model_answers_once(const cinfer_model *m) {
+  if (cfg_decoupled(m->config)) return false;
+  return !cinfer_model_is_decoupled(m) || !strcmp(m->backend->name, "python");
 }

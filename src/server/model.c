@@ -434,10 +434,18 @@ cinfer_status *model_enqueue(cinfer_model *m, cinfer_request *r) {
     bool have = false;
     for (uint32_t i = 0; i < r->n_inputs; i++)
       if (r->inputs[i].cfg_index == ci) have = true;
-    if (!have && !m->inputs[ci].optional)
+    if (!have && !m->inputs[ci].optional) {
+      int required = 0; /* Triton's two texts: exact, or a range when some are optional */
+      for (int k = 0; k < m->n_inputs; k++) required += !m->inputs[k].optional;
+      if (required == m->n_inputs)
+        return cinfer_status_new(CINFER_INVALID_ARG,
+                                 "expected %d inputs but got %u inputs for model '%s': input '%s' "
+                                 "is missing", m->n_inputs, r->n_inputs, m->name, m->inputs[ci].name);
       return cinfer_status_new(CINFER_INVALID_ARG,
-                               "expected %d inputs but got %u inputs for model '%s': input '%s' "
-                               "is missing", m->n_inputs, r->n_inputs, m->name, m->inputs[ci].name);
+                               "expected number of inputs between %d and %d but got %u inputs for "
+                               "model '%s': input '%s' is missing", required, m->n_inputs,
+                               r->n_inputs, m->name, m->inputs[ci].name);
+    }
   }
   r->rows = 1;
   if (m->batching) {

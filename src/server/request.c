@@ -76,7 +76,7 @@ cinfer_status *cinfer_request_add_input_owned(cinfer_request *r, const cinfer_te
   if (ci < 0) return BAD("unexpected inference input '%s' for model '%s'", name, m->name);
   for (uint32_t i = 0; i < r->n_inputs; i++)
     if (!strcmp(r->inputs[i].name, name))
-      return BAD("input '%s' is given more than once", name);
+      return BAD("input '%s' already exists in request", name); /* Triton's text */
   const cfg_io *io = &m->inputs[ci];
   if (t->dtype != io->dtype)
     return BAD("inference input '%s' data-type is '%s', but model '%s' expects '%s'", name,

@@ -149,8 +149,16 @@ def test_generate_on_a_non_decoupled_model(server):
 ])
 def test_bad_requests_are_clear_errors(server, path, body, status, text):
     code, ctype, got = post(server, path, body)
-    assert code == status and ctype == "application/json", got
-    assert text in json.loads(got)["error"], got
+    assert code == status, got
+    if ctype == "text/event-stream; charset=utf-8":
+        # the engine refused the request in its first response: generate_stream answers it
+        # as Triton does, an SSE error event under the error's status
+        assert path.endswith("generate_stream"), got
+        (ev,) = events(got)
+        assert text in ev["error"], got
+    else:
+        assert ctype == "application/json", got
+        assert text in json.loads(got)["error"], got
 
 
 def test_body_must_be_a_json_object(server):
@@ -275,7 +283,10 @@ def test_error_mid_stream_is_an_error_event(repeat):
     assert evs[2:] == [{"error": "repeat: element 2 is negative (-1)"}]
 
 
-def test_error_before_any_event_is_a_plain_error(repeat):
+def test_error_as_the_first_response_is_an_error_event_under_its_status(repeat):
+    """Triton's generate_stream (L0_http/generate_endpoint_test.py
+    test_generate_stream_response_error): the model's first response is an error, so the
+    status is the error's and the body the stream's one event."""
     code, ctype, body = post(repeat, "/v2/models/repeat_int32/generate_stream", {"IN": [-5]})
-    assert code == 500 and ctype == "application/json", body
-    assert json.loads(body) == {"error": "repeat: element 0 is negative (-5)"}
+    assert code == 500 and ctype == "text/event-stream; charset=utf-8", body
+    assert events(body) == [{"error": "repeat: element 0 is negative (-5)"}]

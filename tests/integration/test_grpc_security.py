@@ -59,7 +59,7 @@ def test_restricted_groups_need_their_header(restricted):
     for h in (None, {"admin-key": "wrong"}, {"infer-key": "abc"}):
         code, msg = grpc_error(lambda: c.get_model_repository_index(headers=h))
         assert code == "StatusCode.PERMISSION_DENIED", (h, code, msg)
-        assert msg == "API group 'model-repository' is restricted: expecting header 'admin-key'"
+        assert msg == "This API is restricted, expecting header 'admin-key' (API group 'model-repository')"
     code, msg = grpc_error(lambda: c.unload_model("identity"))
     assert code == "StatusCode.PERMISSION_DENIED" and "'model-repository'" in msg
     assert c.is_model_ready("identity")  # the refused unload changed nothing
@@ -76,7 +76,7 @@ def test_restricted_groups_need_their_header(restricted):
     # inference has its own header
     code, msg = grpc_error(lambda: infer_ok(c))
     assert code == "StatusCode.PERMISSION_DENIED"
-    assert msg == "API group 'inference' is restricted: expecting header 'infer-key'"
+    assert msg == "This API is restricted, expecting header 'infer-key' (API group 'inference')"
     infer_ok(c, {"infer-key": "abc"})
     c.close()
 

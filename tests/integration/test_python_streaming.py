@@ -296,10 +296,12 @@ def test_generate_stream_error_mid_stream_is_an_error_event(server):
     assert len(evs) == 3 and "square of -2: negative input" in evs[2]["error"]
 
 
-def test_generate_stream_error_before_any_event_is_a_plain_error(server):
+def test_generate_stream_error_as_first_response_is_an_error_event(server):
+    """As Triton: the first response is an error, so its status and one SSE error event."""
     code, ctype, body = sse(server, "repeat_int32", {"IN": [-5], "DELAY": [0], "WAIT": 0})
-    assert code == 400 and ctype == "application/json", body
-    assert "repeat: element 0 is negative (-5)" in json.loads(body)["error"]
+    assert code == 400 and ctype == "text/event-stream; charset=utf-8", body
+    (ev,) = events(body)
+    assert "repeat: element 0 is negative (-5)" in ev["error"]
 
 
 def test_generate_for_one_response_and_refused_for_several(server):

@@ -201,8 +201,9 @@ def test_infer_region_errors(server, client):
 def test_unregister_while_in_use(server, client):
     """A request that slow_sim executes for 1.5 s holds its regions from the moment it is
     decoded (the server logs "using shared-memory" then, as Triton does at verbose 1);
-    unregistering them succeeds at once (as Triton), the names go, and the request still
-    completes, writing its output region."""
+    unregistering them succeeds at once and, as Triton (L0_shared_memory
+    TestSharedMemoryUnregister), the names stay listed until the request completes, writing
+    its output region; then they go."""
     with Region("qin", 16) as rin, Region("qout", 16) as rout:
         shm.set_shared_memory_region(rin.h, [np.arange(16, dtype=np.uint8).reshape(1, 16)])
         client.register_system_shared_memory("qin", rin.key, 16)
@@ -232,9 +233,14 @@ def test_unregister_while_in_use(server, client):
             time.sleep(0.005)
         assert decoded() and "r" not in result, f"the request was never seen in flight: {result}"
         client.unregister_system_shared_memory()
-        assert client.get_system_shared_memory_status() == []
+        assert sorted(r["name"] for r in client.get_system_shared_memory_status()) == ["qin", "qout"]
         t.join(60)
         assert not isinstance(result["r"], Exception), result["r"]
+        # the request's last reference goes after its response: wait for it, bounded
+        deadline = time.monotonic() + 30
+        while client.get_system_shared_memory_status() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client.get_system_shared_memory_status() == []
         assert result["r"].get_output("boxes")["shape"] == [1, 4]
         # the sim backend writes byte k = (k * 31) & 0xff into its first output
         got = shm.get_contents_as_numpy(rout.h, np.uint8, [16])

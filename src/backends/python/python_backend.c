@@ -128,6 +128,15 @@ static cinfer_status *status_from_wire(const py_instance *inst, const json_value
                            json_is(msg, JSON_STRING) ? msg->u.str : "(no message)");
 }
 
+/* The error of an InferenceResponse(error=...) the model built: its message as the model
+ * wrote it, as Triton passes it on (clients match on it: L0_http/generate_endpoint_test.py
+ * compares {"error": "An Error Occurred"} exactly). */
+static cinfer_status *response_error_from_wire(const json_value *e) {
+  const json_value *msg = json_get(e, "message"), *code = json_get(e, "code");
+  return cinfer_status_new(code_from_name(json_is(code, JSON_STRING) ? code->u.str : NULL), "%s",
+                           json_is(msg, JSON_STRING) ? msg->u.str : "(no message)");
+}
+
 static const char *jstr(const json_value *v, const char *key) {
   const json_value *x = json_get(v, key);
   return json_is(x, JSON_STRING) ? x->u.str : NULL;
@@ -308,7 +317,7 @@ static void on_response(py_instance *inst, const json_value *root, int fd) {
       pthread_mutex_unlock(&inst->mu);
       free(p);
     }
-    fail_request(r, status_from_wire(inst, err));
+    fail_request(r, response_error_from_wire(err));
     return;
   }
   py_msg_tensors mt;
@@ -371,7 +380,7 @@ static void on_execute_done(py_instance *inst, const json_value *root, int fd) {
       jnum(e, "first", &first);
       jnum(e, "count", &count);
       if (rerr && json_is(rerr, JSON_OBJECT)) {
-        fail_request(p->r, status_from_wire(inst, rerr));
+        fail_request(p->r, response_error_from_wire(rerr));
       } else if (first < 0 || count < 0 || first + count > mt.n) {
         fail_request(p->r, cinfer_status_new(CINFER_INTERNAL, "python model '%s': a malformed "
                                              "response", inst->m->name));

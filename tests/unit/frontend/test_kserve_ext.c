@@ -149,16 +149,29 @@ static void test_shm_registry(void **state) {
   assert_non_null(strstr(b.data, "\"name\":\"a\""));
   assert_non_null(strstr(b.data, "\"offset\":4100,\"byte_size\":4000"));
   cbuf_free(&b);
-  /* unregister while the "request" holds the region: the name goes, the mapping stays */
+  /* unregister while the "request" holds the region: success, and as Triton the name stays
+   * listed (and taken) until the request releases it; no new request may use it */
   assert_null(shm_unregister(r, "a"));
+  assert_int_equal(shm_region_count(r), 1);
+  assert_null(shm_status_json(r, "a", &b));
+  assert_non_null(strstr(b.data, "\"name\":\"a\""));
+  cbuf_free(&b);
+  shm_region *g2 = NULL; /* a new request may still use it (Triton) and keeps it listed */
+  void *addr2 = NULL;
+  assert_null(shm_acquire(r, "a", 8, 16, &g2, &addr2));
+  shm_region_release(g);
+  assert_int_equal(shm_region_count(r), 1);
+  g = g2;
+  expect_msg(shm_register(r, "a", key, 0, 64), CINFER_INVALID_ARG,
+             "shared memory region 'a' already in manager"); /* still taken */
+  assert_true(((float *)addr)[3] == 1030.0f); /* still mapped: ASan would flag a bad read */
+  ((float *)addr)[3] = -1;
+  shm_region_release(g); /* the last holder: the region leaves */
   assert_int_equal(shm_region_count(r), 0);
   expect_msg(shm_status_json(r, "a", &b), CINFER_NOT_FOUND,
              "Unable to find system shared memory region: 'a'");
   cbuf_free(&b);
-  assert_true(((float *)addr)[3] == 1030.0f); /* still mapped: ASan would flag a bad read */
-  ((float *)addr)[3] = -1;
   assert_null(shm_register(r, "a", key, 0, 64)); /* the name is free again */
-  shm_region_release(g);
   assert_null(shm_unregister(r, "never-registered")); /* as Triton: not an error */
   assert_null(shm_unregister(r, NULL));
   assert_int_equal(shm_region_count(r), 0);

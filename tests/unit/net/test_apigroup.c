@@ -163,7 +163,7 @@ static void test_restriction_flags(void **st) {
   assert_true(api_restrictions_check(&r, API_GROUP_UNKNOWN, NULL, 0, msg, sizeof msg));
   assert_true(api_restrictions_check(&r, API_MODEL_REPOSITORY, &good, 1, msg, sizeof msg));
   assert_false(api_restrictions_check(&r, API_MODEL_REPOSITORY, &bad, 1, msg, sizeof msg));
-  assert_string_equal(msg, "API group 'model-repository' is restricted: expecting header 'admin-key'");
+  assert_string_equal(msg, "This API is restricted, expecting header 'admin-key' (API group 'model-repository')");
   assert_false(api_restrictions_check(&r, API_LOGGING, &other, 1, msg, sizeof msg));
 
   http_request req = {.method_id = HTTP_POST, .path = "/v2/repository/models/m/unload",
