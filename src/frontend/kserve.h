@@ -143,7 +143,5 @@ cinfer_status *kserve_output_shm(kserve_output_req *ko, shm_registry *r, const c
                                  uint64_t offset, uint64_t byte_size);
 /* Copies output t into ko's region; INVALID_ARG (Triton's text) when the region is smaller. */
 cinfer_status *kserve_output_to_shm(const kserve_output_req *ko, const cinfer_tensor *t);
-/* Requested-output parameters: classification is refused (UNSUPPORTED). */
-cinfer_status *kserve_output_params(const char *name, bool has_classification);
 
 #endif

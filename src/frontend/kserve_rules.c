@@ -80,13 +80,6 @@ cinfer_status *kserve_input_bytes(kserve_input *ki, const void *data, size_t len
   return NULL;
 }
 
-cinfer_status *kserve_output_params(const char *name, bool has_classification) {
-  if (has_classification)
-    return cinfer_status_new(CINFER_UNSUPPORTED,
-                             "output '%s': the classification extension is not supported", name);
-  return NULL;
-}
-
 cinfer_status *kserve_check_byte_size(const cinfer_tensor *t, const cinfer_config *cfg) {
   size_t es = cinfer_dtype_size(t->dtype);
   if (!cfg || t->dtype == CINFER_TYPE_BYTES || es == 0) return NULL;
