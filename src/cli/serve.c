@@ -17,6 +17,7 @@
 #include "core/buf.h"
 #include "core/log.h"
 #include "frontend/frontend.h"
+#include "frontend/kserve.h"
 #include "frontend/shm.h"
 #include "grpc/grpc.h"
 #include "streams/streams.h"
@@ -82,6 +83,11 @@ static void serve_usage(FILE *f) {
           "                               inference, shared-memory, model-config,\n"
           "                               model-repository, statistics, trace, logging) need\n"
           "                               header KEY: VALUE, else 403; repeatable (Triton's flag)\n"
+          "  --http-header-forward-pattern RE, --grpc-header-forward-pattern RE\n"
+          "                               request headers (gRPC: metadata) whose name RE\n"
+          "                               matches become string parameters of inference\n"
+          "                               requests (Triton's flags; case-insensitive unless RE\n"
+          "                               starts with (?-i); POSIX extended syntax)\n"
           "  --grpc-restricted-protocol GROUPS:KEY=VALUE\n"
           "                               the same for gRPC calls (metadata KEY: VALUE, else\n"
           "                               PERMISSION_DENIED); repeatable (Triton's flag)\n"
@@ -145,7 +151,7 @@ int cmd_serve(int argc, char **argv) {
     O_MAXIN, O_MAXCHUNKS, O_GRPC, O_GRPC_MSG, O_GRPC_RP,
     O_GRPC_SSL, O_GRPC_CERT, O_GRPC_KEY, O_GRPC_ROOT, O_GRPC_MUTUAL, O_KVMEM, O_LLM_WAIT,
     O_SHM_PREFIX, O_SHM_MAX, O_ALLOW_GRPC, O_ALLOW_HTTP, O_ALLOW_METRICS, O_EXIT_ON_ERROR,
-    O_STRICT_CONFIG, O_STREAMS_PAGE
+    O_STRICT_CONFIG, O_STREAMS_PAGE, O_HTTP_FWD, O_GRPC_FWD
   };
   static const struct option opts[] = {
       {"model-repository", required_argument, 0, O_REPO},
@@ -171,6 +177,8 @@ int cmd_serve(int argc, char **argv) {
       {"threads", required_argument, 0, O_THREADS},
       {"io-threads", required_argument, 0, O_IO},
       {"http-thread-count", required_argument, 0, O_IO}, /* Triton's name */
+      {"http-header-forward-pattern", required_argument, 0, O_HTTP_FWD},
+      {"grpc-header-forward-pattern", required_argument, 0, O_GRPC_FWD},
       {"allow-grpc", required_argument, 0, O_ALLOW_GRPC},
       {"allow-http", required_argument, 0, O_ALLOW_HTTP},
       {"allow-metrics", required_argument, 0, O_ALLOW_METRICS},
@@ -209,7 +217,7 @@ int cmd_serve(int argc, char **argv) {
   const char **load = calloc((size_t)argc + 1, sizeof *load);
   const char **rapi = calloc((size_t)argc + 1, sizeof *rapi);
   const char **grp = calloc((size_t)argc + 1, sizeof *grp);
-  const char *tls_cert = NULL, *tls_key = NULL;
+  const char *tls_cert = NULL, *tls_key = NULL, *http_fwd = NULL, *grpc_fwd = NULL;
   const char *gcert = NULL, *gkey = NULL, *groot = NULL, *shm_prefix = NULL;
   long long shm_max = 0;
   bool streams_page = false;
@@ -265,6 +273,21 @@ int cmd_serve(int argc, char **argv) {
                   : "configs are always auto-completed from the model file where they leave fields out");
           goto out;
         }
+        break;
+      }
+      case O_HTTP_FWD:
+      case O_GRPC_FWD: { /* checked here, before any model loads */
+        kserve_fwd f;
+        cinfer_status *fst = kserve_fwd_init(&f, c == O_HTTP_FWD ? "--http-header-forward-pattern"
+                                                                 : "--grpc-header-forward-pattern", optarg);
+        kserve_fwd_free(&f);
+        if (fst) {
+          fprintf(stderr, "cinfer serve: %s\n", cinfer_status_message(fst));
+          cinfer_status_free(fst);
+          goto out;
+        }
+        if (c == O_HTTP_FWD) http_fwd = optarg;
+        else grpc_fwd = optarg;
         break;
       }
       case O_EXIT_ON_ERROR: if (!cli_parse_bool("serve", "--exit-on-error", optarg, &exit_on_error)) goto out; break;
@@ -427,7 +450,7 @@ int cmd_serve(int argc, char **argv) {
                       .max_tensor_elements = elems, .header_timeout_ms = (int)hto,
                       .body_timeout_ms = (int)bto, .idle_timeout_ms = (int)ito,
                       .tls_cert = tls_cert, .tls_key = tls_key,
-                      .restricted_api = rapi, .n_restricted_api = n_rapi,
+                      .restricted_api = rapi, .n_restricted_api = n_rapi, .header_forward_pattern = http_fwd,
                       .max_input_bytes = (size_t)maxin, .max_body_chunks = (size_t)maxchunks};
   /* --streams-page: the live board of src/streams on the HTTP port (one page for both
    * tools: cinfer streams --http-port serves the same board itself) */
@@ -455,7 +478,7 @@ int cmd_serve(int argc, char **argv) {
     grpc_opts go = {.host = host, .port = (uint16_t)grpc_port, .io_threads = (int)io,
                     .max_message_bytes = (size_t)(grpc_msg ? grpc_msg : body),
                     .max_tensor_elements = elems, .shm = shm,
-                    .restricted = grp, .n_restricted = n_grp,
+                    .restricted = grp, .n_restricted = n_grp, .header_forward_pattern = grpc_fwd,
                     .tls_cert = gcert, .tls_key = gkey, .tls_ca = gmutual ? groot : NULL};
     if ((st = grpc_server_start(s, &go, &gs))) {
       LOG_E("cinfer serve: gRPC port %lld: %s", grpc_port, cinfer_status_message(st));

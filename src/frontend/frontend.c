@@ -193,6 +193,16 @@ static void on_response(void *user, cinfer_response *resp, uint32_t flags) {
   loop_post_task(http_exchange_loop(c->ex), &c->task);
 }
 
+cinfer_status *frontend_forward_headers(frontend *fe, const http_request *req, cinfer_request *r) {
+  if (!fe->fwd.on) return NULL;
+  for (size_t i = 0; i < req->num_headers; i++) {
+    const http_header *h = &req->headers[i];
+    cinfer_status *st = kserve_fwd_header(&fe->fwd, h->name, h->name_len, h->value, h->value_len, r);
+    if (st) return st;
+  }
+  return NULL;
+}
+
 static void handle_infer(frontend *fe, http_exchange *ex, const http_request *req,
                          const char *model, int64_t version) {
   cinfer_model *m;
@@ -234,7 +244,8 @@ static void handle_infer(frontend *fe, http_exchange *ex, const http_request *re
   if (c->inflated) body = c->inflated;
   kserve_decode_ctx dctx = {.shm = fe->shm, .config = cinfer_model_config_get(m)};
   if ((st = kserve_decode_with(body, body_len, hlen, &fe->limits, &dctx, &c->kreq)) ||
-      (st = cinfer_request_create(m, &c->req)) || (st = kserve_apply(c->kreq, c->req))) {
+      (st = cinfer_request_create(m, &c->req)) || (st = kserve_apply(c->kreq, c->req)) ||
+      (st = frontend_forward_headers(fe, req, c->req))) {
     respond_status(ex, st);
     ctx_free(c);
     return;
@@ -687,6 +698,7 @@ cinfer_status *frontend_start(cinfer_server *s, const frontend_opts *o, frontend
       break;
     }
   }
+  if (!st) st = kserve_fwd_init(&fe->fwd, "--http-header-forward-pattern", o->header_forward_pattern);
   if (!st && (o->tls_cert || o->tls_key)) {
     if (!o->tls_cert || !o->tls_key)
       st = cinfer_status_new(CINFER_INVALID_ARG, "--tls-cert and --tls-key go together");
@@ -742,6 +754,7 @@ void frontend_destroy(frontend *f) {
   http_server_destroy(f->metrics_http);
   net_tls_destroy(f->tls);
   api_restrictions_free(&f->restrict_);
+  kserve_fwd_free(&f->fwd);
   if (f->shm_owned) shm_registry_destroy(f->shm);
   free(f);
 }

@@ -33,6 +33,9 @@ typedef struct frontend_opts {
    * a call of a restricted group without that header is refused with 403 naming the group. */
   const char *const *restricted_api;
   size_t n_restricted_api;
+  /* Triton's --http-header-forward-pattern: matching request headers become string parameters
+   * of infer and generate requests (kserve.h, kserve_fwd); NULL = none. */
+  const char *header_forward_pattern;
   /* The system shared-memory registry (frontend/shm.h), borrowed: serve.c creates one and
    * hands it to the HTTP and gRPC endpoints, so a region registered on one is usable on the
    * other. NULL: the frontend makes its own. */

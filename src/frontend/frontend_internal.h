@@ -17,6 +17,7 @@ struct frontend {
   kserve_limits limits;
   net_tls *tls;                 /* HTTPS on the HTTP port, or NULL */
   api_restrictions restrict_;   /* --http-restricted-api */
+  kserve_fwd fwd;               /* --http-header-forward-pattern */
   shm_registry *shm;            /* system shared-memory regions (kserve_ext.c) */
   bool shm_owned;               /* created here (else borrowed from frontend_opts) */
   bool (*extra_route)(void *, struct http_exchange *, const struct http_request *); /* frontend_opts */
@@ -37,6 +38,9 @@ cinfer_status *kserve_ext_inflate(frontend *fe, const http_request *req, void **
  * (Triton compresses inference responses only). Takes ownership of body (free()). */
 void kserve_ext_respond_infer(http_exchange *ex, compress_kind kind, const http_header *h,
                               size_t nh, char *body, size_t len);
+
+/* --http-header-forward-pattern: the request's matching headers as parameters of r. */
+cinfer_status *frontend_forward_headers(frontend *fe, const http_request *req, cinfer_request *r);
 
 /* frontend.c's answers, for every route: Triton's {"error": msg} with `status` (500 with
  * "out of memory" when the body cannot be built); respond_status takes st and answers

@@ -449,7 +449,8 @@ static void handle_generate(frontend *fe, http_exchange *ex, const http_request 
     return;
   }
   if ((st = generate_build_request(m, req->body, req->body_len, (size_t)fe->limits.max_tensor_elements,
-                                   &c->req, &c->id))) {
+                                   &c->req, &c->id)) ||
+      (st = frontend_forward_headers(fe, req, c->req))) {
     respond_status(ex, st);
     ctx_free(c);
     return;

@@ -621,6 +621,7 @@ cinfer_status *kserve_apply(kserve_request *k, cinfer_request *r) {
     for (const json_value *p = k->params->u.child; p; p = p->next) {
       const char *key = p->key;
       if (!strcmp(key, "binary_data_output")) continue;
+      if ((st = kserve_param_key_check(key))) return st;
       if (json_is_bool(p)) st = cinfer_request_set_param_bool(r, key, p->type == JSON_TRUE);
       else if (json_is(p, JSON_STRING))
         st = cinfer_request_set_param_string(r, key, p->u.str, p->len);

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <regex.h>
+
 #include "cinfer/cinfer.h"
 #include "core/buf.h"
 #include "frontend/shm.h"
@@ -143,5 +145,32 @@ cinfer_status *kserve_output_shm(kserve_output_req *ko, shm_registry *r, const c
                                  uint64_t offset, uint64_t byte_size);
 /* Copies output t into ko's region; INVALID_ARG (Triton's text) when the region is smaller. */
 cinfer_status *kserve_output_to_shm(const kserve_output_req *ko, const cinfer_tensor *t);
+
+/* ---- request parameters and forwarded headers (both protocols) ---- */
+
+/* A request parameter's key as Triton allows it: keys starting with "triton_" are Triton's
+ * (INVALID_ARG, Triton's text); gRPC's triton_enable_empty_final_response is handled by the
+ * caller before it asks. */
+cinfer_status *kserve_param_key_check(const char *key);
+
+/* Triton's --http-header-forward-pattern / --grpc-header-forward-pattern: request headers
+ * (gRPC: call metadata) whose name the pattern matches anywhere (RE2::PartialMatch on
+ * Triton; here a POSIX extended regular expression) become string parameters of the
+ * request. Names are matched case-insensitively unless the pattern begins with Triton's
+ * "(?-i)"; a leading "(?i)" is accepted too. A matched header named as a reserved parameter
+ * (sequence_id, sequence_start, sequence_end, priority, timeout, headers,
+ * binary_data_output) or starting with "triton_" refuses the request (Triton's text). */
+typedef struct kserve_fwd {
+  bool on;
+  regex_t re;
+} kserve_fwd;
+/* pattern NULL or "": off. INVALID_ARG naming `flag` when the pattern does not compile. */
+cinfer_status *kserve_fwd_init(kserve_fwd *f, const char *flag, const char *pattern);
+void kserve_fwd_free(kserve_fwd *f);
+/* Whether f is on and matches the header name. */
+bool kserve_fwd_match(const kserve_fwd *f, const char *name, size_t name_len);
+/* One header: set as a parameter of r when f matches its name. */
+cinfer_status *kserve_fwd_header(const kserve_fwd *f, const char *name, size_t name_len, const char *value,
+                                 size_t value_len, cinfer_request *r);
 
 #endif

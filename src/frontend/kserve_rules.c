@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define BAD(...) cinfer_status_new(CINFER_INVALID_ARG, __VA_ARGS__)
 
@@ -127,4 +128,62 @@ cinfer_status *kserve_output_to_shm(const kserve_output_req *ko, const cinfer_te
                (unsigned long long)ko->shm_size, t->byte_size);
   if (t->byte_size) memcpy(ko->shm_addr, t->data, t->byte_size);
   return NULL;
+}
+
+/* ---- request parameters and forwarded headers ---- */
+
+cinfer_status *kserve_param_key_check(const char *key) {
+  if (!strncmp(key, "triton_", 7))
+    return BAD("parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.");
+  return NULL;
+}
+
+cinfer_status *kserve_fwd_init(kserve_fwd *f, const char *flag, const char *pattern) {
+  memset(f, 0, sizeof *f);
+  if (!pattern || !*pattern) return NULL;
+  int flags = REG_EXTENDED | REG_NOSUB | REG_ICASE; /* header names are case-insensitive */
+  if (!strncmp(pattern, "(?-i)", 5)) pattern += 5, flags &= ~REG_ICASE;
+  else if (!strncmp(pattern, "(?i)", 4)) pattern += 4;
+  int rc = regcomp(&f->re, pattern, flags);
+  if (rc) {
+    char why[160];
+    regerror(rc, &f->re, why, sizeof why);
+    return BAD("%s '%s': %s (a POSIX extended regular expression, optionally after (?-i) or (?i))", flag,
+               pattern, why);
+  }
+  f->on = true;
+  return NULL;
+}
+
+void kserve_fwd_free(kserve_fwd *f) {
+  if (f && f->on) regfree(&f->re);
+  if (f) f->on = false;
+}
+
+static const char *const reserved_param_keys[] = {"sequence_id", "sequence_start", "sequence_end", "priority",
+                                                  "timeout",     "headers",        "binary_data_output"};
+
+bool kserve_fwd_match(const kserve_fwd *f, const char *name, size_t name_len) {
+  if (!f->on) return false;
+  char small[256], *key = name_len < sizeof small ? small : malloc(name_len + 1); /* regexec wants a C string */
+  if (!key) return true; /* kserve_fwd_header reports the lack of memory */
+  memcpy(key, name, name_len);
+  key[name_len] = 0;
+  bool m = regexec(&f->re, key, 0, NULL, 0) == 0;
+  if (key != small) free(key);
+  return m;
+}
+
+cinfer_status *kserve_fwd_header(const kserve_fwd *f, const char *name, size_t name_len, const char *value,
+                                 size_t value_len, cinfer_request *r) {
+  if (!kserve_fwd_match(f, name, name_len)) return NULL;
+  char *key = strndup(name, name_len);
+  if (!key) return cinfer_status_oom(NULL);
+  bool reserved = !strncasecmp(key, "triton_", 7); /* header names are case-insensitive */
+  for (size_t i = 0; !reserved && i < sizeof reserved_param_keys / sizeof *reserved_param_keys; i++)
+    reserved = !strcasecmp(key, reserved_param_keys[i]);
+  cinfer_status *st = reserved ? BAD("Header '%.200s' is reserved for Triton usage and cannot be forwarded.", key)
+                               : cinfer_request_set_param_string(r, key, value, value_len);
+  free(key);
+  return st;
 }

@@ -1294,7 +1294,7 @@ static gp_conn *conn_new(gw_grpc *gp, int fd, bool up) {
   nghttp2_session_callbacks *cb =
       c ? h2io_callbacks(on_begin_headers, on_header, on_frame_recv, on_data_chunk, on_stream_close) : NULL;
   if (!cb) goto fail;
-  int rc = up ? nghttp2_session_client_new(&c->h2, cb, c) : nghttp2_session_server_new(&c->h2, cb, c);
+  int rc = h2io_session_new(&c->h2, cb, c, !up);
   nghttp2_session_callbacks_del(cb);
   if (rc) goto fail;
   if (h2io_settings(c->h2, 1024)) goto fail;

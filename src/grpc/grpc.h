@@ -32,6 +32,9 @@ typedef struct grpc_opts {
    * reloaded when they change (net/tls.h). tls_ca set: mutual TLS, clients must present a
    * certificate it signed (--grpc-use-ssl-mutual with --grpc-root-cert). */
   const char *tls_cert, *tls_key, *tls_ca;
+  /* Triton's --grpc-header-forward-pattern: call metadata whose key it matches become string
+   * parameters of each inference request of the call (frontend/kserve.h, kserve_fwd). */
+  const char *header_forward_pattern;
 } grpc_opts;
 
 cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_server **out);

@@ -375,6 +375,7 @@ cinfer_status *grpc_infer_apply(grpc_infer *g, cinfer_request *r) {
     const Inference__ModelInferRequest__ParametersEntry *p = m->parameters[i];
     const char *key = p->key;
     if (!strcmp(key, "triton_enable_empty_final_response")) continue; /* the frontend's own */
+    if ((st = kserve_param_key_check(key))) return st;
     const Inference__InferParameter *v = p->value;
     switch (v ? v->parameter_choice_case : INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE__NOT_SET) {
       case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:

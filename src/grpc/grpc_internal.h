@@ -44,6 +44,7 @@ struct grpc_server {
   size_t max_msg;
   shm_registry *shm;      /* borrowed (grpc_opts.shm) */
   api_restrictions restrict_; /* --grpc-restricted-protocol */
+  kserve_fwd fwd;         /* --grpc-header-forward-pattern */
   bool restricted;        /* any group is */
   struct net_tls *tls;    /* --grpc-use-ssl, else NULL */
   uint16_t port;
@@ -55,6 +56,9 @@ struct grpc_server {
 };
 
 grpc_server *gstream_server(gstream *gs);
+/* The call's metadata that --grpc-header-forward-pattern matched (kept as received), for
+ * kserve_fwd_header on each request of the call. */
+const http_header *gstream_forwarded(const gstream *gs, size_t *n);
 /* Appends framed message bytes (from grpc_pack) to the stream's output and sends the
  * response headers first if needed. b is emptied. */
 void gstream_send(gstream *gs, cbuf *b);

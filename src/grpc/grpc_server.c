@@ -73,6 +73,8 @@ struct gstream {
   /* Request metadata named by a --grpc-restricted-protocol key (only those are kept). */
   http_header rh[API_GROUP_COUNT];
   size_t n_rh;
+  http_header *fh;       /* metadata --grpc-header-forward-pattern matched (owned) */
+  size_t n_fh;
   cbuf in;               /* received bytes not yet framed into messages */
   size_t n_msgs;         /* messages received (unary: must be 1) */
   bool in_closed;        /* the client sent END_STREAM */
@@ -185,6 +187,10 @@ void gop_flush(gop *op) { conn_mark_dirty(op->c); }
 /* ---- streams -------------------------------------------------------------------------- */
 
 grpc_server *gstream_server(gstream *gs) { return gs->c->srv; }
+const http_header *gstream_forwarded(const gstream *gs, size_t *n) {
+  *n = gs->n_fh;
+  return gs->fh;
+}
 bool gstream_finished(const gstream *gs) { return gs->finished; }
 
 static void stream_free(gstream *gs) {
@@ -200,6 +206,11 @@ static void stream_free(gstream *gs) {
   cbuf_free(&gs->in);
   cbuf_free(&gs->out);
   free(gs->message);
+  for (size_t i = 0; i < gs->n_fh; i++) {
+    free((char *)gs->fh[i].name);
+    free((char *)gs->fh[i].value);
+  }
+  free(gs->fh);
   for (size_t i = 0; i < gs->n_rh; i++) {
     free((char *)gs->rh[i].name);
     free((char *)gs->rh[i].value);
@@ -406,6 +417,16 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
       break;
     }
   }
+  if (nlen && name[0] != ':' && kserve_fwd_match(&gs->c->srv->fwd, (const char *)name, nlen)) {
+    http_header *nf = realloc(gs->fh, (gs->n_fh + 1) * sizeof *nf);
+    char *n = nf ? strndup((const char *)name, nlen) : NULL, *v = n ? strndup((const char *)value, vlen) : NULL;
+    if (nf) gs->fh = nf;
+    if (!v) {
+      free(n);
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM */
+    }
+    gs->fh[gs->n_fh++] = (http_header){n, nlen, v, vlen};
+  }
   if (nlen == 13 && !memcmp(name, "grpc-encoding", 13)) {
     size_t n = vlen < sizeof gs->encoding - 1 ? vlen : sizeof gs->encoding - 1;
     memcpy(gs->encoding, value, n);
@@ -575,11 +596,7 @@ static void conn_open(gloop *gl, int fd) {
   gconn *c = calloc(1, sizeof *c);
   nghttp2_session_callbacks *cb =
       c ? h2io_callbacks(on_begin_headers, on_header, on_frame_recv, on_data_chunk, on_stream_close) : NULL;
-  nghttp2_option *opt = NULL;
-  if (!cb || nghttp2_option_new(&opt)) goto fail;
-  if (nghttp2_session_server_new2(&c->h2, cb, c, opt)) goto fail;
-  nghttp2_option_del(opt);
-  opt = NULL;
+  if (!cb || h2io_session_new(&c->h2, cb, c, true)) goto fail;
   nghttp2_session_callbacks_del(cb);
   cb = NULL;
   if (h2io_settings(c->h2, MAX_STREAMS)) goto fail;
@@ -608,7 +625,6 @@ static void conn_open(gloop *gl, int fd) {
   if (!c->handshaking) conn_flush(c);
   return;
 fail:
-  if (opt) nghttp2_option_del(opt);
   if (cb) nghttp2_session_callbacks_del(cb);
   if (c && c->h2) nghttp2_session_del(c->h2);
   if (c && c->ssl) SSL_free(c->ssl);
@@ -645,10 +661,16 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
   if (!g) return cinfer_status_oom("grpc server");
   g->server = s;
   g->shm = o->shm;
+  cinfer_status *fst = kserve_fwd_init(&g->fwd, "--grpc-header-forward-pattern", o->header_forward_pattern);
+  if (fst) {
+    free(g);
+    return fst;
+  }
   for (size_t i = 0; i < o->n_restricted; i++) {
     char err[256];
     if (!api_restrictions_add(&g->restrict_, o->restricted[i], err, sizeof err)) {
       api_restrictions_free(&g->restrict_);
+      kserve_fwd_free(&g->fwd);
       free(g);
       return cinfer_status_new(CINFER_INVALID_ARG, "--grpc-restricted-protocol '%s': %s",
                                o->restricted[i], err);
@@ -665,6 +687,7 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
                                            .alpn = "h2"}, &g->tls);
     if (tst) {
       api_restrictions_free(&g->restrict_);
+      kserve_fwd_free(&g->fwd);
       free(g);
       return tst;
     }
@@ -679,6 +702,7 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
   g->loops = calloc((size_t)g->n_loops, sizeof *g->loops);
   if (!g->loops) {
     api_restrictions_free(&g->restrict_);
+      kserve_fwd_free(&g->fwd);
     net_tls_destroy(g->tls);
     free(g);
     return cinfer_status_oom("grpc server");
@@ -714,6 +738,7 @@ cinfer_status *grpc_server_start(cinfer_server *s, const grpc_opts *o, grpc_serv
     }
     free(g->loops);
     api_restrictions_free(&g->restrict_);
+      kserve_fwd_free(&g->fwd);
     net_tls_destroy(g->tls);
     free(g);
     return st;
@@ -803,6 +828,7 @@ void grpc_server_destroy(grpc_server *g) {
   }
   free(g->loops);
   api_restrictions_free(&g->restrict_);
+      kserve_fwd_free(&g->fwd);
   net_tls_destroy(g->tls);
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv);

@@ -760,6 +760,18 @@ static void infer_error(gstream *gs, bool stream, const char *model, const char 
   cinfer_status_free(st);
 }
 
+/* --grpc-header-forward-pattern: the call's matched metadata as parameters of r. */
+static cinfer_status *forward_metadata(gstream *gs, cinfer_request *r) {
+  grpc_server *g = gstream_server(gs);
+  size_t n;
+  const http_header *h = gstream_forwarded(gs, &n);
+  for (size_t i = 0; i < n; i++) {
+    cinfer_status *st = kserve_fwd_header(&g->fwd, h[i].name, h[i].name_len, h[i].value, h[i].value_len, r);
+    if (st) return st;
+  }
+  return NULL;
+}
+
 static void infer(gstream *gs, const uint8_t *msg, size_t len, bool stream) {
   grpc_server *g = gstream_server(gs);
   infer_call *ic = calloc(1, sizeof *ic);
@@ -779,7 +791,8 @@ static void infer(gstream *gs, const uint8_t *msg, size_t len, bool stream) {
     goto fail;
   }
   if ((st = grpc_infer_bind(ic->gi, g->shm, cinfer_model_config_get(ic->model))) ||
-      (st = cinfer_request_create(ic->model, &ic->req)) || (st = grpc_infer_apply(ic->gi, ic->req)))
+      (st = cinfer_request_create(ic->model, &ic->req)) || (st = grpc_infer_apply(ic->gi, ic->req)) ||
+      (st = forward_metadata(gs, ic->req)))
     goto fail;
   cinfer_request_set_callback(ic->req, on_response, ic);
   gop_attach(gs, &ic->op, call_cancel);

@@ -104,6 +104,16 @@ nghttp2_session_callbacks *h2io_callbacks(nghttp2_on_begin_headers_callback begi
   return cb;
 }
 
+int h2io_session_new(nghttp2_session **out, const nghttp2_session_callbacks *cb, void *user, bool server) {
+  nghttp2_option *opt;
+  int rc = nghttp2_option_new(&opt);
+  if (rc) return rc;
+  nghttp2_option_set_no_rfc9113_leading_and_trailing_ws_validation(opt, 1);
+  rc = server ? nghttp2_session_server_new2(out, cb, user, opt) : nghttp2_session_client_new2(out, cb, user, opt);
+  nghttp2_option_del(opt);
+  return rc;
+}
+
 int h2io_settings(nghttp2_session *h2, uint32_t max_streams) {
   nghttp2_settings_entry s[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, max_streams},
                                 {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 4u << 20},

@@ -52,5 +52,10 @@ nghttp2_session_callbacks *h2io_callbacks(nghttp2_on_begin_headers_callback begi
 /* The SETTINGS both sides announce (max_streams concurrent streams, 4 MiB stream windows,
  * 64 KiB header lists) and a 16 MiB connection window. Nonzero on failure. */
 int h2io_settings(nghttp2_session *h2, uint32_t max_streams);
+/* A server (or client) session for gRPC: nghttp2's defaults, except that field values with
+ * leading or trailing whitespace are taken as they are (RFC 9113 refuses them; gRPC's own
+ * core and Triton pass such metadata values through, and Triton's QA sends one). Returns
+ * nghttp2's error code, 0 on success. */
+int h2io_session_new(nghttp2_session **out, const nghttp2_session_callbacks *cb, void *user, bool server);
 
 #endif

@@ -44,7 +44,8 @@ def _fill(mm, blobs):
     """Copies each (offset, bytes or ndarray) into the mapping: one memcpy each."""
     for o, data in blobs:
         if isinstance(data, bytes):
-            mm[o:o + len(data)] = data
+            if data:  # an empty tensor has nothing to copy (and may have no region at all)
+                mm[o:o + len(data)] = data
         elif data.size:
             if not data.flags.c_contiguous:
                 data = np.ascontiguousarray(data)
