@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cinfer/model_control.h"
 #include "core/log.h"
 #include "frontend/settings.h"
 #include "grpc/grpc_codec.h"
@@ -490,11 +491,25 @@ static void rpc_repository_index(gstream *gs, const uint8_t *msg, size_t len) {
 typedef struct ctl_job {
   gop op;
   grpc_server *g;
-  bool load;
+  bool load, unload_dependents;
   char *name, *config;
+  cinfer_model_file *files; /* "file:<path>" parameters (paths and data owned) */
+  size_t n_files;
   cinfer_status *result;
   loop_task task;
 } ctl_job;
+
+static void ctl_free(ctl_job *j) {
+  if (!j) return;
+  for (size_t i = 0; i < j->n_files; i++) {
+    free((char *)j->files[i].path);
+    free((void *)j->files[i].data);
+  }
+  free(j->files);
+  free(j->name);
+  free(j->config);
+  free(j);
+}
 
 static void ctl_done(loop_task *t) {
   ctl_job *j = (ctl_job *)((char *)t - offsetof(ctl_job, task));
@@ -513,37 +528,61 @@ static void ctl_done(loop_task *t) {
   }
   cinfer_status_free(j->result);
   gop_done(&j->op);
-  free(j->name);
-  free(j->config);
-  free(j);
+  ctl_free(j);
 }
 
 static void *ctl_main(void *arg) {
   ctl_job *j = arg;
-  j->result = j->load ? cinfer_server_load_model(j->g->server, j->name, j->config)
-                      : cinfer_server_unload_model(j->g->server, j->name);
+  cinfer_server *s = j->g->server;
+  j->result = !j->load    ? cinfer_server_unload_model_dependents(s, j->name, j->unload_dependents)
+              : j->n_files ? cinfer_server_load_model_files(s, j->name, j->config, j->files, j->n_files)
+                           : cinfer_server_load_model(s, j->name, j->config);
   j->task.fn = ctl_done;
   loop_post_task(gop_loop(&j->op), &j->task);
   return NULL;
 }
 
-/* The parameters of a load or unload, with the HTTP endpoint's rules and texts. */
+/* The parameters of a load or unload, with the HTTP endpoint's rules and texts (frontend.c
+ * handle_control): "config" (a ModelConfig as JSON), "file:<path>" (the file's bytes:
+ * bytes_param, where HTTP sends base64), "unload_dependents" (bool, unload only). */
 static cinfer_status *ctl_params(ctl_job *j, Inference__RepositoryModelLoadRequest__ParametersEntry **p,
                                  size_t n) {
+  const char *what = j->load ? "load" : "unload";
   for (size_t i = 0; i < n; i++) {
     const char *key = p[i]->key;
     const Inference__ModelRepositoryParameter *v = p[i]->value;
-    if (!strncmp(key, "file:", 5))
-      return cinfer_status_new(CINFER_INVALID_ARG, "load parameter '%.200s': model file overrides "
-                               "are not supported; put the files in the repository", key);
-    if (!strcmp(key, "config")) {
+    int kind = v ? (int)v->parameter_choice_case : 0;
+    if (!strncmp(key, "file:", 5)) {
+      if (!j->load) return cinfer_status_new(CINFER_INVALID_ARG, "unload parameter '%.200s' is only valid for a load", key);
+      if (kind != INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BYTES_PARAM)
+        return cinfer_status_new(CINFER_INVALID_ARG, "load parameter '%.200s' must be bytes holding the file's contents",
+                                 key);
+      cinfer_model_file *nf = realloc(j->files, (j->n_files + 1) * sizeof *nf);
+      if (nf) j->files = nf;
+      char *path = nf ? strdup(key + 5) : NULL;
+      void *data = path ? malloc(v->bytes_param.len ? v->bytes_param.len : 1) : NULL;
+      if (!data) {
+        free(path);
+        return cinfer_status_oom(NULL);
+      }
+      if (v->bytes_param.len) memcpy(data, v->bytes_param.data, v->bytes_param.len);
+      j->files[j->n_files++] = (cinfer_model_file){.path = path, .data = data, .len = v->bytes_param.len};
+    } else if (!strcmp(key, "unload_dependents")) {
+      if (j->load) return cinfer_status_new(CINFER_INVALID_ARG, "load parameter 'unload_dependents' is only valid for an unload");
+      if (kind != INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
+        return cinfer_status_new(CINFER_INVALID_ARG, "unload parameter 'unload_dependents' must be a boolean");
+      j->unload_dependents = v->bool_param;
+    } else if (!strcmp(key, "config")) {
       if (!j->load)
         return cinfer_status_new(CINFER_INVALID_ARG, "unload parameter 'config' is only valid for a load");
-      if (!v || v->parameter_choice_case != INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+      if (kind != INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
         return cinfer_status_new(CINFER_INVALID_ARG, "load parameter 'config' must be a string "
                                  "holding the model configuration as JSON");
       free(j->config);
       if (!(j->config = strdup(v->string_param))) return cinfer_status_oom(NULL);
+    } else {
+      return cinfer_status_new(CINFER_INVALID_ARG, "%s parameter '%.200s' is not known (%s)", what, key,
+                               j->load ? "config, file:<path>" : "unload_dependents");
     }
   }
   return NULL;
@@ -574,8 +613,7 @@ static void rpc_repository_load(gstream *gs, const uint8_t *msg, size_t len) {
   }
   Inference__RepositoryModelLoadRequest_free(q);
   if (st) {
-    if (j) free(j->name), free(j->config);
-    free(j);
+    ctl_free(j);
     return gstream_finish_status(gs, st);
   }
   ctl_start(gs, j);
@@ -595,8 +633,7 @@ static void rpc_repository_unload(gstream *gs, const uint8_t *msg, size_t len) {
   }
   Inference__RepositoryModelUnloadRequest_free(q);
   if (st) {
-    if (j) free(j->name), free(j->config);
-    free(j);
+    ctl_free(j);
     return gstream_finish_status(gs, st);
   }
   ctl_start(gs, j);
