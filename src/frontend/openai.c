@@ -131,11 +131,11 @@ out:
  * set; backend counters are cumulative per loaded model version while the series is per
  * model name, so the growth since the last scrape is added (a reload restarts the count). */
 typedef struct bm_entry {
-  char model[128];
   const char *name;   /* the backend's static family name */
   metric *series;
   double last;
   struct bm_entry *next;
+  char model[];       /* the whole name: a truncated one would never match again */
 } bm_entry;
 
 static bm_entry *bm_list; /* under metrics_mu */
@@ -143,9 +143,10 @@ static bm_entry *bm_list; /* under metrics_mu */
 static bm_entry *bm_for(cinfer_server *s, const char *model, const cinfer_backend_metric *bm) {
   for (bm_entry *e = bm_list; e; e = e->next)
     if (e->name == bm->name && !strcmp(e->model, model)) return e;
-  bm_entry *e = calloc(1, sizeof *e);
+  size_t ml = strlen(model);
+  bm_entry *e = calloc(1, sizeof *e + ml + 1);
   if (!e) return NULL;
-  snprintf(e->model, sizeof e->model, "%s", model);
+  memcpy(e->model, model, ml + 1);
   e->name = bm->name;
   const char *lab[] = {"model", e->model, NULL};
   bool counter = bm->kind == CINFER_BACKEND_METRIC_COUNTER;
