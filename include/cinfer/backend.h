@@ -70,6 +70,11 @@ struct cinfer_backend_metric;
 
 enum {
   CINFER_BACKEND_DECOUPLED = 1u << 0, /* execute() takes over responding (see above) */
+  /* With DECOUPLED: a model answers 0..N responses per request only when its config says
+   * model_transaction_policy { decoupled: true }; otherwise exactly one (the python backend,
+   * as Triton's). Unary protocols (gRPC ModelInfer) and plain ensemble steps then serve it.
+   * (A flag bit: backends built without it are unaffected, so the ABI version stays.) */
+  CINFER_BACKEND_DECOUPLED_BY_CONFIG = 1u << 1,
 };
 
 enum {

@@ -31,5 +31,5 @@ bool cinfer_model_is_decoupled(const cinfer_model *m) {
 }
 bool cinfer_model_answers_once(const cinfer_model *m) {
   if (cfg_decoupled(m->config)) return false;
-  return !cinfer_model_is_decoupled(m) || !strcmp(m->backend->name, "python");
+  return !cinfer_model_is_decoupled(m) || (m->backend->flags & CINFER_BACKEND_DECOUPLED_BY_CONFIG);
 }
