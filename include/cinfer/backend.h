@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 #define CINFER_BACKEND_ABI_MAJOR 2
-#define CINFER_BACKEND_ABI_MINOR 2
+#define CINFER_BACKEND_ABI_MINOR 3
 
 typedef struct cinfer_request cinfer_request; /* opaque */
 struct cinfer_backend_metric;
@@ -327,6 +327,14 @@ enum { CINFER_RESPONSE_FINAL = 1u << 0 };
  * failed and finished the request with that error, so r must not be used either. */
 cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *outputs,
                                       uint32_t n, uint32_t flags, cinfer_status *error);
+/* ABI 2.3. The same, with parameters for the response (keys and strings copied): what
+ * Triton's TRITONBACKEND_ResponseSet*Parameter give a response. A key given twice, an
+ * empty key or a string parameter without a value is refused with INVALID_ARG (the
+ * request is then failed, as for any response that cannot be sent). Ignored with an
+ * error. */
+cinfer_status *cinfer_request_respond_params(cinfer_request *r, const cinfer_tensor *outputs,
+                                             uint32_t n, uint32_t flags, cinfer_status *error,
+                                             const cinfer_param *params, uint32_t n_params);
 
 /* Registers a backend under iface->name (the core calls it once at start-up for each
  * backend it is built with; an embedding application may add its own before creating

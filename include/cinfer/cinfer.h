@@ -184,6 +184,10 @@ const cinfer_status *cinfer_response_error(const cinfer_response *resp); /* borr
 uint32_t cinfer_response_output_count(const cinfer_response *resp);
 const cinfer_tensor *cinfer_response_output(const cinfer_response *resp, uint32_t i);
 cinfer_request *cinfer_response_request(const cinfer_response *resp); /* borrowed */
+/* The response's parameters (Triton's response parameters: a Python model's
+ * InferenceResponse(parameters=...), an ensemble's sequence flags); borrowed from resp. */
+uint32_t cinfer_response_param_count(const cinfer_response *resp);
+const cinfer_param *cinfer_response_param(const cinfer_response *resp, uint32_t i);
 void cinfer_response_free(cinfer_response *resp);
 
 /* ---- statistics and metrics -------------------------------------------------------- */

@@ -127,6 +127,25 @@ typedef struct cinfer_tensor {
   int32_t device_id;              /* GPU ordinal for CINFER_MEMORY_GPU; 0 otherwise */
 } cinfer_tensor;
 
+/* A response parameter (KServe "parameters" of a response, Triton's response parameters):
+ * a key and a value of one of four kinds. Strings are NUL-terminated; both pointers are
+ * borrowed from whoever holds the parameter. */
+typedef enum cinfer_param_type {
+  CINFER_PARAM_BOOL = 0,
+  CINFER_PARAM_INT,
+  CINFER_PARAM_DOUBLE,
+  CINFER_PARAM_STRING,
+} cinfer_param_type;
+
+typedef struct cinfer_param {
+  const char *key;
+  cinfer_param_type type;
+  bool b;
+  int64_t i;
+  double d;
+  const char *s;
+} cinfer_param;
+
 /* Product of the dims, or -1 when a dim is negative or the product overflows int64. */
 int64_t cinfer_shape_elements(const int64_t *shape, int ndim);
 /* Checks that byte_size matches shape x dtype (for BYTES: walks the length prefixes and

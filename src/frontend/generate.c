@@ -92,6 +92,18 @@ static void encode(gen_ctx *c, cbuf *b, const cinfer_response *resp) {
   cbuf_json_string(b, mn, strlen(mn));
   cbuf_printf(b, ",\"model_version\":\"%lld\"", (long long)cinfer_model_version(c->model));
   uint32_t n = cinfer_response_output_count(resp);
+  /* The response's parameters are fields of the object too, as on Triton; one whose key
+   * is taken (id, model_name, model_version, an output's name) stays out of it. */
+  for (uint32_t i = 0, np = cinfer_response_param_count(resp); i < np; i++) {
+    const cinfer_param *p = cinfer_response_param(resp, i);
+    bool taken = !strcmp(p->key, "id") || !strcmp(p->key, "model_name") || !strcmp(p->key, "model_version");
+    for (uint32_t j = 0; j < n && !taken; j++) taken = !strcmp(cinfer_response_output(resp, j)->name, p->key);
+    if (taken) continue;
+    cbuf_puts(b, ",");
+    cbuf_json_string(b, p->key, strlen(p->key));
+    cbuf_puts(b, ":");
+    kserve_encode_param_value(b, p);
+  }
   for (uint32_t i = 0; i < n; i++) {
     const cinfer_tensor *t = cinfer_response_output(resp, i);
     cbuf_puts(b, ",");

@@ -450,17 +450,48 @@ bool grpc_infer_encode(cbuf *out, bool stream, const char *model, int64_t versio
   r.n_outputs = r.n_raw_output_contents = n;
   r.outputs = op;
   r.raw_output_contents = raw;
-  Inference__InferParameter fp = INFERENCE__INFER_PARAMETER__INIT;
-  Inference__ModelInferResponse__ParametersEntry fe = INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT;
-  Inference__ModelInferResponse__ParametersEntry *fep = &fe;
-  if (final_param >= 0) {
-    fp.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
-    fp.bool_param = final_param != 0;
-    fe.key = "triton_final_response";
-    fe.value = &fp;
-    r.n_parameters = 1;
-    r.parameters = &fep;
+  /* The response's parameters, then triton_final_response on a stream. */
+  uint32_t np = cinfer_response_param_count(resp) + (final_param >= 0);
+  Inference__InferParameter *pv = np ? calloc(np, sizeof *pv) : NULL;
+  Inference__ModelInferResponse__ParametersEntry *pe = np ? calloc(np, sizeof *pe) : NULL;
+  Inference__ModelInferResponse__ParametersEntry **pp = np ? calloc(np, sizeof *pp) : NULL;
+  ok = ok && (!np || (pv && pe && pp));
+  for (uint32_t i = 0; ok && i < np; i++) {
+    Inference__InferParameter vi = INFERENCE__INFER_PARAMETER__INIT;
+    Inference__ModelInferResponse__ParametersEntry ei = INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT;
+    pv[i] = vi;
+    pe[i] = ei;
+    pe[i].value = &pv[i];
+    pp[i] = &pe[i];
+    const cinfer_param *p = cinfer_response_param(resp, i);
+    if (!p) { /* the last one: the stream's marker */
+      pe[i].key = "triton_final_response";
+      pv[i].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+      pv[i].bool_param = final_param != 0;
+      continue;
+    }
+    pe[i].key = (char *)p->key;
+    switch (p->type) {
+    case CINFER_PARAM_BOOL:
+      pv[i].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+      pv[i].bool_param = p->b;
+      break;
+    case CINFER_PARAM_INT:
+      pv[i].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+      pv[i].int64_param = p->i;
+      break;
+    case CINFER_PARAM_DOUBLE:
+      pv[i].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM;
+      pv[i].double_param = p->d;
+      break;
+    case CINFER_PARAM_STRING:
+      pv[i].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+      pv[i].string_param = (char *)p->s;
+      break;
+    }
   }
+  r.n_parameters = np;
+  r.parameters = pp;
   if (ok) {
     if (stream) {
       Inference__ModelStreamInferResponse s = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
@@ -473,6 +504,9 @@ bool grpc_infer_encode(cbuf *out, bool stream, const char *model, int64_t versio
   free(ot);
   free(op);
   free(raw);
+  free(pv);
+  free(pe);
+  free(pp);
   return ok;
 }
 

@@ -1124,6 +1124,31 @@ static void unlist(ens_run *run) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* Triton's ensemble response parameters: when an output comes from a step, the response
+ * carries the request's sequence_id (0 when none), sequence_start and sequence_end, or the
+ * values the step's response gave for them (a composing model may override them). */
+static cinfer_status *sequence_params(const cinfer_request *req, const cinfer_response *step,
+                                      cinfer_response *resp) {
+  cinfer_param ps[3] = {{.key = "sequence_id", .type = CINFER_PARAM_INT},
+                        {.key = "sequence_start", .type = CINFER_PARAM_BOOL},
+                        {.key = "sequence_end", .type = CINFER_PARAM_BOOL}};
+  if (!cinfer_request_param_int(req, "sequence_id", &ps[0].i) &&
+      cinfer_request_param_string(req, "sequence_id", &ps[0].s))
+    ps[0].type = CINFER_PARAM_STRING;
+  cinfer_request_param_bool(req, "sequence_start", &ps[1].b);
+  cinfer_request_param_bool(req, "sequence_end", &ps[2].b);
+  for (uint32_t i = 0; step != resp && i < cinfer_response_param_count(step); i++) {
+    const cinfer_param *q = cinfer_response_param(step, i);
+    for (int k = 0; k < 3; k++)
+      if (!strcmp(q->key, ps[k].key) && (k == 0 ? q->type == CINFER_PARAM_INT || q->type == CINFER_PARAM_STRING
+                                                : q->type == CINFER_PARAM_BOOL)) {
+        ps[k] = *q;
+        ps[k].key = k == 0 ? "sequence_id" : k == 1 ? "sequence_start" : "sequence_end";
+      }
+  }
+  return response_set_params(resp, ps, 3);
+}
+
 /* The FINAL response of the ensemble request: its wanted outputs, viewing the step
  * responses that hold them (moved into resp->held), or the run's error. */
 static void finish(ens_run *run) {
@@ -1135,6 +1160,7 @@ static void finish(ens_run *run) {
   cinfer_status *err = run->err;
   run->err = NULL;
   cinfer_response *resp = NULL;
+  const cinfer_response *seq_from = NULL; /* the step response of the first output from a step */
   if (!err) {
     uint32_t nw = 0;
     for (int j = 0; j < m->n_outputs; j++)
@@ -1153,12 +1179,12 @@ static void finish(ens_run *run) {
         if (!request_output_wanted(req, m->outputs[j].name)) continue;
         int t = e->out_tensor[j], p = e->tensors[t].producer;
         if (!run->have[t] && e->stream_step >= 0) continue; /* streamed: FINAL may be empty */
-        if (!run->have[t]) {
-          err = cinfer_status_new(CINFER_INTERNAL,
-                                  "in ensemble '%s', output '%s' was not produced by step %d "
-                                  "(model '%s')", m->name, m->outputs[j].name, p, e->steps[p].model);
-          break;
+        if (!run->have[t]) { /* Triton leaves an output its step did not return out */
+          LOG_V(1, "ensemble '%s': Composing models did not output tensor %s (step %d, model '%s')",
+                m->name, m->outputs[j].name, p, e->steps[p].model);
+          continue;
         }
+        if (p >= 0 && !seq_from) seq_from = run->resp[p] ? run->resp[p] : resp;
         ts[resp->n] = run->val[t];
         ts[resp->n].name = m->outputs[j].name; /* the config outlives the response */
         reshape_for(&ts[resp->n], &m->outputs[j], m->batching, run->batch[t]);
@@ -1168,6 +1194,7 @@ static void finish(ens_run *run) {
           run->resp[p] = NULL;
         }
       }
+      if (!err && seq_from) err = sequence_params(req, seq_from, resp);
       if (err) {
         cinfer_response_free(resp); /* frees the held step responses, no request yet */
         resp = NULL;

@@ -86,6 +86,8 @@ struct cinfer_response {
   void *owned;              /* decoupled style: copies of the outputs */
   struct cinfer_response **held; /* ensemble: the step responses its outputs view (owned) */
   uint32_t n_held;
+  cinfer_param *params;     /* response parameters: keys and strings owned */
+  uint32_t n_params;
 };
 
 typedef struct model_instance {
@@ -186,6 +188,9 @@ void model_busy_update(cinfer_model *m, uint64_t window_ns);
 
 /* request.c */
 void request_complete_error(cinfer_request *r, cinfer_status *st); /* takes st */
+/* Copies params[0..n) into resp (replacing any it had). INVALID_ARG for an empty or
+ * repeated key or a string without a value; OOM; resp unchanged on error. */
+cinfer_status *response_set_params(cinfer_response *resp, const cinfer_param *params, uint32_t n);
 void request_deliver(cinfer_request *r, cinfer_response *resp, uint32_t flags);
 /* Hands a FINAL response to the callback, releasing the server's reference. */
 void request_deliver_now(cinfer_request *r, cinfer_response *resp, uint32_t flags);

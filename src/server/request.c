@@ -307,6 +307,45 @@ const cinfer_tensor *cinfer_response_output(const cinfer_response *resp, uint32_
   return i < resp->n ? &resp->outputs[i] : NULL;
 }
 cinfer_request *cinfer_response_request(const cinfer_response *resp) { return resp->req; }
+uint32_t cinfer_response_param_count(const cinfer_response *resp) { return resp->n_params; }
+const cinfer_param *cinfer_response_param(const cinfer_response *resp, uint32_t i) {
+  return i < resp->n_params ? &resp->params[i] : NULL;
+}
+
+static void params_free(cinfer_param *p, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    free((char *)p[i].key);
+    free((char *)p[i].s);
+  }
+  free(p);
+}
+
+cinfer_status *response_set_params(cinfer_response *resp, const cinfer_param *params, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    if (!params[i].key || !params[i].key[0]) return BAD("response parameter %u has no key", i);
+    if (params[i].type > CINFER_PARAM_STRING)
+      return BAD("response parameter '%s' has an unknown type %d", params[i].key, (int)params[i].type);
+    if (params[i].type == CINFER_PARAM_STRING && !params[i].s)
+      return BAD("response parameter '%s' is a string without a value", params[i].key);
+    for (uint32_t j = 0; j < i; j++)
+      if (!strcmp(params[j].key, params[i].key)) return BAD("response parameter '%s' is given twice", params[i].key);
+  }
+  cinfer_param *cp = n ? calloc(n, sizeof *cp) : NULL;
+  if (n && !cp) return OOM();
+  for (uint32_t i = 0; i < n; i++) {
+    cp[i] = params[i];
+    cp[i].key = strdup(params[i].key);
+    cp[i].s = params[i].type == CINFER_PARAM_STRING ? strdup(params[i].s) : NULL;
+    if (!cp[i].key || (params[i].type == CINFER_PARAM_STRING && !cp[i].s)) {
+      params_free(cp, i + 1);
+      return OOM();
+    }
+  }
+  params_free(resp->params, resp->n_params);
+  resp->params = cp;
+  resp->n_params = n;
+  return NULL;
+}
 
 static void block_release(batch_block *b) {
   if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
@@ -325,6 +364,7 @@ void cinfer_response_free(cinfer_response *resp) {
   block_release(resp->block);
   for (uint32_t i = 0; i < resp->n_held; i++) cinfer_response_free(resp->held[i]);
   free(resp->held);
+  params_free(resp->params, resp->n_params);
   cinfer_request_release(resp->req);
   free(resp);
 }
@@ -387,6 +427,12 @@ void request_complete_error(cinfer_request *r, cinfer_status *st) {
 
 cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *outputs,
                                       uint32_t n, uint32_t flags, cinfer_status *error) {
+  return cinfer_request_respond_params(r, outputs, n, flags, error, NULL, 0);
+}
+
+cinfer_status *cinfer_request_respond_params(cinfer_request *r, const cinfer_tensor *outputs,
+                                             uint32_t n, uint32_t flags, cinfer_status *error,
+                                             const cinfer_param *params, uint32_t n_params) {
   bool final = error || (flags & CINFER_RESPONSE_FINAL);
   /* A partial response that could not be sent was not silently skipped: the stream is
    * incomplete, so its FINAL response is an error. */
@@ -435,11 +481,18 @@ cinfer_status *cinfer_request_respond(cinfer_request *r, const cinfer_tensor *ou
     ts[i].data = p;
     p += outputs[i].byte_size;
   }
-  cinfer_request_ref(r);
-  resp->req = r;
   resp->n = n;
   resp->outputs = ts;
   resp->owned = own;
+  cinfer_status *pst = n_params ? response_set_params(resp, params, n_params) : NULL;
+  if (pst) { /* a bad parameter fails the request, like any response that cannot be sent */
+    cinfer_response_free(resp);
+    cinfer_status *ret = cinfer_status_new(cinfer_status_code(pst), "%s", cinfer_status_message(pst));
+    request_complete_error(r, cinfer_status_prefix(pst, "backend response"));
+    return ret;
+  }
+  cinfer_request_ref(r);
+  resp->req = r;
   request_deliver(r, resp, flags & CINFER_RESPONSE_FINAL);
   return NULL;
 }

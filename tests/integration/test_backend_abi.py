@@ -3,6 +3,7 @@ is not built in from DIR/<name>/libcinfer_<name>.so (the identity backend built 
 object, "identity_so"), serves it to tritonclient, and fails only the model whose library
 was built for another ABI major (or is missing), with a reason naming the versions / path."""
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -12,6 +13,11 @@ import pytest
 import tritonclient.http as httpclient
 
 from cinfer_server import BIN, Server
+
+# The ABI version this source tree's core has (the bad backend is built for major - 1).
+_HDR = open(os.path.join(os.path.dirname(__file__), "..", "..", "include", "cinfer", "backend.h")).read()
+MAJOR = int(re.search(r"#define CINFER_BACKEND_ABI_MAJOR (\d+)", _HDR).group(1))
+MINOR = int(re.search(r"#define CINFER_BACKEND_ABI_MINOR (\d+)", _HDR).group(1))
 
 BUILD = os.environ.get("CINFER_BUILD_DIR", "build")
 GOOD_SO = os.path.join(BUILD, "backends", "identity_so", "libcinfer_identity_so.so")
@@ -63,7 +69,7 @@ def test_shared_object_backend_serves_and_wrong_major_fails_alone(dirs):
         bad = idx["bad_major"]
         assert bad["state"] == "UNAVAILABLE"
         assert "identity_badabi/libcinfer_identity_badabi.so" in bad["reason"], bad
-        assert "built for backend ABI 1.2; this server has 2.2" in bad["reason"], bad
+        assert f"built for backend ABI {MAJOR - 1}.{MINOR}; this server has {MAJOR}.{MINOR}" in bad["reason"], bad
         missing = idx["missing"]
         assert missing["state"] == "UNAVAILABLE"
         assert os.path.join(bdir, "nosuch", "libcinfer_nosuch.so") in missing["reason"], missing

@@ -209,6 +209,9 @@ class Conn:
                 hdr["error"] = response.error()._wire()
             else:
                 tensors = [(t.name(), t.as_numpy()) for t in response.output_tensors()]
+                params = response._params_dict()
+                if params:
+                    hdr["params"] = params
         # Every decoupled response takes the other socket, whichever thread sends it: the
         # responses of one request (execute() may send some, a thread of the model the
         # rest) then reach the server in the order they were sent.
@@ -281,8 +284,11 @@ class Conn:
                     yield pb.InferenceResponse(error=pb.TritonError._from_wire(err))
                 elif tensors or not hdr.get("final") or not decoupled:
                     # a decoupled stream's closing FINAL without outputs is not a response
-                    yield pb.InferenceResponse(
+                    resp = pb.InferenceResponse(
                         output_tensors=[pb.Tensor(n, a) for n, a in tensors])
+                    # the called model's response parameters, as Triton gives them to BLS
+                    resp._set_params(hdr.get("params") or {})
+                    yield resp
                 if hdr.get("final"):
                     return
         finally:
@@ -444,6 +450,9 @@ def run_execute(model, hdr, fd):
         else:
             ent["first"] = len(tensors)
             ent["count"] = len(resp.output_tensors())
+            params = resp._params_dict()
+            if params:
+                ent["params"] = params
             tensors.extend((t.name(), t.as_numpy()) for t in resp.output_tensors())
         out.append(ent)
     done["responses"] = out

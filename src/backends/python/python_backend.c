@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,30 +163,55 @@ static uint64_t now_ms(void) {
 
 /* ---- answering requests ------------------------------------------------------------------ */
 
+static void fail_request(cinfer_request *r, cinfer_status *st) {
+  cinfer_status_free(cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL, st));
+}
+
 /* Sends outputs t[0..n) of a response to r: only the ones the client asked for. Like
  * Triton's Python backend, an output keeps the datatype the model gave it (Triton's own
  * examples return INT64 arrays for TYPE_INT32 outputs, and clients see INT64). */
 static void respond_outputs(py_instance *inst, cinfer_request *r, const cinfer_tensor *t,
-                            uint32_t n, uint32_t flags) {
+                            uint32_t n, uint32_t flags, const json_value *params) {
+  uint32_t np = json_is(params, JSON_OBJECT) ? params->len : 0;
   cinfer_tensor *keep = calloc(n ? n : 1, sizeof *keep);
-  if (!keep) {
+  cinfer_param *ps = calloc(np ? np : 1, sizeof *ps);
+  if (!keep || !ps) {
+    free(keep), free(ps);
     cinfer_status_free(cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL,
                                               cinfer_status_oom("python response")));
     return;
   }
-  uint32_t k = 0, asked = cinfer_request_output_count(r);
+  /* InferenceResponse(parameters=...): the stub checked them (str keys; bool, int or str
+   * values, as Triton's stub does); anything else here is refused, not dropped. */
+  uint32_t k = 0;
+  for (const json_value *v = np ? params->u.child : NULL; v; v = v->next, k++) {
+    ps[k].key = v->key;
+    if (json_is(v, JSON_TRUE) || json_is(v, JSON_FALSE)) {
+      ps[k].type = CINFER_PARAM_BOOL;
+      ps[k].b = json_is(v, JSON_TRUE);
+    } else if (json_is(v, JSON_NUMBER) && (v->int_flags & JSON_INT_I64)) {
+      ps[k].type = CINFER_PARAM_INT;
+      ps[k].i = v->ix.i;
+    } else if (json_is(v, JSON_STRING)) {
+      ps[k].type = CINFER_PARAM_STRING;
+      ps[k].s = v->u.str;
+    } else {
+      free(keep), free(ps);
+      fail_request(r, cinfer_status_new(CINFER_INVALID_ARG, "python model '%s': response parameter "
+                                        "'%s' must be a bool, an int64 or a str", inst->m->name, v->key));
+      return;
+    }
+  }
+  uint32_t asked = cinfer_request_output_count(r);
+  k = 0;
   for (uint32_t i = 0; i < n; i++) {
     bool want = asked == 0;
     for (uint32_t j = 0; j < asked && !want; j++) want = !strcmp(cinfer_request_output_name(r, j), t[i].name);
     if (want) keep[k++] = t[i];
   }
-  (void)inst;
-  cinfer_status_free(cinfer_request_respond(r, keep, k, flags, NULL));
+  cinfer_status_free(cinfer_request_respond_params(r, keep, k, flags, NULL, ps, np));
   free(keep);
-}
-
-static void fail_request(cinfer_request *r, cinfer_status *st) {
-  cinfer_status_free(cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL, st));
+  free(ps);
 }
 
 /* Takes rid out of the pending list (under mu). */
@@ -332,7 +358,7 @@ static void on_response(py_instance *inst, const json_value *root, int fd) {
     fail_request(r, cinfer_status_prefix(st, "python model '%s' response", inst->m->name));
     return;
   }
-  respond_outputs(inst, r, mt.t, mt.n, final ? CINFER_RESPONSE_FINAL : 0);
+  respond_outputs(inst, r, mt.t, mt.n, final ? CINFER_RESPONSE_FINAL : 0, json_get(root, "params"));
   msg_tensors_free(&mt);
 }
 
@@ -385,7 +411,8 @@ static void on_execute_done(py_instance *inst, const json_value *root, int fd) {
         fail_request(p->r, cinfer_status_new(CINFER_INTERNAL, "python model '%s': a malformed "
                                              "response", inst->m->name));
       } else {
-        respond_outputs(inst, p->r, mt.t + (uint32_t)first, (uint32_t)count, CINFER_RESPONSE_FINAL);
+        respond_outputs(inst, p->r, mt.t + (uint32_t)first, (uint32_t)count, CINFER_RESPONSE_FINAL,
+                        json_get(e, "params"));
       }
       free(p);
     }
@@ -463,7 +490,7 @@ static void bls_free(bls_call *bc) {
 
 /* One infer_response message: outputs in a new memfd, or the error. */
 static void bls_send(py_conn *c, uint64_t call, bool final, const cinfer_status *err,
-                     const cinfer_tensor *t, uint32_t n) {
+                     const cinfer_tensor *t, uint32_t n, const cinfer_response *resp) {
   cbuf b = {0};
   cbuf_printf(&b, "{\"type\":\"infer_response\",\"call\":%llu,\"final\":%s,",
               (unsigned long long)call, final ? "true" : "false");
@@ -485,6 +512,20 @@ static void bls_send(py_conn *c, uint64_t call, bool final, const cinfer_status 
     cbuf_json_string(&b, m, strlen(m));
     cbuf_printf(&b, ",\"code\":\"%s\"}}", code_to_name(cinfer_status_code(e)));
   } else {
+    /* The response's parameters: the BLS caller's response.parameters(). */
+    uint32_t np = resp ? cinfer_response_param_count(resp) : 0;
+    for (uint32_t i = 0; i < np; i++) {
+      const cinfer_param *p = cinfer_response_param(resp, i);
+      cbuf_puts(&b, i ? "," : "\"params\":{");
+      cbuf_json_string(&b, p->key, strlen(p->key));
+      cbuf_put(&b, ":", 1);
+      if (p->type == CINFER_PARAM_BOOL) cbuf_puts(&b, p->b ? "true" : "false");
+      else if (p->type == CINFER_PARAM_INT) cbuf_printf(&b, "%lld", (long long)p->i);
+      else if (p->type == CINFER_PARAM_DOUBLE && isfinite(p->d)) cbuf_printf(&b, "%.17g", p->d);
+      else if (p->type == CINFER_PARAM_STRING) cbuf_json_string(&b, p->s, strlen(p->s));
+      else cbuf_puts(&b, "null");
+      cbuf_puts(&b, i + 1 == np ? "}," : "");
+    }
     py_json_tensors(&b, t, n, off, NULL);
     cbuf_puts(&b, "}");
   }
@@ -503,11 +544,11 @@ static void bls_on_response(void *user, cinfer_response *resp, uint32_t flags) {
   cinfer_tensor *t = calloc(n ? n : 1, sizeof *t);
   if (!t) {
     cinfer_status *oom = cinfer_status_oom("BLS response");
-    bls_send(bc->conn, bc->call, final, oom, NULL, 0);
+    bls_send(bc->conn, bc->call, final, oom, NULL, 0, NULL);
     cinfer_status_free(oom);
   } else {
     for (uint32_t i = 0; i < n; i++) t[i] = *cinfer_response_output(resp, i);
-    bls_send(bc->conn, bc->call, final, cinfer_response_error(resp), t, n);
+    bls_send(bc->conn, bc->call, final, cinfer_response_error(resp), t, n, resp);
     free(t);
   }
   cinfer_response_free(resp);
@@ -539,7 +580,7 @@ static void on_infer(py_instance *inst, py_conn *c, json_doc *doc, int fd) {
   bls_call *bc = calloc(1, sizeof *bc);
   if (!bc) {
     cinfer_status *oom = cinfer_status_oom("BLS request");
-    bls_send(c, (uint64_t)call, true, oom, NULL, 0);
+    bls_send(c, (uint64_t)call, true, oom, NULL, 0, NULL);
     cinfer_status_free(oom);
     json_doc_free(doc);
     return;
@@ -575,7 +616,7 @@ static void on_infer(py_instance *inst, py_conn *c, json_doc *doc, int fd) {
     st = cinfer_server_infer_async(inst->m->server, bc->req);
     if (!st) return; /* bls_on_response finishes bc */
   }
-  bls_send(c, bc->call, true, st, NULL, 0);
+  bls_send(c, bc->call, true, st, NULL, 0, NULL);
   cinfer_status_free(st);
   bls_free(bc);
 }

@@ -263,9 +263,29 @@ class InferenceResponse:
         if error is not None and not isinstance(error, TritonError):
             error = TritonError(str(error))
         self._error = error
-        if isinstance(parameters, dict):
-            parameters = json.dumps(parameters)
-        self._parameters = parameters or "{}"
+        # Triton's stub: a dict with str keys and bool, int or str values (sent with the
+        # response: its KServe "parameters"), or that dict as a JSON string.
+        if parameters is None:
+            parameters = {}
+        if isinstance(parameters, str):
+            try:
+                parameters = json.loads(parameters)
+            except ValueError as e:
+                raise TritonModelException(f"parameters is not valid JSON: {e}") from None
+        if not isinstance(parameters, dict):
+            raise TritonModelException("parameters must be a dict, found type "
+                                       f"{type(parameters).__name__}")
+        for k, v in parameters.items():
+            if not isinstance(k, str):
+                raise TritonModelException("Expect parameters keys to have type str, found type "
+                                           f"{type(k).__name__}")
+            if not isinstance(v, (bool, int, str)):
+                raise TritonModelException("Expect parameters values to have type bool/int/str, "
+                                           f"found type {type(v).__name__}")
+            if isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**63:
+                raise TritonModelException(f"parameter '{k}' does not fit in int64")
+        self._params = parameters
+        self._parameters = json.dumps(parameters)
 
     def output_tensors(self):
         return self._outputs
@@ -278,6 +298,13 @@ class InferenceResponse:
 
     def parameters(self):
         return self._parameters
+
+    def _params_dict(self):
+        return self._params
+
+    def _set_params(self, params):
+        self._params = params
+        self._parameters = json.dumps(params)
 
 
 class InferenceResponseSender:
