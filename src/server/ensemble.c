@@ -94,6 +94,9 @@ typedef struct ensemble {
   int n_tensors;
   int *out_tensor; /* per ensemble output */
   int stream_step;  /* the decoupled last step whose responses stream out, or -1 */
+  int fan_step;     /* the decoupled middle step whose responses each run the steps after
+                       it (a sub-run per response), or -1 */
+  uint8_t *down;    /* per step: 1 when it reads (directly or not) from fan_step */
   int *topo;        /* the steps in an order where producers come first */
   ens_bind *binds; /* storage of every step's bindings */
   int *readers;    /* storage of every tensor's readers */
@@ -133,7 +136,26 @@ struct ens_run {
   cinfer_request **cancel;  /* scratch for the one thread that sets err */
   cinfer_response *spare;   /* made at the start: the FINAL response when memory runs out */
   ens_slot *slots;
+  uint8_t *needed;          /* fan ensembles: per step after fan_step, whether it runs */
+  /* A sub-run (one response of the fan step): its parent run and its index there. */
+  ens_run *parent;
+  uint64_t iter;
+  ens_run *sub_prev, *sub_next; /* in parent->subs, under parent->mu */
+  /* A run with a fan step, under mu: its sub-runs not yet finished, how many were made,
+   * and their responses waiting to go out in order (emit_mu serialises the delivery). */
+  ens_run *subs;
+  int subs_active;
+  bool subs_failing;
+  uint64_t n_iter, next_emit;
+  struct ens_emit *emit;    /* sorted by iter */
+  pthread_mutex_t emit_mu;
 };
+
+typedef struct ens_emit {
+  uint64_t iter;
+  cinfer_response *resp; /* NULL: nothing to send for that iteration */
+  struct ens_emit *next;
+} ens_emit;
 
 static cinfer_status *ens_unsupported_load(const cinfer_model_load_info *i, void **m) {
   (void)i, (void)m;
@@ -456,38 +478,94 @@ static cinfer_status *check_connections(ensemble *e, cinfer_model *ens) {
 
 static void *dispatcher_main(void *arg);
 
-/* Decoupled steps. One whose outputs nothing reads, and which produces every ensemble
- * output, is the streaming step: its responses stream out as the ensemble's. A decoupled
- * step anywhere else must answer each request once (outputs in its FINAL response, as the
- * image_decode backend does); a partial response from it fails the request (child_cb), since
- * Triton's one-request-per-response fan-out downstream is not implemented. */
+/* Decoupled steps (Triton's ensemble_scheduler). One whose outputs nothing reads, and
+ * which produces every ensemble output, is the streaming step: its responses stream out as
+ * the ensemble's. One whose outputs other steps read is the fan step: each of its
+ * responses with outputs runs the steps after it once more (a sub-run), and each sub-run's
+ * outputs are one response of the ensemble, in the order of the fan step's responses (a
+ * pre-processing -> LLM -> post-processing ensemble streams each token through the
+ * post-processing model). Either makes the ensemble decoupled. Refused, naming the steps:
+ * two of them, a decoupled step after the fan step, an ensemble output that does not come
+ * from the fan step or after it, and a step after the fan step that reads a tensor of a
+ * step running beside it (Triton would pair iterations of the two; cinfer does not). */
 static cinfer_status *check_streaming(ensemble *e, cinfer_model *ens) {
-  e->stream_step = -1;
+  e->stream_step = e->fan_step = -1;
   for (int si = 0; si < e->n_steps; si++) {
     const ens_step *s = &e->steps[si];
     if (!s->decoupled) continue;
     bool read = false;
     for (int k = 0; k < s->n_out; k++) read |= e->tensors[s->out[k].tensor].n_readers > 0;
-    if (read) continue; /* a middle step: it must answer once */
-    if (e->stream_step >= 0)
+    int *slot = read ? &e->fan_step : &e->stream_step;
+    if (*slot >= 0 || (read ? e->stream_step : e->fan_step) >= 0) {
+      int other = *slot >= 0 ? *slot : read ? e->stream_step : e->fan_step;
       return cinfer_status_new(CINFER_UNSUPPORTED,
                                "in ensemble '%s', steps %d ('%s') and %d ('%s') are both "
-                               "decoupled and feed no other step; cinfer streams one decoupled "
-                               "step, the last", ens->name, e->stream_step,
-                               e->steps[e->stream_step].model, si, s->model);
-    e->stream_step = si;
+                               "decoupled; cinfer runs one decoupled step per ensemble (the "
+                               "last one, or one whose responses each run the steps after it)",
+                               ens->name, other, e->steps[other].model, si, s->model);
+    }
+    *slot = si;
   }
-  for (int j = 0; e->stream_step >= 0 && j < ens->n_outputs; j++) {
+  int last = e->stream_step >= 0 ? e->stream_step : e->fan_step;
+  if (last < 0) return NULL;
+  if (e->fan_step >= 0) { /* the steps after it, in topological order */
+    e->down = calloc((size_t)e->n_steps + 1, 1);
+    uint8_t *anc = calloc((size_t)e->n_steps + 1, 1);
+    if (!e->down || !anc) {
+      free(anc);
+      return cinfer_status_oom(NULL);
+    }
+    for (int i = 0; i < e->n_steps; i++) { /* producers come first in topo */
+      int si = e->topo[i];
+      for (int k = 0; k < e->steps[si].n_in; k++) {
+        int p = e->tensors[e->steps[si].in[k].tensor].producer;
+        if (p >= 0 && (p == e->fan_step || e->down[p])) e->down[si] = 1;
+      }
+    }
+    for (int i = e->n_steps - 1; i >= 0; i--) { /* the fan step's ancestors */
+      int si = e->topo[i];
+      if (si != e->fan_step && !anc[si]) continue;
+      for (int k = 0; k < e->steps[si].n_in; k++) {
+        int p = e->tensors[e->steps[si].in[k].tensor].producer;
+        if (p >= 0) anc[p] = 1;
+      }
+    }
+    cinfer_status *st = NULL;
+    for (int si = 0; si < e->n_steps && !st; si++) {
+      if (!e->down[si]) continue;
+      if (e->steps[si].decoupled)
+        st = cinfer_status_new(CINFER_UNSUPPORTED,
+                               "in ensemble '%s', step %d ('%s') is decoupled and runs after the "
+                               "decoupled step %d ('%s'); cinfer runs one decoupled step per "
+                               "ensemble", ens->name, si, e->steps[si].model, e->fan_step,
+                               e->steps[e->fan_step].model);
+      for (int k = 0; k < e->steps[si].n_in && !st; k++) {
+        int t = e->steps[si].in[k].tensor, p = e->tensors[t].producer;
+        if (p >= 0 && p != e->fan_step && !e->down[p] && !anc[p])
+          st = cinfer_status_new(CINFER_UNSUPPORTED,
+                                 "in ensemble '%s', step %d ('%s') runs once per response of the "
+                                 "decoupled step %d ('%s') and reads '%s' from step %d ('%s'), "
+                                 "which runs beside that step, not before it; cinfer does not "
+                                 "pair their responses", ens->name, si, e->steps[si].model,
+                                 e->fan_step, e->steps[e->fan_step].model, e->tensors[t].name, p,
+                                 e->steps[p].model);
+      }
+    }
+    free(anc);
+    if (st) return st;
+  }
+  for (int j = 0; j < ens->n_outputs; j++) {
     int p = e->tensors[e->out_tensor[j]].producer;
-    if (p != e->stream_step)
+    if (p != last && !(e->fan_step >= 0 && e->down[p]))
       return cinfer_status_new(CINFER_UNSUPPORTED,
                                "in ensemble '%s', ensemble output '%s' comes from step %d "
-                               "('%s'), not from the decoupled step %d ('%s'): with a decoupled "
-                               "last step every ensemble output must come from it", ens->name,
-                               ens->outputs[j].name, p, e->steps[p].model, e->stream_step,
-                               e->steps[e->stream_step].model);
+                               "('%s'), not from the decoupled step %d ('%s')%s: with a decoupled "
+                               "step every ensemble output must come from it%s", ens->name,
+                               ens->outputs[j].name, p, e->steps[p].model, last,
+                               e->steps[last].model, e->fan_step >= 0 ? " or a step after it" : "",
+                               e->fan_step >= 0 ? " or after it" : "");
   }
-  if (e->stream_step >= 0) ens->backend = &ens_iface_decoupled;
+  ens->backend = &ens_iface_decoupled;
   return NULL;
 }
 
@@ -506,6 +584,7 @@ static void plan_free(ensemble *e) {
   free(e->tensors);
   free(e->out_tensor);
   free(e->topo);
+  free(e->down);
   free(e->binds);
   free(e->readers);
   free(e);
@@ -650,6 +729,7 @@ fail:
 /* The run's reference on the ensemble model goes last: a callback may drop the run's last
  * reference after the ensemble's FINAL response, when nothing else holds the model (and
  * so the plan this reads). */
+static void run_release(ens_run *run);
 static void run_free(ens_run *run) {
   ensemble *e = run->e;
   cinfer_model *m = e->model;
@@ -657,10 +737,18 @@ static void run_free(ens_run *run) {
     cinfer_response_free(run->resp[i]);
     cinfer_request_release(run->child[i]);
   }
+  for (ens_emit *x = run->emit, *nx; x; x = nx) { /* not sent: the request failed */
+    nx = x->next;
+    cinfer_response_free(x->resp);
+    free(x);
+  }
+  ens_run *parent = run->parent;
   cinfer_status_free(run->err);
   free(run->spare);
   pthread_mutex_destroy(&run->mu);
+  pthread_mutex_destroy(&run->emit_mu);
   free(run);
+  if (parent) run_release(parent); /* the sub-run viewed its tensors until now */
   cinfer_model_release(m);
 }
 
@@ -683,7 +771,8 @@ static ens_run *run_new(ensemble *e, cinfer_request *r) {
   size_t off_resp = off_child + AL(ns * sizeof(void *));
   size_t off_cancel = off_resp + AL(ns * sizeof(void *));
   size_t off_slots = off_cancel + AL(ns * sizeof(void *));
-  size_t total = off_slots + AL(ns * sizeof(ens_slot));
+  size_t off_needed = off_slots + AL(ns * sizeof(ens_slot));
+  size_t total = off_needed + AL(ns);
 #undef AL
   char *p = calloc(1, total);
   cinfer_response *spare = calloc(1, sizeof *spare);
@@ -698,6 +787,8 @@ static ens_run *run_new(ensemble *e, cinfer_request *r) {
   run->e = e;
   run->req = r;
   pthread_mutex_init(&run->mu, NULL);
+  pthread_mutex_init(&run->emit_mu, NULL);
+  run->needed = (uint8_t *)(p + off_needed);
   run->val = (cinfer_tensor *)(p + off_val);
   run->batch = (int64_t *)(p + off_batch);
   run->have = (bool *)(p + off_have);
@@ -815,7 +906,7 @@ static void finish(ens_run *run);
 /* Finishes the run if nothing is left to do (invariant 1). */
 static void maybe_finish(ens_run *run) {
   pthread_mutex_lock(&run->mu);
-  bool go = !run->finished && run->outstanding == 0 &&
+  bool go = !run->finished && run->outstanding == 0 && run->subs_active == 0 &&
             (run->err || run->n_done == run->e->n_steps);
   if (go) run->finished = true;
   pthread_mutex_unlock(&run->mu);
@@ -823,6 +914,8 @@ static void maybe_finish(ens_run *run) {
 }
 
 static void child_cb(void *user, cinfer_response *resp, uint32_t flags);
+static void sub_start(ens_run *parent, cinfer_response *cresp);
+static void drain(ens_run *run);
 
 static bool dims_fit(const int64_t *cfg, int ncfg, const int64_t *shape, int nshape) {
   if (ncfg != nshape) return false;
@@ -882,9 +975,15 @@ static void submit_step(ens_run *run, int s) {
   cinfer_request *child = NULL;
   cinfer_status *st = NULL;
   int ncancel = 0;
+  bool parent_failed = false;
+  if (run->parent) { /* a sub-run: the request it answers may have failed meanwhile */
+    pthread_mutex_lock(&run->parent->mu);
+    parent_failed = run->parent->err != NULL;
+    pthread_mutex_unlock(&run->parent->mu);
+  }
   pthread_mutex_lock(&run->mu);
   bool failed = run->err != NULL;
-  if (!failed && cinfer_request_is_cancelled(req))
+  if (!failed && (parent_failed || cinfer_request_is_cancelled(req)))
     ncancel = fail_locked(run, cinfer_status_new(CINFER_CANCELLED, "request cancelled"));
   failed = run->err != NULL;
   pthread_mutex_unlock(&run->mu);
@@ -1057,12 +1156,97 @@ static void forward_partial(ens_run *run, int s, cinfer_response *cresp) {
   request_deliver(req, resp, 0);
 }
 
+/* Sends the parent's queued sub-run responses that are next in order (partial responses
+ * of its request). emit_mu makes one thread at a time deliver, so they go out in the
+ * order of the fan step's responses; a thread that queued one always passes here, so the
+ * last sub-run cannot finish before what it queued has gone out. */
+static void emit_flush(ens_run *run) {
+  pthread_mutex_lock(&run->emit_mu);
+  for (;;) {
+    pthread_mutex_lock(&run->mu);
+    ens_emit *x = run->emit;
+    if (x && x->iter == run->next_emit) {
+      run->emit = x->next;
+      run->next_emit++;
+    } else {
+      x = NULL;
+    }
+    bool drop = run->err != NULL;
+    pthread_mutex_unlock(&run->mu);
+    if (!x) break;
+    if (x->resp && !drop) {
+      cinfer_request_ref(run->req);
+      x->resp->req = run->req;
+      request_deliver(run->req, x->resp, 0);
+    } else {
+      cinfer_response_free(x->resp);
+    }
+    free(x);
+  }
+  pthread_mutex_unlock(&run->emit_mu);
+}
+
+/* A response (taken) of the fan step with outputs: a sub-run of the steps after it, with
+ * the tensors the parent had when the fan step started (views: the parent keeps every
+ * step response until its last sub-run is freed) and the fan step's outputs. */
+static void sub_start(ens_run *parent, cinfer_response *cresp) {
+  ensemble *e = parent->e;
+  ens_run *sr = run_new(e, parent->req);
+  int ncancel = 0;
+  pthread_mutex_lock(&parent->mu);
+  bool go = sr && !parent->err && !parent->finished;
+  if (go) {
+    size_t nt = (size_t)e->n_tensors;
+    memcpy(sr->val, parent->val, nt * sizeof *sr->val);
+    memcpy(sr->have, parent->have, nt * sizeof *sr->have);
+    memcpy(sr->batch, parent->batch, nt * sizeof *sr->batch);
+    memcpy(sr->needed, parent->needed, (size_t)e->n_steps);
+    sr->parent = parent;
+    atomic_fetch_add(&parent->refs, 1); /* released by run_free(sr) */
+    sr->iter = parent->n_iter++;
+    parent->subs_active++;
+  } else if (!sr && !parent->err) { /* a lost response is not skipped silently */
+    ncancel = fail_locked(parent, cinfer_status_oom("a response of the ensemble's decoupled step"));
+  }
+  pthread_mutex_unlock(&parent->mu);
+  cancel_children(parent, ncancel);
+  if (!go) {
+    cinfer_response_free(cresp);
+    if (sr) run_release(sr);
+    return;
+  }
+  for (int i = 0; i < e->n_steps; i++) {
+    if (i == e->fan_step) {
+      sr->state[i] = STEP_RUNNING;
+      sr->outstanding = 1;
+    } else if (e->down[i] && sr->needed[i]) { /* waits for what the fan step starts */
+      int w = 0;
+      for (int k = 0; k < e->steps[i].n_in; k++) {
+        int p = e->tensors[e->steps[i].in[k].tensor].producer;
+        if (p >= 0 && (p == e->fan_step || e->down[p])) w++;
+      }
+      sr->waiting[i] = w;
+    } else {
+      sr->state[i] = STEP_DONE;
+      sr->n_done++;
+    }
+  }
+  pthread_mutex_lock(&sr->mu);
+  ncancel = step_done_locked(sr, e->fan_step, cresp, NULL, NULL);
+  pthread_mutex_unlock(&sr->mu);
+  cancel_children(sr, ncancel);
+  drain(sr);
+  maybe_finish(sr);
+  run_release(sr);
+}
+
 static void child_cb(void *user, cinfer_response *resp, uint32_t flags) {
   ens_slot *slot = user;
   ens_run *run = slot->run;
   int s = slot->step;
-  if (!(flags & CINFER_RESPONSE_FINAL)) { /* the decoupled last step streams */
-    forward_partial(run, s, resp);
+  if (!(flags & CINFER_RESPONSE_FINAL)) {
+    if (s == run->e->fan_step) sub_start(run, resp); /* runs the steps after it */
+    else forward_partial(run, s, resp);             /* the decoupled last step streams */
     return;
   }
   const cinfer_status *re = cinfer_response_error(resp);
@@ -1071,6 +1255,10 @@ static void child_cb(void *user, cinfer_response *resp, uint32_t flags) {
   bool ordered = resp->req && resp->req->model->order != NULL;
   if (err) {
     cinfer_response_free(resp);
+    resp = NULL;
+  } else if (s == run->e->fan_step) { /* a FINAL response with outputs is one more */
+    if (resp->n) sub_start(run, resp);
+    else cinfer_response_free(resp);
     resp = NULL;
   }
   pthread_mutex_lock(&run->mu);
@@ -1149,58 +1337,112 @@ static cinfer_status *sequence_params(const cinfer_request *req, const cinfer_re
   return response_set_params(resp, ps, 3);
 }
 
-/* The FINAL response of the ensemble request: its wanted outputs, viewing the step
- * responses that hold them (moved into resp->held), or the run's error. */
-static void finish(ens_run *run) {
+/* The response of a finished run without error: the wanted outputs it has, viewing the
+ * step responses that hold them (moved into resp->held), and the sequence parameters.
+ * An output the run does not have is left out: a streamed or fanned-out ensemble's FINAL
+ * response carries none, and Triton leaves out an output its step did not return. */
+static cinfer_status *build_response(ens_run *run, cinfer_response **out) {
   ensemble *e = run->e;
   cinfer_model *m = e->model;
-  cinfer_request *req = run->req;
-  unlist(run);
-  run->req = NULL;
+  const cinfer_request *req = run->req;
+  const cinfer_response *seq_from = NULL; /* the step response of the first output from a step */
+  bool streamed = !run->parent && (e->stream_step >= 0 || e->fan_step >= 0);
+  uint32_t nw = 0;
+  for (int j = 0; j < m->n_outputs; j++)
+    if (request_output_wanted(req, m->outputs[j].name)) nw++;
+  cinfer_response *resp = calloc(1, sizeof *resp);
+  cinfer_tensor *ts = calloc(nw + 1, sizeof *ts);
+  cinfer_response **held = calloc(nw + 1, sizeof *held);
+  *out = NULL;
+  if (!resp || !ts || !held) {
+    free(resp), free(ts), free(held);
+    return cinfer_status_oom("the ensemble response");
+  }
+  resp->outputs = ts;
+  resp->held = held;
+  for (int j = 0; j < m->n_outputs; j++) {
+    if (!request_output_wanted(req, m->outputs[j].name)) continue;
+    int t = e->out_tensor[j], p = e->tensors[t].producer;
+    if (!run->have[t] && streamed) continue; /* the FINAL response of a stream may be empty */
+    if (!run->have[t]) { /* Triton leaves an output its step did not return out */
+      LOG_V(1, "ensemble '%s': Composing models did not output tensor %s (step %d, model '%s')",
+            m->name, m->outputs[j].name, p, e->steps[p].model);
+      continue;
+    }
+    if (p >= 0 && !seq_from) seq_from = run->resp[p] ? run->resp[p] : resp;
+    ts[resp->n] = run->val[t];
+    ts[resp->n].name = m->outputs[j].name; /* the config outlives the response */
+    reshape_for(&ts[resp->n], &m->outputs[j], m->batching, run->batch[t]);
+    resp->n++;
+    if (run->resp[p]) { /* the response now owns the step's response */
+      held[resp->n_held++] = run->resp[p];
+      run->resp[p] = NULL;
+    }
+  }
+  cinfer_status *err = seq_from ? sequence_params(req, seq_from, resp) : NULL;
+  if (err) {
+    cinfer_response_free(resp); /* frees the held step responses, no request yet */
+    return err;
+  }
+  *out = resp;
+  return NULL;
+}
+
+/* A sub-run finished: its response goes in the parent's queue at its index (nothing when
+ * it has no output), its error fails the parent (the ensemble request). */
+static void sub_finish(ens_run *run) {
+  ens_run *parent = run->parent;
   cinfer_status *err = run->err;
   run->err = NULL;
   cinfer_response *resp = NULL;
-  const cinfer_response *seq_from = NULL; /* the step response of the first output from a step */
-  if (!err) {
-    uint32_t nw = 0;
-    for (int j = 0; j < m->n_outputs; j++)
-      if (request_output_wanted(req, m->outputs[j].name)) nw++;
-    resp = calloc(1, sizeof *resp);
-    cinfer_tensor *ts = calloc(nw + 1, sizeof *ts);
-    cinfer_response **held = calloc(nw + 1, sizeof *held);
-    if (!resp || !ts || !held) {
-      free(resp), free(ts), free(held);
-      resp = NULL;
-      err = cinfer_status_oom("the ensemble response");
-    } else {
-      resp->outputs = ts;
-      resp->held = held;
-      for (int j = 0; j < m->n_outputs && !err; j++) {
-        if (!request_output_wanted(req, m->outputs[j].name)) continue;
-        int t = e->out_tensor[j], p = e->tensors[t].producer;
-        if (!run->have[t] && e->stream_step >= 0) continue; /* streamed: FINAL may be empty */
-        if (!run->have[t]) { /* Triton leaves an output its step did not return out */
-          LOG_V(1, "ensemble '%s': Composing models did not output tensor %s (step %d, model '%s')",
-                m->name, m->outputs[j].name, p, e->steps[p].model);
-          continue;
-        }
-        if (p >= 0 && !seq_from) seq_from = run->resp[p] ? run->resp[p] : resp;
-        ts[resp->n] = run->val[t];
-        ts[resp->n].name = m->outputs[j].name; /* the config outlives the response */
-        reshape_for(&ts[resp->n], &m->outputs[j], m->batching, run->batch[t]);
-        resp->n++;
-        if (run->resp[p]) { /* the response now owns the step's response */
-          held[resp->n_held++] = run->resp[p];
-          run->resp[p] = NULL;
-        }
-      }
-      if (!err && seq_from) err = sequence_params(req, seq_from, resp);
-      if (err) {
-        cinfer_response_free(resp); /* frees the held step responses, no request yet */
-        resp = NULL;
-      }
-    }
+  if (!err) err = build_response(run, &resp);
+  if (resp && resp->n == 0) {
+    cinfer_response_free(resp);
+    resp = NULL;
   }
+  ens_emit *x = err ? NULL : malloc(sizeof *x);
+  if (!err && !x) err = cinfer_status_oom("a response of the ensemble");
+  int ncancel = 0;
+  pthread_mutex_lock(&parent->mu);
+  if (err) {
+    cinfer_response_free(resp);
+    resp = NULL;
+    ncancel = fail_locked(parent, err);
+  }
+  if (x) { /* sorted by iter */
+    x->iter = run->iter;
+    x->resp = resp;
+    ens_emit **pp = &parent->emit;
+    while (*pp && (*pp)->iter < x->iter) pp = &(*pp)->next;
+    x->next = *pp;
+    *pp = x;
+  } /* else the request failed: no partial response goes out any more */
+  pthread_mutex_unlock(&parent->mu);
+  cancel_children(parent, ncancel);
+  emit_flush(parent);
+  pthread_mutex_lock(&parent->mu);
+  parent->subs_active--;
+  pthread_mutex_unlock(&parent->mu);
+  maybe_finish(parent);
+}
+
+/* The FINAL response of the ensemble request: its wanted outputs, or the run's error. */
+static void finish(ens_run *run) {
+  if (run->parent) {
+    sub_finish(run);
+    return;
+  }
+  ensemble *e = run->e;
+  cinfer_model *m = e->model;
+  unlist(run);
+  cinfer_status *err = run->err;
+  run->err = NULL;
+  cinfer_response *resp = NULL;
+  if (!err) err = build_response(run, &resp);
+  cinfer_request *req = run->req;
+  run->req = NULL;
+  /* After every partial response of the sub-runs (emit_mu: none is being delivered). */
+  pthread_mutex_lock(&run->emit_mu);
   if (err) { /* the spare response: an error is answered even when memory runs out */
     model_record_final(m, req, err);
     cinfer_response *er = run->spare;
@@ -1209,6 +1451,7 @@ static void finish(ens_run *run) {
     er->req = req;
     er->error = err;
     request_deliver(req, er, CINFER_RESPONSE_FINAL);
+    pthread_mutex_unlock(&run->emit_mu);
     return;
   }
   pthread_mutex_lock(&m->stats_mu);
@@ -1222,6 +1465,7 @@ static void finish(ens_run *run) {
   cinfer_request_ref(req);
   resp->req = req;
   request_deliver(req, resp, CINFER_RESPONSE_FINAL);
+  pthread_mutex_unlock(&run->emit_mu);
 }
 
 /* With run->mu held, before anything runs: only the steps needed for the requested
@@ -1264,6 +1508,14 @@ cinfer_status *ensemble_submit(cinfer_model *m, cinfer_request *r) {
   pthread_mutex_unlock(&e->mu);
   pthread_mutex_lock(&run->mu);
   prune_locked(run);
+  /* The steps after the fan step run in its sub-runs, never in this run: DONE here, with
+   * their holds kept (the sub-runs view the responses they read until the run is freed). */
+  for (int i = 0; e->fan_step >= 0 && i < e->n_steps; i++)
+    if (e->down[i] && run->state[i] == STEP_WAITING) {
+      run->needed[i] = 1;
+      run->state[i] = STEP_DONE;
+      run->n_done++;
+    }
   for (uint32_t i = 0; i < r->n_inputs; i++) {
     int t = r->inputs[i].cfg_index; /* ensemble inputs are tensors 0..n_inputs-1 */
     run->val[t] = r->inputs[i].t;

@@ -170,7 +170,9 @@ const cinfer_backend_iface cinfer_image_decode_backend = {
     .abi_major = CINFER_BACKEND_ABI_MAJOR,
     .abi_minor = CINFER_BACKEND_ABI_MINOR,
     .name = "image_decode",
-    .flags = CINFER_BACKEND_DECOUPLED,
+    /* Decoupled only to answer each request of a batch with its own image size: every
+     * request gets exactly one response (gRPC ModelInfer, a plain ensemble step). */
+    .flags = CINFER_BACKEND_DECOUPLED | CINFER_BACKEND_DECOUPLED_BY_CONFIG,
     .model_load = dec_load,
     .model_unload = dec_unload,
     .instance_create = dec_instance,

@@ -654,66 +654,97 @@ static void stream_cb(void *user, cinfer_response *resp, uint32_t flags) {
   cinfer_response_free(resp);
 }
 
+/* Submits x (1 x n FP32) to model `name` and collects its responses (bounded wait). */
+static void stream_run(cinfer_server *s, const char *name, const float *x, int n, stream_outs *o) {
+  cinfer_model *m = NULL;
+  assert_null(cinfer_server_model_acquire(s, name, -1, &m));
+  assert_true(cinfer_model_is_decoupled(m));
+  cinfer_request *r = NULL;
+  assert_null(cinfer_request_create(m, &r));
+  cinfer_model_release(m);
+  cinfer_tensor t = {.name = "IN", .dtype = CINFER_TYPE_FP32, .ndim = 2, .shape = {1, n},
+                     .data = x, .byte_size = (size_t)n * 4};
+  assert_null(cinfer_request_add_input(r, &t));
+  memset(o, 0, sizeof *o);
+  pthread_mutex_init(&o->mu, NULL);
+  pthread_cond_init(&o->cv, NULL);
+  cinfer_request_set_callback(r, stream_cb, o);
+  assert_null(cinfer_server_infer_async(s, r));
+  struct timespec dl = tu_deadline();
+  pthread_mutex_lock(&o->mu);
+  while (!o->done && pthread_cond_timedwait(&o->cv, &o->mu, &dl) != ETIMEDOUT) {}
+  pthread_mutex_unlock(&o->mu);
+  assert_true(o->done);
+  cinfer_request_release(r);
+}
+
 /* A decoupled last step streams through the ensemble: every partial response of the step
  * is a partial response of the ensemble, renamed to the ensemble's output. A decoupled
- * step whose output feeds another step must answer once (its FINAL response): this one
- * streams three partial responses, so its requests fail, naming the step. */
+ * step whose output feeds another step is the fan step: each of its responses runs the
+ * steps after it, and each run is one partial response of the ensemble, in order. */
 static void test_decoupled_last_step_streams(void **state) {
   (void)state;
   char *repo = tu_repo();
   id_model(repo, "a", "identity", 8, "[ -1 ]", 1, NULL);
   id_model(repo, "ds", "dstream", 8, "[ -1 ]", 1, "model_transaction_policy { decoupled: true }\n");
+  id_model(repo, "two", "identity", 8, "[ -1 ]", 2, NULL);
   ens_model(repo, "e", CHAIN_DS);
   ens_model(repo, "e_mid",
             "max_batch_size: 8\n"
             "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
             "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
             "ensemble_scheduling { step [\n"
-            "  { model_name: \"ds\" input_map { key: \"INPUT0\" value: \"IN\" } output_map { key: \"OUTPUT0\" value: \"m\" } },\n"
+            "  { model_name: \"a\" input_map { key: \"INPUT0\" value: \"IN\" } output_map { key: \"OUTPUT0\" value: \"p\" } },\n"
+            "  { model_name: \"ds\" input_map { key: \"INPUT0\" value: \"p\" } output_map { key: \"OUTPUT0\" value: \"m\" } },\n"
             "  { model_name: \"a\" input_map { key: \"INPUT0\" value: \"m\" } output_map { key: \"OUTPUT0\" value: \"OUT\" } } ] }\n");
+  /* Refused, naming what cinfer does not pair: a step after the fan step reading a tensor
+   * of a step beside it, and two decoupled steps. */
+  ens_model(repo, "e_beside",
+            "max_batch_size: 8\n"
+            "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+            "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+            "ensemble_scheduling { step [\n"
+            "  { model_name: \"ds\" input_map { key: \"INPUT0\" value: \"IN\" } output_map { key: \"OUTPUT0\" value: \"m\" } },\n"
+            "  { model_name: \"a\" input_map { key: \"INPUT0\" value: \"IN\" } output_map { key: \"OUTPUT0\" value: \"b\" } },\n"
+            "  { model_name: \"two\" input_map { key: \"INPUT0\" value: \"m\" } input_map { key: \"INPUT1\" value: \"b\" } output_map { key: \"OUTPUT0\" value: \"OUT\" } } ] }\n");
+  ens_model(repo, "e_two",
+            "max_batch_size: 8\n"
+            "input [ { name: \"IN\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+            "output [ { name: \"OUT\" data_type: TYPE_FP32 dims: [ -1 ] } ]\n"
+            "ensemble_scheduling { step [\n"
+            "  { model_name: \"ds\" input_map { key: \"INPUT0\" value: \"IN\" } output_map { key: \"OUTPUT0\" value: \"m\" } },\n"
+            "  { model_name: \"ds\" input_map { key: \"INPUT0\" value: \"m\" } output_map { key: \"OUTPUT0\" value: \"OUT\" } } ] }\n");
   cinfer_server *s = tu_server(repo, CINFER_MODEL_CONTROL_NONE, 0);
   char reason[1024] = "";
   if (strcmp(tu_state(s, "e", 1, reason, sizeof reason), "READY")) fail_msg("e: %s", reason);
   if (strcmp(tu_state(s, "e_mid", 1, reason, sizeof reason), "READY")) fail_msg("e_mid: %s", reason);
-  {
-    float y[2] = {2, 5};
-    int64_t shp2[2] = {1, 2};
-    outs om;
-    infer(s, "e_mid", IN1, 1, y, 2, shp2, NULL, &om);
-    assert_int_equal(om.code, CINFER_UNSUPPORTED);
-    if (!strstr(om.msg, "in ensemble 'e_mid', step 0 (model 'ds'): the decoupled step sent a partial response"))
-      fail_msg("%s", om.msg);
-  }
-  cinfer_model *m = NULL;
-  assert_null(cinfer_server_model_acquire(s, "e", -1, &m));
-  assert_true(cinfer_model_is_decoupled(m));
-  cinfer_request *r = NULL;
-  assert_null(cinfer_request_create(m, &r));
-  cinfer_model_release(m);
+  assert_string_equal(tu_state(s, "e_two", 1, reason, sizeof reason), "UNAVAILABLE");
+  if (!strstr(reason, "steps 0 ('ds') and 1 ('ds') are both decoupled")) fail_msg("e_two: %s", reason);
+  tu_state(s, "e_beside", 1, reason, sizeof reason);
+  if (!strstr(reason, "reads 'b' from step 1 ('a'), which runs beside that step")) fail_msg("e_beside: %s", reason);
   float x[2] = {2, 5};
-  cinfer_tensor t = {.name = "IN", .dtype = CINFER_TYPE_FP32, .ndim = 2, .shape = {1, 2},
-                     .data = x, .byte_size = 8};
-  assert_null(cinfer_request_add_input(r, &t));
   stream_outs o;
-  memset(&o, 0, sizeof o);
-  pthread_mutex_init(&o.mu, NULL);
-  pthread_cond_init(&o.cv, NULL);
-  cinfer_request_set_callback(r, stream_cb, &o);
-  assert_null(cinfer_server_infer_async(s, r));
-  struct timespec dl = tu_deadline();
-  pthread_mutex_lock(&o.mu);
-  while (!o.done && pthread_cond_timedwait(&o.cv, &o.mu, &dl) != ETIMEDOUT) {}
-  pthread_mutex_unlock(&o.mu);
-  assert_true(o.done);
+  stream_run(s, "e", x, 2, &o);
   assert_int_equal(o.code, CINFER_OK);
   assert_int_equal(o.partials, 3);
   assert_string_equal(o.name, "OUT");
   assert_true(o.first[0] == 2 && o.first[1] == 4 && o.first[2] == 6);
   assert_int_equal(o.final_outputs, 0);
-  cinfer_request_release(r);
-  cinfer_model_stats es;
+  for (int round = 0; round < 20; round++) { /* in order every time */
+    stream_run(s, "e_mid", x, 2, &o);
+    assert_int_equal(o.code, CINFER_OK);
+    assert_int_equal(o.partials, 3);
+    assert_string_equal(o.name, "OUT");
+    assert_true(o.first[0] == 2 && o.first[1] == 4 && o.first[2] == 6);
+    assert_int_equal(o.final_outputs, 0);
+  }
+  cinfer_model_stats es, as;
   stats_of(s, "e", &es);
   assert_int_equal(es.success.count, 1);
+  stats_of(s, "e_mid", &es);
+  assert_int_equal(es.success.count, 20);
+  stats_of(s, "a", &as); /* e: once; e_mid: once before the fan step, three times after it */
+  assert_int_equal(as.success.count, 1 + 20 * 4);
   cinfer_server_destroy(s);
   tu_rmtree(repo);
   free(repo);
