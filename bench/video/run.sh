@@ -8,7 +8,8 @@
 #      pipeline (face_analytics_frames), with plots and the cost per 1,000 frames
 #   4. seed 000's table with the real pipeline, CPU: no batching / dynamic batching /
 #      3 and 6 replicas behind `cinfer gateway` (8 streams, unpaced: one frame in flight each)
-# usage: bench/video/run.sh [OUT_DIR]   (BIN, PY, THREADS, FRAMES, DUR, COST override)
+# usage: bench/video/run.sh [OUT_DIR]   (BIN, PY, THREADS, FRAMES, DUR, COST override;
+#        SECTIONS="2 3" runs only those sections, e.g. on a short idle window)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-build/src/cli/cinfer}
@@ -18,6 +19,8 @@ THREADS=${THREADS:-2}
 FRAMES=${FRAMES:-40}
 DUR=${DUR:-15}
 COST=${COST:-0.10}   # $/hour of the machine, for the cost per 1,000 frames
+SECTIONS=${SECTIONS:-1 2 3 4}
+want() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 mkdir -p "$OUT"
 work=$(mktemp -d)
 pids=()
@@ -52,6 +55,7 @@ timed() { # timed NAME CMD...: wall and CPU seconds of CMD into $OUT/NAME.time
 }
 
 # ---- 1. cinfer vs Python + OpenCV + ONNX Runtime --------------------------------------
+if want 1; then
 log "1. face_analytics, one video, $FRAMES frames, $THREADS threads each"
 timed py "$PY" bench/video/opencv_ort_pipeline.py "$video" --frames "$FRAMES" --threads "$THREADS" \
   --jsonl "$OUT/py.jsonl" > "$OUT/py.json"
@@ -68,7 +72,10 @@ for n in py cinfer_inflight1 cinfer_inflight4; do
     | tee -a "$OUT/summary.txt"
 done
 
+fi
+
 # ---- 2. batching across streams at 8 streams ------------------------------------------
+if want 2; then
 log "2. 8 streams, unpaced, $DUR s: dynamic batching vs one frame at a time"
 for model in face_detect_frames face_analytics_frames; do
   for r in batch nobatch; do
@@ -84,7 +91,10 @@ for model in face_detect_frames face_analytics_frames; do
   done
 done
 
+fi
+
 # ---- 3. largest stream count at 25 fps, p99 <= 200 ms ---------------------------------
+if want 3; then
 log "3. --find-max at 25 fps, p99 <= 200 ms"
 for model in face_detect_frames face_analytics_frames; do
   "$BIN" streams --source "$video" --model $model --model-repository "$repo" --threads "$THREADS" \
@@ -93,7 +103,10 @@ for model in face_detect_frames face_analytics_frames; do
     | grep find-max | sed "s/^/$model: /" | tee -a "$OUT/summary.txt"
 done
 
+fi
+
 # ---- 4. seed 000's table, CPU ----------------------------------------------------------
+if want 4; then
 log "4. seed 000 table: face_analytics_frames, 8 streams unpaced, $DUR s"
 row() { # row LABEL URL_OR_REPO...
   local label=$1; shift
@@ -129,4 +142,5 @@ for n in 3 6; do
   pids=()
   port=$((port + 100))
 done
+fi
 log "end $(date -u +%FT%TZ); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
