@@ -13,8 +13,9 @@ HTTP generate_stream, on the real SmolLM2 model:
 import json
 import os
 import queue
+import socket
 import sys
-import threading
+import time
 import urllib.request
 
 import numpy as np
@@ -272,3 +273,44 @@ def test_the_fanned_out_ensemble_is_decoupled(server):
     with pytest.raises(Exception) as e:
         c.infer("pipe", [t])
     assert "decoupled" in str(e.value).lower()
+
+
+def metric(server, name, labels):
+    text = urllib.request.urlopen(server.url + "/metrics").read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{" + labels + "}"):
+            return float(line.split()[-1])
+    return None
+
+
+def test_a_client_that_goes_away_stops_the_llm_inside_the_ensemble(server):
+    """The ensemble request is cancelled: its LLM step's sequence stops and frees its
+    slot (cinfer_llm_running_sequences back to 0), counted as cancelled for the ensemble."""
+    running = 'model="smollm2"'
+    cancelled = 'model="llm_pipe",version="1",reason="cancelled"'
+    fail0 = metric(server, "cinfer_request_failure_total", cancelled) or 0
+    body = json.dumps({"text_input": "Write a very long story about dragons.",
+                       "parameters": {"max_tokens": 1500, "temperature": 0.8, "stream": True,
+                                      "ignore_eos": True}}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(f"POST /v2/models/llm_pipe/generate_stream HTTP/1.1\r\nHost: x\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    got = b""
+    while got.count(b"data: ") < 3:  # a few tokens post-processed and streamed
+        chunk = s.recv(4096)
+        assert chunk
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 200") and b'"UPPER"' in got
+    assert metric(server, "cinfer_llm_running_sequences", running) >= 1
+    s.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and metric(server, "cinfer_llm_running_sequences", running) != 0:
+        time.sleep(0.05)
+    assert metric(server, "cinfer_llm_running_sequences", running) == 0
+    while time.monotonic() < deadline and (metric(server, "cinfer_request_failure_total", cancelled) or 0) < fail0 + 1:
+        time.sleep(0.05)
+    assert metric(server, "cinfer_request_failure_total", cancelled) == fail0 + 1
+    # and the ensemble still serves
+    events = sse_events(server.url + "/v2/models/llm_pipe/generate_stream",
+                        {"text_input": "Hi", "parameters": {"max_tokens": 4, "temperature": 0, "stream": True}})
+    assert len([e for e in events if "UPPER" in e]) >= 1
