@@ -34,6 +34,7 @@
 #include "core/clock.h"
 #include "frontend/frontend_internal.h"
 #include "frontend/kserve.h"
+#include "frontend/openai_lp.h"
 #include "frontend/respq.h"
 #include "metrics/metrics.h"
 
@@ -442,6 +443,39 @@ static void put_completion_logprobs_of(cbuf *b, const cbuf *prompt_lp, const cbu
   cJSON_Delete(arr);
 }
 
+/* The completions logprobs of one streamed token, written directly: what
+ * put_completion_logprobs_of printed for its one entry (openai_lp.h), so that a stream reads
+ * as the whole answer does. */
+static void put_stream_token_text(cbuf *b, const cinfer_model *m, int32_t id, int *chars) {
+  char *s = NULL;
+  size_t n = 0;
+  cinfer_status *st = cinfer_model_detokenize(m, &id, 1, true, &s, &n);
+  if (st) {
+    cinfer_status_free(st);
+    cbuf_puts(b, "\"\"");
+    return;
+  }
+  oai_lp_string(b, s, n, chars);
+  free(s);
+}
+
+static void put_stream_completion_logprobs(cbuf *b, oai_ctx *c, const tok_resp *r, int *off) {
+  int k = r->n_top < c->logprobs ? r->n_top : c->logprobs, chars = 0;
+  cbuf_puts(b, "{\"tokens\":[");
+  put_stream_token_text(b, c->model, r->token, &chars);
+  cbuf_puts(b, "],\"token_logprobs\":[");
+  oai_lp_number(b, r->logprob ? *r->logprob : 0);
+  cbuf_puts(b, "],\"top_logprobs\":[{");
+  for (int i = 0; i < k; i++) {
+    if (i) cbuf_puts(b, ",");
+    put_stream_token_text(b, c->model, r->top_ids[i], NULL);
+    cbuf_puts(b, ":");
+    oai_lp_number(b, r->top_lp[i]);
+  }
+  cbuf_printf(b, "}],\"text_offset\":[%d]}", *off);
+  *off += chars;
+}
+
 static int status_http(const cinfer_status *st) {
   return cinfer_code_http_status(cinfer_status_code(st));
 }
@@ -610,10 +644,7 @@ static void stream_event(oai_ctx *c, cbuf *b, const tok_resp *r) {
     put_logprob_entry(b, c, r);
     cbuf_puts(b, "]}");
   } else if (lp) {
-    cbuf one = {0};
-    put_logprob_entry(&one, c, r);
-    put_completion_logprobs_of(b, NULL, &one, &ch->text_off);
-    cbuf_free(&one);
+    put_stream_completion_logprobs(b, c, r, &ch->text_off);
   } else { /* no token in this chunk (the last one, or held text) */
     cbuf_puts(b, "null");
   }
