@@ -587,23 +587,19 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
   return NULL;
 }
 
-void bench_engine_collect(bench_engine *e, bench_sample *into) {
-  if (e->grpc) bench_grpc_engine_collect(e->grpc, into);
-  else bench_pacer_collect(&e->p, into);
-}
+/* The workers' pacer: this engine's, or the gRPC engine's. */
+static bench_pacer *pacer_of(bench_engine *e) { return e->grpc ? bench_grpc_engine_pacer(e->grpc) : &e->p; }
 
-bool bench_engine_done(bench_engine *e) {
-  return e->grpc ? bench_grpc_engine_done(e->grpc) : bench_pacer_done(&e->p);
-}
+void bench_engine_collect(bench_engine *e, bench_sample *into) { bench_pacer_collect(pacer_of(e), into); }
+
+bool bench_engine_done(bench_engine *e) { return bench_pacer_done(pacer_of(e)); }
 
 int bench_engine_threads(const bench_engine *e) {
-  return e->grpc ? bench_grpc_engine_threads(e->grpc) : e->p.nw;
+  return e->grpc ? bench_grpc_engine_pacer(e->grpc)->nw : e->p.nw;
 }
 
 void bench_engine_stop(bench_engine *e) {
-  if (!e) return;
-  if (e->grpc) bench_grpc_engine_stop(e->grpc);
-  else bench_pacer_stop(&e->p);
+  if (e) bench_pacer_stop(pacer_of(e));
 }
 
 void bench_engine_destroy(bench_engine *e) {

@@ -653,19 +653,9 @@ cinfer_status *bench_grpc_engine_start(const bench_config *cfg, const bench_addr
   return NULL;
 }
 
-void bench_grpc_engine_collect(bench_grpc_engine *e, bench_sample *into) {
-  bench_pacer_collect(&e->p, into);
-}
-
-bool bench_grpc_engine_done(bench_grpc_engine *e) { return bench_pacer_done(&e->p); }
-
-int bench_grpc_engine_threads(const bench_grpc_engine *e) { return e->p.nw; }
-
-void bench_grpc_engine_stop(bench_grpc_engine *e) {
-  if (e) bench_pacer_stop(&e->p);
-}
+bench_pacer *bench_grpc_engine_pacer(bench_grpc_engine *e) { return &e->p; }
 
 void bench_grpc_engine_destroy(bench_grpc_engine *e) {
-  bench_grpc_engine_stop(e);
+  if (e) bench_pacer_stop(&e->p);
   free_engine(e);
 }
