@@ -80,6 +80,12 @@ int bench_wait_fd(int fd, short ev, uint64_t deadline);
 cinfer_status *bench_connect_blocking(const bench_config *c, const bench_addr *a, uint64_t deadline,
                                      int *fd);
 
+/* An OpenAI request to path (target.c, conversations too): adds the generator's fields to
+ * the body j (max_tokens, ignore_eos, temperature 0, stream with usage), prints and deletes
+ * j, and appends the whole HTTP request to b. */
+struct cJSON;
+cinfer_status *bench_openai_request(const bench_config *c, const char *path, struct cJSON *j, cbuf *b);
+
 /* One blocking request (setup only): status and body (owned by caller, NUL-terminated). */
 cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, const char *method,
                                  const char *path, const char *body, size_t body_len,
