@@ -1,6 +1,8 @@
-/* engine.c: the load generator's hot path. One thread per core, each with its own epoll
+/* engine.c: the load generator's HTTP hot path. One thread per core, each with its own epoll
  * instance and its own connections (nothing shared between workers but an atomic request
- * counter in fixed-count mode and a stop flag).
+ * counter in fixed-count mode and a stop flag). The workers' loop, the fixed-count claim and
+ * the open loop's arrivals are pacer.c's (shared with grpc_engine.c); this file is the
+ * HTTP/1.1 side: connections, requests, responses.
  *
  * Per connection:  CLOSED --connect()--> CONNECTING --writable--> IDLE
  *                  IDLE --send request--> BUSY --response complete--> IDLE (keep-alive)
