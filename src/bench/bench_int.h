@@ -84,7 +84,8 @@ cinfer_status *bench_connect_blocking(const bench_config *c, const bench_addr *a
  * the body j (max_tokens, ignore_eos, temperature 0, stream with usage), prints and deletes
  * j, and appends the whole HTTP request to b. */
 struct cJSON;
-cinfer_status *bench_openai_request(const bench_config *c, const char *path, struct cJSON *j, cbuf *b);
+cinfer_status *bench_openai_request(const bench_config *c, const char *path, struct cJSON *j,
+                                    cbuf *b);
 
 /* One blocking request (setup only): status and body (owned by caller, NUL-terminated). */
 cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, const char *method,

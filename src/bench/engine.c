@@ -590,9 +590,13 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
 }
 
 /* The workers' pacer: this engine's, or the gRPC engine's. */
-static bench_pacer *pacer_of(bench_engine *e) { return e->grpc ? bench_grpc_engine_pacer(e->grpc) : &e->p; }
+static bench_pacer *pacer_of(bench_engine *e) {
+  return e->grpc ? bench_grpc_engine_pacer(e->grpc) : &e->p;
+}
 
-void bench_engine_collect(bench_engine *e, bench_sample *into) { bench_pacer_collect(pacer_of(e), into); }
+void bench_engine_collect(bench_engine *e, bench_sample *into) {
+  bench_pacer_collect(pacer_of(e), into);
+}
 
 bool bench_engine_done(bench_engine *e) { return bench_pacer_done(pacer_of(e)); }
 

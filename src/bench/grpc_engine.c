@@ -1,7 +1,7 @@
 /* grpc_engine.c: the load generator's gRPC hot path (`cinfer bench --grpc`). The same
  * workers as engine.c (pacer.c: one thread per core, each with its own epoll instance, the
- * loop, the claim, the open loop's arrivals) and its own connections; here each connection is an nghttp2 client session (h2c) that carries up to
- * --streams-per-connection calls at once ("slots").
+ * loop, the claim, the open loop's arrivals) with connections of its own: each is an nghttp2
+ * client session (h2c) that carries up to --streams-per-connection calls at once ("slots").
  *
  * A slot is one user of the closed loop (or one request in flight in the open loop):
  *   unary (ModelInfer):  IDLE --submit a stream--> BUSY --stream closed--> IDLE; the call

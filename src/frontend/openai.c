@@ -290,7 +290,8 @@ static void chunk_head(cbuf *b, const oai_ctx *c) {
  * as cbuf_json_string_utf8 writes it, or with `as_cjson` as the whole answer's cJSON round
  * trip prints it (oai_lp_string, adding its characters to *chars). "" when the model cannot
  * detokenize it. */
-static void put_token_text_as(cbuf *b, const cinfer_model *m, int32_t id, bool as_cjson, int *chars) {
+static void put_token_text_as(cbuf *b, const cinfer_model *m, int32_t id, bool as_cjson,
+                              int *chars) {
   char *s = NULL;
   size_t n = 0;
   cinfer_status *st = cinfer_model_detokenize(m, &id, 1, true, &s, &n);
