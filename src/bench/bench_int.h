@@ -73,6 +73,20 @@ void bench_shm_destroy(bench_shm *s);
 cinfer_status *bench_reqset_build(const bench_config *c, const bench_addr *a, bench_reqset *rs);
 void bench_reqset_free(bench_reqset *rs);
 
+/* Setup only (client.c): poll fd for ev until deadline (clock_now_ns): poll's result, 0 at
+ * the deadline. A blocking connect (TCP_NODELAY, bounded by deadline) for the setup clients
+ * of both protocols; errors name the server ("cannot connect to HOST:PORT: ..."). */
+int bench_wait_fd(int fd, short ev, uint64_t deadline);
+cinfer_status *bench_connect_blocking(const bench_config *c, const bench_addr *a, uint64_t deadline,
+                                     int *fd);
+
+/* An OpenAI request to path (target.c, conversations too): adds the generator's fields to
+ * the body j (max_tokens, ignore_eos, temperature 0, stream with usage), prints and deletes
+ * j, and appends the whole HTTP request to b. */
+struct cJSON;
+cinfer_status *bench_openai_request(const bench_config *c, const char *path, struct cJSON *j,
+                                    cbuf *b);
+
 /* One blocking request (setup only): status and body (owned by caller, NUL-terminated). */
 cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, const char *method,
                                  const char *path, const char *body, size_t body_len,

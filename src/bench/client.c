@@ -6,6 +6,8 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,7 +40,7 @@ static void simple_body(void *ud, const char *p, size_t n) {
   cbuf_put(&((simple_ctx *)ud)->body, p, n);
 }
 
-static int wait_fd(int fd, short ev, uint64_t deadline) {
+int bench_wait_fd(int fd, short ev, uint64_t deadline) {
   for (;;) {
     uint64_t now = clock_now_ns();
     if (now >= deadline) return 0;
@@ -50,6 +52,32 @@ static int wait_fd(int fd, short ev, uint64_t deadline) {
   }
 }
 
+cinfer_status *bench_connect_blocking(const bench_config *c, const bench_addr *a, uint64_t deadline,
+                                     int *out) {
+  *out = -1;
+  int fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return cinfer_status_new(CINFER_INTERNAL, "socket: %s", strerror(errno));
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const char *why = NULL;
+  int err = 0;
+  if (connect(fd, (const struct sockaddr *)&a->sa, a->len) < 0 && errno != EINPROGRESS) {
+    err = errno;
+  } else if (bench_wait_fd(fd, POLLOUT, deadline) <= 0) {
+    why = "timed out";
+  } else {
+    socklen_t el = sizeof err;
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+  }
+  if (err || why) {
+    close(fd);
+    return cinfer_status_new(CINFER_UNAVAILABLE, "cannot connect to %s: %s", c->host_header,
+                             why ? why : strerror(err));
+  }
+  *out = fd;
+  return NULL;
+}
+
 cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, const char *method,
                                  const char *path, const char *body, size_t body_len,
                                  int timeout_ms, int *status, char **resp, size_t *resp_len) {
@@ -57,29 +85,12 @@ cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, con
   if (resp) *resp = NULL;
   if (resp_len) *resp_len = 0;
   uint64_t deadline = clock_now_ns() + (uint64_t)timeout_ms * 1000000u;
-  int fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return cinfer_status_new(CINFER_INTERNAL, "socket: %s", strerror(errno));
-  cinfer_status *st = NULL;
+  int fd;
+  cinfer_status *st = bench_connect_blocking(c, a, deadline, &fd);
+  if (st) return st;
   cbuf req = {0};
   simple_ctx ctx = {0};
   char *buf = NULL;
-  if (connect(fd, (const struct sockaddr *)&a->sa, a->len) < 0 && errno != EINPROGRESS) {
-    st = cinfer_status_new(CINFER_UNAVAILABLE, "cannot connect to %s: %s", c->host_header,
-                           strerror(errno));
-    goto out;
-  }
-  if (wait_fd(fd, POLLOUT, deadline) <= 0) {
-    st = cinfer_status_new(CINFER_UNAVAILABLE, "cannot connect to %s: timed out", c->host_header);
-    goto out;
-  }
-  int err = 0;
-  socklen_t el = sizeof err;
-  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-  if (err) {
-    st = cinfer_status_new(CINFER_UNAVAILABLE, "cannot connect to %s: %s", c->host_header,
-                           strerror(err));
-    goto out;
-  }
   if (!method) goto out; /* reachability check only */
   cbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: cinfer-bench\r\n"
                         "Connection: close\r\n", method, path, c->host_header);
@@ -100,7 +111,7 @@ cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, con
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (wait_fd(fd, POLLOUT, deadline) <= 0) {
+      if (bench_wait_fd(fd, POLLOUT, deadline) <= 0) {
         st = cinfer_status_new(CINFER_DEADLINE_EXCEEDED, "%s %s: send timed out", method, path);
         goto out;
       }
@@ -119,7 +130,7 @@ cinfer_status *bench_http_simple(const bench_config *c, const bench_addr *a, con
   bench_http_resp_init(&r, !strcmp(method, "HEAD"));
   size_t have = 0;
   for (;;) {
-    if (wait_fd(fd, POLLIN, deadline) <= 0) {
+    if (bench_wait_fd(fd, POLLIN, deadline) <= 0) {
       st = cinfer_status_new(CINFER_DEADLINE_EXCEEDED, "%s %s: no response within %d ms", method,
                              path, timeout_ms);
       goto out;

@@ -112,27 +112,12 @@ cinfer_status *bench_conv_build(bench_conv *cv, const bench_config *c, const cha
   cJSON *j = cJSON_CreateObject();
   cJSON_AddStringToObject(j, "model", c->model);
   cJSON_AddItemReferenceToObject(j, "messages", cv->msgs);
-  cJSON_AddNumberToObject(j, "max_tokens", c->max_tokens);
-  cJSON_AddNumberToObject(j, "temperature", 0);
-  cJSON_AddBoolToObject(j, "ignore_eos", 1);
-  if (c->stream) {
-    cJSON_AddBoolToObject(j, "stream", 1);
-    cJSON *so = cJSON_AddObjectToObject(j, "stream_options");
-    cJSON_AddBoolToObject(so, "include_usage", 1);
-  }
-  char *body = cJSON_PrintUnformatted(j);
-  cJSON_Delete(j); /* the reference, not the history */
-  if (!body) return cinfer_status_oom("a conversation turn");
   cbuf b = {0};
-  cbuf_printf(&b, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nUser-Agent: cinfer-bench\r\n", c->host_header);
-  for (int i = 0; i < c->n_headers; i++) cbuf_printf(&b, "%s\r\n", c->headers[i]);
-  cbuf_printf(&b, "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n",
-              c->stream ? "text/event-stream" : "application/json", strlen(body));
-  cbuf_puts(&b, body);
-  free(body);
-  if (b.oom) {
+  /* deletes j: the reference, not the history */
+  cinfer_status *st = bench_openai_request(c, "/v1/chat/completions", j, &b);
+  if (st) {
     cbuf_free(&b);
-    return cinfer_status_oom("a conversation turn");
+    return st;
   }
   free(cv->req.data);
   cv->req.data = b.data;

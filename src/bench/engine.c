@@ -1,6 +1,8 @@
-/* engine.c: the load generator's hot path. One thread per core, each with its own epoll
+/* engine.c: the load generator's HTTP hot path. One thread per core, each with its own epoll
  * instance and its own connections (nothing shared between workers but an atomic request
- * counter in fixed-count mode and a stop flag).
+ * counter in fixed-count mode and a stop flag). The workers' loop, the fixed-count claim and
+ * the open loop's arrivals are pacer.c's (shared with grpc_engine.c); this file is the
+ * HTTP/1.1 side: connections, requests, responses.
  *
  * Per connection:  CLOSED --connect()--> CONNECTING --writable--> IDLE
  *                  IDLE --send request--> BUSY --response complete--> IDLE (keep-alive)
@@ -26,25 +28,20 @@
  * so bench_engine_collect blocks for at most one batch. */
 #include "bench/bench_int.h"
 #include "bench/grpc_int.h"
+#include "bench/pacer.h"
 
 #include <errno.h>
-#include <math.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define RBUF_SIZE (64 * 1024)
 #define MAX_HEADER (32 * 1024)
 #define SSE_CAP (64 * 1024)
 #define BODY_KEEP (64 * 1024)
-#define RING_CAP 65536
 
 enum { C_CLOSED = 0, C_CONNECTING, C_IDLE, C_BUSY };
 
@@ -74,12 +71,8 @@ typedef struct conn {
 } conn;
 
 struct worker {
-  pthread_t th;
+  bench_worker b; /* first: the loop, the sample, the open loop's arrivals (pacer.h) */
   bench_engine *e;
-  int id;
-  int ep;
-  pthread_mutex_t mu;
-  bench_sample *cur;
   conn *conns;
   int nconns;      /* slots */
   int target_open; /* closed loop: connections to keep open */
@@ -87,29 +80,14 @@ struct worker {
   int nidle;
   int connecting;
   int nclosed;     /* slots in C_CLOSED (lets the open loop skip the slot scan) */
-  /* open loop */
-  double rate;
-  uint64_t next_ns;
-  uint64_t rng;
-  uint64_t *ring;
-  size_t ring_head, ring_len;
-  uint64_t now;    /* time of the current batch */
-  uint64_t last_timeout_scan;
-  bool started;
 };
 
 struct bench_engine {
+  bench_pacer p;
   bench_grpc_engine *grpc; /* --grpc: every call below forwards to grpc_engine.c */
-  const bench_config *cfg;
-  const bench_addr *addr;
-  const bench_reqset *rs;
-  bench_loadspec ls;
-  worker *w;
-  int nw;
-  atomic_bool stop;
-  atomic_int_fast64_t issued;    /* fixed-count mode */
-  atomic_int_fast64_t finished;
 };
+
+static worker *worker_at(bench_engine *e, int i) { return (worker *)bench_pacer_worker(&e->p, i); }
 
 const char *const bench_err_names[BENCH_ERR_N] = {"connect", "reset", "timeout", "protocol",
                                                   "http", "overload"};
@@ -177,31 +155,14 @@ uint64_t bench_sample_errors(const bench_sample *s) {
 
 /* ---- helpers ---- */
 
-
-static uint64_t next_gap_ns(worker *w) {
-  double mean = 1e9 / w->rate;
-  if (!w->e->ls.poisson) return (uint64_t)mean;
-  double u = ((double)(bench_rng_next(&w->rng) >> 11) + 0.5) * 0x1.0p-53;
-  return (uint64_t)(-log(u) * mean);
-}
-
-/* Fixed-count mode only: a shared counter would otherwise bounce between cores on every
- * request for nothing. */
-static inline void count_finished(bench_engine *e) {
-  if (e->ls.requests > 0) atomic_fetch_add_explicit(&e->finished, 1, memory_order_relaxed);
-}
+static inline void count_finished(bench_engine *e) { bench_count_finished(&e->p); }
 
 static void note_error(worker *w, int kind, const char *fmt, const char *detail) {
-  w->cur->err[kind]++;
-  if (!w->cur->first_error[0])
-    snprintf(w->cur->first_error, sizeof w->cur->first_error, fmt, detail);
+  bench_note_error(&w->b, kind, fmt, detail);
 }
 
 static void conn_set_events(conn *c, bool out) {
-  if (c->want_out == out) return;
-  struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.ptr = c};
-  epoll_ctl(c->w->ep, EPOLL_CTL_MOD, c->fd, &ev);
-  c->want_out = out;
+  bench_epoll_out(c->w->b.ep, c->fd, c, &c->want_out, out);
 }
 
 static void conn_open(conn *c);
@@ -209,7 +170,7 @@ static void conn_open(conn *c);
 static void conn_close(conn *c, uint64_t retry_delay_ns) {
   worker *w = c->w;
   if (c->fd >= 0) {
-    epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    epoll_ctl(w->b.ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
   }
   if (c->state == C_CONNECTING) w->connecting--;
@@ -224,37 +185,22 @@ static void conn_close(conn *c, uint64_t retry_delay_ns) {
   if (c->state != C_CLOSED) w->nclosed++;
   c->state = C_CLOSED;
   c->want_out = false;
-  c->retry_at = w->now + retry_delay_ns;
+  c->retry_at = w->b.now + retry_delay_ns;
   /* closed loop: a dropped connection (Connection: close, reset) is replaced at once */
-  if (!w->e->ls.open && !retry_delay_ns && !atomic_load_explicit(&w->e->stop, memory_order_relaxed))
+  if (!w->e->p.ls.open && !retry_delay_ns && !bench_pacer_stopping(&w->e->p))
     conn_open(c);
 }
 
 static void conn_open(conn *c) {
   worker *w = c->w;
-  const bench_addr *a = w->e->addr;
-  int fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    note_error(w, BENCH_ERR_CONNECT, "socket: %s", strerror(errno));
-    c->retry_at = w->now + 100000000u;
-    return;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int fd = bench_connect_start(&w->b, &c->retry_at);
+  if (fd < 0) return;
   c->fd = fd;
   c->want_out = true;
   c->rlen = 0;
   c->n_done = 0;
   struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
-  int rc = connect(fd, (const struct sockaddr *)&a->sa, a->len);
-  if (rc < 0 && errno != EINPROGRESS) {
-    note_error(w, BENCH_ERR_CONNECT, "connect: %s", strerror(errno));
-    close(fd);
-    c->fd = -1;
-    c->retry_at = w->now + 100000000u;
-    return;
-  }
-  epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev);
+  epoll_ctl(w->b.ep, EPOLL_CTL_ADD, fd, &ev);
   c->state = C_CONNECTING;
   w->nclosed--;
   w->connecting++;
@@ -262,7 +208,7 @@ static void conn_open(conn *c) {
 
 static void conn_idle(conn *c) {
   c->state = C_IDLE;
-  c->t_idle = c->w->now;
+  c->t_idle = c->w->b.now;
   c->w->idle[c->w->nidle++] = (int)(c - c->w->conns);
 }
 
@@ -277,17 +223,11 @@ static bool conn_stale_retry(conn *c) {
    * idle timeout: a connection used at once after connecting is never retried */
   bool idled = c->n_done > 0 || (c->cv && c->t_intended - c->t_idle > 1000000000u);
   if (c->state != C_BUSY || !idled || c->rlen > 0 || c->resp.header_done) return false;
-  c->req_idx = (c->req_idx + e->rs->n - 1) % e->rs->n; /* resend the same variant */
-  if (e->ls.open) {
-    if (w->ring_len < RING_CAP) { /* back to the front of the arrivals, same intended time */
-      w->ring_head = (w->ring_head + RING_CAP - 1) % RING_CAP;
-      w->ring[w->ring_head] = c->t_intended;
-      w->ring_len++;
-    } else {
-      return false;
-    }
-  } else if (e->ls.requests > 0) {
-    atomic_fetch_sub(&e->issued, 1); /* claimed again by whichever connection is idle next */
+  c->req_idx = (c->req_idx + e->p.rs->n - 1) % e->p.rs->n; /* resend the same variant */
+  if (e->p.ls.open) { /* back to the front of the arrivals, same intended time */
+    if (!bench_ring_unpop(&w->b, c->t_intended)) return false;
+  } else {
+    bench_unclaim(&w->b); /* claimed again by whichever connection is idle next */
   }
   conn_close(c, 0);
   return true;
@@ -318,15 +258,15 @@ static void conn_write(conn *c) {
 
 static void conn_send(conn *c, uint64_t intended) {
   worker *w = c->w;
-  const bench_reqset *rs = w->e->rs;
+  const bench_reqset *rs = w->e->p.rs;
   c->req = &rs->v[c->req_idx];
   c->req_idx = (c->req_idx + 1) % rs->n;
   if (c->cv) {
-    cinfer_status *st = bench_conv_build(c->cv, w->e->cfg, rs->system);
+    cinfer_status *st = bench_conv_build(c->cv, w->e->p.cfg, rs->system);
     if (st) { /* out of memory: counted, and the user tries again after thinking */
       note_error(w, BENCH_ERR_PROTOCOL, "%s", cinfer_status_message(st));
       cinfer_status_free(st);
-      bench_conv_done(c->cv, w->e->cfg, false, w->now);
+      bench_conv_done(c->cv, w->e->p.cfg, false, w->b.now);
       conn_idle(c);
       return;
     }
@@ -334,7 +274,7 @@ static void conn_send(conn *c, uint64_t intended) {
   }
   c->sent = 0;
   c->t_intended = intended;
-  c->deadline = w->now + (uint64_t)w->e->cfg->timeout_ms * 1000000u;
+  c->deadline = w->b.now + (uint64_t)w->e->p.cfg->timeout_ms * 1000000u;
   c->t_first = c->t_last = 0;
   c->chunks = 0;
   c->usage_out = c->usage_in = -1;
@@ -360,9 +300,9 @@ static void on_sse_event(void *ud, const char *d, size_t n) {
   if (bench_json_peek_int(d, n, "prompt_tokens", &v)) c->usage_in = v;
   if (bench_json_peek_nonempty_string(d, n, "content") ||
       bench_json_peek_nonempty_string(d, n, "text")) {
-    uint64_t now = c->w->now;
+    uint64_t now = c->w->b.now;
     if (c->chunks == 0) c->t_first = now;
-    else bench_hist_record(c->w->cur->itl, now - c->t_last);
+    else bench_hist_record(c->w->b.cur->itl, now - c->t_last);
     c->t_last = now;
     c->chunks++;
   }
@@ -382,27 +322,27 @@ static void on_body(void *ud, const char *p, size_t n) {
 
 static void complete(conn *c) {
   worker *w = c->w;
-  bench_sample *s = w->cur;
+  bench_sample *s = w->b.cur;
   int st = c->resp.status;
   count_finished(w->e);
   s->bytes_in += c->resp.body_bytes;
   if (c->cv) {
     if (st >= 200 && st <= 299 && !c->resp.event_stream && c->body_len) bench_conv_on_body(c->cv, c->body, c->body_len);
-    bench_conv_done(c->cv, w->e->cfg, st >= 200 && st <= 299, w->now);
+    bench_conv_done(c->cv, w->e->p.cfg, st >= 200 && st <= 299, w->b.now);
   }
   if (st < 200 || st > 299) {
-    if (st == 429 || st == 503) bench_hist_record(s->refused, w->now - c->t_intended);
+    if (st == 429 || st == 503) bench_hist_record(s->refused, w->b.now - c->t_intended);
     if (st >= 0 && st < 600) s->status[st]++;
     s->err[BENCH_ERR_HTTP]++;
     if (!s->first_error[0])
-      snprintf(s->first_error, sizeof s->first_error, "HTTP %d from %.150s", st, w->e->rs->path);
+      snprintf(s->first_error, sizeof s->first_error, "HTTP %d from %.150s", st, w->e->p.rs->path);
     return;
   }
-  uint64_t e2e = w->now - c->t_intended;
+  uint64_t e2e = w->b.now - c->t_intended;
   s->ok++;
   s->status[st]++;
   bench_hist_record(s->lat, e2e);
-  if (!w->e->rs->openai) return;
+  if (!w->e->p.rs->openai) return;
   if (!c->resp.event_stream && c->body_len) {
     int64_t v;
     if (bench_json_peek_int(c->body, c->body_len, "completion_tokens", &v)) c->usage_out = v;
@@ -430,7 +370,7 @@ static void finish_response(conn *c, size_t leftover) {
 }
 
 static void conn_fail(conn *c, int kind, const char *what) {
-  if (c->state == C_BUSY && c->cv) bench_conv_done(c->cv, c->w->e->cfg, false, c->w->now);
+  if (c->state == C_BUSY && c->cv) bench_conv_done(c->cv, c->w->e->p.cfg, false, c->w->b.now);
   if (c->state == C_BUSY) {
     note_error(c->w, kind, "%s", what);
     count_finished(c->w->e);
@@ -485,11 +425,9 @@ static void conn_read(conn *c) {
 
 static void conn_event(conn *c, uint32_t ev) {
   if (c->state == C_CONNECTING) {
-    int err = 0;
-    socklen_t el = sizeof err;
-    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
-    if (err || (ev & (EPOLLERR | EPOLLHUP))) {
-      note_error(c->w, BENCH_ERR_CONNECT, "connect: %s", strerror(err ? err : ECONNREFUSED));
+    int err = bench_connect_result(c->fd, ev);
+    if (err) {
+      note_error(c->w, BENCH_ERR_CONNECT, "connect: %s", strerror(err));
       conn_close(c, 100000000u);
       return;
     }
@@ -502,138 +440,86 @@ static void conn_event(conn *c, uint32_t ev) {
   if (c->fd >= 0 && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))) conn_read(c);
 }
 
-/* ---- scheduling ---- */
+/* ---- scheduling (the pacer's callbacks) ---- */
 
-static bool claim(worker *w) {
+static void dispatch(bench_worker *bw) {
+  worker *w = (worker *)bw;
   bench_engine *e = w->e;
-  if (atomic_load_explicit(&e->stop, memory_order_relaxed)) return false;
-  if (e->ls.requests <= 0) return true;
-  /* Never past the count: a request handed back (conn_stale_retry: issued - 1) must be
-   * claimable again, which an overshoot by idle connections' failed claims would prevent
-   * (the run then waited forever for its last request). */
-  int_fast64_t cur = atomic_load(&e->issued);
-  while (cur < e->ls.requests)
-    if (atomic_compare_exchange_weak(&e->issued, &cur, cur + 1)) return true;
-  return false;
-}
-
-static void dispatch(worker *w) {
-  bench_engine *e = w->e;
-  if (!e->ls.open) {
+  if (!e->p.ls.open) {
     /* backwards, so that the last entry moved into a sent one's place was already seen */
     for (int i = w->nidle - 1; i >= 0; i--) {
       conn *c = &w->conns[w->idle[i]];
-      if (c->cv && c->cv->ready_at > w->now) continue; /* the user is thinking */
-      if (!claim(w)) return;
+      if (c->cv && c->cv->ready_at > w->b.now) continue; /* the user is thinking */
+      if (!bench_claim(bw)) return;
       w->idle[i] = w->idle[--w->nidle];
-      conn_send(c, w->now);
+      conn_send(c, w->b.now);
     }
     return;
   }
-  /* open loop: arrivals due now go into the ring */
-  if (!atomic_load_explicit(&e->stop, memory_order_relaxed)) {
-    while (w->next_ns <= w->now) {
-      if (!claim(w)) break;
-      if (w->ring_len == RING_CAP) {
-        w->cur->err[BENCH_ERR_OVERLOAD]++;
-        count_finished(e);
-        if (!w->cur->first_error[0])
-          snprintf(w->cur->first_error, sizeof w->cur->first_error,
-                   "open loop backlog full (%d requests waiting): server too slow for the rate",
-                   RING_CAP);
-      } else {
-        w->ring[(w->ring_head + w->ring_len++) % RING_CAP] = w->next_ns;
-      }
-      w->next_ns += next_gap_ns(w);
-    }
-  }
-  while (w->ring_len > 0 && w->nidle > 0) {
-    conn *c = &w->conns[w->idle[--w->nidle]];
-    uint64_t t = w->ring[w->ring_head];
-    w->ring_head = (w->ring_head + 1) % RING_CAP;
-    w->ring_len--;
-    conn_send(c, t);
-  }
+  bench_pace_arrivals(bw); /* open loop: arrivals due now go into the ring */
+  uint64_t t;
+  while (w->nidle > 0 && bench_ring_pop(bw, &t)) conn_send(&w->conns[w->idle[--w->nidle]], t);
   /* more waiting than connections on the way: open more */
-  for (int i = 0; i < w->nconns && w->nclosed > 0 && (size_t)w->connecting < w->ring_len; i++) {
+  for (int i = 0; i < w->nconns && w->nclosed > 0 && (size_t)w->connecting < bw->ring_len; i++) {
     conn *c = &w->conns[i];
-    if (c->state == C_CLOSED && c->retry_at <= w->now) conn_open(c);
+    if (c->state == C_CLOSED && c->retry_at <= w->b.now) conn_open(c);
   }
 }
 
-static void scan_timeouts(worker *w) {
+static void scan_timeouts(bench_worker *bw) {
+  worker *w = (worker *)bw;
   for (int i = 0; i < w->nconns; i++) {
     conn *c = &w->conns[i];
-    if (c->state == C_BUSY && w->now > c->deadline) {
+    if (c->state == C_BUSY && w->b.now > c->deadline) {
       char msg[80];
-      snprintf(msg, sizeof msg, "no response within %d ms", w->e->cfg->timeout_ms);
+      snprintf(msg, sizeof msg, "no response within %d ms", w->e->p.cfg->timeout_ms);
       conn_fail(c, BENCH_ERR_TIMEOUT, msg);
-    } else if (!w->e->ls.open && c->state == C_CLOSED && c->retry_at <= w->now &&
-               !atomic_load_explicit(&w->e->stop, memory_order_relaxed)) {
+    } else if (!w->e->p.ls.open && c->state == C_CLOSED && c->retry_at <= w->b.now &&
+               !bench_pacer_stopping(&w->e->p)) {
       conn_open(c);
     }
   }
 }
 
-static int busy_count(worker *w) {
+static int busy_count(bench_worker *bw) {
+  worker *w = (worker *)bw;
   int n = 0;
   for (int i = 0; i < w->nconns; i++) n += w->conns[i].state == C_BUSY;
   return n;
 }
 
-static void *worker_main(void *arg) {
-  worker *w = arg;
+static void worker_begin(bench_worker *bw) {
+  worker *w = (worker *)bw;
   bench_engine *e = w->e;
-  struct epoll_event evs[256];
-  w->now = clock_now_ns();
-  pthread_mutex_lock(&w->mu);
-  if (!e->ls.open)
+  if (!e->p.ls.open)
     for (int i = 0; i < w->target_open; i++) conn_open(&w->conns[i]);
   for (int i = 0; i < w->nconns; i++)
-    if (w->conns[i].cv) bench_conv_start(w->conns[i].cv, e->cfg, e->rs->system, w->now);
-  w->next_ns = w->now;
-  pthread_mutex_unlock(&w->mu);
-  uint64_t stop_deadline = 0;
-  for (;;) {
-    bool stopping = atomic_load_explicit(&e->stop, memory_order_relaxed);
-    if (stopping) {
-      if (!stop_deadline) stop_deadline = w->now + (uint64_t)e->cfg->timeout_ms * 1000000u;
-      if (busy_count(w) == 0 || w->now > stop_deadline) break;
-    }
-    /* wait until the next arrival (open loop) or at most 20 ms */
-    uint64_t wait = 20000000u;
-    if (e->ls.open && !stopping && w->next_ns > w->now && w->next_ns - w->now < wait)
-      wait = w->next_ns - w->now;
-    if (e->ls.open && !stopping && w->next_ns <= w->now) wait = 0;
-    struct timespec ts = {(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
-    int n = epoll_pwait2(w->ep, evs, 256, &ts, NULL);
-    if (n < 0 && errno != EINTR) break;
-    pthread_mutex_lock(&w->mu);
-    w->now = clock_now_ns();
-    for (int i = 0; i < n; i++) conn_event(evs[i].data.ptr, evs[i].events);
-    if (w->now - w->last_timeout_scan > 50000000u) {
-      scan_timeouts(w);
-      w->last_timeout_scan = w->now;
-    }
-    dispatch(w);
-    pthread_mutex_unlock(&w->mu);
-  }
-  pthread_mutex_lock(&w->mu);
+    if (w->conns[i].cv) bench_conv_start(w->conns[i].cv, e->p.cfg, e->p.rs->system, w->b.now);
+}
+
+static void worker_event(bench_worker *bw, void *ptr, uint32_t ev) {
+  (void)bw;
+  conn_event(ptr, ev);
+}
+
+static void worker_end(bench_worker *bw) {
+  worker *w = (worker *)bw;
   for (int i = 0; i < w->nconns; i++) {
     conn *c = &w->conns[i];
     if (c->state == C_BUSY) conn_fail(c, BENCH_ERR_TIMEOUT, "still in flight when the level ended");
     else if (c->fd >= 0) conn_close(c, 0);
   }
-  pthread_mutex_unlock(&w->mu);
-  return NULL;
 }
+
+static const bench_worker_ops http_ops = {worker_begin, worker_event, scan_timeouts,
+                                          dispatch,     busy_count,   worker_end};
 
 /* ---- lifecycle ---- */
 
 static void free_engine(bench_engine *e) {
   if (!e) return;
-  for (int i = 0; i < e->nw; i++) {
-    worker *w = &e->w[i];
+  for (int i = 0; i < e->p.nw; i++) {
+    worker *w = worker_at(e, i);
     if (w->conns)
       for (int k = 0; k < w->nconns; k++) {
         free(w->conns[k].rbuf);
@@ -644,12 +530,8 @@ static void free_engine(bench_engine *e) {
       }
     free(w->conns);
     free(w->idle);
-    free(w->ring);
-    bench_sample_destroy(w->cur);
-    if (w->ep >= 0) close(w->ep);
-    pthread_mutex_destroy(&w->mu);
   }
-  free(e->w);
+  bench_pacer_free(&e->p);
   free(e);
 }
 
@@ -665,44 +547,20 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
     else *out = e;
     return gst;
   }
-  e->cfg = cfg;
-  e->addr = a;
-  e->rs = rs;
-  e->ls = *ls;
-  atomic_init(&e->stop, false);
-  atomic_init(&e->issued, 0);
-  atomic_init(&e->finished, 0);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int nw = cfg->threads > 0 ? cfg->threads : (int)(cores > 0 ? cores : 1);
   int total_conns = ls->open ? cfg->max_connections : ls->concurrency;
-  if (nw > total_conns) nw = total_conns;
-  if (nw < 1) nw = 1;
-  e->w = calloc((size_t)nw, sizeof *e->w);
-  if (!e->w) {
-    free(e);
-    return cinfer_status_oom(NULL);
-  }
-  e->nw = nw;
-  cinfer_status *st = NULL;
-  for (int i = 0; i < nw && !st; i++) {
-    worker *w = &e->w[i];
+  int nw = bench_pacer_threads(cfg, total_conns);
+  cinfer_status *st = bench_pacer_init(&e->p, cfg, a, rs, ls, nw, sizeof(worker), &http_ops);
+  for (int i = 0; i < e->p.nw && !st; i++) {
+    worker *w = worker_at(e, i);
     w->e = e;
-    w->id = i;
-    w->ep = -1;
-    pthread_mutex_init(&w->mu, NULL);
     /* connections: split the total, the first workers take the remainder */
     int share = total_conns / nw + (i < total_conns % nw ? 1 : 0);
     w->nconns = share;
     w->nclosed = share;
     w->target_open = ls->open ? 0 : share;
-    w->rate = ls->open ? ls->rate / nw : 0;
-    w->rng = cfg->seed * 0x100000001b3ull + (uint64_t)i + 1;
-    w->ep = epoll_create1(EPOLL_CLOEXEC);
-    w->cur = bench_sample_create();
     w->conns = calloc((size_t)share, sizeof *w->conns);
     w->idle = calloc((size_t)share, sizeof *w->idle);
-    if (ls->open) w->ring = malloc(RING_CAP * sizeof *w->ring);
-    if (w->ep < 0 || !w->cur || !w->conns || !w->idle || (ls->open && !w->ring)) {
+    if (!w->conns || !w->idle) {
       st = cinfer_status_new(CINFER_INTERNAL, "out of memory or file descriptors for worker %d", i);
       break;
     }
@@ -722,55 +580,32 @@ cinfer_status *bench_engine_start(const bench_config *cfg, const bench_addr *a,
       }
     }
   }
+  if (!st) st = bench_pacer_run(&e->p);
   if (st) {
     free_engine(e);
     return st;
-  }
-  for (int i = 0; i < nw; i++) {
-    if (pthread_create(&e->w[i].th, NULL, worker_main, &e->w[i]) != 0) {
-      atomic_store(&e->stop, true);
-      for (int k = 0; k < i; k++) pthread_join(e->w[k].th, NULL);
-      free_engine(e);
-      return cinfer_status_new(CINFER_INTERNAL, "cannot start worker threads");
-    }
-    e->w[i].started = true;
   }
   *out = e;
   return NULL;
 }
 
-void bench_engine_collect(bench_engine *e, bench_sample *into) {
-  if (e->grpc) {
-    bench_grpc_engine_collect(e->grpc, into);
-    return;
-  }
-  for (int i = 0; i < e->nw; i++) {
-    worker *w = &e->w[i];
-    pthread_mutex_lock(&w->mu);
-    bench_sample_merge(into, w->cur);
-    bench_sample_reset(w->cur);
-    pthread_mutex_unlock(&w->mu);
-  }
+/* The workers' pacer: this engine's, or the gRPC engine's. */
+static bench_pacer *pacer_of(bench_engine *e) {
+  return e->grpc ? bench_grpc_engine_pacer(e->grpc) : &e->p;
 }
 
-bool bench_engine_done(bench_engine *e) {
-  if (e->grpc) return bench_grpc_engine_done(e->grpc);
-  return e->ls.requests > 0 && atomic_load(&e->finished) >= e->ls.requests;
+void bench_engine_collect(bench_engine *e, bench_sample *into) {
+  bench_pacer_collect(pacer_of(e), into);
 }
+
+bool bench_engine_done(bench_engine *e) { return bench_pacer_done(pacer_of(e)); }
 
 int bench_engine_threads(const bench_engine *e) {
-  return e->grpc ? bench_grpc_engine_threads(e->grpc) : e->nw;
+  return e->grpc ? bench_grpc_engine_pacer(e->grpc)->nw : e->p.nw;
 }
 
 void bench_engine_stop(bench_engine *e) {
-  if (!e) return;
-  if (e->grpc) {
-    bench_grpc_engine_stop(e->grpc);
-    return;
-  }
-  atomic_store(&e->stop, true);
-  for (int i = 0; i < e->nw; i++)
-    if (e->w[i].started) pthread_join(e->w[i].th, NULL), e->w[i].started = false;
+  if (e) bench_pacer_stop(pacer_of(e));
 }
 
 void bench_engine_destroy(bench_engine *e) {

@@ -7,8 +7,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,17 +115,6 @@ static int simple_close(nghttp2_session *s, int32_t sid, uint32_t err, void *ud)
   return 0;
 }
 
-static int wait_fd(int fd, short ev, uint64_t deadline) {
-  for (;;) {
-    uint64_t now = clock_now_ns();
-    if (now >= deadline) return 0;
-    struct pollfd p = {.fd = fd, .events = ev};
-    int rc = poll(&p, 1, (int)((deadline - now) / 1000000u) + 1);
-    if (rc < 0 && errno == EINTR) continue;
-    return rc;
-  }
-}
-
 static cinfer_status *simple_io(nghttp2_session *h2, int fd, simple_call *sc, uint64_t deadline) {
   uint8_t rbuf[16384];
   while (!sc->closed) {
@@ -140,7 +127,7 @@ static cinfer_status *simple_io(nghttp2_session *h2, int fd, simple_call *sc, ui
         if (w > 0) {
           off += (size_t)w;
         } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-          if (wait_fd(fd, POLLOUT, deadline) <= 0) return cinfer_status_new(CINFER_UNAVAILABLE, "timed out sending");
+          if (bench_wait_fd(fd, POLLOUT, deadline) <= 0) return cinfer_status_new(CINFER_UNAVAILABLE, "timed out sending");
         } else {
           return cinfer_status_new(CINFER_UNAVAILABLE, "send: %s", strerror(errno));
         }
@@ -148,7 +135,7 @@ static cinfer_status *simple_io(nghttp2_session *h2, int fd, simple_call *sc, ui
     }
     if (n < 0) return cinfer_status_new(CINFER_INTERNAL, "HTTP/2: %s", nghttp2_strerror((int)n));
     if (sc->closed) break;
-    int rc = wait_fd(fd, POLLIN, deadline);
+    int rc = bench_wait_fd(fd, POLLIN, deadline);
     if (rc <= 0) return cinfer_status_new(CINFER_UNAVAILABLE, "no answer in time");
     ssize_t r = recv(fd, rbuf, sizeof rbuf, 0);
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
@@ -180,27 +167,10 @@ static cinfer_status *grpc_simple(const bench_config *c, const bench_addr *a, co
   simple_call sc = {.grpc_status = -1, .req = framed, .req_len = mlen + 5};
   cinfer_status *st = NULL;
   nghttp2_session *h2 = NULL;
-  int fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
+  int fd;
+  if ((st = bench_connect_blocking(c, a, deadline, &fd))) {
     free(framed);
-    return cinfer_status_new(CINFER_UNAVAILABLE, "socket: %s", strerror(errno));
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (connect(fd, (const struct sockaddr *)&a->sa, a->len) < 0 && errno != EINPROGRESS) {
-    st = cinfer_status_new(CINFER_UNAVAILABLE, "connect to %s: %s", c->host_header, strerror(errno));
-    goto out;
-  }
-  if (wait_fd(fd, POLLOUT, deadline) <= 0) {
-    st = cinfer_status_new(CINFER_UNAVAILABLE, "connect to %s: timed out", c->host_header);
-    goto out;
-  }
-  int err = 0;
-  socklen_t el = sizeof err;
-  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-  if (err) {
-    st = cinfer_status_new(CINFER_UNAVAILABLE, "connect to %s: %s", c->host_header, strerror(err));
-    goto out;
+    return st;
   }
   nghttp2_session_callbacks *cb;
   if (nghttp2_session_callbacks_new(&cb)) {

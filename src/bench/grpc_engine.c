@@ -1,7 +1,7 @@
 /* grpc_engine.c: the load generator's gRPC hot path (`cinfer bench --grpc`). The same
- * shape as engine.c: one thread per core, each with its own epoll instance and its own
- * connections; here each connection is an nghttp2 client session (h2c) that carries up to
- * --streams-per-connection calls at once ("slots").
+ * workers as engine.c (pacer.c: one thread per core, each with its own epoll instance, the
+ * loop, the claim, the open loop's arrivals) with connections of its own: each is an nghttp2
+ * client session (h2c) that carries up to --streams-per-connection calls at once ("slots").
  *
  * A slot is one user of the closed loop (or one request in flight in the open loop):
  *   unary (ModelInfer):  IDLE --submit a stream--> BUSY --stream closed--> IDLE; the call
@@ -24,24 +24,19 @@
  * Latency is from the intended send time to the completing frame, as in engine.c. Nothing
  * is allocated per request except in nghttp2 and in decoding streamed responses. */
 #include "bench/grpc_int.h"
+#include "bench/pacer.h"
 
 #include <errno.h>
-#include <math.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "grpc_service.pb-c.h"
 
 #define RBUF_SIZE (64 * 1024)
-#define RING_CAP 65536
 #define MAX_MSG ((size_t)1 << 30)
 
 enum { C_CLOSED = 0, C_CONNECTING, C_READY };
@@ -85,11 +80,8 @@ struct gconn {
 };
 
 struct gworker {
-  pthread_t th;
+  bench_worker b; /* first: the loop, the sample, the open loop's arrivals (pacer.h) */
   bench_grpc_engine *e;
-  int id, ep;
-  pthread_mutex_t mu;
-  bench_sample *cur;
   gconn *conns;
   int nconns;
   gslot **idle;
@@ -99,39 +91,26 @@ struct gworker {
   int nnv;
   char scratch[BENCH_GRPC_HDR_SCRATCH];
   uint8_t *rbuf;
-  /* open loop */
-  double rate;
-  uint64_t next_ns, rng;
-  uint64_t *ring;
-  size_t ring_head, ring_len;
-  uint64_t now, last_timeout_scan;
-  bool started;
 };
 
 struct bench_grpc_engine {
-  const bench_config *cfg;
-  const bench_addr *addr;
-  const bench_reqset *rs;
-  bench_loadspec ls;
+  bench_pacer p;
   char path[80];
-  gworker *w;
-  int nw;
-  atomic_bool stop;
-  atomic_int_fast64_t issued, finished;
 };
+
+static gworker *worker_at(bench_grpc_engine *e, int i) {
+  return (gworker *)bench_pacer_worker(&e->p, i);
+}
 
 static nghttp2_session_callbacks *g_cb; /* made once in start (immutable after) */
 static pthread_once_t g_cb_once = PTHREAD_ONCE_INIT;
 
 /* ---- accounting ---- */
 
-static inline void count_finished(bench_grpc_engine *e) {
-  if (e->ls.requests > 0) atomic_fetch_add_explicit(&e->finished, 1, memory_order_relaxed);
-}
+static inline void count_finished(bench_grpc_engine *e) { bench_count_finished(&e->p); }
 
 static void note_error(gworker *w, int kind, const char *fmt, const char *detail) {
-  w->cur->err[kind]++;
-  if (!w->cur->first_error[0]) snprintf(w->cur->first_error, sizeof w->cur->first_error, fmt, detail);
+  bench_note_error(&w->b, kind, fmt, detail);
 }
 
 static void slot_idle(gslot *s) {
@@ -159,13 +138,13 @@ static void slot_fail(gslot *s, int kind, const char *what) {
 
 static void slot_ok(gslot *s) {
   gworker *w = s->g->w;
-  bench_sample *sm = w->cur;
+  bench_sample *sm = w->b.cur;
   count_finished(w->e);
   sm->ok++;
   sm->status[200]++;
   sm->bytes_in += s->bytes;
-  bench_hist_record(sm->lat, w->now - s->t_intended);
-  if (w->e->cfg->grpc_stream) {
+  bench_hist_record(sm->lat, w->b.now - s->t_intended);
+  if (w->e->p.cfg->grpc_stream) {
     sm->tokens_out += s->responses;
     if (s->responses) {
       bench_hist_record(sm->ttft, s->t_first - s->t_intended);
@@ -178,10 +157,7 @@ static void slot_ok(gslot *s) {
 /* ---- connections ---- */
 
 static void conn_set_events(gconn *g, bool out) {
-  if (g->want_out == out) return;
-  struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.ptr = g};
-  epoll_ctl(g->w->ep, EPOLL_CTL_MOD, g->fd, &ev);
-  g->want_out = out;
+  bench_epoll_out(g->w->b.ep, g->fd, g, &g->want_out, out);
 }
 
 static void conn_open(gconn *g);
@@ -202,7 +178,7 @@ static void conn_close(gconn *g, const char *why, uint64_t retry_delay_ns) {
   if (g->h2) nghttp2_session_del(g->h2);
   g->h2 = NULL;
   if (g->fd >= 0) {
-    epoll_ctl(w->ep, EPOLL_CTL_DEL, g->fd, NULL);
+    epoll_ctl(w->b.ep, EPOLL_CTL_DEL, g->fd, NULL);
     close(g->fd);
   }
   g->fd = -1;
@@ -210,31 +186,18 @@ static void conn_close(gconn *g, const char *why, uint64_t retry_delay_ns) {
   g->want_out = false;
   g->out.len = 0;
   g->out_off = 0;
-  g->retry_at = w->now + retry_delay_ns;
-  if (!retry_delay_ns && !atomic_load_explicit(&w->e->stop, memory_order_relaxed)) conn_open(g);
+  g->retry_at = w->b.now + retry_delay_ns;
+  if (!retry_delay_ns && !bench_pacer_stopping(&w->e->p)) conn_open(g);
 }
 
 static void conn_open(gconn *g) {
   gworker *w = g->w;
-  const bench_addr *a = w->e->addr;
-  int fd = socket(a->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    note_error(w, BENCH_ERR_CONNECT, "socket: %s", strerror(errno));
-    g->retry_at = w->now + 100000000u;
-    return;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (connect(fd, (const struct sockaddr *)&a->sa, a->len) < 0 && errno != EINPROGRESS) {
-    note_error(w, BENCH_ERR_CONNECT, "connect: %s", strerror(errno));
-    close(fd);
-    g->retry_at = w->now + 100000000u;
-    return;
-  }
+  int fd = bench_connect_start(&w->b, &g->retry_at);
+  if (fd < 0) return;
   if (nghttp2_session_client_new(&g->h2, g_cb, g)) {
     note_error(w, BENCH_ERR_CONNECT, "%s", "out of memory for an HTTP/2 session");
     close(fd);
-    g->retry_at = w->now + 100000000u;
+    g->retry_at = w->b.now + 100000000u;
     return;
   }
   /* big windows: the generator reads everything at once, so flow control should never be
@@ -246,7 +209,7 @@ static void conn_open(gconn *g) {
   g->fd = fd;
   g->want_out = true;
   struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = g};
-  epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev);
+  epoll_ctl(w->b.ep, EPOLL_CTL_ADD, fd, &ev);
   g->state = C_CONNECTING;
 }
 
@@ -311,7 +274,7 @@ static ssize_t on_read(nghttp2_session *h2, int32_t sid, uint8_t *buf, size_t le
   if (n > len) n = len;
   memcpy(buf, s->req->data + s->sent, n);
   s->sent += n;
-  if (s->sent == s->req->len && !s->g->w->e->cfg->grpc_stream) *flags |= NGHTTP2_DATA_FLAG_EOF;
+  if (s->sent == s->req->len && !s->g->w->e->p.cfg->grpc_stream) *flags |= NGHTTP2_DATA_FLAG_EOF;
   return (ssize_t)n;
 }
 
@@ -357,9 +320,9 @@ static void stream_message(gslot *s, const uint8_t *p, size_t n) {
       final = pe->value->bool_param;
   }
   if (r && r->n_outputs) {
-    if (s->responses == 0) s->t_first = w->now;
-    else bench_hist_record(w->cur->itl, w->now - s->t_last);
-    s->t_last = w->now;
+    if (s->responses == 0) s->t_first = w->b.now;
+    else bench_hist_record(w->b.cur->itl, w->b.now - s->t_last);
+    s->t_last = w->b.now;
     s->responses++;
   }
   inference__model_stream_infer_response__free_unpacked(m, NULL);
@@ -376,7 +339,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t sid, const uint8_
   gslot *s = slot_of(h2, sid);
   if (!s) return 0;
   s->bytes += n;
-  bool stream = s->g->w->e->cfg->grpc_stream;
+  bool stream = s->g->w->e->p.cfg->grpc_stream;
   while (n > 0) {
     if (!s->in_msg) {
       size_t k = 5 - s->hdr_have;
@@ -440,7 +403,7 @@ static int on_close(nghttp2_session *h2, int32_t sid, uint32_t err, void *ud) {
     return 0;
   }
   if (s->state != S_BUSY) return 0;
-  if (!w->e->cfg->grpc_stream && err == NGHTTP2_NO_ERROR && s->http_status == 200 && s->grpc_status == 0) {
+  if (!w->e->p.cfg->grpc_stream && err == NGHTTP2_NO_ERROR && s->http_status == 200 && s->grpc_status == 0) {
     slot_ok(s);
   } else {
     char msg[200];
@@ -448,7 +411,7 @@ static int on_close(nghttp2_session *h2, int32_t sid, uint32_t err, void *ud) {
       snprintf(msg, sizeof msg, "gRPC %s: %.150s", bench_grpc_status_name(s->grpc_status), s->grpc_msg);
     else if (err != NGHTTP2_NO_ERROR)
       snprintf(msg, sizeof msg, "stream reset by the server (%s)", nghttp2_http2_strerror(err));
-    else if (w->e->cfg->grpc_stream)
+    else if (w->e->p.cfg->grpc_stream)
       snprintf(msg, sizeof msg, "the server ended the stream before the final response");
     else
       snprintf(msg, sizeof msg, "HTTP/2 status %d without grpc-status", s->http_status);
@@ -470,11 +433,11 @@ static void make_callbacks(void) {
 static void slot_send(gslot *s, uint64_t intended) {
   gworker *w = s->g->w;
   bench_grpc_engine *e = w->e;
-  s->req = &e->rs->v[s->req_idx];
-  s->req_idx = (s->req_idx + 1) % e->rs->n;
+  s->req = &e->p.rs->v[s->req_idx];
+  s->req_idx = (s->req_idx + 1) % e->p.rs->n;
   s->sent = 0;
   s->t_intended = intended;
-  s->deadline = w->now + (uint64_t)e->cfg->timeout_ms * 1000000u;
+  s->deadline = w->b.now + (uint64_t)e->p.cfg->timeout_ms * 1000000u;
   s->t_first = s->t_last = 0;
   s->responses = 0;
   s->bytes = 0;
@@ -504,11 +467,9 @@ static void slot_send(gslot *s, uint64_t intended) {
 static void conn_event(gconn *g, uint32_t ev) {
   gworker *w = g->w;
   if (g->state == C_CONNECTING) {
-    int err = 0;
-    socklen_t el = sizeof err;
-    getsockopt(g->fd, SOL_SOCKET, SO_ERROR, &err, &el);
-    if (err || (ev & (EPOLLERR | EPOLLHUP))) {
-      note_error(w, BENCH_ERR_CONNECT, "connect: %s", strerror(err ? err : ECONNREFUSED));
+    int err = bench_connect_result(g->fd, ev);
+    if (err) {
+      note_error(w, BENCH_ERR_CONNECT, "connect: %s", strerror(err));
       conn_close(g, "connect failed", 100000000u);
       return;
     }
@@ -542,66 +503,31 @@ static void conn_event(gconn *g, uint32_t ev) {
   conn_flush(g);
 }
 
-static bool claim(gworker *w) {
-  bench_grpc_engine *e = w->e;
-  if (atomic_load_explicit(&e->stop, memory_order_relaxed)) return false;
-  if (e->ls.requests <= 0) return true;
-  int_fast64_t cur = atomic_load(&e->issued);
-  while (cur < e->ls.requests)
-    if (atomic_compare_exchange_weak(&e->issued, &cur, cur + 1)) return true;
-  return false;
-}
-
-static uint64_t next_gap_ns(gworker *w) {
-  double mean = 1e9 / w->rate;
-  if (!w->e->ls.poisson) return (uint64_t)mean;
-  double u = ((double)(bench_rng_next(&w->rng) >> 11) + 0.5) * 0x1.0p-53;
-  return (uint64_t)(-log(u) * mean);
-}
-
-static void dispatch(gworker *w) {
-  bench_grpc_engine *e = w->e;
-  if (!e->ls.open) {
-    while (w->nidle > 0 && claim(w)) slot_send(w->idle[--w->nidle], w->now);
+static void dispatch(bench_worker *bw) {
+  gworker *w = (gworker *)bw;
+  if (!w->e->p.ls.open) {
+    while (w->nidle > 0 && bench_claim(bw)) slot_send(w->idle[--w->nidle], w->b.now);
   } else {
-    if (!atomic_load_explicit(&e->stop, memory_order_relaxed)) {
-      while (w->next_ns <= w->now) {
-        if (!claim(w)) break;
-        if (w->ring_len == RING_CAP) {
-          w->cur->err[BENCH_ERR_OVERLOAD]++;
-          count_finished(e);
-          if (!w->cur->first_error[0])
-            snprintf(w->cur->first_error, sizeof w->cur->first_error,
-                     "open loop backlog full (%d requests waiting): server too slow for the rate", RING_CAP);
-        } else {
-          w->ring[(w->ring_head + w->ring_len++) % RING_CAP] = w->next_ns;
-        }
-        w->next_ns += next_gap_ns(w);
-      }
-    }
-    while (w->ring_len > 0 && w->nidle > 0) {
-      uint64_t t = w->ring[w->ring_head];
-      w->ring_head = (w->ring_head + 1) % RING_CAP;
-      w->ring_len--;
-      slot_send(w->idle[--w->nidle], t);
-    }
+    bench_pace_arrivals(bw);
+    uint64_t t;
+    while (w->nidle > 0 && bench_ring_pop(bw, &t)) slot_send(w->idle[--w->nidle], t);
   }
   for (int i = 0; i < w->nconns; i++) conn_flush(&w->conns[i]);
 }
 
-static void scan_timeouts(gworker *w) {
+static void scan_timeouts(bench_worker *bw) {
+  gworker *w = (gworker *)bw;
   for (int i = 0; i < w->nconns; i++) {
     gconn *g = &w->conns[i];
-    if (g->state == C_CLOSED && g->retry_at <= w->now &&
-        !atomic_load_explicit(&w->e->stop, memory_order_relaxed)) {
+    if (g->state == C_CLOSED && g->retry_at <= w->b.now && !bench_pacer_stopping(&w->e->p)) {
       conn_open(g);
       continue;
     }
     for (int k = 0; k < g->nslots; k++) {
       gslot *s = &g->slots[k];
-      if (s->state != S_BUSY || w->now <= s->deadline) continue;
+      if (s->state != S_BUSY || w->b.now <= s->deadline) continue;
       char msg[80];
-      snprintf(msg, sizeof msg, "no response within %d ms", w->e->cfg->timeout_ms);
+      snprintf(msg, sizeof msg, "no response within %d ms", w->e->p.cfg->timeout_ms);
       slot_fail(s, BENCH_ERR_TIMEOUT, msg);
       nghttp2_submit_rst_stream(g->h2, NGHTTP2_FLAG_NONE, s->sid, NGHTTP2_CANCEL);
       s->state = S_DOWN; /* idle again when the reset stream closes */
@@ -609,47 +535,26 @@ static void scan_timeouts(gworker *w) {
   }
 }
 
-static int busy_count(gworker *w) {
+static int busy_count(bench_worker *bw) {
+  gworker *w = (gworker *)bw;
   int n = 0;
   for (int i = 0; i < w->nconns; i++)
     for (int k = 0; k < w->conns[i].nslots; k++) n += w->conns[i].slots[k].state == S_BUSY;
   return n;
 }
 
-static void *worker_main(void *arg) {
-  gworker *w = arg;
-  bench_grpc_engine *e = w->e;
-  struct epoll_event evs[256];
-  w->now = clock_now_ns();
-  pthread_mutex_lock(&w->mu);
+static void worker_begin(bench_worker *bw) {
+  gworker *w = (gworker *)bw;
   for (int i = 0; i < w->nconns; i++) conn_open(&w->conns[i]);
-  w->next_ns = w->now;
-  pthread_mutex_unlock(&w->mu);
-  uint64_t stop_deadline = 0;
-  for (;;) {
-    bool stopping = atomic_load_explicit(&e->stop, memory_order_relaxed);
-    if (stopping) {
-      if (!stop_deadline) stop_deadline = w->now + (uint64_t)e->cfg->timeout_ms * 1000000u;
-      if (busy_count(w) == 0 || w->now > stop_deadline) break;
-    }
-    uint64_t wait = 20000000u;
-    if (e->ls.open && !stopping && w->next_ns > w->now && w->next_ns - w->now < wait)
-      wait = w->next_ns - w->now;
-    if (e->ls.open && !stopping && w->next_ns <= w->now) wait = 0;
-    struct timespec ts = {(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
-    int n = epoll_pwait2(w->ep, evs, 256, &ts, NULL);
-    if (n < 0 && errno != EINTR) break;
-    pthread_mutex_lock(&w->mu);
-    w->now = clock_now_ns();
-    for (int i = 0; i < n; i++) conn_event(evs[i].data.ptr, evs[i].events);
-    if (w->now - w->last_timeout_scan > 50000000u) {
-      scan_timeouts(w);
-      w->last_timeout_scan = w->now;
-    }
-    dispatch(w);
-    pthread_mutex_unlock(&w->mu);
-  }
-  pthread_mutex_lock(&w->mu);
+}
+
+static void worker_event(bench_worker *bw, void *ptr, uint32_t ev) {
+  (void)bw;
+  conn_event(ptr, ev);
+}
+
+static void worker_end(bench_worker *bw) {
+  gworker *w = (gworker *)bw;
   for (int i = 0; i < w->nconns; i++) {
     gconn *g = &w->conns[i];
     for (int k = 0; k < g->nslots; k++)
@@ -659,16 +564,17 @@ static void *worker_main(void *arg) {
       }
     if (g->fd >= 0 || g->h2) conn_close(g, "level ended", 1); /* no reconnect: stop is set */
   }
-  pthread_mutex_unlock(&w->mu);
-  return NULL;
 }
+
+static const bench_worker_ops grpc_ops = {worker_begin, worker_event, scan_timeouts,
+                                          dispatch,     busy_count,   worker_end};
 
 /* ---- lifecycle ---- */
 
 static void free_engine(bench_grpc_engine *e) {
   if (!e) return;
-  for (int i = 0; i < e->nw; i++) {
-    gworker *w = &e->w[i];
+  for (int i = 0; i < e->p.nw; i++) {
+    gworker *w = worker_at(e, i);
     for (int k = 0; w->conns && k < w->nconns; k++) {
       gconn *g = &w->conns[k];
       if (g->h2) nghttp2_session_del(g->h2);
@@ -679,13 +585,9 @@ static void free_engine(bench_grpc_engine *e) {
     }
     free(w->conns);
     free(w->idle);
-    free(w->ring);
     free(w->rbuf);
-    bench_sample_destroy(w->cur);
-    if (w->ep >= 0) close(w->ep);
-    pthread_mutex_destroy(&w->mu);
   }
-  free(e->w);
+  bench_pacer_free(&e->p);
   free(e);
 }
 
@@ -697,51 +599,27 @@ cinfer_status *bench_grpc_engine_start(const bench_config *cfg, const bench_addr
   if (!g_cb) return cinfer_status_oom("for HTTP/2 callbacks");
   bench_grpc_engine *e = calloc(1, sizeof *e);
   if (!e) return cinfer_status_oom(NULL);
-  e->cfg = cfg;
-  e->addr = a;
-  e->rs = rs;
-  e->ls = *ls;
   snprintf(e->path, sizeof e->path, "/inference.GRPCInferenceService/%s",
            cfg->grpc_stream ? "ModelStreamInfer" : "ModelInfer");
-  atomic_init(&e->stop, false);
-  atomic_init(&e->issued, 0);
-  atomic_init(&e->finished, 0);
   /* closed loop: one connection per user (as HTTP) unless asked; open loop: the
    * --max-connections requests in flight share connections, 32 streams each (the server
    * allows 128), instead of opening a thousand connections at the start */
   int per = cfg->streams_per_conn > 0 ? cfg->streams_per_conn : ls->open ? 32 : 1;
   int total_slots = ls->open ? cfg->max_connections : ls->concurrency;
   int total_conns = (total_slots + per - 1) / per;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int nw = cfg->threads > 0 ? cfg->threads : (int)(cores > 0 ? cores : 1);
-  if (nw > total_conns) nw = total_conns;
-  if (nw < 1) nw = 1;
-  e->w = calloc((size_t)nw, sizeof *e->w);
-  if (!e->w) {
-    free(e);
-    return cinfer_status_oom(NULL);
-  }
-  e->nw = nw;
-  cinfer_status *st = NULL;
+  int nw = bench_pacer_threads(cfg, total_conns);
+  cinfer_status *st = bench_pacer_init(&e->p, cfg, a, rs, ls, nw, sizeof(gworker), &grpc_ops);
   int slots_left = total_slots;
-  for (int i = 0; i < nw && !st; i++) {
-    gworker *w = &e->w[i];
+  for (int i = 0; i < e->p.nw && !st; i++) {
+    gworker *w = worker_at(e, i);
     w->e = e;
-    w->id = i;
-    w->ep = -1;
-    pthread_mutex_init(&w->mu, NULL);
     int nconn = total_conns / nw + (i < total_conns % nw ? 1 : 0);
     w->nconns = nconn;
-    w->rate = ls->open ? ls->rate / nw : 0;
-    w->rng = cfg->seed * 0x100000001b3ull + (uint64_t)i + 1;
-    w->ep = epoll_create1(EPOLL_CLOEXEC);
-    w->cur = bench_sample_create();
     w->conns = calloc((size_t)nconn, sizeof *w->conns);
     w->idle = calloc((size_t)nconn * (size_t)per, sizeof *w->idle);
     w->rbuf = malloc(RBUF_SIZE);
-    if (ls->open) w->ring = malloc(RING_CAP * sizeof *w->ring);
     w->nnv = bench_grpc_headers(cfg, e->path, w->nv, BENCH_GRPC_NV_MAX, w->scratch, sizeof w->scratch);
-    if (w->ep < 0 || !w->cur || !w->conns || !w->idle || !w->rbuf || (ls->open && !w->ring)) {
+    if (!w->conns || !w->idle || !w->rbuf) {
       st = cinfer_status_new(CINFER_INTERNAL, "out of memory or file descriptors for worker %d", i);
       break;
     }
@@ -766,47 +644,18 @@ cinfer_status *bench_grpc_engine_start(const bench_config *cfg, const bench_addr
       }
     }
   }
+  if (!st) st = bench_pacer_run(&e->p);
   if (st) {
     free_engine(e);
     return st;
-  }
-  for (int i = 0; i < nw; i++) {
-    if (pthread_create(&e->w[i].th, NULL, worker_main, &e->w[i]) != 0) {
-      atomic_store(&e->stop, true);
-      for (int k = 0; k < i; k++) pthread_join(e->w[k].th, NULL);
-      free_engine(e);
-      return cinfer_status_new(CINFER_INTERNAL, "cannot start worker threads");
-    }
-    e->w[i].started = true;
   }
   *out = e;
   return NULL;
 }
 
-void bench_grpc_engine_collect(bench_grpc_engine *e, bench_sample *into) {
-  for (int i = 0; i < e->nw; i++) {
-    gworker *w = &e->w[i];
-    pthread_mutex_lock(&w->mu);
-    bench_sample_merge(into, w->cur);
-    bench_sample_reset(w->cur);
-    pthread_mutex_unlock(&w->mu);
-  }
-}
-
-bool bench_grpc_engine_done(bench_grpc_engine *e) {
-  return e->ls.requests > 0 && atomic_load(&e->finished) >= e->ls.requests;
-}
-
-int bench_grpc_engine_threads(const bench_grpc_engine *e) { return e->nw; }
-
-void bench_grpc_engine_stop(bench_grpc_engine *e) {
-  if (!e) return;
-  atomic_store(&e->stop, true);
-  for (int i = 0; i < e->nw; i++)
-    if (e->w[i].started) pthread_join(e->w[i].th, NULL), e->w[i].started = false;
-}
+bench_pacer *bench_grpc_engine_pacer(bench_grpc_engine *e) { return &e->p; }
 
 void bench_grpc_engine_destroy(bench_grpc_engine *e) {
-  bench_grpc_engine_stop(e);
+  if (e) bench_pacer_stop(&e->p);
   free_engine(e);
 }

@@ -34,15 +34,13 @@ const char *bench_grpc_status_name(int code);
 cinfer_status *bench_grpc_request(const bench_config *c, const bench_grpc_input *in, int nin,
                                   const bench_grpc_output *outs, int nout, cbuf *out);
 
-/* The engine behind bench_engine_* when c->grpc (engine.c forwards to it). */
+/* The engine behind bench_engine_* when c->grpc: engine.c collects, stops and counts
+ * through its pacer (pacer.h) and destroys it (stopping first). */
 typedef struct bench_grpc_engine bench_grpc_engine;
 cinfer_status *bench_grpc_engine_start(const bench_config *c, const bench_addr *a,
                                        const bench_reqset *rs, const bench_loadspec *ls,
                                        bench_grpc_engine **out);
-void bench_grpc_engine_collect(bench_grpc_engine *e, bench_sample *into);
-bool bench_grpc_engine_done(bench_grpc_engine *e);
-void bench_grpc_engine_stop(bench_grpc_engine *e);
+struct bench_pacer *bench_grpc_engine_pacer(bench_grpc_engine *e);
 void bench_grpc_engine_destroy(bench_grpc_engine *e);
-int bench_grpc_engine_threads(const bench_grpc_engine *e);
 
 #endif

@@ -112,6 +112,26 @@ static const char *const words[] = {
     "to", "users", "who", "ask", "questions", "about", "history", "science", "music", "art",
     "travel", "food", "weather"};
 
+cinfer_status *bench_openai_request(const bench_config *c, const char *path, cJSON *j, cbuf *b) {
+  cJSON_AddNumberToObject(j, "max_tokens", c->max_tokens);
+  cJSON_AddBoolToObject(j, "ignore_eos", 1);
+  cJSON_AddNumberToObject(j, "temperature", 0);
+  if (c->stream) {
+    cJSON_AddBoolToObject(j, "stream", 1);
+    cJSON *so = cJSON_AddObjectToObject(j, "stream_options");
+    cJSON_AddBoolToObject(so, "include_usage", 1);
+  }
+  char *body = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  if (!body) return cinfer_status_oom("an OpenAI request");
+  head(b, c, "POST", path);
+  cbuf_printf(b, "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n",
+                 c->stream ? "text/event-stream" : "application/json", strlen(body));
+  cbuf_puts(b, body);
+  free(body);
+  return b->oom ? cinfer_status_oom("an OpenAI request") : NULL;
+}
+
 static cinfer_status *build_openai(const bench_config *c, bench_reqset *rs) {
   const char *path = c->openai_chat ? "/v1/chat/completions" : "/v1/completions";
   snprintf(rs->path, sizeof rs->path, "%s", path);
@@ -136,25 +156,11 @@ static cinfer_status *build_openai(const bench_config *c, bench_reqset *rs) {
     } else {
       cJSON_AddStringToObject(j, "prompt", prompt.data ? prompt.data : "");
     }
-    cJSON_AddNumberToObject(j, "max_tokens", c->max_tokens);
-    cJSON_AddBoolToObject(j, "ignore_eos", 1);
-    cJSON_AddNumberToObject(j, "temperature", 0);
-    if (c->stream) {
-      cJSON_AddBoolToObject(j, "stream", 1);
-      cJSON *so = cJSON_AddObjectToObject(j, "stream_options");
-      cJSON_AddBoolToObject(so, "include_usage", 1);
-    }
-    char *body = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
     cbuf_free(&prompt);
-    if (!body) return cinfer_status_oom(NULL);
     cbuf b = {0};
-    head(&b, c, "POST", path);
-    cbuf_printf(&b, "Content-Type: application/json\r\nAccept: %s\r\nContent-Length: %zu\r\n\r\n",
-                    c->stream ? "text/event-stream" : "application/json", strlen(body));
-    cbuf_puts(&b, body);
-    free(body);
-    cinfer_status *st = reqset_add(rs, &b);
+    cinfer_status *st = bench_openai_request(c, path, j, &b);
+    if (!st) st = reqset_add(rs, &b);
+    else cbuf_free(&b);
     if (st) return st;
   }
   return NULL;

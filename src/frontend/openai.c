@@ -34,6 +34,7 @@
 #include "core/clock.h"
 #include "frontend/frontend_internal.h"
 #include "frontend/kserve.h"
+#include "frontend/openai_lp.h"
 #include "frontend/respq.h"
 #include "metrics/metrics.h"
 
@@ -285,8 +286,12 @@ static void chunk_head(cbuf *b, const oai_ctx *c) {
   cbuf_json_string(b, mn, strlen(mn));
 }
 
-/* Token text for logprobs (may be a partial UTF-8 sequence: escaped as is). */
-static void put_token_text(cbuf *b, const cinfer_model *m, int32_t id) {
+/* Token text for logprobs (may be a partial UTF-8 sequence: invalid bytes become U+FFFD),
+ * as cbuf_json_string_utf8 writes it, or with `as_cjson` as the whole answer's cJSON round
+ * trip prints it (oai_lp_string, adding its characters to *chars). "" when the model cannot
+ * detokenize it. */
+static void put_token_text_as(cbuf *b, const cinfer_model *m, int32_t id, bool as_cjson,
+                              int *chars) {
   char *s = NULL;
   size_t n = 0;
   cinfer_status *st = cinfer_model_detokenize(m, &id, 1, true, &s, &n);
@@ -295,8 +300,13 @@ static void put_token_text(cbuf *b, const cinfer_model *m, int32_t id) {
     cbuf_puts(b, "\"\"");
     return;
   }
-  cbuf_json_string_utf8(b, s, n);
+  if (as_cjson) oai_lp_string(b, s, n, chars);
+  else cbuf_json_string_utf8(b, s, n);
   free(s);
+}
+
+static void put_token_text(cbuf *b, const cinfer_model *m, int32_t id) {
+  put_token_text_as(b, m, id, false, NULL);
 }
 
 /* One response's outputs (backend protocol: llm_backend.h); absent ones are NULL. */
@@ -440,6 +450,26 @@ static void put_completion_logprobs_of(cbuf *b, const cbuf *prompt_lp, const cbu
   free(s);
   cJSON_Delete(wrap);
   cJSON_Delete(arr);
+}
+
+/* The completions logprobs of one streamed token, written directly: what
+ * put_completion_logprobs_of printed for its one entry (openai_lp.h), so that a stream reads
+ * as the whole answer does. */
+static void put_stream_completion_logprobs(cbuf *b, oai_ctx *c, const tok_resp *r, int *off) {
+  int k = r->n_top < c->logprobs ? r->n_top : c->logprobs, chars = 0;
+  cbuf_puts(b, "{\"tokens\":[");
+  put_token_text_as(b, c->model, r->token, true, &chars);
+  cbuf_puts(b, "],\"token_logprobs\":[");
+  oai_lp_number(b, r->logprob ? *r->logprob : 0);
+  cbuf_puts(b, "],\"top_logprobs\":[{");
+  for (int i = 0; i < k; i++) {
+    if (i) cbuf_puts(b, ",");
+    put_token_text_as(b, c->model, r->top_ids[i], true, NULL);
+    cbuf_puts(b, ":");
+    oai_lp_number(b, r->top_lp[i]);
+  }
+  cbuf_printf(b, "}],\"text_offset\":[%d]}", *off);
+  *off += chars;
 }
 
 static int status_http(const cinfer_status *st) {
@@ -610,10 +640,7 @@ static void stream_event(oai_ctx *c, cbuf *b, const tok_resp *r) {
     put_logprob_entry(b, c, r);
     cbuf_puts(b, "]}");
   } else if (lp) {
-    cbuf one = {0};
-    put_logprob_entry(&one, c, r);
-    put_completion_logprobs_of(b, NULL, &one, &ch->text_off);
-    cbuf_free(&one);
+    put_stream_completion_logprobs(b, c, r, &ch->text_off);
   } else { /* no token in this chunk (the last one, or held text) */
     cbuf_puts(b, "null");
   }
