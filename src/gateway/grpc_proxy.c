@@ -46,7 +46,6 @@
 #define GP_RBUF (256u << 10)
 #define GP_WBUF_HIGH (1u << 20)
 #define GP_MAX_META 48
-#define GP_MAX_CAND 512
 
 enum { S_OK = 0, S_CANCELLED = 1, S_INVALID_ARGUMENT = 3, S_DEADLINE = 4, S_NOT_FOUND = 5,
        S_PERMISSION_DENIED = 7, S_RESOURCE_EXHAUSTED = 8, S_UNIMPLEMENTED = 12, S_INTERNAL = 13,
@@ -124,8 +123,7 @@ struct gp_ds {
   char variant[64];
   long long version;
   int variant_idx;
-  gw_replica *tried[4];
-  int n_tries;
+  gw_pick pick;            /* routing and the replicas tried */
   gw_replica *cur;
   gp_us *us;
   char last_error[240];
@@ -133,7 +131,7 @@ struct gp_ds {
   gw_keyset *ks;
   const gw_key *key;
   char who[80];
-  bool strip_auth, audit, counted_active, holds_retry;
+  bool strip_auth, audit, counted_active;
   uint64_t start_ms, deadline_ms;
   loop_timer deadline;
   gp_ds *next, *prev;
@@ -182,6 +180,7 @@ struct gw_grpc {
   gp_conn *conns;
   gp_conn *pending;
   uint8_t *rbuf;
+  gw_scratch *scratch;     /* the candidate arrays of this loop (route.c) */
   uint64_t rng;
   metric_family *f_calls;
   net_tls *tls;            /* the listener's TLS (the gateway's certificate), NULL = h2c */
@@ -408,41 +407,23 @@ static void record(gp_ds *d) {
 
 /* ---- routing ------------------------------------------------------------------------------- */
 
-static bool tried(const gp_ds *d, const gw_replica *r) {
-  for (int i = 0; i < d->n_tries; i++)
-    if (d->tried[i] == r) return true;
-  return false;
-}
-
-/* g->mu held. */
-static size_t candidates(gateway *g, gp_ds *d, uint64_t now, gw_replica **cand, bool *listed) {
-  size_t n = 0;
-  *listed = false;
-  bool by_model = d->m->route_by_model && d->model[0];
-  for (size_t i = 0; i < g->n_reps && n < GP_MAX_CAND; i++) {
-    gw_replica *r = g->reps[i];
-    if (!r->sources || !r->grpc_port) continue;
-    if (by_model) {
-      if (!gw_replica_has_model(r, d->model, d->version)) continue;
-      *listed = true;
-    } else {
-      *listed = true;
-    }
-    if (d->group[0] && strcmp(d->group, r->group)) continue;
-    if (!gw_replica_usable(r, now) || tried(d, r)) continue;
-    cand[n++] = r;
-  }
-  return n;
+/* d's routing (route.c): replicas with a gRPC port, by model when the method names one. */
+static gw_pick *pick_of(gp_ds *d) {
+  d->pick.model = d->m->route_by_model ? d->model : NULL;
+  d->pick.version = d->version;
+  d->pick.group = d->group;
+  d->pick.grpc = true;
+  return &d->pick;
 }
 
 static gw_replica *choose(gp_ds *d, bool *listed) {
   gw_grpc *gp = d->c->gp;
   gateway *g = gp->g;
-  gw_replica *cand[GP_MAX_CAND];
-  uint32_t out[GP_MAX_CAND];
-  int w[GP_MAX_CAND];
+  gw_replica **cand = gp->scratch->cand;
+  uint32_t *out = gp->scratch->out;
+  int *w = gp->scratch->w;
   pthread_mutex_lock(&g->mu);
-  size_t n = candidates(g, d, loop_now_ms(gp->loop), cand, listed);
+  size_t n = gw_candidates(g, pick_of(d), loop_now_ms(gp->loop), cand, listed);
   for (size_t i = 0; i < n; i++) {
     out[i] = atomic_load_explicit(&cand[i]->outstanding, memory_order_relaxed);
     w[i] = cand[i]->weight;
@@ -464,26 +445,9 @@ static bool any_usable(gateway *g, uint64_t now) {
 }
 
 static bool retry_allowed(gp_ds *d) {
-  gateway *g = d->c->gp->g;
-  if (g->cfg.retries <= 0 || d->n_tries >= 1 + g->cfg.retries || d->m->streaming) return false;
-  if (d->n_tries >= (int)(sizeof d->tried / sizeof d->tried[0])) return false;
-  if (loop_now_ms(d->c->gp->loop) >= d->deadline_ms) return false;
-  if (!d->holds_retry) {
-    long long active = atomic_load(&g->active);
-    long long budget = (long long)(g->cfg.retry_budget_ratio * (double)active);
-    if (budget < g->cfg.retry_budget_min) budget = g->cfg.retry_budget_min;
-    if (atomic_fetch_add(&g->retries_active, 1) >= budget) {
-      atomic_fetch_sub(&g->retries_active, 1);
-      return false;
-    }
-    d->holds_retry = true;
-  }
-  gw_replica *cand[GP_MAX_CAND];
-  bool listed;
-  pthread_mutex_lock(&g->mu);
-  size_t n = candidates(g, d, loop_now_ms(d->c->gp->loop), cand, &listed);
-  pthread_mutex_unlock(&g->mu);
-  return n > 0;
+  if (d->m->streaming) return false;
+  gw_grpc *gp = d->c->gp;
+  return gw_retry_allowed(gp->g, pick_of(d), loop_now_ms(gp->loop), d->deadline_ms);
 }
 
 /* ---- upstream ------------------------------------------------------------------------------ */
@@ -656,7 +620,7 @@ static void start_try(gp_ds *d) {
                    d->model[0] ? " for model '" : "", d->model, d->model[0] ? "'" : "");
   }
   d->cur = r;
-  d->tried[d->n_tries++] = r;
+  d->pick.tried[d->pick.n_tries++] = r;
   gp_conn *c = up_conn(gp, r);
   gp_us *u = c ? calloc(1, sizeof *u) : NULL;
   if (!u) {
@@ -1070,7 +1034,7 @@ static void ds_free(gp_ds *d) {
     atomic_fetch_sub(&g->active, 1);
     metric_inc(g->m_active, -1);
   }
-  if (d->holds_retry) atomic_fetch_sub(&g->retries_active, 1);
+  if (d->pick.holds_retry) atomic_fetch_sub(&g->retries_active, 1);
   gw_keyset_unref(d->ks);
   if (d->prev) d->prev->next = d->next;
   else c->streams = d->next;
@@ -1377,7 +1341,8 @@ static void on_accept(loop_io *io, uint32_t ev) {
 
 cinfer_status *gw_grpc_start(gateway *g) {
   gw_grpc *gp = calloc(1, sizeof *gp);
-  if (!gp || !(gp->rbuf = malloc(GP_RBUF))) {
+  if (!gp || !(gp->rbuf = malloc(GP_RBUF)) || !(gp->scratch = gw_scratch_new())) {
+    if (gp) free(gp->rbuf);
     free(gp);
     return cinfer_status_oom("gateway grpc");
   }
@@ -1418,6 +1383,7 @@ cinfer_status *gw_grpc_start(gateway *g) {
     if (gp->loop) loop_destroy(gp->loop);
     net_tls_destroy(gp->tls);
     net_tls_destroy(gp->tls_up);
+    gw_scratch_free(gp->scratch);
     free(gp->rbuf);
     free(gp);
     return st;
@@ -1515,6 +1481,7 @@ void gw_grpc_stop(gateway *g) {
   net_tls_destroy(gp->tls_up);
   pthread_mutex_destroy(&gp->drain_mu);
   pthread_cond_destroy(&gp->drain_cv);
+  gw_scratch_free(gp->scratch);
   free(gp->rbuf);
   free(gp);
   g->grpc = NULL;

@@ -33,7 +33,6 @@
 #include "gateway/internal.h"
 
 #define GW_MAX_RESP_HEADERS 64
-#define GW_MAX_CAND 512
 
 struct gw_req {
   gateway *g;
@@ -50,12 +49,11 @@ struct gw_req {
   long long variant_version;
   char *up;                  /* upstream request bytes (owned) */
   size_t up_len;
-  gw_replica *tried[4];
-  int n_tries;
+  gw_pick pick;              /* routing and the replicas tried */
   gw_conn *conn;             /* current try's connection */
   gw_replica *cur;
   bool streaming, buffered, discard, head_seen;
-  bool holds_retry, counted_active, aborting, done;
+  bool counted_active, aborting, done;
   bool refused;              /* this try's answer: 503 with Retry-After (admission refusal) */
   bool count_tokens;          /* the key has a token budget: usage is counted and charged */
   gw_tok_usage usage;
@@ -394,7 +392,7 @@ static void req_free(gw_req *q) {
   net_loop *loop = g->loops[q->loop].loop;
   loop_timer_cancel(loop, &q->deadline);
   loop_timer_cancel(loop, &q->delay);
-  if (q->holds_retry) atomic_fetch_sub(&g->retries_active, 1);
+  if (q->pick.holds_retry) atomic_fetch_sub(&g->retries_active, 1);
   if (q->counted_active) {
     atomic_fetch_sub(&g->active, 1);
     metric_inc(g->m_active, -1);
@@ -514,40 +512,22 @@ static void abort_try(gw_req *q) {
 
 /* ---- choosing a replica ------------------------------------------------------------- */
 
-static bool tried(const gw_req *q, const gw_replica *r) {
-  for (int i = 0; i < q->n_tries; i++)
-    if (q->tried[i] == r) return true;
-  return false;
-}
-
-/* g->mu held. Fills cand with usable replicas for q (excluding tried ones). *listed: some
- * present replica lists the model (even if not usable). */
-static size_t candidates(gateway *g, gw_req *q, uint64_t now, gw_replica **cand, bool *listed) {
-  size_t n = 0;
-  *listed = false;
-  long long ver = q->version ? q->version : q->variant_version;
-  for (size_t i = 0; i < g->n_reps && n < GW_MAX_CAND; i++) {
-    gw_replica *r = g->reps[i];
-    if (!r->sources) continue;
-    if (q->model[0]) {
-      if (!gw_replica_has_model(r, q->model, ver)) continue;
-      *listed = true;
-    }
-    if (q->group[0] && strcmp(q->group, r->group)) continue;
-    if (!gw_health_usable(&r->h, now) || r->draining) continue;
-    if (tried(q, r)) continue;
-    cand[n++] = r;
-  }
-  return n;
+/* q's routing (route.c), with its current model, version and variant group. */
+static gw_pick *pick_of(gw_req *q) {
+  q->pick.model = q->model;
+  q->pick.version = q->version ? q->version : q->variant_version;
+  q->pick.group = q->group;
+  return &q->pick;
 }
 
 static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
-  gw_replica *cand[GW_MAX_CAND];
-  uint32_t out[GW_MAX_CAND];
-  int w[GW_MAX_CAND];
+  gw_scratch *sc = g->loops[q->loop].scratch;
+  gw_replica **cand = sc->cand;
+  uint32_t *out = sc->out;
+  int *w = sc->w;
   uint64_t now = loop_now_ms(g->loops[q->loop].loop);
   pthread_mutex_lock(&g->mu);
-  size_t n = candidates(g, q, now, cand, listed);
+  size_t n = gw_candidates(g, pick_of(q), now, cand, listed);
   for (size_t i = 0; i < n; i++) {
     out[i] = atomic_load_explicit(&cand[i]->outstanding, memory_order_relaxed);
     w[i] = cand[i]->weight;
@@ -556,8 +536,8 @@ static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
   bool openai = q->hreq->path_len > 4 && !memcmp(q->hreq->path, "/v1/", 4);
   if (g->cfg.balancer == GW_BAL_KV_AWARE && openai && n) {
     /* LLM load from each replica's /metrics (for this model) with prefix affinity */
-    gw_kv_load loads[GW_MAX_CAND];
-    uint64_t ids[GW_MAX_CAND];
+    gw_kv_load *loads = sc->loads;
+    uint64_t *ids = sc->ids;
     for (size_t i = 0; i < n; i++) {
       gw_kv_load *l = &loads[i];
       memset(l, 0, sizeof *l);
@@ -576,7 +556,7 @@ static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
     k = gw_kv_pick(n, loads, ids, q->has_affinity, q->affinity_key, g->cfg.kv_weight,
                    g->cfg.prefix_bonus);
   } else if (q->has_affinity) {
-    uint64_t ids[GW_MAX_CAND];
+    uint64_t *ids = sc->ids;
     for (size_t i = 0; i < n; i++) ids[i] = cand[i]->id_hash;
     k = gw_affinity_pick(n, ids, q->affinity_key, out, g->cfg.affinity_load_factor);
   }
@@ -587,33 +567,11 @@ static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
   return r;
 }
 
-static bool another_candidate(gateway *g, gw_req *q) {
-  gw_replica *cand[GW_MAX_CAND];
-  bool listed;
-  pthread_mutex_lock(&g->mu);
-  size_t n = candidates(g, q, loop_now_ms(g->loops[q->loop].loop), cand, &listed);
-  pthread_mutex_unlock(&g->mu);
-  return n > 0;
-}
-
 /* May this request retry now? Takes a retry-budget token when it answers true. */
 static bool retry_allowed(gw_req *q) {
+  if (q->streaming) return false;
   gateway *g = q->g;
-  if (g->cfg.retries <= 0 || q->n_tries >= 1 + g->cfg.retries || q->streaming) return false;
-  if (q->n_tries >= (int)(sizeof q->tried / sizeof q->tried[0])) return false;
-  if (loop_now_ms(g->loops[q->loop].loop) >= q->deadline_ms) return false;
-  if (!q->holds_retry) {
-    long long active = atomic_load(&g->active);
-    long long budget = (long long)(g->cfg.retry_budget_ratio * (double)active);
-    if (budget < g->cfg.retry_budget_min) budget = g->cfg.retry_budget_min;
-    if (atomic_fetch_add(&g->retries_active, 1) >= budget) {
-      atomic_fetch_sub(&g->retries_active, 1);
-      return false;
-    }
-    q->holds_retry = true;
-  }
-  if (!another_candidate(g, q)) return false;  /* the token is returned by req_free */
-  return true;
+  return gw_retry_allowed(g, pick_of(q), loop_now_ms(g->loops[q->loop].loop), q->deadline_ms);
 }
 
 static void start_try(gw_req *q);
@@ -819,7 +777,7 @@ static void start_try(gw_req *q) {
   gw_replica *r = choose(g, q, &listed);
   if (!r) {
     char m[300];
-    if (q->n_tries && q->last_error[0]) {
+    if (q->pick.n_tries && q->last_error[0]) {
       req_fail(q, q->last_error_status ? q->last_error_status : 502, q->last_error);
       return;
     }
@@ -834,7 +792,7 @@ static void start_try(gw_req *q) {
     req_fail(q, 503, m);
     return;
   }
-  q->tried[q->n_tries++] = r;
+  q->pick.tried[q->pick.n_tries++] = r;
   q->cur = r;
   if (listed) q->model_known = true;
   gw_conn *c = conn_acquire(g, r, q->loop);

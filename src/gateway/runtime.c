@@ -486,6 +486,10 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
     uint64_t seed = g->cfg.seed ? (uint64_t)g->cfg.seed : clock_now_ms() ^ (uint64_t)(uintptr_t)g;
     g->loops[i].rng = (seed * 0x9E3779B97F4A7C15ULL + (uint64_t)i * 0xBF58476D1CE4E5B9ULL) | 1;
     g->loops[i].mcache = calloc(GW_MCACHE_SLOTS, sizeof *g->loops[i].mcache);  /* NULL: uncached */
+    if (!(g->loops[i].scratch = gw_scratch_new())) {
+      st = cinfer_status_oom("gateway: candidate arrays");
+      goto fail;
+    }
   }
   atomic_store_explicit(&g->started, true, memory_order_release);
   if ((st = gw_control_start(g))) goto fail;
@@ -555,7 +559,10 @@ void gateway_destroy(gateway *g) {
   gw_grpc_stop(g);
   gw_control_stop(g);
   free_replicas(g);
-  for (int i = 0; i < GW_MAX_LOOPS; i++) free(g->loops[i].mcache);
+  for (int i = 0; i < GW_MAX_LOOPS; i++) {
+    free(g->loops[i].mcache);
+    gw_scratch_free(g->loops[i].scratch);
+  }
   free(g->canaries);
   free(g->rate);
   metrics_registry_destroy(g->reg);
