@@ -118,7 +118,7 @@ struct gp_ds {
   gp_hdrs trailers;        /* sent when out is drained after finish */
   int status;              /* gRPC status answered */
   /* route */
-  char model[128];
+  char *model;             /* the whole name from the message (owned), or no_model */
   char group[64];
   char variant[64];
   long long version;
@@ -190,6 +190,8 @@ struct gw_grpc {
   pthread_mutex_t drain_mu;
   pthread_cond_t drain_cv;
 };
+
+static char no_model[1];    /* a call that names no model */
 
 static void kick(gp_conn *c);
 static void flush_pending(gw_grpc *gp);
@@ -350,7 +352,7 @@ static void percent_encode(const char *msg, char *out, size_t cap) {
 
 static void ds_fail(gp_ds *d, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void ds_fail(gp_ds *d, int status, const char *fmt, ...) {
-  char msg[600], enc[1800], code[12];
+  char msg[1200], enc[3600], code[12];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -743,10 +745,11 @@ static void route(gp_ds *d) {
     return ds_reply_msg(d, ok ? serving : not_serving, 2);
   }
   if (d->m->model_field) {
-    char err[200];
+    char err[200], *name;
     int r = gw_grpc_request_model((const uint8_t *)d->in.data, d->in.len, d->gzip,
-                                  d->m->model_field, d->model, sizeof d->model, err, sizeof err);
+                                  d->m->model_field, &name, err, sizeof err);
     if (r < 0) return ds_fail(d, S_INVALID_ARGUMENT, "gateway: %s", err);
+    if (r == 1) d->model = name;
   }
   if (!authorize(d)) return;
   if (d->m->local == L_LIVE) {
@@ -867,6 +870,7 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *u
   d->id = f->hd.stream_id;
   d->variant_idx = -1;
   d->status = -1;
+  d->model = no_model;
   d->start_ms = clock_now_ms();
   d->deadline.fn = on_deadline;
   snprintf(d->who, sizeof d->who, "anonymous");
@@ -1043,6 +1047,7 @@ static void ds_free(gp_ds *d) {
   hdrs_free(&d->trailers);
   cbuf_free(&d->in);
   cbuf_free(&d->out);
+  if (d->model != no_model) free(d->model);
   free(d);
   gw_grpc *gp = c->gp;
   if (atomic_fetch_sub(&gp->live, 1) == 1 && gp->draining) { /* the last call of a drain */

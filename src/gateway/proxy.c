@@ -40,7 +40,8 @@ struct gw_req {
   const http_request *hreq;  /* borrowed until the exchange is answered */
   int loop;
   char id[72];
-  char model[128];
+  char *model;               /* the whole name (owned), or no_model when none */
+  bool oom;                  /* reading the request ran out of memory: answered 500 */
   long long version;         /* from the path, 0 = none */
   bool model_known;          /* listed by some replica or a canary: used as metrics label */
   int variant;               /* canary variant index, -1 = none */
@@ -81,6 +82,8 @@ struct gw_req {
   bool strip_auth;           /* the bearer was the gateway's credential: not forwarded */
   bool unfilterable;         /* filter set but the listing was not buffered: 502 */
 };
+
+static char no_model[1];      /* a request that names no model */
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
@@ -139,10 +142,16 @@ static void parse_model_path(gw_req *q, size_t *name_end) {
   const char *slash = memchr(s, '/', rest);
   size_t n = slash ? (size_t)(slash - s) : rest;
   if (!strncmp(s, "stats", n) && n == 5) return;  /* /v2/models/stats: not a model */
-  if (!decode_seg(s, n, q->model, sizeof q->model)) {
-    q->model[0] = 0;
+  char *name = malloc(n + 1);  /* decoding never lengthens it */
+  if (!name) {
+    q->oom = true;
     return;
   }
+  if (!decode_seg(s, n, name, n + 1)) {
+    free(name);
+    return;
+  }
+  q->model = name;
   *name_end = (size_t)(s - r->path) + n;
   static const char ver[] = "/versions/";
   if (slash && rest - n > sizeof ver - 1 && !memcmp(slash, ver, sizeof ver - 1)) {
@@ -168,8 +177,11 @@ static void parse_openai_model(gw_req *q) {
   for (const cJSON *it = cJSON_IsObject(j) ? j->child : NULL; it; it = it->next)
     if (it->string && !strcmp(it->string, "model")) n_model++;
   q->model_ambiguous = n_model > 1;
-  if (cJSON_IsString(m) && m->valuestring[0] && strlen(m->valuestring) < sizeof q->model)
-    snprintf(q->model, sizeof q->model, "%s", m->valuestring);
+  if (cJSON_IsString(m) && m->valuestring[0]) {
+    char *name = strdup(m->valuestring);
+    if (name) q->model = name;
+    else q->oom = true;
+  }
   size_t want = (size_t)q->g->cfg.prefix_bytes;
   if (j && want && !q->has_affinity) {
     /* prompt-prefix affinity: hash the first `want` bytes of the prompt (completions) or
@@ -398,6 +410,7 @@ static void req_free(gw_req *q) {
     metric_inc(g->m_active, -1);
   }
   gw_keyset_unref(q->ks);
+  if (q->model != no_model) free(q->model);
   free(q->up);
   free(q->harena);
   free(q->body);
@@ -416,7 +429,7 @@ static void json_escape(char *out, size_t cap, const char *s) {
 }
 
 void gw_respond_error(http_exchange *ex, int status, const char *request_id, const char *fmt, ...) {
-  char msg[400], esc[900], body[1000];
+  char msg[1200], esc[2600], body[2700];  /* room for a long model name */
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -776,7 +789,7 @@ static void start_try(gw_req *q) {
   bool listed = false;
   gw_replica *r = choose(g, q, &listed);
   if (!r) {
-    char m[300];
+    char m[1200];
     if (q->pick.n_tries && q->last_error[0]) {
       req_fail(q, q->last_error_status ? q->last_error_status : 502, q->last_error);
       return;
@@ -1055,6 +1068,7 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
   q->hreq = req;
   q->loop = loop;
   q->variant = -1;
+  q->model = no_model;
   q->start_ms = clock_now_ms();
   q->deadline.fn = on_deadline;
   q->delay.fn = on_delay;
@@ -1080,6 +1094,7 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
 
   /* 0. who is calling, and may they make this call? */
   if (!authorize(g, q)) return;
+  if (q->oom) return req_fail(q, 500, "gateway: out of memory reading the request's model name");
 
   /* 1. rate limit per key: the authenticated key id, else the rate key header, else the
    * client address (X-Forwarded-For counts only behind a trusted proxy) */

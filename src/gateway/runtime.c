@@ -224,22 +224,21 @@ static int admin_do(gateway *g, http_exchange *ex, const http_request *req, cons
     gw_respond_error(ex, 405, NULL, "admin: use PUT /admin/canary/MODEL with {\"weights\":{\"variant\":N,...}}");
     return 405;
   }
-  char model[128];
   size_t ml = req->path_len - sizeof pre;
-  if (ml >= sizeof model) {
-    gw_respond_error(ex, 400, NULL, "admin: model name too long");
-    return 400;
+  char *model = strndup(req->path + sizeof pre, ml);
+  if (!model) {
+    gw_respond_error(ex, 500, NULL, "admin: out of memory");
+    return 500;
   }
-  memcpy(model, req->path + sizeof pre, ml);
-  model[ml] = 0;
   cJSON *j = cJSON_ParseWithLength(req->body ? req->body : "", req->body_len);
   const cJSON *w = j ? cJSON_GetObjectItemCaseSensitive(j, "weights") : NULL;
   if (!cJSON_IsObject(w)) {
     cJSON_Delete(j);
+    free(model);
     gw_respond_error(ex, 400, NULL, "admin: body must be {\"weights\":{\"variant\":N,...}}");
     return 400;
   }
-  char err[300] = "";
+  char err[1200] = "";
   int code = 200;
   pthread_mutex_lock(&g->mu);
   gw_canary_state *k = NULL;
@@ -276,10 +275,12 @@ static int admin_do(gateway *g, http_exchange *ex, const http_request *req, cons
   pthread_mutex_unlock(&g->mu);
   cJSON_Delete(j);
   if (code != 200) {
+    free(model);
     gw_respond_error(ex, code, NULL, "%s", err);
     return code;
   }
   LOG_I("gateway: admin: canary weights of '%s' changed by %s", model, who);
+  free(model);
   static const char ok[] = "{\"ok\":true}";
   http_header h = {"Content-Type", 12, "application/json", 16};
   http_respond(ex, 200, &h, 1, ok, sizeof ok - 1);
@@ -379,6 +380,7 @@ static void free_replicas(gateway *g) {
     gw_replica *r = g->reps[i];
     for (size_t k = 0; k < r->n_models; k++) free(r->models[k]);
     free(r->models);
+    gw_kv_free(r->kv, r->n_kv);
     free(r->kv);
     free(r->idle);
     free(r->n_idle);
