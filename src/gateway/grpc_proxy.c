@@ -492,13 +492,25 @@ static void us_done(gp_us *u, uint32_t err) {
   bool complete = u->got_head && st;
   int code = complete ? atoi((const char *)st->value) : -1;
   bool unavailable = !u->got_head || (complete && code == S_UNAVAILABLE && !u->any_data);
+  /* An admission refusal: UNAVAILABLE with gRPC's retry pushback (the replica's queue or
+   * engine is full, nothing was done; HTTP's 503 + Retry-After). Retried like any
+   * UNAVAILABLE, but not a failure: no passive ejection, the early health check still runs
+   * (a draining replica refuses too), counted in cinfer_gateway_upstream_refusals_total. */
+  bool refused = complete && code == S_UNAVAILABLE &&
+                 hdrs_find(trailers_only ? &u->head : &u->trail, "grpc-retry-pushback-ms");
   uint64_t now = loop_now_ms(gp->loop);
-  gw_passive(g, r, !complete || code == S_UNAVAILABLE, now);
-  if (!complete) gw_replica_check_soon(g, r);
+  if (refused) {
+    const char *rl[] = {"upstream", r->addr, "model", d->m->route_by_model ? d->model : "", NULL};
+    metric_inc(gw_series(g->f_refusals, rl), 1);
+  } else {
+    gw_passive(g, r, !complete || code == S_UNAVAILABLE, now);
+  }
+  if (!complete || refused) gw_replica_check_soon(g, r);
   if (!d->m->streaming && unavailable && !d->finished && retry_allowed(d)) {
     snprintf(d->last_error, sizeof d->last_error, "replica %s: %s", r->addr,
-             complete ? "UNAVAILABLE" : u->c->fail[0] ? u->c->fail : "no answer (connection or stream failed)");
-    const char *rl[] = {"upstream", r->addr, "model", "", NULL};
+             refused ? "UNAVAILABLE (refused: retry pushback)"
+             : complete ? "UNAVAILABLE" : u->c->fail[0] ? u->c->fail : "no answer (connection or stream failed)");
+    const char *rl[] = {"upstream", r->addr, "model", d->m->route_by_model ? d->model : "", NULL};
     metric_inc(gw_series(g->f_retries, rl), 1);
     LOG_V(1, "gateway: grpc %s: retrying after %s", d->path, d->last_error);
     us_free(u);
