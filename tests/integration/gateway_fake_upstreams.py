@@ -14,6 +14,8 @@ import asyncio
 import json
 import threading
 
+from test_gateway_common import parse_head
+
 
 class FakeUpstreams:
     def __init__(self, n, models=("identity",), metrics=""):
@@ -74,13 +76,7 @@ class FakeUpstreams:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                length = 0
-                for h in lines[1:]:
-                    k, _, v = h.partition(":")
-                    if k.strip().lower() == "content-length":
-                        length = int(v.strip())
+                method, path, length = parse_head(head[:-4])
                 body = await reader.readexactly(length) if length else b""
                 code, out = self._answer(port, method, path, body)
                 reason = {200: "OK", 404: "Not Found"}[code]
