@@ -83,11 +83,19 @@ gw_replica *gw_replica_get(gateway *g, const char *host, uint16_t port) {
 
 bool gw_replica_has_model(const gw_replica *r, const char *model, long long version) {
   if (!r->models_known) return false;
-  char key[160];
-  if (version > 0) snprintf(key, sizeof key, "%s@%lld", model, version);
-  const char *want = version > 0 ? key : model;
-  for (size_t i = 0; i < r->n_models; i++)
-    if (!strcmp(r->models[i], want)) return true;
+  size_t ml = strlen(model);
+  for (size_t i = 0; i < r->n_models; i++) {
+    const char *m = r->models[i];
+    if (version <= 0) {
+      if (!strcmp(m, model)) return true;
+      continue;
+    }
+    /* "NAME@V" entries, compared in place (the whole name, no copy under g->mu) */
+    if (strncmp(m, model, ml) || m[ml] != '@' || !m[ml + 1]) continue;
+    char *end;
+    long long v = strtoll(m + ml + 1, &end, 10);
+    if (!*end && v == version) return true;
+  }
   return false;
 }
 

@@ -68,6 +68,15 @@ def test_http_routes_by_the_whole_name(cluster):
         assert r.status == 200, data
         assert r.getheader("X-Cinfer-Upstream") == a.hostport
         assert data["model_name"] == LONG and data["outputs"][0]["data"] == [1.0, 2.0, 3.0]
+    # and by the whole name with its version (the replica lists NAME@1)
+    c.request("POST", f"/v2/models/{LONG}/versions/1/infer", body=body)
+    r = c.getresponse()
+    data = json.loads(r.read())
+    assert r.status == 200 and r.getheader("X-Cinfer-Upstream") == a.hostport, data
+    c.request("POST", f"/v2/models/{LONG}/versions/2/infer", body=body)
+    r = c.getresponse()
+    err = json.loads(r.read())["error"]
+    assert r.status == 404 and LONG in err, err
     c.close()
     cl = th.InferenceServerClient(f"127.0.0.1:{gw.port}")
     assert cl.is_model_ready(LONG)
@@ -97,6 +106,8 @@ def test_grpc_routes_by_the_whole_name(cluster):
         r = c.infer(LONG, [i])
         assert r.get_response().model_name == LONG
         assert np.array_equal(r.as_numpy("OUTPUT0"), x)
+    r = c.infer(LONG, [i], model_version="1")
+    assert r.get_response().model_name == LONG and np.array_equal(r.as_numpy("OUTPUT0"), x)
     with pytest.raises(Exception) as e:
         c.infer(LONG + "y", [i])
     assert "NOT_FOUND" in str(e.value.status()) and LONG + "y" in e.value.message()
