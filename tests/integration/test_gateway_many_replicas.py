@@ -29,8 +29,11 @@ def cluster():
         with FakeUpstreams(N, models=["identity"]) as fake:
             cfg = {"upstreams": {"static": [{"address": f"127.0.0.1:{p}", "grpc_port": real.grpc_port}
                                             for p in fake.ports],
-                                 "models_interval_ms": 1000},
-                   "health": {"interval_ms": 2000, "timeout_ms": 2000, "healthy_threshold": 1},
+                                 "models_interval_ms": 5000},
+                   # checks of 600 replicas on one fake: generous, and one slow answer does
+                   # not take a replica out while the requests run
+                   "health": {"interval_ms": 5000, "timeout_ms": 5000, "healthy_threshold": 1,
+                              "unhealthy_threshold": 3},
                    "balancer": "round_robin"}
             with Gateway(cfg, args=["--grpc-port", "0"]) as gw:
                 def all_ready():
