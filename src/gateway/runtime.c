@@ -427,8 +427,8 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
                                 "Requests retried on another replica after this upstream failed",
                                 METRIC_COUNTER, NULL, 0);
   g->f_refusals = metrics_family(g->reg, "cinfer_gateway_upstream_refusals_total",
-                                 "503 answers with Retry-After from the upstream (admission refusals: no work done, "
-                                 "not counted as failures)",
+                                 "503 answers with Retry-After, and gRPC UNAVAILABLE with grpc-retry-pushback-ms, from "
+                                 "the upstream (admission refusals: no work done, not counted as failures)",
                                  METRIC_COUNTER, NULL, 0);
   g->f_rate = metrics_family(g->reg, "cinfer_gateway_rate_limited_total",
                              "Requests answered 429 by the rate limit", METRIC_COUNTER, NULL, 0);
