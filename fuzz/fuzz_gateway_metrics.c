@@ -7,7 +7,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   gw_kv_stat s[64];
-  gw_kv_parse_metrics((const char *)data, size, s, 1);
-  gw_kv_parse_metrics((const char *)data, size, s, 64);
+  gw_kv_free(s, gw_kv_parse_metrics((const char *)data, size, s, 1));
+  gw_kv_free(s, gw_kv_parse_metrics((const char *)data, size, s, 64));
   return 0;
 }

@@ -83,11 +83,19 @@ gw_replica *gw_replica_get(gateway *g, const char *host, uint16_t port) {
 
 bool gw_replica_has_model(const gw_replica *r, const char *model, long long version) {
   if (!r->models_known) return false;
-  char key[160];
-  if (version > 0) snprintf(key, sizeof key, "%s@%lld", model, version);
-  const char *want = version > 0 ? key : model;
-  for (size_t i = 0; i < r->n_models; i++)
-    if (!strcmp(r->models[i], want)) return true;
+  size_t ml = strlen(model);
+  for (size_t i = 0; i < r->n_models; i++) {
+    const char *m = r->models[i];
+    if (version <= 0) {
+      if (!strcmp(m, model)) return true;
+      continue;
+    }
+    /* "NAME@V" entries, compared in place (the whole name, no copy under g->mu) */
+    if (strncmp(m, model, ml) || m[ml] != '@' || !m[ml + 1]) continue;
+    char *end;
+    long long v = strtoll(m + ml + 1, &end, 10);
+    if (!*end && v == version) return true;
+  }
   return false;
 }
 
@@ -393,13 +401,17 @@ static void mc_done(void *user, http_client_error err, const char *msg) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
         const cJSON *ver = cJSON_GetObjectItemCaseSensitive(e, "version");
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(e, "state");
-        if (!cJSON_IsString(name) || strlen(name->valuestring) >= 128) continue;
+        if (!cJSON_IsString(name) || !name->valuestring[0]) continue;
         if (cJSON_IsString(state) && strcmp(state->valuestring, "READY")) continue;
         pending_add(r, name->valuestring);
         if (cJSON_IsString(ver) && strlen(ver->valuestring) < 20) {
-          char k[160];
-          snprintf(k, sizeof k, "%s@%s", name->valuestring, ver->valuestring);
-          pending_add(r, k);
+          size_t kl = strlen(name->valuestring) + strlen(ver->valuestring) + 2;
+          char *k = malloc(kl);
+          if (k) {
+            snprintf(k, kl, "%s@%s", name->valuestring, ver->valuestring);
+            pending_add(r, k);
+            free(k);
+          }
         }
       }
     }
@@ -415,7 +427,7 @@ static void mc_done(void *user, http_client_error err, const char *msg) {
     if (cJSON_IsArray(data))
       for (const cJSON *e = data->child; e; e = e->next) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
-        if (cJSON_IsString(id) && strlen(id->valuestring) < 128) pending_add(r, id->valuestring);
+        if (cJSON_IsString(id) && id->valuestring[0]) pending_add(r, id->valuestring);
       }
     cJSON_Delete(j);
   }
@@ -475,6 +487,7 @@ static void xc_done(void *user, http_client_error err, const char *msg) {
     nk = t;
     n = gw_kv_parse_metrics(r->xbuf ? r->xbuf : "", r->xlen, nk, cap);
     if (n < cap) break;
+    gw_kv_free(nk, n);
     cap *= 2;
   }
   if (!n) {
@@ -483,10 +496,12 @@ static void xc_done(void *user, http_client_error err, const char *msg) {
   }
   pthread_mutex_lock(&g->mu);
   gw_kv_stat *old = r->kv;
+  size_t n_old = r->n_kv;
   r->kv = nk;
   r->n_kv = n;
   r->kv_ms = clock_now_ms();
   pthread_mutex_unlock(&g->mu);
+  gw_kv_free(old, n_old);
   free(old);
 }
 

@@ -240,13 +240,16 @@ uint64_t gw_hash64(const void *data, size_t len);
  * /metrics (cinfer_llm_running_sequences, cinfer_llm_waiting_sequences,
  * cinfer_llm_kv_cache_usage_ratio, cinfer_pending_requests; series by model label). */
 typedef struct gw_kv_stat {
-  char model[128];
+  char *model;            /* the whole name (owned: gw_kv_free) */
   double running, waiting, kv_usage, pending;
   double prefix_queries, prefix_hits;   /* cinfer_llm_prefix_cache_*_total (for status) */
 } gw_kv_stat;
-/* Parses Prometheus text; fills up to cap models (one entry per model label). Returns the
- * number of entries. Lines it does not know are skipped; a malformed value skips its line. */
+/* Parses Prometheus text; fills up to cap models (one entry per model label, its name
+ * allocated). Returns the number of entries. Lines it does not know are skipped; a
+ * malformed value skips its line. */
 size_t gw_kv_parse_metrics(const char *text, size_t len, gw_kv_stat *out, size_t cap);
+/* Frees the names of out[0..n) (not the array); NULL-safe. */
+void gw_kv_free(gw_kv_stat *s, size_t n);
 
 typedef struct gw_kv_load {
   uint32_t outstanding;     /* this gateway's requests in flight to the replica (exact) */
@@ -366,10 +369,11 @@ int gw_pb_string_field(const uint8_t *msg, size_t len, uint32_t field, const uin
                        size_t *val_len);
 /* The model name (string field `field`) of the gRPC message at the start of body[0..len)
  * (5-byte prefix: compressed flag, big-endian length; gzip = the call's grpc-encoding is
- * gzip). 1: out holds the name; 0: the message names none; -1: err says why. A compressed
- * message is inflated only up to 64 KiB: the name must be among its first fields. */
+ * gzip). 1: *out is the whole name (malloc'd, the caller frees); 0: the message names none;
+ * -1: err says why (*out is NULL unless 1). A compressed message is inflated only up to
+ * 64 KiB: the name must be among its first fields. */
 int gw_grpc_request_model(const uint8_t *body, size_t len, bool gzip, uint32_t field,
-                          char *out, size_t cap, char *err, size_t ecap);
+                          char **out, char *err, size_t ecap);
 
 /* ===================================================================================== */
 /* Runtime                                                                                */

@@ -1,6 +1,7 @@
 /* grpc_msg.c: the little of gRPC and protobuf the gateway reads (pure; fuzz/fuzz_gateway_grpc).
  * See gateway.h (gw_pb_string_field, gw_grpc_request_model). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -83,8 +84,8 @@ int gw_pb_string_field(const uint8_t *msg, size_t len, uint32_t field, const uin
 }
 
 int gw_grpc_request_model(const uint8_t *body, size_t len, bool gzip, uint32_t field,
-                          char *out, size_t cap, char *err, size_t ecap) {
-  out[0] = 0;
+                          char **out, char *err, size_t ecap) {
+  *out = NULL;
   if (len < 5) {
     snprintf(err, ecap, "the request ended inside a gRPC message prefix");
     return -1;
@@ -139,11 +140,17 @@ int gw_grpc_request_model(const uint8_t *body, size_t len, bool gzip, uint32_t f
     return -1;
   }
   if (r == 0) return 0;
-  if (vl >= cap || memchr(v, 0, vl)) {
-    snprintf(err, ecap, "the model name is longer than %zu bytes or holds a NUL", cap - 1);
+  if (memchr(v, 0, vl)) {
+    snprintf(err, ecap, "the model name holds a NUL byte");
     return -1;
   }
-  memcpy(out, v, vl);
-  out[vl] = 0;
+  char *name = malloc(vl + 1);
+  if (!name) {
+    snprintf(err, ecap, "out of memory for the model name (%zu bytes)", vl);
+    return -1;
+  }
+  memcpy(name, v, vl);
+  name[vl] = 0;
+  *out = name;
   return 1;
 }

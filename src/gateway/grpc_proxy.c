@@ -46,7 +46,6 @@
 #define GP_RBUF (256u << 10)
 #define GP_WBUF_HIGH (1u << 20)
 #define GP_MAX_META 48
-#define GP_MAX_CAND 512
 
 enum { S_OK = 0, S_CANCELLED = 1, S_INVALID_ARGUMENT = 3, S_DEADLINE = 4, S_NOT_FOUND = 5,
        S_PERMISSION_DENIED = 7, S_RESOURCE_EXHAUSTED = 8, S_UNIMPLEMENTED = 12, S_INTERNAL = 13,
@@ -119,13 +118,12 @@ struct gp_ds {
   gp_hdrs trailers;        /* sent when out is drained after finish */
   int status;              /* gRPC status answered */
   /* route */
-  char model[128];
+  char *model;             /* the whole name from the message (owned), or no_model */
   char group[64];
   char variant[64];
   long long version;
   int variant_idx;
-  gw_replica *tried[4];
-  int n_tries;
+  gw_pick pick;            /* routing and the replicas tried */
   gw_replica *cur;
   gp_us *us;
   char last_error[240];
@@ -133,7 +131,7 @@ struct gp_ds {
   gw_keyset *ks;
   const gw_key *key;
   char who[80];
-  bool strip_auth, audit, counted_active, holds_retry;
+  bool strip_auth, audit, counted_active;
   uint64_t start_ms, deadline_ms;
   loop_timer deadline;
   gp_ds *next, *prev;
@@ -182,6 +180,7 @@ struct gw_grpc {
   gp_conn *conns;
   gp_conn *pending;
   uint8_t *rbuf;
+  gw_scratch *scratch;     /* the candidate arrays of this loop (route.c) */
   uint64_t rng;
   metric_family *f_calls;
   net_tls *tls;            /* the listener's TLS (the gateway's certificate), NULL = h2c */
@@ -191,6 +190,8 @@ struct gw_grpc {
   pthread_mutex_t drain_mu;
   pthread_cond_t drain_cv;
 };
+
+static char no_model[1];    /* a call that names no model */
 
 static void kick(gp_conn *c);
 static void flush_pending(gw_grpc *gp);
@@ -351,7 +352,7 @@ static void percent_encode(const char *msg, char *out, size_t cap) {
 
 static void ds_fail(gp_ds *d, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void ds_fail(gp_ds *d, int status, const char *fmt, ...) {
-  char msg[600], enc[1800], code[12];
+  char msg[1200], enc[3600], code[12];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -408,41 +409,23 @@ static void record(gp_ds *d) {
 
 /* ---- routing ------------------------------------------------------------------------------- */
 
-static bool tried(const gp_ds *d, const gw_replica *r) {
-  for (int i = 0; i < d->n_tries; i++)
-    if (d->tried[i] == r) return true;
-  return false;
-}
-
-/* g->mu held. */
-static size_t candidates(gateway *g, gp_ds *d, uint64_t now, gw_replica **cand, bool *listed) {
-  size_t n = 0;
-  *listed = false;
-  bool by_model = d->m->route_by_model && d->model[0];
-  for (size_t i = 0; i < g->n_reps && n < GP_MAX_CAND; i++) {
-    gw_replica *r = g->reps[i];
-    if (!r->sources || !r->grpc_port) continue;
-    if (by_model) {
-      if (!gw_replica_has_model(r, d->model, d->version)) continue;
-      *listed = true;
-    } else {
-      *listed = true;
-    }
-    if (d->group[0] && strcmp(d->group, r->group)) continue;
-    if (!gw_replica_usable(r, now) || tried(d, r)) continue;
-    cand[n++] = r;
-  }
-  return n;
+/* d's routing (route.c): replicas with a gRPC port, by model when the method names one. */
+static gw_pick *pick_of(gp_ds *d) {
+  d->pick.model = d->m->route_by_model ? d->model : NULL;
+  d->pick.version = d->version;
+  d->pick.group = d->group;
+  d->pick.grpc = true;
+  return &d->pick;
 }
 
 static gw_replica *choose(gp_ds *d, bool *listed) {
   gw_grpc *gp = d->c->gp;
   gateway *g = gp->g;
-  gw_replica *cand[GP_MAX_CAND];
-  uint32_t out[GP_MAX_CAND];
-  int w[GP_MAX_CAND];
+  gw_replica **cand = gp->scratch->cand;
+  uint32_t *out = gp->scratch->out;
+  int *w = gp->scratch->w;
   pthread_mutex_lock(&g->mu);
-  size_t n = candidates(g, d, loop_now_ms(gp->loop), cand, listed);
+  size_t n = gw_candidates(g, pick_of(d), loop_now_ms(gp->loop), cand, listed);
   for (size_t i = 0; i < n; i++) {
     out[i] = atomic_load_explicit(&cand[i]->outstanding, memory_order_relaxed);
     w[i] = cand[i]->weight;
@@ -464,26 +447,9 @@ static bool any_usable(gateway *g, uint64_t now) {
 }
 
 static bool retry_allowed(gp_ds *d) {
-  gateway *g = d->c->gp->g;
-  if (g->cfg.retries <= 0 || d->n_tries >= 1 + g->cfg.retries || d->m->streaming) return false;
-  if (d->n_tries >= (int)(sizeof d->tried / sizeof d->tried[0])) return false;
-  if (loop_now_ms(d->c->gp->loop) >= d->deadline_ms) return false;
-  if (!d->holds_retry) {
-    long long active = atomic_load(&g->active);
-    long long budget = (long long)(g->cfg.retry_budget_ratio * (double)active);
-    if (budget < g->cfg.retry_budget_min) budget = g->cfg.retry_budget_min;
-    if (atomic_fetch_add(&g->retries_active, 1) >= budget) {
-      atomic_fetch_sub(&g->retries_active, 1);
-      return false;
-    }
-    d->holds_retry = true;
-  }
-  gw_replica *cand[GP_MAX_CAND];
-  bool listed;
-  pthread_mutex_lock(&g->mu);
-  size_t n = candidates(g, d, loop_now_ms(d->c->gp->loop), cand, &listed);
-  pthread_mutex_unlock(&g->mu);
-  return n > 0;
+  if (d->m->streaming) return false;
+  gw_grpc *gp = d->c->gp;
+  return gw_retry_allowed(gp->g, pick_of(d), loop_now_ms(gp->loop), d->deadline_ms);
 }
 
 /* ---- upstream ------------------------------------------------------------------------------ */
@@ -526,13 +492,25 @@ static void us_done(gp_us *u, uint32_t err) {
   bool complete = u->got_head && st;
   int code = complete ? atoi((const char *)st->value) : -1;
   bool unavailable = !u->got_head || (complete && code == S_UNAVAILABLE && !u->any_data);
+  /* An admission refusal: UNAVAILABLE with gRPC's retry pushback (the replica's queue or
+   * engine is full, nothing was done; HTTP's 503 + Retry-After). Retried like any
+   * UNAVAILABLE, but not a failure: no passive ejection, the early health check still runs
+   * (a draining replica refuses too), counted in cinfer_gateway_upstream_refusals_total. */
+  bool refused = complete && code == S_UNAVAILABLE &&
+                 hdrs_find(trailers_only ? &u->head : &u->trail, "grpc-retry-pushback-ms");
   uint64_t now = loop_now_ms(gp->loop);
-  gw_passive(g, r, !complete || code == S_UNAVAILABLE, now);
-  if (!complete) gw_replica_check_soon(g, r);
+  if (refused) {
+    const char *rl[] = {"upstream", r->addr, "model", d->m->route_by_model ? d->model : "", NULL};
+    metric_inc(gw_series(g->f_refusals, rl), 1);
+  } else {
+    gw_passive(g, r, !complete || code == S_UNAVAILABLE, now);
+  }
+  if (!complete || refused) gw_replica_check_soon(g, r);
   if (!d->m->streaming && unavailable && !d->finished && retry_allowed(d)) {
     snprintf(d->last_error, sizeof d->last_error, "replica %s: %s", r->addr,
-             complete ? "UNAVAILABLE" : u->c->fail[0] ? u->c->fail : "no answer (connection or stream failed)");
-    const char *rl[] = {"upstream", r->addr, "model", "", NULL};
+             refused ? "UNAVAILABLE (refused: retry pushback)"
+             : complete ? "UNAVAILABLE" : u->c->fail[0] ? u->c->fail : "no answer (connection or stream failed)");
+    const char *rl[] = {"upstream", r->addr, "model", d->m->route_by_model ? d->model : "", NULL};
     metric_inc(gw_series(g->f_retries, rl), 1);
     LOG_V(1, "gateway: grpc %s: retrying after %s", d->path, d->last_error);
     us_free(u);
@@ -656,7 +634,7 @@ static void start_try(gp_ds *d) {
                    d->model[0] ? " for model '" : "", d->model, d->model[0] ? "'" : "");
   }
   d->cur = r;
-  d->tried[d->n_tries++] = r;
+  d->pick.tried[d->pick.n_tries++] = r;
   gp_conn *c = up_conn(gp, r);
   gp_us *u = c ? calloc(1, sizeof *u) : NULL;
   if (!u) {
@@ -779,10 +757,11 @@ static void route(gp_ds *d) {
     return ds_reply_msg(d, ok ? serving : not_serving, 2);
   }
   if (d->m->model_field) {
-    char err[200];
+    char err[200], *name;
     int r = gw_grpc_request_model((const uint8_t *)d->in.data, d->in.len, d->gzip,
-                                  d->m->model_field, d->model, sizeof d->model, err, sizeof err);
+                                  d->m->model_field, &name, err, sizeof err);
     if (r < 0) return ds_fail(d, S_INVALID_ARGUMENT, "gateway: %s", err);
+    if (r == 1) d->model = name;
   }
   if (!authorize(d)) return;
   if (d->m->local == L_LIVE) {
@@ -903,6 +882,7 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *u
   d->id = f->hd.stream_id;
   d->variant_idx = -1;
   d->status = -1;
+  d->model = no_model;
   d->start_ms = clock_now_ms();
   d->deadline.fn = on_deadline;
   snprintf(d->who, sizeof d->who, "anonymous");
@@ -1070,7 +1050,7 @@ static void ds_free(gp_ds *d) {
     atomic_fetch_sub(&g->active, 1);
     metric_inc(g->m_active, -1);
   }
-  if (d->holds_retry) atomic_fetch_sub(&g->retries_active, 1);
+  if (d->pick.holds_retry) atomic_fetch_sub(&g->retries_active, 1);
   gw_keyset_unref(d->ks);
   if (d->prev) d->prev->next = d->next;
   else c->streams = d->next;
@@ -1079,6 +1059,7 @@ static void ds_free(gp_ds *d) {
   hdrs_free(&d->trailers);
   cbuf_free(&d->in);
   cbuf_free(&d->out);
+  if (d->model != no_model) free(d->model);
   free(d);
   gw_grpc *gp = c->gp;
   if (atomic_fetch_sub(&gp->live, 1) == 1 && gp->draining) { /* the last call of a drain */
@@ -1377,7 +1358,8 @@ static void on_accept(loop_io *io, uint32_t ev) {
 
 cinfer_status *gw_grpc_start(gateway *g) {
   gw_grpc *gp = calloc(1, sizeof *gp);
-  if (!gp || !(gp->rbuf = malloc(GP_RBUF))) {
+  if (!gp || !(gp->rbuf = malloc(GP_RBUF)) || !(gp->scratch = gw_scratch_new())) {
+    if (gp) free(gp->rbuf);
     free(gp);
     return cinfer_status_oom("gateway grpc");
   }
@@ -1418,6 +1400,7 @@ cinfer_status *gw_grpc_start(gateway *g) {
     if (gp->loop) loop_destroy(gp->loop);
     net_tls_destroy(gp->tls);
     net_tls_destroy(gp->tls_up);
+    gw_scratch_free(gp->scratch);
     free(gp->rbuf);
     free(gp);
     return st;
@@ -1515,6 +1498,7 @@ void gw_grpc_stop(gateway *g) {
   net_tls_destroy(gp->tls_up);
   pthread_mutex_destroy(&gp->drain_mu);
   pthread_cond_destroy(&gp->drain_cv);
+  gw_scratch_free(gp->scratch);
   free(gp->rbuf);
   free(gp);
   g->grpc = NULL;

@@ -123,9 +123,31 @@ typedef struct gw_mcache_entry {
   metric *m;
 } gw_mcache_entry;
 
+/* Candidate arrays of one loop, GW_MAX_REPLICAS entries each (route.c): used under g->mu
+ * by that loop only, so a choice sees every replica without allocating. */
+typedef struct gw_scratch {
+  struct gw_replica **cand;
+  uint32_t *out;
+  int *w;
+  uint64_t *ids;
+  gw_kv_load *loads;
+} gw_scratch;
+
+/* What a request may be routed to, and the replicas it tried (route.c). */
+typedef struct gw_pick {
+  const char *model;      /* NULL or "" = any replica */
+  long long version;      /* 0 = any */
+  const char *group;      /* replica group, NULL or "" = any */
+  bool grpc;              /* only replicas with a gRPC port */
+  struct gw_replica *tried[4];
+  int n_tries;
+  bool holds_retry;       /* took a retry-budget token (g->retries_active) */
+} gw_pick;
+
 typedef struct gw_loop_ctx {
   net_loop *loop;
   uint64_t rng;
+  gw_scratch *scratch;      /* NULL only before the loop started */
   gw_mcache_entry *mcache;  /* GW_MCACHE_SLOTS entries, loop thread only; NULL = off */
 } gw_loop_ctx;
 
@@ -228,6 +250,20 @@ void gw_grpc_drain(gateway *g);   /* stop accepting, GOAWAY to clients */
  * (clock_now_ms); returns how many were still running then (they are cut by gw_grpc_stop). */
 int gw_grpc_drain_wait(gateway *g, uint64_t deadline_ms);
 void gw_grpc_stop(gateway *g);    /* closes everything, joins the loop; NULL-safe */
+
+/* route.c */
+gw_scratch *gw_scratch_new(void);
+void gw_scratch_free(gw_scratch *s);  /* NULL-safe */
+bool gw_pick_tried(const gw_pick *p, const gw_replica *r);
+/* g->mu held. Fills cand with the usable replicas p may go to that it has not tried, in
+ * table order, and returns how many (cand: GW_MAX_REPLICAS entries; NULL = only whether
+ * there is one, 0 or 1). *listed: some present replica lists p's model (even if not
+ * usable; with no model, some present replica). */
+size_t gw_candidates(gateway *g, const gw_pick *p, uint64_t now, gw_replica **cand, bool *listed);
+/* May this request try again on another replica now (retries, tries, deadline, the retry
+ * budget, another candidate)? Takes a retry-budget token when it first answers true (the
+ * request returns it when it ends, if p->holds_retry). Takes g->mu. */
+bool gw_retry_allowed(gateway *g, gw_pick *p, uint64_t now, uint64_t deadline_ms);
 
 /* runtime.c */
 void gw_respond_error(http_exchange *ex, int status, const char *request_id, const char *fmt,

@@ -17,23 +17,26 @@ static const struct {
     {"cinfer_llm_prefix_cache_hits_total", offsetof(gw_kv_stat, prefix_hits)},
 };
 
-/* The value of label `model` in {...}[0..n): copied to out (false when absent or too long). */
-static bool model_label(const char *s, size_t n, char *out, size_t cap) {
+/* The value of label `model` in {...}[0..n): *v, *vl point into s (false when absent or
+ * escaped). */
+static bool model_label(const char *s, size_t n, const char **v, size_t *vl) {
   static const char key[] = "model=\"";
   for (size_t i = 0; i + sizeof key - 1 <= n; i++) {
     if ((i == 0 || s[i - 1] == '{' || s[i - 1] == ',') && !memcmp(s + i, key, sizeof key - 1)) {
-      size_t j = i + sizeof key - 1, o = 0;
-      for (; j < n && s[j] != '"'; j++) {
+      size_t j = i + sizeof key - 1, start = j;
+      for (; j < n && s[j] != '"'; j++)
         if (s[j] == '\\') return false;  /* escaped names are not model names we route */
-        if (o + 1 >= cap) return false;
-        out[o++] = s[j];
-      }
-      if (j >= n) return false;
-      out[o] = 0;
-      return o > 0;
+      if (j >= n || j == start) return false;
+      *v = s + start;
+      *vl = j - start;
+      return true;
     }
   }
   return false;
+}
+
+void gw_kv_free(gw_kv_stat *s, size_t n) {
+  for (size_t i = 0; s && i < n; i++) free(s[i].model);
 }
 
 size_t gw_kv_parse_metrics(const char *text, size_t len, gw_kv_stat *out, size_t cap) {
@@ -49,8 +52,9 @@ size_t gw_kv_parse_metrics(const char *text, size_t len, gw_kv_stat *out, size_t
         if (ll <= k || memcmp(p, wanted[w].name, k) || p[k] != '{') continue;
         const char *close = memchr(p + k, '}', ll - k);
         if (!close) break;
-        char model[128];
-        if (!model_label(p + k + 1, (size_t)(close - p - k - 1), model, sizeof model)) break;
+        const char *model;
+        size_t ml;
+        if (!model_label(p + k + 1, (size_t)(close - p - k - 1), &model, &ml)) break;
         char num[64];
         size_t vl = (size_t)(le - close - 1);
         while (vl && close[1] == ' ') close++, vl--;
@@ -61,11 +65,13 @@ size_t gw_kv_parse_metrics(const char *text, size_t len, gw_kv_stat *out, size_t
         double v = strtod(num, &e);
         if (e == num || (*e && *e != ' ' && *e != '\r') || v != v || v < 0) break;
         size_t i = 0;
-        while (i < n && strcmp(out[i].model, model)) i++;
+        while (i < n && (strlen(out[i].model) != ml || memcmp(out[i].model, model, ml))) i++;
         if (i == n) {
           if (n >= cap) break;
           memset(&out[n], 0, sizeof out[n]);
-          memcpy(out[n].model, model, strlen(model) + 1);
+          if (!(out[n].model = malloc(ml + 1))) break;  /* out of memory: the line is skipped */
+          memcpy(out[n].model, model, ml);
+          out[n].model[ml] = 0;
           n++;
         }
         /* several versions of one model: their values add up */

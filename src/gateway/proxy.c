@@ -33,7 +33,6 @@
 #include "gateway/internal.h"
 
 #define GW_MAX_RESP_HEADERS 64
-#define GW_MAX_CAND 512
 
 struct gw_req {
   gateway *g;
@@ -41,7 +40,8 @@ struct gw_req {
   const http_request *hreq;  /* borrowed until the exchange is answered */
   int loop;
   char id[72];
-  char model[128];
+  char *model;               /* the whole name (owned), or no_model when none */
+  bool oom;                  /* reading the request ran out of memory: answered 500 */
   long long version;         /* from the path, 0 = none */
   bool model_known;          /* listed by some replica or a canary: used as metrics label */
   int variant;               /* canary variant index, -1 = none */
@@ -50,12 +50,11 @@ struct gw_req {
   long long variant_version;
   char *up;                  /* upstream request bytes (owned) */
   size_t up_len;
-  gw_replica *tried[4];
-  int n_tries;
+  gw_pick pick;              /* routing and the replicas tried */
   gw_conn *conn;             /* current try's connection */
   gw_replica *cur;
   bool streaming, buffered, discard, head_seen;
-  bool holds_retry, counted_active, aborting, done;
+  bool counted_active, aborting, done;
   bool refused;              /* this try's answer: 503 with Retry-After (admission refusal) */
   bool count_tokens;          /* the key has a token budget: usage is counted and charged */
   gw_tok_usage usage;
@@ -83,6 +82,8 @@ struct gw_req {
   bool strip_auth;           /* the bearer was the gateway's credential: not forwarded */
   bool unfilterable;         /* filter set but the listing was not buffered: 502 */
 };
+
+static char no_model[1];      /* a request that names no model */
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
@@ -141,10 +142,16 @@ static void parse_model_path(gw_req *q, size_t *name_end) {
   const char *slash = memchr(s, '/', rest);
   size_t n = slash ? (size_t)(slash - s) : rest;
   if (!strncmp(s, "stats", n) && n == 5) return;  /* /v2/models/stats: not a model */
-  if (!decode_seg(s, n, q->model, sizeof q->model)) {
-    q->model[0] = 0;
+  char *name = malloc(n + 1);  /* decoding never lengthens it */
+  if (!name) {
+    q->oom = true;
     return;
   }
+  if (!decode_seg(s, n, name, n + 1)) {
+    free(name);
+    return;
+  }
+  q->model = name;
   *name_end = (size_t)(s - r->path) + n;
   static const char ver[] = "/versions/";
   if (slash && rest - n > sizeof ver - 1 && !memcmp(slash, ver, sizeof ver - 1)) {
@@ -170,8 +177,11 @@ static void parse_openai_model(gw_req *q) {
   for (const cJSON *it = cJSON_IsObject(j) ? j->child : NULL; it; it = it->next)
     if (it->string && !strcmp(it->string, "model")) n_model++;
   q->model_ambiguous = n_model > 1;
-  if (cJSON_IsString(m) && m->valuestring[0] && strlen(m->valuestring) < sizeof q->model)
-    snprintf(q->model, sizeof q->model, "%s", m->valuestring);
+  if (cJSON_IsString(m) && m->valuestring[0]) {
+    char *name = strdup(m->valuestring);
+    if (name) q->model = name;
+    else q->oom = true;
+  }
   size_t want = (size_t)q->g->cfg.prefix_bytes;
   if (j && want && !q->has_affinity) {
     /* prompt-prefix affinity: hash the first `want` bytes of the prompt (completions) or
@@ -394,12 +404,13 @@ static void req_free(gw_req *q) {
   net_loop *loop = g->loops[q->loop].loop;
   loop_timer_cancel(loop, &q->deadline);
   loop_timer_cancel(loop, &q->delay);
-  if (q->holds_retry) atomic_fetch_sub(&g->retries_active, 1);
+  if (q->pick.holds_retry) atomic_fetch_sub(&g->retries_active, 1);
   if (q->counted_active) {
     atomic_fetch_sub(&g->active, 1);
     metric_inc(g->m_active, -1);
   }
   gw_keyset_unref(q->ks);
+  if (q->model != no_model) free(q->model);
   free(q->up);
   free(q->harena);
   free(q->body);
@@ -418,7 +429,7 @@ static void json_escape(char *out, size_t cap, const char *s) {
 }
 
 void gw_respond_error(http_exchange *ex, int status, const char *request_id, const char *fmt, ...) {
-  char msg[400], esc[900], body[1000];
+  char msg[1200], esc[2600], body[2700];  /* room for a long model name */
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -514,40 +525,22 @@ static void abort_try(gw_req *q) {
 
 /* ---- choosing a replica ------------------------------------------------------------- */
 
-static bool tried(const gw_req *q, const gw_replica *r) {
-  for (int i = 0; i < q->n_tries; i++)
-    if (q->tried[i] == r) return true;
-  return false;
-}
-
-/* g->mu held. Fills cand with usable replicas for q (excluding tried ones). *listed: some
- * present replica lists the model (even if not usable). */
-static size_t candidates(gateway *g, gw_req *q, uint64_t now, gw_replica **cand, bool *listed) {
-  size_t n = 0;
-  *listed = false;
-  long long ver = q->version ? q->version : q->variant_version;
-  for (size_t i = 0; i < g->n_reps && n < GW_MAX_CAND; i++) {
-    gw_replica *r = g->reps[i];
-    if (!r->sources) continue;
-    if (q->model[0]) {
-      if (!gw_replica_has_model(r, q->model, ver)) continue;
-      *listed = true;
-    }
-    if (q->group[0] && strcmp(q->group, r->group)) continue;
-    if (!gw_health_usable(&r->h, now) || r->draining) continue;
-    if (tried(q, r)) continue;
-    cand[n++] = r;
-  }
-  return n;
+/* q's routing (route.c), with its current model, version and variant group. */
+static gw_pick *pick_of(gw_req *q) {
+  q->pick.model = q->model;
+  q->pick.version = q->version ? q->version : q->variant_version;
+  q->pick.group = q->group;
+  return &q->pick;
 }
 
 static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
-  gw_replica *cand[GW_MAX_CAND];
-  uint32_t out[GW_MAX_CAND];
-  int w[GW_MAX_CAND];
+  gw_scratch *sc = g->loops[q->loop].scratch;
+  gw_replica **cand = sc->cand;
+  uint32_t *out = sc->out;
+  int *w = sc->w;
   uint64_t now = loop_now_ms(g->loops[q->loop].loop);
   pthread_mutex_lock(&g->mu);
-  size_t n = candidates(g, q, now, cand, listed);
+  size_t n = gw_candidates(g, pick_of(q), now, cand, listed);
   for (size_t i = 0; i < n; i++) {
     out[i] = atomic_load_explicit(&cand[i]->outstanding, memory_order_relaxed);
     w[i] = cand[i]->weight;
@@ -556,8 +549,8 @@ static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
   bool openai = q->hreq->path_len > 4 && !memcmp(q->hreq->path, "/v1/", 4);
   if (g->cfg.balancer == GW_BAL_KV_AWARE && openai && n) {
     /* LLM load from each replica's /metrics (for this model) with prefix affinity */
-    gw_kv_load loads[GW_MAX_CAND];
-    uint64_t ids[GW_MAX_CAND];
+    gw_kv_load *loads = sc->loads;
+    uint64_t *ids = sc->ids;
     for (size_t i = 0; i < n; i++) {
       gw_kv_load *l = &loads[i];
       memset(l, 0, sizeof *l);
@@ -576,7 +569,7 @@ static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
     k = gw_kv_pick(n, loads, ids, q->has_affinity, q->affinity_key, g->cfg.kv_weight,
                    g->cfg.prefix_bonus);
   } else if (q->has_affinity) {
-    uint64_t ids[GW_MAX_CAND];
+    uint64_t *ids = sc->ids;
     for (size_t i = 0; i < n; i++) ids[i] = cand[i]->id_hash;
     k = gw_affinity_pick(n, ids, q->affinity_key, out, g->cfg.affinity_load_factor);
   }
@@ -587,33 +580,11 @@ static gw_replica *choose(gateway *g, gw_req *q, bool *listed) {
   return r;
 }
 
-static bool another_candidate(gateway *g, gw_req *q) {
-  gw_replica *cand[GW_MAX_CAND];
-  bool listed;
-  pthread_mutex_lock(&g->mu);
-  size_t n = candidates(g, q, loop_now_ms(g->loops[q->loop].loop), cand, &listed);
-  pthread_mutex_unlock(&g->mu);
-  return n > 0;
-}
-
 /* May this request retry now? Takes a retry-budget token when it answers true. */
 static bool retry_allowed(gw_req *q) {
+  if (q->streaming) return false;
   gateway *g = q->g;
-  if (g->cfg.retries <= 0 || q->n_tries >= 1 + g->cfg.retries || q->streaming) return false;
-  if (q->n_tries >= (int)(sizeof q->tried / sizeof q->tried[0])) return false;
-  if (loop_now_ms(g->loops[q->loop].loop) >= q->deadline_ms) return false;
-  if (!q->holds_retry) {
-    long long active = atomic_load(&g->active);
-    long long budget = (long long)(g->cfg.retry_budget_ratio * (double)active);
-    if (budget < g->cfg.retry_budget_min) budget = g->cfg.retry_budget_min;
-    if (atomic_fetch_add(&g->retries_active, 1) >= budget) {
-      atomic_fetch_sub(&g->retries_active, 1);
-      return false;
-    }
-    q->holds_retry = true;
-  }
-  if (!another_candidate(g, q)) return false;  /* the token is returned by req_free */
-  return true;
+  return gw_retry_allowed(g, pick_of(q), loop_now_ms(g->loops[q->loop].loop), q->deadline_ms);
 }
 
 static void start_try(gw_req *q);
@@ -818,8 +789,8 @@ static void start_try(gw_req *q) {
   bool listed = false;
   gw_replica *r = choose(g, q, &listed);
   if (!r) {
-    char m[300];
-    if (q->n_tries && q->last_error[0]) {
+    char m[1200];
+    if (q->pick.n_tries && q->last_error[0]) {
       req_fail(q, q->last_error_status ? q->last_error_status : 502, q->last_error);
       return;
     }
@@ -834,7 +805,7 @@ static void start_try(gw_req *q) {
     req_fail(q, 503, m);
     return;
   }
-  q->tried[q->n_tries++] = r;
+  q->pick.tried[q->pick.n_tries++] = r;
   q->cur = r;
   if (listed) q->model_known = true;
   gw_conn *c = conn_acquire(g, r, q->loop);
@@ -1097,6 +1068,7 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
   q->hreq = req;
   q->loop = loop;
   q->variant = -1;
+  q->model = no_model;
   q->start_ms = clock_now_ms();
   q->deadline.fn = on_deadline;
   q->delay.fn = on_delay;
@@ -1122,6 +1094,7 @@ void gw_proxy(gateway *g, http_exchange *ex, const http_request *req, int loop) 
 
   /* 0. who is calling, and may they make this call? */
   if (!authorize(g, q)) return;
+  if (q->oom) return req_fail(q, 500, "gateway: out of memory reading the request's model name");
 
   /* 1. rate limit per key: the authenticated key id, else the rate key header, else the
    * client address (X-Forwarded-For counts only behind a trusted proxy) */

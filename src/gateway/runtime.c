@@ -224,22 +224,21 @@ static int admin_do(gateway *g, http_exchange *ex, const http_request *req, cons
     gw_respond_error(ex, 405, NULL, "admin: use PUT /admin/canary/MODEL with {\"weights\":{\"variant\":N,...}}");
     return 405;
   }
-  char model[128];
   size_t ml = req->path_len - sizeof pre;
-  if (ml >= sizeof model) {
-    gw_respond_error(ex, 400, NULL, "admin: model name too long");
-    return 400;
+  char *model = strndup(req->path + sizeof pre, ml);
+  if (!model) {
+    gw_respond_error(ex, 500, NULL, "admin: out of memory");
+    return 500;
   }
-  memcpy(model, req->path + sizeof pre, ml);
-  model[ml] = 0;
   cJSON *j = cJSON_ParseWithLength(req->body ? req->body : "", req->body_len);
   const cJSON *w = j ? cJSON_GetObjectItemCaseSensitive(j, "weights") : NULL;
   if (!cJSON_IsObject(w)) {
     cJSON_Delete(j);
+    free(model);
     gw_respond_error(ex, 400, NULL, "admin: body must be {\"weights\":{\"variant\":N,...}}");
     return 400;
   }
-  char err[300] = "";
+  char err[1200] = "";
   int code = 200;
   pthread_mutex_lock(&g->mu);
   gw_canary_state *k = NULL;
@@ -276,10 +275,12 @@ static int admin_do(gateway *g, http_exchange *ex, const http_request *req, cons
   pthread_mutex_unlock(&g->mu);
   cJSON_Delete(j);
   if (code != 200) {
+    free(model);
     gw_respond_error(ex, code, NULL, "%s", err);
     return code;
   }
   LOG_I("gateway: admin: canary weights of '%s' changed by %s", model, who);
+  free(model);
   static const char ok[] = "{\"ok\":true}";
   http_header h = {"Content-Type", 12, "application/json", 16};
   http_respond(ex, 200, &h, 1, ok, sizeof ok - 1);
@@ -379,6 +380,7 @@ static void free_replicas(gateway *g) {
     gw_replica *r = g->reps[i];
     for (size_t k = 0; k < r->n_models; k++) free(r->models[k]);
     free(r->models);
+    gw_kv_free(r->kv, r->n_kv);
     free(r->kv);
     free(r->idle);
     free(r->n_idle);
@@ -425,8 +427,8 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
                                 "Requests retried on another replica after this upstream failed",
                                 METRIC_COUNTER, NULL, 0);
   g->f_refusals = metrics_family(g->reg, "cinfer_gateway_upstream_refusals_total",
-                                 "503 answers with Retry-After from the upstream (admission refusals: no work done, "
-                                 "not counted as failures)",
+                                 "503 answers with Retry-After, and gRPC UNAVAILABLE with grpc-retry-pushback-ms, from "
+                                 "the upstream (admission refusals: no work done, not counted as failures)",
                                  METRIC_COUNTER, NULL, 0);
   g->f_rate = metrics_family(g->reg, "cinfer_gateway_rate_limited_total",
                              "Requests answered 429 by the rate limit", METRIC_COUNTER, NULL, 0);
@@ -486,6 +488,10 @@ cinfer_status *gateway_create(gw_config *cfg, gateway **out) {
     uint64_t seed = g->cfg.seed ? (uint64_t)g->cfg.seed : clock_now_ms() ^ (uint64_t)(uintptr_t)g;
     g->loops[i].rng = (seed * 0x9E3779B97F4A7C15ULL + (uint64_t)i * 0xBF58476D1CE4E5B9ULL) | 1;
     g->loops[i].mcache = calloc(GW_MCACHE_SLOTS, sizeof *g->loops[i].mcache);  /* NULL: uncached */
+    if (!(g->loops[i].scratch = gw_scratch_new())) {
+      st = cinfer_status_oom("gateway: candidate arrays");
+      goto fail;
+    }
   }
   atomic_store_explicit(&g->started, true, memory_order_release);
   if ((st = gw_control_start(g))) goto fail;
@@ -555,7 +561,10 @@ void gateway_destroy(gateway *g) {
   gw_grpc_stop(g);
   gw_control_stop(g);
   free_replicas(g);
-  for (int i = 0; i < GW_MAX_LOOPS; i++) free(g->loops[i].mcache);
+  for (int i = 0; i < GW_MAX_LOOPS; i++) {
+    free(g->loops[i].mcache);
+    gw_scratch_free(g->loops[i].scratch);
+  }
   free(g->canaries);
   free(g->rate);
   metrics_registry_destroy(g->reg);

@@ -219,6 +219,11 @@ static void stream_free(gstream *gs) {
 }
 
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+/* An UNAVAILABLE answer (not ready, queue full, cinfer.max_inflight, the LLM engine full,
+ * shutting down: nothing was done) carries gRPC's retry pushback, the equivalent of HTTP's
+ * Retry-After: 1 on a 503, so a client or a gateway in front tells a refusal from a failure
+ * (docs/api.md). */
+#define REFUSAL_NV NV("grpc-retry-pushback-ms", "1000")
 
 static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t length,
                          uint32_t *flags, nghttp2_data_source *src, void *user) {
@@ -233,8 +238,10 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t l
     char code[12], msg[1024];
     snprintf(code, sizeof code, "%d", gs->status);
     grpc_percent_encode(gs->message ? gs->message : "", msg, sizeof msg);
-    nghttp2_nv tr[2] = {NV("grpc-status", code), NV("grpc-message", msg)};
-    nghttp2_submit_trailer(h2, id, tr, msg[0] ? 2 : 1);
+    nghttp2_nv tr[3] = {NV("grpc-status", code), NV("grpc-message", msg)};
+    size_t n = msg[0] ? 2 : 1;
+    if (gs->status == GRPC_UNAVAILABLE) tr[n++] = (nghttp2_nv)REFUSAL_NV;
+    nghttp2_submit_trailer(h2, id, tr, n);
     gs->trailers_sent = true;
     return 0;
   }
@@ -286,10 +293,12 @@ void gstream_finish(gstream *gs, int status, const char *msg) {
     char code[12], m[1024];
     snprintf(code, sizeof code, "%d", status);
     grpc_percent_encode(msg ? msg : "", m, sizeof m);
-    nghttp2_nv h[5] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+    nghttp2_nv h[6] = {NV(":status", "200"), NV("content-type", "application/grpc"),
                        NV("grpc-accept-encoding", "identity,gzip"), NV("grpc-status", code),
                        NV("grpc-message", m)};
-    nghttp2_submit_response(gs->c->h2, gs->id, h, m[0] ? 5 : 4, NULL);
+    size_t n = m[0] ? 5 : 4;
+    if (status == GRPC_UNAVAILABLE) h[n++] = (nghttp2_nv)REFUSAL_NV;
+    nghttp2_submit_response(gs->c->h2, gs->id, h, n, NULL);
   } else if (gs->deferred) {
     gs->deferred = false;
     nghttp2_session_resume_data(gs->c->h2, gs->id);

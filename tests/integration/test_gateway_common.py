@@ -15,6 +15,18 @@ import time
 from cinfer_server import BIN, EXAMPLES, CinferProcess, Server  # noqa: F401  (re-exported)
 
 
+def parse_head(head):
+    """An HTTP/1.1 request head (bytes, without the blank line): (method, path, Content-Length)."""
+    lines = head.decode("latin1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    n = 0
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        if k.strip().lower() == "content-length":
+            n = int(v.strip())
+    return method, path, n
+
+
 def wait_for(cond, timeout=20.0, what="condition"):
     """Polls cond() until it returns a truthy value, bounded by timeout."""
     deadline = time.monotonic() + timeout
@@ -303,13 +315,7 @@ class FakeUpstream:
                 return None, b""
             buf += d
         head, rest = buf.split(b"\r\n\r\n", 1)
-        lines = head.decode("latin1").split("\r\n")
-        method, path, _ = lines[0].split(" ", 2)
-        n = 0
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            if k.strip().lower() == "content-length":
-                n = int(v.strip())
+        method, path, n = parse_head(head)
         while len(rest) < n:
             d = c.recv(65536)
             if not d:

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 #include <cmocka.h>
@@ -50,28 +51,42 @@ static size_t framed(uint8_t *out, const uint8_t *msg, size_t n, int flag) {
 
 static void test_request_model(void **st) {
   (void)st;
-  uint8_t buf[256];
-  char model[16], err[200];
+  uint8_t buf[1024];
+  char *model = NULL, err[200];
   static const uint8_t m[] = {0x0a, 8, 'i', 'd', 'e', 'n', 't', 'i', 't', 'y', 0x12, 1, '1'};
   size_t n = framed(buf, m, sizeof m, 0);
-  assert_int_equal(gw_grpc_request_model(buf, n, false, 1, model, sizeof model, err, sizeof err), 1);
+  assert_int_equal(gw_grpc_request_model(buf, n, false, 1, &model, err, sizeof err), 1);
   assert_string_equal(model, "identity");
-  assert_int_equal(gw_grpc_request_model(buf, n, false, 2, model, sizeof model, err, sizeof err), 1);
+  free(model);
+  assert_int_equal(gw_grpc_request_model(buf, n, false, 2, &model, err, sizeof err), 1);
   assert_string_equal(model, "1");
-  assert_int_equal(gw_grpc_request_model(buf, n, false, 3, model, sizeof model, err, sizeof err), 0);
-  assert_string_equal(model, "");
-  /* too long for the caller's buffer */
-  assert_int_equal(gw_grpc_request_model(buf, n, false, 1, model, 5, err, sizeof err), -1);
-  assert_non_null(strstr(err, "longer than 4"));
+  free(model);
+  assert_int_equal(gw_grpc_request_model(buf, n, false, 3, &model, err, sizeof err), 0);
+  assert_null(model);
+  /* a long name is read whole (KServe names have no length limit) */
+  uint8_t longm[3 + 300];
+  longm[0] = 0x0a, longm[1] = 0xac, longm[2] = 0x02; /* field 1, length 300 (varint) */
+  memset(longm + 3, 'x', 300);
+  n = framed(buf, longm, sizeof longm, 0);
+  assert_int_equal(gw_grpc_request_model(buf, n, false, 1, &model, err, sizeof err), 1);
+  assert_int_equal(strlen(model), 300);
+  free(model);
+  /* a NUL inside the name */
+  static const uint8_t nul[] = {0x0a, 3, 'a', 0, 'b'};
+  n = framed(buf, nul, sizeof nul, 0);
+  assert_int_equal(gw_grpc_request_model(buf, n, false, 1, &model, err, sizeof err), -1);
+  assert_null(model);
+  assert_non_null(strstr(err, "NUL"));
+  n = framed(buf, m, sizeof m, 0);
   /* truncated message, short prefix, bad flag, compressed without grpc-encoding */
-  assert_int_equal(gw_grpc_request_model(buf, n - 1, false, 1, model, sizeof model, err, sizeof err), -1);
+  assert_int_equal(gw_grpc_request_model(buf, n - 1, false, 1, &model, err, sizeof err), -1);
   assert_non_null(strstr(err, "ended inside a gRPC message"));
-  assert_int_equal(gw_grpc_request_model(buf, 3, false, 1, model, sizeof model, err, sizeof err), -1);
+  assert_int_equal(gw_grpc_request_model(buf, 3, false, 1, &model, err, sizeof err), -1);
   buf[0] = 2;
-  assert_int_equal(gw_grpc_request_model(buf, n, false, 1, model, sizeof model, err, sizeof err), -1);
+  assert_int_equal(gw_grpc_request_model(buf, n, false, 1, &model, err, sizeof err), -1);
   assert_non_null(strstr(err, "compressed flag"));
   buf[0] = 1;
-  assert_int_equal(gw_grpc_request_model(buf, n, false, 1, model, sizeof model, err, sizeof err), -1);
+  assert_int_equal(gw_grpc_request_model(buf, n, false, 1, &model, err, sizeof err), -1);
   assert_non_null(strstr(err, "grpc-encoding"));
   /* gzip: inflated (only the start is needed) */
   uint8_t z[128];
@@ -86,11 +101,12 @@ static void test_request_model(void **st) {
   size_t zn = sizeof z - zs.avail_out;
   deflateEnd(&zs);
   n = framed(buf, z, zn, 1);
-  assert_int_equal(gw_grpc_request_model(buf, n, true, 1, model, sizeof model, err, sizeof err), 1);
+  assert_int_equal(gw_grpc_request_model(buf, n, true, 1, &model, err, sizeof err), 1);
   assert_string_equal(model, "identity");
+  free(model);
   /* not gzip at all */
   n = framed(buf, m, sizeof m, 1);
-  assert_int_equal(gw_grpc_request_model(buf, n, true, 1, model, sizeof model, err, sizeof err), -1);
+  assert_int_equal(gw_grpc_request_model(buf, n, true, 1, &model, err, sizeof err), -1);
   assert_non_null(strstr(err, "gzip"));
 }
 

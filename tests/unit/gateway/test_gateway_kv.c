@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -38,9 +39,20 @@ static void test_parse_metrics(void **st) {
   assert_true(s[0].prefix_hits == 120);
   assert_string_equal(s[1].model, "identity");
   assert_true(s[1].pending == 7 && s[1].running == 0);
+  gw_kv_free(s, n);
   /* capacity: extra models are dropped, not overflowed */
   assert_int_equal(gw_kv_parse_metrics(text, sizeof text - 1, s, 1), 1);
+  gw_kv_free(s, 1);
   assert_int_equal(gw_kv_parse_metrics("", 0, s, 8), 0);
+  /* a long name is read whole */
+  char name[301], line[400];
+  memset(name, 'm', 300);
+  name[300] = 0;
+  int ll = snprintf(line, sizeof line, "cinfer_llm_running_sequences{model=\"%s\"} 4\n", name);
+  assert_int_equal(gw_kv_parse_metrics(line, (size_t)ll, s, 8), 1);
+  assert_string_equal(s[0].model, name);
+  assert_true(s[0].running == 4);
+  gw_kv_free(s, 1);
 }
 
 static void test_kv_pick(void **st) {
