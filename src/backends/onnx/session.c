@@ -559,6 +559,19 @@ void onnx_session_profile_print(const onnx_session *s, FILE *f) {
       if (a[j].ns > a[i].ns) { agg t = a[i]; a[i] = a[j]; a[j] = t; }
   fprintf(f, "profile: %d steps, %lld runs, %.3f ms per run (arena %.1f MiB)\n", p->n_steps,
           (long long)runs, total / 1e6 / (double)runs, (double)p->arena_bytes / 1048576.0);
+  for (int k = 0; k < p->n_sec; k++) { /* inter-op sections (interop.c) */
+    const plan_sec *q = &p->sec[k];
+    double g[2] = {0, 0};
+    int c[2] = {0, 0};
+    for (int i = q->first; i <= q->last; i++) {
+      int gr = p->steps[i].group == 1;
+      g[gr] += p->steps[i].ns;
+      c[gr]++;
+    }
+    fprintf(f, "  inter-op section %d: steps %d-%d (%s .. %s), groups of %d and %d steps, %.3f / %.3f ms/run\n", k + 1,
+            q->first, q->last, p->steps[q->first].node->name, p->steps[q->last].node->name, c[0], c[1],
+            g[0] / 1e6 / (double)runs, g[1] / 1e6 / (double)runs);
+  }
   fprintf(f, "  %-28s %6s %8s %10s %6s\n", "operator", "nodes", "kernel", "ms/run", "share");
   for (int i = 0; i < na; i++)
     fprintf(f, "  %-28s %6d %8s %10.3f %5.1f%%\n", a[i].name, a[i].count, a[i].kern,
