@@ -39,6 +39,7 @@ and sleep between inferences; nothing to set.
 usage: bench_vs_ort.py --cinfer build/src/cli/cinfer [--models DIR] [--threads 1 2]
                        [--batch 1 8] [--repeat 20] [--rounds 1] [--only NAME ...]
                        [--wait default|nospin] [--busy [CPU]] [--ort-daz]
+                       [--cinfer-env NAME=VALUE ...]
 
 --ort-daz runs ORT with session.set_denormal_as_zero=1. cinfer flushes subnormal FP32
 weights to 0 when it loads a model (docs/design/onnx.md); ORT by default computes with them,
@@ -177,9 +178,17 @@ def main():
                     help="run ORT with session.set_denormal_as_zero=1 (cinfer flushes subnormal weights at load)")
     ap.add_argument("--wait", choices=["default", "nospin"], default="default",
                     help="ORT's thread waiting: its default (spin) or allow_spinning=0")
+    ap.add_argument("--cinfer-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set this in cinfer's environment (repeatable), e.g. CINFER_ONNX_INTEROP=1")
     ap.add_argument("--busy", type=int, nargs="?", default=None, const=-1, metavar="CPU",
                     help="keep a busy loop on this CPU (default: the other core, the highest CPU allowed) during the measurement")
     args = ap.parse_args()
+    cenv = dict(os.environ)
+    for kv in args.cinfer_env:
+        if "=" not in kv:
+            ap.error("--cinfer-env takes NAME=VALUE, got %r" % kv)
+        k, v = kv.split("=", 1)
+        cenv[k] = v
     import numpy as np  # noqa: F401  (checked early: the ORT child needs it)
 
     def median(v):
@@ -209,7 +218,7 @@ def main():
                                    "--threads", str(t), "--repeat", str(args.repeat)]
                             if b > 1:
                                 cmd += ["--batch", str(b)]
-                            out, _ = run_measured(cmd)
+                            out, _ = run_measured(cmd, env=cenv)
                             m = re.search(r"p50 ([0-9.]+).*throughput ([0-9.]+).*cpu ([0-9.]+)", out)
                             c_p50, c_cpu = float(m.group(1)), float(m.group(3))
                             c_loop = "not batchable" in out
@@ -240,7 +249,8 @@ def main():
             busy.kill()
             busy.wait()
     print()
-    print("wait: %s%s; load average at the end: %s" % (args.wait, "" if args.busy is None else ", busy loop on CPU %d" % args.busy,
+    print("wait: %s%s%s; load average at the end: %s" % (args.wait, "" if args.busy is None else ", busy loop on CPU %d" % args.busy,
+                                                    "".join(", cinfer with " + kv for kv in args.cinfer_env),
                                                     " ".join("%.2f" % x for x in os.getloadavg())))
     print("| model | threads | batch | cinfer p50 ms min / median | ORT p50 ms min / median | ratio of medians | per-round ratio median [range] | cinfer T / 1 thread | cinfer CPU ms/batch | ORT CPU ms/batch | batch mode (cinfer/ORT) | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
