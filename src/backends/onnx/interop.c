@@ -23,7 +23,9 @@
  * steps of the two groups then never share bytes, whatever order they run in.
  * A section runs (interop_run) as opool_par(2 chunks) when the current pool has 2+ threads
  * and is not running alone (contention guard); otherwise its steps run one after the other
- * in their original (topological) order. Not for models with STRING values (the run's
+ * in their original (topological) order. Within a run the steps of each group are claimed
+ * one by one and kept in order (run_group), and a thread done with its group helps with
+ * the other, so a descheduled thread delays the section by at most one step. Not for models with STRING values (the run's
  * string heap is one per plan) or for more than 2 threads (the other threads would idle
  * while the groups' convolutions lose their slices).
  *
@@ -31,6 +33,8 @@
  * measured either way (the second vCPU was mostly taken by other tenants, so 2-thread runs
  * took about their CPU time; docs/benchmarks-onnx.md), and the design rule is that a
  * parallel scheme is on by default only where it measured a gain. */
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,28 +184,76 @@ cinfer_status *interop_plan(onnx_plan *p) {
     }
   }
   for (int s = 0; s < n; s++) p->steps[s].group = -1;
-  for (int k = 0; k < ns; k++)
-    for (int s = sec[k].first; s <= sec[k].last; s++) p->steps[s].group = group[s];
+  bool oom = false;
+  for (int k = 0; k < ns; k++) {
+    plan_sec *q = &sec[k];
+    q->list = malloc(sizeof(int) * (size_t)(q->last - q->first + 1));
+    if (!q->list) { oom = true; continue; }
+    int w = 0;
+    for (int g = 0; g < 2; g++) {
+      for (int s = q->first; s <= q->last; s++)
+        if (group[s] == g) {
+          p->steps[s].group = g;
+          q->list[w++] = s;
+        }
+      if (g == 0) q->n0 = w;
+    }
+  }
   free(prod); free(par); free(group); free(cost); free(pcost); free(parts);
-  if (!ns) { free(sec); return NULL; }
+  if (oom || !ns) {
+    for (int k = 0; k < ns; k++) free(sec[k].list);
+    free(sec);
+    for (int s = 0; s < n; s++) p->steps[s].group = -1;
+    return oom ? cinfer_status_oom("inter-op sections") : NULL;
+  }
   p->sec = sec;
   p->n_sec = ns;
   return NULL;
 }
 
+/* One section's run. Each group's steps are claimed one at a time from its counter
+ * (next[g]); a claimed step first waits until every earlier step of its group is done
+ * (done[g]), so a group's steps still run in order. Chunk g works on group g, then helps
+ * with the other one: a thread that is descheduled (or never woke) holds up at most the
+ * step it runs, as with a split operator, not the rest of its group. */
 typedef struct {
   onnx_plan *p;
   const plan_sec *sec;
   bool profile;
+  _Atomic int next[2], done[2];
+  _Atomic bool failed;
   cinfer_status *err[2];
 } sec_ctx;
+
+static void run_group(sec_ctx *c, int g) {
+  const plan_sec *q = c->sec;
+  int n = g ? q->last - q->first + 1 - q->n0 : q->n0;
+  const int *list = q->list + (g ? q->n0 : 0);
+  for (;;) {
+    int i = atomic_fetch_add(&c->next[g], 1);
+    if (i >= n) return;
+    for (int spin = 0; atomic_load_explicit(&c->done[g], memory_order_acquire) != i; spin++) {
+      if (spin % 64 == 63) sched_yield(); /* the step before it is still running */
+      else __builtin_ia32_pause();
+    }
+    if (!atomic_load(&c->failed)) {
+      cinfer_status *st = plan_run_step(c->p, list[i], c->profile);
+      if (st) {
+        if (!c->err[g]) c->err[g] = st; /* only the thread holding done[g] == i writes it */
+        else cinfer_status_free(st);
+        atomic_store(&c->failed, true);
+      }
+    }
+    atomic_store_explicit(&c->done[g], i + 1, memory_order_release);
+  }
+}
 
 static void sec_chunk(void *vc, int64_t g, int tid) {
   (void)tid;
   sec_ctx *c = vc;
   opool *old = opool_set_current(NULL); /* the section's kernels run inline on this thread */
-  for (int s = c->sec->first; s <= c->sec->last && !c->err[g]; s++)
-    if (c->p->steps[s].group == (int)g) c->err[g] = plan_run_step(c->p, s, c->profile);
+  run_group(c, (int)g);
+  run_group(c, 1 - (int)g);
   opool_set_current(old);
 }
 
@@ -213,7 +265,7 @@ cinfer_status *interop_run(onnx_plan *p, const plan_sec *sec, bool profile) {
     }
     return NULL;
   }
-  sec_ctx c = {p, sec, profile, {NULL, NULL}};
+  sec_ctx c = {.p = p, .sec = sec, .profile = profile};
   opool_par(2, sec_chunk, &c);
   if (c.err[0] && c.err[1]) cinfer_status_free(c.err[1]);
   return c.err[0] ? c.err[0] : c.err[1];

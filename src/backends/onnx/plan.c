@@ -37,6 +37,7 @@ void plan_destroy(onnx_plan *p) {
   free(p->alias_off);
   free(p->key);
   free(p->arena);
+  for (int k = 0; k < p->n_sec; k++) free(p->sec[k].list);
   free(p->sec);
   ostr_heap_free(p->sheap);
   ostr_heap_free(p->rheap);

@@ -53,9 +53,11 @@ typedef struct plan_step {
   int group;              /* inside an inter-op section: its group (0, 1); else -1 */
 } plan_step;
 
-/* steps [first, last] run as two groups at once (interop.c) */
+/* steps [first, last] run as two groups at once (interop.c); list: group 0's steps in
+ * order, then group 1's (n0 of group 0), owned */
 typedef struct plan_sec {
   int first, last;
+  int *list, n0;
 } plan_sec;
 
 typedef struct onnx_plan {
