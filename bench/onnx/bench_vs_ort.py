@@ -21,8 +21,15 @@ them. The table gives each engine's min and median p50 over the rounds, the medi
 range of the per-round ratios (each round's cinfer p50 over the ORT p50 measured right
 after it), and for T > 1 cinfer's median T-thread p50 over its median 1-thread p50.
 
---busy CPU keeps a busy loop (`taskset -c CPU sh -c 'while :; do :; done'`) running on
-that CPU for the whole measurement: the case of another process keeping a core busy.
+--busy [CPU] keeps a busy loop (`taskset -c CPU sh -c 'while :; do :; done'`) running on
+that CPU for the whole measurement: the case of another process keeping a core busy. Without
+a CPU it takes the other core: the highest-numbered CPU this process may run on (CPU 1 on a
+2-core host). Both engines still run on every CPU, so at 2 threads one of their threads
+shares a core with the loop; at 1 thread the scheduler may put the engine beside it too.
+Run the command once without and once with --busy for the issue's two cases.
+
+Every row ends with the 1-minute load average when its cell finished (/proc/loadavg): on a
+shared host read a figure together with it.
 
 Waiting threads (--wait, matters with 2+ threads): ORT's threads spin between operators
 by default; `nospin` runs ORT with session.intra_op.allow_spinning=0. cinfer's pool has
@@ -31,7 +38,8 @@ and sleep between inferences; nothing to set.
 
 usage: bench_vs_ort.py --cinfer build/src/cli/cinfer [--models DIR] [--threads 1 2]
                        [--batch 1 8] [--repeat 20] [--rounds 1] [--only NAME ...]
-                       [--wait default|nospin] [--busy CPU] [--ort-daz]
+                       [--wait default|nospin] [--busy [CPU]] [--ort-daz]
+                       [--cinfer-env NAME=VALUE ...]
 
 --ort-daz runs ORT with session.set_denormal_as_zero=1. cinfer flushes subnormal FP32
 weights to 0 when it loads a model (docs/design/onnx.md); ORT by default computes with them,
@@ -170,9 +178,17 @@ def main():
                     help="run ORT with session.set_denormal_as_zero=1 (cinfer flushes subnormal weights at load)")
     ap.add_argument("--wait", choices=["default", "nospin"], default="default",
                     help="ORT's thread waiting: its default (spin) or allow_spinning=0")
-    ap.add_argument("--busy", type=int, default=None, metavar="CPU",
-                    help="keep a busy loop on this CPU during the measurement")
+    ap.add_argument("--cinfer-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set this in cinfer's environment (repeatable), e.g. CINFER_ONNX_INTEROP=1")
+    ap.add_argument("--busy", type=int, nargs="?", default=None, const=-1, metavar="CPU",
+                    help="keep a busy loop on this CPU (default: the other core, the highest CPU allowed) during the measurement")
     args = ap.parse_args()
+    cenv = dict(os.environ)
+    for kv in args.cinfer_env:
+        if "=" not in kv:
+            ap.error("--cinfer-env takes NAME=VALUE, got %r" % kv)
+        k, v = kv.split("=", 1)
+        cenv[k] = v
     import numpy as np  # noqa: F401  (checked early: the ORT child needs it)
 
     def median(v):
@@ -180,6 +196,8 @@ def main():
         return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
 
     busy = None
+    if args.busy is not None and args.busy < 0:
+        args.busy = max(os.sched_getaffinity(0))
     if args.busy is not None:
         busy = subprocess.Popen(["taskset", "-c", str(args.busy), "sh", "-c", "while :; do :; done"])
     rows = []
@@ -200,7 +218,7 @@ def main():
                                    "--threads", str(t), "--repeat", str(args.repeat)]
                             if b > 1:
                                 cmd += ["--batch", str(b)]
-                            out, _ = run_measured(cmd)
+                            out, _ = run_measured(cmd, env=cenv)
                             m = re.search(r"p50 ([0-9.]+).*throughput ([0-9.]+).*cpu ([0-9.]+)", out)
                             c_p50, c_cpu = float(m.group(1)), float(m.group(3))
                             c_loop = "not batchable" in out
@@ -223,7 +241,7 @@ def main():
                         vs1 = "%.2f" % (median(r["c"]) / median(t1["c"])) if t != args.threads[0] else "-"
                         rows.append((name, t, b, min(r["c"]), median(r["c"]), min(r["o"]), median(r["o"]),
                                      median(r["c"]) / median(r["o"]), pr, vs1, median(r["cpu_c"]), median(r["cpu_o"]),
-                                     r["mode"]))
+                                     r["mode"], os.getloadavg()[0]))
                         print("%-22s threads %d batch %d: cinfer p50 min %.2f med %.2f ms, ORT min %.2f med %.2f ms, "
                               "ratio %.2f, per round %s, vs 1 thread %s" % rows[-1][:10], flush=True)
     finally:
@@ -231,12 +249,13 @@ def main():
             busy.kill()
             busy.wait()
     print()
-    print("wait: %s%s; load average at the end: %s" % (args.wait, "" if args.busy is None else ", busy loop on CPU %d" % args.busy,
+    print("wait: %s%s%s; load average at the end: %s" % (args.wait, "" if args.busy is None else ", busy loop on CPU %d" % args.busy,
+                                                    "".join(", cinfer with " + kv for kv in args.cinfer_env),
                                                     " ".join("%.2f" % x for x in os.getloadavg())))
-    print("| model | threads | batch | cinfer p50 ms min / median | ORT p50 ms min / median | ratio of medians | per-round ratio median [range] | cinfer T / 1 thread | cinfer CPU ms/batch | ORT CPU ms/batch | batch mode (cinfer/ORT) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | threads | batch | cinfer p50 ms min / median | ORT p50 ms min / median | ratio of medians | per-round ratio median [range] | cinfer T / 1 thread | cinfer CPU ms/batch | ORT CPU ms/batch | batch mode (cinfer/ORT) | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print("| %s | %d | %d | %.2f / %.2f | %.2f / %.2f | %.2f | %s | %s | %.2f | %.2f | %s |" % r)
+        print("| %s | %d | %d | %.2f / %.2f | %.2f / %.2f | %.2f | %s | %s | %.2f | %.2f | %s | %.1f |" % r)
     ratios = [r[7] for r in rows]
     if ratios:
         g = 1.0
@@ -245,6 +264,9 @@ def main():
         print()
         print("geomean ratio of medians: %.2f over %d cells; cells above 1.0: %d" % (g ** (1.0 / len(ratios)), len(ratios),
                                                                                 sum(1 for x in ratios if x > 1.0)))
+        slower = [r for r in rows if r[9] != "-" and float(r[9]) > 1.0]
+        print("cells where cinfer at T threads is slower than at %d: %d%s" % (
+            args.threads[0], len(slower), "".join("; %s T%d b%d %s" % (r[0], r[1], r[2], r[9]) for r in slower)))
 
 
 if __name__ == "__main__":

@@ -330,10 +330,13 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
   double macs = (double)(q->yd[1] * q->yd[2] * q->yd[3]) * (double)(Cg * KH * KW);
   /* T slices, or 2T (a late worker's share taken by the others) when each still has 4x
    * the threshold's work; a slice costs its own primitive call and reads the whole input
-   * (G == 1), so a conv below 2 x OPOOL_MIN_MACS stays whole */
-  int64_t S = macs >= 2.0 * (double)T * 4 * OPOOL_MIN_MACS ? 2 * T : T;
+   * (G == 1), so a conv below 2 x OPOOL_MIN_MACS stays whole. A grouped (depthwise)
+   * slice reads only its own channels, and a depthwise MAC is memory-bound (~3x the time
+   * of a dense one): its threshold is OPOOL_MIN_DW_MACS. */
+  double min_macs = G > 1 ? OPOOL_MIN_DW_MACS : OPOOL_MIN_MACS;
+  int64_t S = macs >= 2.0 * (double)T * 4 * min_macs ? 2 * T : T;
   if (S > units) S = units;
-  if ((double)S * OPOOL_MIN_MACS > macs) S = (int64_t)(macs / OPOOL_MIN_MACS);
+  if ((double)S * min_macs > macs) S = (int64_t)(macs / min_macs);
   if (S < 2) return false;
   dnnl_engine_t eng = kern_engine();
   conv_slice *sl = calloc((size_t)S, sizeof *sl);

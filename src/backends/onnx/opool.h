@@ -81,6 +81,10 @@ int64_t opool_chunks(int64_t items, double work, double min_per_chunk);
  *   OPOOL_MIN_MACS:  multiply-adds of a convolution slice. */
 #define OPOOL_MIN_ELEMS 16384.0
 #define OPOOL_MIN_MACS 1048576.0
+/* OPOOL_MIN_DW_MACS: multiply-adds of a grouped (depthwise) conv slice, which reads only
+ * its channels; a depthwise MAC takes ~3x a dense one (RetinaFace's 128-channel 3x3
+ * depthwise convs at 40x40, 1.8 M MACs, take ~65 us, a dense 1x1 of 26 M ~340 us) */
+#define OPOOL_MIN_DW_MACS 393216.0
 
 /* [*lo, *hi) of chunk c of n over `items` items, balanced */
 static inline void opool_range(int64_t items, int64_t n, int64_t c, int64_t *lo, int64_t *hi) {

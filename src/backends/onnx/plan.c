@@ -10,6 +10,7 @@
 
 #include "backends/onnx/ops_util.h"
 #include "backends/onnx/plan.h"
+#include "backends/onnx/interop.h"
 #include "core/clock.h"
 
 static cinfer_status *oom(void) { return cinfer_status_oom(NULL); }
@@ -36,6 +37,8 @@ void plan_destroy(onnx_plan *p) {
   free(p->alias_off);
   free(p->key);
   free(p->arena);
+  for (int k = 0; k < p->n_sec; k++) free(p->sec[k].list);
+  free(p->sec);
   ostr_heap_free(p->sheap);
   ostr_heap_free(p->rheap);
   free(p);
@@ -356,6 +359,15 @@ static cinfer_status *memory_plan(onnx_plan *p) {
     int r = p->root[m->outputs[i]];
     if (b[r].first >= 0) b[r].last = p->n_steps;
   }
+  /* inter-op sections: a buffer used during a section is live during all of it, so the
+   * two groups' steps, which run at once, never share bytes */
+  for (int k = 0; k < p->n_sec; k++)
+    for (int i = 0; i < nb; i++) {
+      buf *x = &b[i];
+      if (x->first < 0 || x->last < p->sec[k].first || x->first > p->sec[k].last) continue;
+      if (x->first > p->sec[k].first) x->first = p->sec[k].first;
+      if (x->last < p->sec[k].last) x->last = p->sec[k].last;
+    }
   int n = 0;
   for (int i = 0; i < nb; i++)
     if (b[i].first >= 0 && b[i].size) order[n++] = i;
@@ -573,7 +585,7 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
       p->alias_off[v] = off;
     }
   }
-  if ((st = memory_plan(p))) goto fail;
+  if ((st = interop_plan(p)) || (st = memory_plan(p))) goto fail;
   free(skip);
   *out = p;
   return NULL;
@@ -630,24 +642,37 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
     if (p->root[v] != v && m->values[p->root[v]].kind == VAL_INPUT) p->vals[v].data = p->vals[p->root[v]].data;
   omp_set_num_threads(1); /* oneDNN inline on this thread (see plan_build) */
   ostr_heap_reset(p->rheap);
-  onnx_exec x = {.threads = p->threads, .heap = p->rheap};
+  int k = 0;
   for (int s = 0; s < p->n_steps; s++) {
-    plan_step *ps = &p->steps[s];
-    double t0 = profile ? (double)clock_now_ns() : 0;
     cinfer_status *st;
-    if (ps->fast) {
-      st = fast_run(ps->fast, ps, p->threads);
+    if (k < p->n_sec && s == p->sec[k].first) {
+      st = interop_run(p, &p->sec[k], profile);
+      s = p->sec[k++].last;
     } else {
-      x.fused = ps->has_fused ? &ps->fused : NULL;
-      st = ps->node->op->exec(&x, ps->node, ps->in, ps->out);
+      st = plan_run_step(p, s, profile);
     }
     if (st) return st;
-    if (trace_on()) trace_step(p, ps);
-    if (ps->fast && getenv("CINFER_ONNX_CHECK") && !p->layout[ps->out_id[0]]) check_step(ps, &x);
-    if (profile) {
-      ps->ns += (double)clock_now_ns() - t0;
-      ps->calls++;
-    }
+  }
+  return NULL;
+}
+
+cinfer_status *plan_run_step(onnx_plan *p, int s, bool profile) {
+  onnx_exec x = {.threads = p->threads, .heap = p->rheap};
+  plan_step *ps = &p->steps[s];
+  double t0 = profile ? (double)clock_now_ns() : 0;
+  cinfer_status *st;
+  if (ps->fast) {
+    st = fast_run(ps->fast, ps, p->threads);
+  } else {
+    x.fused = ps->has_fused ? &ps->fused : NULL;
+    st = ps->node->op->exec(&x, ps->node, ps->in, ps->out);
+  }
+  if (st) return st;
+  if (trace_on()) trace_step(p, ps);
+  if (ps->fast && getenv("CINFER_ONNX_CHECK") && !p->layout[ps->out_id[0]]) check_step(ps, &x);
+  if (profile) {
+    ps->ns += (double)clock_now_ns() - t0;
+    ps->calls++;
   }
   return NULL;
 }

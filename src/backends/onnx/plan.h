@@ -50,7 +50,15 @@ typedef struct plan_step {
   void *temp[STEP_MAX_TEMPS];  /* set after memory planning */
   double ns;
   int64_t calls;
+  int group;              /* inside an inter-op section: its group (0, 1); else -1 */
 } plan_step;
+
+/* steps [first, last] run as two groups at once (interop.c); list: group 0's steps in
+ * order, then group 1's (n0 of group 0), owned */
+typedef struct plan_sec {
+  int first, last;
+  int *list, n0;
+} plan_sec;
 
 typedef struct onnx_plan {
   const onnx_model *m;
@@ -73,9 +81,13 @@ typedef struct onnx_plan {
   size_t arena_bytes;
   int threads;
   bool no_fast;
+  plan_sec *sec;         /* inter-op sections, in step order (interop.h) */
+  int n_sec;
   struct onnx_plan *next;
 } onnx_plan;
 
+/* runs step s (plan_run's body; interop_run calls it from the pool's threads) */
+cinfer_status *plan_run_step(onnx_plan *p, int s, bool profile);
 cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, const int *map,
                           int threads, bool no_fast, onnx_plan **out);
 void plan_destroy(onnx_plan *p);

@@ -9,8 +9,11 @@
  * steady stream of batches does not allocate.
  *
  * Batch parallelism: with threads T > 1, a batch of N > 1 rows of such a model is split
- * into W = min(T, N) contiguous parts, each run concurrently by a one-thread worker
- * session (its own plans and arenas; it sub-batches as above with a one-thread budget).
+ * into groups of rows (one row for the vision models; at least two groups per thread),
+ * which the pool's threads claim from one counter; each thread runs its groups on its own
+ * one-thread worker session (its own plans and arenas) and copies the outputs into
+ * out_buf at the group's rows. A thread that is descheduled or slow delays the batch by
+ * at most the group it holds (with fixed halves, by half the batch).
  * Rows are independent, so this needs no barrier inside the graph: every kernel, the
  * reference ones included, runs at full speed on its own core, where splitting each
  * operator over T threads leaves the serial operators and the per-operator barriers.
@@ -43,6 +46,8 @@ struct onnx_session {
   cinfer_tensor *wout;    /* [threads][n_outputs]: the workers' outputs of one call */
   cinfer_tensor *wpart;   /* [threads][n_inputs]: the workers' row ranges of one call */
   cinfer_status **werr;   /* [threads] */
+  cinfer_tensor *wtmpl;   /* [n_outputs]: row group 0's outputs (name, type, shape) */
+  size_t *wrb;            /* [n_outputs]: bytes per row of each output */
   cinfer_tensor *part;    /* [n_inputs]: one run's rows (sub-batching, the one-row plan) */
   /* STRING inputs (strings.c): the caller's tensors with each BYTES one's data replaced
    * by descriptors (sdesc[i], capacity scap[i] elements) into its bytes */
@@ -113,6 +118,8 @@ void onnx_session_destroy(onnx_session *s) {
   free(s->wout);
   free(s->wpart);
   free(s->werr);
+  free(s->wtmpl);
+  free(s->wrb);
   while (s->plans) {
     onnx_plan *n = s->plans->next;
     plan_destroy(s->plans);
@@ -257,89 +264,131 @@ static cinfer_status *out_reserve(onnx_session *s, int i, size_t total) {
   return NULL;
 }
 
+static cinfer_status *undeclared_string(const onnx_session *s, int i) {
+  return cinfer_status_new(CINFER_INVALID_ARG, "output '%s' is STRING, but the model declares it %s",
+                           s->m->values[s->m->outputs[i]].name, cinfer_dtype_name(s->m->out_info[i].dtype));
+}
+
 typedef struct {
   onnx_session *s;
   const cinfer_tensor *inputs;
-  int64_t N;
-  int W;
+  int64_t N, n_chunks;
 } wrun_ctx;
 
-/* worker w's rows, on whichever pool thread claims them (its kernels run inline there:
- * a one-thread session has no pool) */
-static void wrun_chunk(void *vc, int64_t w, int tid) {
-  (void)tid;
-  const wrun_ctx *c = vc;
-  onnx_session *s = c->s;
-  int no = s->m->n_outputs, ni = s->m->n_inputs;
-  int64_t r0 = c->N * w / c->W, r1 = c->N * (w + 1) / c->W;
-  cinfer_tensor *part = s->wpart + (size_t)w * (size_t)ni;
-  slice_inputs(s, c->inputs, c->N, r0, r1 - r0, part);
-  s->werr[w] = onnx_session_run(s->workers[w], part, ni, s->wout + (size_t)w * (size_t)no);
+/* Row group c of the batch, on whichever pool thread claims it (tid): that thread's
+ * one-thread worker session runs it (its kernels inline: it has no pool) and copies its
+ * outputs straight into out_buf at the group's first row. Groups are claimed from the
+ * pool's counter, so a thread that is descheduled holds up at most the group it runs. */
+static void wrun_chunk(void *vc, int64_t c, int tid) {
+  const wrun_ctx *x = vc;
+  onnx_session *s = x->s;
+  const onnx_model *m = s->m;
+  int no = m->n_outputs, ni = m->n_inputs;
+  int64_t r0, r1;
+  opool_range(x->N, x->n_chunks, c, &r0, &r1);
+  int64_t b = r1 - r0;
+  cinfer_tensor *part = s->wpart + (size_t)tid * (size_t)ni, *out = s->wout + (size_t)tid * (size_t)no;
+  slice_inputs(s, x->inputs, x->N, r0, b, part);
+  cinfer_status *st = onnx_session_run(s->workers[tid], part, ni, out);
+  for (int i = 0; i < no && !st; i++) {
+    const cinfer_tensor *o = &out[i];
+    if (o->ndim < 1 || o->shape[0] != b || o->byte_size != s->wrb[i] * (size_t)b)
+      st = cinfer_status_new(CINFER_INTERNAL, "output '%s' does not carry the batch in dim 0", m->values[m->outputs[i]].name);
+    else if (o->byte_size)
+      memcpy((char *)s->out_buf[i] + s->wrb[i] * (size_t)r0, o->data, o->byte_size);
+    if (!st && c == 0) s->wtmpl[i] = *o;
+  }
+  if (st && !s->werr[tid]) s->werr[tid] = st;
+  else if (st) cinfer_status_free(st);
 }
 
-/* Batch parallelism (see the top of this file): rows split over W one-thread workers. */
+/* Output row bytes (rb[i]) and the rows a one-thread run takes at once (*r1: as many as
+ * keep its arena within 1 MiB, the sub-batching rule), from worker w's one-row plan. */
+static cinfer_status *worker_rows(onnx_session *s, onnx_session *w, const cinfer_tensor *inputs, int64_t N,
+                                  size_t *rb, int64_t *r1) {
+  const onnx_model *m = s->m;
+  cinfer_tensor *one = s->part;
+  slice_inputs(s, inputs, N, 0, 1, one);
+  cinfer_status *st = check_inputs(w, one, m->n_inputs);
+  onnx_plan *p;
+  if (st || (st = get_plan(w, one, &p))) return st;
+  for (int i = 0; i < m->n_outputs; i++) {
+    const ot *o = &p->vals[m->outputs[i]];
+    if (o->dtype == CINFER_TYPE_BYTES) return undeclared_string(s, i);
+    if (o->ndim < 1 || o->dims[0] != 1)
+      return cinfer_status_new(CINFER_INTERNAL, "output '%s' does not carry the batch in dim 0", m->values[m->outputs[i]].name);
+    rb[i] = ot_nbytes(o);
+  }
+  size_t arena = p->arena_bytes ? p->arena_bytes : 1;
+  *r1 = (int64_t)(((size_t)1 << 20) / arena);
+  if (*r1 < 1) *r1 = 1;
+  return NULL;
+}
+
+/* Batch parallelism (see the top of this file): rows in groups claimed by the pool's
+ * threads, each running the group on its own one-thread worker session. */
 static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, int64_t N, cinfer_tensor *outputs) {
   const onnx_model *m = s->m;
-  int W = s->opt.threads < N ? s->opt.threads : (int)N;
+  int T = s->opt.threads;
   int no = m->n_outputs, ni = m->n_inputs;
-  if (!s->workers) { /* once per session, for up to `threads` workers: batches do not allocate */
-    s->workers = calloc((size_t)s->opt.threads, sizeof *s->workers);
-    s->wout = calloc((size_t)s->opt.threads * (size_t)no, sizeof *s->wout);
-    s->wpart = calloc((size_t)s->opt.threads * (size_t)ni, sizeof *s->wpart);
-    s->werr = calloc((size_t)s->opt.threads, sizeof *s->werr);
-    if (!s->workers || !s->wout || !s->wpart || !s->werr) {
+  if (!s->workers) { /* once per session, one worker per pool thread: batches do not allocate */
+    s->workers = calloc((size_t)T, sizeof *s->workers);
+    s->wout = calloc((size_t)T * (size_t)no, sizeof *s->wout);
+    s->wpart = calloc((size_t)T * (size_t)ni, sizeof *s->wpart);
+    s->werr = calloc((size_t)T, sizeof *s->werr);
+    s->wtmpl = calloc((size_t)no, sizeof *s->wtmpl);
+    s->wrb = calloc((size_t)no, sizeof *s->wrb);
+    if (!s->workers || !s->wout || !s->wpart || !s->werr || !s->wtmpl || !s->wrb) {
       free(s->workers);
       free(s->wout);
       free(s->wpart);
       free(s->werr);
+      free(s->wtmpl);
+      free(s->wrb);
       s->workers = NULL;
-      s->wout = s->wpart = NULL;
+      s->wout = s->wpart = s->wtmpl = NULL;
       s->werr = NULL;
+      s->wrb = NULL;
       return cinfer_status_oom(NULL);
     }
   }
   onnx_options one = s->opt;
   one.threads = 1;
-  for (; s->n_workers < W; s->n_workers++) {
+  for (; s->n_workers < T; s->n_workers++) {
     cinfer_status *st = onnx_session_create(m, &one, &s->workers[s->n_workers]);
     if (st) return st;
   }
-  cinfer_tensor *wout = s->wout;
-  cinfer_status **err = s->werr;
-  memset(err, 0, sizeof *err * (size_t)W);
-  s->last = NULL; /* the profile is the workers' */
-  wrun_ctx wc = {s, inputs, N, W};
-  opool_for(s->pool, W, wrun_chunk, &wc);
-  cinfer_status *st = NULL;
-  for (int w = 0; w < W; w++) {
-    if (err[w] && !st) st = err[w];
-    else if (err[w]) cinfer_status_free(err[w]);
+  int64_t r1 = 1;
+  cinfer_status *st = worker_rows(s, s->workers[0], inputs, N, s->wrb, &r1);
+  if (st) return st;
+  for (int i = 0; i < no; i++) {
+    size_t total;
+    if (__builtin_mul_overflow(s->wrb[i], (size_t)N, &total))
+      return cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "output '%s' is too large", m->values[m->outputs[i]].name);
+    if ((st = out_reserve(s, i, total ? total : 1))) return st;
   }
-  for (int i = 0; i < no && !st; i++) {
-    size_t rb = 0, total;
-    for (int w = 0; w < W && !st; w++) {
-      const cinfer_tensor *o = &wout[(size_t)w * (size_t)no + i];
-      int64_t b = N * (w + 1) / W - N * w / W;
-      if (o->ndim < 1 || o->shape[0] != b || (w && (o->byte_size / (size_t)b != rb || o->ndim != wout[i].ndim)))
-        st = cinfer_status_new(CINFER_INTERNAL, "output '%s' does not carry the batch in dim 0", m->values[m->outputs[i]].name);
-      rb = o->byte_size / (size_t)b;
-    }
-    if (st) break;
-    if (__builtin_mul_overflow(rb, (size_t)N, &total)) {
-      st = cinfer_status_new(CINFER_RESOURCE_EXHAUSTED, "output '%s' is too large", m->values[m->outputs[i]].name);
-      break;
-    }
-    if ((st = out_reserve(s, i, total))) break;
-    for (int w = 0; w < W; w++) {
-      const cinfer_tensor *o = &wout[(size_t)w * (size_t)no + i];
-      if (o->byte_size) memcpy((char *)s->out_buf[i] + rb * (size_t)(N * w / W), o->data, o->byte_size);
-    }
-    outputs[i] = wout[i];
+  /* groups of g rows, g <= what one run takes at once, and at least two groups per
+   * thread so that the threads' shares even out (vision models: one row per group) */
+  int64_t g = N / (2 * (int64_t)T);
+  if (g > r1) g = r1;
+  if (g < 1) g = 1;
+  int64_t n_chunks = (N + g - 1) / g;
+  memset(s->werr, 0, sizeof *s->werr * (size_t)T);
+  s->last = NULL; /* the profile is the workers' */
+  wrun_ctx wc = {s, inputs, N, n_chunks};
+  opool_for(s->pool, n_chunks, wrun_chunk, &wc);
+  for (int w = 0; w < T; w++) {
+    if (s->werr[w] && !st) st = s->werr[w];
+    else if (s->werr[w]) cinfer_status_free(s->werr[w]);
+  }
+  if (st) return st;
+  for (int i = 0; i < no; i++) {
+    outputs[i] = s->wtmpl[i];
     outputs[i].shape[0] = N;
     outputs[i].data = s->out_buf[i];
-    outputs[i].byte_size = total;
+    outputs[i].byte_size = s->wrb[i] * (size_t)N;
   }
-  return st;
+  return NULL;
 }
 
 /* Rows per graph run for this call: n (everything at once) unless the model is
@@ -372,11 +421,6 @@ static cinfer_status *rows_per_run(onnx_session *s, const cinfer_tensor *inputs,
   *n = N;
   *rows = r;
   return NULL;
-}
-
-static cinfer_status *undeclared_string(const onnx_session *s, int i) {
-  return cinfer_status_new(CINFER_INVALID_ARG, "output '%s' is STRING, but the model declares it %s",
-                           s->m->values[s->m->outputs[i]].name, cinfer_dtype_name(s->m->out_info[i].dtype));
 }
 
 /* A STRING output: its descriptors written in the length-prefixed layout to out_buf[i]. */
@@ -515,6 +559,19 @@ void onnx_session_profile_print(const onnx_session *s, FILE *f) {
       if (a[j].ns > a[i].ns) { agg t = a[i]; a[i] = a[j]; a[j] = t; }
   fprintf(f, "profile: %d steps, %lld runs, %.3f ms per run (arena %.1f MiB)\n", p->n_steps,
           (long long)runs, total / 1e6 / (double)runs, (double)p->arena_bytes / 1048576.0);
+  for (int k = 0; k < p->n_sec; k++) { /* inter-op sections (interop.c) */
+    const plan_sec *q = &p->sec[k];
+    double g[2] = {0, 0};
+    int c[2] = {0, 0};
+    for (int i = q->first; i <= q->last; i++) {
+      int gr = p->steps[i].group == 1;
+      g[gr] += p->steps[i].ns;
+      c[gr]++;
+    }
+    fprintf(f, "  inter-op section %d: steps %d-%d (%s .. %s), groups of %d and %d steps, %.3f / %.3f ms/run\n", k + 1,
+            q->first, q->last, p->steps[q->first].node->name, p->steps[q->last].node->name, c[0], c[1],
+            g[0] / 1e6 / (double)runs, g[1] / 1e6 / (double)runs);
+  }
   fprintf(f, "  %-28s %6s %8s %10s %6s\n", "operator", "nodes", "kernel", "ms/run", "share");
   for (int i = 0; i < na; i++)
     fprintf(f, "  %-28s %6d %8s %10.3f %5.1f%%\n", a[i].name, a[i].count, a[i].kern,
@@ -532,8 +589,9 @@ void onnx_session_profile_print(const onnx_session *s, FILE *f) {
       if (p->steps[i].ns >= thr && p->steps[i].ns > 0) {
         char sh[128];
         ot_shape_str(p->steps[i].out[0], sh, sizeof sh);
-        fprintf(f, "    %-40s %-22s out %-20s %8.3f ms\n", p->steps[i].node->name,
-                p->steps[i].fused_names ? p->steps[i].fused_names : p->steps[i].node->op_type, sh,
+        fprintf(f, "    %-40s %-22s %-10s out %-20s %8.3f ms\n", p->steps[i].node->name,
+                p->steps[i].fused_names ? p->steps[i].fused_names : p->steps[i].node->op_type,
+                p->steps[i].fast ? fast_kernel_label(p->steps[i].fast) : "ref", sh,
                 p->steps[i].ns / 1e6 / (double)runs);
         shown++;
       }
