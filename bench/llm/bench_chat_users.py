@@ -309,7 +309,10 @@ def main():
                          "15-40x slower than 1)")
     ap.add_argument("--llama-server", help="the llama-server binary (default $LLAMA_SERVER, else "
                     "build/llama.cpp/bin/llama-server from bench/llm/build_llama_server.sh)")
-    ap.add_argument("--llama-args", default="", help="more llama-server arguments (e.g. --no-repack)")
+    ap.add_argument("--llama-args", default="--no-repack",
+                    help="more llama-server arguments (default --no-repack: with its CPU weight repacking the "
+                         "native build dies of a general protection fault at start-up on this AMX CPU, like "
+                         "the wheel's; '' to keep repacking)")
     ap.add_argument("--compare", type=float, default=0, metavar="THINK_S",
                     help="only cinfer x1 against llama.cpp at this think time, alternating, --rounds times")
     ap.add_argument("--rounds", type=int, default=2, help="with --compare: rounds")
