@@ -12,7 +12,8 @@
 # Usage: bench/llm/bench_batched_vs_llamacpp.sh [-n N] [-g GEN] [-t THREADS] [-r ROUNDS] [MODEL.gguf]
 #   defaults: N 16, GEN 32, THREADS 2, ROUNDS 5, MODEL from scripts/find_smollm2.sh
 # Needs build/src/cli/cinfer and build/llama.cpp/bin/llama-batched-bench
-# (bench/llm/build_llama_server.sh builds it).
+# (bench/llm/build_llama_server.sh builds it; LLAMA_BATCHED_BENCH=path for another; LLAMA_ARGS=--no-repack
+# where llama.cpp's weight repacking crashes, as on this AMX CPU).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=16 GEN=32 T=2 R=5
@@ -23,6 +24,8 @@ shift $((OPTIND - 1))
 M=${1:-$(scripts/find_smollm2.sh)}
 CINFER=${CINFER:-build/src/cli/cinfer}
 LLAMA=${LLAMA_BATCHED_BENCH:-build/llama.cpp/bin/llama-batched-bench}
+# more llama.cpp arguments; --no-repack where its CPU weight repacking crashes (this AMX CPU)
+LLAMA_ARGS=${LLAMA_ARGS:-}
 [ -x "$LLAMA" ] || { echo "$LLAMA not found: run bench/llm/build_llama_server.sh" >&2; exit 1; }
 PROMPT="Please write a long story about a dragon who lives in a castle near the sea, and the knight who comes to visit him every spring."
 NP=$("$CINFER" generate -m "$M" -p "$PROMPT" --tokenize 2>/dev/null | wc -w)
@@ -36,7 +39,7 @@ for r in $(seq "$R"); do
   c_ttft=$(echo "$out" | sed -n 's/.*TTFT \([0-9.]*\) s.*/\1/p' | head -1)
   # llama.cpp: the table row | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
   row=$("$LLAMA" -m "$M" -c $((N * (NP + GEN) + 64)) -b 2048 -ub 512 -npp "$NP" -ntg "$GEN" -npl "$N" \
-        -t "$T" -tb "$T" 2>/dev/null | grep -E "^\|\s+$NP\s+\|")
+        -t "$T" -tb "$T" $LLAMA_ARGS 2>/dev/null | grep -E "^\|\s+$NP\s+\|")
   l_pp=$(echo "$row" | awk -F'|' '{print $6}'); l_tg=$(echo "$row" | awk -F'|' '{print $8}')
   read -r c_out c_pp c_dec l_out l_ppr l_dec ratio < <(awk -v n="$N" -v np="$NP" -v g="$GEN" -v ct="$c_tot" \
     -v cf="$c_ttft" -v lp="$l_pp" -v lt="$l_tg" 'BEGIN {

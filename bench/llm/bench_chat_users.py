@@ -5,7 +5,10 @@ multi-turn conversation each, a shared system prompt, think time between turns),
 
   1. one `cinfer serve` (engine admission: max_seqs, max_waiting; refusals are 503 + Retry-After),
   2. two `cinfer serve` replicas behind `cinfer gateway` (the same cores split between them),
-  3. llama.cpp's server: `llama-server` when bench/llm/build_llama_server.sh has built it, else
+  3. llama.cpp's server: `llama-server` (--llama-server, $LLAMA_SERVER or the binary
+     bench/llm/build_llama_server.sh builds; `-np` = --max-seqs parallel slots, continuous
+     batching, `-c` 2048 tokens per slot, --threads threads, the same GGUF; the client sends
+     the same requests: temperature 0, ignore_eos, --max-tokens) when it exists, else
      llama-cpp-python's server (the same llama.cpp revision) through bench/llm/llama_cpp_server.py,
      which turns off the CPU weight repacking that crashes on this CPU,
 
@@ -18,6 +21,9 @@ them (p50/p99), the servers' peak RSS (VmHWM), the prefix-cache hit rate over th
 /metrics), and the machine's load average. Writes DIR/results.json, DIR/table.md and SVG plots.
 
   build/venv/bin/python bench/llm/bench_chat_users.py --out /tmp/chat512      # ~12 minutes
+  # only cinfer x1 against llama-server at one think time, alternating, 2 rounds (~4 minutes):
+  build/venv/bin/python bench/llm/bench_chat_users.py --compare 120 --rounds 2 \
+      --llama-server /path/to/llama-server --out /tmp/chat512-vs-llama
 """
 import argparse
 import json
@@ -121,6 +127,62 @@ def start_cinfer(args, threads, out, tag):
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/v2/health/ready")
     return p, url
+
+
+def llama_server_path(args):
+    return args.llama_server or os.environ.get("LLAMA_SERVER") or os.path.join(ROOT, "build/llama.cpp/bin/llama-server")
+
+
+def start_llama(args, out, tag):
+    """llama.cpp on the same GGUF: its own `llama-server` (parallel slots = cinfer's max_seqs,
+    continuous batching, a context of 2048 tokens per slot like cinfer's ctx_len, the same
+    threads) when built, else llama-cpp-python's server. Returns (kind, Proc, url)."""
+    port = free_port()
+    ls = llama_server_path(args)
+    if os.access(ls, os.X_OK):
+        t = args.llama_threads or args.threads
+        kind = f"llama-server -np {args.max_seqs} ({t} thread{'s' if t > 1 else ''})"
+        cmd = [ls, "-m", gguf(), "-a", "smollm2", "--host", "127.0.0.1", "--port", str(port), "-t", str(t),
+               "-tb", str(t), "-c", str(2048 * args.max_seqs), "-np", str(args.max_seqs), "--cont-batching"] + args.llama_args.split()
+        ready = "/health"
+    else:
+        t = args.llama_threads or 1
+        kind = f"llama-cpp-python server ({t} thread{'s' if t > 1 else ''})"
+        cmd = [PY, os.path.join(ROOT, "bench/llm/llama_cpp_server.py"), "--model", gguf(), "--host", "127.0.0.1",
+               "--port", str(port), "--n_threads", str(t), "--n_threads_batch",
+               str(t), "--n_ctx", "2048", "--chat_format", "chatml", "--model_alias", "smollm2",
+               "--interrupt_requests", "False"]  # its default cuts a running stream for each new request
+        ready = "/v1/models"
+    p = Proc(cmd, os.path.join(out, f"{tag}.log"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + ready, 180)
+    except Exception:
+        p.stop()
+        raise
+    return kind, p, url
+
+
+def compare(args, res):
+    """--compare THINK: cinfer x1 and llama.cpp alone at one think time, alternating which goes
+    first, --rounds times: the same workload in the same run, each against the same load."""
+    think = int(args.compare * 1000)
+    for rnd in range(args.rounds):
+        order = ["cinfer", "llama"] if rnd % 2 == 0 else ["llama", "cinfer"]
+        for who in order:
+            if who == "cinfer":
+                srv, url = start_cinfer(args, args.threads, args.out, f"cmp{rnd}_cinfer")
+                kind = "cinfer x1"
+            else:
+                kind, srv, url = start_llama(args, args.out, f"cmp{rnd}_llama")
+            try:
+                r = bench_level(args, url, think, f"cmp{rnd}_{who}", args.out, [srv.p.pid],
+                                [url] if who == "cinfer" else [])
+                r["server"] = kind
+                r["round"] = rnd
+                res["levels"].append(r)
+            finally:
+                srv.stop()
 
 
 def bench_level(args, url, think_ms, label, out, pids, metric_urls, users=None):
@@ -240,14 +302,27 @@ def main():
     ap.add_argument("--timeout-s", type=int, default=60)
     ap.add_argument("--small-users", type=int, default=64,
                     help="also run cinfer x1 and llama.cpp with this many users at the same offered rate (0: no)")
-    ap.add_argument("--skip", default="", help="comma list of: replicas, llama")
-    ap.add_argument("--llama-threads", type=int, default=1,
-                    help="llama-cpp-python server threads (1: on a loaded 2-core machine ggml's spinning "
-                         "thread barrier makes 2 threads 15-40x slower than 1)")
+    ap.add_argument("--skip", default="", help="comma list of: replicas, llama, 150pct")
+    ap.add_argument("--llama-threads", type=int, default=0,
+                    help="llama.cpp threads (default: --threads for llama-server, 1 for llama-cpp-python's "
+                         "server: on a loaded 2-core machine ggml's spinning thread barrier made its 2 threads "
+                         "15-40x slower than 1)")
+    ap.add_argument("--llama-server", help="the llama-server binary (default $LLAMA_SERVER, else "
+                    "build/llama.cpp/bin/llama-server from bench/llm/build_llama_server.sh)")
+    ap.add_argument("--llama-args", default="--no-repack",
+                    help="more llama-server arguments (default --no-repack: with its CPU weight repacking the "
+                         "native build dies of a general protection fault at start-up on this AMX CPU, like "
+                         "the wheel's; '' to keep repacking)")
+    ap.add_argument("--compare", type=float, default=0, metavar="THINK_S",
+                    help="only cinfer x1 against llama.cpp at this think time, alternating, --rounds times")
+    ap.add_argument("--rounds", type=int, default=2, help="with --compare: rounds")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
     res = {"args": vars(args), "cpus": os.cpu_count(), "levels": []}
+    if args.compare:
+        compare(args, res)
+        return report(args, res)
 
     # 1. one server: capacity under the SLO, then 150% of it
     srv, url = start_cinfer(args, args.threads, args.out, "cinfer1")
@@ -267,10 +342,11 @@ def main():
         res["capacity_think_s"] = best["think_s"]
         lat = (best["e2e_p50_ms"] or 0) / 1000.0
         think150 = max(1.0, args.users / (1.5 * cap) - lat)
-        r = bench_level(args, url, int(think150 * 1000), "cinfer1_150pct", args.out, [srv.p.pid], [url])
-        r["server"] = "cinfer x1"
-        r["offered_vs_capacity"] = 1.5
-        res["levels"].append(r)
+        if "150pct" not in skip:
+            r = bench_level(args, url, int(think150 * 1000), "cinfer1_150pct", args.out, [srv.p.pid], [url])
+            r["server"] = "cinfer x1"
+            r["offered_vs_capacity"] = 1.5
+            res["levels"].append(r)
     finally:
         srv.stop()
     capacity_think = int(res["capacity_think_s"] * 1000)
@@ -322,34 +398,23 @@ def main():
         finally:
             srv.stop()
     if "llama" not in skip:
-        port = free_port()
-        ls = os.path.join(ROOT, "build/llama.cpp/bin/llama-server")
-        if os.access(ls, os.X_OK):
-            kind = "llama-server"
-            cmd = [ls, "-m", gguf(), "--host", "127.0.0.1", "--port", str(port), "-t", str(args.threads),
-                   "-c", str(2048 * args.max_seqs), "-np", str(args.max_seqs), "--cont-batching"]
-        else:
-            kind = f"llama-cpp-python server ({args.llama_threads} thread{'s' if args.llama_threads > 1 else ''})"
-            cmd = [PY, os.path.join(ROOT, "bench/llm/llama_cpp_server.py"), "--model", gguf(), "--host", "127.0.0.1",
-                   "--port", str(port), "--n_threads", str(args.llama_threads), "--n_threads_batch",
-                   str(args.llama_threads), "--n_ctx", "2048", "--chat_format", "chatml", "--model_alias", "smollm2",
-                   "--interrupt_requests", "False"]  # its default cuts a running stream for each new request
-        lp = Proc(cmd, os.path.join(args.out, "llama.log"))
+        kind, lp, lurl = start_llama(args, args.out, "llama")
         try:
-            wait_http(f"http://127.0.0.1:{port}/v1/models", 180)
-            r = bench_level(args, f"http://127.0.0.1:{port}", capacity_think, "llama_capacity", args.out,
-                            [lp.p.pid], [])
+            r = bench_level(args, lurl, capacity_think, "llama_capacity", args.out, [lp.p.pid], [])
             r["server"] = kind
             res["levels"].append(r)
             if small:
-                r = bench_level(args, f"http://127.0.0.1:{port}", small_think, f"llama_{small}users", args.out,
+                r = bench_level(args, lurl, small_think, f"llama_{small}users", args.out,
                                 [lp.p.pid], [], users=small)
                 r["server"] = kind
                 res["levels"].append(r)
         finally:
             lp.stop()
         res["llama_kind"] = kind
+    report(args, res)
 
+
+def report(args, res):
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
     rows = ["| server | level | users | think s | admitted req/s | TTFT p50 / p99 ms | e2e p50 / p99 ms | refused (req/s) |"
@@ -366,6 +431,19 @@ def main():
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write("\n".join(rows) + "\n")
     print("\n".join(rows))
+    if args.compare:
+        by = {}
+        for r in res["levels"]:
+            by.setdefault(r["server"], []).append(r)
+        svg_plot(os.path.join(args.out, "chat_users_compare_latency.svg"),
+                 f"{args.users} users, think {args.compare:g} s: e2e p50 / p99 per round",
+                 [(f"{k} {q}", [(r["round"] + 1, (r[f"e2e_{q}_ms"] or 0) / 1000) for r in v])
+                  for k, v in by.items() for q in ("p50", "p99")], "round", "seconds", slo=args.slo_s)
+        svg_plot(os.path.join(args.out, "chat_users_compare_rps.svg"),
+                 f"{args.users} users, think {args.compare:g} s: admitted req/s per round",
+                 [(k, [(r["round"] + 1, r["admitted_rps"] or 0) for r in v]) for k, v in by.items()],
+                 "round", "requests/s")
+        return
     c1 = [r for r in res["levels"] if r["server"] == "cinfer x1" and r["users"] == args.users]
     svg_plot(os.path.join(args.out, "chat_users_latency.svg"),
              f"{args.users} users: admitted e2e p99 vs offered load (cinfer x1)",

@@ -250,7 +250,12 @@ int gw_kv_pick(size_t n, const gw_kv_load *l, const uint64_t *ids, bool has_key,
       double m = l[i].running + 2.0 * l[i].waiting + l[i].pending;
       if (m > load) load = m;
     }
-    double cost = load + (l[i].known ? kv_weight * l[i].kv_usage : 0.0);
+    /* KV pressure, not KV use: the running sequences' blocks are in `load` already (counted
+     * again, two sequences of a long prompt outweighed the prefix bonus and sent the family to
+     * a cold replica); up to half full the cache has room, from there to full it adds up to
+     * kv_weight */
+    double kv = l[i].known && l[i].kv_usage > 0.5 ? kv_weight * (2.0 * l[i].kv_usage - 1.0) : 0.0;
+    double cost = load + kv;
     if ((int)i == aff) cost -= prefix_bonus;
     uint64_t rank = mix64(has_key ? key : 0, ids[i]);
     if (best < 0 || cost < best_cost - 1e-9 || (cost < best_cost + 1e-9 && rank > best_rank)) {

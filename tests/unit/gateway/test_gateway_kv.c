@@ -73,6 +73,16 @@ static void test_kv_pick(void **st) {
   /* a full KV cache costs kv_weight sequences */
   l[2].kv_usage = 1.0;  /* 2 + 4 = 6 > 4 */
   assert_int_equal(gw_kv_pick(3, l, ids, false, 0, 4.0, 2.0), 0);
+  /* up to half full it costs nothing (its running sequences are counted already), then it
+   * grows linearly: 0.75 full costs kv_weight / 2 */
+  l[2].kv_usage = 0.5;  /* 2 < 4 */
+  assert_int_equal(gw_kv_pick(3, l, ids, false, 0, 4.0, 2.0), 2);
+  l[2].kv_usage = 0.75; /* 2 + 2 = 4 < replica 1's 5 */
+  l[0].kv_usage = 0.8;  /* 4 + 2.4 */
+  assert_int_equal(gw_kv_pick(3, l, ids, false, 0, 4.0, 2.0), 2);
+  l[2].kv_usage = 0.9;  /* 2 + 3.2 = 5.2 < 6.4 but > replica 1's 5: its metrics say 1 running + 2 x 2 waiting */
+  assert_int_equal(gw_kv_pick(3, l, ids, false, 0, 4.0, 2.0), 1);
+  l[0].kv_usage = l[2].kv_usage = 0;
   /* prefix affinity: with equal loads every key goes to its rendezvous replica, always */
   memset(l, 0, sizeof l);
   for (int i = 0; i < 3; i++) l[i].known = true;
@@ -91,6 +101,11 @@ static void test_kv_pick(void **st) {
   assert_int_equal(gw_kv_pick(3, l, ids, true, key, 4.0, 2.0), a);
   l[a].running = 3;
   assert_int_not_equal(gw_kv_pick(3, l, ids, true, key, 4.0, 2.0), a);
+  /* two running sequences whose blocks fill half the cache: the key's replica keeps the key
+   * (their KV use is their load, not a second cost) */
+  l[a].running = 2, l[a].kv_usage = 0.48;
+  assert_int_equal(gw_kv_pick(3, l, ids, true, key, 4.0, 2.0), a);
+  l[a].kv_usage = 0;
   /* unknown metrics: only outstanding counts */
   memset(l, 0, sizeof l);
   l[0].outstanding = 2, l[1].outstanding = 0, l[2].outstanding = 1;
