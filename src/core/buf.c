@@ -2,6 +2,7 @@
 #include "core/buf.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -53,6 +54,18 @@ void cbuf_printf(cbuf *b, const char *fmt, ...) {
       return;
     }
     if (!cbuf_reserve(b, (size_t)n)) return;
+  }
+}
+
+void cbuf_json_param_value(cbuf *b, const cinfer_param *p) {
+  switch (p->type) {
+  case CINFER_PARAM_BOOL: cbuf_puts(b, p->b ? "true" : "false"); break;
+  case CINFER_PARAM_INT: cbuf_printf(b, "%lld", (long long)p->i); break;
+  case CINFER_PARAM_DOUBLE:
+    if (isfinite(p->d)) cbuf_printf(b, "%.17g", p->d);
+    else cbuf_puts(b, "null");
+    break;
+  case CINFER_PARAM_STRING: cbuf_json_string(b, p->s, strlen(p->s)); break;
   }
 }
 

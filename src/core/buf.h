@@ -27,6 +27,10 @@ void cbuf_json_string(cbuf *b, const char *s, size_t n);
 /* The same, and bytes that are not valid UTF-8 become U+FFFD (for text that may hold a
  * partial character, e.g. a single token's bytes). */
 void cbuf_json_string_utf8(cbuf *b, const char *s, size_t n);
+/* A parameter's value as JSON: true/false, an integer, a number (null when not finite: JSON
+ * has no NaN or infinity) or a string. */
+struct cinfer_param;
+void cbuf_json_param_value(cbuf *b, const struct cinfer_param *p);
 /* Hands the contents to the caller (malloc'd, NUL-terminated, "" when empty) and empties
  * b; NULL when an allocation failed (b is then freed). */
 char *cbuf_take(cbuf *b);

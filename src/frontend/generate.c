@@ -102,7 +102,7 @@ static void encode(gen_ctx *c, cbuf *b, const cinfer_response *resp) {
     cbuf_puts(b, ",");
     cbuf_json_string(b, p->key, strlen(p->key));
     cbuf_puts(b, ":");
-    kserve_encode_param_value(b, p);
+    cbuf_json_param_value(b, p);
   }
   for (uint32_t i = 0; i < n; i++) {
     const cinfer_tensor *t = cinfer_response_output(resp, i);

@@ -754,18 +754,6 @@ cinfer_status *kserve_prepare_response(kserve_request *k, const cinfer_response 
   return NULL;
 }
 
-void kserve_encode_param_value(cbuf *b, const cinfer_param *p) {
-  switch (p->type) {
-  case CINFER_PARAM_BOOL: cbuf_puts(b, p->b ? "true" : "false"); break;
-  case CINFER_PARAM_INT: put_i64(b, p->i); break;
-  case CINFER_PARAM_DOUBLE: /* JSON has no NaN or infinity */
-    if (isfinite(p->d)) cbuf_printf(b, "%.17g", p->d);
-    else cbuf_puts(b, "null");
-    break;
-  case CINFER_PARAM_STRING: cbuf_json_string(b, p->s, strlen(p->s)); break;
-  }
-}
-
 bool kserve_encode_response(cbuf *out, size_t *json_len, const char *model, int64_t version,
                             const kserve_request *req, const cinfer_response *resp) {
   const char *id = req ? req->id : NULL;
@@ -786,7 +774,7 @@ bool kserve_encode_response(cbuf *out, size_t *json_len, const char *model, int6
     cbuf_puts(out, i ? "," : ",\"parameters\":{");
     cbuf_json_string(out, p->key, strlen(p->key));
     cbuf_put(out, ":", 1);
-    kserve_encode_param_value(out, p);
+    cbuf_json_param_value(out, p);
     if (i + 1 == np) cbuf_put(out, "}", 1);
   }
   cbuf_puts(out, ",\"outputs\":[");

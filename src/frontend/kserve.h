@@ -109,8 +109,6 @@ bool kserve_encode_response(cbuf *out, size_t *json_len, const char *model, int6
 void kserve_encode_error(cbuf *out, const char *msg);
 /* The elements of t as a JSON array (the "data" of a KServe output), appended to out. */
 void kserve_encode_data(cbuf *out, const cinfer_tensor *t);
-/* A response parameter's value as JSON (a double that is not finite is null). */
-void kserve_encode_param_value(cbuf *out, const cinfer_param *p);
 
 /* ---- rules shared by every encoding (kserve_rules.c) ---------------------------------- */
 /* The KServe HTTP codec above and the gRPC codec (src/grpc) describe each input with these,

@@ -451,11 +451,17 @@ bool grpc_infer_encode(cbuf *out, bool stream, const char *model, int64_t versio
   r.outputs = op;
   r.raw_output_contents = raw;
   /* The response's parameters, then triton_final_response on a stream. */
+  /* On the stack for the usual few (every streamed response has the marker, an
+   * ensemble's three sequence parameters): no allocation per token. */
+  enum { NP_STACK = 4 };
+  Inference__InferParameter pv_s[NP_STACK];
+  Inference__ModelInferResponse__ParametersEntry pe_s[NP_STACK], *pp_s[NP_STACK];
   uint32_t np = cinfer_response_param_count(resp) + (final_param >= 0);
-  Inference__InferParameter *pv = np ? calloc(np, sizeof *pv) : NULL;
-  Inference__ModelInferResponse__ParametersEntry *pe = np ? calloc(np, sizeof *pe) : NULL;
-  Inference__ModelInferResponse__ParametersEntry **pp = np ? calloc(np, sizeof *pp) : NULL;
-  ok = ok && (!np || (pv && pe && pp));
+  bool heap = np > NP_STACK;
+  Inference__InferParameter *pv = heap ? calloc(np, sizeof *pv) : pv_s;
+  Inference__ModelInferResponse__ParametersEntry *pe = heap ? calloc(np, sizeof *pe) : pe_s;
+  Inference__ModelInferResponse__ParametersEntry **pp = heap ? calloc(np, sizeof *pp) : pp_s;
+  ok = ok && pv && pe && pp;
   for (uint32_t i = 0; ok && i < np; i++) {
     Inference__InferParameter vi = INFERENCE__INFER_PARAMETER__INIT;
     Inference__ModelInferResponse__ParametersEntry ei = INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT;
@@ -504,9 +510,11 @@ bool grpc_infer_encode(cbuf *out, bool stream, const char *model, int64_t versio
   free(ot);
   free(op);
   free(raw);
-  free(pv);
-  free(pe);
-  free(pp);
+  if (heap) {
+    free(pv);
+    free(pe);
+    free(pp);
+  }
   return ok;
 }
 

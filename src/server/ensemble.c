@@ -97,6 +97,8 @@ typedef struct ensemble {
   int fan_step;     /* the decoupled middle step whose responses each run the steps after
                        it (a sub-run per response), or -1 */
   uint8_t *down;    /* per step: 1 when it reads (directly or not) from fan_step */
+  int *fan_wait;    /* per step after fan_step: its input bindings that a sub-run resolves
+                       (from fan_step or a step after it); the others are resolved before */
   int *topo;        /* the steps in an order where producers come first */
   ens_bind *binds; /* storage of every step's bindings */
   int *readers;    /* storage of every tensor's readers */
@@ -140,12 +142,9 @@ struct ens_run {
   /* A sub-run (one response of the fan step): its parent run and its index there. */
   ens_run *parent;
   uint64_t iter;
-  ens_run *sub_prev, *sub_next; /* in parent->subs, under parent->mu */
   /* A run with a fan step, under mu: its sub-runs not yet finished, how many were made,
    * and their responses waiting to go out in order (emit_mu serialises the delivery). */
-  ens_run *subs;
   int subs_active;
-  bool subs_failing;
   uint64_t n_iter, next_emit;
   struct ens_emit *emit;    /* sorted by iter */
   pthread_mutex_t emit_mu;
@@ -510,8 +509,9 @@ static cinfer_status *check_streaming(ensemble *e, cinfer_model *ens) {
   if (last < 0) return NULL;
   if (e->fan_step >= 0) { /* the steps after it, in topological order */
     e->down = calloc((size_t)e->n_steps + 1, 1);
+    e->fan_wait = calloc((size_t)e->n_steps + 1, sizeof *e->fan_wait);
     uint8_t *anc = calloc((size_t)e->n_steps + 1, 1);
-    if (!e->down || !anc) {
+    if (!e->down || !e->fan_wait || !anc) {
       free(anc);
       return cinfer_status_oom(NULL);
     }
@@ -519,7 +519,7 @@ static cinfer_status *check_streaming(ensemble *e, cinfer_model *ens) {
       int si = e->topo[i];
       for (int k = 0; k < e->steps[si].n_in; k++) {
         int p = e->tensors[e->steps[si].in[k].tensor].producer;
-        if (p >= 0 && (p == e->fan_step || e->down[p])) e->down[si] = 1;
+        if (p >= 0 && (p == e->fan_step || e->down[p])) e->down[si] = 1, e->fan_wait[si]++;
       }
     }
     for (int i = e->n_steps - 1; i >= 0; i--) { /* the fan step's ancestors */
@@ -585,6 +585,7 @@ static void plan_free(ensemble *e) {
   free(e->out_tensor);
   free(e->topo);
   free(e->down);
+  free(e->fan_wait);
   free(e->binds);
   free(e->readers);
   free(e);
@@ -757,7 +758,8 @@ static void run_release(ens_run *run) {
 }
 
 /* One allocation: the run, then its per-tensor and per-step arrays (8-byte aligned). */
-static ens_run *run_new(ensemble *e, cinfer_request *r) {
+/* sub: a sub-run, which answers through its parent and needs no spare response. */
+static ens_run *run_new(ensemble *e, cinfer_request *r, bool sub) {
   size_t nt = (size_t)e->n_tensors, ns = (size_t)e->n_steps;
 #define AL(x) (((x) + 7) & ~(size_t)7)
   size_t off_val = AL(sizeof(ens_run));
@@ -775,8 +777,8 @@ static ens_run *run_new(ensemble *e, cinfer_request *r) {
   size_t total = off_needed + AL(ns);
 #undef AL
   char *p = calloc(1, total);
-  cinfer_response *spare = calloc(1, sizeof *spare);
-  if (!p || !spare) {
+  cinfer_response *spare = sub ? NULL : calloc(1, sizeof *spare);
+  if (!p || (!sub && !spare)) {
     free(p), free(spare);
     return NULL;
   }
@@ -1191,7 +1193,7 @@ static void emit_flush(ens_run *run) {
  * step response until its last sub-run is freed) and the fan step's outputs. */
 static void sub_start(ens_run *parent, cinfer_response *cresp) {
   ensemble *e = parent->e;
-  ens_run *sr = run_new(e, parent->req);
+  ens_run *sr = run_new(e, parent->req, true);
   int ncancel = 0;
   pthread_mutex_lock(&parent->mu);
   bool go = sr && !parent->err && !parent->finished;
@@ -1220,12 +1222,7 @@ static void sub_start(ens_run *parent, cinfer_response *cresp) {
       sr->state[i] = STEP_RUNNING;
       sr->outstanding = 1;
     } else if (e->down[i] && sr->needed[i]) { /* waits for what the fan step starts */
-      int w = 0;
-      for (int k = 0; k < e->steps[i].n_in; k++) {
-        int p = e->tensors[e->steps[i].in[k].tensor].producer;
-        if (p >= 0 && (p == e->fan_step || e->down[p])) w++;
-      }
-      sr->waiting[i] = w;
+      sr->waiting[i] = e->fan_wait[i];
     } else {
       sr->state[i] = STEP_DONE;
       sr->n_done++;
@@ -1314,7 +1311,8 @@ static void unlist(ens_run *run) {
 
 /* Triton's ensemble response parameters: when an output comes from a step, the response
  * carries the request's sequence_id (0 when none), sequence_start and sequence_end, or the
- * values the step's response gave for them (a composing model may override them). */
+ * values the step's response (step, may be NULL) gave for them (a composing model may
+ * override them). */
 static cinfer_status *sequence_params(const cinfer_request *req, const cinfer_response *step,
                                       cinfer_response *resp) {
   cinfer_param ps[3] = {{.key = "sequence_id", .type = CINFER_PARAM_INT},
@@ -1325,13 +1323,14 @@ static cinfer_status *sequence_params(const cinfer_request *req, const cinfer_re
     ps[0].type = CINFER_PARAM_STRING;
   cinfer_request_param_bool(req, "sequence_start", &ps[1].b);
   cinfer_request_param_bool(req, "sequence_end", &ps[2].b);
-  for (uint32_t i = 0; step != resp && i < cinfer_response_param_count(step); i++) {
+  for (uint32_t i = 0; step && i < cinfer_response_param_count(step); i++) {
     const cinfer_param *q = cinfer_response_param(step, i);
     for (int k = 0; k < 3; k++)
       if (!strcmp(q->key, ps[k].key) && (k == 0 ? q->type == CINFER_PARAM_INT || q->type == CINFER_PARAM_STRING
                                                 : q->type == CINFER_PARAM_BOOL)) {
+        const char *key = ps[k].key; /* ours: q's lives in the step response */
         ps[k] = *q;
-        ps[k].key = k == 0 ? "sequence_id" : k == 1 ? "sequence_start" : "sequence_end";
+        ps[k].key = key;
       }
   }
   return response_set_params(resp, ps, 3);
@@ -1345,7 +1344,8 @@ static cinfer_status *build_response(ens_run *run, cinfer_response **out) {
   ensemble *e = run->e;
   cinfer_model *m = e->model;
   const cinfer_request *req = run->req;
-  const cinfer_response *seq_from = NULL; /* the step response of the first output from a step */
+  bool from_step = false;                 /* an output comes from a step */
+  const cinfer_response *seq_from = NULL; /* that step's response (NULL: a batch of 0) */
   bool streamed = !run->parent && (e->stream_step >= 0 || e->fan_step >= 0);
   uint32_t nw = 0;
   for (int j = 0; j < m->n_outputs; j++)
@@ -1369,7 +1369,7 @@ static cinfer_status *build_response(ens_run *run, cinfer_response **out) {
             m->name, m->outputs[j].name, p, e->steps[p].model);
       continue;
     }
-    if (p >= 0 && !seq_from) seq_from = run->resp[p] ? run->resp[p] : resp;
+    if (p >= 0 && !from_step) from_step = true, seq_from = run->resp[p];
     ts[resp->n] = run->val[t];
     ts[resp->n].name = m->outputs[j].name; /* the config outlives the response */
     reshape_for(&ts[resp->n], &m->outputs[j], m->batching, run->batch[t]);
@@ -1379,7 +1379,7 @@ static cinfer_status *build_response(ens_run *run, cinfer_response **out) {
       run->resp[p] = NULL;
     }
   }
-  cinfer_status *err = seq_from ? sequence_params(req, seq_from, resp) : NULL;
+  cinfer_status *err = from_step ? sequence_params(req, seq_from, resp) : NULL;
   if (err) {
     cinfer_response_free(resp); /* frees the held step responses, no request yet */
     return err;
@@ -1498,7 +1498,7 @@ static void prune_locked(ens_run *run) {
 
 cinfer_status *ensemble_submit(cinfer_model *m, cinfer_request *r) {
   ensemble *e = m->backend_model;
-  ens_run *run = run_new(e, r);
+  ens_run *run = run_new(e, r, false);
   if (!run) return cinfer_status_oom("an ensemble request");
   pthread_mutex_lock(&e->mu);
   run->next = e->runs;

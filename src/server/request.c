@@ -312,13 +312,6 @@ const cinfer_param *cinfer_response_param(const cinfer_response *resp, uint32_t 
   return i < resp->n_params ? &resp->params[i] : NULL;
 }
 
-static void params_free(cinfer_param *p, uint32_t n) {
-  for (uint32_t i = 0; i < n; i++) {
-    free((char *)p[i].key);
-    free((char *)p[i].s);
-  }
-  free(p);
-}
 
 cinfer_status *response_set_params(cinfer_response *resp, const cinfer_param *params, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
@@ -330,18 +323,27 @@ cinfer_status *response_set_params(cinfer_response *resp, const cinfer_param *pa
     for (uint32_t j = 0; j < i; j++)
       if (!strcmp(params[j].key, params[i].key)) return BAD("response parameter '%s' is given twice", params[i].key);
   }
-  cinfer_param *cp = n ? calloc(n, sizeof *cp) : NULL;
+  /* One allocation: the array, then every key and string (a response per token of an
+   * ensemble's LLM step carries three). */
+  size_t bytes = (size_t)n * sizeof(cinfer_param);
+  for (uint32_t i = 0; i < n; i++)
+    bytes += strlen(params[i].key) + 1 + (params[i].type == CINFER_PARAM_STRING ? strlen(params[i].s) + 1 : 0);
+  cinfer_param *cp = n ? malloc(bytes) : NULL;
   if (n && !cp) return OOM();
+  char *text = (char *)(cp + n);
   for (uint32_t i = 0; i < n; i++) {
     cp[i] = params[i];
-    cp[i].key = strdup(params[i].key);
-    cp[i].s = params[i].type == CINFER_PARAM_STRING ? strdup(params[i].s) : NULL;
-    if (!cp[i].key || (params[i].type == CINFER_PARAM_STRING && !cp[i].s)) {
-      params_free(cp, i + 1);
-      return OOM();
+    size_t kl = strlen(params[i].key) + 1;
+    cp[i].key = memcpy(text, params[i].key, kl);
+    text += kl;
+    cp[i].s = NULL;
+    if (params[i].type == CINFER_PARAM_STRING) {
+      size_t sl = strlen(params[i].s) + 1;
+      cp[i].s = memcpy(text, params[i].s, sl);
+      text += sl;
     }
   }
-  params_free(resp->params, resp->n_params);
+  free(resp->params);
   resp->params = cp;
   resp->n_params = n;
   return NULL;
@@ -364,7 +366,7 @@ void cinfer_response_free(cinfer_response *resp) {
   block_release(resp->block);
   for (uint32_t i = 0; i < resp->n_held; i++) cinfer_response_free(resp->held[i]);
   free(resp->held);
-  params_free(resp->params, resp->n_params);
+  free(resp->params);
   cinfer_request_release(resp->req);
   free(resp);
 }

@@ -122,3 +122,22 @@ def copy_repo(models, dest=None):
         shutil.copytree(os.path.join(EXAMPLES, m), os.path.join(dest, m), symlinks=False,
                         copy_function=_copy_keep_links)
     return dest
+
+
+def write_model(repo, name, config, model_py=None):
+    """Model `name` in repo: its config.pbtxt and, when given, version 1's model.py."""
+    os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(config)
+    if model_py:
+        with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
+            f.write(model_py)
+
+
+def metric(server, name, labels):
+    """The value of the /metrics series name{labels}, or None when it is absent."""
+    text = urllib.request.urlopen(server.url + "/metrics").read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + "{" + labels + "}"):
+            return float(line.split()[-1])
+    return None

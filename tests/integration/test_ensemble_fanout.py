@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from cinfer_server import Server, copy_repo
+from cinfer_server import Server, copy_repo, metric, write_model
 
 os.environ["CINFER_PYTHON"] = sys.executable
 
@@ -139,13 +139,6 @@ ensemble_scheduling { step [
   { model_name: "consumer" model_version: -1
     input_map { key: "INPUT0" value: "n" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
 """
-
-
-def write_model(root, name, cfg, py=None):
-    os.makedirs(os.path.join(root, name, "1"), exist_ok=True)
-    open(os.path.join(root, name, "config.pbtxt"), "w").write(cfg)
-    if py:
-        open(os.path.join(root, name, "1", "model.py"), "w").write(py)
 
 
 @pytest.fixture(scope="module")
@@ -273,14 +266,6 @@ def test_the_fanned_out_ensemble_is_decoupled(server):
     with pytest.raises(Exception) as e:
         c.infer("pipe", [t])
     assert "decoupled" in str(e.value).lower()
-
-
-def metric(server, name, labels):
-    text = urllib.request.urlopen(server.url + "/metrics").read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + "{" + labels + "}"):
-            return float(line.split()[-1])
-    return None
 
 
 def test_a_client_that_goes_away_stops_the_llm_inside_the_ensemble(server):

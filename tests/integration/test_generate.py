@@ -14,7 +14,7 @@ import openai
 import pytest
 import tritonclient.http as httpclient
 
-from cinfer_server import Server, copy_repo
+from cinfer_server import Server, copy_repo, metric
 
 LLM = "smollm2"
 PROMPT = "The capital of France is"
@@ -49,14 +49,6 @@ def events(body):
         assert chunk.startswith("data: "), chunk
         out.append(json.loads(chunk[6:]))
     return out
-
-
-def metric(server, name, labels):
-    text = urllib.request.urlopen(server.url + "/metrics").read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + "{" + labels + "}"):
-            return float(line.split()[-1])
-    return None
 
 
 def openai_text(server, max_tokens):

@@ -26,7 +26,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from cinfer_server import Server
+from cinfer_server import Server, write_model
 
 os.environ["CINFER_PYTHON"] = sys.executable
 
@@ -156,13 +156,6 @@ ensemble_scheduling { step [ {
   model_name: "params" model_version: -1
   input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "Y" } } ] }
 """
-
-
-def write_model(root, name, cfg, py=None):
-    os.makedirs(os.path.join(root, name, "1"))
-    open(os.path.join(root, name, "config.pbtxt"), "w").write(cfg)
-    if py:
-        open(os.path.join(root, name, "1", "model.py"), "w").write(py)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,8 +173,8 @@ static void respond_outputs(py_instance *inst, cinfer_request *r, const cinfer_t
                             uint32_t n, uint32_t flags, const json_value *params) {
   uint32_t np = json_is(params, JSON_OBJECT) ? params->len : 0;
   cinfer_tensor *keep = calloc(n ? n : 1, sizeof *keep);
-  cinfer_param *ps = calloc(np ? np : 1, sizeof *ps);
-  if (!keep || !ps) {
+  cinfer_param *ps = np ? calloc(np, sizeof *ps) : NULL;
+  if (!keep || (np && !ps)) {
     free(keep), free(ps);
     cinfer_status_free(cinfer_request_respond(r, NULL, 0, CINFER_RESPONSE_FINAL,
                                               cinfer_status_oom("python response")));
@@ -519,11 +518,7 @@ static void bls_send(py_conn *c, uint64_t call, bool final, const cinfer_status 
       cbuf_puts(&b, i ? "," : "\"params\":{");
       cbuf_json_string(&b, p->key, strlen(p->key));
       cbuf_put(&b, ":", 1);
-      if (p->type == CINFER_PARAM_BOOL) cbuf_puts(&b, p->b ? "true" : "false");
-      else if (p->type == CINFER_PARAM_INT) cbuf_printf(&b, "%lld", (long long)p->i);
-      else if (p->type == CINFER_PARAM_DOUBLE && isfinite(p->d)) cbuf_printf(&b, "%.17g", p->d);
-      else if (p->type == CINFER_PARAM_STRING) cbuf_json_string(&b, p->s, strlen(p->s));
-      else cbuf_puts(&b, "null");
+      cbuf_json_param_value(&b, p);
       cbuf_puts(&b, i + 1 == np ? "}," : "");
     }
     py_json_tensors(&b, t, n, off, NULL);
