@@ -308,9 +308,11 @@ static void handle_done(stream *s, streams_frame *f) {
   s->inflight--;
 }
 
-/* Handles completions until `until_ns` (0: only those already there). Returns at once
- * when the run stops. */
-static void pump(stream *s, uint64_t until_ns) {
+/* Handles completions until `until_ns` (0: only those already there). With `first`, it
+ * returns as soon as it has handled some (an unpaced stream waits for a free place in the
+ * pipeline, not for the deadline: waiting out the deadline after a completion capped each
+ * stream at one frame per 50 ms). Returns at once when the run stops. */
+static void pump_until(stream *s, uint64_t until_ns, bool first) {
   for (;;) {
     pthread_mutex_lock(&s->mu);
     while (!s->done_head && clock_now_ns() < until_ns && !atomic_load(&s->r->stop) &&
@@ -336,9 +338,11 @@ static void pump(stream *s, uint64_t until_ns) {
       handle_done(s, l);
       l = n;
     }
-    if (clock_now_ns() >= until_ns) return;
+    if (first || clock_now_ns() >= until_ns) return;
   }
 }
+
+static void pump(stream *s, uint64_t until_ns) { pump_until(s, until_ns, false); }
 
 static bool stopping(const stream *s) { return atomic_load(&s->r->stop) || atomic_load(&g_interrupted); }
 
@@ -391,13 +395,13 @@ static void *stream_main(void *arg) {
     if (c->frames && (int64_t)s->sent >= c->frames) break;
     /* unpaced (--fps max): the next frame waits for a free place in the pipeline, so none
      * is dropped and the stream runs as fast as the pipeline answers */
-    while (unpaced && s->inflight >= c->max_inflight && !stopping(s)) pump(s, clock_now_ns() + 50000000ull);
+    while (unpaced && s->inflight >= c->max_inflight && !stopping(s)) pump_until(s, clock_now_ns() + 50000000ull, true);
     /* a free buffer: one not in the pipeline (in flight < n_frames always leaves one) */
     int fi = -1;
     for (int i = 0; i < s->n_frames && fi < 0; i++)
       if (!busy[i]) fi = i;
     if (fi < 0) { /* cannot happen: wait for a completion */
-      pump(s, clock_now_ns() + 1000000ull);
+      pump_until(s, clock_now_ns() + 1000000ull, true);
       continue;
     }
     streams_frame *f = &s->frames[fi];
