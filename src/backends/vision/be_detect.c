@@ -204,7 +204,7 @@ static cinfer_status *decode_all(const det_model *m, const cinfer_batch *b, vis_
   }
   int H[DET_MAX_STRIDES], W[DET_MAX_STRIDES];
   for (int s = 0; s < m->n_strides; s++) {
-    int h2, w2;
+    int h2 = 0, w2 = 0;
     cinfer_status *st;
     if ((st = map_dims(t[3 * s], 2 * m->A, &H[s], &W[s])) ||
         (st = map_dims(t[3 * s + 1], 4 * m->A, &h2, &w2)) ||

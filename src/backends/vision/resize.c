@@ -3,10 +3,13 @@
  *
  * The fast resize computes, once per call, each output column's two source columns and
  * weight (a table), and per output row interpolates the two source rows horizontally into
- * float row buffers, reusing them while consecutive output rows read the same source rows
- * (upscaling reads each source row pair many times). The vertical blend, normalisation
- * and the layout write are one pass over the row. It performs the same float operations in
- * the same order as the reference, so the two agree to rounding. */
+ * planar float row buffers (one plane per channel), reusing them while consecutive output
+ * rows read the same source rows (upscaling reads each source row pair many times). Each
+ * source row is widened to float first, so the horizontal pass gathers floats, and the
+ * vertical blend and normalisation run plane by plane over contiguous floats: both loops
+ * vectorise. It performs the same float operations in the same order as the reference
+ * (the build has -ffp-contract=off: no fused multiply-add in one and not the other), so
+ * the two give the same bits; test_vision checks it. */
 #include "backends/vision/vision.h"
 
 #include <math.h>
@@ -101,22 +104,40 @@ void vis_resize_ref(const uint8_t *src, int sw, int sh, vis_rect sr, float *dst,
   }
 }
 
-/* One source row interpolated horizontally at every output column. */
-static void hrow(const uint8_t *row, const int *xo, const float *xw, int w, float *out) {
+/* One source row interpolated horizontally at every output column, into three planes
+ * (out, out + w, out + 2w). The row is first widened to float (exact for 0..255), so the
+ * interpolation is a gather of floats the compiler can vectorise; the arithmetic is the
+ * reference's, a + (b - a) * wx on the same float values. */
+static void hrow(const uint8_t *row, int row_len, const int *xo, const float *xw, int w, float *wide,
+                 float *out) {
+  for (int i = 0; i < row_len; i++) wide[i] = (float)row[i];
+  float *o0 = out, *o1 = out + w, *o2 = out + 2 * (size_t)w;
+  const int *x0 = xo, *x1 = xo + w;
   for (int x = 0; x < w; x++) {
-    const uint8_t *p0 = row + xo[2 * x], *p1 = row + xo[2 * x + 1];
+    int i0 = x0[x], i1 = x1[x];
     float wx = xw[x];
-    out[3 * x + 0] = (float)p0[0] + ((float)p1[0] - (float)p0[0]) * wx;
-    out[3 * x + 1] = (float)p0[1] + ((float)p1[1] - (float)p0[1]) * wx;
-    out[3 * x + 2] = (float)p0[2] + ((float)p1[2] - (float)p0[2]) * wx;
+    float a0 = wide[i0], a1 = wide[i0 + 1], a2 = wide[i0 + 2];
+    float b0 = wide[i1], b1 = wide[i1 + 1], b2 = wide[i1 + 2];
+    o0[x] = a0 + (b0 - a0) * wx;
+    o1[x] = a1 + (b1 - a1) * wx;
+    o2[x] = a2 + (b2 - a2) * wx;
   }
+}
+
+/* The vertical blend of two planar rows, normalised, into one output plane row. */
+static void vrow(const float *restrict t, const float *restrict b, float wy, float m, float a, int w,
+                 float *restrict o) {
+  for (int x = 0; x < w; x++) o[x] = (t[x] + (b[x] - t[x]) * wy) * m + a;
 }
 
 void vis_resize(const uint8_t *src, int sw, int sh, vis_rect sr, float *dst, int dw, int dh,
                 vis_rect dr, const vis_norm *n) {
   int w = dr.w;
-  /* One allocation: column table (2 ints + 1 float per column), two row buffers. */
-  size_t bytes = (size_t)w * (2 * sizeof(int) + sizeof(float) + 6 * sizeof(float));
+  /* One allocation: column table (2 ints + 1 float per column), two planar row buffers
+   * (3 floats per column each), the widened source row (3 floats per source column), and
+   * for NHWC one planar row of the result. */
+  size_t row_len = (size_t)sr.w * 3;
+  size_t bytes = (size_t)w * (2 * sizeof(int) + sizeof(float) + 9 * sizeof(float)) + row_len * sizeof(float);
   char *mem = malloc(bytes);
   if (!mem) { /* the reference needs no memory: same result, slower */
     vis_resize_ref(src, sw, sh, sr, dst, dw, dh, dr, n);
@@ -124,18 +145,18 @@ void vis_resize(const uint8_t *src, int sw, int sh, vis_rect sr, float *dst, int
   }
   int *xo = (int *)mem;
   float *xw = (float *)(xo + 2 * (size_t)w);
-  float *rowa = xw + w, *rowb = rowa + 3 * (size_t)w;
+  float *rowa = xw + w, *rowb = rowa + 3 * (size_t)w, *res = rowb + 3 * (size_t)w;
+  float *wide = res + 3 * (size_t)w;
   float rx = (float)sr.w / (float)dr.w, ry = (float)sr.h / (float)dr.h;
   for (int x = 0; x < w; x++) {
     int x0, x1;
     src_coord(x, rx, sr.w, &x0, &x1, &xw[x]);
-    xo[2 * x] = (sr.x + x0) * 3;
-    xo[2 * x + 1] = (sr.x + x1) * 3;
+    xo[x] = x0 * 3; /* offsets in the widened row, which starts at column sr.x */
+    xo[w + x] = x1 * 3;
   }
   int ha = -1, hb = -1; /* source rows held in rowa, rowb */
-  int c0 = n->bgr ? 2 : 0, c2 = n->bgr ? 0 : 2;
-  float m0 = n->mul[0], m1 = n->mul[1], m2 = n->mul[2];
-  float a0 = n->add[0], a1 = n->add[1], a2 = n->add[2];
+  /* output channel c reads source channel ch[c] */
+  int ch[3] = {n->bgr ? 2 : 0, 1, n->bgr ? 0 : 2};
   size_t plane = (size_t)dw * dh;
   for (int y = 0; y < dr.h; y++) {
     int y0, y1;
@@ -148,34 +169,29 @@ void vis_resize(const uint8_t *src, int sw, int sh, vis_rect sr, float *dst, int
         rowa = rowb, rowb = t;
         ha = y0, hb = -1;
       } else {
-        hrow(src + (size_t)y0 * sw * 3, xo, xw, w, rowa);
+        hrow(src + ((size_t)y0 * sw + sr.x) * 3, (int)row_len, xo, xw, w, wide, rowa);
         ha = y0;
       }
     }
     if (hb != y1) {
       if (y1 == ha) memcpy(rowb, rowa, sizeof(float) * 3 * (size_t)w);
-      else hrow(src + (size_t)y1 * sw * 3, xo, xw, w, rowb);
+      else hrow(src + ((size_t)y1 * sw + sr.x) * 3, (int)row_len, xo, xw, w, wide, rowb);
       hb = y1;
     }
     int oy = dr.y + y;
     if (n->nchw) {
-      float *p0 = dst + (size_t)oy * dw + dr.x, *p1 = p0 + plane, *p2 = p1 + plane;
-      for (int x = 0; x < w; x++) {
-        const float *t = rowa + 3 * x, *b = rowb + 3 * x;
-        float v0 = t[c0] + (b[c0] - t[c0]) * wy;
-        float v1 = t[1] + (b[1] - t[1]) * wy;
-        float v2 = t[c2] + (b[c2] - t[c2]) * wy;
-        p0[x] = v0 * m0 + a0;
-        p1[x] = v1 * m1 + a1;
-        p2[x] = v2 * m2 + a2;
-      }
+      for (int c = 0; c < 3; c++)
+        vrow(rowa + (size_t)ch[c] * w, rowb + (size_t)ch[c] * w, wy, n->mul[c], n->add[c], w,
+             dst + c * plane + (size_t)oy * dw + dr.x);
     } else {
+      for (int c = 0; c < 3; c++)
+        vrow(rowa + (size_t)ch[c] * w, rowb + (size_t)ch[c] * w, wy, n->mul[c], n->add[c], w,
+             res + (size_t)c * w);
       float *p = dst + ((size_t)oy * dw + dr.x) * 3;
       for (int x = 0; x < w; x++) {
-        const float *t = rowa + 3 * x, *b = rowb + 3 * x;
-        p[3 * x + 0] = (t[c0] + (b[c0] - t[c0]) * wy) * m0 + a0;
-        p[3 * x + 1] = (t[1] + (b[1] - t[1]) * wy) * m1 + a1;
-        p[3 * x + 2] = (t[c2] + (b[c2] - t[c2]) * wy) * m2 + a2;
+        p[3 * x + 0] = res[x];
+        p[3 * x + 1] = res[w + x];
+        p[3 * x + 2] = res[2 * (size_t)w + x];
       }
     }
   }
