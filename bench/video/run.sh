@@ -85,7 +85,8 @@ for model in face_detect_frames face_analytics_frames; do
       --threads "$THREADS" --fps max --duration "$DUR" --warmup 2 --json "$OUT/s8_${model}_$r.json" \
       --quiet > /dev/null 2>&1 || true
     # CPU seconds (user + system) of the whole run, start and warm-up included
-    "$PY" -c "import json,sys; t=json.load(open(sys.argv[1]))['total']; w,u,s=map(float,open(sys.argv[2]).read().split()); print(f\"$model $r: {t['fps_total']:.2f} frames/s, p50 {t['latency_p50_ms']:.0f} ms, p99 {t['latency_p99_ms']:.0f} ms, CPU {u+s:.1f} s in {w:.1f} s wall, load {sys.argv[3]}-{sys.argv[4]}\")" \
+    # CPU per frame: over every frame sent (warm-up included, as the CPU seconds are)
+    "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); t=j['total']; n=sum(x['sent'] for x in j['streams']); w,u,s=map(float,open(sys.argv[2]).read().split()); print(f\"$model $r: {t['fps_total']:.2f} frames/s, p50 {t['latency_p50_ms']:.0f} ms, p99 {t['latency_p99_ms']:.0f} ms, CPU {u+s:.1f} s in {w:.1f} s wall ({(u+s)/w:.2f} cores), {(u+s)/max(n,1)*1e3:.1f} ms CPU per frame ({n} sent), load {sys.argv[3]}-{sys.argv[4]}\")" \
       "$OUT/s8_${model}_$r.json" "$OUT/s8_${model}_$r.time" "$l0" "$(cut -d' ' -f1 /proc/loadavg)" 2>/dev/null \
       | tee -a "$OUT/summary.txt" || echo "$model $r: failed" | tee -a "$OUT/summary.txt"
   done
