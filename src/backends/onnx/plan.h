@@ -11,6 +11,7 @@
 #ifndef CINFER_ONNX_PLAN_H
 #define CINFER_ONNX_PLAN_H
 #include "backends/onnx/onnx_impl.h"
+#include "backends/onnx/opool.h"
 
 typedef struct fast_kernel fast_kernel;
 
@@ -83,6 +84,7 @@ typedef struct onnx_plan {
   bool no_fast;
   plan_sec *sec;         /* inter-op sections, in step order (interop.h) */
   int n_sec;
+  opool_mode mode;       /* pool or alone, measured on this plan's runs (session.c) */
   struct onnx_plan *next;
 } onnx_plan;
 
