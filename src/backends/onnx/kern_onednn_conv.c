@@ -428,8 +428,6 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
   k->sl = sl;
   k->nsl = (int)S;
   snprintf(k->label, sizeof k->label, "onednn/%d", k->nsl);
-  /* the whole primitive stays: it runs when the pool runs alone (opool_cur_solo: the
-   * contention guard), where slices would only add their calls' cost */
   return true;
 }
 
@@ -790,6 +788,14 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     if (s->sum_id >= 0 && !k->sum_copy) q.sum_l = p->layout[s->sum_id] ? p->layout[s->sum_id] : &y_plain;
     q.full_slow = slow_full;
     if (!conv_slices(p, s, k, &q)) (void)conv_row_slices(p, s, k, &q);
+    if (k->nsl) { /* the slices do all the work: the whole primitive and its weights go */
+      dnnl_primitive_destroy(k->prim);
+      dnnl_memory_destroy(k->w_mem);
+      free(k->w_data);
+      k->prim = NULL;
+      k->w_mem = NULL;
+      k->w_data = NULL;
+    }
   }
   *out = &k->base;
   return NULL;
@@ -873,7 +879,7 @@ static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
   } else {
     RUN(dnnl_memory_set_data_handle(k->src_mem, src));
   }
-  if (k->nsl && !opool_cur_solo()) {
+  if (k->nsl) { /* alone (opool_cur_solo) the slices run in order on the caller: the same bits */
     if (k->src_reorder) RUN(dnnl_stream_wait(k->stream));
     slice_run_ctx c = {k, s, k->pad_in || k->src_reorder ? s->temp[0] : src,
                        k->dst_reorder ? s->temp[1] : s->out[0]->data, 0};
