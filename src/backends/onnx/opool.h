@@ -22,7 +22,9 @@
  *     than a share of the time for chunks workers hold (a worker descheduled behind
  *     another process), or the workers ran almost none of the chunks, the pool runs everything on the caller alone for a while (200
  *     ms, doubled up to 3.2 s while every try waits too much again) and then tries
- *     again (see opool.c).
+ *     again (see opool.c);
+ *   - pool or alone, measured (opool_mode below): a session times its inferences with the
+ *     pool and alone (opool_set_alone) and runs the faster, probing the other now and then.
  *
  * The thread-local "current pool" is what the kernels use: opool_par(n, fn, ctx) runs on
  * opool_current() (set by the session around a plan run), inline when there is none. */
