@@ -453,7 +453,7 @@ static cinfer_status *merge_siblings(onnx_plan *p, const int *ncons, const int *
     if (bias) sa->in[2] = bo;
     const char *base = sa->has_fused ? sa->fused_buf : sa->node->op_type;
     char t[64];
-    snprintf(t, sizeof t, "%s x%d", base, k);
+    snprintf(t, sizeof t, "%s[x%d]", base, k); /* no space: the profile's columns */
     memcpy(sa->fused_buf, t, sizeof t);
     sa->fused_names = sa->fused_buf;
   }

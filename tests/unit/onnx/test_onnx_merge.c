@@ -6,8 +6,8 @@
  *   - two 3x3 pad-1 convs 64 -> 12 and 64 -> 5 + Relu, no bias, read by a Transpose and a
  *     graph output (plain consumers): merged into one of 17;
  *   - a 1x1 64 -> 8 with stride 2 (another geometry: stays alone).
- * At 1 and 2 threads, batch 1 and 3: the profile names the merged steps ("x3", "x2") at
- * batch 1 (one-row plans: also the 2-thread batch's row groups), every output is within
+ * At 1 and 2 threads, batch 1 and 3: the profile names the merged steps ("Conv[x3]",
+ * "Conv+Relu[x2]") at batch 1 (one-row plans: also the 2-thread batch's row groups), every output is within
  * 1e-5 (relative to max|ref|) of the reference kernels, and equal bit for bit to the same
  * session with the merge turned off (CINFER_ONNX_NO_MERGE=1, read at plan build). */
 #include <math.h>
@@ -141,9 +141,9 @@ static void test_sibling_convs(void **state) {
       run(m, T, false, false, x, N, &fast);
       run(m, T, false, true, x, N, &sep);
       /* batch 1, and the 2-thread batch (one-row plans on the workers): merged */
-      if ((N == 1 || T == 2) && (!strstr(fast.prof, "Conv x3") || !strstr(fast.prof, "Conv+Relu x2")))
+      if ((N == 1 || T == 2) && (!strstr(fast.prof, "Conv[x3]") || !strstr(fast.prof, "Conv+Relu[x2]")))
         fail_msg("N=%lld T=%d: no merged convs in the profile:\n%s", (long long)N, T, fast.prof);
-      if (strstr(sep.prof, " x2") || strstr(sep.prof, " x3"))
+      if (strstr(sep.prof, "[x2]") || strstr(sep.prof, "[x3]"))
         fail_msg("N=%lld T=%d: merged with CINFER_ONNX_NO_MERGE:\n%s", (long long)N, T, sep.prof);
       for (int i = 0; i < NOUT; i++) {
         assert_int_equal(ref.n[i], per_row[i] * (size_t)N);
