@@ -350,8 +350,10 @@ static bool same_conv(const plan_step *a, const plan_step *b) {
  * plan tensor of all channels, stored at the first sibling's value; each sibling's output
  * is a view at its channel offset (N = 1: a channel range of NCHW is contiguous), the
  * Concat-in-place mechanism (root / alias_off). Each output channel is the same dot
- * product, so outputs equal the separate convs' (docs/design/onnx.md, "Sibling convs").
- * CINFER_ONNX_NO_MERGE=1 turns it off. */
+ * product; whether oneDNN sums it in the same order for the merged M as for each
+ * sibling's is its kernel's choice: on RetinaFace and UltraFace it does (bit-identical
+ * outputs), in general the merged conv is within the reference tolerances
+ * (docs/design/onnx.md, "Sibling convs"). CINFER_ONNX_NO_MERGE=1 turns it off. */
 static cinfer_status *merge_siblings(onnx_plan *p, const int *ncons, const int *nfast) {
   if (getenv("CINFER_ONNX_NO_MERGE")) return NULL;
   int ns = p->n_steps;
