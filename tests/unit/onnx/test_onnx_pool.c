@@ -14,6 +14,8 @@
  *   - a chain of convolutions (3x3, 1x1 + Add, depthwise, PRelu, a 1x1 into a plain graph
  *     output) run by 2- and 3-thread sessions, whose profile shows the sliced oneDNN
  *     kernel ("onednn/<slices>"), equals the 1-thread session bit for bit, batches too;
+ *   - a pool set alone (opool_set_alone) runs every chunk on the caller in order and says
+ *     it is solo; unset, its workers take chunks again;
  *   - pool or alone (opool_mode): with injected times the chooser learns both modes, runs
  *     the faster, probes the other once in 16 runs (64 when they differ by > 25%), switches
  *     when conditions change; a 2-thread session forced alone (CINFER_ONNX_THREAD_MODE)
@@ -174,6 +176,52 @@ static void test_contention_guard(void **state) {
   for (int r = 0; r < 100; r++) opool_for(p, 4, slow_worker_chunk, &on_worker);
   assert_int_equal(atomic_load(&on_worker), before); /* alone: every chunk on the caller */
   opool_hold(p, false);
+  opool_destroy(p);
+}
+
+/* Set alone, a pool runs every chunk on the caller, in order, hands nothing to its workers
+ * and reports itself solo; off again, its workers take chunks again. */
+typedef struct {
+  atomic_int on_worker, next, out_of_order;
+} order_ctx;
+
+static void order_chunk(void *vc, int64_t c, int tid) {
+  order_ctx *x = vc;
+  if (tid) atomic_fetch_add(&x->on_worker, 1);
+  if (atomic_fetch_add(&x->next, 1) != (int)c % 8) atomic_store(&x->out_of_order, 1);
+  if ((int)c == 7) atomic_store(&x->next, 0);
+}
+
+static void test_set_alone(void **state) {
+  (void)state;
+  opool *p;
+  assert_null(opool_create(3, &p));
+  assert_false(opool_solo(p));
+  opool_set_alone(p, true);
+  assert_true(opool_solo(p));
+  opool_hold(p, true);
+  order_ctx x = {0, 0, 0};
+  opool_stats a, b;
+  opool_get_stats(p, &a);
+  for (int r = 0; r < 200; r++) opool_for(p, 8, order_chunk, &x);
+  opool_get_stats(p, &b);
+  opool_hold(p, false);
+  assert_int_equal(atomic_load(&x.on_worker), 0);
+  assert_int_equal(atomic_load(&x.out_of_order), 0);
+  assert_int_equal(b.parallel_runs, a.parallel_runs);
+  opool_set_alone(p, false);
+  assert_false(opool_solo(p));
+  /* the workers are back: some chunk lands on one (bounded: runs of 64 slowish chunks) */
+  opool_hold(p, true);
+  atomic_int hits[64];
+  count_ctx y = {hits, 3, 0, 0};
+  for (int r = 0; r < 20000 && b.worker_chunks == a.worker_chunks; r++) {
+    memset(hits, 0, sizeof hits);
+    opool_for(p, 64, count_chunk, &y);
+    opool_get_stats(p, &b);
+  }
+  opool_hold(p, false);
+  assert_true(b.worker_chunks > a.worker_chunks);
   opool_destroy(p);
 }
 
@@ -535,6 +583,7 @@ int main(void) {
       cmocka_unit_test(test_current_pool),
       cmocka_unit_test(test_sleep_between_inferences),
       cmocka_unit_test(test_contention_guard),
+      cmocka_unit_test(test_set_alone),
       cmocka_unit_test(test_mode_chooser),
       cmocka_unit_test(test_alone_equals_pool),
       cmocka_unit_test(test_sliced_convs_equal_one_thread),
