@@ -22,6 +22,9 @@ cinfer_status *repo_list_versions(const char *dir, int64_t **out, size_t *n);
  * repo_names_free. INVALID_ARG naming repo when it cannot be read. */
 cinfer_status *repo_list_models(const char *repo, char ***names, size_t *n);
 void repo_names_free(char **names, size_t n);
+/* How deep repo_dir_fingerprint looks below a model's folder (Triton looks at every file;
+ * the bound keeps a symlink loop from recursing forever). */
+#define REPO_FINGERPRINT_DEPTH 8
 /* A hash of the names, sizes and modification times below dir, `depth` folders deep. */
 uint64_t repo_dir_fingerprint(const char *dir, int depth);
 

@@ -21,6 +21,12 @@ typedef struct model_entry {
   char *reason;                /* model-level failure (config), or NULL */
   version_entry *versions;
   uint64_t fingerprint;        /* of the files, for polling */
+  /* Triton's model info: set by a load that succeeded, with the files' fingerprint then
+   * (loaded_fp); cleared by an unload, and by a load from `file:` contents (the next load
+   * goes back to the repository). A load without `config` or files of an unchanged model
+   * with loaded_ok is a no-op (lifecycle.c, load_is_noop). A failed load leaves both. */
+  bool loaded_ok;
+  uint64_t loaded_fp;
   bool wanted;                 /* loaded by request/policy (vs merely present) */
   char *override_dir;          /* loaded from a load request's "file:" contents, or NULL */
   struct model_entry *next;

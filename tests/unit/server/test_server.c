@@ -22,6 +22,18 @@ static void model_cfg(const char *repo, const char *name, const char *backend, c
   tu_model(repo, name, 1, text);
 }
 
+/* Rewrites name's config.pbtxt with k more comment bytes than model_cfg wrote (a change of
+ * size and mtime): an explicit load of an unchanged model is a no-op, as in Triton, so a
+ * test that reloads changes a file first. */
+static void model_cfg_edit(const char *repo, const char *name, const char *backend, const char *extra,
+                           int k) {
+  char text[8192], p[4096];
+  int n = snprintf(text, sizeof text, ID_CFG, name, backend, extra);
+  snprintf(text + n, sizeof text - (size_t)n, "#%*s\n", k, "");
+  snprintf(p, sizeof p, "%s/%s/config.pbtxt", repo, name);
+  tu_write(p, "%s", text);
+}
+
 static bool metrics_has(cinfer_server *s, const char *needle) {
   char *t = NULL;
   size_t n = 0;
@@ -47,7 +59,8 @@ static void infer_ok(cinfer_server *s, const char *name, float x) {
 
 /* Issue 15: the second reload crashed (the new version got the old one's metric series,
  * destroying the old version freed them, the next destroy freed them again). The series
- * must survive each destroyed predecessor, and every load is matched by an unload. */
+ * must survive each destroyed predecessor, and every load is matched by an unload. Each
+ * reload follows a change of the config; a load with nothing changed loads nothing. */
 static void test_reload_repeatedly(void **state) {
   (void)state;
   char *repo = tu_repo();
@@ -59,6 +72,9 @@ static void test_reload_repeatedly(void **state) {
   assert_null(cinfer_server_load_model(s, "m", NULL));
   for (int i = 1; i <= 3; i++) {
     infer_ok(s, "m", (float)i);
+    assert_null(cinfer_server_load_model(s, "m", NULL)); /* unchanged: nothing happens */
+    assert_int_equal(ctl_get(&ctl.loads) - loads0, i);
+    model_cfg_edit(repo, "m", "ctl", "", i);
     assert_null(cinfer_server_load_model(s, "m", NULL)); /* reload */
     /* the reaper destroys the version the reload replaced */
     assert_true(ctl_wait(&ctl.unloads, unloads0 + i));
@@ -121,10 +137,18 @@ static void reload_under_load(const char *model, const char *backend, const char
     args[i] = (load_arg){.s = s, .model = model, .stop = &stop, .id = i};
     assert_int_equal(pthread_create(&th[i], NULL, load_client, &args[i]), 0);
   }
+  cinfer_model *prev = NULL, *now;
+  assert_null(cinfer_server_model_acquire(s, model, -1, &prev));
   for (int k = 0; k < 15; k++) {
+    model_cfg_edit(repo, model, backend, extra, k + 1); /* a change, so that it reloads */
     cinfer_status *st = cinfer_server_load_model(s, model, NULL);
     if (st) fail_msg("reload %d: %s", k, cinfer_status_message(st));
+    assert_null(cinfer_server_model_acquire(s, model, -1, &now));
+    assert_ptr_not_equal(prev, now); /* a new model (prev is held, so its address is taken) */
+    cinfer_model_release(prev);
+    prev = now;
   }
+  cinfer_model_release(prev);
   atomic_store(&stop, true);
   int ok = 0;
   for (int i = 0; i < NT; i++) {
@@ -426,6 +450,40 @@ static void test_load_with_config_json(void **state) {
     assert_string_equal(tu_state(s, "j", 1, NULL, 0), "READY");
   }
   infer_ok(s, "j", 6);
+  /* Triton's rule (test_config_override): a load without config of an unchanged model
+   * keeps it as it is, the override included (max_batch_size 3, not config.pbtxt's 8), and
+   * so does one after the failed override loads above. */
+  cinfer_model *before, *after;
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &before));
+  assert_null(cinfer_server_load_model(s, "j", NULL));
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &after));
+  assert_ptr_equal(before, after);
+  assert_int_equal(after->config->max_batch_size, 3);
+  cinfer_model_release(after);
+  /* a file changed: the load reads config.pbtxt again */
+  model_cfg_edit(repo, "j", "identity", "", 1);
+  assert_null(cinfer_server_load_model(s, "j", NULL));
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &after));
+  assert_ptr_not_equal(before, after);
+  assert_int_equal(after->config->max_batch_size, 8);
+  cinfer_model_release(after);
+  cinfer_model_release(before);
+  /* a load with config always loads, even the same config twice */
+  assert_null(cinfer_server_load_model(s, "j", json));
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &before));
+  assert_null(cinfer_server_load_model(s, "j", json));
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &after));
+  assert_ptr_not_equal(before, after);
+  assert_int_equal(after->config->max_batch_size, 3);
+  cinfer_model_release(before);
+  cinfer_model_release(after);
+  /* an unload forgets it: the next load reads config.pbtxt */
+  assert_null(cinfer_server_unload_model(s, "j"));
+  assert_null(cinfer_server_load_model(s, "j", NULL));
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &after));
+  assert_int_equal(after->config->max_batch_size, 8);
+  cinfer_model_release(after);
+  infer_ok(s, "j", 7);
   cinfer_server_destroy(s);
   tu_rmtree(repo);
   free(repo);
