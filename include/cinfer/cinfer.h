@@ -210,7 +210,7 @@ typedef struct cinfer_duration_stat {
 } cinfer_duration_stat;
 
 typedef struct cinfer_model_stats {
-  char name[128];
+  char name[CINFER_MODEL_NAME_MAX + 1];
   int64_t version;
   uint64_t last_inference_ms;   /* unix time of the last inference, ms */
   uint64_t inference_count;     /* rows inferred (batch dim counted) */

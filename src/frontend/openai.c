@@ -98,7 +98,7 @@ typedef struct llm_metrics {
 } llm_metrics;
 
 typedef struct llm_metrics_entry {
-  char name[128];
+  char name[CINFER_MODEL_NAME_MAX + 1];
   llm_metrics m;
   struct llm_metrics_entry *next;
 } llm_metrics_entry;
@@ -1690,7 +1690,14 @@ static void handle_tokenizer_info(frontend *fe, http_exchange *ex, const http_re
     if ((i == 0 || req->query[i - 1] == '&') && !memcmp(req->query + i, "model=", 6)) {
       size_t e = i + 6;
       while (e < req->query_len && req->query[e] != '&') e++;
-      char name[256];
+      if (e - i - 6 > CINFER_MODEL_NAME_MAX) { /* never cut to a name that may exist */
+        cJSON_Delete(j);
+        oai_error(ex, 400, "invalid_request_error", "model",
+                  "model name of %zu bytes is longer than the limit of %d bytes "
+                  "(CINFER_MODEL_NAME_MAX)", e - i - 6, CINFER_MODEL_NAME_MAX);
+        return;
+      }
+      char name[CINFER_MODEL_NAME_MAX + 1];
       snprintf(name, sizeof name, "%.*s", (int)(e - i - 6), req->query + i + 6);
       cJSON_AddStringToObject(j, "model", name);
       break;

@@ -132,6 +132,7 @@ void model_busy_update(cinfer_model *m, uint64_t window_ns) {
 
 cinfer_status *cinfer_server_model_stats(cinfer_server *s, const char *name, int64_t version,
                                          cinfer_model_stats **out, size_t *n) {
+  if (name && strlen(name) > CINFER_MODEL_NAME_MAX) return cinfer_model_name_check(name);
   pthread_mutex_lock(&s->mu);
   size_t cap = 0;
   for (model_entry *e = s->models; e; e = e->next)
