@@ -239,7 +239,6 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
 /* load_model_locked's work once e is in the table: the versions of dir. */
 static cinfer_status *load_versions_locked(cinfer_server *s, model_entry *e, const char *name,
                                            const char *dir, const char *config_json) {
-
   cinfer_model_config *probe = NULL;
   cinfer_status *st = config_json ? cfg_load_json(dir, name, config_json, &probe)
                                   : cfg_load(dir, name, &probe);
@@ -314,7 +313,10 @@ static cinfer_status *load_versions_locked(cinfer_server *s, model_entry *e, con
       table_set_reason(&ve->reason, cinfer_status_message(st));
       pthread_mutex_unlock(&s->mu);
       log_kv_model("failed to load model", name, v, cinfer_status_message(st));
-      if (!first_err) first_err = cinfer_status_prefix(st, "failed to load '%s' version %lld", name, (long long)v);
+      /* Triton's words (LoadUnloadModels), which its L0_lifecycle tests look for */
+      if (!first_err)
+        first_err = cinfer_status_prefix(st, "load failed for model '%s': version %lld is at UNAVAILABLE state",
+                                         name, (long long)v);
       else cinfer_status_free(st);
       continue;
     }
