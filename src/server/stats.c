@@ -3,8 +3,8 @@
  * it), recorded by request.c and model.c as requests finish; for the server: the
  * statistics query and the Prometheus text, which walk the model table.
  *
- * May call: nothing of src/server (the walk reads table.h's entries under s->mu; the
- * metrics are src/metrics'). */
+ * May call: table.c (cinfer_model_name_check, the one name limit); nothing else of
+ * src/server (the walk reads table.h's entries under s->mu; the metrics are src/metrics'). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
