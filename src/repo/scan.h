@@ -27,5 +27,9 @@ void repo_names_free(char **names, size_t n);
 #define REPO_FINGERPRINT_DEPTH 8
 /* A hash of the names, sizes and modification times below dir, `depth` folders deep. */
 uint64_t repo_dir_fingerprint(const char *dir, int depth);
+/* The same, of model folder dir's entries that are neither a version folder nor
+ * config.pbtxt (labels, shared files): with a version's own folder, what decides whether a
+ * version must reload (Triton's IsModelVersionModified). */
+uint64_t repo_model_files_fingerprint(const char *dir, int depth);
 
 #endif

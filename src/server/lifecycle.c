@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "repo/config.h"
 #include "repo/scan.h"
 #include "server/ensemble.h"
 #include "server/lifecycle.h"
@@ -281,10 +282,22 @@ static cinfer_status *load_versions_locked(cinfer_server *s, model_entry *e, con
   table_set_reason(&e->reason, NULL);
   pthread_mutex_unlock(&s->mu);
 
-  /* Load each selected version into a fresh model; the old one (if any) keeps serving. */
+  /* Load each selected version into a fresh model; the old one (if any) keeps serving. A
+   * READY version whose folder, shared files and configuration are those it was loaded
+   * from stays as it is (Triton's AsyncLoad: not IsModelVersionModified, and a config
+   * change that does not require a reload; Triton updates instance_group and
+   * version_policy in place, cinfer keeps a version only when the whole config is the
+   * same). */
   cinfer_status *first_err = NULL;
+  uint64_t ofp = repo_model_files_fingerprint(dir, REPO_FINGERPRINT_DEPTH);
+  pthread_mutex_lock(&s->mu);
+  bool same_shared = e->other_fp == ofp;
+  pthread_mutex_unlock(&s->mu);
   for (size_t i = 0; i < ns; i++) {
     int64_t v = sel[i];
+    char vdir[4096];
+    snprintf(vdir, sizeof vdir, "%s/%lld", dir, (long long)v);
+    uint64_t vfp = repo_dir_fingerprint(vdir, REPO_FINGERPRINT_DEPTH - 1);
     pthread_mutex_lock(&s->mu);
     version_entry *ve = table_find_version(e, v);
     if (!ve && (ve = calloc(1, sizeof *ve))) { /* V_UNAVAILABLE */
@@ -298,8 +311,23 @@ static cinfer_status *load_versions_locked(cinfer_server *s, model_entry *e, con
 
     cinfer_model_config *cfg = NULL;
     cinfer_model *m = NULL;
+    char *js = NULL;
     uint64_t t0 = clock_now_ns();
     st = config_json ? cfg_load_json(dir, name, config_json, &cfg) : cfg_load(dir, name, &cfg);
+    if (!st) {
+      js = model_config_to_json(cfg); /* before the backend completes it; NULL: reload */
+      pthread_mutex_lock(&s->mu);
+      bool keep = same_shared && ve->state == V_READY && ve->model && !ensemble_config_is(cfg) &&
+                  !strcmp(ve->model->model_dir, dir) && ve->files_fp == vfp && js && ve->cfg_json &&
+                  !strcmp(js, ve->cfg_json);
+      pthread_mutex_unlock(&s->mu);
+      if (keep) {
+        cfg_free(cfg);
+        free(js);
+        log_kv_model("version unchanged (same files and config): kept as it is", name, v, NULL);
+        continue;
+      }
+    }
     if (!st) st = model_create(s, name, v, dir, cfg, ensemble_config_is(cfg) ? ensemble_kind() : NULL,
                               &m); /* takes cfg */
     if (!st) live_add(s);
@@ -318,10 +346,14 @@ static cinfer_status *load_versions_locked(cinfer_server *s, model_entry *e, con
         first_err = cinfer_status_prefix(st, "load failed for model '%s': version %lld is at UNAVAILABLE state",
                                          name, (long long)v);
       else cinfer_status_free(st);
+      free(js);
       continue;
     }
     cinfer_model *old = ve->model;
     ve->model = m;
+    ve->files_fp = vfp;
+    free(ve->cfg_json);
+    ve->cfg_json = js;
     table_set_state(ve, V_READY);
     table_set_reason(&ve->reason, NULL);
     pthread_mutex_unlock(&s->mu);
@@ -352,6 +384,11 @@ static cinfer_status *load_versions_locked(cinfer_server *s, model_entry *e, con
     cinfer_model_release(drop);
   }
   free(sel);
+  if (!first_err) {
+    pthread_mutex_lock(&s->mu);
+    e->other_fp = ofp;
+    pthread_mutex_unlock(&s->mu);
+  }
   return first_err;
 }
 

@@ -13,6 +13,11 @@ typedef struct version_entry {
   vstate state;
   char *reason;
   cinfer_model *model;         /* the table's reference while READY */
+  /* What the READY model was loaded from, for a reload of the model (lifecycle.c): the
+   * fingerprint of its version folder and the JSON of its configuration before the
+   * backend completed it (NULL when unknown: it is then reloaded). */
+  uint64_t files_fp;
+  char *cfg_json;
   struct version_entry *next;
 } version_entry;
 
@@ -27,6 +32,7 @@ typedef struct model_entry {
    * with loaded_ok is a no-op (lifecycle.c, load_is_noop). A failed load leaves both. */
   bool loaded_ok;
   uint64_t loaded_fp;
+  uint64_t other_fp;           /* the files of the folder that are not a version or the config */
   bool wanted;                 /* loaded by request/policy (vs merely present) */
   char *override_dir;          /* loaded from a load request's "file:" contents, or NULL */
   struct model_entry *next;

@@ -109,10 +109,11 @@ def _metrics(url):
 
 
 def _edit(path, k):
-    """Appends a comment to a file: a change of its size and mtime, so that a load reloads
-    (a load of an unchanged model is a no-op, as in Triton)."""
+    """Adds a parameter to a config.pbtxt, so that a load reloads (as in Triton, a load of an
+    unchanged model is a no-op, and a version whose files and configuration are unchanged
+    stays as it is)."""
     with open(path, "a") as f:
-        f.write(f"# edit {k}\n")
+        f.write(f'parameters {{ key: "edit_{k}" value: {{ string_value: "{k}" }} }}\n')
 
 
 def _count(s, text):
@@ -265,12 +266,13 @@ def test_load_of_an_unchanged_model_is_a_no_op():
     """Triton's model repository manager (InitializeModelInfo): an explicit load without
     `config` or `file:` parameters of a model whose files have not changed since its last
     successful load leaves it as it is (the same loaded version: no new load, no unload),
-    over HTTP and gRPC; a change of any file (a new file in a version folder, a touched
-    config, a new version folder) reloads it, and so does a load after an unload or after a
-    failed load."""
+    over HTTP and gRPC; a file added to or removed from the version's folder reloads the
+    version, a touched config.pbtxt that says the same does not (Triton's AsyncLoad keeps
+    the version), and a load after an unload or after a failed load loads."""
     repo = copy_repo(["identity_fp32"])
     mdir = os.path.join(repo, "identity_fp32")
     loaded, unloaded, same = "loaded model in", "unloaded model 'identity_fp32'", "is unchanged since its last load"
+    kept = "version unchanged (same files and config): kept as it is"
     try:
         with Server(repo, ["--model-control-mode", "explicit", "--load-model", "identity_fp32"]) as s:
             s.wait_ready()
@@ -284,13 +286,9 @@ def test_load_of_an_unchanged_model_is_a_no_op():
             assert _count(s, loaded) == 1
             _infer_fp32(h)
             assert h.get_model_repository_index()[0]["state"] == "READY"
-            # each kind of change reloads, once
-            changes = [
-                lambda: open(os.path.join(mdir, "1", "notes.txt"), "w").close(),  # a new file
-                lambda: os.utime(os.path.join(mdir, "config.pbtxt"),
-                                 ns=(time.time_ns() + 10**9, time.time_ns() + 10**9)),  # mtime only
-                lambda: os.remove(os.path.join(mdir, "1", "notes.txt")),  # a file removed
-            ]
+            # a file added to and removed from the version's folder reload it, once each
+            changes = [lambda: open(os.path.join(mdir, "1", "notes.txt"), "w").close(),
+                       lambda: os.remove(os.path.join(mdir, "1", "notes.txt"))]
             for k, change in enumerate(changes):
                 change()
                 (g if k % 2 else h).load_model("identity_fp32")
@@ -300,11 +298,20 @@ def test_load_of_an_unchanged_model_is_a_no_op():
                 _wait_count(s, same, 4 + k)
                 assert _count(s, loaded) == 2 + k
                 _infer_fp32(h)
+            # config.pbtxt touched (a newer mtime, the same text): the model is looked at
+            # again, its version is kept
+            t = time.time_ns() + 10**9
+            os.utime(os.path.join(mdir, "config.pbtxt"), ns=(t, t))
+            g.load_model("identity_fp32")
+            _wait_count(s, kept, 1)
+            assert _count(s, loaded) == 3 and _count(s, unloaded) == 2
+            h.load_model("identity_fp32")
+            _wait_count(s, same, 6)
             # unload forgets it: the next load loads
             h.unload_model("identity_fp32")
-            _wait_count(s, unloaded, 4)
+            _wait_count(s, unloaded, 3)
             h.load_model("identity_fp32")
-            _wait_count(s, loaded, 5)
+            _wait_count(s, loaded, 4)
             # a failed load (a broken config.pbtxt) keeps the loaded version; after the fix
             # the load is not taken for unchanged: it loads the fixed files
             cfg = os.path.join(mdir, "config.pbtxt")
@@ -320,7 +327,7 @@ def test_load_of_an_unchanged_model_is_a_no_op():
             with open(cfg, "w") as f:
                 f.write(good.replace("max_batch_size: 8", "max_batch_size: 4"))
             h.load_model("identity_fp32")
-            _wait_count(s, loaded, 6)
+            _wait_count(s, loaded, 5)
             assert _count(s, same) == 6  # none of these loads was taken for unchanged
             assert h.get_model_config("identity_fp32")["max_batch_size"] == 4
             # a load from file: contents is always followed by a load from the repository
