@@ -593,12 +593,22 @@ def suite_lifecycle(sc, bin, only):
         # test.sh: "only version 2, 3 is valid version directory while config requests 1, 3"
         # (the generated config has the version_policy)
         shutil.rmtree(os.path.join(d, "1"), ignore_errors=True)
+    # test.sh for test_config_override: its own repository where only version 2 has files
+    # (1 and 3 are empty folders, so the config's version policy fails the plain load) and
+    # no model loaded at start
+    rc = sc.path("repo_config_override")
+    os.makedirs(rc, exist_ok=True)
+    if os.path.isdir(src):
+        d = copy_model(src, rc)
+        for v in ("1", "3"):
+            vd = os.path.join(d, v)
+            shutil.rmtree(vd, ignore_errors=True)
+            os.makedirs(vd)
     for t, args, repo in [
             ("test_file_override", ["--model-control-mode", "explicit", "--load-model",
                                     "onnx_float32_float32_float32"], r),
             ("test_file_override_security", ["--model-control-mode", "explicit"], sc.path("repo_empty")),
-            ("test_config_override", ["--model-control-mode", "explicit", "--load-model",
-                                      "onnx_float32_float32_float32"], r)]:
+            ("test_config_override", ["--model-control-mode", "explicit"], rc)]:
         os.makedirs(repo, exist_ok=True)
         with_server(sc, bin, "L0_lifecycle", repo, args, cwd=cwd, fn=lambda t=t: report(
             suite, run_unittest(sc, "L0_lifecycle", cwd, "lifecycle_test", [f"LifeCycleTest.{t}"])))

@@ -63,6 +63,18 @@ size_t cinfer_server_inflight(const cinfer_server *s);
 
 /* ---- models ------------------------------------------------------------------------ */
 
+/* The longest model name, in bytes (without the terminating NUL). A model is a folder of the
+ * repository, and a folder name is at most NAME_MAX (255) bytes on Linux, so no name the
+ * repository can hold is refused. The one limit of every front end: an HTTP path segment
+ * (net/http.h HTTP_PATH_SEG_CAP), the OpenAI `model`, gRPC's model_name, and the loader
+ * (a `file:` load, which needs no folder, too). */
+#define CINFER_MODEL_NAME_MAX 255
+/* NULL when name can be a model's name; else INVALID_ARG naming the limit: "model name of N
+ * bytes is longer than the limit of 255 bytes (CINFER_MODEL_NAME_MAX)", or "model name is
+ * empty". Loads, unloads and lookups (cinfer_server_model_acquire) check it, so a front end
+ * that passes a name on gets this answer. */
+cinfer_status *cinfer_model_name_check(const char *name);
+
 /* Loads (or reloads) every version the model's version_policy selects. config_json, when
  * non-NULL, is a ModelConfig in Triton's JSON form (what GET .../config returns) that
  * replaces config.pbtxt for this load (Triton's load-with-config); borrowed for the call.
@@ -198,7 +210,7 @@ typedef struct cinfer_duration_stat {
 } cinfer_duration_stat;
 
 typedef struct cinfer_model_stats {
-  char name[128];
+  char name[CINFER_MODEL_NAME_MAX + 1];
   int64_t version;
   uint64_t last_inference_ms;   /* unix time of the last inference, ms */
   uint64_t inference_count;     /* rows inferred (batch dim counted) */

@@ -47,6 +47,7 @@ struct cpool {
   atomic_int done;
   atomic_int sleepers;
   atomic_bool stop, hold, caller_sleeps;
+  bool alone; /* cpool_set_alone: every run on the caller, workers left asleep */
   cpool_fn fn;
   void *ctx;
   /* contention guard and statistics (caller only, except the atomics) */
@@ -182,8 +183,13 @@ int cpool_size(const cpool *p) { return p ? p->n : 1; }
 
 void cpool_hold(cpool *p, bool on) {
   if (!p || p->n == 1) return;
+  on = on && !p->alone; /* alone: the workers stay asleep */
   atomic_store(&p->hold, on);
   if (on && (int64_t)clock_now_ns() >= p->solo_until_ns) publish(p, 0); /* wake them now: they start spinning */
+}
+
+void cpool_set_alone(cpool *p, bool on) {
+  if (p) p->alone = on;
 }
 
 /* Waits for the workers' last chunks of a run: spins a little (they usually finish within
@@ -235,7 +241,7 @@ void cpool_run(cpool *p, int64_t n, cpool_fn fn, void *ctx) {
   if (n <= 0) return;
   if (p && n > 1) p->runs++;
   int64_t t0 = p && p->n > 1 && n > 1 ? (int64_t)clock_now_ns() : 0;
-  if (!p || p->n == 1 || n == 1 || n > CPOOL_MAX_CHUNKS || t0 < p->solo_until_ns) {
+  if (!p || p->n == 1 || n == 1 || n > CPOOL_MAX_CHUNKS || p->alone || t0 < p->solo_until_ns) {
     for (int64_t c = 0; c < n; c++) fn(ctx, c, n, 0);
     return;
   }
@@ -254,7 +260,9 @@ void cpool_run(cpool *p, int64_t n, cpool_fn fn, void *ctx) {
   guard(p, n, t0, t1, t2);
 }
 
-bool cpool_solo(const cpool *p) { return !p || p->n == 1 || (int64_t)clock_now_ns() < p->solo_until_ns; }
+bool cpool_solo(const cpool *p) {
+  return !p || p->n == 1 || p->alone || (int64_t)clock_now_ns() < p->solo_until_ns;
+}
 
 void cpool_get_stats(const cpool *p, cpool_stats *st) {
   *st = (cpool_stats){0};

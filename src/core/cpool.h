@@ -8,8 +8,8 @@
  * worker that is late to wake or descheduled (another process on its core) delays a run by
  * at most the chunk it holds: the caller claims the rest. tid < cpool_size(p) indexes
  * per-thread scratch. One run at a time (the pool has one owner thread). n is at most
- * CPOOL_MAX_CHUNKS; a larger n, n == 1, a one-thread pool and the contention guard's solo
- * period run every chunk on the caller, in order.
+ * CPOOL_MAX_CHUNKS; a larger n, n == 1, a one-thread pool, a pool set alone (cpool_set_alone)
+ * and the contention guard's solo period run every chunk on the caller, in order.
  *
  * Waiting policy (cpool_policy, fixed at creation):
  *   - an idle worker spins (pause) while the pool is held (cpool_hold) or, with spin_idle,
@@ -64,7 +64,12 @@ void cpool_run(cpool *p, int64_t n_chunks, cpool_fn fn, void *ctx);
  * workers spin only while held; true also wakes sleeping workers (a run of no chunks) so
  * their wake-up overlaps the caller's first steps */
 void cpool_hold(cpool *p, bool on);
-/* whether a run now would execute on the caller alone (one thread or the guard's solo period) */
+/* on: every run executes on the caller, in order, and cpool_hold leaves the workers asleep,
+ * until called with off (the owner's choice for a whole inference: the ONNX engine's
+ * opool_mode, which measures both ways); call it between runs, outside a hold */
+void cpool_set_alone(cpool *p, bool on);
+/* whether a run now would execute on the caller alone (one thread, set alone, or the guard's
+ * solo period) */
 bool cpool_solo(const cpool *p);
 void cpool_get_stats(const cpool *p, cpool_stats *st);
 /* tests: the guard's window (ns), wait share (percent) and solo time (ns) */

@@ -416,7 +416,7 @@ typedef struct ctl_job {
   frontend *fe;
   http_exchange *ex;
   bool load, unload_dependents;
-  char name[256];
+  char name[HTTP_PATH_SEG_CAP]; /* a path segment: any model name fits */
   char *config;
   cinfer_model_file *files;  /* "file:<path>" parameters, decoded (paths and data owned) */
   size_t n_files;
@@ -580,7 +580,11 @@ static void route(http_exchange *ex, const http_request *req, void *user) {
   if (fe->extra_route && fe->extra_route(fe->extra_route_user, ex, req)) return;
   if (openai_route(fe, ex, req)) return;
   http_path_segs p;
-  if (!http_path_split(req->path, req->path_len, &p)) return respond_error(ex, 400, "malformed request path");
+  if (!http_path_split(req->path, req->path_len, &p)) {
+    char why[160];
+    http_path_error(&p, why, sizeof why);
+    return respond_error(ex, 400, why);
+  }
   bool get = req->method_id == HTTP_GET || req->method_id == HTTP_HEAD;
   bool post = req->method_id == HTTP_POST;
   if (p.n == 1 && !strcmp(p.seg[0], "metrics")) {

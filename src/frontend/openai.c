@@ -98,7 +98,7 @@ typedef struct llm_metrics {
 } llm_metrics;
 
 typedef struct llm_metrics_entry {
-  char name[128];
+  char name[CINFER_MODEL_NAME_MAX + 1];
   llm_metrics m;
   struct llm_metrics_entry *next;
 } llm_metrics_entry;
@@ -204,10 +204,10 @@ void openai_update_metrics(cinfer_server *s) {
 
 typedef struct oai_choice {
   cbuf text;        /* whole answers */
-  cbuf logprobs;    /* JSON array body of per-token logprob entries */
+  cbuf logprobs;    /* chat, whole answers: JSON array body of per-token logprob entries */
   int n_logprobs;
-  cbuf prompt_lp;   /* echo + logprobs: the same entries for the prompt's tokens */
-  int n_prompt_lp;
+  oai_lp_list gen_lp;    /* completions, whole answers: the generated tokens' logprobs */
+  oai_lp_list prompt_lp; /* completions, echo + logprobs: the prompt's tokens' (ch[0] only) */
   cbuf vllm_plp;    /* prompt_logprobs (vLLM): one entry per prompt token, without brackets */
   char finish[16];  /* "" until the choice's last response */
   int completion_tokens;
@@ -250,7 +250,8 @@ static void ctx_free(oai_ctx *c) {
   for (int i = 0; i < MAX_N; i++) {
     cbuf_free(&c->ch[i].text);
     cbuf_free(&c->ch[i].logprobs);
-    cbuf_free(&c->ch[i].prompt_lp);
+    oai_lp_list_free(&c->ch[i].gen_lp);
+    oai_lp_list_free(&c->ch[i].prompt_lp);
     cbuf_free(&c->ch[i].vllm_plp);
   }
   respq_destroy(&c->q);
@@ -286,27 +287,26 @@ static void chunk_head(cbuf *b, const oai_ctx *c) {
   cbuf_json_string(b, mn, strlen(mn));
 }
 
-/* Token text for logprobs (may be a partial UTF-8 sequence: invalid bytes become U+FFFD),
- * as cbuf_json_string_utf8 writes it, or with `as_cjson` as the whole answer's cJSON round
- * trip prints it (oai_lp_string, adding its characters to *chars). "" when the model cannot
- * detokenize it. */
-static void put_token_text_as(cbuf *b, const cinfer_model *m, int32_t id, bool as_cjson,
-                              int *chars) {
+/* A token's text (may be a partial UTF-8 sequence); malloc'd, NULL (taken as "") when the
+ * model cannot detokenize it. */
+static char *token_text(const cinfer_model *m, int32_t id, size_t *n) {
   char *s = NULL;
-  size_t n = 0;
-  cinfer_status *st = cinfer_model_detokenize(m, &id, 1, true, &s, &n);
+  *n = 0;
+  cinfer_status *st = cinfer_model_detokenize(m, &id, 1, true, &s, n);
   if (st) {
     cinfer_status_free(st);
-    cbuf_puts(b, "\"\"");
-    return;
+    *n = 0;
+    return NULL;
   }
-  if (as_cjson) oai_lp_string(b, s, n, chars);
-  else cbuf_json_string_utf8(b, s, n);
-  free(s);
+  return s;
 }
 
+/* Token text for logprobs as openai_lp writes it (invalid bytes become U+FFFD). */
 static void put_token_text(cbuf *b, const cinfer_model *m, int32_t id) {
-  put_token_text_as(b, m, id, false, NULL);
+  size_t n;
+  char *s = token_text(m, id, &n);
+  oai_lp_string(b, s ? s : "", n, NULL);
+  free(s);
 }
 
 /* One response's outputs (backend protocol: llm_backend.h); absent ones are NULL. */
@@ -355,30 +355,37 @@ static void read_resp(const cinfer_response *resp, tok_resp *o) {
   if (!o->top_lp) o->n_top = 0;
 }
 
+/* A chat logprobs entry: {"token", "logprob", "top_logprobs": [{"token", "logprob"}]}. */
 static void put_logprob_entry(cbuf *b, oai_ctx *c, const tok_resp *r) {
-  float lp = r->logprob ? *r->logprob : 0;
   int k = r->n_top < c->logprobs ? r->n_top : c->logprobs;
-  if (c->chat) {
-    cbuf_puts(b, "{\"token\":");
-    put_token_text(b, c->model, r->token);
-    cbuf_printf(b, ",\"logprob\":%.6g,\"top_logprobs\":[", lp);
-    for (int i = 0; i < k; i++) {
-      cbuf_puts(b, i ? ",{\"token\":" : "{\"token\":");
-      put_token_text(b, c->model, r->top_ids[i]);
-      cbuf_printf(b, ",\"logprob\":%.6g}", r->top_lp[i]);
-    }
-    cbuf_puts(b, "]}");
-  } else { /* completions: parallel arrays are assembled at the end; keep entries */
-    cbuf_puts(b, "{\"token\":");
-    put_token_text(b, c->model, r->token);
-    cbuf_printf(b, ",\"logprob\":%.6g,\"top\":{", lp);
-    for (int i = 0; i < k; i++) {
-      if (i) cbuf_puts(b, ",");
-      put_token_text(b, c->model, r->top_ids[i]);
-      cbuf_printf(b, ":%.6g", r->top_lp[i]);
-    }
-    cbuf_puts(b, "}}");
+  cbuf_puts(b, "{\"token\":");
+  put_token_text(b, c->model, r->token);
+  cbuf_puts(b, ",\"logprob\":");
+  oai_lp_logprob(b, r->logprob ? *r->logprob : 0);
+  cbuf_puts(b, ",\"top_logprobs\":[");
+  for (int i = 0; i < k; i++) {
+    cbuf_puts(b, i ? ",{\"token\":" : "{\"token\":");
+    put_token_text(b, c->model, r->top_ids[i]);
+    cbuf_puts(b, ",\"logprob\":");
+    oai_lp_logprob(b, r->top_lp[i]);
+    cbuf_puts(b, "}");
   }
+  cbuf_puts(b, "]}");
+}
+
+/* A completions token (and its alternatives, when it has a logprob) into l. */
+static void lp_list_add(oai_lp_list *l, oai_ctx *c, const tok_resp *r) {
+  size_t n;
+  char *s = token_text(c->model, r->token, &n);
+  oai_lp_list_token(l, s ? s : "", n, r->logprob);
+  free(s);
+  int k = r->n_top < c->logprobs ? r->n_top : c->logprobs;
+  for (int i = 0; r->logprob && i < k; i++) {
+    s = token_text(c->model, r->top_ids[i], &n);
+    oai_lp_list_top(l, s ? s : "", n, r->top_lp[i]);
+    free(s);
+  }
+  oai_lp_list_end(l);
 }
 
 /* vLLM's prompt_logprobs entry of one prompt token: null for the first, else
@@ -389,87 +396,31 @@ static void put_vllm_prompt_logprob(cbuf *b, oai_ctx *c, const tok_resp *r) {
     cbuf_puts(b, "null");
     return;
   }
-  cbuf_printf(b, "{\"%d\":{\"logprob\":%.6g,\"rank\":%d,\"decoded_token\":", r->token, *r->logprob, r->rank);
+  cbuf_printf(b, "{\"%d\":{\"logprob\":", r->token);
+  oai_lp_logprob(b, *r->logprob);
+  cbuf_printf(b, ",\"rank\":%d,\"decoded_token\":", r->rank);
   put_token_text(b, c->model, r->token);
   cbuf_puts(b, "}");
   int k = r->n_top < c->prompt_logprobs ? r->n_top : c->prompt_logprobs;
   for (int i = 0; i < k; i++) {
     if (r->top_ids[i] == r->token) continue;
-    cbuf_printf(b, ",\"%d\":{\"logprob\":%.6g,\"rank\":%d,\"decoded_token\":", r->top_ids[i], r->top_lp[i], i + 1);
+    cbuf_printf(b, ",\"%d\":{\"logprob\":", r->top_ids[i]);
+    oai_lp_logprob(b, r->top_lp[i]);
+    cbuf_printf(b, ",\"rank\":%d,\"decoded_token\":", i + 1);
     put_token_text(b, c->model, r->top_ids[i]);
     cbuf_puts(b, "}");
   }
   cbuf_puts(b, "}");
 }
 
-/* Characters (code points) of UTF-8 text, as OpenAI and vLLM count text_offset. */
-static int utf8_chars(const char *s) {
-  int n = 0;
-  for (; s && *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
-  return n;
-}
-
-/* completions logprobs: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{..}],
- * "text_offset":[..]} from entries stored without brackets (put_logprob_entry's completions
- * form): the prompt's first (echo), then the generated ones. text_offset is each token's
- * character offset in the returned text, counted from *off (0 for a whole answer; a stream
- * carries it from chunk to chunk), as vLLM gives it. */
-static void put_completion_logprobs_of(cbuf *b, const cbuf *prompt_lp, const cbuf *gen_lp, int *off) {
-  cJSON *arr = NULL;
-  const cbuf *parts[2] = {prompt_lp, gen_lp};
-  if ((prompt_lp && prompt_lp->data) || (gen_lp && gen_lp->data)) {
-    cbuf t = {0};
-    cbuf_puts(&t, "[");
-    bool any = false;
-    for (int k = 0; k < 2; k++) {
-      if (!parts[k] || !parts[k]->data) continue;
-      if (any) cbuf_puts(&t, ",");
-      cbuf_put(&t, parts[k]->data, parts[k]->len);
-      any = true;
-    }
-    cbuf_puts(&t, "]");
-    arr = t.data && !t.oom ? cJSON_ParseWithLength(t.data, t.len) : NULL;
-    cbuf_free(&t);
-  }
-  cJSON *wrap = cJSON_CreateObject();
-  cJSON *toks = cJSON_AddArrayToObject(wrap, "tokens");
-  cJSON *lps = cJSON_AddArrayToObject(wrap, "token_logprobs");
-  cJSON *tops = cJSON_AddArrayToObject(wrap, "top_logprobs");
-  cJSON *offs = cJSON_AddArrayToObject(wrap, "text_offset");
-  for (cJSON *e = arr ? arr->child : NULL; e; e = e->next) {
-    const cJSON *tok = cJSON_GetObjectItem(e, "token");
-    cJSON_AddItemToArray(toks, cJSON_Duplicate(tok, 1));
-    cJSON_AddItemToArray(lps, cJSON_Duplicate(cJSON_GetObjectItem(e, "logprob"), 1));
-    cJSON_AddItemToArray(tops, cJSON_Duplicate(cJSON_GetObjectItem(e, "top"), 1));
-    cJSON_AddItemToArray(offs, cJSON_CreateNumber(*off));
-    *off += utf8_chars(cJSON_GetStringValue(tok));
-  }
-  char *s = cJSON_PrintUnformatted(wrap);
-  if (s) cbuf_puts(b, s);
-  else cbuf_puts(b, "null");
-  free(s);
-  cJSON_Delete(wrap);
-  cJSON_Delete(arr);
-}
-
-/* The completions logprobs of one streamed token, written directly: what
- * put_completion_logprobs_of printed for its one entry (openai_lp.h), so that a stream reads
- * as the whole answer does. */
+/* The completions logprobs of one streamed token: the object a whole answer has, for this
+ * one token (the same writer, openai_lp.c); *off carries text_offset from chunk to chunk. */
 static void put_stream_completion_logprobs(cbuf *b, oai_ctx *c, const tok_resp *r, int *off) {
-  int k = r->n_top < c->logprobs ? r->n_top : c->logprobs, chars = 0;
-  cbuf_puts(b, "{\"tokens\":[");
-  put_token_text_as(b, c->model, r->token, true, &chars);
-  cbuf_puts(b, "],\"token_logprobs\":[");
-  oai_lp_number(b, r->logprob ? *r->logprob : 0);
-  cbuf_puts(b, "],\"top_logprobs\":[{");
-  for (int i = 0; i < k; i++) {
-    if (i) cbuf_puts(b, ",");
-    put_token_text_as(b, c->model, r->top_ids[i], true, NULL);
-    cbuf_puts(b, ":");
-    oai_lp_number(b, r->top_lp[i]);
-  }
-  cbuf_printf(b, "}],\"text_offset\":[%d]}", *off);
-  *off += chars;
+  oai_lp_list l = {0};
+  lp_list_add(&l, c, r);
+  if (oai_lp_list_failed(&l)) b->oom = true;
+  else oai_lp_list_write(b, &l, NULL, off);
+  oai_lp_list_free(&l);
 }
 
 static int status_http(const cinfer_status *st) {
@@ -528,7 +479,9 @@ static void answer_whole(oai_ctx *c, const cinfer_status *err) {
       cbuf_puts(&b, ",\"logprobs\":");
       if (c->logprobs >= 0) {
         int off = 0;
-        put_completion_logprobs_of(&b, c->echo ? &c->ch[0].prompt_lp : NULL, &ch->logprobs, &off);
+        const oai_lp_list *plp = c->echo ? &c->ch[0].prompt_lp : NULL;
+        if (oai_lp_list_failed(&ch->gen_lp) || (plp && oai_lp_list_failed(plp))) b.oom = true;
+        oai_lp_list_write(&b, plp, &ch->gen_lp, &off);
       }
       else cbuf_puts(&b, "null");
     }
@@ -609,7 +562,8 @@ static void stream_echo(oai_ctx *c, cbuf *b, int index) {
   cbuf_printf(b, ",\"choices\":[{\"index\":%d,\"text\":", index);
   cbuf_json_string(b, c->prompt, strlen(c->prompt));
   cbuf_puts(b, ",\"logprobs\":");
-  if (c->logprobs >= 0) put_completion_logprobs_of(b, &c->ch[0].prompt_lp, NULL, &ch->text_off);
+  if (c->logprobs >= 0 && oai_lp_list_failed(&c->ch[0].prompt_lp)) b->oom = true;
+  if (c->logprobs >= 0) oai_lp_list_write(b, &c->ch[0].prompt_lp, NULL, &ch->text_off);
   else cbuf_puts(b, "null");
   cbuf_puts(b, ",\"finish_reason\":null}]}\n\n");
 }
@@ -701,20 +655,17 @@ static void drain_task(loop_task *t) {
         continue;
       }
       if (r.prompt_pos >= 0) { /* echo + logprobs: the prompt's tokens, the first without one */
-        if (ch->n_prompt_lp++) cbuf_puts(&ch->prompt_lp, ",");
-        if (r.logprob) {
-          put_logprob_entry(&ch->prompt_lp, c, &r);
-        } else {
-          cbuf_puts(&ch->prompt_lp, "{\"token\":");
-          put_token_text(&ch->prompt_lp, c->model, r.token);
-          cbuf_puts(&ch->prompt_lp, ",\"logprob\":null,\"top\":null}");
-        }
+        lp_list_add(&ch->prompt_lp, c, &r);
         if (resp != final_resp) cinfer_response_free(resp);
         continue;
       }
-      if (r.token >= 0 && c->logprobs >= 0 && r.logprob) {
-        if (ch->n_logprobs++) cbuf_puts(&ch->logprobs, ",");
-        put_logprob_entry(&ch->logprobs, c, &r);
+      if (r.token >= 0 && c->logprobs >= 0 && r.logprob && !c->stream) { /* whole answers */
+        if (!c->chat) {
+          lp_list_add(&ch->gen_lp, c, &r);
+        } else {
+          if (ch->n_logprobs++) cbuf_puts(&ch->logprobs, ",");
+          put_logprob_entry(&ch->logprobs, c, &r);
+        }
       }
       if (r.finish) snprintf(ch->finish, sizeof ch->finish, "%.*s", (int)r.finish_len, r.finish);
       if (c->stream) {
@@ -1739,7 +1690,14 @@ static void handle_tokenizer_info(frontend *fe, http_exchange *ex, const http_re
     if ((i == 0 || req->query[i - 1] == '&') && !memcmp(req->query + i, "model=", 6)) {
       size_t e = i + 6;
       while (e < req->query_len && req->query[e] != '&') e++;
-      char name[256];
+      if (e - i - 6 > CINFER_MODEL_NAME_MAX) { /* never cut to a name that may exist */
+        cJSON_Delete(j);
+        oai_error(ex, 400, "invalid_request_error", "model",
+                  "model name of %zu bytes is longer than the limit of %d bytes "
+                  "(CINFER_MODEL_NAME_MAX)", e - i - 6, CINFER_MODEL_NAME_MAX);
+        return;
+      }
+      char name[CINFER_MODEL_NAME_MAX + 1];
       snprintf(name, sizeof name, "%.*s", (int)(e - i - 6), req->query + i + 6);
       cJSON_AddStringToObject(j, "model", name);
       break;

@@ -43,7 +43,7 @@ typedef struct api_route {
   api_group group;
   /* The model the request is about (its path segment, percent-decoded); "" when the
    * path names none (OpenAI requests name it in the body). */
-  char model[256];
+  char model[HTTP_PATH_SEG_CAP];
   /* The answer lists models (POST /v2/repository/index, GET /v1/models): a gateway
    * filters it per tenant. */
   bool listing;

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cinfer/cinfer.h" /* CINFER_MODEL_NAME_MAX */
 #include "cinfer/types.h"
 #include "net/loop.h"
 #include "net/tls.h"
@@ -310,13 +311,27 @@ void http_client_destroy(http_client *c);
 /* A path split the one way the server routes it and the API-group classifier classifies it
  * (so a path cannot be checked as one route and run as another): repeated '/' collapse,
  * "%XX" decodes (an invalid escape stays literal); a NUL byte, more than
- * HTTP_PATH_MAX_SEGS segments or a segment of HTTP_PATH_SEG_CAP bytes or more fail. */
+ * HTTP_PATH_MAX_SEGS segments or a segment longer than CINFER_MODEL_NAME_MAX bytes (once
+ * decoded) fail, and `err` says which (http_path_error writes it for a 400). A segment
+ * holds any model name: the limit is the model name's, in one place (cinfer.h). */
 #define HTTP_PATH_MAX_SEGS 10
-#define HTTP_PATH_SEG_CAP 256
+#define HTTP_PATH_SEG_CAP (CINFER_MODEL_NAME_MAX + 1)
+typedef enum http_path_err {
+  HTTP_PATH_OK = 0,
+  HTTP_PATH_NUL,          /* a NUL byte (%00) */
+  HTTP_PATH_TOO_MANY,     /* more than HTTP_PATH_MAX_SEGS segments */
+  HTTP_PATH_SEG_TOO_LONG  /* a segment longer than CINFER_MODEL_NAME_MAX bytes */
+} http_path_err;
 typedef struct http_path_segs {
   int n;
+  http_path_err err;
+  size_t err_len;         /* HTTP_PATH_SEG_TOO_LONG: the segment's decoded length */
   char seg[HTTP_PATH_MAX_SEGS][HTTP_PATH_SEG_CAP];
 } http_path_segs;
 bool http_path_split(const char *path, size_t len, http_path_segs *out);
+/* Why http_path_split failed, as a sentence for the client ("request path segment of N
+ * bytes is longer than the limit of 255 bytes (CINFER_MODEL_NAME_MAX, the longest model
+ * name)", ...). */
+void http_path_error(const http_path_segs *p, char *buf, size_t cap);
 
 #endif

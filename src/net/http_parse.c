@@ -10,6 +10,7 @@
 #include "core/hex.h"
 #include "net/http.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* RFC 9110 tchar: "!#$%&'*+-.^_`|~" DIGIT ALPHA */
@@ -390,28 +391,62 @@ enum {
 
 #define CK_MAX_TRAILER 8192
 
+/* The byte of the path at *i (a "%XX" escape decoded), advancing *i past it. */
+static char path_byte(const char *p, size_t n, size_t *i) {
+  char c = p[(*i)++];
+  if (c == '%' && *i + 1 < n && hex_digit((unsigned char)p[*i]) >= 0 && hex_digit((unsigned char)p[*i + 1]) >= 0) {
+    c = (char)(hex_digit((unsigned char)p[*i]) * 16 + hex_digit((unsigned char)p[*i + 1]));
+    *i += 2;
+  }
+  return c;
+}
+
 bool http_path_split(const char *p, size_t n, http_path_segs *out) {
   out->n = 0;
+  out->err = HTTP_PATH_OK;
+  out->err_len = 0;
   size_t i = 0;
   while (i < n) {
     while (i < n && p[i] == '/') i++;
     if (i == n) break;
-    if (out->n == HTTP_PATH_MAX_SEGS) return false;
+    if (out->n == HTTP_PATH_MAX_SEGS) {
+      out->err = HTTP_PATH_TOO_MANY;
+      return false;
+    }
     char *o = out->seg[out->n];
     size_t k = 0;
     while (i < n && p[i] != '/') {
-      char c = p[i++];
-      if (c == '%' && i + 1 < n && hex_digit((unsigned char)p[i]) >= 0 && hex_digit((unsigned char)p[i + 1]) >= 0) {
-        c = (char)(hex_digit((unsigned char)p[i]) * 16 + hex_digit((unsigned char)p[i + 1]));
-        i += 2;
+      char c = path_byte(p, n, &i);
+      if (c == 0) {
+        out->err = HTTP_PATH_NUL;
+        return false;
       }
-      if (k == HTTP_PATH_SEG_CAP - 1 || c == 0) return false;
+      if (k == HTTP_PATH_SEG_CAP - 1) { /* too long: measure it for the message */
+        while (i < n && p[i] != '/') path_byte(p, n, &i), k++;
+        out->err = HTTP_PATH_SEG_TOO_LONG;
+        out->err_len = k + 1;
+        return false;
+      }
       o[k++] = c;
     }
     o[k] = 0;
     out->n++;
   }
   return true;
+}
+
+void http_path_error(const http_path_segs *p, char *buf, size_t cap) {
+  switch (p->err) {
+    case HTTP_PATH_NUL: snprintf(buf, cap, "malformed request path: it has a NUL byte (%%00)"); break;
+    case HTTP_PATH_TOO_MANY:
+      snprintf(buf, cap, "malformed request path: more than %d segments", HTTP_PATH_MAX_SEGS);
+      break;
+    case HTTP_PATH_SEG_TOO_LONG:
+      snprintf(buf, cap, "request path segment of %zu bytes is longer than the limit of %d bytes "
+               "(CINFER_MODEL_NAME_MAX, the longest model name)", p->err_len, CINFER_MODEL_NAME_MAX);
+      break;
+    default: snprintf(buf, cap, "malformed request path"); break;
+  }
 }
 
 http_chunked_result http_chunked_decode(http_chunked *st, char *buf, size_t len,

@@ -88,7 +88,7 @@ void repo_names_free(char **names, size_t n) {
   free(names);
 }
 
-uint64_t repo_dir_fingerprint(const char *dir, int depth) {
+static uint64_t fingerprint(const char *dir, int depth, bool model_files) {
   uint64_t h = HASH_FNV_SEED;
   struct dirent **list = NULL;
   int n = scandir(dir, &list, NULL, alphasort);
@@ -96,12 +96,14 @@ uint64_t repo_dir_fingerprint(const char *dir, int depth) {
     const char *nm = list[i]->d_name;
     char p[4096];
     struct stat st;
-    if (nm[0] != '.' && (size_t)snprintf(p, sizeof p, "%s/%s", dir, nm) < sizeof p && stat(p, &st) == 0) {
+    bool skip = model_files && (!strcmp(nm, "config.pbtxt") || repo_is_version_name(nm));
+    if (nm[0] != '.' && !skip && (size_t)snprintf(p, sizeof p, "%s/%s", dir, nm) < sizeof p &&
+        stat(p, &st) == 0) {
       h = hash_fnv1a(h, nm, strlen(nm));
       h = hash_fnv1a(h, &st.st_size, sizeof st.st_size);
       h = hash_fnv1a(h, &st.st_mtim, sizeof st.st_mtim);
       if (S_ISDIR(st.st_mode) && depth > 0) {
-        uint64_t sub = repo_dir_fingerprint(p, depth - 1);
+        uint64_t sub = fingerprint(p, depth - 1, false);
         h = hash_fnv1a(h, &sub, sizeof sub);
       }
     }
@@ -110,3 +112,7 @@ uint64_t repo_dir_fingerprint(const char *dir, int depth) {
   free(list);
   return h;
 }
+
+uint64_t repo_dir_fingerprint(const char *dir, int depth) { return fingerprint(dir, depth, false); }
+
+uint64_t repo_model_files_fingerprint(const char *dir, int depth) { return fingerprint(dir, depth, true); }

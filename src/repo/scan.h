@@ -22,7 +22,14 @@ cinfer_status *repo_list_versions(const char *dir, int64_t **out, size_t *n);
  * repo_names_free. INVALID_ARG naming repo when it cannot be read. */
 cinfer_status *repo_list_models(const char *repo, char ***names, size_t *n);
 void repo_names_free(char **names, size_t n);
+/* How deep repo_dir_fingerprint looks below a model's folder (Triton looks at every file;
+ * the bound keeps a symlink loop from recursing forever). */
+#define REPO_FINGERPRINT_DEPTH 8
 /* A hash of the names, sizes and modification times below dir, `depth` folders deep. */
 uint64_t repo_dir_fingerprint(const char *dir, int depth);
+/* The same, of model folder dir's entries that are neither a version folder nor
+ * config.pbtxt (labels, shared files): with a version's own folder, what decides whether a
+ * version must reload (Triton's IsModelVersionModified). */
+uint64_t repo_model_files_fingerprint(const char *dir, int depth);
 
 #endif

@@ -6,10 +6,18 @@
  * May call: table.c, model.c (create, enqueue for warmup, destroy), request.c, handle.c,
  * ensemble.c (ensemble_depends_on), override.c, cfgview.c, src/repo.
  *
- * Reload (explicit load of a loaded model, or a change seen by polling): the new versions
- * are loaded and made READY first, then the old ones leave the table (UNLOADING) and are
- * destroyed by the reaper once their last request has completed, so no admitted request
- * ever fails because of a reload.
+ * Reload (explicit load of a loaded model that changed, or a change seen by polling): the
+ * new versions are loaded and made READY first, then the old ones leave the table
+ * (UNLOADING) and are destroyed by the reaper once their last request has completed, so no
+ * admitted request ever fails because of a reload.
+ *
+ * What an explicit load of a model already loaded does is Triton's rule (model repository
+ * manager, InitializeModelInfo): with a `config` parameter or `file:` contents it always
+ * loads; without them it loads only when the model's files changed since its last load that
+ * succeeded (load_is_noop), so an earlier `config` override stays in force until a file
+ * changes, and a load from `file:` contents is always followed by a load from the
+ * repository. A load that fails leaves that record as it was (Triton reverts its timestamp),
+ * so the next load tries again; an unload forgets it.
  *
  * Model control: in modes none and poll the load/unload API is refused as Triton refuses
  * it (UNAVAILABLE, HTTP 503, Triton's wording); the server's own loads (startup, polling)
@@ -21,6 +29,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "repo/config.h"
 #include "repo/scan.h"
 #include "server/ensemble.h"
 #include "server/lifecycle.h"
@@ -45,7 +54,7 @@ void *reaper_main(void *arg) {
     cinfer_model *m = s->reap_list;
     s->reap_list = m->reap_next;
     pthread_mutex_unlock(&s->reap_mu);
-    char name[256];
+    char name[CINFER_MODEL_NAME_MAX + 1]; /* every loaded name fits (load_model_locked) */
     snprintf(name, sizeof name, "%s", m->name);
     int64_t version = m->version;
     model_destroy_now(m);
@@ -164,6 +173,9 @@ static cinfer_status *run_warmup(cinfer_server *s, cinfer_model *m) {
 
 /* ---- load / unload -------------------------------------------------------------------- */
 
+static cinfer_status *load_versions_locked(cinfer_server *s, model_entry *e, const char *name,
+                                           const char *dir, const char *config_json);
+
 static void log_kv_model(const char *what, const char *name, int64_t v, const char *reason) {
   char ver[32];
   snprintf(ver, sizeof ver, "%lld", (long long)v);
@@ -171,30 +183,63 @@ static void log_kv_model(const char *what, const char *name, int64_t v, const ch
   log_event(reason ? LOG_ERROR : LOG_INFO, kv, "%s", what);
 }
 
+/* With s->mu held: whether a load of e from the repository without `config` (files with
+ * fingerprint fp) leaves it as it is: its last load succeeded, nothing unloaded it since, a
+ * version is still READY, and no file below its folder changed (name, size or mtime; Triton
+ * compares the newest mtime). */
+static bool load_is_noop(const model_entry *e, uint64_t fp) {
+  if (!e || !e->loaded_ok || e->loaded_fp != fp) return false;
+  for (const version_entry *ve = e->versions; ve; ve = ve->next)
+    if (ve->state == V_READY) return true;
+  return false;
+}
+
 /* Loads the versions the policy selects, from config_json (Triton's load-with-config:
- * it replaces config.pbtxt for this load) or config.pbtxt when NULL. Called with load_mu
- * held, not mu. */
+ * it replaces config.pbtxt for this load) or config.pbtxt when NULL; from the folder
+ * `override` (a load with `file:` contents) or the repository's when NULL. A load from the
+ * repository without config of an unchanged model does nothing (load_is_noop). Called with
+ * load_mu held, not mu. */
 static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
                                         const char *config_json, const char *override) {
+  cinfer_status *bad = cinfer_model_name_check(name);
+  if (bad) return cinfer_status_prefix(bad, "failed to load");
   char dir[4096];
-  if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") || !name[0])
+  if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
     return cinfer_status_new(CINFER_INVALID_ARG, "invalid model name '%s'", name);
   if (override) snprintf(dir, sizeof dir, "%s", override);
   else snprintf(dir, sizeof dir, "%s/%s", s->repo, name);
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return cinfer_status_new(CINFER_NOT_FOUND, "failed to load '%s': no such model in the repository", name);
-  uint64_t fp = repo_dir_fingerprint(dir, 2);
+  uint64_t fp = repo_dir_fingerprint(dir, REPO_FINGERPRINT_DEPTH);
 
   pthread_mutex_lock(&s->mu);
-  model_entry *e = table_get(s, name);
+  model_entry *e = table_find(s, name);
+  if (!config_json && !override && load_is_noop(e, fp)) {
+    pthread_mutex_unlock(&s->mu);
+    LOG_I("model '%s' is unchanged since its last load (same files, no config): left as it is", name);
+    return NULL;
+  }
+  if (!e) e = table_get(s, name);
   if (e) {
     e->wanted = true;
     e->fingerprint = fp;
   }
   pthread_mutex_unlock(&s->mu);
   if (!e) return cinfer_status_oom(NULL);
+  cinfer_status *st = load_versions_locked(s, e, name, dir, config_json);
+  if (!st) { /* Triton's model info: the files as loaded; a `file:` load is not from them */
+    pthread_mutex_lock(&s->mu);
+    e->loaded_ok = !override;
+    e->loaded_fp = fp;
+    pthread_mutex_unlock(&s->mu);
+  }
+  return st;
+}
 
+/* load_model_locked's work once e is in the table: the versions of dir. */
+static cinfer_status *load_versions_locked(cinfer_server *s, model_entry *e, const char *name,
+                                           const char *dir, const char *config_json) {
   cinfer_model_config *probe = NULL;
   cinfer_status *st = config_json ? cfg_load_json(dir, name, config_json, &probe)
                                   : cfg_load(dir, name, &probe);
@@ -237,10 +282,22 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
   table_set_reason(&e->reason, NULL);
   pthread_mutex_unlock(&s->mu);
 
-  /* Load each selected version into a fresh model; the old one (if any) keeps serving. */
+  /* Load each selected version into a fresh model; the old one (if any) keeps serving. A
+   * READY version whose folder, shared files and configuration are those it was loaded
+   * from stays as it is (Triton's AsyncLoad: not IsModelVersionModified, and a config
+   * change that does not require a reload; Triton updates instance_group and
+   * version_policy in place, cinfer keeps a version only when the whole config is the
+   * same). */
   cinfer_status *first_err = NULL;
+  uint64_t ofp = repo_model_files_fingerprint(dir, REPO_FINGERPRINT_DEPTH);
+  pthread_mutex_lock(&s->mu);
+  bool same_shared = e->other_fp == ofp;
+  pthread_mutex_unlock(&s->mu);
   for (size_t i = 0; i < ns; i++) {
     int64_t v = sel[i];
+    char vdir[4096];
+    snprintf(vdir, sizeof vdir, "%s/%lld", dir, (long long)v);
+    uint64_t vfp = repo_dir_fingerprint(vdir, REPO_FINGERPRINT_DEPTH - 1);
     pthread_mutex_lock(&s->mu);
     version_entry *ve = table_find_version(e, v);
     if (!ve && (ve = calloc(1, sizeof *ve))) { /* V_UNAVAILABLE */
@@ -254,8 +311,23 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
 
     cinfer_model_config *cfg = NULL;
     cinfer_model *m = NULL;
+    char *js = NULL;
     uint64_t t0 = clock_now_ns();
     st = config_json ? cfg_load_json(dir, name, config_json, &cfg) : cfg_load(dir, name, &cfg);
+    if (!st) {
+      js = model_config_to_json(cfg); /* before the backend completes it; NULL: reload */
+      pthread_mutex_lock(&s->mu);
+      bool keep = same_shared && ve->state == V_READY && ve->model && !ensemble_config_is(cfg) &&
+                  !strcmp(ve->model->model_dir, dir) && ve->files_fp == vfp && js && ve->cfg_json &&
+                  !strcmp(js, ve->cfg_json);
+      pthread_mutex_unlock(&s->mu);
+      if (keep) {
+        cfg_free(cfg);
+        free(js);
+        log_kv_model("version unchanged (same files and config): kept as it is", name, v, NULL);
+        continue;
+      }
+    }
     if (!st) st = model_create(s, name, v, dir, cfg, ensemble_config_is(cfg) ? ensemble_kind() : NULL,
                               &m); /* takes cfg */
     if (!st) live_add(s);
@@ -269,12 +341,19 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
       table_set_reason(&ve->reason, cinfer_status_message(st));
       pthread_mutex_unlock(&s->mu);
       log_kv_model("failed to load model", name, v, cinfer_status_message(st));
-      if (!first_err) first_err = cinfer_status_prefix(st, "failed to load '%s' version %lld", name, (long long)v);
+      /* Triton's words (LoadUnloadModels), which its L0_lifecycle tests look for */
+      if (!first_err)
+        first_err = cinfer_status_prefix(st, "load failed for model '%s': version %lld is at UNAVAILABLE state",
+                                         name, (long long)v);
       else cinfer_status_free(st);
+      free(js);
       continue;
     }
     cinfer_model *old = ve->model;
     ve->model = m;
+    ve->files_fp = vfp;
+    free(ve->cfg_json);
+    ve->cfg_json = js;
     table_set_state(ve, V_READY);
     table_set_reason(&ve->reason, NULL);
     pthread_mutex_unlock(&s->mu);
@@ -305,6 +384,11 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
     cinfer_model_release(drop);
   }
   free(sel);
+  if (!first_err) {
+    pthread_mutex_lock(&s->mu);
+    e->other_fp = ofp;
+    pthread_mutex_unlock(&s->mu);
+  }
   return first_err;
 }
 
@@ -313,6 +397,7 @@ static cinfer_status *load_model_locked(cinfer_server *s, const char *name,
  * reaper waits for it forever). */
 void unload_entry_locked(cinfer_server *s, model_entry *e) {
   e->wanted = false;
+  e->loaded_ok = false;
   for (;;) {
     cinfer_model *drop = NULL;
     for (version_entry *ve = e->versions; ve && !drop; ve = ve->next)
@@ -438,6 +523,8 @@ cinfer_status *cinfer_server_unload_model_dependents(cinfer_server *s, const cha
                                                      bool unload_dependents) {
   cinfer_status *refused = control_refused(s);
   if (refused) return refused;
+  if (name && strlen(name) > CINFER_MODEL_NAME_MAX)
+    return cinfer_status_prefix(cinfer_model_name_check(name), "failed to unload");
   enum { MAX_DEPS = 256 };
   char *list[MAX_DEPS];
   size_t n = 0;
@@ -514,7 +601,7 @@ static void poll_once(cinfer_server *s) {
   for (size_t i = 0; i < n; i++) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/%s", s->repo, names[i]);
-    uint64_t fp = repo_dir_fingerprint(dir, 2);
+    uint64_t fp = repo_dir_fingerprint(dir, REPO_FINGERPRINT_DEPTH);
     pthread_mutex_lock(&s->mu);
     model_entry *e = table_find(s, names[i]);
     bool changed = !e || e->fingerprint != fp;

@@ -160,6 +160,7 @@ void cinfer_server_destroy(cinfer_server *s) {
     for (version_entry *ve = e->versions, *vn; ve; ve = vn) {
       vn = ve->next;
       free(ve->reason);
+      free(ve->cfg_json);
       free(ve);
     }
     free(e->reason);

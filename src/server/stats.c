@@ -3,8 +3,8 @@
  * it), recorded by request.c and model.c as requests finish; for the server: the
  * statistics query and the Prometheus text, which walk the model table.
  *
- * May call: nothing of src/server (the walk reads table.h's entries under s->mu; the
- * metrics are src/metrics'). */
+ * May call: table.c (cinfer_model_name_check, the one name limit); nothing else of
+ * src/server (the walk reads table.h's entries under s->mu; the metrics are src/metrics'). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +132,7 @@ void model_busy_update(cinfer_model *m, uint64_t window_ns) {
 
 cinfer_status *cinfer_server_model_stats(cinfer_server *s, const char *name, int64_t version,
                                          cinfer_model_stats **out, size_t *n) {
+  if (name && strlen(name) > CINFER_MODEL_NAME_MAX) return cinfer_model_name_check(name);
   pthread_mutex_lock(&s->mu);
   size_t cap = 0;
   for (model_entry *e = s->models; e; e = e->next)

@@ -161,9 +161,20 @@ void cinfer_model_index_free(cinfer_model_index_entry *e, size_t n) {
   free(e);
 }
 
+cinfer_status *cinfer_model_name_check(const char *name) {
+  size_t n = name ? strlen(name) : 0;
+  if (n == 0) return cinfer_status_new(CINFER_INVALID_ARG, "model name is empty");
+  if (n > CINFER_MODEL_NAME_MAX)
+    return cinfer_status_new(CINFER_INVALID_ARG,
+                             "model name of %zu bytes is longer than the limit of %d bytes "
+                             "(CINFER_MODEL_NAME_MAX)", n, CINFER_MODEL_NAME_MAX);
+  return NULL;
+}
+
 cinfer_status *cinfer_server_model_acquire(cinfer_server *s, const char *name, int64_t version,
                                            cinfer_model **out) {
   *out = NULL;
+  if (name && strlen(name) > CINFER_MODEL_NAME_MAX) return cinfer_model_name_check(name);
   pthread_mutex_lock(&s->mu);
   model_entry *e = table_find(s, name);
   cinfer_status *st = NULL;

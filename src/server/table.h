@@ -13,6 +13,11 @@ typedef struct version_entry {
   vstate state;
   char *reason;
   cinfer_model *model;         /* the table's reference while READY */
+  /* What the READY model was loaded from, for a reload of the model (lifecycle.c): the
+   * fingerprint of its version folder and the JSON of its configuration before the
+   * backend completed it (NULL when unknown: it is then reloaded). */
+  uint64_t files_fp;
+  char *cfg_json;
   struct version_entry *next;
 } version_entry;
 
@@ -21,6 +26,13 @@ typedef struct model_entry {
   char *reason;                /* model-level failure (config), or NULL */
   version_entry *versions;
   uint64_t fingerprint;        /* of the files, for polling */
+  /* Triton's model info: set by a load that succeeded, with the files' fingerprint then
+   * (loaded_fp); cleared by an unload, and by a load from `file:` contents (the next load
+   * goes back to the repository). A load without `config` or files of an unchanged model
+   * with loaded_ok is a no-op (lifecycle.c, load_is_noop). A failed load leaves both. */
+  bool loaded_ok;
+  uint64_t loaded_fp;
+  uint64_t other_fp;           /* the files of the folder that are not a version or the config */
   bool wanted;                 /* loaded by request/policy (vs merely present) */
   char *override_dir;          /* loaded from a load request's "file:" contents, or NULL */
   struct model_entry *next;

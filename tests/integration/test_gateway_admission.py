@@ -11,9 +11,12 @@ from test_gateway_common import (INFER_ID, FakeUpstream, Gateway, copy_repo_mode
 
 
 def fast_cfg(statics, **extra):
+    # Quick to admit a replica, slow to eject one: none of these tests is about health, and
+    # on a loaded 2-core host one probe of the saturated (Python) fake upstream can take
+    # over 100 ms, which ejected the only replica and turned a request into a 503.
     cfg = {"upstreams": {"static": statics, "models_interval_ms": 300},
-           "health": {"interval_ms": 100, "timeout_ms": 100, "healthy_threshold": 1,
-                      "unhealthy_threshold": 1}}
+           "health": {"interval_ms": 250, "timeout_ms": 250, "healthy_threshold": 1,
+                      "unhealthy_threshold": 4}}
     cfg.update(extra)
     return cfg
 

@@ -361,11 +361,15 @@ def test_repository_index_load_unload(server, client):
     assert code == "StatusCode.NOT_FOUND" and "no_such_model" in msg
     code, msg = triton_status(lambda: client.load_model("identity_uint8", files={"file:1/model.onnx": b"x"}))
     assert code == "StatusCode.INVALID_ARGUMENT" and "'file:' parameters need a 'config' parameter" in msg
-    # load with a configuration (Triton's load-with-config), then back to config.pbtxt
+    # load with a configuration (Triton's load-with-config); a load without one keeps it
+    # while the files are unchanged (Triton's test_config_override), an unload forgets it
     cfg = http_json(server, "/v2/models/identity_uint8/config")
     cfg["max_batch_size"] = 2
     client.load_model("identity_uint8", config=json.dumps(cfg))
     assert int(client.get_model_config("identity_uint8").config.max_batch_size) == 2
+    client.load_model("identity_uint8")
+    assert int(client.get_model_config("identity_uint8").config.max_batch_size) == 2
+    client.unload_model("identity_uint8")
     client.load_model("identity_uint8")
     assert int(client.get_model_config("identity_uint8").config.max_batch_size) == 8
 

@@ -9,6 +9,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -107,6 +108,25 @@ def _metrics(url):
     return urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
 
 
+def _edit(path, k):
+    """Adds a parameter to a config.pbtxt, so that a load reloads (as in Triton, a load of an
+    unchanged model is a no-op, and a version whose files and configuration are unchanged
+    stays as it is)."""
+    with open(path, "a") as f:
+        f.write(f'parameters {{ key: "edit_{k}" value: {{ string_value: "{k}" }} }}\n')
+
+
+def _count(s, text):
+    return sum(text in l for l in s.log)
+
+
+def _wait_count(s, text, n):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _count(s, text) < n:
+        time.sleep(0.05)
+    assert _count(s, text) >= n, "".join(s.log)
+
+
 def test_repeated_reload_then_sigterm_explicit():
     # Regression (issue 15): the reloaded version shared the old one's metric series, so
     # destroying the old version freed them and the next destroy (reload or SIGTERM)
@@ -116,9 +136,12 @@ def test_repeated_reload_then_sigterm_explicit():
         with Server(repo, ["--model-control-mode", "explicit", "--load-model", "identity_fp32"]) as s:
             s.wait_ready()
             c = httpclient.InferenceServerClient(s.hostport)
-            for _ in range(4):
+            for k in range(4):
                 _infer_fp32(c)
+                _edit(os.path.join(repo, "identity_fp32", "config.pbtxt"), k)
                 c.load_model("identity_fp32")
+            # each load replaced the version: the reaper destroyed the four predecessors
+            _wait_count(s, "unloaded model 'identity_fp32'", 4)
             _infer_fp32(c)
             # The series of the version now serving survived its predecessors' destruction.
             text = _metrics(s.url)
@@ -208,7 +231,11 @@ def test_load_with_config_override():
             # GET config -> load it back unchanged: the JSON form round-trips.
             c.load_model("identity_fp32", config=json.dumps(got))
             assert c.get_model_config("identity_fp32") == got
-            # A load without config reads config.pbtxt again.
+            # A load without config of the unchanged model keeps the override (Triton's
+            # test_config_override); once a file changed it reads config.pbtxt again.
+            c.load_model("identity_fp32")
+            assert c.get_model_config("identity_fp32")["max_batch_size"] == 2
+            _edit(os.path.join(repo, "identity_fp32", "config.pbtxt"), 0)
             c.load_model("identity_fp32")
             assert c.get_model_config("identity_fp32")["max_batch_size"] == 8
             # Bad overrides are 400s that name the field; the loaded version keeps serving.
@@ -231,6 +258,82 @@ def test_load_with_config_override():
             assert c.get_model_config("identity_fp32")["max_batch_size"] == 8
             _infer_fp32(c)
             c.close()
+    finally:
+        shutil.rmtree(repo)
+
+
+def test_load_of_an_unchanged_model_is_a_no_op():
+    """Triton's model repository manager (InitializeModelInfo): an explicit load without
+    `config` or `file:` parameters of a model whose files have not changed since its last
+    successful load leaves it as it is (the same loaded version: no new load, no unload),
+    over HTTP and gRPC; a file added to or removed from the version's folder reloads the
+    version, a touched config.pbtxt that says the same does not (Triton's AsyncLoad keeps
+    the version), and a load after an unload or after a failed load loads."""
+    repo = copy_repo(["identity_fp32"])
+    mdir = os.path.join(repo, "identity_fp32")
+    loaded, unloaded, same = "loaded model in", "unloaded model 'identity_fp32'", "is unchanged since its last load"
+    kept = "version unchanged (same files and config): kept as it is"
+    try:
+        with Server(repo, ["--model-control-mode", "explicit", "--load-model", "identity_fp32"]) as s:
+            s.wait_ready()
+            h = httpclient.InferenceServerClient(s.hostport)
+            g = grpcclient.InferenceServerClient(f"127.0.0.1:{s.grpc_port}")
+            assert _count(s, loaded) == 1
+            for c in (h, g, h):
+                c.load_model("identity_fp32")
+            # (the log is read from a pipe: wait for the line, then count what came before it)
+            _wait_count(s, same, 3)
+            assert _count(s, loaded) == 1
+            _infer_fp32(h)
+            assert h.get_model_repository_index()[0]["state"] == "READY"
+            # a file added to and removed from the version's folder reload it, once each
+            changes = [lambda: open(os.path.join(mdir, "1", "notes.txt"), "w").close(),
+                       lambda: os.remove(os.path.join(mdir, "1", "notes.txt"))]
+            for k, change in enumerate(changes):
+                change()
+                (g if k % 2 else h).load_model("identity_fp32")
+                _wait_count(s, loaded, 2 + k)
+                _wait_count(s, unloaded, 1 + k)
+                h.load_model("identity_fp32")  # and then it is unchanged again
+                _wait_count(s, same, 4 + k)
+                assert _count(s, loaded) == 2 + k
+                _infer_fp32(h)
+            # config.pbtxt touched (a newer mtime, the same text): the model is looked at
+            # again, its version is kept
+            t = time.time_ns() + 10**9
+            os.utime(os.path.join(mdir, "config.pbtxt"), ns=(t, t))
+            g.load_model("identity_fp32")
+            _wait_count(s, kept, 1)
+            assert _count(s, loaded) == 3 and _count(s, unloaded) == 2
+            h.load_model("identity_fp32")
+            _wait_count(s, same, 6)
+            # unload forgets it: the next load loads
+            h.unload_model("identity_fp32")
+            _wait_count(s, unloaded, 3)
+            h.load_model("identity_fp32")
+            _wait_count(s, loaded, 4)
+            # a failed load (a broken config.pbtxt) keeps the loaded version; after the fix
+            # the load is not taken for unchanged: it loads the fixed files
+            cfg = os.path.join(mdir, "config.pbtxt")
+            with open(cfg) as f:
+                good = f.read()
+            with open(cfg, "w") as f:
+                f.write(good.replace("max_batch_size: 8", "max_batch_size: many"))
+            with pytest.raises(InferenceServerException, match="max_batch_size"):
+                h.load_model("identity_fp32")
+            with pytest.raises(InferenceServerException, match="max_batch_size"):
+                g.load_model("identity_fp32")  # still broken: tried again, not skipped
+            _infer_fp32(h)
+            with open(cfg, "w") as f:
+                f.write(good.replace("max_batch_size: 8", "max_batch_size: 4"))
+            h.load_model("identity_fp32")
+            _wait_count(s, loaded, 5)
+            assert _count(s, same) == 6  # none of these loads was taken for unchanged
+            assert h.get_model_config("identity_fp32")["max_batch_size"] == 4
+            # a load from file: contents is always followed by a load from the repository
+            # (test_model_control.py checks the file: load itself)
+            g.close()
+            h.close()
     finally:
         shutil.rmtree(repo)
 

@@ -142,7 +142,7 @@ def test_bad_base64_is_a_400(explicit):
 
 def test_a_model_file_the_backend_rejects_fails_the_load_and_cleans_up(explicit):
     c = explicit.client
-    with pytest.raises(InferenceServerException, match="failed to load 'broken'"):
+    with pytest.raises(InferenceServerException, match="load failed for model 'broken': version 1 is at UNAVAILABLE state"):
         c.load_model("broken", config=ONNX_CONFIG,
                      files={"file:1/model.onnx": b"this is not an ONNX model"})
     assert not c.is_model_ready("broken")

@@ -166,6 +166,18 @@ bool kern_conv_eligible(const onnx_plan *p, const plan_step *s) {
   return ot_numel(s->out[0]) > 0;
 }
 
+bool fast_can_merge(const onnx_plan *p, const plan_step *s) {
+  return !p->no_fast && kern_conv_eligible(p, s) && s->in[0]->ndim == 4 && attr_i(s->node, "group", 1) == 1 &&
+         !kern_small_k(p, s) && s->sum_id < 0 && !s->pre.n && !s->dw.w &&
+         (!s->has_fused || s->fused.act != ACT_PRELU) && s->in[0]->dims[0] == 1;
+}
+
+bool fast_is_merge_root(const onnx_plan *p, int v) {
+  for (int u = 0; u < p->m->n_values; u++)
+    if (u != v && p->root[u] == v && p->alias_off[u] > 0) return true;
+  return false;
+}
+
 bool kern_small_k(const onnx_plan *p, const plan_step *s) {
   const ot *w = s->in[1];
   return s->in[0]->ndim == 4 && attr_i(s->node, "group", 1) == 1 && !p->layout[s->in_id[0]] &&

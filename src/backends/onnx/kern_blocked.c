@@ -202,6 +202,7 @@ static cinfer_status *blk_prepare(onnx_plan *p, plan_step *s, bool keep, fast_ke
         k->in_place[j] = true; /* already there (an input of the prefix Concat) */
         any_in_place = true;
       } else if (!dup && k->in_b[j] == k->out_b && p->root[v] == v && m->values[v].kind == VAL_NODE &&
+                 !fast_is_merge_root(p, v) &&
                  !m->values[v].is_output && !p->is_static[v] && v != y_id) {
         p->root[v] = y_id;
         p->alias_off[v] = off;

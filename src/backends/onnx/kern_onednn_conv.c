@@ -30,7 +30,8 @@ typedef struct {
 
 typedef struct {
   fast_kernel base;
-  int nsl; /* > 0: the convolution runs as nsl slices on the pool (prim: when it runs alone) */
+  int nsl; /* > 0: the convolution runs as nsl slices on the pool */
+  bool whole_ok; /* with slices: alone, the whole primitive runs instead (same bits, conv_prepare) */
   conv_slice *sl;
   char label[24]; /* "onednn/<slices>" when sliced */
   dnnl_primitive_t prim;
@@ -282,7 +283,14 @@ typedef struct {
   const dnnl_memory_desc_t *sum_l; /* the fused Add operand's layout (sum_reorder), or NULL */
   const float *b;                  /* bias, or NULL */
   bool full_slow;
+  const char *impl;                /* the full primitive's implementation (oneDNN's name) */
 } slice_geom;
+
+/* pd's implementation is `impl` (oneDNN's name) */
+static bool same_impl(dnnl_primitive_desc_t pd, const char *impl) {
+  const char *i = NULL;
+  return impl && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &i) == dnnl_success && i && !strcmp(i, impl);
+}
 
 /* the tag among nchw, nChw8c and nChw16c that md has for dims d, or 0 */
 static dnnl_format_tag_t tag_of(const dnnl_memory_desc_t *md, const dnnl_dims_t d) {
@@ -383,6 +391,7 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
     ok = ok && (q->full_slow || !impl_slow(pd)) &&
          dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), &xm) &&
          dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), &yexp);
+    if (ok && !same_impl(pd, q->impl)) k->whole_ok = false;
     const dnnl_memory_desc_t *ww = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0) : NULL;
     const dnnl_memory_desc_t *dww = ok && dw ? dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS) : NULL;
     const dnnl_memory_desc_t *dwb = ok && dw ? dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS) : NULL;
@@ -428,8 +437,6 @@ static bool conv_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const slice_
   k->sl = sl;
   k->nsl = (int)S;
   snprintf(k->label, sizeof k->label, "onednn/%d", k->nsl);
-  /* the whole primitive stays: it runs when the pool runs alone (opool_cur_solo: the
-   * contention guard), where slices would only add their calls' cost */
   return true;
 }
 
@@ -503,6 +510,7 @@ static bool conv_row_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const sl
     ok = ok && (q->full_slow || !impl_slow(pd)) &&
          dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), &xm) &&
          dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), &ym);
+    if (ok && !same_impl(pd, q->impl)) k->whole_ok = false;
     const dnnl_memory_desc_t *ww = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0) : NULL;
     ok = ok && ww && dnnl_primitive_create(&c->prim, pd) == dnnl_success &&
          dnnl_stream_create(&c->stream, eng, dnnl_stream_default_flags) == dnnl_success &&
@@ -525,6 +533,8 @@ static bool conv_row_slices(onnx_plan *p, plan_step *s, conv_kernel *k, const sl
   snprintf(k->label, sizeof k->label, "onednn/%dr", k->nsl);
   return true;
 }
+
+static bool whole_same(const onnx_plan *p, plan_step *s, conv_kernel *k);
 
 static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_kernel **out) {
   cinfer_status *st = NULL;
@@ -686,6 +696,12 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     dwb = *b2;
   }
   bool slow_full = impl_slow(pd);
+  char impl_full[128] = "";
+  {
+    const char *i = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &i) == dnnl_success && i)
+      snprintf(impl_full, sizeof impl_full, "%s", i);
+  }
   dnnl_status_t pr_ = dnnl_primitive_create(&k->prim, pd);
   dnnl_memory_desc_t xw = *x_want, ww = *w_want, yg = *y_got;
   dnnl_primitive_desc_destroy(pd);
@@ -789,7 +805,24 @@ static cinfer_status *conv_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
     memcpy(q.yf, yf, sizeof yf);
     if (s->sum_id >= 0 && !k->sum_copy) q.sum_l = p->layout[s->sum_id] ? p->layout[s->sum_id] : &y_plain;
     q.full_slow = slow_full;
+    q.impl = impl_full[0] ? impl_full : NULL;
+    /* Alone (opool_cur_solo) the whole primitive runs in place of the slices when it gives
+     * the same bits: the same oneDNN jit implementation as every slice (a direct kernel
+     * sums each output over the input channels and taps in one order whatever its output
+     * channel count or rows), not a GEMM or reference one (whose blocking depends on the
+     * shape: DenseNet's outputs moved with the mode); it saves the slices' extra input
+     * reads and calls (RetinaFace alone: ~5% CPU). Else the slices run in order. */
+    k->whole_ok = !slow_full && !getenv("CINFER_ONNX_ALONE_SLICES");
     if (!conv_slices(p, s, k, &q)) (void)conv_row_slices(p, s, k, &q);
+    if (k->nsl && k->whole_ok) k->whole_ok = whole_same(p, s, k);
+    if (k->nsl && !k->whole_ok) { /* the slices do all the work: the whole primitive and its weights go */
+      dnnl_primitive_destroy(k->prim);
+      dnnl_memory_destroy(k->w_mem);
+      free(k->w_data);
+      k->prim = NULL;
+      k->w_mem = NULL;
+      k->w_data = NULL;
+    }
   }
   *out = &k->base;
   return NULL;
@@ -857,9 +890,11 @@ static void slice_run(void *vc, int64_t i, int tid) {
   if (!ok) atomic_store(&c->failed, true);
 }
 
-static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
-  (void)threads;
-  conv_kernel *k = (conv_kernel *)fk;
+enum { RUN_AUTO, RUN_WHOLE, RUN_SLICES };
+
+/* the step; how: RUN_AUTO (slices, or alone the whole primitive when whole_ok), or forced
+ * (whole_same) */
+static cinfer_status *conv_exec(conv_kernel *k, plan_step *s, int how) {
   void *src = s->in[0]->data;
   if (k->pad_in) {
     const ot *x = s->in[0];
@@ -873,7 +908,8 @@ static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
   } else {
     RUN(dnnl_memory_set_data_handle(k->src_mem, src));
   }
-  if (k->nsl && !opool_cur_solo()) {
+  bool slices = how == RUN_SLICES || (how == RUN_AUTO && k->nsl && !(k->whole_ok && opool_cur_solo()));
+  if (slices) { /* alone: the slices in order, or the whole primitive (whole_ok) */
     if (k->src_reorder) RUN(dnnl_stream_wait(k->stream));
     slice_run_ctx c = {k, s, k->pad_in || k->src_reorder ? s->temp[0] : src,
                        k->dst_reorder ? s->temp[1] : s->out[0]->data, 0};
@@ -910,6 +946,63 @@ static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
   }
   RUN(dnnl_stream_wait(k->stream));
   return NULL;
+}
+
+static cinfer_status *conv_run(fast_kernel *fk, plan_step *s, int threads) {
+  (void)threads;
+  return conv_exec((conv_kernel *)fk, s, RUN_AUTO);
+}
+
+/* Whether the whole primitive gives the same bits as the slices (whole_ok): both run once,
+ * at plan time, on the same pseudo-random input (and Add operand) in the step's layouts,
+ * and their outputs are compared. oneDNN's implementation names do not tell: on AVX-512
+ * its jit_1x1 kernel summed DenseNet's and MobileFaceNet's 1x1 convs differently for the
+ * whole and the slices, RetinaFace's and UltraFace's the same. */
+static bool whole_same(const onnx_plan *p, plan_step *s, conv_kernel *k) {
+  if (s->n_in > 3) return false;
+  size_t xb = p->bytes[s->in_id[0]] ? p->bytes[s->in_id[0]] : ot_nbytes(s->in[0]);
+  size_t yb = !s->n_merged && p->bytes[s->out_id[0]] ? p->bytes[s->out_id[0]] : ot_nbytes(s->out[0]);
+  size_t sb = s->sum_id >= 0 ? (p->bytes[s->sum_id] ? p->bytes[s->sum_id] : ot_nbytes(s->fused.sum)) : 0;
+  float *X = kern_alloc64(xb + 64), *Y = kern_alloc64(yb + 64), *Y1 = kern_alloc64(yb + 64);
+  float *S = sb ? kern_alloc64(sb + 64) : NULL;
+  void *t0 = s->temp_bytes[0] ? kern_alloc64(s->temp_bytes[0]) : NULL, *t1 = s->temp_bytes[1] ? kern_alloc64(s->temp_bytes[1]) : NULL;
+  bool same = X && Y && Y1 && (!sb || S) && (!s->temp_bytes[0] || t0) && (!s->temp_bytes[1] || t1);
+  if (same) {
+    uint32_t seed = 12345;
+    for (size_t i = 0; i < xb / 4; i++) X[i] = (float)((seed = seed * 1103515245u + 12345u) >> 8) / 8388608.0f - 1.0f;
+    for (size_t i = 0; i < sb / 4; i++) S[i] = (float)((seed = seed * 1103515245u + 12345u) >> 8) / 8388608.0f - 1.0f;
+    ot xo = *s->in[0], yo = *s->out[0], so = {0};
+    xo.data = X;
+    yo.data = Y;
+    if (sb) {
+      so = *s->fused.sum;
+      so.data = S;
+    }
+    ot *in[3] = {&xo, s->n_in > 1 ? s->in[1] : NULL, s->n_in > 2 ? s->in[2] : NULL}, *out[1] = {&yo};
+    plan_step t = *s;
+    t.in = in;
+    t.out = out;
+    t.n_out = 1;
+    t.temp[0] = t0;
+    t.temp[1] = t1;
+    if (sb) t.fused.sum = &so;
+    opool *cur = opool_set_current(NULL); /* on this thread, the workers left alone */
+    cinfer_status *st = conv_exec(k, &t, RUN_WHOLE);
+    if (!st) {
+      memcpy(Y1, Y, yb);
+      st = conv_exec(k, &t, RUN_SLICES);
+    }
+    opool_set_current(cur);
+    same = !st && !memcmp(Y, Y1, yb);
+    cinfer_status_free(st);
+  }
+  free(X);
+  free(Y);
+  free(Y1);
+  free(S);
+  free(t0);
+  free(t1);
+  return same;
 }
 
 static const char *conv_label(const fast_kernel *fk) {

@@ -86,6 +86,49 @@ void opool_set_guard(opool *p, int64_t window_ns, int wait_pct, int64_t solo_ns)
   cpool_set_guard(CP(p), window_ns, wait_pct, solo_ns);
 }
 
+void opool_set_alone(opool *p, bool on) { cpool_set_alone(CP(p), on); }
+
+int64_t opool_mode_estimate(const opool_mode *c, int mode) {
+  const int64_t *t = c->t[mode];
+  switch (c->n[mode]) {
+    case 0: return -1;
+    case 1: return t[0];
+    case 2: return (t[0] + t[1]) / 2;
+    default: { /* median of three */
+      int64_t a = t[0], b = t[1], d = t[2];
+      return a > b ? (b > d ? b : a > d ? d : a) : (a > d ? a : b > d ? d : b);
+    }
+  }
+}
+
+int opool_mode_pick(const opool_mode *c) {
+  if (c->n[OPOOL_POOL] < OPOOL_MODE_LEARN || c->n[OPOOL_ALONE] < OPOOL_MODE_LEARN) /* learning: alternate */
+    return c->n[OPOOL_ALONE] < c->n[OPOOL_POOL] ? OPOOL_ALONE : OPOOL_POOL;
+  int64_t e = opool_mode_estimate(c, c->cur), o = opool_mode_estimate(c, !c->cur);
+  int every = o - e > e / 4 ? OPOOL_PROBE_RARELY : OPOOL_PROBE_EVERY;
+  return c->since >= every - 1 ? !c->cur : c->cur;
+}
+
+void opool_mode_record(opool_mode *c, int mode, int64_t ns) {
+  if (mode != OPOOL_POOL && mode != OPOOL_ALONE) return;
+  bool learning = c->n[OPOOL_POOL] < OPOOL_MODE_LEARN || c->n[OPOOL_ALONE] < OPOOL_MODE_LEARN;
+  c->t[mode][c->pos[mode]] = ns;
+  c->pos[mode] = (c->pos[mode] + 1) % OPOOL_MODE_KEEP;
+  if (c->n[mode] < OPOOL_MODE_KEEP) c->n[mode]++;
+  c->runs[mode]++;
+  if (mode == c->cur) {
+    c->since++;
+  } else {
+    if (!learning) c->probes++;
+    c->since = 0;
+  }
+  if (c->n[OPOOL_POOL] >= OPOOL_MODE_LEARN && c->n[OPOOL_ALONE] >= OPOOL_MODE_LEARN) {
+    int best = opool_mode_estimate(c, OPOOL_ALONE) < opool_mode_estimate(c, OPOOL_POOL) ? OPOOL_ALONE : OPOOL_POOL;
+    if (best != c->cur) c->since = 0;
+    c->cur = best;
+  }
+}
+
 bool opool_solo(const opool *p) { return cpool_solo((const cpool *)p); }
 
 bool opool_cur_solo(void) { return opool_solo(cur); }

@@ -22,7 +22,9 @@
  *     than a share of the time for chunks workers hold (a worker descheduled behind
  *     another process), or the workers ran almost none of the chunks, the pool runs everything on the caller alone for a while (200
  *     ms, doubled up to 3.2 s while every try waits too much again) and then tries
- *     again (see opool.c).
+ *     again (see opool.c);
+ *   - pool or alone, measured (opool_mode below): a session times its inferences with the
+ *     pool and alone (opool_set_alone) and runs the faster, probing the other now and then.
  *
  * The thread-local "current pool" is what the kernels use: opool_par(n, fn, ctx) runs on
  * opool_current() (set by the session around a plan run), inline when there is none. */
@@ -54,6 +56,41 @@ void opool_get_stats(const opool *p, opool_stats *st);
 /* tests: the contention guard's window (ns of multi-thread runs), wait share (percent)
  * and solo time (ns) */
 void opool_set_guard(opool *p, int64_t window_ns, int wait_pct, int64_t solo_ns);
+
+/* on: the pool runs everything on the caller and leaves its workers asleep (one inference
+ * at a time, chosen by opool_mode below); call it outside opool_hold */
+void opool_set_alone(opool *p, bool on);
+
+/* Pool or alone, measured (docs/design/onnx.md, "Pool or alone"). A session with a pool
+ * times every inference of a plan (the same work each time) and keeps the last
+ * OPOOL_MODE_KEEP times of each mode: OPOOL_POOL (operators split over the pool) and
+ * OPOOL_ALONE (the same plan on the caller only, outputs bit-identical). It runs the mode
+ * whose median is lower, and the other one as a probe every OPOOL_PROBE_EVERY runs
+ * (OPOOL_PROBE_RARELY when the two medians differ by more than a quarter: a probe then
+ * costs more and is less likely to change the answer). While learning it alternates until
+ * each mode has OPOOL_MODE_LEARN times. A change of conditions that slows the mode in use
+ * raises its median above the other's: the next run switches. So the pool can only be
+ * slower than running alone by the probes' share, and on a host where the pool helps,
+ * alone costs the same share. Pure logic: the caller measures (tests inject times). */
+enum { OPOOL_POOL = 0, OPOOL_ALONE = 1 };
+#define OPOOL_MODE_KEEP 3
+#define OPOOL_MODE_LEARN 2
+#define OPOOL_PROBE_EVERY 16
+#define OPOOL_PROBE_RARELY 64
+typedef struct {
+  int64_t t[2][OPOOL_MODE_KEEP]; /* the last times of each mode (a ring) */
+  int n[2], pos[2];              /* times kept (<= KEEP), next slot */
+  int cur;                       /* the mode in use (the lower median) */
+  int since;                     /* runs in the mode in use since the last probe */
+  uint64_t runs[2], probes;      /* statistics: runs recorded per mode, probes */
+} opool_mode;
+/* the mode of the next run (a zeroed opool_mode is a fresh one) */
+int opool_mode_pick(const opool_mode *c);
+/* the time of a run in mode `mode` (a run whose time is not the plan's work, e.g. one that
+ * built a plan, is not recorded) */
+void opool_mode_record(opool_mode *c, int mode, int64_t ns);
+/* the median of a mode's kept times (-1: none) */
+int64_t opool_mode_estimate(const opool_mode *c, int mode);
 
 /* whether a run now would execute on the caller alone (no pool, one thread, or the
  * contention guard's solo period): a kernel may then pick its one-thread variant */

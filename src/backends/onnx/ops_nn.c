@@ -881,6 +881,50 @@ static void resize_axis(const resize_p *p, int d, const float *src, const int64_
   }
 }
 
+typedef struct {
+  const resize_p *p;
+  const float *S;
+  float *D;
+  int r;
+  int64_t istr[OT_MAX_DIMS], in_dims[OT_MAX_DIMS], W, inW, rows, nch;
+  bool tab, dup2;
+  int64_t col[1024];
+} nearest_ctx;
+
+/* output rows [lo, hi) of chunk c of a nearest resize (resize_exec); a row reading the same
+ * source row as the previous one of the chunk is a copy of it */
+static void nearest_chunk(void *vc, int64_t ch, int tid) {
+  (void)tid;
+  const nearest_ctx *c = vc;
+  const resize_p *p = c->p;
+  int r = c->r;
+  int64_t lo = 0, hi = c->rows;
+  if (c->nch > 1) opool_range(c->rows, c->nch, ch, &lo, &hi);
+  int64_t idx[OT_MAX_DIMS] = {0}, rem = lo, W = c->W, inW = c->inW;
+  for (int d = r - 2; d >= 0; d--) { idx[d] = rem % p->out[d]; rem /= p->out[d]; }
+  const float *S = c->S;
+  float *D = c->D;
+  int64_t prev = -1;
+  for (int64_t row = lo; row < hi; row++) {
+    int64_t o = row * W, base = 0;
+    for (int d = 0; d < r - 1; d++) base += resize_nearest(p, d, idx[d], c->in_dims[d], p->out[d]) * c->istr[d];
+    if (base == prev) memcpy(D + o, D + o - W, sizeof(float) * (size_t)W);
+    else if (c->dup2) {
+      typedef float v8 __attribute__((vector_size(32), aligned(4)));
+      int64_t xi = 0;
+      for (; xi + 8 <= inW; xi += 8) { /* __builtin_shufflevector: GCC >= 12 and clang */
+        v8 a = *(const v8 *)(S + base + xi);
+        *(v8 *)(D + o + 2 * xi) = __builtin_shufflevector(a, a, 0, 0, 1, 1, 2, 2, 3, 3);
+        *(v8 *)(D + o + 2 * xi + 8) = __builtin_shufflevector(a, a, 4, 4, 5, 5, 6, 6, 7, 7);
+      }
+      for (; xi < inW; xi++) D[o + 2 * xi] = D[o + 2 * xi + 1] = S[base + xi];
+    } else if (c->tab) for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + c->col[xo]];
+    else for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + resize_nearest(p, r - 1, xo, inW, W)];
+    prev = base;
+    for (int d = r - 2; d >= 0; d--) { if (++idx[d] < p->out[d]) break; idx[d] = 0; }
+  }
+}
+
 cinfer_status *resize_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) {
   resize_p p;
   cinfer_status *st = resize_params(n, in, &p);
@@ -893,41 +937,25 @@ cinfer_status *resize_exec(onnx_exec *x, const onnx_node *n, ot **in, ot **out) 
     if (p.out[d] != cur[d] || p.scale[d] != 1.0 || p.ctm == 5) todo[nt++] = d;
   if (nt == 0) { memcpy(out[0]->data, in[0]->data, ot_nbytes(in[0])); return NULL; }
   if (p.mode == 0 && p.ctm != 5) {
-    /* nearest: one gather pass, no scratch (same index rule as resize_axis) */
-    int64_t istr[OT_MAX_DIMS], acc = 1, total = ot_numel(out[0]);
-    for (int d = r - 1; d >= 0; d--) { istr[d] = acc; acc *= in[0]->dims[d]; }
-    const float *S = in[0]->data;
-    float *D = out[0]->data;
-    int64_t W = p.out[r - 1], inW = in[0]->dims[r - 1];
-    int64_t idx[OT_MAX_DIMS] = {0};
-    /* the column index rule is the same for every row: tabulate it (rows up to 1024 wide);
-     * an output row reading the same source row as the previous one is a copy of it */
-    int64_t col[1024];
-    bool tab = W <= 1024;
-    if (tab)
-      for (int64_t xo = 0; xo < W; xo++) col[xo] = resize_nearest(&p, r - 1, xo, inW, W);
+    /* nearest: one gather pass, no scratch (same index rule as resize_axis), over row
+     * ranges on the pool (a row's values do not depend on the range it is in) */
+    nearest_ctx c = {.p = &p, .S = in[0]->data, .D = out[0]->data, .r = r};
+    int64_t acc = 1, total = ot_numel(out[0]);
+    for (int d = r - 1; d >= 0; d--) { c.istr[d] = acc; acc *= in[0]->dims[d]; }
+    memcpy(c.in_dims, in[0]->dims, sizeof c.in_dims);
+    c.W = p.out[r - 1];
+    c.inW = in[0]->dims[r - 1];
+    /* the column index rule is the same for every row: tabulate it (rows up to 1024 wide) */
+    c.tab = c.W <= 1024;
+    if (c.tab)
+      for (int64_t xo = 0; xo < c.W; xo++) c.col[xo] = resize_nearest(&p, r - 1, xo, c.inW, c.W);
     /* the FPN's 2x upsampling: col[xo] == xo / 2, every source value written twice */
-    bool dup2 = tab && W == 2 * inW;
-    for (int64_t xo = 0; dup2 && xo < W; xo++) dup2 = col[xo] == xo / 2;
-    int64_t prev = -1;
-    for (int64_t o = 0; o < total; o += W) {
-      int64_t base = 0;
-      for (int d = 0; d < r - 1; d++) base += resize_nearest(&p, d, idx[d], in[0]->dims[d], p.out[d]) * istr[d];
-      if (base == prev) memcpy(D + o, D + o - W, sizeof(float) * (size_t)W);
-      else if (dup2) {
-        typedef float v8 __attribute__((vector_size(32), aligned(4)));
-        int64_t xi = 0;
-        for (; xi + 8 <= inW; xi += 8) { /* __builtin_shufflevector: GCC >= 12 and clang */
-          v8 a = *(const v8 *)(S + base + xi);
-          *(v8 *)(D + o + 2 * xi) = __builtin_shufflevector(a, a, 0, 0, 1, 1, 2, 2, 3, 3);
-          *(v8 *)(D + o + 2 * xi + 8) = __builtin_shufflevector(a, a, 4, 4, 5, 5, 6, 6, 7, 7);
-        }
-        for (; xi < inW; xi++) D[o + 2 * xi] = D[o + 2 * xi + 1] = S[base + xi];
-      } else if (tab) for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + col[xo]];
-      else for (int64_t xo = 0; xo < W; xo++) D[o + xo] = S[base + resize_nearest(&p, r - 1, xo, inW, W)];
-      prev = base;
-      for (int d = r - 2; d >= 0; d--) { if (++idx[d] < p.out[d]) break; idx[d] = 0; }
-    }
+    c.dup2 = c.tab && c.W == 2 * c.inW;
+    for (int64_t xo = 0; c.dup2 && xo < c.W; xo++) c.dup2 = c.col[xo] == xo / 2;
+    c.rows = c.W ? total / c.W : 0;
+    c.nch = x->threads > 1 ? opool_chunks(c.rows, (double)total, OPOOL_MIN_ELEMS) : 1;
+    if (c.nch > 1) opool_par(c.nch, nearest_chunk, &c);
+    else if (c.rows) nearest_chunk(&c, 0, 0);
     return NULL;
   }
   /* two scratch buffers as large as the largest intermediate */

@@ -314,6 +314,174 @@ static void fuse_dw(onnx_plan *p, bool *skip) {
   free(cons);
 }
 
+/* the keep rule of plan_build: v stays in a blocked layout when every consumer reads it so */
+static bool keeps_blocked(const onnx_plan *p, const int *ncons, const int *nfast, int v) {
+  return !getenv("CINFER_ONNX_PLAIN") && v >= 0 && !p->m->values[v].is_output && ncons[v] > 0 &&
+         ncons[v] == nfast[v] && p->root[v] == v;
+}
+
+/* a and b are convs of the same geometry, bias presence and fused activation */
+static bool same_conv(const plan_step *a, const plan_step *b) {
+  const ot *wa = a->in[1], *wb = b->in[1];
+  if (wa->ndim != wb->ndim || memcmp(wa->dims + 1, wb->dims + 1, sizeof(int64_t) * (size_t)(wa->ndim - 1)) ||
+      (a->n_in > 2 && a->in[2]) != (b->n_in > 2 && b->in[2]) || a->has_fused != b->has_fused ||
+      (a->has_fused && (a->fused.act != b->fused.act || a->fused.a != b->fused.a || a->fused.b != b->fused.b)))
+    return false;
+  conv_geom ga, gb;
+  cinfer_status *sa = conv_geom_make(a->node, a->in[0], wa->dims + 2, false, &ga);
+  cinfer_status *sb = conv_geom_make(b->node, b->in[0], wb->dims + 2, false, &gb);
+  bool ok = !sa && !sb && ga.sp == gb.sp;
+  cinfer_status_free(sa);
+  cinfer_status_free(sb);
+  for (int i = 0; ok && i < ga.sp; i++)
+    ok = ga.k[i] == gb.k[i] && ga.out[i] == gb.out[i] && ga.stride[i] == gb.stride[i] && ga.dil[i] == gb.dil[i] &&
+         ga.pb[i] == gb.pb[i] && ga.pe[i] == gb.pe[i];
+  return ok;
+}
+
+/* Sibling convs (RetinaFace's detection heads: 1x1 convs 64 -> 4, 8 and 20 channels, all
+ * reading one SSH output) run as one conv over the concatenation of their weights and
+ * biases along M: the input is read once, one primitive call instead of three, and at
+ * T > 1 threads the 32 channels split into slices where 4 or 8 could not (less than one
+ * 8-channel block). Siblings: fast_can_merge steps with the same input, geometry, bias
+ * presence and fused activation, whose outputs are plain (no consumer keeps them blocked:
+ * graph outputs, reference kernels) and not read by a Concat (which may take them in
+ * place instead). The merged step is the first sibling's; out[0] is a
+ * plan tensor of all channels, stored at the first sibling's value; each sibling's output
+ * is a view at its channel offset (N = 1: a channel range of NCHW is contiguous), the
+ * Concat-in-place mechanism (root / alias_off). Each output channel is the same dot
+ * product; whether oneDNN sums it in the same order for the merged M as for each
+ * sibling's is its kernel's choice: on RetinaFace and UltraFace it does (bit-identical
+ * outputs), in general the merged conv is within the reference tolerances
+ * (docs/design/onnx.md, "Sibling convs"). CINFER_ONNX_NO_MERGE=1 turns it off. */
+static cinfer_status *merge_siblings(onnx_plan *p, const int *ncons, const int *nfast) {
+  if (getenv("CINFER_ONNX_NO_MERGE")) return NULL;
+  int ns = p->n_steps;
+  bool *gone = calloc((size_t)ns + 1, sizeof *gone);
+  int *sib = malloc(sizeof(int) * ((size_t)ns + 1));
+  if (!gone || !sib) {
+    free(gone);
+    free(sib);
+    return oom();
+  }
+  /* a Concat's input may instead be written in place into the Concat's output
+   * (kern_blocked.c): such convs are left alone */
+  bool *cat = calloc((size_t)p->m->n_values + 1, sizeof *cat);
+  if (!cat) {
+    free(gone);
+    free(sib);
+    return oom();
+  }
+  for (int i = 0; i < ns; i++)
+    if (!strcmp(p->steps[i].node->op_type, "Concat"))
+      for (int j = 0; j < p->steps[i].n_in; j++)
+        if (p->steps[i].in_id[j] >= 0) cat[p->steps[i].in_id[j]] = true;
+  cinfer_status *st = NULL;
+  for (int a = 0; a < ns && !st; a++) {
+    plan_step *sa = &p->steps[a];
+    if (gone[a] || !fast_can_merge(p, sa) || keeps_blocked(p, ncons, nfast, sa->out_id[0]) ||
+        p->root[sa->out_id[0]] != sa->out_id[0] || cat[sa->out_id[0]])
+      continue;
+    int k = 0;
+    sib[k++] = a;
+    for (int b = a + 1; b < ns; b++) {
+      plan_step *sb = &p->steps[b];
+      if (!gone[b] && sb->in_id[0] == sa->in_id[0] && fast_can_merge(p, sb) && same_conv(sa, sb) &&
+          !keeps_blocked(p, ncons, nfast, sb->out_id[0]) && p->root[sb->out_id[0]] == sb->out_id[0] &&
+          !cat[sb->out_id[0]])
+        sib[k++] = b;
+    }
+    if (k < 2) continue;
+    /* weights [M, ...] and biases [M] of every sibling, in step order */
+    const ot *w0 = sa->in[1];
+    int64_t per = ot_numel(w0) / w0->dims[0], M = 0;
+    for (int i = 0; i < k; i++) M += p->steps[sib[i]].in[1]->dims[0];
+    bool bias = sa->n_in > 2 && sa->in[2];
+    ot *w = calloc(1, sizeof *w), *bo = bias ? calloc(1, sizeof *bo) : NULL, *y = calloc(1, sizeof *y);
+    float *wd = aligned_alloc(64, ((size_t)(M * per) * sizeof(float) + 63) & ~(size_t)63);
+    float *bd = bias ? aligned_alloc(64, ((size_t)M * sizeof(float) + 63) & ~(size_t)63) : NULL;
+    int *oid = malloc(sizeof(int) * ((size_t)k + 1));
+    ot **out = malloc(sizeof(ot *) * ((size_t)k + 1));
+    void *mem[5] = {w, wd, y, bo, bd};
+    bool ok = w && y && wd && (!bias || (bo && bd)) && oid && out;
+    for (int i = 0; i < 5; i++) { /* the plan owns them (own), or they are freed here */
+      if (ok && mem[i] && !own(p, mem[i])) ok = false;
+      else if (ok) mem[i] = NULL;
+    }
+    if (!ok) {
+      for (int i = 0; i < 5; i++) free(mem[i]);
+      free(oid);
+      free(out);
+      st = oom();
+      break;
+    }
+    *w = *w0;
+    w->dims[0] = M;
+    w->data = wd;
+    y->dtype = CINFER_TYPE_FP32;
+    y->ndim = sa->out[0]->ndim;
+    memcpy(y->dims, sa->out[0]->dims, sizeof(int64_t) * (size_t)y->ndim);
+    y->dims[1] = M;
+    if (bias) {
+      *bo = *sa->in[2];
+      bo->dims[0] = M;
+      bo->data = bd;
+    }
+    int64_t m0 = 0;
+    size_t off = 0;
+    int root = sa->out_id[0];
+    for (int i = 0; i < k; i++) {
+      plan_step *t = &p->steps[sib[i]];
+      int64_t Mi = t->in[1]->dims[0];
+      memcpy(wd + m0 * per, t->in[1]->data, sizeof(float) * (size_t)(Mi * per));
+      if (bias) memcpy(bd + m0, t->in[2]->data, sizeof(float) * (size_t)Mi);
+      oid[i] = t->out_id[0];
+      out[i] = i ? t->out[0] : y;
+      if (i) {
+        p->root[oid[i]] = root;
+        p->alias_off[oid[i]] = off;
+        gone[sib[i]] = true;
+      }
+      off += ot_nbytes(t->out[0]);
+      m0 += Mi;
+    }
+    free(sa->out);
+    free(sa->out_id);
+    sa->out = out;
+    sa->out_id = oid;
+    sa->n_out = k;
+    sa->n_merged = k;
+    sa->in[1] = w;
+    if (bias) sa->in[2] = bo;
+    const char *base = sa->has_fused ? sa->fused_buf : sa->node->op_type;
+    char t[64];
+    snprintf(t, sizeof t, "%s[x%d]", base, k); /* no space: the profile's columns */
+    memcpy(sa->fused_buf, t, sizeof t);
+    sa->fused_names = sa->fused_buf;
+  }
+  /* the merged-away steps go */
+  int w = 0;
+  for (int i = 0; i < ns; i++) {
+    if (gone[i]) {
+      plan_step *q = &p->steps[i];
+      free(q->in);
+      free(q->out);
+      free(q->in_id);
+      free(q->out_id);
+      continue;
+    }
+    p->steps[w++] = p->steps[i];
+  }
+  p->n_steps = w;
+  for (int i = 0; i < w; i++) /* fused_names pointed into the moved steps */
+    if (p->steps[i].has_fused || p->steps[i].pre.n || p->steps[i].dw.w || p->steps[i].n_merged)
+      p->steps[i].fused_names = p->steps[i].fused_buf;
+  free(gone);
+  free(sib);
+  free(cat);
+  return st;
+}
+
 typedef struct buf { size_t size, off; int first, last; } buf;
 
 static int cmp_size(const void *a, const void *b, void *ctx) {
@@ -562,11 +730,10 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
         if (fast_can_take_blocked(p, ps, j)) nfast[v]++;
       }
     }
+    st = merge_siblings(p, ncons, nfast);
     for (int s = 0; s < p->n_steps && !st; s++) {
       plan_step *ps = &p->steps[s];
-      int v = ps->out_id[0];
-      bool keep = !getenv("CINFER_ONNX_PLAIN") && v >= 0 && !m->values[v].is_output && ncons[v] > 0 && ncons[v] == nfast[v] &&
-                  p->root[v] == v;
+      bool keep = !ps->n_merged && keeps_blocked(p, ncons, nfast, ps->out_id[0]);
       st = fast_prepare(p, ps, keep, &ps->fast);
     }
     free(ncons);
@@ -586,6 +753,8 @@ cinfer_status *plan_build(const onnx_model *m, const cinfer_tensor *inputs, cons
     }
   }
   if ((st = interop_plan(p)) || (st = memory_plan(p))) goto fail;
+  for (int s = 0; s < p->n_steps; s++) /* a merged conv writes all its siblings' channels */
+    if (p->steps[s].n_merged) p->steps[s].out[0]->data = p->vals[p->steps[s].out_id[0]].data;
   free(skip);
   *out = p;
   return NULL;

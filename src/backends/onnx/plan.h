@@ -11,6 +11,7 @@
 #ifndef CINFER_ONNX_PLAN_H
 #define CINFER_ONNX_PLAN_H
 #include "backends/onnx/onnx_impl.h"
+#include "backends/onnx/opool.h"
 
 typedef struct fast_kernel fast_kernel;
 
@@ -51,6 +52,9 @@ typedef struct plan_step {
   double ns;
   int64_t calls;
   int group;              /* inside an inter-op section: its group (0, 1); else -1 */
+  int n_merged;           /* > 1: this conv computes n_merged sibling convs (merge_siblings):
+                             out[0] is the plan's tensor of all their channels, out_id[0..]
+                             the siblings' outputs, views at their channel offsets */
 } plan_step;
 
 /* steps [first, last] run as two groups at once (interop.c); list: group 0's steps in
@@ -83,6 +87,7 @@ typedef struct onnx_plan {
   bool no_fast;
   plan_sec *sec;         /* inter-op sections, in step order (interop.h) */
   int n_sec;
+  opool_mode mode;       /* pool or alone, measured on this plan's runs (session.c) */
   struct onnx_plan *next;
 } onnx_plan;
 
@@ -103,6 +108,14 @@ cinfer_status *plan_run(onnx_plan *p, const cinfer_tensor *inputs, const int *ma
 bool fast_can_take_blocked(const onnx_plan *p, const plan_step *s, int input_index);
 bool fast_takes_pre(const onnx_plan *p, const plan_step *s); /* runs with s->pre */
 bool fast_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t); /* s->dw from t */
+/* s may be merged with sibling convs that read the same input (merge_siblings in plan.c):
+ * an ungrouped 2-D float conv of one image with static weights, for the oneDNN family
+ * (not a small-K first layer, whose summation order depends on M), no fused Add, input
+ * ops, depthwise conv or PRelu */
+bool fast_can_merge(const onnx_plan *p, const plan_step *s);
+/* v holds merged siblings' outputs at channel offsets (a Concat must not place it in its
+ * own output) */
+bool fast_is_merge_root(const onnx_plan *p, int v);
 cinfer_status *fast_prepare(onnx_plan *p, plan_step *s, bool keep_blocked_out,
                             fast_kernel **k);
 cinfer_status *fast_run(fast_kernel *k, plan_step *s, int threads);

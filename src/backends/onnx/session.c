@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "backends/onnx/opool.h"
+#include "core/clock.h"
 
 #include "backends/onnx/ops_util.h"
 #include "backends/onnx/plan.h"
@@ -56,7 +57,22 @@ struct onnx_session {
   size_t *scap;
   bool has_strings;       /* an input or output is STRING: no sub-batches or workers */
   opool *pool;            /* threads > 1: the operators' and the batch workers' threads */
+  int force_mode;         /* CINFER_ONNX_THREAD_MODE: -1 measured (opool_mode), else the mode */
+  uint64_t builds;        /* plans built by this session (a run that built one is not timed) */
+  opool_mode bmode;       /* pool or alone for batches on the workers (times per row) */
 };
+
+/* CINFER_ONNX_THREAD_MODE: auto (default: measured), pool, alone */
+static cinfer_status *thread_mode_env(int *mode) {
+  const char *v = getenv("CINFER_ONNX_THREAD_MODE");
+  *mode = -1;
+  if (!v || !*v || !strcmp(v, "auto")) return NULL;
+  if (!strcmp(v, "pool")) *mode = OPOOL_POOL;
+  else if (!strcmp(v, "alone")) *mode = OPOOL_ALONE;
+  else
+    return cinfer_status_new(CINFER_INVALID_ARG, "CINFER_ONNX_THREAD_MODE: '%s' is not auto, pool or alone", v);
+  return NULL;
+}
 
 cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
                                    onnx_session **out) {
@@ -97,7 +113,8 @@ cinfer_status *onnx_session_create(const onnx_model *m, const onnx_options *opt,
     return cinfer_status_oom(NULL);
   }
   if (s->opt.threads > 1) {
-    cinfer_status *st = opool_create(s->opt.threads, &s->pool);
+    cinfer_status *st = thread_mode_env(&s->force_mode);
+    if (!st) st = opool_create(s->opt.threads, &s->pool);
     if (st) {
       onnx_session_destroy(s);
       return st;
@@ -201,6 +218,7 @@ static cinfer_status *get_plan(onnx_session *s, const cinfer_tensor *inputs, onn
     }
   if (!p) {
     if ((st = plan_build(s->m, inputs, s->map, s->opt.threads, s->opt.no_fast, &p))) return st;
+    s->builds++;
     p->next = s->plans;
     s->plans = p;
     if (++s->n_plans > MAX_PLANS) {
@@ -267,6 +285,43 @@ static cinfer_status *out_reserve(onnx_session *s, int i, size_t total) {
 static cinfer_status *undeclared_string(const onnx_session *s, int i) {
   return cinfer_status_new(CINFER_INVALID_ARG, "output '%s' is STRING, but the model declares it %s",
                            s->m->values[s->m->outputs[i]].name, cinfer_dtype_name(s->m->out_info[i].dtype));
+}
+
+/* plans built by s and its batch workers */
+static uint64_t builds_of(const onnx_session *s) {
+  uint64_t b = s->builds;
+  for (int w = 0; w < s->n_workers; w++) b += s->workers[w]->builds;
+  return b;
+}
+
+/* One timed inference on the pool (see opool_mode in opool.h): the mode chosen by mc (or
+ * CINFER_ONNX_THREAD_MODE), the pool set alone or held (its workers spin between this
+ * inference's operators, and sleep after it), the start time and plans built so far. */
+typedef struct {
+  opool_mode *mc;
+  int mode;
+  int64_t t0;
+  uint64_t builds;
+} mode_run;
+
+static void mode_begin(onnx_session *s, opool_mode *mc, uint64_t builds, mode_run *r) {
+  r->mc = mc;
+  r->mode = s->force_mode >= 0 ? s->force_mode : opool_mode_pick(mc);
+  opool_set_alone(s->pool, r->mode == OPOOL_ALONE);
+  opool_hold(s->pool, true);
+  r->builds = builds;
+  r->t0 = (int64_t)clock_now_ns();
+}
+
+/* the run's time (divided by rows: batches of any size share one record) unless it failed
+ * or a plan was built since `builds` was taken (before the plan lookup: the first run of a
+ * plan touches its arena for the first time) */
+static void mode_end(onnx_session *s, mode_run *r, bool ok, int64_t rows) {
+  int64_t ns = (int64_t)clock_now_ns() - r->t0;
+  opool_hold(s->pool, false);
+  opool_set_alone(s->pool, false);
+  if (ok && s->pool && s->force_mode < 0 && builds_of(s) == r->builds)
+    opool_mode_record(r->mc, r->mode, ns / (rows > 0 ? rows : 1));
 }
 
 typedef struct {
@@ -359,6 +414,7 @@ static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, 
     if (st) return st;
   }
   int64_t r1 = 1;
+  uint64_t b0 = builds_of(s);
   cinfer_status *st = worker_rows(s, s->workers[0], inputs, N, s->wrb, &r1);
   if (st) return st;
   for (int i = 0; i < no; i++) {
@@ -376,7 +432,12 @@ static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, 
   memset(s->werr, 0, sizeof *s->werr * (size_t)T);
   s->last = NULL; /* the profile is the workers' */
   wrun_ctx wc = {s, inputs, N, n_chunks};
+  mode_run mr;
+  mode_begin(s, &s->bmode, b0, &mr);
   opool_for(s->pool, n_chunks, wrun_chunk, &wc);
+  bool failed = false;
+  for (int w = 0; w < T; w++) failed |= s->werr[w] != NULL;
+  mode_end(s, &mr, !failed, N);
   for (int w = 0; w < T; w++) {
     if (s->werr[w] && !st) st = s->werr[w];
     else if (s->werr[w]) cinfer_status_free(s->werr[w]);
@@ -443,6 +504,8 @@ static cinfer_status *session_run(onnx_session *s, const cinfer_tensor *inputs, 
   const onnx_model *m = s->m;
   onnx_plan *p;
   int64_t N, rows;
+  uint64_t b0 = builds_of(s);
+  mode_run mr;
   if (s->has_strings) { /* the plan reads descriptors; one run for the whole batch */
     memcpy(s->conv, inputs, sizeof *inputs * (size_t)n_inputs);
     for (int i = 0; i < m->n_inputs; i++)
@@ -453,7 +516,10 @@ static cinfer_status *session_run(onnx_session *s, const cinfer_tensor *inputs, 
       }
     if ((st = get_plan(s, s->conv, &p))) return st;
     s->last = p;
-    if ((st = plan_run(p, s->conv, s->map, s->opt.profile))) return st;
+    mode_begin(s, &p->mode, b0, &mr);
+    st = plan_run(p, s->conv, s->map, s->opt.profile);
+    mode_end(s, &mr, !st, 1);
+    if (st) return st;
     for (int i = 0; i < m->n_outputs; i++) {
       const ot *o = &p->vals[m->outputs[i]];
       if (o->dtype == CINFER_TYPE_BYTES) {
@@ -471,7 +537,10 @@ static cinfer_status *session_run(onnx_session *s, const cinfer_tensor *inputs, 
   if (!rows) {
     if ((st = get_plan(s, inputs, &p))) return st;
     s->last = p;
-    if ((st = plan_run(p, inputs, s->map, s->opt.profile))) return st;
+    mode_begin(s, &p->mode, b0, &mr);
+    st = plan_run(p, inputs, s->map, s->opt.profile);
+    mode_end(s, &mr, !st, 1);
+    if (st) return st;
     for (int i = 0; i < m->n_outputs; i++) {
       const ot *o = &p->vals[m->outputs[i]];
       if (o->dtype == CINFER_TYPE_BYTES) return undeclared_string(s, i);
@@ -479,7 +548,7 @@ static cinfer_status *session_run(onnx_session *s, const cinfer_tensor *inputs, 
     }
     return NULL;
   }
-  cinfer_tensor *part = s->part;
+  cinfer_tensor *part = s->part; /* one thread (with more, batches run on the workers) */
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     int64_t b = N - r0 < rows ? N - r0 : rows;
     slice_inputs(s, inputs, N, r0, b, part);
@@ -527,6 +596,12 @@ void onnx_session_profile_print(const onnx_session *s, FILE *f) {
             opool_threads(s->pool), (unsigned long long)ps.parallel_runs, (unsigned long long)ps.runs,
             (unsigned long long)ps.worker_chunks, (unsigned long long)ps.chunks, (unsigned long long)ps.sleeps,
             (unsigned long long)ps.solo_events);
+    const opool_mode *mc = p ? &p->mode : &s->bmode; /* the last plan's, or the batches' */
+    fprintf(f, "pool or alone (%s): %llu runs with the pool (median %.3f ms%s), %llu alone (median %.3f ms), %llu probes\n",
+            s->force_mode >= 0 ? "CINFER_ONNX_THREAD_MODE" : p ? "measured on this plan" : "measured on batches",
+            (unsigned long long)mc->runs[OPOOL_POOL], (double)opool_mode_estimate(mc, OPOOL_POOL) / 1e6,
+            p ? "" : " per row", (unsigned long long)mc->runs[OPOOL_ALONE],
+            (double)opool_mode_estimate(mc, OPOOL_ALONE) / 1e6, (unsigned long long)mc->probes);
   }
   if (!p && s->n_workers) { /* batches ran on the workers: the first one's rows */
     fprintf(f, "profile of worker 1 of %d (batch rows split over one-thread workers):\n", s->n_workers);
@@ -630,14 +705,14 @@ void onnx_model_describe(const onnx_model *m, FILE *f) {
 }
 
 /* The kernels of this call run on the session's pool (none with one thread: inline, also
- * for a batch worker running on its parent's pool thread); its workers spin between the
- * operators of this call and sleep after it (opool.h). */
+ * for a batch worker running on its parent's pool thread); around each plan run or batch
+ * (mode_begin / mode_end) the pool is either held, its workers spinning between the
+ * operators of this call and sleeping after it (opool.h), or set alone, as opool_mode
+ * chooses from the measured times. */
 cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, int n_inputs,
                                 cinfer_tensor *outputs) {
   opool *old = opool_set_current(s->pool);
-  opool_hold(s->pool, true);
   cinfer_status *st = session_run(s, inputs, n_inputs, outputs);
-  opool_hold(s->pool, false);
   opool_set_current(old);
   return st;
 }

@@ -1,9 +1,11 @@
-/* test_openai_lp.c: the streamed completions logprobs are written directly (openai_lp.c);
- * before, each chunk's arrays went through a cJSON parse and print of entries written with
- * cbuf_json_string_utf8 and "%.6g", and the whole answer still does. The two must agree byte
- * for byte: quotes, backslashes, every control character, invalid UTF-8 (a byte-fallback
- * token's lone bytes), a NUL byte, and numbers of every size, each against that round trip
- * and some against literal text. */
+/* test_openai_lp.c: every logprobs value of the OpenAI answers is written directly
+ * (openai_lp.c). Before, the arrays went through a cJSON parse and print of entries written
+ * with cbuf_json_string_utf8 and "%.6g"; the writer prints what that round trip printed
+ * (quotes, backslashes, every control character, invalid UTF-8: a byte-fallback token's lone
+ * bytes; numbers of every size), checked against it, except where the round trip was wrong:
+ * a NUL byte cut the text (now \u0000, the text whole), and -inf or NaN made the entries
+ * unreadable (now -9999, vLLM's floor, and null). The completions arrays (oai_lp_list) are
+ * read back with cJSON. */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -42,9 +44,31 @@ static char *old_number(float f) {
   return out;
 }
 
+/* The old round trip, piece by piece between NUL bytes, which are now \u0000 (a character). */
+static char *want_string(const char *s, size_t n, int *chars) {
+  cbuf w = {0};
+  *chars = 0;
+  cbuf_puts(&w, "\"");
+  for (size_t i = 0;;) {
+    const char *z = memchr(s + i, 0, n - i);
+    size_t e = z ? (size_t)(z - s) : n;
+    int k;
+    char *part = old_string(s + i, e - i, &k);
+    cbuf_put(&w, part + 1, strlen(part) - 2);
+    free(part);
+    *chars += k;
+    if (!z) break;
+    cbuf_puts(&w, "\\u0000");
+    (*chars)++;
+    i = e + 1;
+  }
+  cbuf_puts(&w, "\"");
+  return cbuf_take(&w);
+}
+
 static void same_string(const char *s, size_t n) {
   int want_chars, chars = 3; /* grows from what it was */
-  char *want = old_string(s, n, &want_chars);
+  char *want = want_string(s, n, &want_chars);
   cbuf b = {0};
   cbuf_puts(&b, "x");
   oai_lp_string(&b, s, n, &chars);
@@ -78,9 +102,10 @@ static void test_special_strings(void **st) {
   expect_text(" \xc3\xa9\xf0\x9f\x98\x80", 7, "\" \xc3\xa9\xf0\x9f\x98\x80\"", 3);
   /* the text the escapes look like, as text */
   expect_text("\\u0008\\u0000", 12, "\"\\\\u0008\\\\u0000\"", 12);
-  /* a NUL byte ends a cJSON string */
-  expect_text("a\0b", 3, "\"a\"", 1);
-  expect_text("\0", 1, "\"\"", 0);
+  /* a NUL byte is kept (cJSON's round trip ended the text there) */
+  expect_text("a\0b", 3, "\"a\\u0000b\"", 3);
+  expect_text("\0", 1, "\"\\u0000\"", 1);
+  expect_text("\xc3\0\xa9", 3, "\"\xef\xbf\xbd\\u0000\xef\xbf\xbd\"", 3);
   expect_text("", 0, "\"\"", 0);
   for (int c = 0; c < 256; c++) {
     char s[3] = {'x', (char)c, 'y'};
@@ -141,7 +166,7 @@ static void test_numbers(void **st) {
     if (isfinite(f)) same_number(f, NULL);
   }
   /* "%.6g" wrote -inf or nan, which no JSON reader took (the chunk lost its arrays);
-   * now the value is null, as cJSON prints a non-finite number */
+   * a plain number is null then, as cJSON prints a non-finite number */
   cbuf b = {0};
   oai_lp_number(&b, -INFINITY);
   oai_lp_number(&b, NAN);
@@ -149,11 +174,114 @@ static void test_numbers(void **st) {
   cbuf_free(&b);
 }
 
+static void expect_logprob(float v, const char *text) {
+  cbuf b = {0};
+  oai_lp_logprob(&b, v);
+  assert_false(b.oom);
+  if (strcmp(b.data, text)) fail_msg("logprob %.9g: %s, want %s", (double)v, b.data, text);
+  cbuf_free(&b);
+}
+
+/* A logprob is a number, floored at vLLM's -9999; NaN and +inf (impossible) are null. */
+static void test_logprobs(void **st) {
+  (void)st;
+  expect_logprob(-INFINITY, "-9999");
+  expect_logprob(-FLT_MAX, "-9999");
+  expect_logprob(-1e5f, "-9999");
+  expect_logprob(-9999.0f, "-9999");
+  expect_logprob(-9998.5f, "-9998.5");
+  expect_logprob(-0.5f, "-0.5");
+  expect_logprob(-0.0f, "-0");
+  expect_logprob(NAN, "null");
+  expect_logprob(INFINITY, "null");
+  uint64_t r = 7;
+  for (int i = 0; i < 20000; i++) { /* above the floor, the same as a number */
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    float f = -(float)((r >> 11) % 100000000) / 10000.0f;
+    cbuf a = {0}, b = {0};
+    oai_lp_logprob(&a, f);
+    oai_lp_number(&b, f);
+    assert_string_equal(a.data, b.data);
+    cbuf_free(&a);
+    cbuf_free(&b);
+  }
+}
+
+static const cJSON *arr(const cJSON *o, const char *k, int n) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, k);
+  assert_true(cJSON_IsArray(a));
+  assert_int_equal(cJSON_GetArraySize(a), n);
+  return a;
+}
+
+/* The completions arrays: a prompt part (its first token without a logprob) then a
+ * generated part, read back by a JSON parser, with NUL bytes, -inf and text_offset. */
+static void test_list(void **st) {
+  (void)st;
+  oai_lp_list p = {0}, g = {0};
+  oai_lp_list_token(&p, "Hi", 2, NULL);
+  oai_lp_list_end(&p);
+  float lp1 = -1.5f;
+  oai_lp_list_token(&p, " \xc3\xa9", 3, &lp1);
+  oai_lp_list_top(&p, " \xc3\xa9", 3, -1.5f);
+  oai_lp_list_top(&p, "x", 1, -2.25f);
+  oai_lp_list_end(&p);
+  float lp2 = -INFINITY, lp3 = -0.25f;
+  oai_lp_list_token(&g, "a\0b", 3, &lp2);
+  oai_lp_list_top(&g, "\0", 1, -INFINITY);
+  oai_lp_list_end(&g);
+  oai_lp_list_token(&g, "\"", 1, &lp3);
+  oai_lp_list_end(&g);
+  assert_false(oai_lp_list_failed(&p) || oai_lp_list_failed(&g));
+  cbuf b = {0};
+  int off = 10;
+  oai_lp_list_write(&b, &p, &g, &off);
+  assert_int_equal(off, 10 + 2 + 2 + 3 + 1);
+  cJSON *o = cJSON_ParseWithLength(b.data, b.len);
+  if (!o) fail_msg("not JSON: %s", b.data);
+  const cJSON *toks = arr(o, "tokens", 4), *lps = arr(o, "token_logprobs", 4);
+  const cJSON *tops = arr(o, "top_logprobs", 4), *offs = arr(o, "text_offset", 4);
+  assert_string_equal(cJSON_GetArrayItem(toks, 0)->valuestring, "Hi");
+  assert_string_equal(cJSON_GetArrayItem(toks, 1)->valuestring, " \xc3\xa9");
+  assert_true(cJSON_IsNull(cJSON_GetArrayItem(lps, 0)));
+  assert_true(cJSON_IsNull(cJSON_GetArrayItem(tops, 0)));
+  assert_true(cJSON_GetArrayItem(lps, 1)->valuedouble == -1.5);
+  assert_true(cJSON_GetArrayItem(lps, 2)->valuedouble == -9999.0);
+  assert_true(cJSON_GetArrayItem(lps, 3)->valuedouble == -0.25);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetArrayItem(tops, 1)), 2);
+  assert_true(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tops, 1), "x")->valuedouble == -2.25);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetArrayItem(tops, 2)), 1);
+  assert_true(cJSON_GetArrayItem(tops, 2)->child->valuedouble == -9999.0);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetArrayItem(tops, 3)), 0);
+  int want_off[4] = {10, 12, 14, 17};
+  for (int i = 0; i < 4; i++) assert_int_equal(cJSON_GetArrayItem(offs, i)->valueint, want_off[i]);
+  /* cJSON stops a string at NUL; the bytes themselves keep it */
+  assert_non_null(strstr(b.data, "\"a\\u0000b\""));
+  assert_non_null(strstr(b.data, "{\"\\u0000\":-9999}"));
+  cJSON_Delete(o);
+  cbuf_free(&b);
+  /* one part alone, and none */
+  off = 0;
+  oai_lp_list_write(&b, NULL, &g, &off);
+  assert_int_equal(off, 4);
+  assert_string_equal(b.data, "{\"tokens\":[\"a\\u0000b\",\"\\\"\"],\"token_logprobs\":[-9999,-0.25],"
+                              "\"top_logprobs\":[{\"\\u0000\":-9999},{}],\"text_offset\":[0,3]}");
+  cbuf_free(&b);
+  oai_lp_list empty = {0};
+  oai_lp_list_write(&b, &empty, NULL, &off);
+  assert_string_equal(b.data, "{\"tokens\":[],\"token_logprobs\":[],\"top_logprobs\":[],\"text_offset\":[]}");
+  cbuf_free(&b);
+  oai_lp_list_free(&p);
+  oai_lp_list_free(&g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_special_strings),
       cmocka_unit_test(test_random_strings),
       cmocka_unit_test(test_numbers),
+      cmocka_unit_test(test_logprobs),
+      cmocka_unit_test(test_list),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -123,6 +123,55 @@ static void test_too_many_or_long_segments_are_unknown(void **st) {
   assert_int_equal(got.group, API_GROUP_UNKNOWN);
 }
 
+/* The longest model name (CINFER_MODEL_NAME_MAX bytes) is one segment, plain or
+ * percent-encoded, and classifies whole; one byte more fails the split, which says why. */
+static void test_model_name_limit(void **st) {
+  (void)st;
+  static char p[4096], name[CINFER_MODEL_NAME_MAX + 2];
+  memset(name, 'n', CINFER_MODEL_NAME_MAX);
+  name[CINFER_MODEL_NAME_MAX] = 0;
+  snprintf(p, sizeof p, "/v2/models/%s/infer", name);
+  api_route got;
+  api_classify(HTTP_POST, p, strlen(p), &got);
+  assert_int_equal(got.group, API_INFERENCE);
+  assert_string_equal(got.model, name);
+  /* every byte escaped: 3 * 255 characters in the request, 255 once decoded */
+  size_t k = (size_t)snprintf(p, sizeof p, "/v2/models/");
+  for (int i = 0; i < CINFER_MODEL_NAME_MAX; i++) k += (size_t)snprintf(p + k, sizeof p - k, "%%6E");
+  snprintf(p + k, sizeof p - k, "/ready");
+  api_classify(HTTP_GET, p, strlen(p), &got);
+  assert_int_equal(got.group, API_HEALTH);
+  assert_string_equal(got.model, name);
+  http_path_segs segs;
+  assert_true(http_path_split(p, strlen(p), &segs));
+  assert_int_equal(segs.err, HTTP_PATH_OK);
+  assert_int_equal(segs.n, 4);
+  /* one byte longer: refused, never cut to the 255-byte name above */
+  strcat(name, "n");
+  snprintf(p, sizeof p, "/v2/models/%s/infer", name);
+  assert_false(http_path_split(p, strlen(p), &segs));
+  assert_int_equal(segs.err, HTTP_PATH_SEG_TOO_LONG);
+  assert_int_equal(segs.err_len, CINFER_MODEL_NAME_MAX + 1);
+  char why[160];
+  http_path_error(&segs, why, sizeof why);
+  assert_string_equal(why, "request path segment of 256 bytes is longer than the limit of 255 bytes "
+                           "(CINFER_MODEL_NAME_MAX, the longest model name)");
+  api_classify(HTTP_POST, p, strlen(p), &got);
+  assert_int_equal(got.group, API_GROUP_UNKNOWN);
+  assert_string_equal(got.model, "");
+  /* 1000 bytes, partly escaped: the decoded length is reported */
+  k = (size_t)snprintf(p, sizeof p, "/v2/models/");
+  for (int i = 0; i < 500; i++) k += (size_t)snprintf(p + k, sizeof p - k, "a%%62");
+  assert_false(http_path_split(p, strlen(p), &segs));
+  assert_int_equal(segs.err_len, 1000);
+  const char *nul = "/v2/models/a%00b/ready";
+  assert_false(http_path_split(nul, strlen(nul), &segs));
+  assert_int_equal(segs.err, HTTP_PATH_NUL);
+  const char *deep = "/v2/a/b/c/d/e/f/g/h/i/j/k";
+  assert_false(http_path_split(deep, strlen(deep), &segs));
+  assert_int_equal(segs.err, HTTP_PATH_TOO_MANY);
+}
+
 static void test_group_names_round_trip(void **st) {
   (void)st;
   for (int g = 0; g < API_GROUP_COUNT; g++) {
@@ -220,6 +269,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_route),
       cmocka_unit_test(test_too_many_or_long_segments_are_unknown),
+      cmocka_unit_test(test_model_name_limit),
       cmocka_unit_test(test_group_names_round_trip),
       cmocka_unit_test(test_restriction_flags),
       cmocka_unit_test(test_ct_equal),

@@ -1007,11 +1007,12 @@ static void test_prepad_conv(void **state) {
 
 /* Nearest Resize by 2 along W (the FPN upsampling; ops_nn.c writes each source value twice
  * with vector shuffles) against the definition out[c][y][x] = in[c][y / 2][x / 2], for
- * half_pixel (the default) and asymmetric coordinates, widths with and without a tail. */
-static void check_resize2x(int64_t W, const char *ctm) {
+ * half_pixel (the default) and asymmetric coordinates, widths with and without a tail, maps
+ * small (one run) and large (row ranges on the pool at 2 threads). */
+static void check_resize2x(int64_t C, int64_t H, int64_t W, const char *ctm) {
   mb b;
   mb_init(&b, 13);
-  mb_input(&b, "x", 4, (int64_t[]){1, 2, 3, W});
+  mb_input(&b, "x", 4, (int64_t[]){1, C, H, W});
   float sc[4] = {1, 1, 2, 2};
   mb_init_f(&b, "scales", 1, (int64_t[]){4}, sc);
   const char *ri[3] = {"x", "", "scales"}, *ro = "out";
@@ -1027,27 +1028,31 @@ static void check_resize2x(int64_t W, const char *ctm) {
   n->attribute[n->n_attribute++] = a;
   mb_output(&b, "out");
   onnx_model *m = load_built(&b);
-  int64_t shape[4] = {1, 2, 3, W};
-  float *x = rand_buf(6 * W), *y;
+  int64_t shape[4] = {1, C, H, W};
+  float *x = rand_buf(C * H * W), *y;
   size_t ny;
   bool f;
-  run(m, true, x, shape, 4, &y, &ny, &f);
-  assert_int_equal(ny, (size_t)(2 * 6 * 2 * W));
-  for (int64_t c = 0; c < 2; c++)
-    for (int64_t h = 0; h < 6; h++)
+  run(m, true, x, shape, 4, &y, &ny, &f); /* 2 threads: large maps in row ranges on the pool */
+  assert_int_equal(ny, (size_t)(C * 2 * H * 2 * W));
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t h = 0; h < 2 * H; h++)
       for (int64_t w = 0; w < 2 * W; w++)
-        if (y[(c * 6 + h) * 2 * W + w] != x[(c * 3 + h / 2) * W + w / 2])
-          fail_msg("resize 2x W%lld %s: out[%lld][%lld][%lld] = %g, want %g", (long long)W, ctm, (long long)c,
-                   (long long)h, (long long)w, y[(c * 6 + h) * 2 * W + w], x[(c * 3 + h / 2) * W + w / 2]);
+        if (y[(c * 2 * H + h) * 2 * W + w] != x[(c * H + h / 2) * W + w / 2])
+          fail_msg("resize 2x C%lld H%lld W%lld %s: out[%lld][%lld][%lld] = %g, want %g", (long long)C, (long long)H,
+                   (long long)W, ctm, (long long)c, (long long)h, (long long)w, y[(c * 2 * H + h) * 2 * W + w],
+                   x[(c * H + h / 2) * W + w / 2]);
   free(x);
   free(y);
   onnx_model_destroy(m);
 }
 
 static void test_resize_2x(void **state) {
-  check_resize2x(19, "half_pixel");
-  check_resize2x(16, "asymmetric");
-  check_resize2x(5, "half_pixel");
+  check_resize2x(2, 3, 19, "half_pixel");
+  check_resize2x(2, 3, 16, "asymmetric");
+  check_resize2x(2, 3, 5, "half_pixel");
+  /* 104,960 output values: 6 row ranges at 2 threads, not aligned with the channels */
+  check_resize2x(16, 40, 41, "half_pixel");
+  check_resize2x(9, 37, 64, "asymmetric");
 }
 
 /* Softmax over a short innermost axis in float (kern_softmax.c) against the

@@ -13,7 +13,14 @@
  *     slow by busy-waiting in the chunk: what a descheduled worker looks like);
  *   - a chain of convolutions (3x3, 1x1 + Add, depthwise, PRelu, a 1x1 into a plain graph
  *     output) run by 2- and 3-thread sessions, whose profile shows the sliced oneDNN
- *     kernel ("onednn/<slices>"), equals the 1-thread session bit for bit, batches too. */
+ *     kernel ("onednn/<slices>"), equals the 1-thread session bit for bit, batches too;
+ *   - a pool set alone (opool_set_alone) runs every chunk on the caller in order and says
+ *     it is solo; unset, its workers take chunks again;
+ *   - pool or alone (opool_mode): with injected times the chooser learns both modes, runs
+ *     the faster, probes the other once in 16 runs (64 when they differ by > 25%), switches
+ *     when conditions change; a 2-thread session forced alone (CINFER_ONNX_THREAD_MODE)
+ *     hands nothing to its workers and its outputs equal pool mode's and one thread's bit
+ *     for bit, batch 1 (operators) and 3 (row groups). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
@@ -169,6 +177,110 @@ static void test_contention_guard(void **state) {
   assert_int_equal(atomic_load(&on_worker), before); /* alone: every chunk on the caller */
   opool_hold(p, false);
   opool_destroy(p);
+}
+
+/* Set alone, a pool runs every chunk on the caller, in order, hands nothing to its workers
+ * and reports itself solo; off again, its workers take chunks again. */
+typedef struct {
+  atomic_int on_worker, next, out_of_order;
+} order_ctx;
+
+static void order_chunk(void *vc, int64_t c, int tid) {
+  order_ctx *x = vc;
+  if (tid) atomic_fetch_add(&x->on_worker, 1);
+  if (atomic_fetch_add(&x->next, 1) != (int)c % 8) atomic_store(&x->out_of_order, 1);
+  if ((int)c == 7) atomic_store(&x->next, 0);
+}
+
+static void test_set_alone(void **state) {
+  (void)state;
+  opool *p;
+  assert_null(opool_create(3, &p));
+  assert_false(opool_solo(p));
+  opool_set_alone(p, true);
+  assert_true(opool_solo(p));
+  opool_hold(p, true);
+  order_ctx x = {0, 0, 0};
+  opool_stats a, b;
+  opool_get_stats(p, &a);
+  for (int r = 0; r < 200; r++) opool_for(p, 8, order_chunk, &x);
+  opool_get_stats(p, &b);
+  opool_hold(p, false);
+  assert_int_equal(atomic_load(&x.on_worker), 0);
+  assert_int_equal(atomic_load(&x.out_of_order), 0);
+  assert_int_equal(b.parallel_runs, a.parallel_runs);
+  opool_set_alone(p, false);
+  assert_false(opool_solo(p));
+  /* the workers are back: some chunk lands on one (bounded: runs of 64 slowish chunks) */
+  opool_hold(p, true);
+  atomic_int hits[64];
+  count_ctx y = {hits, 3, 0, 0};
+  for (int r = 0; r < 20000 && b.worker_chunks == a.worker_chunks; r++) {
+    memset(hits, 0, sizeof hits);
+    opool_for(p, 64, count_chunk, &y);
+    opool_get_stats(p, &b);
+  }
+  opool_hold(p, false);
+  assert_true(b.worker_chunks > a.worker_chunks);
+  opool_destroy(p);
+}
+
+/* ---- pool or alone (opool_mode) with injected times ---- */
+
+/* runs n inferences whose times are pool_ns / alone_ns; counts each mode's runs */
+static void mode_steps(opool_mode *c, int n, int64_t pool_ns, int64_t alone_ns, int *n_pool, int *n_alone) {
+  *n_pool = *n_alone = 0;
+  for (int i = 0; i < n; i++) {
+    int m = opool_mode_pick(c);
+    assert_true(m == OPOOL_POOL || m == OPOOL_ALONE);
+    opool_mode_record(c, m, m == OPOOL_POOL ? pool_ns : alone_ns);
+    ++*(m == OPOOL_POOL ? n_pool : n_alone);
+  }
+}
+
+static void test_mode_chooser(void **state) {
+  (void)state;
+  opool_mode c = {0};
+  /* learning: pool, alone, pool, alone */
+  const int want[4] = {OPOOL_POOL, OPOOL_ALONE, OPOOL_POOL, OPOOL_ALONE};
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(opool_mode_pick(&c), want[i]);
+    opool_mode_record(&c, want[i], want[i] == OPOOL_POOL ? 1000000 : 1100000);
+  }
+  /* the pool is faster, alone within 25%: 1 probe in 16 */
+  int np, na;
+  mode_steps(&c, 160, 1000000, 1100000, &np, &na);
+  assert_int_equal(na, 10);
+  assert_int_equal(np, 150);
+  assert_int_equal(opool_mode_estimate(&c, OPOOL_POOL), 1000000);
+  /* conditions change: the pool becomes 2x slower (another process on the other core); the
+   * median of its last three needs two slow runs, then it runs alone, probing the pool
+   * once in 64 runs (the medians differ by more than a quarter) */
+  mode_steps(&c, 2, 2000000, 1100000, &np, &na);
+  assert_int_equal(np, 2);
+  assert_int_equal(opool_mode_pick(&c), OPOOL_ALONE);
+  mode_steps(&c, 640, 2000000, 1100000, &np, &na);
+  assert_int_equal(np, 10);
+  /* the pool gets fast again: two probes later it is back in use */
+  int back = -1;
+  for (int i = 0; i < 3 * 64 && back < 0; i++) {
+    int m = opool_mode_pick(&c);
+    opool_mode_record(&c, m, m == OPOOL_POOL ? 1000000 : 1100000);
+    if (opool_mode_pick(&c) == OPOOL_POOL && m == OPOOL_POOL) back = i;
+  }
+  assert_true(back >= 0);
+  /* a partial loss: the pool 5% slower than alone. Alone is used, the pool only as a probe:
+   * the 2-thread session is slower than alone by at most the probes' share */
+  opool_mode d = {0};
+  mode_steps(&d, 4 + 1600, 1050000, 1000000, &np, &na);
+  assert_int_equal(np, 2 + 100);
+  assert_int_equal(d.probes, 100);
+  /* one outlier among three does not move the median */
+  opool_mode e = {0};
+  mode_steps(&e, 40, 1000000, 1500000, &np, &na);
+  opool_mode_record(&e, OPOOL_POOL, 50000000);
+  assert_int_equal(opool_mode_estimate(&e, OPOOL_POOL), 1000000);
+  assert_int_equal(opool_mode_pick(&e), OPOOL_POOL);
 }
 
 /* ---- sliced convolutions through a session ---- */
@@ -393,12 +505,87 @@ static void test_row_sliced_convs_equal_one_thread(void **state) {
   onnx_model_destroy(m);
 }
 
+/* conv_chain at 2 threads forced to `mode` (CINFER_ONNX_THREAD_MODE, read at session
+ * creation), sub-batching automatic (N > 1: row groups on the workers), 5 runs */
+static float *run_mode(onnx_model *m, int threads, const char *mode, const float *x, int64_t N, char **prof) {
+  if (mode) setenv("CINFER_ONNX_THREAD_MODE", mode, 1);
+  onnx_session *s;
+  cinfer_status *cst = onnx_session_create(m, &(onnx_options){.threads = threads, .profile = true}, &s);
+  unsetenv("CINFER_ONNX_THREAD_MODE");
+  if (cst) fail_msg("create: %s", cinfer_status_message(cst));
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {N, 16, 23, 29}, .data = x,
+                      .byte_size = (size_t)(N * 16 * 23 * 29) * 4},
+                o;
+  for (int rep = 0; rep < 5; rep++) {
+    cinfer_status *st = onnx_session_run(s, &in, 1, &o);
+    if (st) fail_msg("run (%d threads, %s): %s", threads, mode ? mode : "auto", cinfer_status_message(st));
+  }
+  assert_int_equal(o.byte_size, (size_t)(N * 20 * 23 * 29) * 4);
+  float *out = malloc(o.byte_size);
+  memcpy(out, o.data, o.byte_size);
+  size_t plen = 0;
+  FILE *f = open_memstream(prof, &plen);
+  onnx_session_profile_print(s, f);
+  fclose(f);
+  onnx_session_destroy(s);
+  return out;
+}
+
+static void test_alone_equals_pool(void **state) {
+  (void)state;
+  onnx_model *m = conv_chain();
+  unsigned seed = 5;
+  for (int64_t N = 1; N <= 3; N += 2) {
+    float *x = rnd(N * 16 * 23 * 29, &seed);
+    char *p1 = NULL, *pp = NULL, *pa = NULL, *pq = NULL;
+    float *one = run_mode(m, 1, NULL, x, N, &p1), *pool = run_mode(m, 2, "pool", x, N, &pp),
+          *alone = run_mode(m, 2, "alone", x, N, &pa), *aut = run_mode(m, 2, NULL, x, N, &pq);
+    size_t n = (size_t)(N * 20 * 23 * 29);
+    assert_memory_equal(one, pool, n * sizeof(float));
+    assert_memory_equal(one, alone, n * sizeof(float));
+    assert_memory_equal(one, aut, n * sizeof(float));
+    /* alone: no split operator, no row group handed to the worker */
+    if (!strstr(pa, "thread pool: 2 threads; 0 of ")) fail_msg("N=%lld alone: work handed to workers:\n%s", (long long)N, pa);
+    if (strstr(pp, "thread pool: 2 threads; 0 of ")) fail_msg("N=%lld pool: nothing handed to workers:\n%s", (long long)N, pp);
+    if (N == 1 && !strstr(pp, "onednn/")) fail_msg("pool: no sliced conv:\n%s", pp);
+    /* measured: both modes were run (learning), the run that built the plan not timed (at
+     * N = 3 the worker's plan is built in the first run the worker takes a row of) */
+    const char *ml = strstr(pq, "pool or alone (measured on ");
+    unsigned long long rp = 0, ra = 0;
+    if (!ml || !(ml = strstr(ml, "): ")) || sscanf(ml, "): %llu runs with the pool", &rp) != 1 ||
+        !(ml = strstr(ml, "), ")) || sscanf(ml, "), %llu alone", &ra) != 1 || rp < 1 || ra < 1 || rp + ra > 4)
+      fail_msg("N=%lld auto: not both modes timed, at most 4 runs:\n%s", (long long)N, pq);
+    free(one);
+    free(pool);
+    free(alone);
+    free(aut);
+    free(p1);
+    free(pp);
+    free(pa);
+    free(pq);
+    free(x);
+  }
+  /* a bad setting fails the session with the variable named */
+  setenv("CINFER_ONNX_THREAD_MODE", "fast", 1);
+  onnx_session *s = NULL;
+  cinfer_status *st = onnx_session_create(m, &(onnx_options){.threads = 2}, &s);
+  unsetenv("CINFER_ONNX_THREAD_MODE");
+  assert_non_null(st);
+  assert_non_null(strstr(cinfer_status_message(st), "CINFER_ONNX_THREAD_MODE"));
+  cinfer_status_free(st);
+  assert_null(s);
+  onnx_model_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_chunk_once),
       cmocka_unit_test(test_current_pool),
       cmocka_unit_test(test_sleep_between_inferences),
       cmocka_unit_test(test_contention_guard),
+      cmocka_unit_test(test_set_alone),
+      cmocka_unit_test(test_mode_chooser),
+      cmocka_unit_test(test_alone_equals_pool),
       cmocka_unit_test(test_sliced_convs_equal_one_thread),
       cmocka_unit_test(test_row_sliced_convs_equal_one_thread),
   };

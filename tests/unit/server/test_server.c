@@ -22,6 +22,81 @@ static void model_cfg(const char *repo, const char *name, const char *backend, c
   tu_model(repo, name, 1, text);
 }
 
+/* Rewrites name's config.pbtxt with a parameter edit = k: an explicit load of an unchanged
+ * model is a no-op, and a version whose files and config are unchanged is kept, as in
+ * Triton, so a test that reloads changes the config first. */
+static void model_cfg_edit(const char *repo, const char *name, const char *backend, const char *extra,
+                           int k) {
+  char text[8192], p[4096];
+  int n = snprintf(text, sizeof text, ID_CFG, name, backend, extra);
+  snprintf(text + n, sizeof text - (size_t)n, "parameters { key: \"edit\" value: { string_value: \"%d\" } }\n", k);
+  snprintf(p, sizeof p, "%s/%s/config.pbtxt", repo, name);
+  tu_write(p, "%s", text);
+}
+
+static void infer_ok(cinfer_server *s, const char *name, float x);
+
+static cinfer_model *version_model(cinfer_server *s, const char *name, int64_t v) {
+  cinfer_model *m = NULL;
+  cinfer_status *st = cinfer_server_model_acquire(s, name, v, &m);
+  if (st) fail_msg("%s v%lld: %s", name, (long long)v, cinfer_status_message(st));
+  cinfer_model_release(m); /* the table holds it while READY: the address identifies it */
+  return m;
+}
+
+/* Triton's per-version rule (AsyncLoad): a reload of a changed model loads only the versions
+ * whose folder, shared files or configuration changed; the others stay as they are. */
+static void test_reload_keeps_unchanged_versions(void **state) {
+  (void)state;
+  char *repo = tu_repo();
+  const char *all = "version_policy: { all { } }\n";
+  model_cfg(repo, "v", "ctl", all);
+  ctl_reset(-1);
+  ctl_open();
+  int loads0 = ctl_get(&ctl.loads);
+  cinfer_server *s = tu_server(repo, CINFER_MODEL_CONTROL_EXPLICIT, 0);
+  assert_null(cinfer_server_load_model(s, "v", NULL));
+  cinfer_model *v1 = version_model(s, "v", 1);
+  char p[4096], text[8192];
+  /* a comment in config.pbtxt: the file changed, the configuration did not */
+  snprintf(p, sizeof p, "%s/v/config.pbtxt", repo);
+  snprintf(text, sizeof text, ID_CFG, "v", "ctl", all);
+  tu_write(p, "%s# a comment\n", text);
+  assert_null(cinfer_server_load_model(s, "v", NULL));
+  assert_ptr_equal(version_model(s, "v", 1), v1);
+  assert_int_equal(ctl_get(&ctl.loads) - loads0, 1);
+  /* a new version folder: version 2 loads, version 1 stays */
+  snprintf(p, sizeof p, "%s/v/2", repo);
+  assert_int_equal(mkdir(p, 0755), 0);
+  assert_null(cinfer_server_load_model(s, "v", NULL));
+  assert_ptr_equal(version_model(s, "v", 1), v1);
+  cinfer_model *v2 = version_model(s, "v", 2);
+  assert_int_equal(ctl_get(&ctl.loads) - loads0, 2);
+  /* a file in version 2's folder: version 2 alone reloads */
+  snprintf(p, sizeof p, "%s/v/2/weights.bin", repo);
+  tu_write(p, "w");
+  assert_null(cinfer_server_load_model(s, "v", NULL));
+  assert_ptr_equal(version_model(s, "v", 1), v1);
+  assert_ptr_not_equal(version_model(s, "v", 2), v2);
+  assert_int_equal(ctl_get(&ctl.loads) - loads0, 3);
+  /* a shared file beside the config: both reload */
+  snprintf(p, sizeof p, "%s/v/labels.txt", repo);
+  tu_write(p, "a\nb\n");
+  assert_null(cinfer_server_load_model(s, "v", NULL));
+  assert_int_equal(ctl_get(&ctl.loads) - loads0, 5);
+  v1 = version_model(s, "v", 1);
+  v2 = version_model(s, "v", 2);
+  /* a change of the configuration: both reload */
+  model_cfg_edit(repo, "v", "ctl", all, 1);
+  assert_null(cinfer_server_load_model(s, "v", NULL));
+  assert_int_equal(ctl_get(&ctl.loads) - loads0, 7);
+  assert_ptr_not_equal(version_model(s, "v", 1), v1);
+  infer_ok(s, "v", 2);
+  cinfer_server_destroy(s);
+  tu_rmtree(repo);
+  free(repo);
+}
+
 static bool metrics_has(cinfer_server *s, const char *needle) {
   char *t = NULL;
   size_t n = 0;
@@ -47,7 +122,8 @@ static void infer_ok(cinfer_server *s, const char *name, float x) {
 
 /* Issue 15: the second reload crashed (the new version got the old one's metric series,
  * destroying the old version freed them, the next destroy freed them again). The series
- * must survive each destroyed predecessor, and every load is matched by an unload. */
+ * must survive each destroyed predecessor, and every load is matched by an unload. Each
+ * reload follows a change of the config; a load with nothing changed loads nothing. */
 static void test_reload_repeatedly(void **state) {
   (void)state;
   char *repo = tu_repo();
@@ -59,6 +135,9 @@ static void test_reload_repeatedly(void **state) {
   assert_null(cinfer_server_load_model(s, "m", NULL));
   for (int i = 1; i <= 3; i++) {
     infer_ok(s, "m", (float)i);
+    assert_null(cinfer_server_load_model(s, "m", NULL)); /* unchanged: nothing happens */
+    assert_int_equal(ctl_get(&ctl.loads) - loads0, i);
+    model_cfg_edit(repo, "m", "ctl", "", i);
     assert_null(cinfer_server_load_model(s, "m", NULL)); /* reload */
     /* the reaper destroys the version the reload replaced */
     assert_true(ctl_wait(&ctl.unloads, unloads0 + i));
@@ -121,10 +200,18 @@ static void reload_under_load(const char *model, const char *backend, const char
     args[i] = (load_arg){.s = s, .model = model, .stop = &stop, .id = i};
     assert_int_equal(pthread_create(&th[i], NULL, load_client, &args[i]), 0);
   }
+  cinfer_model *prev = NULL, *now;
+  assert_null(cinfer_server_model_acquire(s, model, -1, &prev));
   for (int k = 0; k < 15; k++) {
+    model_cfg_edit(repo, model, backend, extra, k + 1); /* a change, so that it reloads */
     cinfer_status *st = cinfer_server_load_model(s, model, NULL);
     if (st) fail_msg("reload %d: %s", k, cinfer_status_message(st));
+    assert_null(cinfer_server_model_acquire(s, model, -1, &now));
+    assert_ptr_not_equal(prev, now); /* a new model (prev is held, so its address is taken) */
+    cinfer_model_release(prev);
+    prev = now;
   }
+  cinfer_model_release(prev);
   atomic_store(&stop, true);
   int ok = 0;
   for (int i = 0; i < NT; i++) {
@@ -426,6 +513,45 @@ static void test_load_with_config_json(void **state) {
     assert_string_equal(tu_state(s, "j", 1, NULL, 0), "READY");
   }
   infer_ok(s, "j", 6);
+  /* Triton's rule (test_config_override): a load without config of an unchanged model
+   * keeps it as it is, the override included (max_batch_size 3, not config.pbtxt's 8), and
+   * so does one after the failed override loads above. */
+  cinfer_model *before, *after;
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &before));
+  assert_null(cinfer_server_load_model(s, "j", NULL));
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &after));
+  assert_ptr_equal(before, after);
+  assert_int_equal(after->config->max_batch_size, 3);
+  cinfer_model_release(after);
+  /* a file changed: the load reads config.pbtxt again */
+  model_cfg_edit(repo, "j", "identity", "", 1);
+  assert_null(cinfer_server_load_model(s, "j", NULL));
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &after));
+  assert_ptr_not_equal(before, after);
+  assert_int_equal(after->config->max_batch_size, 8);
+  cinfer_model_release(after);
+  cinfer_model_release(before);
+  /* a load with config always loads; a version whose files and config are the same stays
+   * (Triton updates such a version in place) */
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &before));
+  assert_null(cinfer_server_load_model(s, "j", json));
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &after));
+  assert_ptr_not_equal(before, after);
+  assert_int_equal(after->config->max_batch_size, 3);
+  cinfer_model_release(before);
+  before = after;
+  assert_null(cinfer_server_load_model(s, "j", json));
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &after));
+  assert_ptr_equal(before, after);
+  cinfer_model_release(before);
+  cinfer_model_release(after);
+  /* an unload forgets it: the next load reads config.pbtxt */
+  assert_null(cinfer_server_unload_model(s, "j"));
+  assert_null(cinfer_server_load_model(s, "j", NULL));
+  assert_null(cinfer_server_model_acquire(s, "j", -1, &after));
+  assert_int_equal(after->config->max_batch_size, 8);
+  cinfer_model_release(after);
+  infer_ok(s, "j", 7);
   cinfer_server_destroy(s);
   tu_rmtree(repo);
   free(repo);
@@ -487,6 +613,7 @@ int main(void) {
       cmocka_unit_test(test_priority_policy_past_16),
       cmocka_unit_test(test_control_refused_unless_explicit),
       cmocka_unit_test(test_load_with_config_json),
+      cmocka_unit_test(test_reload_keeps_unchanged_versions),
       cmocka_unit_test(test_unsupported_configs_fail_the_load),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
