@@ -13,7 +13,10 @@
  * which the pool's threads claim from one counter; each thread runs its groups on its own
  * one-thread worker session (its own plans and arenas) and copies the outputs into
  * out_buf at the group's rows. A thread that is descheduled or slow delays the batch by
- * at most the group it holds (with fixed halves, by half the batch).
+ * at most the group it holds (with fixed halves, by half the batch). With one row per
+ * group and N not a multiple of T, the workers take the first N - N % T rows and the last
+ * N % T run after them on this session's own plan, operators split over the pool
+ * (run_rest): a batch of 3 on 2 threads no longer leaves a core idle for its last row.
  * Rows are independent, so this needs no barrier inside the graph: every kernel, the
  * reference ones included, runs at full speed on its own core, where splitting each
  * operator over T threads leaves the serial operators and the per-operator barriers.
@@ -327,7 +330,7 @@ static void mode_end(onnx_session *s, mode_run *r, bool ok, int64_t rows) {
 typedef struct {
   onnx_session *s;
   const cinfer_tensor *inputs;
-  int64_t N, n_chunks;
+  int64_t N, n_rows, n_chunks; /* the batch's rows; the first n_rows go to the workers */
 } wrun_ctx;
 
 /* Row group c of the batch, on whichever pool thread claims it (tid): that thread's
@@ -340,7 +343,7 @@ static void wrun_chunk(void *vc, int64_t c, int tid) {
   const onnx_model *m = s->m;
   int no = m->n_outputs, ni = m->n_inputs;
   int64_t r0, r1;
-  opool_range(x->N, x->n_chunks, c, &r0, &r1);
+  opool_range(x->n_rows, x->n_chunks, c, &r0, &r1);
   int64_t b = r1 - r0;
   cinfer_tensor *part = s->wpart + (size_t)tid * (size_t)ni, *out = s->wout + (size_t)tid * (size_t)no;
   slice_inputs(s, x->inputs, x->N, r0, b, part);
@@ -378,6 +381,34 @@ static cinfer_status *worker_rows(onnx_session *s, onnx_session *w, const cinfer
   *r1 = (int64_t)(((size_t)1 << 20) / arena);
   if (*r1 < 1) *r1 = 1;
   return NULL;
+}
+
+/* Rows r0..N-1 of a batch as one run of this session's own plan (operators split over its
+ * pool, or alone, as that plan's measured mode says), copied into out_buf after the
+ * workers' rows. */
+static cinfer_status *run_rest(onnx_session *s, const cinfer_tensor *inputs, int64_t N, int64_t r0) {
+  const onnx_model *m = s->m;
+  int64_t b = N - r0;
+  cinfer_tensor *part = s->part;
+  slice_inputs(s, inputs, N, r0, b, part);
+  uint64_t b0 = builds_of(s);
+  onnx_plan *p;
+  cinfer_status *st = get_plan(s, part, &p);
+  if (st) return st;
+  mode_run mr;
+  mode_begin(s, &p->mode, b0, &mr);
+  st = plan_run(p, part, s->map, s->opt.profile);
+  mode_end(s, &mr, !st, 1);
+  for (int i = 0; i < m->n_outputs && !st; i++) {
+    const ot *o = &p->vals[m->outputs[i]];
+    size_t nb = ot_nbytes(o);
+    if (o->dtype == CINFER_TYPE_BYTES) return undeclared_string(s, i);
+    if (o->ndim < 1 || o->dims[0] != b || nb != s->wrb[i] * (size_t)b)
+      return cinfer_status_new(CINFER_INTERNAL, "output '%s' does not carry the batch in dim 0",
+                               m->values[m->outputs[i]].name);
+    if (nb) memcpy((char *)s->out_buf[i] + s->wrb[i] * (size_t)r0, o->data, nb);
+  }
+  return st;
 }
 
 /* Batch parallelism (see the top of this file): rows in groups claimed by the pool's
@@ -428,21 +459,27 @@ static cinfer_status *run_workers(onnx_session *s, const cinfer_tensor *inputs, 
   int64_t g = N / (2 * (int64_t)T);
   if (g > r1) g = r1;
   if (g < 1) g = 1;
-  int64_t n_chunks = (N + g - 1) / g;
+  /* One row per group and N not a multiple of T: the last N % T rows would run on some
+   * threads while the others idle (a batch of 3 on 2 threads: a whole row on one core).
+   * The workers take the first N - N % T rows; the rest run after them as one batch on
+   * this session, its operators split over the pool. */
+  int64_t rem = g == 1 && N > T ? N % T : 0, Nw = N - rem;
+  int64_t n_chunks = (Nw + g - 1) / g;
   memset(s->werr, 0, sizeof *s->werr * (size_t)T);
   s->last = NULL; /* the profile is the workers' */
-  wrun_ctx wc = {s, inputs, N, n_chunks};
+  wrun_ctx wc = {s, inputs, N, Nw, n_chunks};
   mode_run mr;
   mode_begin(s, &s->bmode, b0, &mr);
   opool_for(s->pool, n_chunks, wrun_chunk, &wc);
   bool failed = false;
   for (int w = 0; w < T; w++) failed |= s->werr[w] != NULL;
-  mode_end(s, &mr, !failed, N);
+  mode_end(s, &mr, !failed, Nw);
   for (int w = 0; w < T; w++) {
     if (s->werr[w] && !st) st = s->werr[w];
     else if (s->werr[w]) cinfer_status_free(s->werr[w]);
   }
   if (st) return st;
+  if (rem && (st = run_rest(s, inputs, N, Nw))) return st;
   for (int i = 0; i < no; i++) {
     outputs[i] = s->wtmpl[i];
     outputs[i].shape[0] = N;

@@ -84,7 +84,9 @@ static void test_rows_equal_single_rows(void **state) {
   (void)state;
   onnx_model *m = two_output_model();
   unsigned seed = 77;
-  const int64_t Ns[] = {2, 3, 5, 8, 13, 2, 8}; /* changing sizes on one session, down and up again */
+  /* changing sizes on one session, down and up again; 3, 5 and 7 on 2 threads and 5, 7
+   * and 8 on 3 leave remainder rows that run on the session's own plan (run_rest) */
+  const int64_t Ns[] = {2, 3, 5, 8, 13, 2, 7, 8};
   float *x = rnd(13 * (int64_t)ROW_IN, &seed);
   /* each row alone on a one-thread session */
   float *map1 = malloc(sizeof(float) * 13 * ROW_MAP), *avg1 = malloc(sizeof(float) * 13 * ROW_AVG);
