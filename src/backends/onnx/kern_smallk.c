@@ -25,8 +25,19 @@ typedef struct {
   conv_geom g;
   bool blocked_out; /* writes nChw<blk>c (w_data: [M/8][K][8] weights, bias, slopes) */
   int64_t blk;      /* 8 or 16: kern_block() when M is a multiple of it, else 8 */
+  bool w16;         /* blk 16 on an AVX-512 build: w_data is [M/16][K][16] (kdir_row_direct16) */
   float *w_data;
 } smallk_kernel;
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define KDIR16 1
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v16fu __attribute__((vector_size(64), aligned(4)));
+typedef int v16i __attribute__((vector_size(64)));
+#else
+#define KDIR16 0
+#endif
 
 static bool smallk_can_take(const onnx_plan *p, const plan_step *s, bool keep) {
   (void)keep;
@@ -47,9 +58,9 @@ static int64_t kdir_owp(int64_t OW) { return ((OW + 5) / 6 * 6 + 15) / 16 * 16; 
 static int64_t kdir_rw(const conv_geom *g);
 
 /* per-thread scratch of the small-K conv: the im2col strip, or (blocked output) the padded
- * input rows and a tail of 2 blocks x 6 pixels; 64-byte multiples */
+ * input rows and a tail of 2 blocks x 6 pixels (16 floats each); 64-byte multiples */
 static size_t k64_temp_per_thread(const conv_geom *g, int64_t K, bool blocked) {
-  size_t n = blocked ? (size_t)(g->C * g->k[0] * kdir_rw(g) + 96) : (size_t)(K * kdir_owp(g->out[1]));
+  size_t n = blocked ? (size_t)(g->C * g->k[0] * kdir_rw(g) + 192) : (size_t)(K * kdir_owp(g->out[1]));
   return (n * sizeof(float) + 63) & ~(size_t)63;
 }
 
@@ -73,8 +84,10 @@ static cinfer_status *smallk_prepare(onnx_plan *p, plan_step *s, bool keep, fast
       return kern_oom();
     }
     const float *W = s->in[1]->data, *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
+    k->w16 = KDIR16 && k->blk == 16 && !getenv("CINFER_ONNX_NO_K64_16");
+    int64_t wl = k->w16 ? 16 : 8; /* weight vector width */
     for (int64_t m = 0; m < M; m++) {
-      for (int64_t kk = 0; kk < K; kk++) wb[((m / 8) * K + kk) * 8 + m % 8] = W[m * K + kk];
+      for (int64_t kk = 0; kk < K; kk++) wb[((m / wl) * K + kk) * wl + m % wl] = W[m * K + kk];
       wb[K * M + m] = B ? B[m] : 0.0f;
       wb[(K + 1) * M + m] = kern_prelu_slope(s, m);
     }
@@ -343,6 +356,102 @@ static void kdir_row_direct(const conv_geom *g, const float *wb, int64_t M, cons
   }
 }
 
+#if KDIR16
+/* kdir_chain with 16-channel weight vectors (one nChw16c block per zmm): the same FMA
+ * chain per lane, so the same bits, with half the instructions of two 8-lane blocks. */
+static inline __attribute__((always_inline)) void kdir_chain16(int NB, int SW, int64_t sw, const float *w, int64_t K,
+                                                               const float *x0, const int64_t *off, int64_t k0,
+                                                               int64_t k1, v16f acc[12]) {
+  if (SW) sw = SW;
+  for (int q = 0; q < 6 * NB; q++) acc[q] = (v16f){0};
+  for (int64_t kk = k0; kk < k1; kk++) {
+    v16f w0 = *(const v16fu *)(w + kk * 16), w1 = NB == 2 ? *(const v16fu *)(w + (K + kk) * 16) : w0;
+    const float *x = x0 + off[kk];
+    __asm__("" : "+r"(x));
+#pragma GCC unroll 6
+    for (int q = 0; q < 6; q++) {
+      v16f xv = (v16f)_mm512_set1_ps(x[q * sw]);
+      acc[q] = (v16f)_mm512_fmadd_ps((__m512)xv, (__m512)w0, (__m512)acc[q]);
+      if (NB == 2) acc[6 + q] = (v16f)_mm512_fmadd_ps((__m512)xv, (__m512)w1, (__m512)acc[6 + q]);
+    }
+  }
+}
+
+/* the activation of kdir_direct_pass (ACT 1 Relu, 2 v8_act on each 8-lane half) */
+static inline __attribute__((always_inline)) v16f kdir_act16(int ACT, v16f v, const onnx_fused *f,
+                                                             const float *slope16) {
+  if (ACT == 1) return (v16f)((v16i)v & (v16i)(v > 0));
+  v8f lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+  v8f hi = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  lo = v8_act(lo, f, slope16);
+  hi = v8_act(hi, f, slope16 + 8);
+  return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+/* kdir_direct_pass for NB (1 or 2) nChw16c blocks: per output element the same order
+ * (an FMA chain per input channel, the running sum in y, + bias, activation). */
+static inline __attribute__((always_inline)) void kdir_direct_pass16(int NB, int SW, int ACT, const conv_geom *g,
+                                                                     const float *w, int64_t K, const float *R,
+                                                                     const int64_t *off, int64_t ow, float *y[2],
+                                                                     const float *bias, const float *slope,
+                                                                     const onnx_fused *f) {
+  int64_t C = g->C, T = g->k[0] * g->k[1], sw = g->stride[1];
+  const float *x0 = R + ow * sw;
+  for (int64_t c = 0; c < C; c++) {
+    v16f acc[12];
+    kdir_chain16(NB, SW, sw, w, K, x0, off, c * T, (c + 1) * T, acc);
+    bool last = c == C - 1;
+    for (int b = 0; b < NB; b++) {
+      v16f bv = *(const v16fu *)(bias + b * 16);
+#pragma GCC unroll 6
+      for (int q = 0; q < 6; q++) {
+        v16f v = acc[6 * b + q];
+        if (c) v = *(const v16fu *)(y[b] + q * 16) + v;
+        if (last) {
+          v = v + bv;
+          if (ACT) v = kdir_act16(ACT, v, f, slope + b * 16);
+        }
+        *(v16fu *)(y[b] + q * 16) = v;
+      }
+    }
+  }
+}
+
+/* kdir_row_direct for nChw16c output with [M/16][K][16] weights: block j of pixel ow at
+ * Yb + j * bstride + ow * 16 */
+static void kdir_row_direct16(const conv_geom *g, const float *wb, int64_t M, const float *R, int64_t RW,
+                              int64_t OW, float *Yb, size_t bstride, const onnx_fused *f, float *scratch) {
+  int64_t K = g->C * g->k[0] * g->k[1], KW = g->k[1], sw = g->stride[1];
+  const float *bias = wb + K * M, *slope = bias + M;
+  float *tail = scratch;
+  int64_t off[32]; /* K <= 32 (small_k) */
+  for (int64_t kk = 0; kk < K; kk++) off[kk] = (kk / KW) * RW + (kk % KW) * g->dil[1];
+  int act = !f ? 0 : f->act == ACT_RELU ? 1 : 2;
+  for (int64_t cb = 0; cb < M / 16;) {
+    int nb = M / 16 - cb >= 2 ? 2 : 1;
+    const float *w = wb + cb * K * 16, *bs = bias + cb * 16, *sl = slope + cb * 16;
+    for (int64_t ow = 0; ow < OW; ow += 6) {
+      int64_t np = OW - ow < 6 ? OW - ow : 6;
+      float *y[2];
+      for (int b = 0; b < 2; b++) y[b] = np == 6 ? Yb + (size_t)(cb + b) * bstride + (size_t)(ow * 16) : tail + b * 96;
+      if (nb == 2 && sw == 2 && act == 1) kdir_direct_pass16(2, 2, 1, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (nb == 2 && sw == 1 && act == 1) kdir_direct_pass16(2, 1, 1, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (nb == 2 && act == 0) kdir_direct_pass16(2, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (nb == 2) kdir_direct_pass16(2, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (sw == 1 && act == 1) kdir_direct_pass16(1, 1, 1, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (act == 0) kdir_direct_pass16(1, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
+      else kdir_direct_pass16(1, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
+      if (np < 6)
+        for (int b = 0; b < nb; b++)
+          for (int64_t q = 0; q < np; q++)
+            memcpy(Yb + (size_t)(cb + b) * bstride + (size_t)((ow + q) * 16), tail + b * 96 + q * 16,
+                   sizeof(float) * 16);
+    }
+    cb += nb;
+  }
+}
+#endif
+
 static void smallk_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, int64_t r1, int tid) {
   const smallk_kernel *k = (const smallk_kernel *)fk;
   const conv_geom *g = &k->g;
@@ -365,6 +474,13 @@ static void smallk_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, i
       if (blk) {
         kdir_rows(g, X, n, oh, P, RW, &s->pre);
         int64_t Bk = k->blk;
+#if KDIR16
+        if (k->w16) {
+          kdir_row_direct16(g, k->w_data, M, P, RW, OW, Y + (size_t)((n * M * OH + oh * Bk) * OW),
+                            (size_t)(OH * OW * Bk), f, P + g->C * g->k[0] * RW);
+          continue;
+        }
+#endif
         kdir_row_direct(g, k->w_data, M, P, RW, OW, Y + (size_t)((n * M * OH + oh * Bk) * OW), (size_t)(OH * OW * Bk),
                         Bk, f, P + g->C * g->k[0] * RW);
         continue;

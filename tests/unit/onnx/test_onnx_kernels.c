@@ -322,6 +322,51 @@ static void test_conv_shapes(void **state) {
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_cfg(&cfgs[i]);
 }
 
+/* The small-K direct kernel's 16-lane path (kdir_row_direct16: nChw16c output with
+ * 16-channel weight vectors, AVX-512 builds on a host where kern_block() is 16) against
+ * its 8-lane path (CINFER_ONNX_NO_K64_16, read when plans are built): the same FMA chain
+ * per lane, so the outputs must be equal bit for bit. One and two 16-channel blocks per
+ * pass (M 16, 32, 48), stride 1 and 2 with Relu (the specialised passes), Tanh, PRelu and
+ * no activation, row tails (OW % 6 != 0), batch 2. On a build or host without it both runs
+ * take the 8-lane path. */
+static void test_smallk16_equals_8lane(void **state) {
+  (void)state;
+  const conv_cfg cfgs[] = {
+      /* N  C  H  W   M  KH KW sh sw pt pl pb pr dh dw g  bias act chain 1d */
+      {1, 3, 13, 23, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+      {2, 3, 17, 29, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+      {1, 3, 11, 19, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 1, 0},
+      {1, 3, 12, 20, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 0},
+      {1, 2, 9, 14, 32, 3, 3, 1, 2, 0, 1, 0, 2, 2, 1, 1, 0, 0, 1, 0},
+      {1, 3, 10, 13, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+  };
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+    const conv_cfg *c = &cfgs[i];
+    size_t len;
+    uint8_t *buf = build(c, &len, c->N);
+    onnx_model *m;
+    cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+    if (st) fail_msg("load: %s", cinfer_status_message(st));
+    free(buf);
+    int64_t shape[4] = {c->N, c->C, c->H, c->W};
+    float *x = rand_buf(cinfer_shape_elements(shape, 4)), *a, *b;
+    size_t na, nb;
+    bool fa, fb;
+    run(m, true, x, shape, 4, &a, &na, &fa);
+    setenv("CINFER_ONNX_NO_K64_16", "1", 1);
+    run(m, true, x, shape, 4, &b, &nb, &fb);
+    unsetenv("CINFER_ONNX_NO_K64_16");
+    assert_int_equal(na, nb);
+    if (memcmp(a, b, na * sizeof(float)))
+      fail_msg("case %zu (M%lld s%lld,%lld act%d): 16-lane and 8-lane small-K outputs differ", i, (long long)c->M,
+               (long long)c->sh, (long long)c->sw, c->act);
+    free(a);
+    free(b);
+    free(x);
+    onnx_model_destroy(m);
+  }
+}
+
 /* MaxPool / AveragePool: oneDNN pooling vs the reference */
 typedef struct pool_cfg { const char *op; int64_t C, H, W, kh, kw, sh, sw, pt, pl, pb, pr, ceil, incl, dh; } pool_cfg;
 
@@ -1323,6 +1368,7 @@ static void test_pre_exact(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
+      cmocka_unit_test(test_smallk16_equals_8lane),
       cmocka_unit_test(test_pre_exact),
       cmocka_unit_test(test_dw_fusion),
       cmocka_unit_test(test_batch_rows),
