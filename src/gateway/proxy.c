@@ -986,6 +986,16 @@ static bool authorize(gateway *g, gw_req *q) {
   const char *xff = http_request_header(req, "x-forwarded-for", &xl);
   gw_client_addr(http_exchange_peer(q->ex), xff, xl, g->cfg.trusted_proxies,
                  g->cfg.n_trusted_proxies, q->client, sizeof q->client);
+  if (q->route.path_err != HTTP_PATH_OK) { /* what the replica would answer, before any routing */
+    char msg[200];
+    http_path_err_message(q->route.path_err, q->route.path_err_len, msg, sizeof msg);
+    q->done = true;
+    req_metrics(q, 400);
+    LOG_V(1, "gateway: request %s from %s -> 400: %s", q->id, q->client, msg);
+    gw_respond_error(q->ex, 400, q->id, "%s", msg);
+    req_free(q);
+    return false;
+  }
   q->ks = gw_keys_get(g);
   gw_role role = GW_ROLE_ANON;
   bool bad = false;

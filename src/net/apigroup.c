@@ -135,8 +135,15 @@ void api_classify(http_method method, const char *path, size_t len, api_route *o
   out->group = API_GROUP_UNKNOWN;
   out->model[0] = 0;
   out->listing = false;
+  out->path_err = HTTP_PATH_OK;
+  out->path_err_len = 0;
   http_path_segs p;
-  if (!http_path_split(path, len, &p) || p.n == 0) return;
+  if (!http_path_split(path, len, &p)) {
+    out->path_err = p.err;
+    out->path_err_len = p.err_len;
+    return;
+  }
+  if (p.n == 0) return;
   char model[HTTP_PATH_SEG_CAP];
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
     model[0] = 0;

@@ -47,6 +47,11 @@ typedef struct api_route {
   /* The answer lists models (POST /v2/repository/index, GET /v1/models): a gateway
    * filters it per tenant. */
   bool listing;
+  /* The path could not be split as the server splits it (http_path_split): a NUL, too
+   * many segments, or a segment longer than any model name. The server answers such a
+   * path 400 (http_path_err_message); so does a gateway, instead of routing it. */
+  http_path_err path_err;
+  size_t path_err_len;
 } api_route;
 
 /* Classifies a request path (without the query). The path is split as the server splits

@@ -333,5 +333,7 @@ bool http_path_split(const char *path, size_t len, http_path_segs *out);
  * bytes is longer than the limit of 255 bytes (CINFER_MODEL_NAME_MAX, the longest model
  * name)", ...). */
 void http_path_error(const http_path_segs *p, char *buf, size_t cap);
+/* The same sentence from the error alone (api_route keeps only err and err_len). */
+void http_path_err_message(http_path_err err, size_t err_len, char *buf, size_t cap);
 
 #endif

@@ -436,14 +436,18 @@ bool http_path_split(const char *p, size_t n, http_path_segs *out) {
 }
 
 void http_path_error(const http_path_segs *p, char *buf, size_t cap) {
-  switch (p->err) {
+  http_path_err_message(p->err, p->err_len, buf, cap);
+}
+
+void http_path_err_message(http_path_err err, size_t err_len, char *buf, size_t cap) {
+  switch (err) {
     case HTTP_PATH_NUL: snprintf(buf, cap, "malformed request path: it has a NUL byte (%%00)"); break;
     case HTTP_PATH_TOO_MANY:
       snprintf(buf, cap, "malformed request path: more than %d segments", HTTP_PATH_MAX_SEGS);
       break;
     case HTTP_PATH_SEG_TOO_LONG:
       snprintf(buf, cap, "request path segment of %zu bytes is longer than the limit of %d bytes "
-               "(CINFER_MODEL_NAME_MAX, the longest model name)", p->err_len, CINFER_MODEL_NAME_MAX);
+               "(CINFER_MODEL_NAME_MAX, the longest model name)", err_len, CINFER_MODEL_NAME_MAX);
       break;
     default: snprintf(buf, cap, "malformed request path"); break;
   }

@@ -95,6 +95,26 @@ def test_http_routes_by_the_whole_name(cluster):
     c.close()
 
 
+def test_a_path_the_replicas_refuse_is_a_400_at_the_gateway(cluster):
+    """A segment longer than any model name (256 bytes: CINFER_MODEL_NAME_MAX is 255), or a
+    NUL byte, is the replica's 400 with its reason, answered by the gateway itself; it was a
+    403 'not a known API route ... operator credential'."""
+    gw, a, _ = cluster
+    for path, want in ((f"/v2/models/{'n' * 256}/infer", "request path segment of 256 bytes is longer "
+                        "than the limit of 255 bytes"),
+                       ("/v2/models/iden%00tity/infer", "NUL")):
+        for port in (gw.port, a.port):  # the gateway and a replica answer alike
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("POST", path, body=b"{}")
+            r = c.getresponse()
+            err = json.loads(r.read())["error"]
+            assert r.status == 400 and want in err, (port, r.status, err)
+            c.close()
+    # and the gateway still routes the 200-character name afterwards
+    cl = th.InferenceServerClient(f"127.0.0.1:{gw.port}")
+    assert cl.is_model_ready(LONG)
+
+
 def test_grpc_routes_by_the_whole_name(cluster):
     gw, _, _ = cluster
     c = tg.InferenceServerClient(f"127.0.0.1:{gw.grpc_port}")
