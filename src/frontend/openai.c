@@ -242,6 +242,7 @@ typedef struct oai_ctx {
   respq q;                /* the responses waiting for the I/O loop (callback -> task) */
   loop_task task;
   oai_choice ch[MAX_N];
+  oai_lp_list stream_lp; /* streamed completions: one token's logprobs, cleared per token */
 } oai_ctx;
 
 static bool put_tool_calls(cbuf *b, const oai_ctx *c, int choice, const char *text, size_t len);
@@ -254,6 +255,7 @@ static void ctx_free(oai_ctx *c) {
     oai_lp_list_free(&c->ch[i].prompt_lp);
     cbuf_free(&c->ch[i].vllm_plp);
   }
+  oai_lp_list_free(&c->stream_lp);
   respq_destroy(&c->q);
   free(c->prompt);
   cinfer_request_release(c->req);
@@ -416,11 +418,11 @@ static void put_vllm_prompt_logprob(cbuf *b, oai_ctx *c, const tok_resp *r) {
 /* The completions logprobs of one streamed token: the object a whole answer has, for this
  * one token (the same writer, openai_lp.c); *off carries text_offset from chunk to chunk. */
 static void put_stream_completion_logprobs(cbuf *b, oai_ctx *c, const tok_resp *r, int *off) {
-  oai_lp_list l = {0};
-  lp_list_add(&l, c, r);
-  if (oai_lp_list_failed(&l)) b->oom = true;
-  else oai_lp_list_write(b, &l, NULL, off);
-  oai_lp_list_free(&l);
+  oai_lp_list *l = &c->stream_lp; /* reused: its buffers are allocated once per request */
+  oai_lp_list_clear(l);
+  lp_list_add(l, c, r);
+  if (oai_lp_list_failed(l)) b->oom = true;
+  else oai_lp_list_write(b, l, NULL, off);
 }
 
 static int status_http(const cinfer_status *st) {

@@ -146,6 +146,14 @@ bool oai_lp_list_failed(const oai_lp_list *l) {
   return l->oom || l->tokens.oom || l->values.oom || l->tops.oom;
 }
 
+void oai_lp_list_clear(oai_lp_list *l) {
+  l->tokens.len = l->values.len = l->tops.len = 0;
+  l->tokens.oom = l->values.oom = l->tops.oom = false;
+  l->n = 0;
+  l->n_top = -1;
+  l->oom = false;
+}
+
 void oai_lp_list_free(oai_lp_list *l) {
   cbuf_free(&l->tokens);
   cbuf_free(&l->values);

@@ -49,5 +49,8 @@ void oai_lp_list_write(cbuf *out, const oai_lp_list *a, const oai_lp_list *b, in
 /* Whether an allocation failed while the list was built. */
 bool oai_lp_list_failed(const oai_lp_list *l);
 void oai_lp_list_free(oai_lp_list *l);
+/* Empties l for the next tokens and keeps its buffers (a stream writes one token at a
+ * time without allocating per token). */
+void oai_lp_list_clear(oai_lp_list *l);
 
 #endif

@@ -271,6 +271,20 @@ static void test_list(void **st) {
   oai_lp_list_write(&b, &empty, NULL, &off);
   assert_string_equal(b.data, "{\"tokens\":[],\"token_logprobs\":[],\"top_logprobs\":[],\"text_offset\":[]}");
   cbuf_free(&b);
+  /* cleared, p keeps its buffers and then writes as a fresh list (a stream's per-token use) */
+  char *keep = p.tokens.data;
+  oai_lp_list_clear(&p);
+  assert_ptr_equal(p.tokens.data, keep);
+  oai_lp_list_write(&b, &p, NULL, &off);
+  assert_string_equal(b.data, "{\"tokens\":[],\"token_logprobs\":[],\"top_logprobs\":[],\"text_offset\":[]}");
+  cbuf_free(&b);
+  oai_lp_list_token(&p, "\"", 1, &lp3);
+  oai_lp_list_end(&p);
+  off = 0;
+  oai_lp_list_write(&b, &p, NULL, &off);
+  assert_string_equal(b.data, "{\"tokens\":[\"\\\"\"],\"token_logprobs\":[-0.25],\"top_logprobs\":[{}],\"text_offset\":[0]}");
+  assert_int_equal(off, 1);
+  cbuf_free(&b);
   oai_lp_list_free(&p);
   oai_lp_list_free(&g);
 }
