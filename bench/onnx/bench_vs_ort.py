@@ -41,11 +41,13 @@ usage: bench_vs_ort.py --cinfer build/src/cli/cinfer [--models DIR] [--threads 1
                        [--wait default|nospin] [--busy [CPU]] [--ort-daz]
                        [--cinfer-env NAME=VALUE ...]
 
---ort-daz runs ORT with session.set_denormal_as_zero=1. cinfer flushes subnormal FP32
-weights to 0 when it loads a model (docs/design/onnx.md); ORT by default computes with them,
-and x86 cores take microcode assists on subnormal operands (SSR-Net gender and MobileFaceNet
-hold thousands), so without the flag those models compare a flushed cinfer with a
-non-flushed ORT.
+--ort-daz runs ORT with session.set_denormal_as_zero=1 (FTZ and DAZ on its threads).
+cinfer flushes subnormal FP32 weights to 0 when it loads a model and runs its kernels with
+FTZ and DAZ set (docs/design/onnx.md, "Loader"); ORT by default computes with subnormal
+weights and activations, and x86 cores take microcode assists on them (SSR-Net gender and
+MobileFaceNet make thousands; Intel cores pay far more than AMD ones), so without the flag
+those models compare a flushing cinfer with a non-flushing ORT. With it both run the same
+arithmetic; the figures in docs/benchmarks-onnx.md from session 14 on use it.
 """
 import argparse
 import os
@@ -175,7 +177,7 @@ def main():
     ap.add_argument("--only", nargs="*", default=MODELS)
     ap.add_argument("--python", default=sys.executable, help="python with onnxruntime + numpy")
     ap.add_argument("--ort-daz", action="store_true",
-                    help="run ORT with session.set_denormal_as_zero=1 (cinfer flushes subnormal weights at load)")
+                    help="run ORT with session.set_denormal_as_zero=1, as cinfer runs (FTZ+DAZ)")
     ap.add_argument("--wait", choices=["default", "nospin"], default="default",
                     help="ORT's thread waiting: its default (spin) or allow_spinning=0")
     ap.add_argument("--cinfer-env", action="append", default=[], metavar="NAME=VALUE",

@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include "core/cpool.h"
+#include "core/fpenv.h"
 
 /* See docs/benchmarks-onnx.md ("Waking a thread"): a futex wake-up of a sleeping thread
  * on a KVM guest takes tens of microseconds, a spin hand-off well under one. The gaps
@@ -23,8 +24,12 @@
 #define GUARD_SOLO_MAX_NS 3200000000LL
 
 /* oneDNN (an OpenMP build) runs its primitives inline on a thread whose OpenMP count is
- * one: the pool splits the work, never an OpenMP team (plan_build) */
-static void worker_init(void) { omp_set_num_threads(1); }
+ * one: the pool splits the work, never an OpenMP team (plan_build). A worker runs only
+ * kernels: subnormals are flushed on it for good, as on the caller during a run (fpenv.h). */
+static void worker_init(void) {
+  omp_set_num_threads(1);
+  (void)fpenv_flush_begin();
+}
 
 static const cpool_policy onnx_policy = {
     .spin_idle = false,

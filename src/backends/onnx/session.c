@@ -29,6 +29,7 @@
 
 #include "backends/onnx/opool.h"
 #include "core/clock.h"
+#include "core/fpenv.h"
 
 #include "backends/onnx/ops_util.h"
 #include "backends/onnx/plan.h"
@@ -745,11 +746,14 @@ void onnx_model_describe(const onnx_model *m, FILE *f) {
  * for a batch worker running on its parent's pool thread); around each plan run or batch
  * (mode_begin / mode_end) the pool is either held, its workers spinning between the
  * operators of this call and sleeping after it (opool.h), or set alone, as opool_mode
- * chooses from the measured times. */
+ * chooses from the measured times. Subnormal floats are flushed to zero on this thread while
+ * the kernels run, and the caller's mode is restored after (core/fpenv.h). */
 cinfer_status *onnx_session_run(onnx_session *s, const cinfer_tensor *inputs, int n_inputs,
                                 cinfer_tensor *outputs) {
   opool *old = opool_set_current(s->pool);
+  fpenv_state fp = fpenv_flush_begin(); /* subnormals flushed while the kernels run (fpenv.h) */
   cinfer_status *st = session_run(s, inputs, n_inputs, outputs);
+  fpenv_restore(fp);
   opool_set_current(old);
   return st;
 }
