@@ -365,14 +365,23 @@ def write_double_onnx(repo):
 
 
 def children(pid):
-    """Pids of the direct children of pid (from /proc)."""
+    """Pids of the direct children of pid. Read from every process's stat (its ppid is
+    the parent's thread-group id) rather than /proc/pid/task/*/children: a child listed
+    under the thread that forked it moves to another thread when that one exits, and a
+    walk of the task files can miss it mid-move."""
     out = set()
-    for t in os.listdir(f"/proc/{pid}/task"):
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
         try:
-            with open(f"/proc/{pid}/task/{t}/children") as f:
-                out.update(int(x) for x in f.read().split())
-        except FileNotFoundError:
-            pass
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        # comm may contain spaces and parentheses: fields resume after the last ')'
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid:
+            out.add(int(d))
     return out
 
 
