@@ -35,6 +35,7 @@ typedef struct {
 typedef float v16f __attribute__((vector_size(64)));
 typedef float v16fu __attribute__((vector_size(64), aligned(4)));
 typedef int v16i __attribute__((vector_size(64)));
+KERN_DEF_TANH(v16_tanh, v16f, v16i)
 #else
 #define KDIR16 0
 #endif
@@ -56,6 +57,13 @@ static void smallk_destroy(fast_kernel *fk) {
 static int64_t kdir_owp(int64_t OW) { return ((OW + 5) / 6 * 6 + 15) / 16 * 16; }
 
 static int64_t kdir_rw(const conv_geom *g);
+
+/* off[kk]: where tap kk (row kk / KW of the strip, column kk % KW) starts in the strip,
+ * without a division per tap (this runs once per output row) */
+static void kdir_offsets(int64_t K, int64_t KW, int64_t RW, int64_t dil, int64_t *off) {
+  for (int64_t kk = 0, r = 0; kk < K; r++)
+    for (int64_t kx = 0; kx < KW; kx++, kk++) off[kk] = r * RW + kx * dil;
+}
 
 /* per-thread scratch of the small-K conv: the im2col strip, or (blocked output) the padded
  * input rows and a tail of 2 blocks x 6 pixels (16 floats each); 64-byte multiples */
@@ -328,7 +336,7 @@ static void kdir_row_direct(const conv_geom *g, const float *wb, int64_t M, cons
   const float *bias = wb + K * M, *slope = bias + M;
   float *tail = scratch;
   int64_t off[32]; /* K <= 32 (small_k) */
-  for (int64_t kk = 0; kk < K; kk++) off[kk] = (kk / KW) * RW + (kk % KW) * g->dil[1];
+  kdir_offsets(K, KW, RW, g->dil[1], off);
   int act = !f ? 0 : f->act == ACT_RELU ? 1 : 2;
   for (int64_t cb = 0; cb < M / 8;) {
     int nb = M / 8 - cb >= 2 ? 2 : 1;
@@ -377,10 +385,12 @@ static inline __attribute__((always_inline)) void kdir_chain16(int NB, int SW, i
   }
 }
 
-/* the activation of kdir_direct_pass (ACT 1 Relu, 2 v8_act on each 8-lane half) */
+/* the activation of kdir_direct_pass (ACT 1 Relu, 3 Tanh on 16 lanes, 2 v8_act on each
+ * 8-lane half) */
 static inline __attribute__((always_inline)) v16f kdir_act16(int ACT, v16f v, const onnx_fused *f,
                                                              const float *slope16) {
   if (ACT == 1) return (v16f)((v16i)v & (v16i)(v > 0));
+  if (ACT == 3) return v16_tanh(v);
   v8f lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
   v8f hi = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
   lo = v8_act(lo, f, slope16);
@@ -425,8 +435,8 @@ static void kdir_row_direct16(const conv_geom *g, const float *wb, int64_t M, co
   const float *bias = wb + K * M, *slope = bias + M;
   float *tail = scratch;
   int64_t off[32]; /* K <= 32 (small_k) */
-  for (int64_t kk = 0; kk < K; kk++) off[kk] = (kk / KW) * RW + (kk % KW) * g->dil[1];
-  int act = !f ? 0 : f->act == ACT_RELU ? 1 : 2;
+  kdir_offsets(K, KW, RW, g->dil[1], off);
+  int act = !f ? 0 : f->act == ACT_RELU ? 1 : f->act == ACT_TANH ? 3 : 2;
   for (int64_t cb = 0; cb < M / 16;) {
     int nb = M / 16 - cb >= 2 ? 2 : 1;
     const float *w = wb + cb * K * 16, *bs = bias + cb * 16, *sl = slope + cb * 16;
@@ -437,9 +447,11 @@ static void kdir_row_direct16(const conv_geom *g, const float *wb, int64_t M, co
       if (nb == 2 && sw == 2 && act == 1) kdir_direct_pass16(2, 2, 1, g, w, K, R, off, ow, y, bs, sl, f);
       else if (nb == 2 && sw == 1 && act == 1) kdir_direct_pass16(2, 1, 1, g, w, K, R, off, ow, y, bs, sl, f);
       else if (nb == 2 && act == 0) kdir_direct_pass16(2, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (nb == 2 && act == 3) kdir_direct_pass16(2, 0, 3, g, w, K, R, off, ow, y, bs, sl, f);
       else if (nb == 2) kdir_direct_pass16(2, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
       else if (sw == 1 && act == 1) kdir_direct_pass16(1, 1, 1, g, w, K, R, off, ow, y, bs, sl, f);
       else if (act == 0) kdir_direct_pass16(1, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
+      else if (act == 3) kdir_direct_pass16(1, 0, 3, g, w, K, R, off, ow, y, bs, sl, f);
       else kdir_direct_pass16(1, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
       if (np < 6)
         for (int b = 0; b < nb; b++)

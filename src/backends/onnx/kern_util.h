@@ -45,29 +45,33 @@ static inline v8f v8_prelu(v8f v, v8f a) {
   return (v8f)(((v8i)(v * a) & neg) | ((v8i)v & ~neg));
 }
 
-/* tanh on 8 lanes: Eigen's float rational approximation (odd degree-13 numerator, even
- * degree-6 denominator, input clamped to [-9, 9]; also what MLAS uses), within a few ulp of
- * tanhf; NaN stays NaN. Replaces one libm tanhf call per element (ssrnet's Conv+Tanh spent
- * 40% of its time in libm). */
-static inline v8f v8_tanh(v8f x) {
-  v8i nan = (v8i)(x != x);
-  v8f lo = v8_splat(-9.0f), hi = v8_splat(9.0f);
-  x = (v8f)(((v8i)lo & (v8i)(x < lo)) | ((v8i)x & ~(v8i)(x < lo)));
-  x = (v8f)(((v8i)hi & (v8i)(x > hi)) | ((v8i)x & ~(v8i)(x > hi)));
-  v8f x2 = x * x;
-  v8f p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
-  p = p * x2 + -8.60467152213735e-11f;
-  p = p * x2 + 5.12229709037114e-08f;
-  p = p * x2 + 1.48572235717979e-05f;
-  p = p * x2 + 6.37261928875436e-04f;
-  p = p * x2 + 4.89352455891786e-03f;
-  p = p * x;
-  v8f q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
-  q = q * x2 + 2.26843463243900e-03f;
-  q = q * x2 + 4.89352518554385e-03f;
-  v8f r = p / q;
-  return (v8f)((nan & (v8i)x) | (~nan & (v8i)r));
-}
+/* tanh: Eigen's float rational approximation (odd degree-13 numerator, even degree-6
+ * denominator, input clamped to [-9, 9]; also what MLAS uses), within a few ulp of tanhf;
+ * NaN stays NaN. Replaces one libm tanhf call per element (ssrnet's Conv+Tanh spent 40% of
+ * its time in libm). KERN_DEF_TANH(name, float vector type, int vector type) defines it for
+ * one vector width: v8_tanh here, v16_tanh in kern_smallk.c's AVX-512 path, the same
+ * operations per lane in the same order, so the same bits (test_smallk16_equals_8lane). */
+#define KERN_DEF_TANH(NAME, VF, VI)                                                   \
+  static inline VF NAME(VF x) {                                                        \
+    VI nan = (VI)(x != x);                                                             \
+    VF lo = (VF){0} - 9.0f, hi = (VF){0} + 9.0f;                                       \
+    x = (VF)(((VI)lo & (VI)(x < lo)) | ((VI)x & ~(VI)(x < lo)));                       \
+    x = (VF)(((VI)hi & (VI)(x > hi)) | ((VI)x & ~(VI)(x > hi)));                       \
+    VF x2 = x * x;                                                                     \
+    VF p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;                        \
+    p = p * x2 + -8.60467152213735e-11f;                                               \
+    p = p * x2 + 5.12229709037114e-08f;                                                \
+    p = p * x2 + 1.48572235717979e-05f;                                                \
+    p = p * x2 + 6.37261928875436e-04f;                                                \
+    p = p * x2 + 4.89352455891786e-03f;                                                \
+    p = p * x;                                                                         \
+    VF q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;                         \
+    q = q * x2 + 2.26843463243900e-03f;                                                \
+    q = q * x2 + 4.89352518554385e-03f;                                                \
+    VF r = p / q;                                                                      \
+    return (VF)((nan & (VI)x) | (~nan & (VI)r));                                       \
+  }
+KERN_DEF_TANH(v8_tanh, v8f, v8i)
 
 /* sigmoid through tanh: 1/2 tanh(v/2) + 1/2 */
 static inline v8f v8_sigmoid(v8f v) { return v8_tanh(v * 0.5f) * 0.5f + 0.5f; }
