@@ -46,8 +46,8 @@
 #define COST_ELEM 6.0      /* one output element of a memory-bound step, in dense-conv MACs */
 #define COST_GROUPED 3.0   /* a grouped (depthwise) conv's MAC */
 #define COST_WINO 2.25    /* Winograd F(2x2,3x3) does 16 multiply-adds where the direct conv does 36 */
-#define COST_SMALLK 3.0    /* first-layer convs (Cin <= 4): ~25 GMAC/s against ~75 for a 1x1 conv */
-#define COST_TANH 20.0     /* a fused tanh or sigmoid per output element */
+#define COST_SMALLK OPOOL_COST_SMALLK
+#define COST_TANH OPOOL_COST_TANH
 #define MIN_GAIN 2.0e6     /* the lighter group's cost: ~30 us of dense conv on this host */
 #define SIG_SHARE 0.1      /* a part that holds this share of the range's cost is significant */
 

@@ -52,6 +52,19 @@ static bool wino_can_take(const onnx_plan *p, const plan_step *s, bool keep) {
   if (WINO_BIG_U(x->dims[1], w->dims[0]) && p->threads > 1 && ntiles < 12 * (int64_t)p->threads) return false;
   /* U takes 16/9 of the weights' memory: above 64 MiB (C x M > 2^20) keep oneDNN's copy */
   if (x->dims[1] * w->dims[0] > ((int64_t)1 << 20)) return false;
+  /* With AVX-512 (nChw16c) oneDNN's direct conv runs 16 lanes and this kernel 8: measured
+   * per node at 1 thread on a Sapphire-Rapids-class guest (docs/benchmarks-onnx.md,
+   * "Sessions 14-16"), winograd lost 1.3-1.75x wherever M = 16 (its register kernel
+   * computes 32 channels, half of them padding: RetinaFace's 16-channel context convs,
+   * SSR-Net's Tanh stream) and at M = 32 below ~32x32 outputs (DenseNet 7x7 1.5x, 14x14
+   * 1.1x; 28x28 even; 32x32 0.97, 56x56 0.81, 80x80 0.87). With AVX2 it wins or ties in
+   * every one of those nodes, so the rule is the 16-lane host's only. At M = 16 with 2+
+   * threads oneDNN's conv splits only by rows and only with one input block (C <= 16,
+   * conv_row_slices): RetinaFace's 32 -> 16 context conv at 80x80 runs whole in 1.52 ms
+   * where winograd's tiles split, 1.03 ms. Tiles per image: the choice must not change
+   * with the batch (a row of a batch equals the row alone). */
+  int64_t M = w->dims[0], C = x->dims[1];
+  if (kern_block() == 16 && (M % 32 ? p->threads < 2 || C <= 16 : ntiles / g.N < 256)) return false;
   return kern_is_blocked(p->layout[s->in_id[0]], x, kern_block());
 }
 
@@ -269,8 +282,12 @@ static cinfer_status *wino_run(fast_kernel *fk, plan_step *s, int threads) {
   int64_t ntiles = g->N * ((g->out[0] + 1) / 2) * ((g->out[1] + 1) / 2);
   int64_t C = g->C, M = s->in[1]->dims[0];
   threads = opool_cur_threads() < threads ? opool_cur_threads() : threads;
-  /* 4 tiles' worth of 16 x C x M multiply-adds below the split threshold: one thread */
-  if ((double)ntiles * 16.0 * (double)(C * M) < 2 * OPOOL_MIN_MACS) threads = 1;
+  /* 16 x C x M multiply-adds per tile (and a fused tanh's cost per output) below twice
+   * the split threshold: one thread */
+  double work = (double)ntiles * 16.0 * (double)(C * M);
+  if (s->has_fused && (s->fused.act == ACT_TANH || s->fused.act == ACT_SIGMOID))
+    work += (double)ot_numel(s->out[0]) * OPOOL_COST_TANH;
+  if (work < 2 * OPOOL_MIN_MACS) threads = 1;
   int64_t CT = WINO_T;
   if (threads > 1) { /* the same rule as wino_chunks */
     int64_t want = (ntiles + 2 * threads - 1) / (2 * threads);

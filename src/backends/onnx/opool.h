@@ -122,6 +122,13 @@ int64_t opool_chunks(int64_t items, double work, double min_per_chunk);
  * its channels; a depthwise MAC takes ~3x a dense one (RetinaFace's 128-channel 3x3
  * depthwise convs at 40x40, 1.8 M MACs, take ~65 us, a dense 1x1 of 26 M ~340 us) */
 #define OPOOL_MIN_DW_MACS 393216.0
+/* Costs in dense-conv multiply-adds, shared by the split thresholds and interop.c's
+ * section costs: a first-layer (smallk, C*KH*KW <= 32) MAC runs at ~25 GMAC/s against
+ * ~75 for a 1x1 conv; a fused tanh or sigmoid costs ~20 per output element (SSR-Net
+ * gender's 3 -> 16 Conv+Tanh at 64x64, 1.8 M MACs, takes as long as its 3 -> 32 Conv+Relu
+ * of 3.5 M: ~0.1 ms, which split well at 2 threads but fell under the MAC threshold). */
+#define OPOOL_COST_SMALLK 3.0
+#define OPOOL_COST_TANH 20.0
 
 /* [*lo, *hi) of chunk c of n over `items` items, balanced */
 static inline void opool_range(int64_t items, int64_t n, int64_t c, int64_t *lo, int64_t *hi) {
