@@ -8,7 +8,8 @@
  * double), and Y = A' P A: 16 multiply-adds per channel pair and tile instead of 36.
  * Tiles go in chunks of WINO_T (the transformed inputs and products of a chunk stay in the
  * L1/L2 caches); each of the 16 products is a GEMM [tiles x C] . [C x M] run by a 3-tile x
- * 32-channel register kernel. The sums are in another order than the direct convolution
+ * 32-channel register kernel (on an AVX-512 build with nChw16c, 6 tiles x 32 channels in
+ * 16-lane vectors: wino_gemm16, bit-identical). The sums are in another order than the direct convolution
  * and the transforms add a few roundings (test_winograd: within 1e-5 of the reference on
  * unit-scale data; the six vision models still pass their test sets at rtol 1e-4 / atol
  * 1e-5). ONNX Runtime's MLAS has no Winograd on CPU; oneDNN 2.6 has it for AVX-512 only.
@@ -20,11 +21,21 @@
 
 #include "backends/onnx/kern_util.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define WINO16 1
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v16fu __attribute__((vector_size(64), aligned(4)));
+#else
+#define WINO16 0
+#endif
+
 typedef struct {
   fast_kernel base;
   conv_geom g;
   float *U; /* [16][M/32][C][32] transformed weights, bias [M], PRelu slopes [M] */
-  int64_t blk; /* the layout's block: 8 (nChw8c) or 16 (nChw16c); the kernel works on 8-channel vectors */
+  int64_t blk; /* the layout's block: 8 (nChw8c) or 16 (nChw16c); the transforms work on 8-channel vectors */
+  bool w16;    /* blk 16 on an AVX-512 build: the 16 GEMMs run 16-lane (wino_gemm16) */
 } wino_kernel;
 #define WINO_T 24
 /* floats between two of the 16 planes of a chunk's V (n = C) or products (n = M): one
@@ -52,19 +63,19 @@ static bool wino_can_take(const onnx_plan *p, const plan_step *s, bool keep) {
   if (WINO_BIG_U(x->dims[1], w->dims[0]) && p->threads > 1 && ntiles < 12 * (int64_t)p->threads) return false;
   /* U takes 16/9 of the weights' memory: above 64 MiB (C x M > 2^20) keep oneDNN's copy */
   if (x->dims[1] * w->dims[0] > ((int64_t)1 << 20)) return false;
-  /* With AVX-512 (nChw16c) oneDNN's direct conv runs 16 lanes and this kernel 8: measured
-   * per node at 1 thread on a Sapphire-Rapids-class guest (docs/benchmarks-onnx.md,
-   * "Sessions 14-16"), winograd lost 1.3-1.75x wherever M = 16 (its register kernel
-   * computes 32 channels, half of them padding: RetinaFace's 16-channel context convs,
-   * SSR-Net's Tanh stream) and at M = 32 below ~32x32 outputs (DenseNet 7x7 1.5x, 14x14
-   * 1.1x; 28x28 even; 32x32 0.97, 56x56 0.81, 80x80 0.87). With AVX2 it wins or ties in
-   * every one of those nodes, so the rule is the 16-lane host's only. At M = 16 with 2+
-   * threads oneDNN's conv splits only by rows and only with one input block (C <= 16,
-   * conv_row_slices): RetinaFace's 32 -> 16 context conv at 80x80 runs whole in 1.52 ms
-   * where winograd's tiles split, 1.03 ms. Tiles per image: the choice must not change
-   * with the batch (a row of a batch equals the row alone). */
+  /* With AVX-512 (nChw16c) oneDNN's direct conv runs 16 lanes; so do this kernel's GEMMs
+   * (wino_gemm16), its transforms 8. Measured per node against oneDNN on a
+   * Sapphire-Rapids-class guest (docs/benchmarks-onnx.md, "Sessions 14-16"), winograd /
+   * oneDNN at 1 and 2 threads: M = 16 from C = 16 lost 1.1-2.2x (RetinaFace's 16 -> 16
+   * context convs, SSR-Net's Tanh stream; half of the register kernel's 32 channels are
+   * padding and the transforms weigh as much as the GEMM), from C = 64 won 0.91 / 0.51
+   * (oneDNN cannot split it: conv_row_slices needs one input block); M = 32 won from 8x8
+   * outputs up (0.58-0.92 at 8x8, 32x32, 28x28, 56x56, 80x80; 14x14 and 16x16 0.84-0.92
+   * at 1 thread, 1.07-1.16 at 2) and lost at DenseNet's 7x7 (1.2-1.3: 16 tiles for 49
+   * pixels). With AVX2 it wins or ties in every one of those nodes. Per image: a row of a
+   * batch takes the kernel of the row alone. */
   int64_t M = w->dims[0], C = x->dims[1];
-  if (kern_block() == 16 && (M % 32 ? p->threads < 2 || C <= 16 : ntiles / g.N < 256)) return false;
+  if (kern_block() == 16 && ((M % 32 && C <= 16) || g.out[0] * g.out[1] < 64)) return false;
   return kern_is_blocked(p->layout[s->in_id[0]], x, kern_block());
 }
 
@@ -88,6 +99,7 @@ static cinfer_status *wino_prepare(onnx_plan *p, plan_step *s, bool keep, fast_k
   size_t n = (size_t)(16 * MG * 32 * C + 2 * M);
   float *U = kern_alloc64(n * sizeof(float));
   k->blk = kern_block();
+  k->w16 = WINO16 && k->blk == 16 && M % 16 == 0 && !getenv("CINFER_ONNX_NO_WINO16");
   if (!U || !kern_out_blocked(p, s, M, (int)k->blk)) {
     free(U);
     free(k);
@@ -145,6 +157,47 @@ static inline __attribute__((always_inline)) void wino_mm(int NB, int TJ, const 
   for (int j = 0; j < TJ; j++)
     for (int q = 0; q < NB; q++) *(v8f *)(P + j * M + q * 8) = acc[j][q];
 }
+
+#if WINO16
+/* wino_mm with 16-lane vectors: TJ <= 6 tiles x NB (1 or 2) 16-channel halves of a
+ * 32-channel group of U, 12 accumulators. Each lane's sum is the same FMA chain over c as
+ * in wino_mm, so the products are bit-identical to the 8-lane path's */
+static inline __attribute__((always_inline)) void wino_mm16(int NB, int TJ, const float *U, int64_t M, const float *V,
+                                                            int64_t C, float *P) {
+  v16f acc[6][2];
+  for (int j = 0; j < TJ; j++)
+    for (int q = 0; q < NB; q++) acc[j][q] = (v16f){0};
+  for (int64_t c = 0; c < C; c++) {
+    v16f u[2];
+    for (int q = 0; q < NB; q++) u[q] = *(const v16fu *)(U + c * 32 + q * 16);
+    for (int j = 0; j < TJ; j++) {
+      __m512 b = _mm512_set1_ps(V[j * C + c]);
+      for (int q = 0; q < NB; q++) acc[j][q] = (v16f)_mm512_fmadd_ps(b, (__m512)u[q], (__m512)acc[j][q]);
+    }
+  }
+  for (int j = 0; j < TJ; j++)
+    for (int q = 0; q < NB; q++) *(v16fu *)(P + j * M + q * 16) = acc[j][q];
+}
+
+static void wino_gemm16(const float *U, int64_t M, const float *V, int64_t C, float *P, int64_t T) {
+  for (int64_t m = 0; m < M; m += 32) {
+    int NB = M - m < 32 ? 1 : 2; /* M is a multiple of 16 here (the nChw16c block) */
+    for (int64_t t = 0; t < T; t += 6) {
+      int TJ = T - t < 6 ? (int)(T - t) : 6;
+      const float *u = U + m * C;
+      const float *v = V + t * C;
+      float *o = P + t * M + m;
+#define WMM16(nb, tj) \
+  case nb * 8 + tj: wino_mm16(nb, tj, u, M, v, C, o); break;
+      switch (NB * 8 + TJ) {
+        WMM16(1, 1) WMM16(1, 2) WMM16(1, 3) WMM16(1, 4) WMM16(1, 5) WMM16(1, 6)
+        WMM16(2, 1) WMM16(2, 2) WMM16(2, 3) WMM16(2, 4) WMM16(2, 5) WMM16(2, 6)
+      }
+#undef WMM16
+    }
+  }
+}
+#endif
 
 /* output channels outer: a pass over the tiles reads one C x 32 group of U (32 KiB at
  * C = 256), where tiles outer re-read the whole C x M plane per 3 tiles (1 MiB at 512 x 512) */
@@ -235,8 +288,15 @@ static void wino_chunks(const fast_kernel *fk, const plan_step *s, int threads, 
           wino_in(d, 32, 8, v, (size_t)WINO_VS(C));
         }
       }
-      for (int e = 0; e < 16; e++)
+      for (int e = 0; e < 16; e++) {
+#if WINO16
+        if (k->w16) {
+          wino_gemm16(U + (size_t)e * UE, M, V + (size_t)e * WINO_VS(C), C, P + (size_t)e * WINO_VS(M), T);
+          continue;
+        }
+#endif
         wino_gemm(U + (size_t)e * UE, M, V + (size_t)e * WINO_VS(C), C, P + (size_t)e * WINO_VS(M), T);
+      }
       for (int64_t tl = 0; tl < T; tl++) { /* Y = A' P A, + bias, activation */
         int64_t t = t0 + tl, n = t / (TH * TW), oh = 2 * (t / TW % TH), ow = 2 * (t % TW);
         for (int64_t mb = 0; mb < M / 8; mb++) {

@@ -232,12 +232,13 @@ static const fam_case cases[] = {
     CONV("smallk", "C2 M24 no pad Tanh blocked out", 1, 2, 8, 10, 24, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 4, 0, 1, 0),
     CONV8("winograd", "C16 M8 7x9 Relu", 1, 8, 7, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 16, 1, 0),
     CONV8("winograd", "C24 M40 12x13 batch 2", 2, 8, 12, 13, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 24, 1, 0),
-    /* with 16-channel blocks winograd takes only M % 32 == 0 and >= 256 tiles per image
-     * (kern_winograd.c, wino_can_take): small images are oneDNN's there */
+    /* with 16-channel blocks winograd takes neither M = 16 from C = 16 nor outputs below 64
+     * pixels (kern_winograd.c, wino_can_take): oneDNN's there */
     CONV8("winograd", "C32 M64 no pad PRelu", 1, 8, 10, 6, 64, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 2, 32, 1, 0),
-    CONV8("winograd", "C16 M32 asymmetric pads", 1, 8, 9, 11, 32, 3, 3, 1, 1, 2, 1, 0, 1, 1, 1, 1, 16, 1, 0),
+    CONV("winograd", "C16 M32 asymmetric pads", 1, 8, 9, 11, 32, 3, 3, 1, 1, 2, 1, 0, 1, 1, 1, 1, 16, 1, 0),
     CONV8("winograd", "C16 M16 1x1 image", 1, 8, 1, 1, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 16, 1, 0),
     CONV("winograd", "C16 M32 32x32 Relu", 1, 8, 32, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 16, 1, 0),
+    CONV("winograd", "C32 M16 12x12 Relu", 1, 8, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 32, 1, 0),
     CONV("winograd", "C32 M64 34x32 asymmetric pads PRelu", 1, 8, 34, 32, 64, 3, 3, 1, 1, 1, 0, 1, 2, 1, 1, 2, 32, 1, 0),
     CONV("onednn", "C16 M12 3x3 PRelu blocked in/out", 1, 8, 9, 11, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 16, 1, 0),
     CONV("onednn", "C32 M48 3x3 PRelu blocked in/out", 1, 8, 12, 11, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 32, 1, 0),

@@ -562,10 +562,12 @@ static void check_winograd(const wino_cfg *c) {
     fail_msg("winograd N%lld C%lld M%lld %lldx%lld p%lld,%lld,%lld,%lld bias%d act%d: max diff %g (max %g)",
              (long long)c->N, (long long)c->C, (long long)c->M, (long long)c->H, (long long)c->W, (long long)c->pt,
              (long long)c->pl, (long long)c->pb, (long long)c->pr, c->bias, c->act, md, mx);
-  /* with 16-channel blocks (an AVX-512 host) only M % 32 == 0, C % 16 == 0 and >= 256
-   * tiles (wino_can_take; test_onnx_kernels_avx2 runs every case with 8-channel blocks) */
-  int64_t tiles = (c->H + c->pt + c->pb - 1) / 2 * ((c->W + c->pl + c->pr - 1) / 2);
-  if (c->N == 1 && (kern_block() == 8 || (c->C % 16 == 0 && c->M % 32 == 0 && tiles >= 256))) {
+  /* with 16-channel blocks (an AVX-512 host) only C, M multiples of 16, not M = 16 from
+   * C = 16, and >= 64 output pixels (wino_can_take; test_onnx_kernels_avx2 runs every
+   * case with 8-channel blocks) */
+  int64_t pix = (c->H + c->pt + c->pb - 2) * (c->W + c->pl + c->pr - 2);
+  bool at16 = c->C % 16 == 0 && c->M % 16 == 0 && !(c->M % 32 && c->C <= 16) && pix >= 64;
+  if (c->N == 1 && (kern_block() == 8 || at16)) {
     char *prof = profile_run(m, x, xd, 4);
     if (!strstr(prof, "winograd")) fail_msg("C%lld M%lld: no winograd step:\n%s", (long long)c->C, (long long)c->M, prof);
     free(prof);
@@ -580,9 +582,68 @@ static void test_winograd(void **state) {
       {1, 32, 64, 10, 6, 0, 0, 0, 0, 1, 2},   {1, 16, 32, 9, 11, 2, 1, 0, 1, 1, 1},
       {1, 128, 32, 14, 14, 1, 1, 1, 1, 0, 0}, {1, 16, 16, 1, 1, 1, 1, 1, 1, 1, 0},
       {3, 16, 24, 5, 4, 1, 0, 1, 2, 1, 2},    {1, 16, 32, 32, 32, 1, 1, 1, 1, 1, 1},
-      {1, 32, 64, 34, 32, 1, 0, 1, 2, 1, 2},
+      {1, 32, 64, 34, 32, 1, 0, 1, 2, 1, 2},  {1, 32, 16, 12, 12, 1, 1, 1, 1, 1, 1},
   };
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_winograd(&cfgs[i]);
+}
+
+/* The Winograd kernel's 16-lane GEMMs (wino_gemm16, AVX-512 builds with nChw16c) against
+ * its 8-lane ones (CINFER_ONNX_NO_WINO16, read when plans are built): every product is the
+ * same FMA chain over the input channels, so the outputs must be equal bit for bit. M 32,
+ * 64 and 16 (one 16-channel half of a 32-group), tile tails (tiles % 6 != 0), batch 2.
+ * Without an AVX-512 build or host both runs take the 8-lane path. */
+static void test_winograd16_equals_8lane(void **state) {
+  (void)state;
+  const wino_cfg cfgs[] = {
+      {1, 16, 32, 32, 32, 1, 1, 1, 1, 1, 1}, {2, 32, 64, 13, 17, 1, 0, 1, 2, 1, 2}, {1, 32, 16, 12, 12, 1, 1, 1, 1, 0, 0},
+      {1, 64, 32, 9, 11, 1, 1, 1, 1, 1, 0},
+  };
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+    const wino_cfg *c = &cfgs[i];
+    mb b;
+    mb_init(&b, 13);
+    int64_t xd[4] = {c->N, 8, c->H, c->W};
+    mb_input(&b, "x", 4, xd);
+    float *w0 = rand_buf(c->C * 8), *w1 = rand_buf(c->M * c->C * 9), *b1 = rand_buf(c->M), *w2 = rand_buf(8 * c->M);
+    mb_init_f(&b, "w0", 4, (int64_t[]){c->C, 8, 1, 1}, w0);
+    mb_init_f(&b, "w1", 4, (int64_t[]){c->M, c->C, 3, 3}, w1);
+    mb_init_f(&b, "b1", 1, (int64_t[]){c->M}, b1);
+    mb_init_f(&b, "w2", 4, (int64_t[]){8, c->M, 1, 1}, w2);
+    free(w0);
+    free(w1);
+    free(b1);
+    free(w2);
+    /* a 1x1 conv first: the 3x3 conv's input arrives blocked, as winograd needs */
+    const char *c0i[2] = {"x", "w0"}, *c0o = "c0", *c1i[3] = {"c0", "w1", "b1"}, *c1o = "c1", *c2i[2] = {"c1", "w2"},
+               *out = "out";
+    mb_node(&b, "Conv", "conv0", 2, c0i, 1, &c0o);
+    Onnx__NodeProto *n = mb_node(&b, "Conv", "conv1", 3, c1i, 1, &c1o);
+    mb_attr_ints(&b, n, "kernel_shape", 2, (int64_t[]){3, 3});
+    mb_attr_ints(&b, n, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
+    mb_node(&b, "Conv", "conv2", 2, c2i, 1, &out);
+    mb_output(&b, "out");
+    onnx_model *m = load_built(&b);
+    float *x = rand_buf(cinfer_shape_elements(xd, 4));
+    if (kern_block() == 16) { /* else both runs are the 8-lane path */
+      char *prof = profile_run(m, x, xd, 4);
+      if (!strstr(prof, "winograd")) fail_msg("case %zu: no winograd step:\n%s", i, prof);
+      free(prof);
+    }
+    size_t na, nb;
+    bool fa, fb;
+    float *ya, *yb;
+    run(m, true, x, xd, 4, &ya, &na, &fa);
+    setenv("CINFER_ONNX_NO_WINO16", "1", 1);
+    run(m, true, x, xd, 4, &yb, &nb, &fb);
+    unsetenv("CINFER_ONNX_NO_WINO16");
+    assert_int_equal(na, nb);
+    if (memcmp(ya, yb, na * sizeof(float)))
+      fail_msg("case %zu (C%lld M%lld): 16-lane and 8-lane winograd outputs differ", i, (long long)c->C, (long long)c->M);
+    free(ya);
+    free(yb);
+    free(x);
+    onnx_model_destroy(m);
+  }
 }
 
 /* Short rows (the copies take word loops instead of a memcpy per row): Slice cutting only
@@ -1380,6 +1441,7 @@ int main(void) {
       cmocka_unit_test(test_noop_elided),
       cmocka_unit_test(test_slice_elided),
       cmocka_unit_test(test_winograd),
+      cmocka_unit_test(test_winograd16_equals_8lane),
       cmocka_unit_test(test_short_rows),
       cmocka_unit_test(test_pool_chain),
       cmocka_unit_test(test_conv_mul_fold),
