@@ -8,7 +8,7 @@
  *   - a step's cost is an estimate in multiply-add units: convolutions and Gemm/MatMul
  *     count their MACs (grouped convs x COST_GROUPED: a depthwise MAC is memory-bound,
  *     ~3x slower than a dense one on this host; Winograd convs / COST_WINO; first-layer
- *     (smallk) convs x COST_SMALLK; a fused tanh/sigmoid COST_TANH per element), every
+ *     (smallk) convs x OPOOL_COST_SMALLK; a fused tanh/sigmoid plan_step_act_cost), every
  *     other step COST_ELEM per output element;
  *   - from a start step a, steps a, a+1, ... are added while no step joins two parts that
  *     each hold at least a tenth of the range's cost (union-find over "reads a value
@@ -46,8 +46,6 @@
 #define COST_ELEM 6.0      /* one output element of a memory-bound step, in dense-conv MACs */
 #define COST_GROUPED 3.0   /* a grouped (depthwise) conv's MAC */
 #define COST_WINO 2.25    /* Winograd F(2x2,3x3) does 16 multiply-adds where the direct conv does 36 */
-#define COST_SMALLK OPOOL_COST_SMALLK
-#define COST_TANH OPOOL_COST_TANH
 #define MIN_GAIN 2.0e6     /* the lighter group's cost: ~30 us of dense conv on this host */
 #define SIG_SHARE 0.1      /* a part that holds this share of the range's cost is significant */
 
@@ -63,8 +61,8 @@ static double step_cost(const plan_step *s) {
     const char *kern = s->fast ? fast_kernel_label(s->fast) : "ref";
     double c = out * k * (grouped ? COST_GROUPED : 1.0);
     if (!strcmp(kern, "winograd")) c /= COST_WINO;
-    if (!strcmp(kern, "smallk")) c *= COST_SMALLK;
-    if (s->has_fused && (s->fused.act == ACT_TANH || s->fused.act == ACT_SIGMOID)) c += out * COST_TANH;
+    if (!strcmp(kern, "smallk")) c *= OPOOL_COST_SMALLK;
+    c += plan_step_act_cost(s);
     if (s->dw.w) c += (double)ot_numel(s->out[0]) * 9 * COST_GROUPED; /* the fused depthwise conv */
     return c;
   }

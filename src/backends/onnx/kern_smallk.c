@@ -521,8 +521,8 @@ static cinfer_status *smallk_run(fast_kernel *fk, plan_step *s, int threads) {
   (void)threads;
   const conv_geom *g = &((const smallk_kernel *)fk)->g;
   int64_t rows = g->N * g->out[0];
-  double out = (double)ot_numel(s->out[0]), macs = out * (double)(g->C * g->k[0] * g->k[1]) * OPOOL_COST_SMALLK;
-  if (s->has_fused && (s->fused.act == ACT_TANH || s->fused.act == ACT_SIGMOID)) macs += out * OPOOL_COST_TANH;
+  double macs = (double)ot_numel(s->out[0]) * (double)(g->C * g->k[0] * g->k[1]) * OPOOL_COST_SMALLK +
+                plan_step_act_cost(s);
   srow_ctx x = {fk, s, rows, opool_chunks(rows, macs, OPOOL_MIN_MACS)};
   opool_par(x.n, smallk_chunk, &x);
   return NULL;

@@ -259,6 +259,10 @@ static void wino_chunks(const fast_kernel *fk, const plan_step *s, int threads, 
   float *Y = s->out[0]->data;
   const onnx_fused *f = s->has_fused && s->fused.act != ACT_NONE ? &s->fused : NULL;
   size_t per = wino_temp_per_thread(C, M);
+  void (*gemm)(const float *, int64_t, const float *, int64_t, float *, int64_t) = wino_gemm;
+#if WINO16
+  if (k->w16) gemm = wino_gemm16; /* bit-identical, 16 lanes */
+#endif
   /* 8-channel vector q of a B-block layout: block q / (B / 8), lanes (q % (B / 8)) * 8;
    * pixels B floats apart */
   const int64_t B = k->blk, R = B / 8;
@@ -288,15 +292,8 @@ static void wino_chunks(const fast_kernel *fk, const plan_step *s, int threads, 
           wino_in(d, 32, 8, v, (size_t)WINO_VS(C));
         }
       }
-      for (int e = 0; e < 16; e++) {
-#if WINO16
-        if (k->w16) {
-          wino_gemm16(U + (size_t)e * UE, M, V + (size_t)e * WINO_VS(C), C, P + (size_t)e * WINO_VS(M), T);
-          continue;
-        }
-#endif
-        wino_gemm(U + (size_t)e * UE, M, V + (size_t)e * WINO_VS(C), C, P + (size_t)e * WINO_VS(M), T);
-      }
+      for (int e = 0; e < 16; e++)
+        gemm(U + (size_t)e * UE, M, V + (size_t)e * WINO_VS(C), C, P + (size_t)e * WINO_VS(M), T);
       for (int64_t tl = 0; tl < T; tl++) { /* Y = A' P A, + bias, activation */
         int64_t t = t0 + tl, n = t / (TH * TW), oh = 2 * (t / TW % TH), ow = 2 * (t % TW);
         for (int64_t mb = 0; mb < M / 8; mb++) {
@@ -344,10 +341,7 @@ static cinfer_status *wino_run(fast_kernel *fk, plan_step *s, int threads) {
   threads = opool_cur_threads() < threads ? opool_cur_threads() : threads;
   /* 16 x C x M multiply-adds per tile (and a fused tanh's cost per output) below twice
    * the split threshold: one thread */
-  double work = (double)ntiles * 16.0 * (double)(C * M);
-  if (s->has_fused && (s->fused.act == ACT_TANH || s->fused.act == ACT_SIGMOID))
-    work += (double)ot_numel(s->out[0]) * OPOOL_COST_TANH;
-  if (work < 2 * OPOOL_MIN_MACS) threads = 1;
+  if ((double)ntiles * 16.0 * (double)(C * M) + plan_step_act_cost(s) < 2 * OPOOL_MIN_MACS) threads = 1;
   int64_t CT = WINO_T;
   if (threads > 1) { /* the same rule as wino_chunks */
     int64_t want = (ntiles + 2 * threads - 1) / (2 * threads);

@@ -57,6 +57,14 @@ typedef struct plan_step {
                              the siblings' outputs, views at their channel offsets */
 } plan_step;
 
+/* What a fused tanh or sigmoid adds to a step's cost, in dense-conv multiply-adds
+ * (OPOOL_COST_TANH per output element; 0 for any other activation): the split thresholds
+ * (smallk, winograd) and interop.c's section costs count it the same way */
+static inline double plan_step_act_cost(const plan_step *s) {
+  if (!s->has_fused || (s->fused.act != ACT_TANH && s->fused.act != ACT_SIGMOID) || !s->out[0]) return 0;
+  return (double)ot_numel(s->out[0]) * OPOOL_COST_TANH;
+}
+
 /* steps [first, last] run as two groups at once (interop.c); list: group 0's steps in
  * order, then group 1's (n0 of group 0), owned */
 typedef struct plan_sec {
