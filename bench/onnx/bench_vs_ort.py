@@ -28,6 +28,14 @@ a CPU it takes the other core: the highest-numbered CPU this process may run on 
 shares a core with the loop; at 1 thread the scheduler may put the engine beside it too.
 Run the command once without and once with --busy for the issue's two cases.
 
+Each cell times at least --repeat runs and at least --min-time seconds of them (default 1 s),
+for both engines the same way (`cinfer run --min-time`). A window of 20 runs of a 0.3 ms model
+is 6 ms, shorter than one scheduler tick (4 ms at HZ=250) plus a time slice, so with a busy
+loop on the other core it measured how much CPU time the scheduler still owed a thread that
+had slept (EEVDF's lag), not the engine: ORT's SSR-Net gender at 2 threads took 0.38 ms p50
+over 20 runs and 0.65 ms over 200, slower than its own 1-thread 0.61
+(docs/benchmarks-onnx.md, session 18). --min-time 0 gives the old count-only windows.
+
 Every row ends with the 1-minute load average when its cell finished (/proc/loadavg): on a
 shared host read a figure together with it.
 
@@ -37,7 +45,7 @@ one policy (docs/design/onnx.md, "Threads"): workers spin, bounded, within an in
 and sleep between inferences; nothing to set.
 
 usage: bench_vs_ort.py --cinfer build/src/cli/cinfer [--models DIR] [--threads 1 2]
-                       [--batch 1 8] [--repeat 20] [--rounds 1] [--only NAME ...]
+                       [--batch 1 8] [--repeat 20] [--min-time 1.0] [--rounds 1] [--only NAME ...]
                        [--wait default|nospin] [--busy [CPU]] [--ort-daz]
                        [--cinfer-env NAME=VALUE ...]
 
@@ -63,6 +71,7 @@ MODELS = ["retinaface_mnet25_v2", "densenet_expression", "ultraface_rfb320", "mo
 ORT_CHILD = r"""
 import sys, time, numpy as np, onnxruntime as ort
 model, inp, threads, batch, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+min_time = float(sys.argv[8]) if len(sys.argv) > 8 else 0.0
 x = np.load(inp)
 so = ort.SessionOptions()
 so.intra_op_num_threads = threads
@@ -88,12 +97,12 @@ once()
 lat = []
 t0 = time.perf_counter()
 c0 = time.process_time()
-for _ in range(repeat):
+while len(lat) < repeat or time.perf_counter() - t0 < min_time:
     a = time.perf_counter(); once(); lat.append((time.perf_counter() - a) * 1e3)
 tot = time.perf_counter() - t0
-cpu = (time.process_time() - c0) * 1e3 / repeat
+cpu = (time.process_time() - c0) * 1e3 / len(lat)
 lat.sort()
-print("RESULT p50=%.4f thr=%.3f loops=%d cpu=%.4f" % (lat[len(lat) // 2], repeat * batch / tot, loops, cpu))
+print("RESULT p50=%.4f thr=%.3f loops=%d cpu=%.4f runs=%d" % (lat[len(lat) // 2], len(lat) * batch / tot, loops, cpu, len(lat)))
 """
 
 
@@ -172,7 +181,9 @@ def main():
     ap.add_argument("--models", default=os.environ.get("CINFER_VISION_MODELS", "/work/shared/models/vision"))
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=20, help="at least this many timed runs per cell")
+    ap.add_argument("--min-time", type=float, default=1.0, metavar="S",
+                    help="and at least S seconds of timed runs per cell, for both engines (0: --repeat alone)")
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds; best round kept")
     ap.add_argument("--only", nargs="*", default=MODELS)
     ap.add_argument("--python", default=sys.executable, help="python with onnxruntime + numpy")
@@ -217,7 +228,7 @@ def main():
                     for _ in range(max(1, args.rounds)):
                         for t in args.threads:
                             cmd = [args.cinfer, "run", "--model", model, "--test-data-dir", setdir,
-                                   "--threads", str(t), "--repeat", str(args.repeat)]
+                                   "--threads", str(t), "--repeat", str(args.repeat), "--min-time", str(args.min_time)]
                             if b > 1:
                                 cmd += ["--batch", str(b)]
                             out, _ = run_measured(cmd, env=cenv)
@@ -226,7 +237,7 @@ def main():
                             c_loop = "not batchable" in out
                             out, _ = run_measured([args.python, "-c", ORT_CHILD, model, npy, str(t), str(b),
                                                    str(args.repeat), args.wait,
-                                                   "daz" if args.ort_daz else "-"])
+                                                   "daz" if args.ort_daz else "-", str(args.min_time)])
                             m = re.search(r"p50=([0-9.]+) thr=([0-9.]+) loops=(\d+) cpu=([0-9.]+)", out)
                             o_p50, o_loops, o_cpu = float(m.group(1)), int(m.group(3)), float(m.group(4))
                             r = res[t]
@@ -251,6 +262,7 @@ def main():
             busy.kill()
             busy.wait()
     print()
+    print("repeat: at least %d runs and %.2f s per cell" % (args.repeat, args.min_time))
     print("wait: %s%s%s; load average at the end: %s" % (args.wait, "" if args.busy is None else ", busy loop on CPU %d" % args.busy,
                                                     "".join(", cinfer with " + kv for kv in args.cinfer_env),
                                                     " ".join("%.2f" % x for x in os.getloadavg())))

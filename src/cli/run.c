@@ -1,16 +1,19 @@
 /* run.c: `cinfer run`, the ONNX test runner.
  *
  *   cinfer run --model M.onnx --test-data-dir DIR [--rtol R] [--atol A] [--threads N]
- *              [--repeat N] [--batch N] [--input NAME=FILE]... [--output-dir DIR]
- *              [--profile] [--reference]
+ *              [--repeat N] [--min-time S] [--batch N] [--input NAME=FILE]...
+ *              [--output-dir DIR] [--profile] [--reference]
  *
  * DIR holds input_K.pb / output_K.pb (ONNX test-data layout), or test_data_set_* folders
  * of that layout (each is run). Inputs are matched to graph inputs by the TensorProto name,
  * else by position. Each output is compared elementwise: |got - want| <= atol + rtol*|want|;
  * the max absolute and relative errors and PASS/FAIL are printed. Exit status: 0 when
  * every output of every set passes, 1 on a mismatch or run error, 2 on usage or load
- * errors. --repeat prints latency statistics; --batch N repeats each input N times along
- * dim 0 (for batchable models); --profile prints per-operator times. */
+ * errors. --repeat prints latency statistics; --min-time S goes on repeating until the timed
+ * runs have taken S seconds (a measurement window by time, as perf_analyzer's: a window of a
+ * few milliseconds measures the scheduler's transients, not the engine); --batch N repeats
+ * each input N times along dim 0 (for batchable models); --profile prints per-operator
+ * times. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -29,12 +32,15 @@
 
 typedef struct run_opts {
   const char *model, *data_dir, *out_dir;
-  double rtol, atol;
+  double rtol, atol, min_time;
   int threads, repeat, batch;
   bool profile, reference;
   const char **in_spec; /* every --input NAME=FILE (argv strings); n_in_spec of them */
   int n_in_spec;
 } run_opts;
+
+/* --min-time stops adding runs here (a latency array of 8 MiB) */
+#define RUN_MAX_REPEAT (1 << 20)
 
 typedef struct owned_tensor {
   cinfer_tensor t;
@@ -45,13 +51,15 @@ typedef struct owned_tensor {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: cinfer run --model M.onnx [--test-data-dir DIR] [--input NAME=FILE]...\n"
-          "                  [--rtol R] [--atol A] [--threads N] [--repeat N] [--batch N]\n"
-          "                  [--output-dir DIR] [--profile] [--reference]\n"
+          "                  [--rtol R] [--atol A] [--threads N] [--repeat N] [--min-time S]\n"
+          "                  [--batch N] [--output-dir DIR] [--profile] [--reference]\n"
           "  --test-data-dir DIR  input_K.pb/output_K.pb, or a folder of test_data_set_*\n"
           "  --input NAME=FILE    TensorProto .pb or .npy input (overrides the data dir)\n"
           "  --rtol/--atol        tolerances (default 1e-4 / 1e-5)\n"
           "  --threads N          kernel threads (default 1)\n"
           "  --repeat N           run N more times and print latency statistics\n"
+          "  --min-time S         with --repeat: go on until the timed runs took S seconds\n"
+          "                       (0-3600; at most 1048576 runs in all)\n"
           "  --batch N            repeat every input N times along dim 0\n"
           "  --output-dir DIR     write output_K.pb in graph output order\n"
           "  --profile            per-operator time profile\n"
@@ -214,27 +222,34 @@ static int run_set(const run_opts *o, onnx_model *m, onnx_session *s, const char
   if (st) goto error;
   double first = (clock_now_ns() * 1e-6) - t0;
   if (o->repeat > 0) {
-    double *lat = malloc(sizeof(double) * (size_t)o->repeat);
+    int cap = o->repeat, n = 0; /* lat grows (doubling) while --min-time keeps the runs going */
+    double *lat = malloc(sizeof(double) * (size_t)cap);
     if (!lat) { st = cinfer_status_oom(NULL); goto error; }
     if (o->profile) onnx_session_profile_reset(s);
     double tot0 = (clock_now_ns() * 1e-6), cpu0 = (clock_cpu_ns() * 1e-6);
-    for (int r = 0; r < o->repeat && !st; r++) {
+    while (!st && (n < o->repeat || ((clock_now_ns() * 1e-6) - tot0 < o->min_time * 1e3 && n < RUN_MAX_REPEAT))) {
+      if (n == cap) {
+        int ncap = cap > RUN_MAX_REPEAT / 2 ? RUN_MAX_REPEAT : 2 * cap;
+        double *nl = realloc(lat, sizeof(double) * (size_t)ncap);
+        if (!nl) { st = cinfer_status_oom(NULL); break; }
+        lat = nl;
+        cap = ncap;
+      }
       double a = (clock_now_ns() * 1e-6);
       for (int l = 0; l < loops && !st; l++) st = onnx_session_run(s, feed, nin, outs);
-      lat[r] = (clock_now_ns() * 1e-6) - a;
+      lat[n++] = (clock_now_ns() * 1e-6) - a;
     }
     double total = (clock_now_ns() * 1e-6) - tot0, cpu = (clock_cpu_ns() * 1e-6) - cpu0;
     if (!st) {
-      qsort(lat, (size_t)o->repeat, sizeof(double), cmp_double);
+      qsort(lat, (size_t)n, sizeof(double), cmp_double);
       double mean = 0;
-      for (int r = 0; r < o->repeat; r++) mean += lat[r];
-      mean /= o->repeat;
+      for (int r = 0; r < n; r++) mean += lat[r];
+      mean /= n;
       int b = o->batch > 1 ? o->batch : 1;
       printf("latency over %d runs (batch %d, %d threads): first %.3f ms  min %.3f  p50 %.3f  p90 %.3f  "
              "mean %.3f ms  throughput %.1f inferences/s  cpu %.3f ms per batch\n",
-             o->repeat, b, o->threads, first, lat[0], lat[o->repeat / 2],
-             lat[(o->repeat * 9) / 10 < o->repeat ? (o->repeat * 9) / 10 : o->repeat - 1], mean,
-             (double)o->repeat * b / (total / 1e3), cpu / o->repeat);
+             n, b, o->threads, first, lat[0], lat[n / 2], lat[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1], mean,
+             (double)n * b / (total / 1e3), cpu / n);
     }
     free(lat);
     if (st) goto error;
@@ -376,6 +391,14 @@ int cmd_run(int argc, char **argv) {
     else if (!strcmp(a, "--atol") && has) o.atol = atof(argv[++i]);
     else if (!strcmp(a, "--threads") && has) o.threads = atoi(argv[++i]);
     else if (!strcmp(a, "--repeat") && has) o.repeat = atoi(argv[++i]);
+    else if (!strcmp(a, "--min-time") && has) {
+      char *end;
+      o.min_time = strtod(argv[++i], &end);
+      if (end == argv[i] || *end || !(o.min_time >= 0 && o.min_time <= 3600)) {
+        fprintf(stderr, "cinfer run: --min-time '%s' is not a number of seconds in 0-3600\n", argv[i]);
+        rc = 2;
+      }
+    }
     else if (!strcmp(a, "--batch") && has) o.batch = atoi(argv[++i]);
     else if (!strcmp(a, "--input") && has) {
       if (!strchr(argv[i + 1], '=')) { usage(stderr); rc = 2; break; }
@@ -392,6 +415,10 @@ int cmd_run(int argc, char **argv) {
       usage(stderr);
       rc = 2;
     }
+  }
+  if (rc < 0 && o.min_time > 0 && o.repeat == 0) {
+    fprintf(stderr, "cinfer run: --min-time needs --repeat N (N >= 1)\n");
+    rc = 2;
   }
   if (rc < 0 && (!o.model || (!o.data_dir && !o.n_in_spec) || o.threads < 1 || o.threads > 1024 ||
                  o.repeat < 0 || o.batch < 0 || o.batch > 4096 || !(o.rtol >= 0) || !(o.atol >= 0))) {

@@ -237,3 +237,27 @@ def test_cinfer_run_70_inputs_and_outputs(tmp_path):
     fails = sorted(int(line.split()[1][1:]) for line in r.stdout.splitlines()
                    if line.strip().startswith("output y") and "FAIL" in line)
     assert fails == list(range(50, 70)), r.stdout
+
+
+def test_cinfer_run_min_time():
+    """`cinfer run --repeat N --min-time S` times at least N runs and goes on until the timed
+    runs took S seconds (the window bench_vs_ort.py gives both engines); a bad value, or
+    --min-time without --repeat, is a usage error naming the option."""
+    import subprocess
+    from cinfer_server import BIN
+    m = os.path.join(VISION, "ssrnet_age")
+    base = [BIN, "run", "--model", os.path.join(m, "model.onnx"), "--test-data-dir", os.path.join(m, "test_data_set_0")]
+    r = subprocess.run(base + ["--repeat", "3", "--min-time", "0.25"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = re.search(r"latency over (\d+) runs .* throughput ([0-9.]+) inferences/s", r.stdout)
+    assert got, r.stdout
+    runs, per_s = int(got.group(1)), float(got.group(2))
+    assert runs > 3 and runs / per_s >= 0.249, r.stdout  # the timed runs span the window
+    r = subprocess.run(base + ["--repeat", "3"], capture_output=True, text=True, timeout=300)
+    assert re.search(r"latency over 3 runs", r.stdout), r.stdout
+    for bad, msg in ((["--repeat", "3", "--min-time", "x"], "--min-time 'x'"),
+                     (["--repeat", "3", "--min-time", "-1"], "--min-time '-1'"),
+                     (["--repeat", "3", "--min-time", "inf"], "--min-time 'inf'"),
+                     (["--min-time", "1"], "--min-time needs --repeat")):
+        r = subprocess.run(base + bad, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and msg in r.stderr, (bad, r.stdout, r.stderr)
