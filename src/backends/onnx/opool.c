@@ -109,14 +109,17 @@ int64_t opool_mode_estimate(const opool_mode *c, int mode) {
 int opool_mode_pick(const opool_mode *c) {
   if (c->n[OPOOL_POOL] < OPOOL_MODE_LEARN || c->n[OPOOL_ALONE] < OPOOL_MODE_LEARN) /* learning: alternate */
     return c->n[OPOOL_ALONE] < c->n[OPOOL_POOL] ? OPOOL_ALONE : OPOOL_POOL;
+  if (c->again) return !c->cur;
   int64_t e = opool_mode_estimate(c, c->cur), o = opool_mode_estimate(c, !c->cur);
-  int every = o - e > e / 4 ? OPOOL_PROBE_RARELY : OPOOL_PROBE_EVERY;
-  return c->since >= every - 1 ? !c->cur : c->cur;
+  int cap = o - e > e / 4 ? OPOOL_PROBE_RARELY : OPOOL_PROBE_EVERY;
+  int gap = c->gap ? c->gap : OPOOL_PROBE_FIRST;
+  return c->since >= (gap < cap ? gap : cap) - 1 ? !c->cur : c->cur;
 }
 
 void opool_mode_record(opool_mode *c, int mode, int64_t ns) {
   if (mode != OPOOL_POOL && mode != OPOOL_ALONE) return;
   bool learning = c->n[OPOOL_POOL] < OPOOL_MODE_LEARN || c->n[OPOOL_ALONE] < OPOOL_MODE_LEARN;
+  bool won = !learning && mode != c->cur && ns < opool_mode_estimate(c, c->cur);
   c->t[mode][c->pos[mode]] = ns;
   c->pos[mode] = (c->pos[mode] + 1) % OPOOL_MODE_KEEP;
   if (c->n[mode] < OPOOL_MODE_KEEP) c->n[mode]++;
@@ -124,12 +127,25 @@ void opool_mode_record(opool_mode *c, int mode, int64_t ns) {
   if (mode == c->cur) {
     c->since++;
   } else {
-    if (!learning) c->probes++;
+    if (!learning) {
+      c->probes++;
+      /* a win is tried once more at once (two wins in a row switch, below); a loss
+       * doubles the gap to the next probe */
+      c->again = won && !c->again;
+      if (!c->again) {
+        int gap = c->gap ? c->gap : OPOOL_PROBE_FIRST;
+        c->gap = gap < OPOOL_PROBE_RARELY ? 2 * gap : OPOOL_PROBE_RARELY;
+      }
+    }
     c->since = 0;
   }
   if (c->n[OPOOL_POOL] >= OPOOL_MODE_LEARN && c->n[OPOOL_ALONE] >= OPOOL_MODE_LEARN) {
     int best = opool_mode_estimate(c, OPOOL_ALONE) < opool_mode_estimate(c, OPOOL_POOL) ? OPOOL_ALONE : OPOOL_POOL;
-    if (best != c->cur) c->since = 0;
+    if (best != c->cur) { /* a switch: the gaps start over */
+      c->since = 0;
+      c->gap = 0;
+      c->again = false;
+    }
     c->cur = best;
   }
 }

@@ -64,17 +64,25 @@ void opool_set_alone(opool *p, bool on);
 /* Pool or alone, measured (docs/design/onnx.md, "Pool or alone"). A session with a pool
  * times every inference of a plan (the same work each time) and keeps the last
  * OPOOL_MODE_KEEP times of each mode: OPOOL_POOL (operators split over the pool) and
- * OPOOL_ALONE (the same plan on the caller only, outputs bit-identical). It runs the mode
- * whose median is lower, and the other one as a probe every OPOOL_PROBE_EVERY runs
+ * OPOOL_ALONE (the same plan on the caller only, outputs bit-identical). While learning it
+ * alternates until each mode has OPOOL_MODE_LEARN times; then it runs the mode whose
+ * median is lower, and the other one as a probe. The gap between probes starts at
+ * OPOOL_PROBE_FIRST runs and doubles after each probe that loses, up to OPOOL_PROBE_EVERY
  * (OPOOL_PROBE_RARELY when the two medians differ by more than a quarter: a probe then
- * costs more and is less likely to change the answer). While learning it alternates until
- * each mode has OPOOL_MODE_LEARN times. A change of conditions that slows the mode in use
- * raises its median above the other's: the next run switches. So the pool can only be
- * slower than running alone by the probes' share, and on a host where the pool helps,
+ * costs more and is less likely to change the answer); a probe that wins (faster than
+ * the median in use) is repeated at once, so two winning probes in a row switch modes,
+ * and a switch starts the gaps over. The learning runs are a process's first inferences,
+ * when caches, page tables and the host's clock are still warming up and the pool's runs
+ * often pay more of that than alone's (UltraFace at 2 threads: pool 4.6 ms against alone
+ * 3.7 while learning, 2.0 against 3.0 ten runs later): the short first gaps correct such
+ * a choice within a few runs instead of 64. A change of conditions that slows the mode in
+ * use raises its median above the other's: the next run switches. So the pool can only
+ * be slower than running alone by the probes' share, and on a host where the pool helps,
  * alone costs the same share. Pure logic: the caller measures (tests inject times). */
 enum { OPOOL_POOL = 0, OPOOL_ALONE = 1 };
 #define OPOOL_MODE_KEEP 3
 #define OPOOL_MODE_LEARN 2
+#define OPOOL_PROBE_FIRST 2
 #define OPOOL_PROBE_EVERY 16
 #define OPOOL_PROBE_RARELY 64
 typedef struct {
@@ -82,6 +90,8 @@ typedef struct {
   int n[2], pos[2];              /* times kept (<= KEEP), next slot */
   int cur;                       /* the mode in use (the lower median) */
   int since;                     /* runs in the mode in use since the last probe */
+  int gap;                       /* runs from one probe to the next (0: OPOOL_PROBE_FIRST) */
+  bool again;                    /* the last probe won: the next run probes again */
   uint64_t runs[2], probes;      /* statistics: runs recorded per mode, probes */
 } opool_mode;
 /* the mode of the next run (a zeroed opool_mode is a fresh one) */

@@ -238,6 +238,24 @@ static void mode_steps(opool_mode *c, int n, int64_t pool_ns, int64_t alone_ns, 
   }
 }
 
+/* runs n inferences as mode_steps does and returns the number of runs in the mode in use
+ * before each probe, in *gaps (up to max_gaps of them); returns how many probes there were */
+static int probe_gaps(opool_mode *c, int n, int64_t pool_ns, int64_t alone_ns, int *gaps, int max_gaps) {
+  int k = 0, run = 0;
+  for (int i = 0; i < n; i++) {
+    int cur = c->cur, m = opool_mode_pick(c);
+    opool_mode_record(c, m, m == OPOOL_POOL ? pool_ns : alone_ns);
+    if (m != cur) {
+      if (k < max_gaps) gaps[k] = run;
+      k++;
+      run = 0;
+    } else {
+      run++;
+    }
+  }
+  return k;
+}
+
 static void test_mode_chooser(void **state) {
   (void)state;
   opool_mode c = {0};
@@ -247,18 +265,28 @@ static void test_mode_chooser(void **state) {
     assert_int_equal(opool_mode_pick(&c), want[i]);
     opool_mode_record(&c, want[i], want[i] == OPOOL_POOL ? 1000000 : 1100000);
   }
-  /* the pool is faster, alone within 25%: 1 probe in 16 */
-  int np, na;
+  /* the pool is faster, alone within 25%: probes after 1, 3, 7 and 15 runs with the pool
+   * (each losing probe doubles the gap), then 1 probe in 16 */
+  int np, na, gaps[16];
+  assert_int_equal(probe_gaps(&c, 30, 1000000, 1100000, gaps, 16), 4);
+  assert_int_equal(gaps[0], 1);
+  assert_int_equal(gaps[1], 3);
+  assert_int_equal(gaps[2], 7);
+  assert_int_equal(gaps[3], 15);
   mode_steps(&c, 160, 1000000, 1100000, &np, &na);
   assert_int_equal(na, 10);
   assert_int_equal(np, 150);
   assert_int_equal(opool_mode_estimate(&c, OPOOL_POOL), 1000000);
   /* conditions change: the pool becomes 2x slower (another process on the other core); the
    * median of its last three needs two slow runs, then it runs alone, probing the pool
-   * once in 64 runs (the medians differ by more than a quarter) */
+   * after 1, 3, 7, 15, 31 and 63 runs, then once in 64 runs (the medians differ by more
+   * than a quarter) */
   mode_steps(&c, 2, 2000000, 1100000, &np, &na);
   assert_int_equal(np, 2);
   assert_int_equal(opool_mode_pick(&c), OPOOL_ALONE);
+  assert_int_equal(probe_gaps(&c, 126, 2000000, 1100000, gaps, 16), 6);
+  assert_int_equal(gaps[4], 31);
+  assert_int_equal(gaps[5], 63);
   mode_steps(&c, 640, 2000000, 1100000, &np, &na);
   assert_int_equal(np, 10);
   /* the pool gets fast again: two probes later it is back in use */
@@ -269,18 +297,42 @@ static void test_mode_chooser(void **state) {
     if (opool_mode_pick(&c) == OPOOL_POOL && m == OPOOL_POOL) back = i;
   }
   assert_true(back >= 0);
-  /* a partial loss: the pool 5% slower than alone. Alone is used, the pool only as a probe:
-   * the 2-thread session is slower than alone by at most the probes' share */
+  /* a partial loss: the pool 5% slower than alone. Alone is used, the pool only as a probe
+   * (after 1, 3, 7, then every 15 runs alone): the 2-thread session is slower than alone by
+   * at most the probes' share */
   opool_mode d = {0};
   mode_steps(&d, 4 + 1600, 1050000, 1000000, &np, &na);
-  assert_int_equal(np, 2 + 100);
-  assert_int_equal(d.probes, 100);
+  assert_int_equal(d.probes, 3 + (1600 - 29 + 15) / 16);
+  assert_int_equal(np, 2 + (int)d.probes);
   /* one outlier among three does not move the median */
   opool_mode e = {0};
   mode_steps(&e, 40, 1000000, 1500000, &np, &na);
   opool_mode_record(&e, OPOOL_POOL, 50000000);
   assert_int_equal(opool_mode_estimate(&e, OPOOL_POOL), 1000000);
   assert_int_equal(opool_mode_pick(&e), OPOOL_POOL);
+  /* a choice made while warming up is undone within three runs: learning saw the pool at
+   * 4.6 ms and alone at 3.7 (the pool's first runs pay more of a cold start), then the pool
+   * takes 2.0 and alone 3.0. Alone is chosen, its first probe of the pool wins, the next
+   * run probes again, and the pool is in use from then on. */
+  opool_mode w = {0};
+  mode_steps(&w, 4, 4600000, 3700000, &np, &na);
+  assert_int_equal(opool_mode_pick(&w), OPOOL_ALONE);
+  mode_steps(&w, 3, 2000000, 3000000, &np, &na);
+  assert_int_equal(np, 2);
+  assert_int_equal(w.cur, OPOOL_POOL);
+  mode_steps(&w, 20, 2000000, 3000000, &np, &na);
+  assert_int_equal(na, 3); /* the probes after 1, 3 and 7 runs with the pool */
+  /* a lucky probe (one outlier) is tried once more and does not switch */
+  opool_mode f = {0};
+  mode_steps(&f, 4 + 30, 1000000, 1500000, &np, &na); /* the pool in use, gap now 16 */
+  while (opool_mode_pick(&f) == OPOOL_POOL) opool_mode_record(&f, OPOOL_POOL, 1000000);
+  opool_mode_record(&f, OPOOL_ALONE, 500000); /* the outlier */
+  assert_true(f.again);
+  assert_int_equal(opool_mode_pick(&f), OPOOL_ALONE);
+  opool_mode_record(&f, OPOOL_ALONE, 1500000);
+  assert_false(f.again);
+  assert_int_equal(f.cur, OPOOL_POOL);
+  assert_int_equal(opool_mode_pick(&f), OPOOL_POOL);
 }
 
 /* ---- sliced convolutions through a session ---- */
