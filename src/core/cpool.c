@@ -1,15 +1,23 @@
 /* cpool.c: the thread pool of cpool.h.
  *
- * One 64-bit word `ticket` describes the current run: generation (24 bits) | number of
- * chunks (20 bits) | next unclaimed chunk (20 bits). The caller publishes a run by storing
- * a new ticket (after fn/ctx, seq_cst); every thread, caller included, claims chunks with
- * fetch_add until the claimed index reaches the chunk count, and counts each finished
- * chunk in `done`. The caller returns when done == n.
- * Invariants: fn/ctx change only between runs (after done == n), and a thread that claimed
- * a valid chunk of run G holds run G open until it finishes that chunk, so reading fn/ctx
- * after a successful claim sees run G's values. A claim past the end (idx >= n) is
- * harmless: at most one per thread per run, far below the 20-bit field. A run of 0 chunks
- * is a wake-up (cpool_hold(true), cpool_destroy).
+ * One 64-bit word `ticket` describes the current run: generation (24 bits) | first
+ * unclaimed chunk `lo` (20 bits) | one past the last unclaimed chunk `hi` (20 bits). The
+ * caller publishes a run of n chunks by storing a new ticket with lo = 0, hi = n (after
+ * fn/ctx/n_run, seq_cst); every thread claims chunks with compare-and-swap until lo == hi,
+ * and counts each finished chunk in `done`. The caller returns when done == n.
+ * Who takes which end: the caller claims from the front (lo++), the workers from the back
+ * (hi--). So on two threads, when both are there, the caller runs the first chunks of every
+ * operator and the worker the last ones: the channels (or rows) a thread wrote in one
+ * operator are the ones it reads in the next, from its own cache. With one shared counter
+ * both took chunks in arrival order, and an operator's input came half from the other
+ * core's cache: on a 2-vCPU AMD EPYC guest UltraFace's depthwise convs that follow a split
+ * 1x1 conv took 2-2.7x their one-thread time (docs/benchmarks-onnx.md, session 18). A
+ * worker that is late or descheduled still delays a run by at most the chunk it holds.
+ * Invariants: fn/ctx/n_run change only between runs (after done == n), and a thread that
+ * claimed a chunk of run G holds run G open until it finishes that chunk, so reading them
+ * after a successful claim sees run G's values. A claim never passes the end (lo < hi is
+ * checked in the same compare-and-swap). A run of 0 chunks is a wake-up (cpool_hold(true),
+ * cpool_destroy).
  * Sleeping: a worker going to sleep increments `sleepers` under the mutex and re-checks
  * the ticket; the caller stores the ticket and then reads `sleepers` (both seq_cst), so
  * either the worker sees the new ticket or the caller sees the sleeper and broadcasts.
@@ -34,7 +42,7 @@
 #endif
 
 #define GEN_SHIFT 40
-#define N_SHIFT 20
+#define LO_SHIFT 20
 #define FIELD 0xFFFFFull
 
 struct cpool {
@@ -50,6 +58,7 @@ struct cpool {
   bool alone; /* cpool_set_alone: every run on the caller, workers left asleep */
   cpool_fn fn;
   void *ctx;
+  int64_t n_run; /* chunks of the current run */
   /* contention guard and statistics (caller only, except the atomics) */
   int64_t g_run_ns, g_wait_ns, solo_until_ns, solo_cur_ns;
   uint64_t g_chunks, g_wchunks0; /* the window's chunks; worker_chunks when it opened */
@@ -62,13 +71,17 @@ typedef struct {
   int tid;
 } warg;
 
-/* Claims and runs chunks of the run published in the ticket until none is left; returns
- * the run's generation. */
+/* Claims and runs chunks of the run published in the ticket until none is left, from the
+ * front (the caller, tid 0) or from the back (workers); returns the run's generation. */
 static uint64_t work(cpool *p, int tid) {
+  uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
   for (;;) {
-    uint64_t t = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_acq_rel);
-    int64_t n = (int64_t)((t >> N_SHIFT) & FIELD), idx = (int64_t)(t & FIELD);
-    if (idx >= n) return t >> GEN_SHIFT;
+    uint64_t lo = (t >> LO_SHIFT) & FIELD, hi = t & FIELD;
+    if (lo >= hi) return t >> GEN_SHIFT;
+    uint64_t claimed = tid ? t - 1 : t + (1ull << LO_SHIFT);
+    if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, claimed, memory_order_acq_rel, memory_order_acquire))
+      continue; /* t now holds the current ticket */
+    int64_t idx = (int64_t)(tid ? hi - 1 : lo), n = p->n_run;
     p->fn(p->ctx, idx, n, tid);
     if (tid) atomic_fetch_add_explicit(&p->worker_chunks, 1, memory_order_relaxed);
     if (atomic_fetch_add(&p->done, 1) + 1 == n && tid != 0 && atomic_load(&p->caller_sleeps)) {
@@ -76,6 +89,7 @@ static uint64_t work(cpool *p, int tid) {
       pthread_cond_signal(&p->done_cv);
       pthread_mutex_unlock(&p->mu);
     }
+    t = atomic_load_explicit(&p->ticket, memory_order_acquire);
   }
 }
 
@@ -121,7 +135,7 @@ static void *worker(void *arg) {
 static void publish(cpool *p, uint64_t n) {
   uint64_t gen = ((atomic_load_explicit(&p->ticket, memory_order_relaxed) >> GEN_SHIFT) + 1) & 0xFFFFFFull;
   if (gen == 0) gen = 1; /* workers start with seen = 0 */
-  atomic_store(&p->ticket, gen << GEN_SHIFT | n << N_SHIFT);
+  atomic_store(&p->ticket, gen << GEN_SHIFT | n);
   if (atomic_load(&p->sleepers) > 0) {
     pthread_mutex_lock(&p->mu);
     pthread_cond_broadcast(&p->cv);
@@ -249,6 +263,7 @@ void cpool_run(cpool *p, int64_t n, cpool_fn fn, void *ctx) {
   atomic_fetch_add_explicit(&p->chunks, (uint64_t)n, memory_order_relaxed);
   p->fn = fn;
   p->ctx = ctx;
+  p->n_run = n;
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
   publish(p, (uint64_t)n);
   (void)work(p, 0);

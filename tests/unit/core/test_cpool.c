@@ -1,7 +1,8 @@
 /* test_cpool.c: the core thread pool (src/core/cpool.h) under policies of both shapes
  * (spin limit by time with yields and a hold, as the ONNX engine's; by pauses, always
  * spinning, as the LLM engine's): every chunk runs exactly once with its chunk count and
- * a tid below the pool size, runs too large for the ticket run inline and in order, a
+ * a tid below the pool size, the caller takes chunks from the front and the workers from
+ * the back, runs too large for the ticket run inline and in order, a
  * policy without a spin limit is refused, statistics count what ran. The engines' own
  * tests (test_onnx_pool, test_llm_pool) cover their wrappers and the contention guard. */
 #include <setjmp.h>
@@ -101,6 +102,54 @@ static void test_too_many_chunks_inline(void **state) {
   cpool_destroy(NULL);
 }
 
+/* who ran each chunk; a little work per chunk so that the workers take part */
+typedef struct {
+  atomic_int tid[64];
+  atomic_int seq; /* the caller's chunks in the order it ran them */
+  int64_t caller_order[64];
+} ends_t;
+
+static void note_tid(void *vc, int64_t c, int64_t n, int tid) {
+  (void)n;
+  ends_t *e = vc;
+  volatile double a = 1.0;
+  for (int i = 0; i < 2000; i++) a = a * 1.0000001 + 0.5;
+  atomic_store(&e->tid[c], tid);
+  if (tid == 0) e->caller_order[atomic_fetch_add(&e->seq, 1)] = c;
+}
+
+/* The caller claims chunks from the front (in order), the workers from the back: in every
+ * run the caller's chunks are a prefix 0..k-1 and the workers' the rest, so on two threads
+ * each runs the same end of every operator (the data it wrote last time is in its own
+ * cache). Bounded: up to 20000 runs until the workers have taken part in 50. */
+static void check_ends(int threads) {
+  cpool *p;
+  assert_null(cpool_create(threads, &timed, "test pool", &p));
+  cpool_hold(p, true);
+  int workers_ran = 0;
+  for (int r = 0; r < 20000 && workers_ran < 50; r++) {
+    ends_t e;
+    memset(&e, 0, sizeof e);
+    cpool_run(p, 64, note_tid, &e);
+    int k = 0;
+    while (k < 64 && atomic_load(&e.tid[k]) == 0) k++;
+    for (int c = k; c < 64; c++)
+      if (atomic_load(&e.tid[c]) == 0) fail_msg("%d threads: chunk %d ran on the caller after a worker's chunk %d", threads, c, k);
+    assert_int_equal(atomic_load(&e.seq), k);
+    for (int c = 0; c < k; c++) assert_int_equal(e.caller_order[c], c);
+    workers_ran += k < 64;
+  }
+  cpool_hold(p, false);
+  assert_int_equal(workers_ran, 50);
+  cpool_destroy(p);
+}
+
+static void test_caller_front_workers_back(void **state) {
+  (void)state;
+  check_ends(2);
+  check_ends(3);
+}
+
 static void test_refusals(void **state) {
   (void)state;
   cpool *p = (cpool *)&p;
@@ -125,6 +174,7 @@ int main(void) {
       cmocka_unit_test(test_timed_policy),
       cmocka_unit_test(test_pause_policy),
       cmocka_unit_test(test_too_many_chunks_inline),
+      cmocka_unit_test(test_caller_front_workers_back),
       cmocka_unit_test(test_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
