@@ -130,8 +130,13 @@ int64_t opool_chunks(int64_t items, double work, double min_per_chunk);
 #define OPOOL_MIN_MACS 1048576.0
 /* OPOOL_MIN_DW_MACS: multiply-adds of a grouped (depthwise) conv slice, which reads only
  * its channels; a depthwise MAC takes ~3x a dense one (RetinaFace's 128-channel 3x3
- * depthwise convs at 40x40, 1.8 M MACs, take ~65 us, a dense 1x1 of 26 M ~340 us) */
-#define OPOOL_MIN_DW_MACS 393216.0
+ * depthwise convs at 40x40, 1.8 M MACs, take ~65 us, a dense 1x1 of 26 M ~340 us). A
+ * depthwise conv mostly follows a 1x1 conv split by channels, so left whole it reads
+ * half its input from the other core's cache: UltraFace's 64-channel ones at 30x40
+ * (0.7 M MACs, 23 us alone) took 50-60 us whole at 2 threads. 150 K (0.4x the 384 K of
+ * session 10) splits them: UltraFace 0.92x, RetinaFace 0.92x the 2-thread p50 (pool mode,
+ * alternating rounds, session 18); 0.2x measured the same as 0.4x. */
+#define OPOOL_MIN_DW_MACS 153600.0
 /* Costs in dense-conv multiply-adds, shared by the split thresholds and interop.c's
  * section costs: a first-layer (smallk, C*KH*KW <= 32) MAC runs at ~25 GMAC/s against
  * ~75 for a 1x1 conv; a fused tanh or sigmoid costs ~20 per output element (SSR-Net
