@@ -132,7 +132,7 @@ void opool_mode_record(opool_mode *c, int mode, int64_t ns) {
       /* a win is tried once more at once (two wins in a row switch, below); a loss
        * doubles the gap to the next probe */
       c->again = won && !c->again;
-      if (!c->again) {
+      if (!won) {
         int gap = c->gap ? c->gap : OPOOL_PROBE_FIRST;
         c->gap = gap < OPOOL_PROBE_RARELY ? 2 * gap : OPOOL_PROBE_RARELY;
       }
@@ -141,9 +141,10 @@ void opool_mode_record(opool_mode *c, int mode, int64_t ns) {
   }
   if (c->n[OPOOL_POOL] >= OPOOL_MODE_LEARN && c->n[OPOOL_ALONE] >= OPOOL_MODE_LEARN) {
     int best = opool_mode_estimate(c, OPOOL_ALONE) < opool_mode_estimate(c, OPOOL_POOL) ? OPOOL_ALONE : OPOOL_POOL;
-    if (best != c->cur) { /* a switch: the gaps start over */
+    if (best != c->cur) { /* a switch; the gap stays: on a noisy host where the two modes
+                           * are close, switches come and go and must not bring back the
+                           * first, short gaps */
       c->since = 0;
-      c->gap = 0;
       c->again = false;
     }
     c->cur = best;
