@@ -106,13 +106,16 @@ int64_t opool_mode_estimate(const opool_mode *c, int mode) {
   }
 }
 
+/* runs from one probe to the next (a zeroed opool_mode has gap 0: the first gap) */
+static int probe_gap(const opool_mode *c) { return c->gap ? c->gap : OPOOL_PROBE_FIRST; }
+
 int opool_mode_pick(const opool_mode *c) {
   if (c->n[OPOOL_POOL] < OPOOL_MODE_LEARN || c->n[OPOOL_ALONE] < OPOOL_MODE_LEARN) /* learning: alternate */
     return c->n[OPOOL_ALONE] < c->n[OPOOL_POOL] ? OPOOL_ALONE : OPOOL_POOL;
   if (c->again) return !c->cur;
   int64_t e = opool_mode_estimate(c, c->cur), o = opool_mode_estimate(c, !c->cur);
   int cap = o - e > e / 4 ? OPOOL_PROBE_RARELY : OPOOL_PROBE_EVERY;
-  int gap = c->gap ? c->gap : OPOOL_PROBE_FIRST;
+  int gap = probe_gap(c);
   return c->since >= (gap < cap ? gap : cap) - 1 ? !c->cur : c->cur;
 }
 
@@ -133,7 +136,7 @@ void opool_mode_record(opool_mode *c, int mode, int64_t ns) {
        * doubles the gap to the next probe */
       c->again = won && !c->again;
       if (!won) {
-        int gap = c->gap ? c->gap : OPOOL_PROBE_FIRST;
+        int gap = probe_gap(c);
         c->gap = gap < OPOOL_PROBE_RARELY ? 2 * gap : OPOOL_PROBE_RARELY;
       }
     }
