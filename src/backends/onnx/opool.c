@@ -94,26 +94,33 @@ void opool_set_guard(opool *p, int64_t window_ns, int wait_pct, int64_t solo_ns)
 void opool_set_alone(opool *p, bool on) { cpool_set_alone(CP(p), on); }
 
 int64_t opool_mode_estimate(const opool_mode *c, int mode) {
-  const int64_t *t = c->t[mode];
-  switch (c->n[mode]) {
-    case 0: return -1;
-    case 1: return t[0];
-    case 2: return (t[0] + t[1]) / 2;
-    default: { /* median of three */
-      int64_t a = t[0], b = t[1], d = t[2];
-      return a > b ? (b > d ? b : a > d ? d : a) : (a > d ? a : b > d ? d : b);
-    }
+  int n = c->n[mode];
+  if (n <= 0) return -1;
+  int64_t v[OPOOL_MODE_KEEP];
+  for (int i = 0; i < n; i++) { /* insertion sort of the kept times */
+    int64_t x = c->t[mode][i];
+    int j = i;
+    for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+    v[j] = x;
   }
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* runs from one probe to the next (a zeroed opool_mode has gap 0: the first gap) */
 static int probe_gap(const opool_mode *c) { return c->gap ? c->gap : OPOOL_PROBE_FIRST; }
 
+static bool learning(const opool_mode *c) {
+  return c->n[OPOOL_POOL] < OPOOL_MODE_LEARN || c->n[OPOOL_ALONE] < OPOOL_MODE_LEARN;
+}
+
 int opool_mode_pick(const opool_mode *c) {
-  if (c->n[OPOOL_POOL] < OPOOL_MODE_LEARN || c->n[OPOOL_ALONE] < OPOOL_MODE_LEARN) /* learning: alternate */
+  if (learning(c)) /* alternate */
     return c->n[OPOOL_ALONE] < c->n[OPOOL_POOL] ? OPOOL_ALONE : OPOOL_POOL;
   if (c->again) return !c->cur;
   int64_t e = opool_mode_estimate(c, c->cur), o = opool_mode_estimate(c, !c->cur);
+  /* the mode in use has become clearly slower than the other one was: probe the other now
+   * (its times may be old; it takes two winning probes to switch) */
+  if (e > o + o / OPOOL_CHALLENGE) return !c->cur;
   int cap = o - e > e / 4 ? OPOOL_PROBE_RARELY : OPOOL_PROBE_EVERY;
   int gap = probe_gap(c);
   return c->since >= (gap < cap ? gap : cap) - 1 ? !c->cur : c->cur;
@@ -121,36 +128,37 @@ int opool_mode_pick(const opool_mode *c) {
 
 void opool_mode_record(opool_mode *c, int mode, int64_t ns) {
   if (mode != OPOOL_POOL && mode != OPOOL_ALONE) return;
-  bool learning = c->n[OPOOL_POOL] < OPOOL_MODE_LEARN || c->n[OPOOL_ALONE] < OPOOL_MODE_LEARN;
-  bool won = !learning && mode != c->cur && ns < opool_mode_estimate(c, c->cur);
+  bool was_learning = learning(c);
+  bool won = !was_learning && mode != c->cur && ns < opool_mode_estimate(c, c->cur);
   c->t[mode][c->pos[mode]] = ns;
   c->pos[mode] = (c->pos[mode] + 1) % OPOOL_MODE_KEEP;
   if (c->n[mode] < OPOOL_MODE_KEEP) c->n[mode]++;
   c->runs[mode]++;
+  if (was_learning) {
+    c->since = 0;
+    if (!learning(c)) /* the first choice: the lower median */
+      c->cur = opool_mode_estimate(c, OPOOL_ALONE) < opool_mode_estimate(c, OPOOL_POOL) ? OPOOL_ALONE : OPOOL_POOL;
+    return;
+  }
   if (mode == c->cur) {
     c->since++;
-  } else {
-    if (!learning) {
-      c->probes++;
-      /* a win is tried once more at once (two wins in a row switch, below); a loss
-       * doubles the gap to the next probe */
-      c->again = won && !c->again;
-      if (!won) {
-        int gap = probe_gap(c);
-        c->gap = gap < OPOOL_PROBE_RARELY ? 2 * gap : OPOOL_PROBE_RARELY;
-      }
-    }
-    c->since = 0;
+    return;
   }
-  if (c->n[OPOOL_POOL] >= OPOOL_MODE_LEARN && c->n[OPOOL_ALONE] >= OPOOL_MODE_LEARN) {
-    int best = opool_mode_estimate(c, OPOOL_ALONE) < opool_mode_estimate(c, OPOOL_POOL) ? OPOOL_ALONE : OPOOL_POOL;
-    if (best != c->cur) { /* a switch; the gap stays: on a noisy host where the two modes
-                           * are close, switches come and go and must not bring back the
-                           * first, short gaps */
-      c->since = 0;
-      c->again = false;
-    }
-    c->cur = best;
+  /* a probe. Two winning probes in a row (each faster than the median of the mode in use)
+   * switch; the gap stays (on a noisy host where the two modes are close, switches come
+   * and go and must not bring back the first, short gaps). A win is tried once more at
+   * once; a loss doubles the gap to the next probe. */
+  c->probes++;
+  c->since = 0;
+  if (won && c->again) {
+    c->cur = mode;
+    c->again = false;
+    return;
+  }
+  c->again = won;
+  if (!won) {
+    int gap = probe_gap(c);
+    c->gap = gap < OPOOL_PROBE_RARELY ? 2 * gap : OPOOL_PROBE_RARELY;
   }
 }
 

@@ -70,21 +70,26 @@ void opool_set_alone(opool *p, bool on);
  * OPOOL_PROBE_FIRST runs and doubles after each probe that loses, up to OPOOL_PROBE_EVERY
  * (OPOOL_PROBE_RARELY when the two medians differ by more than a quarter: a probe then
  * costs more and is less likely to change the answer); a probe that wins (faster than
- * the median in use) is repeated at once, so two winning probes in a row switch modes
- * (the gap stays as it was). The learning runs are a process's first inferences,
- * when caches, page tables and the host's clock are still warming up and the pool's runs
- * often pay more of that than alone's (UltraFace at 2 threads: pool 4.6 ms against alone
- * 3.7 while learning, 2.0 against 3.0 ten runs later): the short first gaps correct such
- * a choice within a few runs instead of 64. A change of conditions that slows the mode in
- * use raises its median above the other's: the next run switches. So the pool can only
- * be slower than running alone by the probes' share, and on a host where the pool helps,
- * alone costs the same share. Pure logic: the caller measures (tests inject times). */
+ * the median in use) is repeated at once, and two winning probes in a row switch modes
+ * (the gap stays as it was). Only probes switch: when the median of the mode in use rises
+ * more than 1/OPOOL_CHALLENGE above the other's, the other is probed at once (its kept
+ * times may be many runs old; with a median of three compared against them, two slow
+ * pool runs in a row, a few ms of the other core taken by the host, switched UltraFace at
+ * 2 threads to alone, 50% slower, for 16-64 runs). The learning runs are a process's
+ * first, cold ones, when the pool's runs often pay more of a cold start than alone's
+ * (UltraFace at 2 threads: pool 4.6 ms against alone 3.7 while learning, 2.0 against 3.0
+ * ten runs later): the short first gaps correct such a choice within a few runs instead
+ * of 64. A change of conditions that slows the mode in use raises its median (three slow
+ * runs of five) and brings the two probes at once. So the pool can only be slower than
+ * running alone by the probes' share, and on a host where the pool helps, alone costs the
+ * same share. Pure logic: the caller measures (tests inject times). */
 enum { OPOOL_POOL = 0, OPOOL_ALONE = 1 };
-#define OPOOL_MODE_KEEP 3
+#define OPOOL_MODE_KEEP 5
 #define OPOOL_MODE_LEARN 2
 #define OPOOL_PROBE_FIRST 2
 #define OPOOL_PROBE_EVERY 16
 #define OPOOL_PROBE_RARELY 64
+#define OPOOL_CHALLENGE 8 /* the mode in use 1/8 slower than the other: probe at once */
 typedef struct {
   int64_t t[2][OPOOL_MODE_KEEP]; /* the last times of each mode (a ring) */
   int n[2], pos[2];              /* times kept (<= KEEP), next slot */

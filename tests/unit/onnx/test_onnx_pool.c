@@ -277,13 +277,20 @@ static void test_mode_chooser(void **state) {
   assert_int_equal(na, 10);
   assert_int_equal(np, 150);
   assert_int_equal(opool_mode_estimate(&c, OPOOL_POOL), 1000000);
-  /* conditions change: the pool becomes 2x slower (another process on the other core); the
-   * median of its last three needs two slow runs, then it runs alone, probing the pool
-   * once in 64 runs (the medians differ by more than a quarter; the gap, doubled to 64 by
-   * the losing probes so far, stays across the switch) */
+  /* conditions change: the pool becomes 2x slower (another process on the other core).
+   * Two slow runs do not move the median of its last five; after the third, alone (last
+   * seen at 1.1 ms, perhaps long ago) is probed at once, wins twice and is in use. It then
+   * probes the pool once in 64 runs (the medians differ by more than a quarter; the gap,
+   * doubled to 64 by the losing probes so far, stays across the switch). */
   mode_steps(&c, 2, 2000000, 1100000, &np, &na);
   assert_int_equal(np, 2);
+  assert_int_equal(opool_mode_estimate(&c, OPOOL_POOL), 1000000);
+  assert_int_equal(opool_mode_pick(&c), OPOOL_POOL);
+  mode_steps(&c, 1, 2000000, 1100000, &np, &na);
   assert_int_equal(opool_mode_pick(&c), OPOOL_ALONE);
+  mode_steps(&c, 2, 2000000, 1100000, &np, &na);
+  assert_int_equal(na, 2);
+  assert_int_equal(c.cur, OPOOL_ALONE);
   mode_steps(&c, 640, 2000000, 1100000, &np, &na);
   assert_int_equal(np, 10);
   /* the pool gets fast again: two probes later it is back in use */
@@ -301,7 +308,7 @@ static void test_mode_chooser(void **state) {
   mode_steps(&d, 4 + 1600, 1050000, 1000000, &np, &na);
   assert_int_equal(d.probes, 3 + (1600 - 29 + 15) / 16);
   assert_int_equal(np, 2 + (int)d.probes);
-  /* one outlier among three does not move the median */
+  /* one outlier among five does not move the median */
   opool_mode e = {0};
   mode_steps(&e, 40, 1000000, 1500000, &np, &na);
   opool_mode_record(&e, OPOOL_POOL, 50000000);
@@ -319,6 +326,32 @@ static void test_mode_chooser(void **state) {
   assert_int_equal(w.cur, OPOOL_POOL);
   mode_steps(&w, 20, 2000000, 3000000, &np, &na);
   assert_int_equal(na, 3); /* the probes after 1, 3 and 7 runs with the pool */
+  /* a burst of two slow runs with the pool (the host took the other core for a few ms)
+   * neither switches nor brings a probe: with a median of three it switched to alone,
+   * whose times were then 64 runs old, and stayed there for 16-64 runs */
+  opool_mode h = {0};
+  mode_steps(&h, 4 + 30, 1600000, 2500000, &np, &na); /* UltraFace at 2 threads, idle */
+  while (opool_mode_pick(&h) == OPOOL_ALONE) opool_mode_record(&h, OPOOL_ALONE, 2500000);
+  uint64_t probes = h.probes;
+  opool_mode_record(&h, OPOOL_POOL, 4200000);
+  assert_int_equal(opool_mode_pick(&h), OPOOL_POOL);
+  opool_mode_record(&h, OPOOL_POOL, 3400000);
+  assert_int_equal(opool_mode_estimate(&h, OPOOL_POOL), 1600000);
+  assert_int_equal(opool_mode_pick(&h), OPOOL_POOL);
+  mode_steps(&h, 5, 1600000, 2500000, &np, &na);
+  assert_int_equal(np, 5);
+  assert_int_equal(h.probes, probes);
+  /* alone's kept times are old and lucky (1.2 ms); the pool, in use, is now 1.6: alone is
+   * probed at once, loses (2.5 ms) until its median is fresh, and the pool stays */
+  opool_mode k = {0};
+  mode_steps(&k, 4, 1600000, 1200000, &np, &na); /* learning picks alone */
+  assert_int_equal(k.cur, OPOOL_ALONE);
+  mode_steps(&k, 3, 1000000, 2500000, &np, &na); /* two winning pool probes: the pool */
+  assert_int_equal(k.cur, OPOOL_POOL);
+  mode_steps(&k, 40, 1600000, 2500000, &np, &na);
+  assert_int_equal(k.cur, OPOOL_POOL);
+  assert_true(na <= 5);
+  assert_true(opool_mode_estimate(&k, OPOOL_ALONE) == 2500000);
   /* a lucky probe (one outlier) is tried once more and does not switch */
   opool_mode f = {0};
   mode_steps(&f, 4 + 30, 1000000, 1500000, &np, &na); /* the pool in use, gap now 16 */
