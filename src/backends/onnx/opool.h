@@ -89,7 +89,7 @@ enum { OPOOL_POOL = 0, OPOOL_ALONE = 1 };
 #define OPOOL_PROBE_FIRST 2
 #define OPOOL_PROBE_EVERY 16
 #define OPOOL_PROBE_RARELY 64
-#define OPOOL_CHALLENGE 8 /* the mode in use 1/8 slower than the other: probe at once */
+#define OPOOL_CHALLENGE 4 /* the mode in use 1/4 slower than the other: probe at once */
 typedef struct {
   int64_t t[2][OPOOL_MODE_KEEP]; /* the last times of each mode (a ring) */
   int n[2], pos[2];              /* times kept (<= KEEP), next slot */
