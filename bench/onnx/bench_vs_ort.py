@@ -192,7 +192,7 @@ def main():
     ap.add_argument("--wait", choices=["default", "nospin"], default="default",
                     help="ORT's thread waiting: its default (spin) or allow_spinning=0")
     ap.add_argument("--cinfer-env", action="append", default=[], metavar="NAME=VALUE",
-                    help="set this in cinfer's environment (repeatable), e.g. CINFER_ONNX_INTEROP=1")
+                    help="set this in cinfer's environment (repeatable), e.g. CINFER_ONNX_INTEROP=0")
     ap.add_argument("--busy", type=int, nargs="?", default=None, const=-1, metavar="CPU",
                     help="keep a busy loop on this CPU (default: the other core, the highest CPU allowed) during the measurement")
     args = ap.parse_args()

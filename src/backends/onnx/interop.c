@@ -29,10 +29,14 @@
  * string heap is one per plan) or for more than 2 threads (the other threads would idle
  * while the groups' convolutions lose their slices).
  *
- * Off unless CINFER_ONNX_INTEROP=1: on the shared 2-vCPU test host no gain could be
- * measured either way (the second vCPU was mostly taken by other tenants, so 2-thread runs
- * took about their CPU time; docs/benchmarks-onnx.md), and the design rule is that a
- * parallel scheme is on by default only where it measured a gain. */
+ * On by default at 2 threads since session 19; CINFER_ONNX_INTEROP=0 turns it off. Measured
+ * on the Zen 4 guest (alternating rounds of 1 s windows, median per-round ratio on/off, the
+ * pool-or-alone chooser on): idle SSR-Net gender 0.95, age 0.94, RetinaFace 0.95,
+ * UltraFace 0.93 (batch 1; batch 8 0.94-1.00); with a busy loop on the other core 0.97-1.01
+ * (a section runs its steps in order when the chooser runs alone). In session 10, on a host
+ * whose second vCPU was mostly taken by other tenants, no gain could be measured, and
+ * handing a group to a descheduled worker cost the caller up to one step: now the chooser
+ * runs such a host alone. docs/benchmarks-onnx.md, session 19. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -125,8 +129,8 @@ cinfer_status *interop_plan(onnx_plan *p) {
   const onnx_model *m = p->m;
   int n = p->n_steps, nv = m->n_values;
   p->n_sec = 0;
-  const char *on = getenv("CINFER_ONNX_INTEROP");
-  if (p->threads != 2 || n < 2 || !on || strcmp(on, "1")) return NULL;
+  const char *on = getenv("CINFER_ONNX_INTEROP"); /* "0": off */
+  if (p->threads != 2 || n < 2 || (on && !strcmp(on, "0"))) return NULL;
   for (int v = 0; v < nv; v++)
     if (p->vals[v].dtype == CINFER_TYPE_BYTES) return NULL;
   int *prod = malloc(sizeof(int) * (size_t)(nv + 1)), *par = malloc(sizeof(int) * (size_t)n),

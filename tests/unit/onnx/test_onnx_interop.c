@@ -1,16 +1,16 @@
-/* test_onnx_interop.c: inter-op sections (src/backends/onnx/interop.c), on with
- * CINFER_ONNX_INTEROP=1 at 2 threads.
+/* test_onnx_interop.c: inter-op sections (src/backends/onnx/interop.c), on by default at
+ * 2 threads (CINFER_ONNX_INTEROP=0 turns them off).
  *
  * Model: x [1,16,40,40] feeds two branches of the same cost,
  *   A: conv3x3 (16->32, pad 1) + Relu -> conv1x1 (32->32) -> a
  *   B: conv3x3 (16->32, pad 1) + Relu -> conv1x1 (32->32) -> b, and b -> GlobalAveragePool
  *      -> gap (a graph output produced inside the section)
  *   out = a + b (the join: after the section).
- *   - at 2 threads with the variable the profile shows one section with both groups; both
+ *   - at 2 threads the profile shows one section with both groups; both
  *     outputs equal the 1-thread session's bit for bit, over many runs (the groups' steps
  *     run whole, as on one thread; with buffers shared between the groups the runs
  *     that overlap would differ);
- *   - without the variable, or with 1 or 3 threads, no section is made. */
+ *   - with CINFER_ONNX_INTEROP=0, or with 1 or 3 threads, no section is made. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -111,7 +111,7 @@ static void test_sections_equal_one_thread(void **state) {
   float *x = rnd(16 * HW * HW, &seed);
   float *one = malloc(N_OUT * 4), *one_gap = malloc(32 * 4), *got = malloc(N_OUT * 4), *got_gap = malloc(32 * 4);
   char *prof = NULL;
-  setenv("CINFER_ONNX_INTEROP", "1", 1);
+  unsetenv("CINFER_ONNX_INTEROP");
   run(m, 1, x, 1, NULL, NULL, one, one_gap, &prof);
   if (strstr(prof, "inter-op section")) fail_msg("1 thread made a section:\n%s", prof);
   free(prof);
@@ -123,9 +123,10 @@ static void test_sections_equal_one_thread(void **state) {
   run(m, 3, x, 3, one, one_gap, got, got_gap, &prof);
   if (strstr(prof, "inter-op section")) fail_msg("3 threads made a section:\n%s", prof);
   free(prof);
-  unsetenv("CINFER_ONNX_INTEROP");
+  setenv("CINFER_ONNX_INTEROP", "0", 1);
   run(m, 2, x, 3, one, one_gap, got, got_gap, &prof);
-  if (strstr(prof, "inter-op section")) fail_msg("a section without CINFER_ONNX_INTEROP=1:\n%s", prof);
+  if (strstr(prof, "inter-op section")) fail_msg("a section with CINFER_ONNX_INTEROP=0:\n%s", prof);
+  unsetenv("CINFER_ONNX_INTEROP");
   free(prof);
   free(one);
   free(one_gap);
