@@ -129,7 +129,11 @@ cinfer_status *interop_plan(onnx_plan *p) {
   const onnx_model *m = p->m;
   int n = p->n_steps, nv = m->n_values;
   p->n_sec = 0;
-  const char *on = getenv("CINFER_ONNX_INTEROP"); /* "0": off */
+  /* CINFER_ONNX_INTEROP: unset, empty or "1" on, "0" off; anything else ("off", "no") is
+   * refused rather than read as on */
+  const char *on = getenv("CINFER_ONNX_INTEROP");
+  if (on && *on && strcmp(on, "0") && strcmp(on, "1"))
+    return cinfer_status_new(CINFER_INVALID_ARG, "CINFER_ONNX_INTEROP: '%s' is not 0 or 1", on);
   if (p->threads != 2 || n < 2 || (on && !strcmp(on, "0"))) return NULL;
   for (int v = 0; v < nv; v++)
     if (p->vals[v].dtype == CINFER_TYPE_BYTES) return NULL;

@@ -10,7 +10,9 @@
  *     outputs equal the 1-thread session's bit for bit, over many runs (the groups' steps
  *     run whole, as on one thread; with buffers shared between the groups the runs
  *     that overlap would differ);
- *   - with CINFER_ONNX_INTEROP=0, or with 1 or 3 threads, no section is made. */
+ *   - with CINFER_ONNX_INTEROP=0, or with 1 or 3 threads, no section is made;
+ *   - a value other than 0 or 1 ("off") fails the run, naming the variable, instead of
+ *     leaving the sections on. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,9 +138,33 @@ static void test_sections_equal_one_thread(void **state) {
   onnx_model_destroy(m);
 }
 
+static void test_bad_value_refused(void **state) {
+  (void)state;
+  onnx_model *m = branchy();
+  unsigned seed = 5;
+  float *x = rnd(16 * HW * HW, &seed);
+  onnx_session *s;
+  setenv("CINFER_ONNX_INTEROP", "off", 1);
+  assert_null(onnx_session_create(m, &(onnx_options){.threads = 2}, &s));
+  cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .shape = {1, 16, HW, HW}, .data = x,
+                      .byte_size = (size_t)16 * HW * HW * 4},
+                o[2];
+  cinfer_status *st = onnx_session_run(s, &in, 1, o);
+  unsetenv("CINFER_ONNX_INTEROP");
+  assert_non_null(st);
+  assert_non_null(strstr(cinfer_status_message(st), "CINFER_ONNX_INTEROP: 'off' is not 0 or 1"));
+  cinfer_status_free(st);
+  /* the session is still usable once the variable is fixed */
+  assert_null(onnx_session_run(s, &in, 1, o));
+  onnx_session_destroy(s);
+  free(x);
+  onnx_model_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sections_equal_one_thread),
+      cmocka_unit_test(test_bad_value_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
