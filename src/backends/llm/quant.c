@@ -789,7 +789,26 @@ static float dot_q6_K_avx2(int64_t n, const void *w, const void *a) {
  * exact whichever operand carries the sign, so every output is bit-identical to
  * llm_vec_dot_get(t) and hence to llama.cpp's own vec_dot on this CPU. */
 #define GEMM_RN 2 /* activation rows per tile (RM = 4 weight rows): 8 accumulators, no spills in 16 ymm */
+/* Under AddressSanitizer a tile checks, once on entry, the whole ranges it reads (RM weight
+ * rows and RN activation rows of nb blocks) and writes (RM outputs per activation row), and
+ * its loads are not instrumented one by one: per-load checks made these tiles 8x slower and
+ * 80% of the sanitizer run of the LLM tests (perf, test_structured_output: 190 s against 49 s
+ * unsanitized). A block read past a row's end is still reported, as a read of the range.
+ * The helpers the tiles inline are uninstrumented too: with GCC a helper's scope marks
+ * (ASAN_MARK) would still poison the stack inside an uninstrumented tile, which does not
+ * unpoison its frame on return (a false stack-use-after-scope in the next caller). */
+#if defined(__SANITIZE_ADDRESS__)
+#define GEMM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GEMM_ASAN 1
+#endif
+#endif
+#ifdef GEMM_ASAN
+#define ALWAYS_INLINE inline __attribute__((always_inline, no_sanitize_address))
+#else
 #define ALWAYS_INLINE inline __attribute__((always_inline))
+#endif
 #define UNROLL _Pragma("GCC unroll 4") /* tile loops: fully unrolled, arrays in registers */
 
 /* exact 32-lane int8 x int8 dot summed per 4-byte group as floats: u (= |v|, unsigned) x
@@ -914,17 +933,41 @@ static ALWAYS_INLINE void tile_q8a(int64_t nb, const uint8_t *w, size_t wrow, co
     UNROLL for (int t = 0; t < RN; t++) y[(size_t)t * ldy + r] = hsum8(acc[r][t]);
 }
 
+#ifdef GEMM_ASAN
+#include <sanitizer/asan_interface.h>
+#define GEMM_TILE_ATTR __attribute__((no_sanitize_address, noinline))
+static void gemm_asan_range(const void *p, size_t n, bool write) {
+  void *bad = __asan_region_is_poisoned((void *)p, n);
+  if (bad) __asan_report_error(__builtin_return_address(0), __builtin_frame_address(0), __builtin_frame_address(0), bad, write, 1);
+}
+static void gemm_asan_tile(int64_t nb, const uint8_t *w, size_t wrow, size_t wbb, const uint8_t *a, size_t arow,
+                           size_t abb, float *y, size_t ldy, int RM, int RN) {
+  for (int r = 0; r < RM; r++) gemm_asan_range(w + (size_t)r * wrow, (size_t)nb * wbb, false);
+  for (int t = 0; t < RN; t++) {
+    gemm_asan_range(a + (size_t)t * arow, (size_t)nb * abb, false);
+    gemm_asan_range(y + (size_t)t * ldy, (size_t)RM * sizeof(float), true);
+  }
+}
+#define GEMM_ASAN_TILE(...) gemm_asan_tile(__VA_ARGS__)
+#else
+#define GEMM_TILE_ATTR
+#define GEMM_ASAN_TILE(...) ((void)0)
+#endif
+
 /* Instantiates the tiles for (RM in {4, 1}) x (RN in {1, 2}) and walks the output: rows in
- * groups of 4 outermost (they stay in L1 while all activation rows pass). */
-#define GEMM_DEFINE(NAME, TILE, ...)                                                                            \
-  static void NAME##_t41(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
-                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 4, 1 __VA_ARGS__); }                        \
-  static void NAME##_t42(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
-                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 4, 2 __VA_ARGS__); }                        \
-  static void NAME##_t11(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
-                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 1, 1 __VA_ARGS__); }                        \
-  static void NAME##_t12(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a, size_t ar, float *y,       \
-                         size_t ldy) { TILE(nb, w, wr, a, ar, y, ldy, 1, 2 __VA_ARGS__); }                        \
+ * groups of 4 outermost (they stay in L1 while all activation rows pass). WB and AB: the
+ * bytes of one weight block and of one activation block. */
+#define GEMM_TILE(NAME, TILE, WB, AB, RM, RN, ...)                                                              \
+  static GEMM_TILE_ATTR void NAME##_t##RM##RN(int64_t nb, const uint8_t *w, size_t wr, const uint8_t *a,       \
+                                              size_t ar, float *y, size_t ldy) {                              \
+    GEMM_ASAN_TILE(nb, w, wr, WB, a, ar, AB, y, ldy, RM, RN);                                                 \
+    TILE(nb, w, wr, a, ar, y, ldy, RM, RN __VA_ARGS__);                                                       \
+  }
+#define GEMM_DEFINE(NAME, TILE, WB, AB, ...)                                                                    \
+  GEMM_TILE(NAME, TILE, WB, AB, 4, 1, __VA_ARGS__)                                                              \
+  GEMM_TILE(NAME, TILE, WB, AB, 4, 2, __VA_ARGS__)                                                              \
+  GEMM_TILE(NAME, TILE, WB, AB, 1, 1, __VA_ARGS__)                                                              \
+  GEMM_TILE(NAME, TILE, WB, AB, 1, 2, __VA_ARGS__)                                                              \
   static void NAME(int64_t n, const void *wv, size_t wrow, int nr, const void *av, size_t arow, int nt, float *y, \
                    size_t ldy) {                                                                                \
     const uint8_t *w = wv, *a = av;                                                                             \
@@ -948,10 +991,10 @@ static ALWAYS_INLINE void tile_q8a(int64_t nb, const uint8_t *w, size_t wrow, co
     }                                                                                                           \
   }
 _Static_assert(GEMM_RN == 2, "GEMM_DEFINE instantiates RN = 1, 2");
-GEMM_DEFINE(gemm_q4_1, tile_q4_1)
-GEMM_DEFINE(gemm_q4_0, tile_q8a, , 4)
-GEMM_DEFINE(gemm_q5_0, tile_q8a, , 5)
-GEMM_DEFINE(gemm_q8_0, tile_q8a, , 8)
+GEMM_DEFINE(gemm_q4_1, tile_q4_1, sizeof(blk_q4_1), sizeof(blk_q8_1))
+GEMM_DEFINE(gemm_q4_0, tile_q8a, sizeof(blk_q4_0), sizeof(blk_q8_0), , 4)
+GEMM_DEFINE(gemm_q5_0, tile_q8a, sizeof(blk_q5_0), sizeof(blk_q8_0), , 5)
+GEMM_DEFINE(gemm_q8_0, tile_q8a, sizeof(blk_q8_0), sizeof(blk_q8_0), , 8)
 
 /* K-quants: one weight row against up to 4 activation rows. The weight block is unpacked
  * (nibbles, high bits, scales) once and used for every activation row; per row the
@@ -1065,19 +1108,17 @@ static ALWAYS_INLINE void multi_q6_K(int64_t n, const uint8_t *w, const uint8_t 
 
 /* K-quant GEMM: rows one at a time (the weight stream prefetched GEMM_PF * 4 rows ahead),
  * activation rows in groups of up to 4 per unpacked weight block. */
-#define GEMM_KQ(NAME, MULTI)                                                                                    \
-  static void NAME##_m1(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
-    MULTI(n, w, a, ar, y, ldy, 1);                                                                              \
-  }                                                                                                             \
-  static void NAME##_m2(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
-    MULTI(n, w, a, ar, y, ldy, 2);                                                                              \
-  }                                                                                                             \
-  static void NAME##_m3(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
-    MULTI(n, w, a, ar, y, ldy, 3);                                                                              \
-  }                                                                                                             \
-  static void NAME##_m4(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y, size_t ldy) {      \
-    MULTI(n, w, a, ar, y, ldy, 4);                                                                              \
-  }                                                                                                             \
+#define GEMM_KQ_TILE(NAME, MULTI, WB, RN)                                                                       \
+  static GEMM_TILE_ATTR void NAME##_m##RN(int64_t n, const uint8_t *w, const uint8_t *a, size_t ar, float *y,  \
+                                          size_t ldy) {                                                         \
+    GEMM_ASAN_TILE(n / 256, w, 0, WB, a, ar, sizeof(blk_q8_K), y, ldy, 1, RN);                                  \
+    MULTI(n, w, a, ar, y, ldy, RN);                                                                             \
+  }
+#define GEMM_KQ(NAME, MULTI, WB)                                                                                \
+  GEMM_KQ_TILE(NAME, MULTI, WB, 1)                                                                              \
+  GEMM_KQ_TILE(NAME, MULTI, WB, 2)                                                                              \
+  GEMM_KQ_TILE(NAME, MULTI, WB, 3)                                                                              \
+  GEMM_KQ_TILE(NAME, MULTI, WB, 4)                                                                              \
   static void NAME(int64_t n, const void *wv, size_t wrow, int nr, const void *av, size_t arow, int nt, float *y, \
                    size_t ldy) {                                                                                \
     const uint8_t *w = wv, *a = av;                                                                             \
@@ -1095,8 +1136,8 @@ static ALWAYS_INLINE void multi_q6_K(int64_t n, const uint8_t *w, const uint8_t 
       }                                                                                                         \
     }                                                                                                           \
   }
-GEMM_KQ(gemm_q4_K, multi_q4_K)
-GEMM_KQ(gemm_q6_K, multi_q6_K)
+GEMM_KQ(gemm_q4_K, multi_q4_K, sizeof(blk_q4_K))
+GEMM_KQ(gemm_q6_K, multi_q6_K, sizeof(blk_q6_K))
 
 
 static float dot_f32_avx2(int64_t n, const void *w, const void *a) {
