@@ -19,7 +19,9 @@ cinfer and ORT at each thread count (1T cinfer, 1T ORT, 2T cinfer, 2T ORT, ...),
 engines and the thread counts alternate and a slow period of the shared host hits all of
 them. The table gives each engine's min and median p50 over the rounds, the median and
 range of the per-round ratios (each round's cinfer p50 over the ORT p50 measured right
-after it), and for T > 1 cinfer's median T-thread p50 over its median 1-thread p50.
+after it), and for T > 1 cinfer's median T-thread p50 over its median 1-thread p50, then the
+median and range of the per-round ratios (each round's T-thread p50 over the 1-thread p50
+measured a few seconds before it: a slow minute of the host cancels out of a pair).
 
 --busy [CPU] keeps a busy loop (`taskset -c CPU sh -c 'while :; do :; done'`) running on
 that CPU for the whole measurement: the case of another process keeping a core busy. Without
@@ -251,7 +253,11 @@ def main():
                         r = res[t]
                         pr = "%.2f [%.2f, %.2f]" % (median(r["pair"]), min(r["pair"]), max(r["pair"]))
                         t1 = res[args.threads[0]]
-                        vs1 = "%.2f" % (median(r["c"]) / median(t1["c"])) if t != args.threads[0] else "-"
+                        vs1 = "-"
+                        if t != args.threads[0]:  # also paired: each round's T-thread p50 over its 1-thread p50
+                            per = [a / b for a, b in zip(r["c"], t1["c"])]
+                            vs1 = "%.2f (per round %.2f [%.2f, %.2f])" % (median(r["c"]) / median(t1["c"]), median(per),
+                                                                          min(per), max(per))
                         rows.append((name, t, b, min(r["c"]), median(r["c"]), min(r["o"]), median(r["o"]),
                                      median(r["c"]) / median(r["o"]), pr, vs1, median(r["cpu_c"]), median(r["cpu_o"]),
                                      r["mode"], os.getloadavg()[0]))
@@ -266,7 +272,7 @@ def main():
     print("wait: %s%s%s; load average at the end: %s" % (args.wait, "" if args.busy is None else ", busy loop on CPU %d" % args.busy,
                                                     "".join(", cinfer with " + kv for kv in args.cinfer_env),
                                                     " ".join("%.2f" % x for x in os.getloadavg())))
-    print("| model | threads | batch | cinfer p50 ms min / median | ORT p50 ms min / median | ratio of medians | per-round ratio median [range] | cinfer T / 1 thread | cinfer CPU ms/batch | ORT CPU ms/batch | batch mode (cinfer/ORT) | load |")
+    print("| model | threads | batch | cinfer p50 ms min / median | ORT p50 ms min / median | ratio of medians | per-round ratio median [range] | cinfer T / 1 thread (per round median [range]) | cinfer CPU ms/batch | ORT CPU ms/batch | batch mode (cinfer/ORT) | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print("| %s | %d | %d | %.2f / %.2f | %.2f / %.2f | %.2f | %s | %s | %.2f | %.2f | %s | %.1f |" % r)
@@ -278,9 +284,12 @@ def main():
         print()
         print("geomean ratio of medians: %.2f over %d cells; cells above 1.0: %d" % (g ** (1.0 / len(ratios)), len(ratios),
                                                                                 sum(1 for x in ratios if x > 1.0)))
-        slower = [r for r in rows if r[9] != "-" and float(r[9]) > 1.0]
+        slower = [r for r in rows if r[9] != "-" and float(r[9].split()[0]) > 1.0]
         print("cells where cinfer at T threads is slower than at %d: %d%s" % (
             args.threads[0], len(slower), "".join("; %s T%d b%d %s" % (r[0], r[1], r[2], r[9]) for r in slower)))
+        paired = [r for r in rows if r[9] != "-" and float(r[9].split()[3]) > 1.0]
+        print("... by the median of the per-round ratios: %d%s" % (
+            len(paired), "".join("; %s T%d b%d %s" % (r[0], r[1], r[2], r[9]) for r in paired)))
 
 
 if __name__ == "__main__":
