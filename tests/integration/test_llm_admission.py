@@ -185,11 +185,12 @@ def test_full_engine_refuses_at_once_and_admitted_requests_complete():
             assert r.usage.completion_tokens == short_tokens and r.choices[0].finish_reason == "length"
         assert metric(s, "cinfer_llm_refused_waiting_total") == 2
         assert metric(s, "cinfer_llm_max_waiting") == 2
-        # a refused stream is refused the same way, before any event. The gauges are published at
-        # the end of the engine step that delivered the last response, so wait for them to drop
-        # first: a stale "1 running" would let the queued requests race the long one.
-        wait_metric(s, "cinfer_llm_running_sequences", lambda v: v == 0)
-        wait_metric(s, "cinfer_llm_waiting_sequences", lambda v: v == 0)
+        # the gauges are published before a sequence's final event: with every response in
+        # hand, nothing reads as running or waiting (a stale "1 running" here once let the
+        # second round's queued requests race its long one)
+        assert metric(s, "cinfer_llm_running_sequences") == 0
+        assert metric(s, "cinfer_llm_waiting_sequences") == 0
+        # a refused stream is refused the same way, before any event
         first = pool.submit(gen, long_tokens, "Once upon a time")
         wait_metric(s, "cinfer_llm_running_sequences", lambda v: v == 1)
         queued = [pool.submit(gen, short_tokens, f"Question {i}:") for i in range(2)]

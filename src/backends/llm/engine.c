@@ -314,6 +314,7 @@ fail:
 }
 
 static void finish_seq(llm_engine *e, seq *s, llm_finish f, const char *err);
+static int publish_gauges(llm_engine *e);
 
 void llm_engine_destroy(llm_engine *e) {
   if (!e) return;
@@ -570,6 +571,9 @@ static void finish_seq(llm_engine *e, seq *s, llm_finish f, const char *err) {
     }
   e->st.requests_finished_total++;
   pthread_mutex_unlock(&e->mu);
+  /* the gauges before the final event: a client that has its response never reads its
+   * sequence as still running or waiting */
+  (void)publish_gauges(e);
   if (tn && s->held_n + tn <= s->held_cap) {
     memcpy(s->held + s->held_n, tail, tn);
     s->held_n += tn;

@@ -363,6 +363,50 @@ static void test_logprobs(void **s) {
   free_golden(gc, n, j);
 }
 
+/* ---- gauges ---- */
+/* What a sequence's final event sees in the engine's gauges: its own sequence already out
+ * of running and waiting (they are published before the event, so a client holding its
+ * response never reads itself as still running; /metrics reads these). */
+typedef struct {
+  llm_engine *e;
+  int finals, running[4], waiting[4];
+  uint64_t finished[4];
+} gauge_seen;
+
+static void on_gauge(void *u, const llm_event *ev) {
+  gauge_seen *g = u;
+  if (ev->finish == LLM_FINISH_NONE || g->finals >= 4) return;
+  llm_engine_stats st;
+  llm_engine_get_stats(g->e, &st);
+  g->running[g->finals] = st.running;
+  g->waiting[g->finals] = st.waiting;
+  g->finished[g->finals] = st.requests_finished_total;
+  g->finals++;
+}
+
+static void test_gauges_published_before_final_event(void **s) {
+  gcase gc[16];
+  cJSON *j;
+  int n = load_golden(gc, &j);
+  llm_engine *e = make_engine(64, 512, false);
+  gauge_seen g = {.e = e};
+  /* two sequences running together: the short one ends first, the long one after */
+  llm_request r1 = {.tokens = gc[0].prompt, .n_tokens = (size_t)gc[0].n_prompt, .sampling = greedy(2)};
+  llm_request r2 = {.tokens = gc[1].prompt, .n_tokens = (size_t)gc[1].n_prompt, .sampling = greedy(6)};
+  assert_null(llm_engine_submit(e, &r1, on_gauge, &g, NULL));
+  assert_null(llm_engine_submit(e, &r2, on_gauge, &g, NULL));
+  run_all(e);
+  assert_int_equal(g.finals, 2);
+  assert_int_equal(g.running[0], 1); /* the long one still runs */
+  assert_int_equal(g.waiting[0], 0);
+  assert_int_equal(g.running[1], 0);
+  assert_int_equal(g.waiting[1], 0);
+  assert_int_equal(g.finished[0], 1);
+  assert_int_equal(g.finished[1], 2);
+  llm_engine_destroy(e);
+  free_golden(gc, n, j);
+}
+
 /* ---- prompt logprobs ---- */
 typedef struct plp_collect {
   int n, last_pos, dup_or_disorder;
@@ -496,6 +540,7 @@ int main(void) {
       cmocka_unit_test(test_prefix_cache),
       cmocka_unit_test(test_cancel_stop_length),  cmocka_unit_test(test_sampling_seed_logprobs),
       cmocka_unit_test(test_logprobs),            cmocka_unit_test(test_prompt_logprobs),
+      cmocka_unit_test(test_gauges_published_before_final_event),
       cmocka_unit_test(test_bad_input),
   };
   int rc;
