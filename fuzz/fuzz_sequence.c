@@ -31,10 +31,22 @@ static const char HEAD[] =
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* the temporary repository goes when the fuzzer exits (libFuzzer ends with exit()) */
+static void remove_repo(void) {
+  char p[128];
+  unlink(cfg_path);
+  snprintf(p, sizeof p, "%s/t/1", repo);
+  rmdir(p);
+  snprintf(p, sizeof p, "%s/t", repo);
+  rmdir(p);
+  rmdir(repo);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   snprintf(repo, sizeof repo, "/tmp/cinfer-fuzz-seq-XXXXXX");
   if (!mkdtemp(repo)) abort();
+  atexit(remove_repo);
   char p[128];
   snprintf(p, sizeof p, "%s/t", repo);
   mkdir(p, 0755);
