@@ -9,7 +9,8 @@
  *   otherwise (MLAS im2col + SGEMM): one FMA chain over k = (c, kh, kw) from 0, then + bias;
  * padded taps contribute exact zeros. Plain output: vectorised over 16 output pixels of a
  * row (gathered per thread into an im2col strip P[k][ow]), 4 output channels per pass.
- * nChw8c output (M % 8 == 0): kdir_row_direct, broadcasting taps from padded input rows.
+ * nChw8c output (M % 8 == 0): kdir_row_direct, broadcasting taps from padded copies of the
+ * input rows, or from the image's rows in place when it is large (kdir_bases).
  * Element-wise ops with constants in front (step_pre) are applied as the input is read.
  * Layout: plain NCHW input (and fused Add operand); output plain, or nChw8c when every
  * consumer reads blocked, M % 8 == 0 and there is no fused Add (CINFER_ONNX_PLAIN: plain).
@@ -26,8 +27,11 @@ typedef struct {
   bool blocked_out; /* writes nChw<blk>c (w_data: [M/8][K][8] weights, bias, slopes) */
   int64_t blk;      /* 8 or 16: kern_block() when M is a multiple of it, else 8 */
   bool w16;         /* blk 16 on an AVX-512 build: w_data is [M/16][K][16] (kdir_row_direct16) */
+  bool in_place;    /* blocked_out: reads the image's rows in place (kdir_bases) */
   float *w_data;
 } smallk_kernel;
+
+#define KDIR_DIRECT_BYTES (512 * 1024) /* an image above it is read in place (kdir_bases) */
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -58,17 +62,15 @@ static int64_t kdir_owp(int64_t OW) { return ((OW + 5) / 6 * 6 + 15) / 16 * 16; 
 
 static int64_t kdir_rw(const conv_geom *g);
 
-/* off[kk]: where tap kk (row kk / KW of the strip, column kk % KW) starts in the strip,
- * without a division per tap (this runs once per output row) */
-static void kdir_offsets(int64_t K, int64_t KW, int64_t RW, int64_t dil, int64_t *off) {
-  for (int64_t kk = 0, r = 0; kk < K; r++)
-    for (int64_t kx = 0; kx < KW; kx++, kk++) off[kk] = r * RW + kx * dil;
-}
+static int64_t kdir_span(const conv_geom *g) { return 5 * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1; }
 
 /* per-thread scratch of the small-K conv: the im2col strip, or (blocked output) the padded
- * input rows and a tail of 2 blocks x 6 pixels (16 floats each); 64-byte multiples */
+ * input rows R, a tail of 2 blocks x 6 pixels (16 floats each), a zero row and the edge
+ * windows of kdir_group_taps; 64-byte multiples */
 static size_t k64_temp_per_thread(const conv_geom *g, int64_t K, bool blocked) {
-  size_t n = blocked ? (size_t)(g->C * g->k[0] * kdir_rw(g) + 192) : (size_t)(K * kdir_owp(g->out[1]));
+  int64_t rows = g->C * g->k[0];
+  size_t n = blocked ? (size_t)(rows * kdir_rw(g) + 192 + kdir_rw(g) + (g->out[1] + 5) / 6 * rows * kdir_span(g))
+                     : (size_t)(K * kdir_owp(g->out[1]));
   return (n * sizeof(float) + 63) & ~(size_t)63;
 }
 
@@ -101,6 +103,10 @@ static cinfer_status *smallk_prepare(onnx_plan *p, plan_step *s, bool keep, fast
     }
     k->w_data = wb;
     k->blocked_out = true;
+    /* CINFER_ONNX_K64_IN_PLACE=1 / 0 (tests): always / never, whatever the image's size */
+    const char *ip = getenv("CINFER_ONNX_K64_IN_PLACE");
+    k->in_place = !s->pre.n && (ip ? !strcmp(ip, "1")
+                                   : k->g.C * k->g.in[0] * k->g.in[1] * (int64_t)sizeof(float) > KDIR_DIRECT_BYTES);
   }
   s->temp_bytes[0] = (size_t)p->threads * k64_temp_per_thread(&k->g, K, k->blocked_out);
   *out = &k->base;
@@ -260,30 +266,78 @@ static int64_t kdir_rw(const conv_geom *g) {
   return ((need > have ? need : have) + 7) & ~(int64_t)7;
 }
 
-static void kdir_rows(const conv_geom *g, const float *X, int64_t n, int64_t oh, float *R, int64_t RW,
-                      const step_pre *pre) {
+/* The C*KH input rows of output row (n, oh): input column iw of row i = c*KH + kh at
+ * rb[i] + iw. Read in place (the result is true) when there are no fused input ops and an
+ * image is larger than KDIR_DIRECT_BYTES: the image's own rows (iw in [0, IW); a padding
+ * row is the zero row Z, RW floats), and groups of pixels that read past the row's ends go
+ * through kdir_group_taps. Else the rows are copied into R with the ops applied and zeros
+ * around (valid for iw in [-pl, RW - pl)). Why both (session 21, Zen 4 guest, 1 MB L2,
+ * first layer timed in the model by --profile, 10-12 alternating rounds): UltraFace's
+ * 921 KB image comes from L3 and its copy (memmove, 5.3% of a 1-thread profile against
+ * 7.2% for the kernel) is bandwidth-bound; read in place the layer takes 0.91x the time.
+ * MobileFaceNet's 150 KB image is in L2, the copy is cheap and fills L1 for the kernel's
+ * second pass over the channel blocks; read in place it took 1.04-1.10x. */
+static bool kdir_bases(const conv_geom *g, const float *X, int64_t n, int64_t oh, float *R, int64_t RW,
+                       const float *Z, const step_pre *pre, bool direct, const float **rb) {
   int64_t C = g->C, KH = g->k[0], IH = g->in[0], IW = g->in[1], pl = g->pb[1];
+  direct = direct && !pre->n;
   for (int64_t c = 0; c < C; c++)
     for (int64_t kh = 0; kh < KH; kh++) {
-      float *r = R + (c * KH + kh) * RW;
-      int64_t ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
-      if (ih < 0 || ih >= IH) { memset(r, 0, sizeof(float) * (size_t)RW); continue; }
+      int64_t i = c * KH + kh, ih = oh * g->stride[0] - g->pb[0] + kh * g->dil[0];
+      const float *x = ih < 0 || ih >= IH ? NULL : X + ((n * C + c) * IH + ih) * IW;
+      if (direct) { rb[i] = x ? x : Z + pl; continue; }
+      float *r = R + i * RW;
+      rb[i] = r + pl;
+      if (!x) { memset(r, 0, sizeof(float) * (size_t)RW); continue; }
       memset(r, 0, sizeof(float) * (size_t)pl);
-      pre_copy(pre, c, X + ((n * C + c) * IH + ih) * IW, r + pl, IW);
+      pre_copy(pre, c, x, r + pl, IW);
       memset(r + pl + IW, 0, sizeof(float) * (size_t)(RW - pl - IW));
     }
+  return direct;
+}
+
+/* The tap pointers of group gi of 6 output pixels, whose first pixel's first tap reads
+ * column i0 = ow * sw - pl: tap kk of the group's pixel q at t[kk] + *shift + q * sw. tp[kk]
+ * = rb[kk / KW] + (kk % KW) * dil. A group of direct rows that reads outside [0, IW) (the
+ * left and right padding, the pixels past OW of a short last group) reads its window from
+ * E's slot gi (rows of span floats, zeros outside the image; copied there when build, the
+ * row's first pass over the channel blocks) through te. */
+static const float *const *kdir_group_taps(const conv_geom *g, const float *const *rb, const float *const *tp,
+                                           bool direct, int64_t gi, int64_t i0, int64_t K, float *E, bool build,
+                                           const float **te, int64_t *shift) {
+  int64_t span = kdir_span(g), IW = g->in[1], KW = g->k[1], dil = g->dil[1];
+  *shift = i0;
+  if (!direct || (i0 >= 0 && i0 + span <= IW)) return tp;
+  E += gi * (K / KW) * span;
+  if (build) {
+    int64_t lo = i0 < 0 ? -i0 : 0, hi = IW - i0 < span ? IW - i0 : span; /* valid j: [lo, hi) */
+    if (hi < lo) hi = lo;
+    for (int64_t i = 0; i < K / KW; i++) { /* ~13 floats a row: inline, not 3 library calls */
+      float *e = E + i * span;
+      for (int64_t j = 0; j < span; j++) e[j] = j >= lo && j < hi ? rb[i][i0 + j] : 0.0f;
+    }
+  }
+  for (int64_t i = 0, kk = 0; kk < K; i++) /* no division per tap: this runs per group */
+    for (int64_t kx = 0; kx < KW; kx++, kk++) te[kk] = E + i * span + kx * dil;
+  *shift = 0;
+  return te;
+}
+
+static void kdir_taps(const conv_geom *g, const float *const *rb, int64_t K, const float **tp) {
+  for (int64_t i = 0, kk = 0; kk < K; i++)
+    for (int64_t kx = 0; kx < g->k[1]; kx++, kk++) tp[kk] = rb[i] + kx * g->dil[1];
 }
 
 /* The FMA chains of one input channel: taps [k0, k1) (off[kk]: the tap's offset in R from
  * the group's first pixel), 6 pixels sw apart, NB blocks (w: block 0's [K][8] weights). */
 static inline __attribute__((always_inline)) void kdir_chain(int NB, int SW, int64_t sw, const float *w, int64_t K,
-                                                             const float *x0, const int64_t *off, int64_t k0,
+                                                             const float *const *tp, int64_t shift, int64_t k0,
                                                              int64_t k1, v8f acc[12]) {
   if (SW) sw = SW;
   for (int q = 0; q < 6 * NB; q++) acc[q] = (v8f){0};
   for (int64_t kk = k0; kk < k1; kk++) {
     v8f w0 = *(const v8fu *)(w + kk * 8), w1 = NB == 2 ? *(const v8fu *)(w + (K + kk) * 8) : w0;
-    const float *x = x0 + off[kk];
+    const float *x = tp[kk] + shift;
     __asm__("" : "+r"(x)); /* one base register, the 6 taps as displacements (no index adds) */
 #pragma GCC unroll 6
     for (int q = 0; q < 6; q++) {
@@ -300,15 +354,14 @@ static inline __attribute__((always_inline)) void kdir_chain(int NB, int SW, int
  * compute (measured faster than summing in an L1 scratch and storing once). The last
  * channel adds the bias and applies the activation (ACT 0 none, 1 Relu, 2 any other). */
 static inline __attribute__((always_inline)) void kdir_direct_pass(int NB, int SW, int ACT, const conv_geom *g,
-                                                                   const float *w, int64_t K, const float *R,
-                                                                   const int64_t *off, int64_t ow, float *y[2],
+                                                                   const float *w, int64_t K, const float *const *tp,
+                                                                   int64_t shift, float *y[2],
                                                                    int64_t ps, const float *bias, const float *slope,
                                                                    const onnx_fused *f) {
   int64_t C = g->C, T = g->k[0] * g->k[1], sw = g->stride[1];
-  const float *x0 = R + ow * sw;
   for (int64_t c = 0; c < C; c++) {
     v8f acc[12];
-    kdir_chain(NB, SW, sw, w, K, x0, off, c * T, (c + 1) * T, acc);
+    kdir_chain(NB, SW, sw, w, K, tp, shift, c * T, (c + 1) * T, acc);
     bool last = c == C - 1;
     for (int b = 0; b < NB; b++) {
       v8f bv = *(const v8fu *)(bias + b * 8);
@@ -330,30 +383,32 @@ static inline __attribute__((always_inline)) void kdir_direct_pass(int NB, int S
 /* Yb: the output row in a layout of blocks of B channels (8 or 16; bstride floats between
  * two blocks' planes): 8-channel vector c8 of pixel ow at Yb + (c8 / (B / 8)) * bstride +
  * (c8 % (B / 8)) * 8 + ow * B */
-static void kdir_row_direct(const conv_geom *g, const float *wb, int64_t M, const float *R, int64_t RW,
-                            int64_t OW, float *Yb, size_t bstride, int64_t B, const onnx_fused *f, float *scratch) {
-  int64_t K = g->C * g->k[0] * g->k[1], KW = g->k[1], sw = g->stride[1];
+static void kdir_row_direct(const conv_geom *g, const float *wb, int64_t M, const float *const *rb, bool direct,
+                            int64_t OW, float *Yb, size_t bstride, int64_t B, const onnx_fused *f, float *scratch,
+                            float *E) {
+  int64_t K = g->C * g->k[0] * g->k[1], sw = g->stride[1];
   const float *bias = wb + K * M, *slope = bias + M;
   float *tail = scratch;
-  int64_t off[32]; /* K <= 32 (small_k) */
-  kdir_offsets(K, KW, RW, g->dil[1], off);
+  const float *tp[32], *te[32]; /* K <= 32 (small_k) */
+  kdir_taps(g, rb, K, tp);
   int act = !f ? 0 : f->act == ACT_RELU ? 1 : 2;
   for (int64_t cb = 0; cb < M / 8;) {
     int nb = M / 8 - cb >= 2 ? 2 : 1;
     const float *w = wb + cb * K * 8, *bs = bias + cb * 8, *sl = slope + cb * 8;
     for (int64_t ow = 0; ow < OW; ow += 6) {
-      int64_t np = OW - ow < 6 ? OW - ow : 6;
+      int64_t np = OW - ow < 6 ? OW - ow : 6, shift;
+      const float *const *t = kdir_group_taps(g, rb, tp, direct, ow / 6, ow * sw - g->pb[1], K, E, cb == 0, te, &shift);
       float *y[2];
       const int64_t RB = B / 8, ps = np == 6 ? B : 8;
       for (int b = 0; b < 2; b++)
         y[b] = np == 6 ? Yb + (size_t)((cb + b) / RB) * bstride + (size_t)((cb + b) % RB) * 8 + (size_t)(ow * B)
                        : tail + b * 48;
-      if (nb == 2 && sw == 2 && act == 1) kdir_direct_pass(2, 2, 1, g, w, K, R, off, ow, y, ps, bs, sl, f);
-      else if (nb == 2 && sw == 1 && act == 1) kdir_direct_pass(2, 1, 1, g, w, K, R, off, ow, y, ps, bs, sl, f);
-      else if (nb == 2 && act == 0) kdir_direct_pass(2, 0, 0, g, w, K, R, off, ow, y, ps, bs, sl, f);
-      else if (nb == 2) kdir_direct_pass(2, 0, 2, g, w, K, R, off, ow, y, ps, bs, sl, f);
-      else if (act == 0) kdir_direct_pass(1, 0, 0, g, w, K, R, off, ow, y, ps, bs, sl, f);
-      else kdir_direct_pass(1, 0, 2, g, w, K, R, off, ow, y, ps, bs, sl, f);
+      if (nb == 2 && sw == 2 && act == 1) kdir_direct_pass(2, 2, 1, g, w, K, t, shift, y, ps, bs, sl, f);
+      else if (nb == 2 && sw == 1 && act == 1) kdir_direct_pass(2, 1, 1, g, w, K, t, shift, y, ps, bs, sl, f);
+      else if (nb == 2 && act == 0) kdir_direct_pass(2, 0, 0, g, w, K, t, shift, y, ps, bs, sl, f);
+      else if (nb == 2) kdir_direct_pass(2, 0, 2, g, w, K, t, shift, y, ps, bs, sl, f);
+      else if (act == 0) kdir_direct_pass(1, 0, 0, g, w, K, t, shift, y, ps, bs, sl, f);
+      else kdir_direct_pass(1, 0, 2, g, w, K, t, shift, y, ps, bs, sl, f);
       if (np < 6)
         for (int b = 0; b < nb; b++)
           for (int64_t q = 0; q < np; q++)
@@ -368,13 +423,13 @@ static void kdir_row_direct(const conv_geom *g, const float *wb, int64_t M, cons
 /* kdir_chain with 16-channel weight vectors (one nChw16c block per zmm): the same FMA
  * chain per lane, so the same bits, with half the instructions of two 8-lane blocks. */
 static inline __attribute__((always_inline)) void kdir_chain16(int NB, int SW, int64_t sw, const float *w, int64_t K,
-                                                               const float *x0, const int64_t *off, int64_t k0,
+                                                               const float *const *tp, int64_t shift, int64_t k0,
                                                                int64_t k1, v16f acc[12]) {
   if (SW) sw = SW;
   for (int q = 0; q < 6 * NB; q++) acc[q] = (v16f){0};
   for (int64_t kk = k0; kk < k1; kk++) {
     v16f w0 = *(const v16fu *)(w + kk * 16), w1 = NB == 2 ? *(const v16fu *)(w + (K + kk) * 16) : w0;
-    const float *x = x0 + off[kk];
+    const float *x = tp[kk] + shift;
     __asm__("" : "+r"(x));
 #pragma GCC unroll 6
     for (int q = 0; q < 6; q++) {
@@ -401,15 +456,14 @@ static inline __attribute__((always_inline)) v16f kdir_act16(int ACT, v16f v, co
 /* kdir_direct_pass for NB (1 or 2) nChw16c blocks: per output element the same order
  * (an FMA chain per input channel, the running sum in y, + bias, activation). */
 static inline __attribute__((always_inline)) void kdir_direct_pass16(int NB, int SW, int ACT, const conv_geom *g,
-                                                                     const float *w, int64_t K, const float *R,
-                                                                     const int64_t *off, int64_t ow, float *y[2],
+                                                                     const float *w, int64_t K, const float *const *tp,
+                                                                     int64_t shift, float *y[2],
                                                                      const float *bias, const float *slope,
                                                                      const onnx_fused *f) {
   int64_t C = g->C, T = g->k[0] * g->k[1], sw = g->stride[1];
-  const float *x0 = R + ow * sw;
   for (int64_t c = 0; c < C; c++) {
     v16f acc[12];
-    kdir_chain16(NB, SW, sw, w, K, x0, off, c * T, (c + 1) * T, acc);
+    kdir_chain16(NB, SW, sw, w, K, tp, shift, c * T, (c + 1) * T, acc);
     bool last = c == C - 1;
     for (int b = 0; b < NB; b++) {
       v16f bv = *(const v16fu *)(bias + b * 16);
@@ -429,30 +483,33 @@ static inline __attribute__((always_inline)) void kdir_direct_pass16(int NB, int
 
 /* kdir_row_direct for nChw16c output with [M/16][K][16] weights: block j of pixel ow at
  * Yb + j * bstride + ow * 16 */
-static void kdir_row_direct16(const conv_geom *g, const float *wb, int64_t M, const float *R, int64_t RW,
-                              int64_t OW, float *Yb, size_t bstride, const onnx_fused *f, float *scratch) {
-  int64_t K = g->C * g->k[0] * g->k[1], KW = g->k[1], sw = g->stride[1];
+static void kdir_row_direct16(const conv_geom *g, const float *wb, int64_t M, const float *const *rb, bool direct,
+                              int64_t OW, float *Yb, size_t bstride, const onnx_fused *f, float *scratch, float *E) {
+  int64_t K = g->C * g->k[0] * g->k[1], sw = g->stride[1];
   const float *bias = wb + K * M, *slope = bias + M;
   float *tail = scratch;
-  int64_t off[32]; /* K <= 32 (small_k) */
-  kdir_offsets(K, KW, RW, g->dil[1], off);
+  const float *tp[32], *te[32]; /* K <= 32 (small_k) */
+  kdir_taps(g, rb, K, tp);
   int act = !f ? 0 : f->act == ACT_RELU ? 1 : f->act == ACT_TANH ? 3 : 2;
   for (int64_t cb = 0; cb < M / 16;) {
     int nb = M / 16 - cb >= 2 ? 2 : 1;
     const float *w = wb + cb * K * 16, *bs = bias + cb * 16, *sl = slope + cb * 16;
     for (int64_t ow = 0; ow < OW; ow += 6) {
-      int64_t np = OW - ow < 6 ? OW - ow : 6;
+      int64_t np = OW - ow < 6 ? OW - ow : 6, shift;
+      const float *const *t = kdir_group_taps(g, rb, tp, direct, ow / 6, ow * sw - g->pb[1], K, E, cb == 0, te, &shift);
       float *y[2];
       for (int b = 0; b < 2; b++) y[b] = np == 6 ? Yb + (size_t)(cb + b) * bstride + (size_t)(ow * 16) : tail + b * 96;
-      if (nb == 2 && sw == 2 && act == 1) kdir_direct_pass16(2, 2, 1, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (nb == 2 && sw == 1 && act == 1) kdir_direct_pass16(2, 1, 1, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (nb == 2 && act == 0) kdir_direct_pass16(2, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (nb == 2 && act == 3) kdir_direct_pass16(2, 0, 3, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (nb == 2) kdir_direct_pass16(2, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (sw == 1 && act == 1) kdir_direct_pass16(1, 1, 1, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (act == 0) kdir_direct_pass16(1, 0, 0, g, w, K, R, off, ow, y, bs, sl, f);
-      else if (act == 3) kdir_direct_pass16(1, 0, 3, g, w, K, R, off, ow, y, bs, sl, f);
-      else kdir_direct_pass16(1, 0, 2, g, w, K, R, off, ow, y, bs, sl, f);
+      if (nb == 2 && sw == 2 && act == 1) kdir_direct_pass16(2, 2, 1, g, w, K, t, shift, y, bs, sl, f);
+      else if (nb == 2 && sw == 1 && act == 1) kdir_direct_pass16(2, 1, 1, g, w, K, t, shift, y, bs, sl, f);
+      else if (nb == 2 && act == 0) kdir_direct_pass16(2, 0, 0, g, w, K, t, shift, y, bs, sl, f);
+      else if (nb == 2 && act == 3) kdir_direct_pass16(2, 0, 3, g, w, K, t, shift, y, bs, sl, f);
+      else if (nb == 2 && sw == 2) kdir_direct_pass16(2, 2, 2, g, w, K, t, shift, y, bs, sl, f);
+      else if (nb == 2) kdir_direct_pass16(2, 0, 2, g, w, K, t, shift, y, bs, sl, f);
+      else if (sw == 1 && act == 1) kdir_direct_pass16(1, 1, 1, g, w, K, t, shift, y, bs, sl, f);
+      else if (sw == 2 && act == 1) kdir_direct_pass16(1, 2, 1, g, w, K, t, shift, y, bs, sl, f);
+      else if (act == 0) kdir_direct_pass16(1, 0, 0, g, w, K, t, shift, y, bs, sl, f);
+      else if (act == 3) kdir_direct_pass16(1, 0, 3, g, w, K, t, shift, y, bs, sl, f);
+      else kdir_direct_pass16(1, 0, 2, g, w, K, t, shift, y, bs, sl, f);
       if (np < 6)
         for (int b = 0; b < nb; b++)
           for (int64_t q = 0; q < np; q++)
@@ -481,20 +538,25 @@ static void smallk_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, i
   if (f && f->act == ACT_NONE && !S) f = NULL;
   {
     float *P = (float *)((char *)s->temp[0] + per * (size_t)tid);
+    /* blocked: R (rows * RW), tail (192), zero row Z (RW), edge windows E */
+    int64_t rows = g->C * g->k[0];
+    float *tail = P + rows * RW, *Z = tail + 192, *E = Z + RW;
+    if (blk && !s->pre.n) memset(Z, 0, sizeof(float) * (size_t)RW);
     for (int64_t row = r0; row < r1; row++) {
       int64_t n = row / OH, oh = row % OH;
       if (blk) {
-        kdir_rows(g, X, n, oh, P, RW, &s->pre);
+        const float *rb[32]; /* C * KH <= K <= 32 */
+        bool direct = kdir_bases(g, X, n, oh, P, RW, Z, &s->pre, k->in_place, rb);
         int64_t Bk = k->blk;
 #if KDIR16
         if (k->w16) {
-          kdir_row_direct16(g, k->w_data, M, P, RW, OW, Y + (size_t)((n * M * OH + oh * Bk) * OW),
-                            (size_t)(OH * OW * Bk), f, P + g->C * g->k[0] * RW);
+          kdir_row_direct16(g, k->w_data, M, rb, direct, OW, Y + (size_t)((n * M * OH + oh * Bk) * OW),
+                            (size_t)(OH * OW * Bk), f, tail, E);
           continue;
         }
 #endif
-        kdir_row_direct(g, k->w_data, M, P, RW, OW, Y + (size_t)((n * M * OH + oh * Bk) * OW), (size_t)(OH * OW * Bk),
-                        Bk, f, P + g->C * g->k[0] * RW);
+        kdir_row_direct(g, k->w_data, M, rb, direct, OW, Y + (size_t)((n * M * OH + oh * Bk) * OW),
+                        (size_t)(OH * OW * Bk), Bk, f, tail, E);
         continue;
       }
       kdir_strip(g, X, n, oh, P, OWp, &s->pre);

@@ -368,6 +368,59 @@ static void test_smallk16_equals_8lane(void **state) {
   }
 }
 
+/* The small-K direct kernel reading the image's rows in place (large images, no fused
+ * input ops; kdir_bases, kdir_group_taps) against copying them into padded rows
+ * (CINFER_ONNX_K64_IN_PLACE=1 / 0, read when plans are built): the same values in the same
+ * FMA chains, so equal bit for bit; and in place against the reference conv. Left and right
+ * padding wider than a group's first tap, rows of padding above and below, short last groups
+ * (OW % 6 != 0) that read past the row, dilation, stride 1, 2 and 3, one and two blocks per
+ * pass, 8- and 16-lane weight vectors (CINFER_ONNX_NO_K64_16), batch 2. */
+static void test_smallk_in_place_equals_copy(void **state) {
+  (void)state;
+  const conv_cfg cfgs[] = {
+      /* N  C  H  W   M  KH KW sh sw pt pl pb pr dh dw g  bias act chain 1d */
+      {1, 3, 13, 23, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},
+      {2, 3, 17, 29, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 0},
+      {1, 3, 15, 20, 16, 3, 3, 1, 2, 2, 1, 0, 2, 2, 2, 1, 1, 1, 1, 0},
+      {2, 1, 20, 41, 24, 5, 5, 3, 3, 2, 0, 1, 2, 1, 1, 1, 1, 3, 1, 0},
+      {1, 3, 11, 19, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 1, 0},
+      {1, 2, 9, 14, 32, 3, 3, 1, 2, 0, 1, 0, 2, 2, 1, 1, 0, 0, 1, 0},
+      {1, 3, 8, 7, 8, 3, 3, 1, 1, 3, 3, 3, 3, 1, 1, 1, 1, 0, 1, 0}, /* pads 3: rows of zeros, OW < 6 */
+  };
+  for (int lanes = 0; lanes < 2; lanes++) {
+    if (lanes) setenv("CINFER_ONNX_NO_K64_16", "1", 1);
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+      const conv_cfg *c = &cfgs[i];
+      setenv("CINFER_ONNX_K64_IN_PLACE", "1", 1);
+      check_cfg(c);
+      size_t len;
+      uint8_t *buf = build(c, &len, c->N);
+      onnx_model *m;
+      cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+      if (st) fail_msg("load: %s", cinfer_status_message(st));
+      free(buf);
+      int64_t shape[4] = {c->N, c->C, c->H, c->W};
+      float *x = rand_buf(cinfer_shape_elements(shape, 4)), *a, *b;
+      size_t na, nb;
+      bool fa, fb;
+      run(m, true, x, shape, 4, &a, &na, &fa);
+      setenv("CINFER_ONNX_K64_IN_PLACE", "0", 1);
+      run(m, true, x, shape, 4, &b, &nb, &fb);
+      assert_true(fa && fb);
+      assert_int_equal(na, nb);
+      if (memcmp(a, b, na * sizeof(float)))
+        fail_msg("case %zu lanes %d (M%lld s%lld,%lld): in-place and copied small-K outputs differ", i, lanes ? 8 : 16,
+                 (long long)c->M, (long long)c->sh, (long long)c->sw);
+      free(a);
+      free(b);
+      free(x);
+      onnx_model_destroy(m);
+    }
+  }
+  unsetenv("CINFER_ONNX_K64_IN_PLACE");
+  unsetenv("CINFER_ONNX_NO_K64_16");
+}
+
 /* MaxPool / AveragePool: oneDNN pooling vs the reference */
 typedef struct pool_cfg { const char *op; int64_t C, H, W, kh, kw, sh, sw, pt, pl, pb, pr, ceil, incl, dh; } pool_cfg;
 
@@ -1433,6 +1486,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv_shapes),
       cmocka_unit_test(test_smallk16_equals_8lane),
+      cmocka_unit_test(test_smallk_in_place_equals_copy),
       cmocka_unit_test(test_pre_exact),
       cmocka_unit_test(test_dw_fusion),
       cmocka_unit_test(test_batch_rows),
