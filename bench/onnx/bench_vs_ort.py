@@ -21,7 +21,11 @@ them. The table gives each engine's min and median p50 over the rounds, the medi
 range of the per-round ratios (each round's cinfer p50 over the ORT p50 measured right
 after it), and for T > 1 cinfer's median T-thread p50 over its median 1-thread p50, then the
 median and range of the per-round ratios (each round's T-thread p50 over the 1-thread p50
-measured a few seconds before it: a slow minute of the host cancels out of a pair).
+measured a few seconds before it: a slow minute of the host cancels out of a pair). The
+summary counts, besides the cells above 1.0 by the medians, the cells where cinfer lost in
+every round (to ORT, or at T threads to itself at 1): two equally fast configurations each
+win about half the rounds, so a loss in all R rounds has probability 2^-R under noise alone
+(1/32 at --rounds 5), while a per-round median of 1.01 is what noise gives half the time.
 
 --busy [CPU] keeps a busy loop (`taskset -c CPU sh -c 'while :; do :; done'`) running on
 that CPU for the whole measurement: the case of another process keeping a core busy. Without
@@ -290,6 +294,14 @@ def main():
         paired = [r for r in rows if r[9] != "-" and float(r[9].split()[3]) > 1.0]
         print("... by the median of the per-round ratios: %d%s" % (
             len(paired), "".join("; %s T%d b%d %s" % (r[0], r[1], r[2], r[9]) for r in paired)))
+        if args.rounds > 1:  # a loss in every round: larger than the host's noise (sign test, p = 2^-rounds)
+            lo = lambda s: float(s.split("[")[1].split(",")[0])
+            always_o = [r for r in rows if lo(r[8]) > 1.0]
+            always_t = [r for r in rows if r[9] != "-" and lo(r[9]) > 1.0]
+            print("cells where cinfer is slower than ORT in every one of the %d rounds: %d%s" % (
+                args.rounds, len(always_o), "".join("; %s T%d b%d %s" % (r[0], r[1], r[2], r[8]) for r in always_o)))
+            print("cells where cinfer at T threads is slower than at %d in every round: %d%s" % (
+                args.threads[0], len(always_t), "".join("; %s T%d b%d %s" % (r[0], r[1], r[2], r[9]) for r in always_t)))
 
 
 if __name__ == "__main__":
