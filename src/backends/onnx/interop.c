@@ -134,6 +134,12 @@ cinfer_status *interop_plan(onnx_plan *p) {
   const char *on = getenv("CINFER_ONNX_INTEROP");
   if (on && *on && strcmp(on, "0") && strcmp(on, "1"))
     return cinfer_status_new(CINFER_INVALID_ARG, "CINFER_ONNX_INTEROP: '%s' is not 0 or 1", on);
+  /* CINFER_ONNX_INTEROP_ORDER (tests): "01" / "10" runs each section's groups one after the
+   * other in that order: a memory plan that let the groups share bytes fails one of them */
+  const char *ord = getenv("CINFER_ONNX_INTEROP_ORDER");
+  if (ord && *ord && strcmp(ord, "01") && strcmp(ord, "10"))
+    return cinfer_status_new(CINFER_INVALID_ARG, "CINFER_ONNX_INTEROP_ORDER: '%s' is not 01 or 10", ord);
+  int order = !ord || !*ord ? 0 : !strcmp(ord, "01") ? 1 : 2;
   if (p->threads != 2 || n < 2 || (on && !strcmp(on, "0"))) return NULL;
   for (int v = 0; v < nv; v++)
     if (p->vals[v].dtype == CINFER_TYPE_BYTES) return NULL;
@@ -183,7 +189,7 @@ cinfer_status *interop_plan(onnx_plan *p) {
       fprintf(stderr, "interop: range %d-%d (%s..%s) light %.3g heavy %.3g\n", a, last, p->steps[a].node->name,
               p->steps[last].node->name, light, heavy);
     if (light >= MIN_GAIN && light >= 0.5 * heavy) {
-      sec[ns++] = (plan_sec){a, last};
+      sec[ns++] = (plan_sec){a, last, .order = order};
       a = last + 1;
     } else {
       a++;
@@ -264,6 +270,15 @@ static void sec_chunk(void *vc, int64_t g, int tid) {
 }
 
 cinfer_status *interop_run(onnx_plan *p, const plan_sec *sec, bool profile) {
+  if (sec->order) {
+    int n = sec->last - sec->first + 1;
+    for (int i = 0; i < n; i++) {
+      int j = sec->order == 1 ? i : (i + sec->n0) % n; /* group 1's steps first */
+      cinfer_status *st = plan_run_step(p, sec->list[j], profile);
+      if (st) return st;
+    }
+    return NULL;
+  }
   if (opool_cur_threads() < 2 || opool_cur_solo()) {
     for (int s = sec->first; s <= sec->last; s++) {
       cinfer_status *st = plan_run_step(p, s, profile);

@@ -490,6 +490,20 @@ static int cmp_size(const void *a, const void *b, void *ctx) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* buffer used by a step of group g (2: both) during a section: its lane (memory_plan) */
+static void lane_mark(signed char *l, int g) {
+  if (*l != -1) *l = *l == -2 || *l == g ? (signed char)g : 2; /* -1: not in the arena */
+}
+
+/* whether two buffers may be live at once (memory_plan): their step ranges overlap, or
+ * they are live during one inter-op section in lanes that can run at once */
+static bool bufs_conflict(const buf *x, const buf *y, const signed char *lx, const signed char *ly, int nsec) {
+  if (!(y->last < x->first || x->last < y->first)) return true;
+  for (int k = 0; k < nsec; k++)
+    if (lx[k] >= 0 && ly[k] >= 0 && (lx[k] != ly[k] || lx[k] == 2)) return true;
+  return false;
+}
+
 static cinfer_status *memory_plan(onnx_plan *p) {
   const onnx_model *m = p->m;
   int nv = m->n_values;
@@ -527,15 +541,37 @@ static cinfer_status *memory_plan(onnx_plan *p) {
     int r = p->root[m->outputs[i]];
     if (b[r].first >= 0) b[r].last = p->n_steps;
   }
-  /* inter-op sections: a buffer used during a section is live during all of it, so the
-   * two groups' steps, which run at once, never share bytes */
-  for (int k = 0; k < p->n_sec; k++)
-    for (int i = 0; i < nb; i++) {
-      buf *x = &b[i];
-      if (x->first < 0 || x->last < p->sec[k].first || x->first > p->sec[k].last) continue;
-      if (x->first > p->sec[k].first) x->first = p->sec[k].first;
-      if (x->last < p->sec[k].last) x->last = p->sec[k].last;
+  /* inter-op sections: the two groups' steps run at once, each group's in order. lane[i *
+   * n_sec + k]: which steps of section k use buffer i: -1 it is not live during the section,
+   * 0 or 1 only that group's, 2 both groups' or none (live through it). Two buffers live
+   * during a section in different lanes (or either in lane 2) never share bytes, whatever
+   * their step numbers; two of the same group's lane may, where their step ranges do not
+   * overlap, since that group's steps run in order and a section run alone runs all steps in
+   * order. Until session 21 every buffer used during a section was live during all of it: an
+   * SSR-Net plan at 2 threads took a 1.9 MiB arena against 0.8 at 1 thread, and the
+   * chooser's alone mode (the other core busy) ran it ~1% slower than the 1-thread plan. */
+  int nsec = p->n_sec;
+  signed char *lane = nsec ? malloc((size_t)nb * (size_t)nsec) : NULL;
+  if (nsec && !lane) { free(b); free(order); return oom(); }
+  for (int k = 0; k < nsec; k++) {
+    const plan_sec *q = &p->sec[k];
+    for (int i = 0; i < nb; i++)
+      lane[i * nsec + k] = b[i].first < 0 || b[i].last < q->first || b[i].first > q->last ? -1 : -2;
+    for (int s = q->first; s <= q->last; s++) {
+      const plan_step *st = &p->steps[s];
+      int g = st->group == 0 || st->group == 1 ? st->group : 2;
+      for (int o = 0; o < st->n_out; o++)
+        if (st->out_id[o] >= 0) lane_mark(&lane[p->root[st->out_id[o]] * nsec + k], g);
+      for (int j = 0; j <= st->n_in; j++) {
+        int v = j < st->n_in ? st->in_id[j] : st->sum_id;
+        if (v >= 0) lane_mark(&lane[p->root[v] * nsec + k], g);
+      }
+      for (int t = 0; t < STEP_MAX_TEMPS; t++)
+        if (st->temp_bytes[t]) lane_mark(&lane[(nv + s * STEP_MAX_TEMPS + t) * nsec + k], g);
     }
+    for (int i = 0; i < nb; i++)
+      if (lane[i * nsec + k] == -2) lane[i * nsec + k] = 2;
+  }
   int n = 0;
   for (int i = 0; i < nb; i++)
     if (b[i].first >= 0 && b[i].size) order[n++] = i;
@@ -550,7 +586,8 @@ static cinfer_status *memory_plan(onnx_plan *p) {
       moved = false;
       for (int j = 0; j < i; j++) {
         buf *y = &b[order[j]];
-        if (y->last < x->first || x->last < y->first) continue;
+        if (!bufs_conflict(x, y, lane ? lane + order[i] * nsec : NULL, lane ? lane + order[j] * nsec : NULL, nsec))
+          continue;
         size_t ysz = (y->size + 63) & ~(size_t)63;
         if (off < y->off + ysz && y->off < off + sz) {
           off = y->off + ysz;
@@ -561,6 +598,7 @@ static cinfer_status *memory_plan(onnx_plan *p) {
     x->off = off;
     if (off + sz > total) total = off + sz;
   }
+  free(lane);
   p->arena_bytes = total;
   p->arena = aligned_alloc(64, total ? total : 64);
   if (!p->arena) { free(b); free(order); return oom(); }

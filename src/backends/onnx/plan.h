@@ -70,6 +70,8 @@ static inline double plan_step_act_cost(const plan_step *s) {
 typedef struct plan_sec {
   int first, last;
   int *list, n0;
+  int order; /* 0 the groups at once; 1 / 2 (tests, CINFER_ONNX_INTEROP_ORDER=01 / 10): group
+                0 then 1 / 1 then 0, on the calling thread */
 } plan_sec;
 
 typedef struct onnx_plan {

@@ -10,6 +10,10 @@
  *     outputs equal the 1-thread session's bit for bit, over many runs (the groups' steps
  *     run whole, as on one thread; with buffers shared between the groups the runs
  *     that overlap would differ);
+ *   - with CINFER_ONNX_INTEROP_ORDER=01 and =10 (each section's groups run one after the
+ *     other, in both orders) the outputs are the same: the memory plan lets a group's
+ *     buffers share bytes only with the same group's (b1 and gap may), never with the other
+ *     group's, which one of the two orders would overwrite;
  *   - with CINFER_ONNX_INTEROP=0, or with 1 or 3 threads, no section is made;
  *   - a value other than 0 or 1 ("off") fails the run, naming the variable, instead of
  *     leaving the sections on. */
@@ -122,6 +126,13 @@ static void test_sections_equal_one_thread(void **state) {
       (!strstr(prof, "groups of 2 and 3 steps") && !strstr(prof, "groups of 3 and 2 steps")))
     fail_msg("2 threads: no section with both branches:\n%s", prof);
   free(prof);
+  for (int o = 0; o < 2; o++) {
+    setenv("CINFER_ONNX_INTEROP_ORDER", o ? "10" : "01", 1);
+    run(m, 2, x, 3, one, one_gap, got, got_gap, &prof);
+    if (!strstr(prof, "inter-op section 1: steps 0-4 ")) fail_msg("order %d: no section:\n%s", o, prof);
+    free(prof);
+  }
+  unsetenv("CINFER_ONNX_INTEROP_ORDER");
   run(m, 3, x, 3, one, one_gap, got, got_gap, &prof);
   if (strstr(prof, "inter-op section")) fail_msg("3 threads made a section:\n%s", prof);
   free(prof);
@@ -153,6 +164,12 @@ static void test_bad_value_refused(void **state) {
   unsetenv("CINFER_ONNX_INTEROP");
   assert_non_null(st);
   assert_non_null(strstr(cinfer_status_message(st), "CINFER_ONNX_INTEROP: 'off' is not 0 or 1"));
+  cinfer_status_free(st);
+  setenv("CINFER_ONNX_INTEROP_ORDER", "ba", 1);
+  st = onnx_session_run(s, &in, 1, o);
+  unsetenv("CINFER_ONNX_INTEROP_ORDER");
+  assert_non_null(st);
+  assert_non_null(strstr(cinfer_status_message(st), "CINFER_ONNX_INTEROP_ORDER: 'ba' is not 01 or 10"));
   cinfer_status_free(st);
   /* the session is still usable once the variable is fixed */
   assert_null(onnx_session_run(s, &in, 1, o));
