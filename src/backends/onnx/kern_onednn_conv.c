@@ -133,6 +133,7 @@ static dnnl_status_t conv_post_ops(dnnl_post_ops_t po, const plan_step *s, act_k
  * a jit implementation of the pair (a trial primitive descriptor). */
 static bool conv_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t) {
   if (!kern_conv_eligible(p, s) || !kern_conv_eligible(p, t) || s->in[0]->ndim != 4 || kern_small_k(p, s) ||
+      ot_nbytes(s->out[0]) < ((size_t)2 << 20) || /* fits L2: no gain measured (fuse_dw in plan.c) */
       s->sum_id >= 0 || t->sum_id >= 0 || attr_i(s->node, "group", 1) != 1 || (s->has_fused && s->fused.act != ACT_RELU) ||
       (t->has_fused && t->fused.act != ACT_RELU))
     return false;

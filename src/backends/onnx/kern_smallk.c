@@ -12,6 +12,9 @@
  * nChw8c output (M % 8 == 0): kdir_row_direct, broadcasting taps from padded copies of the
  * input rows, or from the image's rows in place when it is large (kdir_bases).
  * Element-wise ops with constants in front (step_pre) are applied as the input is read.
+ * A depthwise 3x3 stride-1 conv right after it (M % 16 == 0, AVX-512; smallk_takes_dw,
+ * fuse_dw in plan.c) runs in the same step: smallk_dw_rows keeps 3 rows of the first conv
+ * in a ring and writes only the depthwise conv's output (dw_row16).
  * Layout: plain NCHW input (and fused Add operand); output plain, or nChw8c when every
  * consumer reads blocked, M % 8 == 0 and there is no fused Add (CINFER_ONNX_PLAIN: plain).
  * Invariants: K = C*KH*KW <= 32 (kdir_row_direct's tap offsets); per-thread scratch in
@@ -29,6 +32,11 @@ typedef struct {
   bool w16;         /* blk 16 on an AVX-512 build: w_data is [M/16][K][16] (kdir_row_direct16) */
   bool in_place;    /* blocked_out: reads the image's rows in place (kdir_bases) */
   float *w_data;
+  /* with a depthwise 3x3 stride-1 conv fused (s->dw, smallk_takes_dw): its weights as
+   * [M/16][9][16] then bias [M], its Relu; the small-K conv's rows go through a ring of 3
+   * rows per thread and never to memory (smallk_dw_rows) */
+  float *dw_w;
+  bool dw_relu;
 } smallk_kernel;
 
 #define KDIR_DIRECT_BYTES (512 * 1024) /* an image above it is read in place (kdir_bases) */
@@ -54,6 +62,7 @@ static bool smallk_takes_pre(const onnx_plan *p, const plan_step *s) { return sm
 static void smallk_destroy(fast_kernel *fk) {
   smallk_kernel *k = (smallk_kernel *)fk;
   free(k->w_data);
+  free(k->dw_w);
   free(k);
 }
 
@@ -74,6 +83,36 @@ static size_t k64_temp_per_thread(const conv_geom *g, int64_t K, bool blocked) {
   return (n * sizeof(float) + 63) & ~(size_t)63;
 }
 
+/* floats of one ring row of the fused depthwise conv: M/16 blocks of OW + 2 pixels (a zero
+ * pixel at each end), and the per-thread scratch it adds: 4 ring rows (the fourth all
+ * zeros: the padding rows above and below) and one output row for a plain destination */
+static int64_t dw_ring_row(const conv_geom *g, int64_t M) { return M / 16 * (g->out[1] + 2) * 16; }
+static size_t dw_temp_per_thread(const conv_geom *g, int64_t M) {
+  return ((size_t)(4 * dw_ring_row(g, M) + M * g->out[1]) * sizeof(float) + 63) & ~(size_t)63;
+}
+
+#if KDIR16
+/* Fusion query (fuse_dw): s a small-K conv whose output (M a multiple of 16, nChw16c on an
+ * AVX-512 build) only t reads, t a depthwise 3x3 stride-1 pad-1 conv (group M, dilation 1)
+ * with an optional Relu. UltraFace's Conv_0 -> Conv_2: the 1.2 MB between them stays in a
+ * ring of three rows. */
+static bool smallk_takes_dw(const onnx_plan *p, const plan_step *s, const plan_step *t) {
+  if (!smallk_can_take(p, s, true) || !kern_conv_eligible(p, t) || kern_block() != 16 || getenv("CINFER_ONNX_PLAIN") ||
+      getenv("CINFER_ONNX_NO_K64_16") || getenv("CINFER_ONNX_NO_K64_DW") || s->sum_id >= 0 || t->sum_id >= 0 ||
+      t->pre.n || (t->has_fused && t->fused.act != ACT_RELU) || s->in[0]->ndim != 4)
+    return false;
+  const ot *w = s->in[1], *wt = t->in[1];
+  int64_t M = w->dims[0];
+  conv_geom g, gt;
+  if (M % 16 || !kern_geom(s->node, s->in[0], w->dims + 2, false, &g) || wt->ndim != 4 ||
+      !kern_geom(t->node, s->out[0], wt->dims + 2, false, &gt))
+    return false;
+  return attr_i(t->node, "group", 1) == M && wt->dims[0] == M && wt->dims[1] == 1 && gt.k[0] == 3 && gt.k[1] == 3 &&
+         gt.stride[0] == 1 && gt.stride[1] == 1 && gt.dil[0] == 1 && gt.dil[1] == 1 && gt.pb[0] == 1 &&
+         gt.pb[1] == 1 && gt.pe[0] == 1 && gt.pe[1] == 1 && gt.out[0] == g.out[0] && gt.out[1] == g.out[1];
+}
+#endif
+
 /* keep: every consumer takes oneDNN's blocked layout; with M % 8 == 0 (the MLAS NCHWc
  * order) and no fused Add the output is then written in nChw8c directly (RetinaFace's
  * first layer: saves a 6.5 MB reorder per image) */
@@ -83,18 +122,35 @@ static cinfer_status *smallk_prepare(onnx_plan *p, plan_step *s, bool keep, fast
   cinfer_status *st = conv_geom_make(s->node, s->in[0], s->in[1]->dims + 2, false, &k->g);
   if (st) { free(k); return st; }
   int64_t K = s->in[1]->dims[1] * s->in[1]->dims[2] * s->in[1]->dims[3], M = s->in[1]->dims[0];
-  if (keep && M % 8 == 0 && s->sum_id < 0 && !getenv("CINFER_ONNX_PLAIN")) {
+  bool dw = s->dw.w != NULL; /* fuse_dw asked smallk_takes_dw: M % 16 == 0, a 16-lane build */
+  if (dw && (!KDIR16 || M % 16 || kern_block() != 16)) {
+    free(k);
+    return cinfer_status_new(CINFER_INTERNAL, "%s: a fused depthwise conv this kernel cannot run", s->node->name);
+  }
+  if (dw || (keep && M % 8 == 0 && s->sum_id < 0 && !getenv("CINFER_ONNX_PLAIN"))) {
     /* weights [M/8][K][8], bias [M], PRelu slopes [M] */
     size_t wbytes = sizeof(float) * (size_t)((K + 2) * M);
     float *wb = kern_alloc64(wbytes);
     k->blk = M % kern_block() == 0 ? kern_block() : 8;
-    if (!wb || !kern_out_blocked(p, s, M, (int)k->blk)) {
+    if (dw) { /* [M/16][9][16] weights, bias [M] */
+      k->dw_w = kern_alloc64(sizeof(float) * (size_t)(10 * M));
+      if (k->dw_w) {
+        const float *dwW = s->dw.w->data, *dwB = s->dw.b ? s->dw.b->data : NULL;
+        for (int64_t m = 0; m < M; m++) {
+          for (int64_t t = 0; t < 9; t++) k->dw_w[((m / 16) * 9 + t) * 16 + m % 16] = dwW[m * 9 + t];
+          k->dw_w[9 * M + m] = dwB ? dwB[m] : 0.0f;
+        }
+      }
+      k->dw_relu = s->dw.act == ACT_RELU;
+    }
+    if (!wb || (dw && !k->dw_w) || (keep && !kern_out_blocked(p, s, M, (int)k->blk))) {
       free(wb);
+      free(k->dw_w);
       free(k);
       return kern_oom();
     }
     const float *W = s->in[1]->data, *B = s->n_in > 2 && s->in[2] ? s->in[2]->data : NULL;
-    k->w16 = KDIR16 && k->blk == 16 && !getenv("CINFER_ONNX_NO_K64_16");
+    k->w16 = KDIR16 && k->blk == 16 && (dw || !getenv("CINFER_ONNX_NO_K64_16"));
     int64_t wl = k->w16 ? 16 : 8; /* weight vector width */
     for (int64_t m = 0; m < M; m++) {
       for (int64_t kk = 0; kk < K; kk++) wb[((m / wl) * K + kk) * wl + m % wl] = W[m * K + kk];
@@ -102,13 +158,14 @@ static cinfer_status *smallk_prepare(onnx_plan *p, plan_step *s, bool keep, fast
       wb[(K + 1) * M + m] = kern_prelu_slope(s, m);
     }
     k->w_data = wb;
-    k->blocked_out = true;
+    k->blocked_out = keep || !dw; /* with dw: the depthwise conv's output, plain unless keep */
     /* CINFER_ONNX_K64_IN_PLACE=1 / 0 (tests): always / never, whatever the image's size */
     const char *ip = getenv("CINFER_ONNX_K64_IN_PLACE");
     k->in_place = !s->pre.n && (ip ? !strcmp(ip, "1")
                                    : k->g.C * k->g.in[0] * k->g.in[1] * (int64_t)sizeof(float) > KDIR_DIRECT_BYTES);
   }
-  s->temp_bytes[0] = (size_t)p->threads * k64_temp_per_thread(&k->g, K, k->blocked_out);
+  s->temp_bytes[0] = (size_t)p->threads * (k64_temp_per_thread(&k->g, K, k->blocked_out || dw) +
+                                           (dw ? dw_temp_per_thread(&k->g, M) : 0));
   *out = &k->base;
   return NULL;
 }
@@ -302,21 +359,33 @@ static bool kdir_bases(const conv_geom *g, const float *X, int64_t n, int64_t oh
  * left and right padding, the pixels past OW of a short last group) reads its window from
  * E's slot gi (rows of span floats, zeros outside the image; copied there when build, the
  * row's first pass over the channel blocks) through te. */
-static const float *const *kdir_group_taps(const conv_geom *g, const float *const *rb, const float *const *tp,
-                                           bool direct, int64_t gi, int64_t i0, int64_t K, float *E, bool build,
-                                           const float **te, int64_t *shift) {
+/* kdir_group_taps' window copy: rows of span floats, [lo, hi) from the image, zeros around */
+static __attribute__((noinline)) void kdir_edge(const float *const *rb, int64_t rows, int64_t i0, int64_t span,
+                                                int64_t IW, float *E) {
+  int64_t lo = i0 < 0 ? -i0 : 0, hi = IW - i0 < span ? IW - i0 : span; /* valid j: [lo, hi) */
+  if (hi < lo) hi = lo;
+#if KDIR16
+  if (span <= 16) { /* one masked load per row: the lanes outside [lo, hi) are not read */
+    __mmask16 mk = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1)), st = (__mmask16)((1u << span) - 1);
+    for (int64_t i = 0; i < rows; i++) {
+      const float *src = (const float *)((uintptr_t)rb[i] + (uintptr_t)(i0 * (int64_t)sizeof(float)));
+      _mm512_mask_storeu_ps(E + i * span, st, _mm512_maskz_loadu_ps(mk, src));
+    }
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < span; j++) E[i * span + j] = j >= lo && j < hi ? rb[i][i0 + j] : 0.0f;
+}
+
+static inline __attribute__((always_inline)) const float *const *kdir_group_taps(
+    const conv_geom *g, const float *const *rb, const float *const *tp, bool direct, int64_t gi, int64_t i0, int64_t K,
+    float *E, bool build, const float **te, int64_t *shift) {
   int64_t span = kdir_span(g), IW = g->in[1], KW = g->k[1], dil = g->dil[1];
   *shift = i0;
   if (!direct || (i0 >= 0 && i0 + span <= IW)) return tp;
   E += gi * (K / KW) * span;
-  if (build) {
-    int64_t lo = i0 < 0 ? -i0 : 0, hi = IW - i0 < span ? IW - i0 : span; /* valid j: [lo, hi) */
-    if (hi < lo) hi = lo;
-    for (int64_t i = 0; i < K / KW; i++) { /* ~13 floats a row: inline, not 3 library calls */
-      float *e = E + i * span;
-      for (int64_t j = 0; j < span; j++) e[j] = j >= lo && j < hi ? rb[i][i0 + j] : 0.0f;
-    }
-  }
+  if (build) kdir_edge(rb, K / KW, i0, span, IW, E);
   for (int64_t i = 0, kk = 0; kk < K; i++) /* no division per tap: this runs per group */
     for (int64_t kx = 0; kx < KW; kx++, kk++) te[kk] = E + i * span + kx * dil;
   *shift = 0;
@@ -521,6 +590,91 @@ static void kdir_row_direct16(const conv_geom *g, const float *wb, int64_t M, co
 }
 #endif
 
+#if KDIR16
+/* One output row of the fused depthwise 3x3 conv for one 16-channel block: r[kh] points at
+ * pixel -1 of input row oh - 1 + kh (OW + 2 pixels of 16 floats: zero pixels at both ends,
+ * a whole zero row above and below the image), w the block's [9][16] weights, b its bias;
+ * y gets OW pixels of 16 floats. Per pixel one FMA chain over (kh, kw) from 0, + bias, then
+ * Relu; 8 pixels at once (8 chains: the FMA latency). */
+static void dw_row16(const float *const r[3], const float *w, const float *b, bool relu, int64_t OW, float *y) {
+  v16f wv[9], bv = *(const v16fu *)b, zero = {0};
+  for (int t = 0; t < 9; t++) wv[t] = *(const v16fu *)(w + 16 * t);
+  int64_t ow = 0;
+  for (; ow + 8 <= OW; ow += 8) {
+    v16f acc[8] = {0};
+    for (int kh = 0; kh < 3; kh++)
+      for (int kw = 0; kw < 3; kw++) {
+        const float *x = r[kh] + (ow + kw) * 16;
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++)
+          acc[q] = (v16f)_mm512_fmadd_ps(_mm512_loadu_ps(x + 16 * q), (__m512)wv[kh * 3 + kw], (__m512)acc[q]);
+      }
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++) {
+      v16f v = acc[q] + bv;
+      *(v16fu *)(y + (ow + q) * 16) = relu ? (v16f)_mm512_max_ps((__m512)v, (__m512)zero) : v;
+    }
+  }
+  for (; ow < OW; ow++) {
+    v16f acc = {0};
+    for (int kh = 0; kh < 3; kh++)
+      for (int kw = 0; kw < 3; kw++)
+        acc = (v16f)_mm512_fmadd_ps(_mm512_loadu_ps(r[kh] + (ow + kw) * 16), (__m512)wv[kh * 3 + kw], (__m512)acc);
+    v16f v = acc + bv;
+    *(v16fu *)(y + ow * 16) = relu ? (v16f)_mm512_max_ps((__m512)v, (__m512)zero) : v;
+  }
+}
+
+/* Rows [r0, r1) of the fused small-K + depthwise conv's output (row = n * OH + oh): the
+ * small-K rows oh - 1 .. oh + 1 are computed into a ring of three (each once per chunk;
+ * a chunk recomputes the row above and below its range), then the depthwise row from them.
+ * The small-K rows are exactly the unfused kernel's (kdir_row_direct16), so the depthwise
+ * conv reads the same values; its own sums are in dw_row16's order, not oneDNN's. */
+static void smallk_dw_rows(const smallk_kernel *k, const plan_step *s, int64_t r0, int64_t r1, int tid) {
+  const conv_geom *g = &k->g;
+  const float *X = s->in[0]->data;
+  const onnx_fused *f = s->has_fused && s->fused.act != ACT_NONE ? &s->fused : NULL;
+  float *Y = s->out[0]->data;
+  int64_t K = g->C * g->k[0] * g->k[1], M = s->in[1]->dims[0], NB = M / 16;
+  int64_t OH = g->out[0], OW = g->out[1], RW = kdir_rw(g), rows = g->C * g->k[0];
+  size_t per = k64_temp_per_thread(g, K, true) + dw_temp_per_thread(g, M);
+  float *P = (float *)((char *)s->temp[0] + per * (size_t)tid);
+  float *tail = P + rows * RW, *Z = tail + 192, *E = Z + RW;
+  float *ring = (float *)((char *)P + k64_temp_per_thread(g, K, true)), *yrow = ring + 4 * dw_ring_row(g, M);
+  int64_t RR = dw_ring_row(g, M), BS = (OW + 2) * 16; /* a ring row; one block within it */
+  memset(Z, 0, sizeof(float) * (size_t)RW);
+  memset(ring, 0, sizeof(float) * (size_t)(4 * RR)); /* the zero pixels, and row 3 all zeros */
+  int64_t have_n = -1, have = -1;                    /* ring holds small-K rows <= have of image have_n */
+  for (int64_t row = r0; row < r1; row++) {
+    int64_t n = row / OH, oh = row % OH;
+    if (n != have_n) have_n = n, have = -1;
+    int64_t q = oh - 1 > have + 1 ? oh - 1 : have + 1;
+    if (q < 0) q = 0;
+    for (; q <= oh + 1 && q < OH; q++) {
+      const float *rb[32];
+      bool direct = kdir_bases(g, X, n, q, P, RW, Z, &s->pre, k->in_place, rb);
+      kdir_row_direct16(g, k->w_data, M, rb, direct, OW, ring + (q % 3) * RR + 16, (size_t)BS, f, tail, E);
+      have = q;
+    }
+    for (int64_t b = 0; b < NB; b++) {
+      const float *r[3];
+      for (int kh = 0; kh < 3; kh++) {
+        int64_t ih = oh - 1 + kh;
+        r[kh] = (ih < 0 || ih >= OH ? ring + 3 * RR : ring + (ih % 3) * RR) + b * BS;
+      }
+      float *y = k->blocked_out ? Y + (size_t)(((n * NB + b) * OH + oh) * OW * 16) : yrow + b * OW * 16;
+      dw_row16(r, k->dw_w + b * 9 * 16, k->dw_w + 9 * M + b * 16, k->dw_relu, OW, y);
+    }
+    if (!k->blocked_out) /* plain NCHW: channel m's row from lane m % 16 of block m / 16 */
+      for (int64_t m = 0; m < M; m++) {
+        float *dst = Y + (size_t)(((n * M + m) * OH + oh) * OW);
+        const float *src = yrow + (m / 16) * OW * 16 + m % 16;
+        for (int64_t ow = 0; ow < OW; ow++) dst[ow] = src[ow * 16];
+      }
+  }
+}
+#endif
+
 static void smallk_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, int64_t r1, int tid) {
   const smallk_kernel *k = (const smallk_kernel *)fk;
   const conv_geom *g = &k->g;
@@ -576,6 +730,12 @@ static void smallk_chunk(void *vc, int64_t c, int tid) {
   const srow_ctx *x = vc;
   int64_t lo, hi;
   opool_range(x->rows, x->n, c, &lo, &hi);
+#if KDIR16
+  if (((const smallk_kernel *)x->fk)->dw_w) {
+    smallk_dw_rows((const smallk_kernel *)x->fk, x->s, lo, hi, tid);
+    return;
+  }
+#endif
   smallk_rows(x->fk, x->s, lo, hi, tid);
 }
 
@@ -585,11 +745,20 @@ static cinfer_status *smallk_run(fast_kernel *fk, plan_step *s, int threads) {
   int64_t rows = g->N * g->out[0];
   double macs = (double)ot_numel(s->out[0]) * (double)(g->C * g->k[0] * g->k[1]) * OPOOL_COST_SMALLK +
                 plan_step_act_cost(s);
-  srow_ctx x = {fk, s, rows, opool_chunks(rows, macs, OPOOL_MIN_MACS)};
+  bool dw = ((const smallk_kernel *)fk)->dw_w != NULL;
+  if (dw) macs += (double)ot_numel(s->out[0]) * 9 * 3; /* the depthwise MACs, memory-bound ones */
+  int64_t n = opool_chunks(rows, macs, OPOOL_MIN_MACS);
+  if (dw && n > 2 * (int64_t)opool_cur_threads()) /* each chunk recomputes 2 small-K rows */
+    n = 2 * (int64_t)opool_cur_threads();
+  srow_ctx x = {fk, s, rows, n};
   opool_par(x.n, smallk_chunk, &x);
   return NULL;
 }
 
 const kern_family kern_smallk = {
     .name = "smallk", .can_take = smallk_can_take, .prepare = smallk_prepare, .run = smallk_run,
-    .destroy = smallk_destroy, .takes_pre = smallk_takes_pre};
+    .destroy = smallk_destroy, .takes_pre = smallk_takes_pre,
+#if KDIR16
+    .takes_dw = smallk_takes_dw,
+#endif
+};

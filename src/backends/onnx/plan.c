@@ -282,11 +282,12 @@ static void fuse_pre(onnx_plan *p, bool *skip) {
   free(def);
 }
 
-/* A 1x1 convolution whose only consumer is a depthwise 3x3 stride-2 convolution, with an
- * output too large for the L2 cache (>= 2 MiB): oneDNN runs both in one primitive (dw
- * post-op) over row bands, and the 1x1's output never goes to memory. RetinaFace's
- * conv_2 -> conv_3_dw (32 x 320 x 320, 13 MB): 3.4 -> 2.5 ms. Smaller outputs gain
- * nothing (measured down to 3 MB: +-0.05 ms), so they stay separate. */
+/* A conv whose only consumer is a depthwise 3x3 conv that a kernel family runs fused
+ * (fast_takes_dw), and the conv's output never goes to memory. onednn: a 1x1 conv with an
+ * output too large for the L2 cache (>= 2 MiB) and a stride-2 depthwise conv, one
+ * primitive (dw post-op) over row bands: RetinaFace's conv_2 -> conv_3_dw (32 x 320 x 320,
+ * 13 MB): 3.4 -> 2.5 ms; smaller outputs gained nothing (measured down to 3 MB: +-0.05 ms).
+ * smallk: a first layer and a stride-1 depthwise conv (smallk_takes_dw). */
 static void fuse_dw(onnx_plan *p, bool *skip) {
   const onnx_model *m = p->m;
   if (getenv("CINFER_ONNX_NO_DW_FUSION")) return;
@@ -295,9 +296,7 @@ static void fuse_dw(onnx_plan *p, bool *skip) {
   for (int s = 0; s < p->n_steps; s++) {
     plan_step *st = &p->steps[s];
     int v = st->out_id[0];
-    if (skip[s] || v < 0 || m->values[v].is_output || m->values[v].n_uses != 1 || cons[v] < 0 ||
-        ot_nbytes(st->out[0]) < ((size_t)2 << 20))
-      continue;
+    if (skip[s] || v < 0 || m->values[v].is_output || m->values[v].n_uses != 1 || cons[v] < 0) continue;
     plan_step *t = &p->steps[cons[v]];
     if (skip[cons[v]] || t->in_id[0] != v || !fast_takes_dw(p, st, t)) continue;
     st->dw.w = t->in[1];

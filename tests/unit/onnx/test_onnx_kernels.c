@@ -33,7 +33,9 @@ typedef struct conv_cfg {
   int64_t N, C, H, W, M, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, group;
   int bias, act; /* act: 0 none, 1 Relu, 2 Clip(0,6), 3 LeakyRelu, 4 PRelu (slope [M,1,1]),
                     5 PRelu (one slope), 6 Tanh, 7 Sigmoid */
-  int chain;     /* append 1x1 conv + Add(+Relu) + depthwise 3x3: blocked layouts, sum fusion */
+  int chain;     /* 1: append 1x1 conv + Add(+Relu) + depthwise 3x3: blocked layouts, sum fusion;
+                    2: depthwise 3x3 stride 1 (bias, Relu) + 1x1 conv, 3: depthwise 3x3 stride 1
+                    (bias) as the output: the small-K conv's fused depthwise conv */
   int one_d;     /* 1-D conv (uses H as length) */
   int pre;       /* element-wise ops with constants in front of the conv, fused into a
                     small-K conv's input read: 1 (x - 0.25) * 1.5 (scalar constants);
@@ -125,7 +127,7 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
   if (c->pre == 3) { /* the same conv geometry on the Sub's output: out = y1 + conv(pre_s) */
     wb = rand_buf(wn);
     mb_init_f(&b, "wb", nd, wd, wb);
-    const char *bi[2] = {"pre_s", "wb"}, *bo = "yb", *ai[2] = {y1, "yb"}, *ao = c->chain ? "yab" : "out";
+    const char *bi[2] = {"pre_s", "wb"}, *bo = "yb", *ai[2] = {y1, "yb"}, *ao = c->chain == 1 ? "yab" : "out";
     Onnx__NodeProto *cb = mb_node(&b, "Conv", "convb", 2, bi, 1, &bo);
     mb_attr_ints(&b, cb, "strides", 2, (int64_t[]){c->sh, c->sw});
     mb_attr_ints(&b, cb, "pads", 4, (int64_t[]){c->pt, c->pl, c->pb, c->pr});
@@ -134,7 +136,26 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
     y1 = ao;
   }
   float *w1 = NULL, *w2 = NULL;
-  if (c->chain) {
+  float *wdw = NULL, *bdw = NULL, *w3 = NULL;
+  if (c->chain >= 2) {
+    int64_t wdd[4] = {c->M, 1, 3, 3}, w3d[4] = {c->M, c->M, 1, 1};
+    wdw = rand_buf(c->M * 9);
+    bdw = rand_buf(c->M);
+    mb_init_f(&b, "wdw", 4, wdd, wdw);
+    mb_init_f(&b, "bdw", 1, &c->M, bdw);
+    const char *di[3] = {y1, "wdw", "bdw"}, *dout = c->chain == 2 ? "d" : "out";
+    Onnx__NodeProto *dn = mb_node(&b, "Conv", "convdw", 3, di, 1, &dout);
+    mb_attr_i(&b, dn, "group", c->M);
+    mb_attr_ints(&b, dn, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    if (c->chain == 2) {
+      const char *dr = "dr", *i3[2] = {"dr", "w3"}, *o3 = "out";
+      mb_node(&b, "Relu", "relu_dw", 1, &dout, 1, &dr);
+      w3 = rand_buf(c->M * c->M);
+      mb_init_f(&b, "w3", 4, w3d, w3);
+      mb_node(&b, "Conv", "conv3", 2, i3, 1, &o3);
+    }
+  }
+  if (c->chain == 1) {
     int64_t w1d[4] = {c->M, c->M, 1, 1}, w2d[4] = {c->M, 1, 3, 3};
     w1 = rand_buf(c->M * c->M);
     w2 = rand_buf(c->M * 9);
@@ -158,6 +179,9 @@ static uint8_t *build(const conv_cfg *c, size_t *len, int64_t batch_dim) {
   free(bias);
   free(w1);
   free(w2);
+  free(wdw);
+  free(bdw);
+  free(w3);
   free(wb);
   free(slope);
   mb_done(&b);
@@ -419,6 +443,86 @@ static void test_smallk_in_place_equals_copy(void **state) {
   }
   unsetenv("CINFER_ONNX_K64_IN_PLACE");
   unsetenv("CINFER_ONNX_NO_K64_16");
+}
+
+/* A small-K conv followed by a depthwise 3x3 stride-1 conv (UltraFace's Conv_0 -> Conv_2)
+ * runs as one smallk step on AVX-512 builds (smallk_takes_dw: the first layer's rows go
+ * through a ring of three, never to memory): at 1 and 2 threads the profile shows the fused
+ * step (two Convs in one smallk row) and the output matches the reference. One and two
+ * 16-channel blocks, stride 1 and 2 below it, a Relu, Tanh or none on the first conv, the
+ * depthwise conv with Relu into a 1x1 conv (blocked output) or as the model's output
+ * (plain), rows and pixels that are not multiples of 8, batch 2, fused input ops, the image
+ * read in place and copied. On a build or host without 16-lane blocks nothing is fused and
+ * the outputs are still checked. */
+static void test_smallk_dw_fusion(void **state) {
+  (void)state;
+  const conv_cfg cfgs[] = {
+      /* N  C  H  W   M  KH KW sh sw pt pl pb pr dh dw g  bias act chain 1d pre */
+      {1, 3, 24, 34, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 0, 0},
+      {1, 3, 13, 19, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 3, 0, 0},
+      {2, 3, 17, 29, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 6, 2, 0, 0},
+      {1, 3, 20, 21, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 3, 0, 0},
+      {1, 3, 17, 23, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 0, 1},
+  };
+#if defined(__AVX512F__)
+  bool can = kern_block() == 16; /* smallk's 16-lane kernel and nChw16c */
+#else
+  bool can = false;
+#endif
+  bool sixteen = false;
+  for (int ip = 0; ip < 2; ip++) {
+    setenv("CINFER_ONNX_K64_IN_PLACE", ip ? "1" : "0", 1);
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+      const conv_cfg *c = &cfgs[i];
+      size_t len;
+      uint8_t *buf = build(c, &len, c->N);
+      onnx_model *m;
+      cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+      if (st) fail_msg("load: %s", cinfer_status_message(st));
+      free(buf);
+      int64_t shape[4] = {c->N, c->C, c->H, c->W};
+      float *x = rand_buf(cinfer_shape_elements(shape, 4)), *ref;
+      size_t nr;
+      bool fr;
+      run(m, false, x, shape, 4, &ref, &nr, &fr);
+      for (int threads = 1; threads <= 2; threads++) {
+        onnx_session *s;
+        assert_null(onnx_session_create(m, &(onnx_options){.threads = threads, .profile = true}, &s));
+        cinfer_tensor in = {.name = "x", .dtype = CINFER_TYPE_FP32, .ndim = 4, .data = x}, o;
+        memcpy(in.shape, shape, sizeof shape);
+        in.byte_size = (size_t)cinfer_shape_elements(shape, 4) * 4;
+        for (int rep = 0; rep < 2; rep++)
+          if ((st = onnx_session_run(s, &in, 1, &o))) fail_msg("run: %s", cinfer_status_message(st));
+        assert_int_equal(o.byte_size, nr * 4);
+        double md = 0, mx = 0;
+        for (size_t j = 0; j < nr; j++) {
+          mx = fmax(mx, fabs(ref[j]));
+          md = fmax(md, fabs(ref[j] - ((const float *)o.data)[j]));
+        }
+        if (md > 1e-5 * fmax(1.0, mx))
+          fail_msg("case %zu, %d threads, in place %d: max diff %g (max %g)", i, threads, ip, md, mx);
+        char *prof = profile_text(s);
+        bool fused = false;
+        for (const char *l = prof; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+          char op[64], kern[32];
+          int nodes;
+          if (l[0] == ' ' && l[1] == ' ' && l[2] != ' ' && sscanf(l, "%63s %d %31s", op, &nodes, kern) == 3 &&
+              !strcmp(kern, "smallk") && strstr(op, "Conv") && strstr(strstr(op, "Conv") + 4, "Conv")) /* two convs */
+            fused = true;
+        }
+        if (fused) sixteen = true;
+        else if (can)
+          fail_msg("case %zu, %d threads: the depthwise conv is not fused into the small-K step:\n%s", i, threads, prof);
+        free(prof);
+        onnx_session_destroy(s);
+      }
+      free(ref);
+      free(x);
+      onnx_model_destroy(m);
+    }
+  }
+  unsetenv("CINFER_ONNX_K64_IN_PLACE");
+  assert_true(sixteen == can);
 }
 
 /* MaxPool / AveragePool: oneDNN pooling vs the reference */
@@ -1487,6 +1591,7 @@ int main(void) {
       cmocka_unit_test(test_conv_shapes),
       cmocka_unit_test(test_smallk16_equals_8lane),
       cmocka_unit_test(test_smallk_in_place_equals_copy),
+      cmocka_unit_test(test_smallk_dw_fusion),
       cmocka_unit_test(test_pre_exact),
       cmocka_unit_test(test_dw_fusion),
       cmocka_unit_test(test_batch_rows),
