@@ -346,6 +346,36 @@ static void test_conv_shapes(void **state) {
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_cfg(&cfgs[i]);
 }
 
+/* Whether c's fast outputs are equal bit for bit with environment variable var set to va
+ * and to vb (NULL: unset; read when plans are built); var is unset afterwards. */
+static bool same_bits_under(const conv_cfg *c, const char *var, const char *va, const char *vb) {
+  size_t len;
+  uint8_t *buf = build(c, &len, c->N);
+  onnx_model *m;
+  cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
+  if (st) fail_msg("load: %s", cinfer_status_message(st));
+  free(buf);
+  int64_t shape[4] = {c->N, c->C, c->H, c->W};
+  float *x = rand_buf(cinfer_shape_elements(shape, 4)), *out[2];
+  size_t n[2];
+  bool fast[2];
+  for (int k = 0; k < 2; k++) {
+    const char *v = k ? vb : va;
+    if (v) setenv(var, v, 1);
+    else unsetenv(var);
+    run(m, true, x, shape, 4, &out[k], &n[k], &fast[k]);
+  }
+  unsetenv(var);
+  assert_true(fast[0] && fast[1]);
+  assert_int_equal(n[0], n[1]);
+  bool same = !memcmp(out[0], out[1], n[0] * sizeof(float));
+  free(out[0]);
+  free(out[1]);
+  free(x);
+  onnx_model_destroy(m);
+  return same;
+}
+
 /* The small-K direct kernel's 16-lane path (kdir_row_direct16: nChw16c output with
  * 16-channel weight vectors, AVX-512 builds on a host where kern_block() is 16) against
  * its 8-lane path (CINFER_ONNX_NO_K64_16, read when plans are built): the same FMA chain
@@ -367,28 +397,9 @@ static void test_smallk16_equals_8lane(void **state) {
   };
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
     const conv_cfg *c = &cfgs[i];
-    size_t len;
-    uint8_t *buf = build(c, &len, c->N);
-    onnx_model *m;
-    cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
-    if (st) fail_msg("load: %s", cinfer_status_message(st));
-    free(buf);
-    int64_t shape[4] = {c->N, c->C, c->H, c->W};
-    float *x = rand_buf(cinfer_shape_elements(shape, 4)), *a, *b;
-    size_t na, nb;
-    bool fa, fb;
-    run(m, true, x, shape, 4, &a, &na, &fa);
-    setenv("CINFER_ONNX_NO_K64_16", "1", 1);
-    run(m, true, x, shape, 4, &b, &nb, &fb);
-    unsetenv("CINFER_ONNX_NO_K64_16");
-    assert_int_equal(na, nb);
-    if (memcmp(a, b, na * sizeof(float)))
+    if (!same_bits_under(c, "CINFER_ONNX_NO_K64_16", NULL, "1"))
       fail_msg("case %zu (M%lld s%lld,%lld act%d): 16-lane and 8-lane small-K outputs differ", i, (long long)c->M,
                (long long)c->sh, (long long)c->sw, c->act);
-    free(a);
-    free(b);
-    free(x);
-    onnx_model_destroy(m);
   }
 }
 
@@ -417,28 +428,9 @@ static void test_smallk_in_place_equals_copy(void **state) {
       const conv_cfg *c = &cfgs[i];
       setenv("CINFER_ONNX_K64_IN_PLACE", "1", 1);
       check_cfg(c);
-      size_t len;
-      uint8_t *buf = build(c, &len, c->N);
-      onnx_model *m;
-      cinfer_status *st = onnx_model_load_buffer(buf, len, NULL, &m);
-      if (st) fail_msg("load: %s", cinfer_status_message(st));
-      free(buf);
-      int64_t shape[4] = {c->N, c->C, c->H, c->W};
-      float *x = rand_buf(cinfer_shape_elements(shape, 4)), *a, *b;
-      size_t na, nb;
-      bool fa, fb;
-      run(m, true, x, shape, 4, &a, &na, &fa);
-      setenv("CINFER_ONNX_K64_IN_PLACE", "0", 1);
-      run(m, true, x, shape, 4, &b, &nb, &fb);
-      assert_true(fa && fb);
-      assert_int_equal(na, nb);
-      if (memcmp(a, b, na * sizeof(float)))
+      if (!same_bits_under(c, "CINFER_ONNX_K64_IN_PLACE", "1", "0"))
         fail_msg("case %zu lanes %d (M%lld s%lld,%lld): in-place and copied small-K outputs differ", i, lanes ? 8 : 16,
                  (long long)c->M, (long long)c->sh, (long long)c->sw);
-      free(a);
-      free(b);
-      free(x);
-      onnx_model_destroy(m);
     }
   }
   unsetenv("CINFER_ONNX_K64_IN_PLACE");
