@@ -642,7 +642,7 @@ static void smallk_dw_rows(const smallk_kernel *k, const plan_step *s, int64_t r
   float *tail = P + rows * RW, *Z = tail + 192, *E = Z + RW;
   float *ring = (float *)((char *)P + k64_temp_per_thread(g, K, true)), *yrow = ring + 4 * dw_ring_row(g, M);
   int64_t RR = dw_ring_row(g, M), BS = (OW + 2) * 16; /* a ring row; one block within it */
-  memset(Z, 0, sizeof(float) * (size_t)RW);
+  if (k->in_place) memset(Z, 0, sizeof(float) * (size_t)RW); /* the padding rows read in place */
   memset(ring, 0, sizeof(float) * (size_t)(4 * RR)); /* the zero pixels, and row 3 all zeros */
   int64_t have_n = -1, have = -1;                    /* ring holds small-K rows <= have of image have_n */
   for (int64_t row = r0; row < r1; row++) {
@@ -695,7 +695,7 @@ static void smallk_rows(const fast_kernel *fk, const plan_step *s, int64_t r0, i
     /* blocked: R (rows * RW), tail (192), zero row Z (RW), edge windows E */
     int64_t rows = g->C * g->k[0];
     float *tail = P + rows * RW, *Z = tail + 192, *E = Z + RW;
-    if (blk && !s->pre.n) memset(Z, 0, sizeof(float) * (size_t)RW);
+    if (blk && k->in_place) memset(Z, 0, sizeof(float) * (size_t)RW); /* the padding rows read in place */
     for (int64_t row = r0; row < r1; row++) {
       int64_t n = row / OH, oh = row % OH;
       if (blk) {
